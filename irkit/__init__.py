@@ -1,0 +1,22 @@
+"""irkit: prototype compiler passes over xDSL IR and measure what each pass is worth.
+
+    import irkit
+    module = irkit.load("examples/mlp.graph", dims={"B": 8})
+    inputs = irkit.random_inputs(module, seed=0)
+    outputs = irkit.reference(module, *inputs)
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from irkit.errors import IrkitError
+from irkit.frontend import load
+from irkit.runtime.reference import random_inputs, reference
+
+try:
+    __version__ = version("irkit")
+except PackageNotFoundError:  # running from a source tree that was not installed
+    __version__ = "0+unknown"
+
+__all__ = ["IrkitError", "load", "random_inputs", "reference", "__version__"]

@@ -1,0 +1,49 @@
+"""Errors that reach the user as one line.
+
+irkit separates *user* errors (bad files, bad options, shapes that do not fit) from
+*internal* errors (a pass that broke the IR). Both carry enough context to be printed as a
+single line by the command-line layer; nothing below `irkit.cli` prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """A 1-based position in a user's file."""
+
+    file: str
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+class IrkitError(Exception):
+    """A user error: the message is complete, one line, and names what was wrong where.
+
+    `location` (file:line:col) is prefixed when known; otherwise the message itself names
+    the culprit (a pass, an option, an ONNX node).
+    """
+
+    def __init__(self, message: str, location: SourceLocation | str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.location = location
+
+    def __str__(self) -> str:
+        text = " ".join(self.message.split())  # one line, whatever the cause said
+        return f"{self.location}: error: {text}" if self.location else f"error: {text}"
+
+
+class PassFailure(IrkitError):
+    """A pass raised, or left IR that does not verify. Names the pass and a reproducer."""
+
+    def __init__(self, pass_name: str, cause: str, reproducer: str | None = None):
+        where = f" (reproducer: {reproducer})" if reproducer else ""
+        super().__init__(f"pass '{pass_name}' failed: {cause}{where}")
+        self.pass_name = pass_name
+        self.reproducer = reproducer

@@ -1,0 +1,67 @@
+"""Frontends: model files -> a module of graph-dialect ops.
+
+`load(path)` picks the frontend by extension: `.graph` (irkit's model language), `.mlir`
+(MLIR text, parsed by xDSL). Every failure is an IrkitError naming the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from xdsl.dialects.builtin import ModuleOp
+
+from irkit.errors import IrkitError, SourceLocation
+
+FRONTENDS = (".graph", ".mlir")
+
+
+def read_text(path: str | Path) -> str:
+    """The file's text, or an IrkitError for a missing, unreadable, empty or binary file."""
+    p = Path(path)
+    if not p.exists():
+        raise IrkitError("no such file", str(path))
+    if p.is_dir():
+        raise IrkitError("is a directory, not a model file", str(path))
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise IrkitError(f"cannot read: {e.strerror}", str(path)) from None
+    if not data.strip():
+        raise IrkitError("file is empty", str(path))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise IrkitError(f"not a text file (invalid UTF-8 byte 0x{data[e.start]:02x})", SourceLocation(str(path), line, col)) from None
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise IrkitError("not a text file (contains NUL bytes)", SourceLocation(str(path), line, 1))
+    return text
+
+
+def parse_source(text: str, filename: str, kind: str, dims: Mapping[str, int] | None = None) -> ModuleOp:
+    """Parse `text` as `kind` ('.graph' or '.mlir'), verified."""
+    from irkit.frontend.graph_lang import parse_graph
+    from irkit.frontend.mlir import parse_mlir
+    from irkit.ir import verify
+
+    if kind == ".graph":
+        module = parse_graph(text, filename, dims)
+    elif kind == ".mlir":
+        if dims:
+            raise IrkitError("--dim applies to .graph models; an .mlir file has fixed shapes", filename)
+        module = parse_mlir(text, filename)
+    else:
+        raise IrkitError(f"unknown model format {kind!r}; irkit reads {', '.join(FRONTENDS)}", filename)
+    verify(module)
+    return module
+
+
+def load(path: str | Path, dims: Mapping[str, int] | None = None) -> ModuleOp:
+    """Load a model file as a verified module. `dims` overrides named dims of a .graph model."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in FRONTENDS:
+        raise IrkitError(f"unknown model format {suffix or '(no extension)'!r}; irkit reads {', '.join(FRONTENDS)}", str(path))
+    return parse_source(read_text(path), str(path), suffix, dims)
