@@ -123,7 +123,9 @@ class _Builder:
             declared = ", ".join(self.dims) or "none"
             raise IrkitError(f"--dim {unused[0]}: the model declares no such dim (declared: {declared})", self.filename)
         if not self.outputs:
-            raise IrkitError("the model declares no output (write `output NAME = ...`)", SourceLocation(self.filename, 1, 1))
+            first = tree.children[0].meta if tree.children else None
+            where = SourceLocation(self.filename, first.line, first.column) if first else SourceLocation(self.filename, 1, 1)
+            raise IrkitError("the model declares no output (write `output NAME = ...`)", where)
         return self._module()
 
     def _module(self) -> ModuleOp:

@@ -29,4 +29,7 @@ def parse_mlir(text: str, filename: str = "<input>") -> ModuleOp:
         return _LocatingParser(make_context(), text, filename).parse_module()
     except ParseError as e:
         loc = e.span.get_location()
-        raise IrkitError(e.msg, SourceLocation(loc.file, loc.line, loc.col)) from None
+        msg = e.msg.strip()
+        if msg.startswith("in "):  # xDSL says only " in block definition" at a missing '}'
+            msg = f"unexpected end of input {msg}"
+        raise IrkitError(msg, SourceLocation(loc.file, loc.line, loc.col)) from None

@@ -1,0 +1,135 @@
+"""Pass pipelines: parsing `-p` specs, named pipelines, and running passes with verification.
+
+A spec is xDSL's pipeline syntax (`canonicalize,cse,some-pass{opt=1}`); a name from
+`PIPELINES` expands to its passes. Every pass is followed by verification; a pass that
+raises or leaves invalid IR becomes a `PassFailure` naming the pass, with the IR it was
+given and the pipeline written to a reproducer file.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.transforms import get_all_passes
+from xdsl.utils.arg_spec import ArgSpec, parse_pipeline
+from xdsl.utils.exceptions import ArgSpecParseError
+
+from irkit.errors import IrkitError, PassFailure
+from irkit.ir import content_hash, make_context, to_text, verify
+from irkit.passes import IRKIT_PASSES
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A named pipeline: its passes in order, and which of them are optional optimizations
+    (removable without changing what the module computes)."""
+
+    name: str
+    passes: tuple[str, ...]
+    optional: frozenset[str] = frozenset()
+    description: str = ""
+
+    @property
+    def spec(self) -> str:
+        return ",".join(self.passes)
+
+
+PIPELINES: dict[str, Pipeline] = {
+    "graph-cleanup": Pipeline(
+        "graph-cleanup",
+        ("canonicalize", "cse"),
+        frozenset({"canonicalize", "cse"}),
+        "xDSL's canonicalization and common-subexpression elimination on graph IR",
+    ),
+}
+
+
+@cache
+def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    """Every pass irkit can run: xDSL's upstream transforms and irkit's own."""
+    return {**get_all_passes(), **IRKIT_PASSES}
+
+
+def parse_passes(spec: str) -> list[ModulePass]:
+    """Parse a `-p` spec into pass instances. Raises IrkitError naming the pass or option."""
+    try:
+        items = list(parse_pipeline(spec))
+    except ArgSpecParseError as e:
+        raise IrkitError(_one_line_spec_error(str(e)), "-p") from None
+    passes: list[ModulePass] = []
+    for item in items:
+        passes.extend(_expand(item))
+    return passes
+
+
+def _expand(item: ArgSpec) -> list[ModulePass]:
+    if item.name in PIPELINES and item.name not in available_passes():
+        if item.parameters:
+            raise IrkitError(f"pipeline '{item.name}' takes no options", "-p")
+        return parse_passes(PIPELINES[item.name].spec)
+    factory = available_passes().get(item.name)
+    if factory is None:
+        import difflib
+
+        close = difflib.get_close_matches(item.name, [*available_passes(), *PIPELINES], n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise IrkitError(f"unknown pass '{item.name}'{hint}", "-p")
+    try:
+        return [factory().from_pass_spec(item)]
+    except (ValueError, TypeError) as e:
+        raise IrkitError(f"bad option for pass '{item.name}': {e}", "-p") from None
+
+
+def _one_line_spec_error(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    col = next((m.group(1) for ln in lines if (m := re.match(r".*:1:(\d+)$", ln))), "?")
+    return f"malformed pipeline at column {col}: {lines[-1].strip()}"
+
+
+PassCallback = Callable[[ModulePass, ModuleOp, float], None]
+"""Called after each pass with the pass, the (verified) module and the pass's seconds."""
+
+
+def apply_passes(
+    module: ModuleOp,
+    passes: Sequence[ModulePass],
+    ctx: Context | None = None,
+    after_pass: PassCallback | None = None,
+    reproducer_dir: str | Path | None = None,
+) -> ModuleOp:
+    """Run `passes` over `module` in place, verifying after each one."""
+    ctx = ctx or make_context()
+    for p in passes:
+        before = module.clone()
+        start = time.perf_counter()
+        try:
+            p.apply(ctx, module)
+            seconds = time.perf_counter() - start
+            verify(module)
+        except Exception as e:  # any failure inside a pass is the pass's failure
+            cause = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise PassFailure(p.name, cause, _write_reproducer(before, p, cause, reproducer_dir)) from e
+        if after_pass is not None:
+            after_pass(p, module, seconds)
+    return module
+
+
+def _write_reproducer(module: ModuleOp, p: ModulePass, cause: str, directory: str | Path | None) -> str:
+    directory = Path(directory or tempfile.gettempdir())
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"irkit-reproducer-{p.name}-{content_hash(module)}.mlir"
+    header = (
+        f"// irkit reproducer: pass '{p.name}' failed: {cause}\n"
+        f"// RUN: irkit-opt %s -p '{p.pipeline_pass_spec()}'\n"
+    )
+    path.write_text(header + to_text(module))
+    return str(path)

@@ -1,0 +1,15 @@
+# lit configuration for irkit's FileCheck tests: `lit tests/filecheck` (pytest runs it too).
+import os
+
+import lit.formats
+
+config.name = "irkit"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".mlir", ".graph"]
+config.test_source_root = os.path.dirname(__file__)
+config.excludes = ["lit.cfg.py", "Inputs"]
+config.environment["PATH"] = os.environ.get("PATH", "")
+config.environment["PYTHONWARNINGS"] = "ignore"
+for tool in ("mlir-opt", "mlir-opt-22"):
+    if any(os.access(os.path.join(d, tool), os.X_OK) for d in os.environ.get("PATH", "").split(os.pathsep)):
+        config.available_features.add("mlir-opt")
