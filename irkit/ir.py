@@ -63,11 +63,17 @@ def content_hash(module: Operation) -> str:
     return hashlib.sha256(to_text(module, generic=True).encode()).hexdigest()[:16]
 
 
-def entry_function(module: ModuleOp) -> "func.FuncOp":
+def entry_function(module: ModuleOp) -> func.FuncOp:
     """The model's function: the module's only public `func.func`."""
     from xdsl.dialects import func
 
-    public = [op for op in module.ops if isinstance(op, func.FuncOp) and not op.is_declaration and (op.sym_visibility is None or op.sym_visibility.data == "public")]
+    public = [
+        op
+        for op in module.ops
+        if isinstance(op, func.FuncOp)
+        and not op.is_declaration
+        and (op.sym_visibility is None or op.sym_visibility.data == "public")
+    ]
     if len(public) != 1:
         names = ", ".join(f"@{f.sym_name.data}" for f in public) or "none"
         raise IrkitError(f"expected exactly one public func.func as the model, found {names}")

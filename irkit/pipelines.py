@@ -117,13 +117,17 @@ def apply_passes(
             verify(module)
         except Exception as e:  # any failure inside a pass is the pass's failure
             cause = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise PassFailure(p.name, cause, _write_reproducer(before, p, cause, reproducer_dir)) from e
+            raise PassFailure(
+                p.name, cause, _write_reproducer(before, p, cause, reproducer_dir)
+            ) from e
         if after_pass is not None:
             after_pass(p, module, seconds)
     return module
 
 
-def _write_reproducer(module: ModuleOp, p: ModulePass, cause: str, directory: str | Path | None) -> str:
+def _write_reproducer(
+    module: ModuleOp, p: ModulePass, cause: str, directory: str | Path | None
+) -> str:
     directory = Path(directory or tempfile.gettempdir())
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"irkit-reproducer-{p.name}-{content_hash(module)}.mlir"

@@ -40,7 +40,9 @@ def parse_dim(text: str) -> tuple[str, int]:
     try:
         size = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"dim {name} needs an integer value, got {value!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"dim {name} needs an integer value, got {value!r}"
+        ) from None
     if size <= 0:
         raise argparse.ArgumentTypeError(f"dim {name} must be positive, got {size}")
     return name, size
@@ -63,5 +65,8 @@ def run_main(prog: str, body: Callable[[], int | None]) -> int:
         if debug_level():
             raise
         detail = " ".join(str(e).split()) or "no detail"
-        print(f"{prog}: internal error: {type(e).__name__}: {detail} (set IRKIT_DEBUG=1 for a traceback)", file=sys.stderr)
+        print(
+            f"{prog}: internal error: {type(e).__name__}: {detail} (set IRKIT_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL

@@ -49,14 +49,18 @@ class IrkitOptMain(xDSLOptMain):
         self.register_all_arguments(parser)
         self.args = parser.parse_args(args=args)
         if parse_spec(self.args.target).name not in self.available_targets:
-            parser.error(f"argument -t/--target: unknown target '{self.args.target}' (choose from {', '.join(self.available_targets)})")
+            parser.error(
+                f"argument -t/--target: unknown target '{self.args.target}' (choose from {', '.join(self.available_targets)})"
+            )
         self.ctx.allow_unregistered = self.args.allow_unregistered_dialect
 
     def register_all_frontends(self) -> None:
         for ext in FRONTENDS:
             self.available_frontends[ext.lstrip(".")] = self._parse_stream
 
-    def _parse_stream(self, stream: object) -> ModuleOp:  # pragma: no cover - irkit reads files itself
+    def _parse_stream(
+        self, stream: object
+    ) -> ModuleOp:  # pragma: no cover - irkit reads files itself
         raise NotImplementedError
 
     def register_all_passes(self) -> None:
@@ -65,14 +69,23 @@ class IrkitOptMain(xDSLOptMain):
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
-        arg_parser.add_argument("-v", "--version", action=VersionAction, version_format=self.version_format)
         arg_parser.add_argument(
-            "--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE",
+            "-v", "--version", action=VersionAction, version_format=self.version_format
+        )
+        arg_parser.add_argument(
+            "--dim",
+            action="append",
+            default=[],
+            type=parse_dim,
+            metavar="NAME=VALUE",
             help="override a named dim of a .graph model (repeatable)",
         )
-        arg_parser.add_argument("--list-passes", action="store_true", help="list passes and named pipelines, then exit")
         arg_parser.add_argument(
-            "--reproducer-dir", default=None,
+            "--list-passes", action="store_true", help="list passes and named pipelines, then exit"
+        )
+        arg_parser.add_argument(
+            "--reproducer-dir",
+            default=None,
             help="where a failing pass leaves its reproducer (default: the system temp dir)",
         )
 
@@ -105,7 +118,10 @@ class IrkitOptMain(xDSLOptMain):
         if Path(path).is_dir() or not Path(path).exists():
             read_text(path)  # raises the one-line error for a directory or missing file
         if kind not in FRONTENDS:
-            raise IrkitError(f"unknown model format {kind or '(no extension)'!r}; irkit-opt reads {', '.join(FRONTENDS)} (or use -f)", path)
+            raise IrkitError(
+                f"unknown model format {kind or '(no extension)'!r}; irkit-opt reads {', '.join(FRONTENDS)} (or use -f)",
+                path,
+            )
         return read_text(path), path, kind
 
     def _after_pass(self, p: ModulePass, module: ModuleOp, seconds: float) -> None:
@@ -155,5 +171,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-

@@ -166,7 +166,9 @@ class GraphOp(IRDLOperation, ABC):
         expected = self.infer(types, self.properties)
         actual = self.results[0].type
         if actual != expected:
-            raise VerifyException(f"result type {actual} does not match the inferred type {expected}")
+            raise VerifyException(
+                f"result type {actual} does not match the inferred type {expected}"
+            )
 
 
 # --- contractions -------------------------------------------------------------------------
@@ -243,7 +245,11 @@ class Conv2dOp(GraphOp):
         x, w = (t.get_shape() for t in types)
         if len(x) != 4 or len(w) != 4:
             raise ShapeError(f"conv2d takes rank-4 input and weight, got {list(x)} and {list(w)}")
-        strides, padding, dil = ints(props, "strides"), ints(props, "padding"), ints(props, "dilations")
+        strides, padding, dil = (
+            ints(props, "strides"),
+            ints(props, "padding"),
+            ints(props, "dilations"),
+        )
         groups = int_of(props, "groups")
         shapes.check_length(strides, 2, "strides")
         shapes.check_length(padding, 4, "padding")
@@ -281,21 +287,21 @@ class BinaryOp(GraphOp, ABC):
 
 @irdl_op_definition
 class AddOp(BinaryOp):
-    """lhs + rhs."""
+    """Elementwise lhs + rhs, broadcast as in numpy."""
 
     name = "graph.add"
 
 
 @irdl_op_definition
 class SubOp(BinaryOp):
-    """lhs - rhs."""
+    """Elementwise lhs - rhs, broadcast as in numpy."""
 
     name = "graph.sub"
 
 
 @irdl_op_definition
 class MulOp(BinaryOp):
-    """lhs * rhs."""
+    """Elementwise lhs * rhs, broadcast as in numpy."""
 
     name = "graph.mul"
 
@@ -343,21 +349,21 @@ class UnaryOp(GraphOp, ABC):
 
 @irdl_op_definition
 class NegOp(UnaryOp):
-    """-x."""
+    """Elementwise negation, -x (flips the sign of zeros and NaNs too)."""
 
     name = "graph.neg"
 
 
 @irdl_op_definition
 class AbsOp(UnaryOp):
-    """|x|."""
+    """Elementwise absolute value |x|."""
 
     name = "graph.abs"
 
 
 @irdl_op_definition
 class ReluOp(UnaryOp):
-    """max(x, 0)."""
+    """Elementwise max(x, 0); NaN propagates."""
 
     name = "graph.relu"
 
@@ -397,14 +403,14 @@ class SigmoidOp(UnaryOp):
 
 @irdl_op_definition
 class TanhOp(UnaryOp):
-    """tanh(x)."""
+    """Elementwise hyperbolic tangent."""
 
     name = "graph.tanh"
 
 
 @irdl_op_definition
 class ExpOp(UnaryOp):
-    """exp(x)."""
+    """Elementwise e**x; overflows to +inf."""
 
     name = "graph.exp"
 
@@ -491,7 +497,9 @@ class ReduceOp(GraphOp, ABC):
         axes = shapes.normalize_axes(ints(props, "axes"), len(shape))
         if not axes:
             raise ShapeError("a reduction needs at least one axis")
-        return tensor(types[0].element_type, shapes.reduced_shape(shape, axes, bool_of(props, "keepdims")))
+        return tensor(
+            types[0].element_type, shapes.reduced_shape(shape, axes, bool_of(props, "keepdims"))
+        )
 
     def normalized_axes(self) -> tuple[int, ...]:
         return shapes.normalize_axes(ints(self.properties, "axes"), len(_shape(self.input)))
@@ -557,11 +565,15 @@ class LayerNormOp(GraphOp):
         shape = types[0].get_shape()
         axes = sorted(shapes.normalize_axes(ints(props, "axes"), len(shape)))
         if not axes or axes != list(range(len(shape) - len(axes), len(shape))):
-            raise ShapeError(f"layer_norm axes {list(ints(props, 'axes'))} must be the trailing axes")
+            raise ShapeError(
+                f"layer_norm axes {list(ints(props, 'axes'))} must be the trailing axes"
+            )
         normalized = shape[axes[0] :]
         for name, t in zip(("gamma", "beta"), types[1:], strict=True):
             if t.get_shape() != normalized:
-                raise ShapeError(f"layer_norm {name} {list(t.get_shape())} must have shape {list(normalized)}")
+                raise ShapeError(
+                    f"layer_norm {name} {list(t.get_shape())} must have shape {list(normalized)}"
+                )
         if float_of(props, "eps") < 0:
             raise VerifyException("layer_norm eps must be >= 0")
         return tensor(_same_dtype(types), shape)
@@ -593,7 +605,9 @@ class BatchNormOp(GraphOp):
             raise ShapeError(f"batch_norm input needs a channel axis, got {list(shape)}")
         for name, t in zip(("scale", "bias", "mean", "var"), types[1:], strict=True):
             if t.get_shape() != (shape[1],):
-                raise ShapeError(f"batch_norm {name} {list(t.get_shape())} must have shape [{shape[1]}]")
+                raise ShapeError(
+                    f"batch_norm {name} {list(t.get_shape())} must have shape [{shape[1]}]"
+                )
         return tensor(_same_dtype(types), shape)
 
 
@@ -620,8 +634,16 @@ class Pool2dOp(GraphOp, ABC):
         shapes.check_length(strides, 2, "strides")
         shapes.check_length(pad, 4, "padding")
         shapes.check_positive([*kernel, *strides], "kernel and strides")
-        if min(pad) < 0 or pad[0] >= kernel[0] or pad[1] >= kernel[1] or pad[2] >= kernel[0] or pad[3] >= kernel[1]:
-            raise ShapeError(f"padding {list(pad)} must be >= 0 and smaller than the kernel {list(kernel)}")
+        if (
+            min(pad) < 0
+            or pad[0] >= kernel[0]
+            or pad[1] >= kernel[1]
+            or pad[2] >= kernel[0]
+            or pad[3] >= kernel[1]
+        ):
+            raise ShapeError(
+                f"padding {list(pad)} must be >= 0 and smaller than the kernel {list(kernel)}"
+            )
         h = shapes.window_output_size(x[2], kernel[0], strides[0], pad[0], pad[2])
         w = shapes.window_output_size(x[3], kernel[1], strides[1], pad[1], pad[3])
         return tensor(types[0].element_type, (x[0], x[1], h, w))
@@ -726,7 +748,9 @@ class ReshapeOp(GraphOp):
             shape[shape.index(-1)] = n // known
         if _numel(shape) != n:
             raise ShapeError(f"cannot reshape {list(src.get_shape())} ({n} elements) to {shape}")
-        return cls.create(operands=[SSAValue.get(value)], result_types=[tensor(src.element_type, shape)])
+        return cls.create(
+            operands=[SSAValue.get(value)], result_types=[tensor(src.element_type, shape)]
+        )
 
 
 @irdl_op_definition
@@ -747,8 +771,12 @@ class ConcatOp(GraphOp):
         axis = shapes.normalize_axis(int_of(props, "axis"), len(first))
         for t in types[1:]:
             s = t.get_shape()
-            if len(s) != len(first) or any(a != b for i, (a, b) in enumerate(zip(s, first)) if i != axis):
-                raise ShapeError(f"concat inputs {list(first)} and {list(s)} differ off axis {axis}")
+            if len(s) != len(first) or any(
+                a != b for i, (a, b) in enumerate(zip(s, first)) if i != axis
+            ):
+                raise ShapeError(
+                    f"concat inputs {list(first)} and {list(s)} differ off axis {axis}"
+                )
         total = sum(t.get_shape()[axis] for t in types)
         return tensor(_same_dtype(types), (*first[:axis], total, *first[axis + 1 :]))
 
@@ -774,7 +802,11 @@ class SliceOp(GraphOp):
         """Builders may omit any of the three and give python-style (negative, clamped) bounds."""
         shape = types[0].get_shape()
         full = dict(props)
-        for name, fill in (("starts", [0] * len(shape)), ("limits", list(shape)), ("strides", [1] * len(shape))):
+        for name, fill in (
+            ("starts", [0] * len(shape)),
+            ("limits", list(shape)),
+            ("strides", [1] * len(shape)),
+        ):
             if name not in full:
                 full[name] = int_array(fill)
         starts, limits = list(ints(full, "starts")), list(ints(full, "limits"))
@@ -787,7 +819,11 @@ class SliceOp(GraphOp):
     @classmethod
     def infer(cls, types: Sequence[TensorType], props: Props) -> TensorType:
         shape = types[0].get_shape()
-        starts, limits, strides = ints(props, "starts"), ints(props, "limits"), ints(props, "strides")
+        starts, limits, strides = (
+            ints(props, "starts"),
+            ints(props, "limits"),
+            ints(props, "strides"),
+        )
         for what, vals in (("starts", starts), ("limits", limits), ("strides", strides)):
             shapes.check_length(vals, len(shape), what)
         shapes.check_positive(strides, "slice strides")
@@ -814,7 +850,9 @@ class ConstantOp(GraphOp):
         value = parser.parse_attribute()
         if not isinstance(value, DenseIntOrFPElementsAttr):
             parser.raise_error(f"graph.constant expects a dense elements value, got {value}")
-        op = cls.create(properties={"value": value}, result_types=[value.get_type()], attributes=attrs)
+        op = cls.create(
+            properties={"value": value}, result_types=[value.get_type()], attributes=attrs
+        )
         return op
 
     def print(self, printer: Printer) -> None:
@@ -834,7 +872,9 @@ class ConstantOp(GraphOp):
         return _tensor_types([vtype])[0]
 
     @classmethod
-    def from_values(cls, element_type: Attribute, shape: Sequence[int], values: Sequence[float]) -> ConstantOp:
+    def from_values(
+        cls, element_type: Attribute, shape: Sequence[int], values: Sequence[float]
+    ) -> ConstantOp:
         value = DenseIntOrFPElementsAttr.from_list(tensor(element_type, shape), list(values))
         return cls.create_inferred([], {"value": value})
 

@@ -34,14 +34,19 @@ def read_text(path: str | Path) -> str:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise IrkitError(f"not a text file (invalid UTF-8 byte 0x{data[e.start]:02x})", SourceLocation(str(path), line, col)) from None
+        raise IrkitError(
+            f"not a text file (invalid UTF-8 byte 0x{data[e.start]:02x})",
+            SourceLocation(str(path), line, col),
+        ) from None
     if "\x00" in text:
         line = text.count("\n", 0, text.index("\x00")) + 1
         raise IrkitError("not a text file (contains NUL bytes)", SourceLocation(str(path), line, 1))
     return text
 
 
-def parse_source(text: str, filename: str, kind: str, dims: Mapping[str, int] | None = None) -> ModuleOp:
+def parse_source(
+    text: str, filename: str, kind: str, dims: Mapping[str, int] | None = None
+) -> ModuleOp:
     """Parse `text` as `kind` ('.graph' or '.mlir'), verified."""
     from irkit.frontend.graph_lang import parse_graph
     from irkit.frontend.mlir import parse_mlir
@@ -51,10 +56,14 @@ def parse_source(text: str, filename: str, kind: str, dims: Mapping[str, int] | 
         module = parse_graph(text, filename, dims)
     elif kind == ".mlir":
         if dims:
-            raise IrkitError("--dim applies to .graph models; an .mlir file has fixed shapes", filename)
+            raise IrkitError(
+                "--dim applies to .graph models; an .mlir file has fixed shapes", filename
+            )
         module = parse_mlir(text, filename)
     else:
-        raise IrkitError(f"unknown model format {kind!r}; irkit reads {', '.join(FRONTENDS)}", filename)
+        raise IrkitError(
+            f"unknown model format {kind!r}; irkit reads {', '.join(FRONTENDS)}", filename
+        )
     verify(module)
     return module
 
@@ -63,5 +72,8 @@ def load(path: str | Path, dims: Mapping[str, int] | None = None) -> ModuleOp:
     """Load a model file as a verified module. `dims` overrides named dims of a .graph model."""
     suffix = Path(path).suffix.lower()
     if suffix not in FRONTENDS:
-        raise IrkitError(f"unknown model format {suffix or '(no extension)'!r}; irkit reads {', '.join(FRONTENDS)}", str(path))
+        raise IrkitError(
+            f"unknown model format {suffix or '(no extension)'!r}; irkit reads {', '.join(FRONTENDS)}",
+            str(path),
+        )
     return parse_source(read_text(path), str(path), suffix, dims)

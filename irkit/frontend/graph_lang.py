@@ -42,7 +42,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
-from xdsl.irdl import ConstraintContext
+from xdsl.irdl import VerificationContext
 from xdsl.utils.exceptions import VerifyException
 
 from irkit.dialects import graph
@@ -50,7 +50,9 @@ from irkit.dtypes import DTYPES
 from irkit.errors import IrkitError, SourceLocation
 
 _GRAMMAR = Path(__file__).with_name("graph.lark")
-_PARSER = lark.Lark.open(str(_GRAMMAR), parser="lalr", propagate_positions=True, maybe_placeholders=False)
+_PARSER = lark.Lark.open(
+    str(_GRAMMAR), parser="lalr", propagate_positions=True, maybe_placeholders=False
+)
 
 OPS: dict[str, type[graph.GraphOp]] = {
     op.name.removeprefix("graph."): op  # type: ignore[misc]
@@ -73,12 +75,16 @@ _ARITH: dict[str, tuple[type[graph.GraphOp], Callable[[float, float], float]]] =
 Value = SSAValue | float | int  # a tensor, or a scalar literal waiting for a tensor
 
 
-def parse_graph(text: str, filename: str = "<input>", dims: Mapping[str, int] | None = None) -> ModuleOp:
+def parse_graph(
+    text: str, filename: str = "<input>", dims: Mapping[str, int] | None = None
+) -> ModuleOp:
     """Parse .graph source into a module holding one `func.func`. Raises IrkitError."""
     try:
         tree = _PARSER.parse(text)
     except lark.UnexpectedInput as e:
-        raise IrkitError(_syntax_message(e, text), SourceLocation(filename, e.line, e.column)) from None
+        raise IrkitError(
+            _syntax_message(e, text), SourceLocation(filename, e.line, e.column)
+        ) from None
     return _Builder(filename, dict(dims or {})).build(tree)
 
 
@@ -121,10 +127,17 @@ class _Builder:
         unused = sorted(set(self.overrides) - set(self.dims))
         if unused:
             declared = ", ".join(self.dims) or "none"
-            raise IrkitError(f"--dim {unused[0]}: the model declares no such dim (declared: {declared})", self.filename)
+            raise IrkitError(
+                f"--dim {unused[0]}: the model declares no such dim (declared: {declared})",
+                self.filename,
+            )
         if not self.outputs:
             first = tree.children[0].meta if tree.children else None
-            where = SourceLocation(self.filename, first.line, first.column) if first else SourceLocation(self.filename, 1, 1)
+            where = (
+                SourceLocation(self.filename, first.line, first.column)
+                if first
+                else SourceLocation(self.filename, 1, 1)
+            )
             raise IrkitError("the model declares no output (write `output NAME = ...`)", where)
         return self._module()
 
@@ -137,10 +150,14 @@ class _Builder:
             (inputs, results),
             Region(self.block),
             arg_attrs=ArrayAttr(self.arg_attrs),
-            res_attrs=ArrayAttr([DictionaryAttr({NAME_ATTR: StringAttr(n)}) for n, _ in self.outputs]),
+            res_attrs=ArrayAttr(
+                [DictionaryAttr({NAME_ATTR: StringAttr(n)}) for n, _ in self.outputs]
+            ),
         )
         if self.dims:
-            fn.attributes["irkit.dims"] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in self.dims.items()})
+            fn.attributes["irkit.dims"] = DictionaryAttr(
+                {k: IntegerAttr(v, i64) for k, v in self.dims.items()}
+            )
         return ModuleOp([fn])
 
     def model_decl(self, t: lark.Tree) -> None:
@@ -168,7 +185,10 @@ class _Builder:
         self._check_new(t, name)
         dtype_tok, *dim_exprs = ttype.children
         if str(dtype_tok) not in DTYPES:
-            self._fail(ttype, f"unknown element type {str(dtype_tok)!r}; expected one of {', '.join(DTYPES)}")
+            self._fail(
+                ttype,
+                f"unknown element type {str(dtype_tok)!r}; expected one of {', '.join(DTYPES)}",
+            )
         shape = [self._static_int(e, "a tensor extent") for e in dim_exprs]
         if any(d <= 0 for d in shape):
             self._fail(ttype, f"tensor extents must be positive, got {shape}")
@@ -212,7 +232,11 @@ class _Builder:
             return self.env[name]
         if kind == "neg":
             operand = self._expr(t.children[0])
-            return -operand if not isinstance(operand, SSAValue) else self._op(t, graph.NegOp, [operand])
+            return (
+                -operand
+                if not isinstance(operand, SSAValue)
+                else self._op(t, graph.NegOp, [operand])
+            )
         if kind in _ARITH:
             return self._arith(t, kind)
         if kind == "call":
@@ -233,19 +257,33 @@ class _Builder:
             close = difflib.get_close_matches(name, OPS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             self._fail(t, f"unknown op {name!r}{hint}")
-        positional = [self._expr(a) for a in args if not (isinstance(a, lark.Tree) and a.data == "kwarg")]
-        kwargs = {str(a.children[0]): (a, self._static(a.children[1])) for a in args if isinstance(a, lark.Tree) and a.data == "kwarg"}
+        positional = [
+            self._expr(a) for a in args if not (isinstance(a, lark.Tree) and a.data == "kwarg")
+        ]
+        kwargs = {
+            str(a.children[0]): (a, self._static(a.children[1]))
+            for a in args
+            if isinstance(a, lark.Tree) and a.data == "kwarg"
+        }
         op_class = OPS[name]
         self._check_arity(t, name, op_class, positional)
         operands = self._tensors(t, positional)
         if op_class is graph.ReshapeOp:
-            return self._special(t, kwargs, "shape", lambda s: graph.ReshapeOp.build_to(operands[0], _int_list(s)))
+            return self._special(
+                t, kwargs, "shape", lambda s: graph.ReshapeOp.build_to(operands[0], _int_list(s))
+            )
         if op_class is graph.CastOp:
-            return self._special(t, kwargs, "dtype", lambda d: graph.CastOp.build_to(operands[0], _dtype(d)))
-        props = {key: self._property(kw, op_class, key, value) for key, (kw, value) in kwargs.items()}
+            return self._special(
+                t, kwargs, "dtype", lambda d: graph.CastOp.build_to(operands[0], _dtype(d))
+            )
+        props = {
+            key: self._property(kw, op_class, key, value) for key, (kw, value) in kwargs.items()
+        }
         return self._op(t, op_class, operands, props)
 
-    def _special(self, t: lark.Tree, kwargs: dict[str, Any], key: str, build: Callable[[Any], Operation]) -> SSAValue:
+    def _special(
+        self, t: lark.Tree, kwargs: dict[str, Any], key: str, build: Callable[[Any], Operation]
+    ) -> SSAValue:
         extra = sorted(set(kwargs) - {key})
         if key not in kwargs or extra:
             self._fail(t, f"this op takes exactly one keyword argument, `{key}=`")
@@ -256,7 +294,9 @@ class _Builder:
             self._fail(kw, str(e))
         return self._insert(t, op)
 
-    def _check_arity(self, t: lark.Tree, name: str, op_class: type[graph.GraphOp], positional: list[Value]) -> None:
+    def _check_arity(
+        self, t: lark.Tree, name: str, op_class: type[graph.GraphOp], positional: list[Value]
+    ) -> None:
         operands = op_class.get_irdl_definition().operands
         variadic = any(type(d).__name__.startswith("Var") for _, d in operands)
         names = ", ".join(n for n, _ in operands)
@@ -264,20 +304,31 @@ class _Builder:
             want = "one or more" if variadic else str(len(operands))
             self._fail(t, f"{name} takes {want} tensor operand(s) ({names}), got {len(positional)}")
 
-    def _property(self, kw: lark.Tree, op_class: type[graph.GraphOp], key: str, value: Any) -> Attribute:
+    def _property(
+        self, kw: lark.Tree, op_class: type[graph.GraphOp], key: str, value: Any
+    ) -> Attribute:
         props = op_class.get_irdl_definition().properties
         if key not in props:
             takes = ", ".join(props) or "no keyword arguments"
-            self._fail(kw, f"{op_class.name.removeprefix('graph.')} has no attribute {key!r} (it takes: {takes})")
+            self._fail(
+                kw,
+                f"{op_class.name.removeprefix('graph.')} has no attribute {key!r} (it takes: {takes})",
+            )
         for attr in _candidate_attrs(value):
             try:
-                props[key].constr.verify(attr, ConstraintContext())
+                props[key].constr.verify(attr, VerificationContext())
                 return attr
             except VerifyException:
                 continue
         self._fail(kw, f"attribute {key}={value!r} has the wrong kind of value")
 
-    def _op(self, t: lark.Tree, op_class: type[graph.GraphOp], operands: Sequence[SSAValue], props: dict[str, Attribute] | None = None) -> SSAValue:
+    def _op(
+        self,
+        t: lark.Tree,
+        op_class: type[graph.GraphOp],
+        operands: Sequence[SSAValue],
+        props: dict[str, Attribute] | None = None,
+    ) -> SSAValue:
         try:
             op = op_class.create_inferred(operands, props)
         except VerifyException as e:
@@ -285,7 +336,9 @@ class _Builder:
         return self._insert(t, op)
 
     def _insert(self, t: lark.Tree, op: Operation) -> SSAValue:
-        op.location = FileLineColLoc(StringAttr(self.filename), IntAttr(t.meta.line), IntAttr(t.meta.column))
+        op.location = FileLineColLoc(
+            StringAttr(self.filename), IntAttr(t.meta.line), IntAttr(t.meta.column)
+        )
         self.block.add_op(op)
         return op.results[0]
 
@@ -295,7 +348,14 @@ class _Builder:
         if tensor is None:
             self._fail(t, "an op needs at least one tensor operand, got only scalar literals")
         assert isinstance(tensor.type, TensorType)
-        return [v if isinstance(v, SSAValue) else self._insert(t, graph.ConstantOp.from_values(tensor.type.element_type, [], [float(v)])) for v in values]
+        return [
+            v
+            if isinstance(v, SSAValue)
+            else self._insert(
+                t, graph.ConstantOp.from_values(tensor.type.element_type, [], [float(v)])
+            )
+            for v in values
+        ]
 
     # --- static values (dims and attributes) -------------------------------------------------
 
@@ -311,7 +371,13 @@ class _Builder:
             return -self._scalar(t.children[0])
         if kind in _ARITH:
             lhs, rhs = (self._scalar(c) for c in t.children)
-            if kind == "div" and isinstance(lhs, int) and isinstance(rhs, int) and rhs and lhs % rhs == 0:
+            if (
+                kind == "div"
+                and isinstance(lhs, int)
+                and isinstance(rhs, int)
+                and rhs
+                and lhs % rhs == 0
+            ):
                 return lhs // rhs
             return _ARITH[kind][1](lhs, rhs)
         if kind == "var":
@@ -354,7 +420,9 @@ class _Builder:
         return f"unknown name {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
 
     def _fail(self, t: lark.Tree | lark.Token, message: str) -> Any:
-        line, col = (t.line, t.column) if isinstance(t, lark.Token) else (t.meta.line, t.meta.column)
+        line, col = (
+            (t.line, t.column) if isinstance(t, lark.Token) else (t.meta.line, t.meta.column)
+        )
         raise IrkitError(message, SourceLocation(self.filename, line, col))
 
 
@@ -373,13 +441,17 @@ def _candidate_attrs(value: Any) -> list[Attribute]:
         return [FloatAttr(value, f64)]
     if isinstance(value, str):
         return [StringAttr(value)]
-    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if isinstance(value, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
         return [DenseArrayBase.from_list(i64, value)]
     return []
 
 
 def _int_list(value: Any) -> list[int]:
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
         raise ValueError(f"shape must be a list of integers, got {value!r}")
     return value
 

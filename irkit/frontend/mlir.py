@@ -19,7 +19,9 @@ class _LocatingParser(Parser):
         start = self._current_token.span.get_location()
         op = super().parse_operation()
         if isinstance(op.location, UnknownLoc):
-            op.location = FileLineColLoc(StringAttr(start.file), IntAttr(start.line), IntAttr(start.col))
+            op.location = FileLineColLoc(
+                StringAttr(start.file), IntAttr(start.line), IntAttr(start.col)
+            )
         return op
 
 

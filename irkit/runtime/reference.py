@@ -46,19 +46,34 @@ def softmax(x: np.ndarray, axis: int) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
-def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, axes: tuple[int, ...], eps: float) -> np.ndarray:
+def layer_norm(
+    x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, axes: tuple[int, ...], eps: float
+) -> np.ndarray:
     mean = np.mean(x, axis=axes, keepdims=True)
     var = np.mean((x - mean) ** 2, axis=axes, keepdims=True)
     return (x - mean) / np.sqrt(var + eps) * gamma + beta
 
 
-def batch_norm(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, mean: np.ndarray, var: np.ndarray, eps: float) -> np.ndarray:
+def batch_norm(
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    mean: np.ndarray,
+    var: np.ndarray,
+    eps: float,
+) -> np.ndarray:
     shape = (1, -1) + (1,) * (x.ndim - 2)
     c = [p.reshape(shape) for p in (scale, bias, mean, var)]
     return (x - c[2]) / np.sqrt(c[3] + eps) * c[0] + c[1]
 
 
-def _windows(x: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], out_hw: Sequence[int]):
+def _windows(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    out_hw: Sequence[int],
+):
     """Yield (i, j, view) for each kernel offset: view[..., oy, ox] = x[..., oy*sh + i*dh, ox*sw + j*dw]."""
     (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, strides, dilations, out_hw
     for i in range(kh):
@@ -72,7 +87,15 @@ def _pad_hw(x: np.ndarray, padding: Sequence[int], value: float) -> np.ndarray:
     return np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=value)
 
 
-def conv2d(x: np.ndarray, w: np.ndarray, strides: Sequence[int], padding: Sequence[int], dilations: Sequence[int], groups: int, out_shape: Sequence[int]) -> np.ndarray:
+def conv2d(
+    x: np.ndarray,
+    w: np.ndarray,
+    strides: Sequence[int],
+    padding: Sequence[int],
+    dilations: Sequence[int],
+    groups: int,
+    out_shape: Sequence[int],
+) -> np.ndarray:
     n, c = x.shape[:2]
     o, cg, kh, kw = w.shape
     xp = _pad_hw(x, padding, 0.0)
@@ -84,14 +107,29 @@ def conv2d(x: np.ndarray, w: np.ndarray, strides: Sequence[int], padding: Sequen
     return out.reshape(out_shape)
 
 
-def max_pool2d(x: np.ndarray, kernel: Sequence[int], strides: Sequence[int], padding: Sequence[int], out_shape: Sequence[int]) -> np.ndarray:
+def max_pool2d(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    padding: Sequence[int],
+    out_shape: Sequence[int],
+) -> np.ndarray:
     out = np.full(out_shape, -np.inf)
-    for _, _, view in _windows(_pad_hw(x, padding, -np.inf), kernel, strides, (1, 1), out_shape[2:]):
+    for _, _, view in _windows(
+        _pad_hw(x, padding, -np.inf), kernel, strides, (1, 1), out_shape[2:]
+    ):
         out = np.maximum(out, view)
     return out
 
 
-def avg_pool2d(x: np.ndarray, kernel: Sequence[int], strides: Sequence[int], padding: Sequence[int], count_include_pad: bool, out_shape: Sequence[int]) -> np.ndarray:
+def avg_pool2d(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    padding: Sequence[int],
+    count_include_pad: bool,
+    out_shape: Sequence[int],
+) -> np.ndarray:
     total = np.zeros(out_shape)
     count = np.zeros(out_shape[2:])
     ones = _pad_hw(np.ones((1, 1, *x.shape[2:])), padding, 0.0)[0, 0]
@@ -162,13 +200,17 @@ def check_inputs(fn: func.FuncOp, arrays: Sequence[Any]) -> list[np.ndarray]:
     args = fn.body.block.args
     names = [a.name_hint or f"#{i}" for i, a in enumerate(args)]
     if len(arrays) != len(args):
-        raise IrkitError(f"@{fn.sym_name.data} takes {len(args)} input arrays ({', '.join(names)}), got {len(arrays)}")
+        raise IrkitError(
+            f"@{fn.sym_name.data} takes {len(args)} input arrays ({', '.join(names)}), got {len(arrays)}"
+        )
     out = []
     for name, arg, array in zip(names, args, arrays, strict=True):
         a = np.asarray(array)
         assert isinstance(arg.type, TensorType)
         if a.shape != arg.type.get_shape():
-            raise IrkitError(f"input {name} has shape {list(a.shape)}, expected {list(arg.type.get_shape())}")
+            raise IrkitError(
+                f"input {name} has shape {list(a.shape)}, expected {list(arg.type.get_shape())}"
+            )
         out.append(a)
     return out
 
@@ -177,7 +219,8 @@ def reference(module: ModuleOp, *arrays: Any) -> list[np.ndarray]:
     """Evaluate the module's entry function on `arrays` in float64; returns its outputs."""
     fn = entry_function(module)
     env: dict[SSAValue, np.ndarray] = {
-        arg: a.astype(np.float64) for arg, a in zip(fn.body.block.args, check_inputs(fn, arrays), strict=True)
+        arg: a.astype(np.float64)
+        for arg, a in zip(fn.body.block.args, check_inputs(fn, arrays), strict=True)
     }
     with np.errstate(all="ignore"):  # inf and NaN are values here, not errors
         for op in fn.body.block.ops:
@@ -185,8 +228,12 @@ def reference(module: ModuleOp, *arrays: Any) -> list[np.ndarray]:
                 return [env[v] for v in op.operands]
             impl = IMPLS.get(type(op))
             if impl is None:
-                raise IrkitError(f"the reference cannot evaluate {op.name}; it evaluates graph-dialect ops only")
-            env[op.results[0]] = np.asarray(impl(op, [env[v] for v in op.operands]), dtype=np.float64)
+                raise IrkitError(
+                    f"the reference cannot evaluate {op.name}; it evaluates graph-dialect ops only"
+                )
+            env[op.results[0]] = np.asarray(
+                impl(op, [env[v] for v in op.operands]), dtype=np.float64
+            )
     raise IrkitError(f"@{fn.sym_name.data} has no func.return")
 
 
@@ -201,7 +248,10 @@ def random_inputs(module: ModuleOp, seed: int = 0) -> list[np.ndarray]:
     for arg in fn.body.block.args:
         assert isinstance(arg.type, TensorType)
         shape = arg.type.get_shape()
-        positive = any(isinstance(u.operation, g.GraphOp) and u.index in u.operation.POSITIVE_OPERANDS for u in arg.uses)
+        positive = any(
+            isinstance(u.operation, g.GraphOp) and u.index in u.operation.POSITIVE_OPERANDS
+            for u in arg.uses
+        )
         values = rng.uniform(0.5, 2.0, shape) if positive else rng.uniform(-1.0, 1.0, shape)
         out.append(values.astype(numpy_dtype(arg.type.element_type)))
     return out

@@ -11,5 +11,8 @@ config.excludes = ["lit.cfg.py", "Inputs"]
 config.environment["PATH"] = os.environ.get("PATH", "")
 config.environment["PYTHONWARNINGS"] = "ignore"
 for tool in ("mlir-opt", "mlir-opt-22"):
-    if any(os.access(os.path.join(d, tool), os.X_OK) for d in os.environ.get("PATH", "").split(os.pathsep)):
+    if any(
+        os.access(os.path.join(d, tool), os.X_OK)
+        for d in os.environ.get("PATH", "").split(os.pathsep)
+    ):
         config.available_features.add("mlir-opt")
