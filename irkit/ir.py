@@ -4,10 +4,11 @@ reports the failing op's source location, and module hashing."""
 from __future__ import annotations
 
 import hashlib
+import io
 from functools import cache
 
 from xdsl.context import Context
-from xdsl.dialects import get_all_dialects
+from xdsl.dialects import func, get_all_dialects
 from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
 from xdsl.ir import Operation
 from xdsl.printer import Printer
@@ -53,7 +54,7 @@ def verify(module: ModuleOp) -> None:
 
 
 def to_text(module: Operation, generic: bool = False) -> str:
-    out = __import__("io").StringIO()
+    out = io.StringIO()
     Printer(stream=out, print_generic_format=generic).print_op(module)
     return out.getvalue() + "\n"
 
@@ -65,8 +66,6 @@ def content_hash(module: Operation) -> str:
 
 def entry_function(module: ModuleOp) -> func.FuncOp:
     """The model's function: the module's only public `func.func`."""
-    from xdsl.dialects import func
-
     public = [
         op
         for op in module.ops

@@ -772,7 +772,7 @@ class ConcatOp(GraphOp):
         for t in types[1:]:
             s = t.get_shape()
             if len(s) != len(first) or any(
-                a != b for i, (a, b) in enumerate(zip(s, first)) if i != axis
+                a != b for i, (a, b) in enumerate(zip(s, first, strict=True)) if i != axis
             ):
                 raise ShapeError(
                     f"concat inputs {list(first)} and {list(s)} differ off axis {axis}"
