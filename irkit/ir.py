@@ -49,7 +49,7 @@ def verify(module: ModuleOp) -> None:
         try:
             op.verify(verify_nested_ops=False)
         except (VerifyException, ValueError) as e:
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            msg = " ".join(str(e).split()) or type(e).__name__  # xDSL puts the reason on line 2
             raise IrkitError(f"{op.name}: {msg}", location_of(op)) from None
 
 

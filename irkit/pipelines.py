@@ -116,7 +116,10 @@ def apply_passes(
             seconds = time.perf_counter() - start
             verify(module)
         except Exception as e:  # any failure inside a pass is the pass's failure
-            cause = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if isinstance(e, IrkitError):
+                cause = f"{e.location}: {e.message}" if e.location else e.message
+            else:
+                cause = " ".join(str(e).split()) or type(e).__name__
             raise PassFailure(
                 p.name, cause, _write_reproducer(before, p, cause, reproducer_dir)
             ) from e
