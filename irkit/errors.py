@@ -10,6 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def one_line(text: object, fallback: str = "no detail") -> str:
+    """`text` with all whitespace runs (newlines included) collapsed to single spaces."""
+    return " ".join(str(text).split()) or fallback
+
+
 @dataclass(frozen=True)
 class SourceLocation:
     """A 1-based position in a user's file."""
@@ -35,7 +40,7 @@ class IrkitError(Exception):
         self.location = location
 
     def __str__(self) -> str:
-        text = " ".join(self.message.split())  # one line, whatever the cause said
+        text = one_line(self.message)  # one line, whatever the cause said
         return f"{self.location}: error: {text}" if self.location else f"error: {text}"
 
 

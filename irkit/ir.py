@@ -14,7 +14,7 @@ from xdsl.ir import Operation
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
-from irkit.errors import IrkitError, SourceLocation
+from irkit.errors import IrkitError, SourceLocation, one_line
 
 
 @cache
@@ -49,7 +49,7 @@ def verify(module: ModuleOp) -> None:
         try:
             op.verify(verify_nested_ops=False)
         except (VerifyException, ValueError) as e:
-            msg = " ".join(str(e).split()) or type(e).__name__  # xDSL puts the reason on line 2
+            msg = one_line(e, type(e).__name__)  # xDSL puts the reason on line 2
             raise IrkitError(f"{op.name}: {msg}", location_of(op)) from None
 
 

@@ -23,7 +23,7 @@ from xdsl.transforms import get_all_passes
 from xdsl.utils.arg_spec import ArgSpec, parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError
 
-from irkit.errors import IrkitError, PassFailure
+from irkit.errors import IrkitError, PassFailure, one_line
 from irkit.ir import content_hash, make_context, to_text, verify
 from irkit.passes import IRKIT_PASSES
 
@@ -119,7 +119,7 @@ def apply_passes(
             if isinstance(e, IrkitError):
                 cause = f"{e.location}: {e.message}" if e.location else e.message
             else:
-                cause = " ".join(str(e).split()) or type(e).__name__
+                cause = one_line(e, type(e).__name__)
             raise PassFailure(
                 p.name, cause, _write_reproducer(before, p, cause, reproducer_dir)
             ) from e

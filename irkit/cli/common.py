@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from irkit.errors import IrkitError
+from irkit.errors import IrkitError, one_line
 
 EXIT_USER, EXIT_USAGE, EXIT_INTERNAL = 1, 2, 70
 
@@ -64,7 +64,7 @@ def run_main(prog: str, body: Callable[[], int | None]) -> int:
     except Exception as e:
         if debug_level():
             raise
-        detail = " ".join(str(e).split()) or "no detail"
+        detail = one_line(e)
         print(
             f"{prog}: internal error: {type(e).__name__}: {detail} (set IRKIT_DEBUG=1 for a traceback)",
             file=sys.stderr,

@@ -114,15 +114,14 @@ class IrkitOptMain(xDSLOptMain):
         path = self.args.input_file
         if path is None or path == "-":
             return sys.stdin.read(), "<stdin>", "." + (self.args.frontend or "mlir")
+        text = read_text(path)  # first: a missing file or a directory is said as such
         kind = "." + self.args.frontend if self.args.frontend else Path(path).suffix.lower()
-        if Path(path).is_dir() or not Path(path).exists():
-            read_text(path)  # raises the one-line error for a directory or missing file
         if kind not in FRONTENDS:
             raise IrkitError(
                 f"unknown model format {kind or '(no extension)'!r}; irkit-opt reads {', '.join(FRONTENDS)} (or use -f)",
                 path,
             )
-        return read_text(path), path, kind
+        return text, path, kind
 
     def _after_pass(self, p: ModulePass, module: ModuleOp, seconds: float) -> None:
         if self.args.time_passes:

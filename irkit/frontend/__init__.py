@@ -62,7 +62,8 @@ def parse_source(
         module = parse_mlir(text, filename)
     else:
         raise IrkitError(
-            f"unknown model format {kind!r}; irkit reads {', '.join(FRONTENDS)}", filename
+            f"unknown model format {kind or '(no extension)'!r}; irkit reads {', '.join(FRONTENDS)}",
+            filename,
         )
     verify(module)
     return module
@@ -70,10 +71,4 @@ def parse_source(
 
 def load(path: str | Path, dims: Mapping[str, int] | None = None) -> ModuleOp:
     """Load a model file as a verified module. `dims` overrides named dims of a .graph model."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in FRONTENDS:
-        raise IrkitError(
-            f"unknown model format {suffix or '(no extension)'!r}; irkit reads {', '.join(FRONTENDS)}",
-            str(path),
-        )
-    return parse_source(read_text(path), str(path), suffix, dims)
+    return parse_source(read_text(path), str(path), Path(path).suffix.lower(), dims)
