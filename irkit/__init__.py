@@ -1,9 +1,9 @@
 """irkit: prototype compiler passes over xDSL IR and measure what each pass is worth.
 
-import irkit
-module = irkit.load("examples/mlp.graph", dims={"B": 8})
-inputs = irkit.random_inputs(module, seed=0)
-outputs = irkit.reference(module, *inputs)
+>>> import irkit
+>>> module = irkit.load("examples/mlp.graph", dims={"B": 8})
+>>> inputs = irkit.random_inputs(module, seed=0)
+>>> outputs = irkit.reference(module, *inputs)
 """
 
 from __future__ import annotations
