@@ -50,7 +50,25 @@ PIPELINES: dict[str, Pipeline] = {
         frozenset({"canonicalize", "cse"}),
         "xDSL's canonicalization and common-subexpression elimination on graph IR",
     ),
+    "baseline-cpu": Pipeline(
+        "baseline-cpu",
+        ("lower-graph-to-loops",),
+        frozenset(),
+        "no optimization: one kernel per graph op, plain loop nests (the CPU baseline)",
+    ),
 }
+
+
+def is_loop_level(module: ModuleOp) -> bool:
+    """Whether no graph-dialect op is left (the module is at the loop level)."""
+    return not any(op.dialect_name() == "graph" for op in module.walk())
+
+
+def lower_for_backend(module: ModuleOp) -> ModuleOp:
+    """Run the required lowering to loops if the module is still at the graph level."""
+    if is_loop_level(module):
+        return module
+    return apply_passes(module, parse_passes("lower-graph-to-loops"))
 
 
 @cache

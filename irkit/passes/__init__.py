@@ -10,4 +10,21 @@ from collections.abc import Callable
 
 from xdsl.passes import ModulePass
 
-IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {}
+
+
+def _decompose_composites() -> type[ModulePass]:
+    from irkit.passes.decompose_composites import DecomposeCompositesPass
+
+    return DecomposeCompositesPass
+
+
+def _lower_graph_to_loops() -> type[ModulePass]:
+    from irkit.passes.lower_graph_to_loops import LowerGraphToLoopsPass
+
+    return LowerGraphToLoopsPass
+
+
+IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
+    "decompose-composites": _decompose_composites,
+    "lower-graph-to-loops": _lower_graph_to_loops,
+}

@@ -1,0 +1,100 @@
+"""Runtimes: backends behind one protocol (see `backend.py`), and `compile`.
+
+    exe = irkit.compile("examples/mlp.graph")              # backend="auto"
+    exe.backend, exe.selection                             # "cpu", and why
+    outputs = exe(*irkit.random_inputs(exe.graph))
+
+`auto` picks cuda when a GPU is usable and the CUDA backend is installed, else cpu, and
+records which it picked and why in `exe.selection`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from xdsl.dialects.builtin import ModuleOp
+
+from irkit.errors import IrkitError
+from irkit.runtime.backend import Backend, Executable, KernelRecord, TensorSpec
+
+
+def _cpu() -> Backend:
+    from irkit.runtime.cpu import CpuBackend
+
+    return CpuBackend()
+
+
+def _reference() -> Backend:
+    from irkit.runtime.reference import ReferenceBackend
+
+    return ReferenceBackend()
+
+
+BACKENDS: dict[str, Callable[[], Backend]] = {"cpu": _cpu, "reference": _reference}
+"""Backend name -> factory. The CUDA backend registers here when it is built."""
+
+
+def get_backend(name: str) -> tuple[Backend, str]:
+    """The backend called `name` ("auto" chooses), and a line saying which and why."""
+    if name == "auto":
+        reasons = []
+        for candidate in ("cuda", "cpu"):
+            if candidate not in BACKENDS:
+                reasons.append(f"{candidate}: not built")
+                continue
+            backend = BACKENDS[candidate]()
+            ok, why = backend.available()
+            if ok:
+                skipped = f" ({'; '.join(reasons)})" if reasons else ""
+                return backend, f"auto chose {candidate}: {why}{skipped}"
+            reasons.append(f"{candidate}: {why}")
+        raise IrkitError(f"no backend is available: {'; '.join(reasons)}")
+    if name not in BACKENDS:
+        raise IrkitError(f"unknown backend '{name}'; choose from auto, {', '.join(BACKENDS)}")
+    backend = BACKENDS[name]()
+    ok, why = backend.available()
+    if not ok:
+        raise IrkitError(f"backend {name} is not available: {why}")
+    return backend, f"{name}: {why}"
+
+
+def compile(  # noqa: A001 - the verb users expect, as in torch.compile
+    model: ModuleOp | str | Path,
+    pipeline: str | None = None,
+    backend: str = "auto",
+    dims: Mapping[str, int] | None = None,
+) -> Executable:
+    """Compile a model (a module or a model file) for a backend.
+
+    `pipeline` is a `-p` spec or a named pipeline (default: the backend's own); the
+    backend's required lowering runs after it when the pipeline did not lower to loops.
+    The input module is not modified. The Executable carries `graph` (the graph-level
+    module, for the reference), `pipeline` and `selection` (which backend, and why)."""
+    from irkit.frontend import load
+    from irkit.pipelines import apply_passes, lower_for_backend, parse_passes
+
+    graph = load(model, dims) if isinstance(model, str | Path) else model
+    chosen, selection = get_backend(backend)
+    spec = pipeline if pipeline is not None else chosen.default_pipeline
+    if chosen.name == "reference":
+        module = graph
+    else:
+        module = apply_passes(graph.clone(), parse_passes(spec) if spec else [])
+        module = lower_for_backend(module)
+    exe = chosen.compile(module)
+    exe.graph = graph  # type: ignore[attr-defined]
+    exe.pipeline = spec  # type: ignore[attr-defined]
+    exe.selection = selection  # type: ignore[attr-defined]
+    return exe
+
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "Executable",
+    "KernelRecord",
+    "TensorSpec",
+    "compile",
+    "get_backend",
+]

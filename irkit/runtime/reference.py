@@ -8,7 +8,7 @@ precision it names (that rounding is the op's meaning). Outputs are float64 arra
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -223,18 +223,29 @@ def reference(module: ModuleOp, *arrays: Any) -> list[np.ndarray]:
         for arg, a in zip(fn.body.block.args, check_inputs(fn, arrays), strict=True)
     }
     with np.errstate(all="ignore"):  # inf and NaN are values here, not errors
-        for op in fn.body.block.ops:
-            if isinstance(op, func.ReturnOp):
-                return [env[v] for v in op.operands]
-            impl = IMPLS.get(type(op))
-            if impl is None:
-                raise IrkitError(
-                    f"the reference cannot evaluate {op.name}; it evaluates graph-dialect ops only"
-                )
-            env[op.results[0]] = np.asarray(
-                impl(op, [env[v] for v in op.operands]), dtype=np.float64
+        outputs = _evaluate_block(fn.body.block.ops, env)
+    if outputs is None:
+        raise IrkitError(f"@{fn.sym_name.data} has no func.return")
+    return outputs
+
+
+def _evaluate_block(ops: Iterable[Operation], env: dict[SSAValue, np.ndarray]) -> list | None:
+    """Evaluate ops in order into `env`; the terminator's operands, if one is reached."""
+    for op in ops:
+        if isinstance(op, func.ReturnOp | g.YieldOp):
+            return [env[v] for v in op.operands]
+        if isinstance(op, g.KernelOp):  # a kernel region computes what its ops compute
+            results = _evaluate_block(op.body.block.ops, env)
+            assert results is not None, "graph.kernel verifies that it ends with graph.yield"
+            env.update(zip(op.results, results, strict=True))
+            continue
+        impl = IMPLS.get(type(op))
+        if impl is None:
+            raise IrkitError(
+                f"the reference cannot evaluate {op.name}; it evaluates graph-dialect ops only"
             )
-    raise IrkitError(f"@{fn.sym_name.data} has no func.return")
+        env[op.results[0]] = np.asarray(impl(op, [env[v] for v in op.operands]), dtype=np.float64)
+    return None
 
 
 def random_inputs(module: ModuleOp, seed: int = 0) -> list[np.ndarray]:
@@ -255,3 +266,64 @@ def random_inputs(module: ModuleOp, seed: int = 0) -> list[np.ndarray]:
         values = rng.uniform(0.5, 2.0, shape) if positive else rng.uniform(-1.0, 1.0, shape)
         out.append(values.astype(numpy_dtype(arg.type.element_type)))
     return out
+
+
+class ReferenceExecutable:
+    """The reference behind the backend protocol: float64 numpy on the graph module."""
+
+    backend = "reference"
+
+    def __init__(self, module: ModuleOp):
+        from irkit.runtime.backend import TensorSpec
+
+        self.module = module
+        self.kernels: list = []
+        fn = entry_function(module)
+        self.inputs = [
+            TensorSpec(a.name_hint or f"arg{i}", a.type.get_shape(), numpy_dtype(a.type.element_type))  # type: ignore[attr-defined]
+            for i, a in enumerate(fn.body.block.args)
+        ]
+        self.outputs = [
+            TensorSpec(f"out{i}", t.get_shape(), np.dtype(np.float64))  # type: ignore[attr-defined]
+            for i, t in enumerate(fn.function_type.outputs.data)
+        ]
+
+    def __call__(self, *arrays: Any, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        results = reference(self.module, *arrays)
+        if out is not None:
+            for o, r in zip(out, results, strict=True):
+                np.copyto(o, r)
+            return list(out)
+        return results
+
+    def bind(self, *arrays: Any) -> _ReferenceBound:
+        return _ReferenceBound(self, list(arrays))
+
+
+class _ReferenceBound:
+    def __init__(self, exe: ReferenceExecutable, arrays: list):
+        self.exe, self.arrays = exe, arrays
+        self.outputs = exe(*arrays)
+
+    def run_graph(self) -> None:
+        self.outputs = self.exe(*self.arrays)
+
+    def run_kernel(self, index: int) -> None:
+        raise IrkitError("the reference backend has no kernels to run one at a time")
+
+    def synchronize(self) -> None:
+        pass
+
+
+class ReferenceBackend:
+    """Evaluates graph-level modules in float64 numpy (no lowering, no kernels)."""
+
+    name = "reference"
+    default_pipeline = ""
+    timer = "perf_counter_ns"
+
+    def available(self) -> tuple[bool, str]:
+        return True, f"float64 numpy {np.__version__}"
+
+    def compile(self, module: ModuleOp) -> ReferenceExecutable:
+        return ReferenceExecutable(module)

@@ -1,0 +1,83 @@
+"""Static costs of a loop-level kernel: floating-point operations and minimum bytes moved.
+
+FLOPs are counted from the IR as built: each floating-point arithmetic op (add, sub, mul,
+div, min/max, and each math function) counts 1, an fma 2, times the trip counts of the loops
+around it (static bounds). Both sides of a conditional are counted as taken. So the count is
+of the work the kernel *executes*, recomputation included; a matmul's loops give 2*M*N*K.
+
+Minimum bytes are the sizes of the kernel's input and output buffers (each read or written
+once); scratch buffers are not counted, since a perfect kernel would keep them on chip.
+These two numbers place a kernel on the roofline.
+"""
+
+from __future__ import annotations
+
+import math
+
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects import math as xmath
+from xdsl.dialects.builtin import IntegerAttr, MemRefType
+from xdsl.ir import Operation, SSAValue
+
+from irkit.dtypes import numpy_dtype
+
+_ONE_FLOP = (
+    arith.AddfOp, arith.SubfOp, arith.MulfOp, arith.DivfOp, arith.MaximumfOp, arith.MinimumfOp,
+    arith.MaxnumfOp, arith.MinnumfOp,
+)  # fmt: skip
+
+
+def _flops_of(op: Operation) -> int:
+    if isinstance(op, xmath.FmaOp):
+        return 2
+    if isinstance(op, _ONE_FLOP) or (op.dialect_name() == "math" and op.results):
+        return 1 if _is_float(op.results[0]) else 0
+    return 0
+
+
+def _is_float(value: SSAValue) -> bool:
+    return value.type.name in ("f16", "bf16", "f32", "f64")  # type: ignore[attr-defined]
+
+
+def _constant(value: SSAValue) -> int | None:
+    owner = value.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return owner.value.value.data
+    return None
+
+
+def _trips(lb: SSAValue, ub: SSAValue, step: SSAValue) -> int:
+    lo, hi, st = _constant(lb), _constant(ub), _constant(step)
+    if lo is None or hi is None or st is None or st <= 0:
+        raise ValueError("loop bounds are not static constants")
+    return max(0, math.ceil((hi - lo) / st))
+
+
+def _trip_count(op: Operation) -> int:
+    if isinstance(op, scf.ForOp):
+        return _trips(op.lb, op.ub, op.step)
+    if isinstance(op, scf.ParallelOp):
+        bounds = zip(op.lowerBound, op.upperBound, op.step, strict=True)
+        return math.prod(_trips(lb, ub, st) for lb, ub, st in bounds)
+    return 1
+
+
+def count_flops(op: Operation) -> int:
+    """Floating-point operations executed by `op` and everything nested in it."""
+    total = _flops_of(op)
+    inner = sum(count_flops(o) for region in op.regions for block in region.blocks for o in block.ops)
+    return total + _trip_count(op) * inner
+
+
+def buffer_bytes(t: MemRefType) -> int:
+    return math.prod(t.get_shape()) * numpy_dtype(t.element_type).itemsize
+
+
+def min_bytes(fn: func.FuncOp, scratch_attr: str = "irkit.scratch") -> int:
+    """Bytes of the kernel's non-scratch buffer arguments: the least it must move."""
+    attrs = fn.arg_attrs.data if fn.arg_attrs else [None] * len(fn.function_type.inputs.data)
+    total = 0
+    for t, d in zip(fn.function_type.inputs.data, attrs, strict=True):
+        if isinstance(t, MemRefType) and not (d is not None and scratch_attr in d.data):
+            total += buffer_bytes(t)
+    return total

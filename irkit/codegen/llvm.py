@@ -1,0 +1,526 @@
+"""LLVM IR from the loop level, built with llvmlite.
+
+Input: a module after `lower-graph-to-loops` (func, scf, memref, arith, math over static
+shapes). Every `func.func` becomes an LLVM function with external linkage, so each kernel
+can be called (and timed) on its own and the driver can call them all.
+
+Conventions (the "bare pointer" calling convention):
+- a memref is a pointer to its first element; shapes are static, so an index is linearized
+  with constant row-major strides; every pointer argument is `noalias` (irkit never passes
+  one buffer twice to a kernel that writes it);
+- `index` is i64; f16 is `half`; bf16 is stored as i16 and widened/rounded with integer
+  operations (round to nearest even, NaN kept quiet);
+- `scf.parallel` becomes sequential nested loops (threads come from a tiling pass);
+- `memref.alloc`/`dealloc` call the C library's aligned_alloc/free; `tanh` and `erf` call
+  the C math library, which the JIT resolves in the running process.
+
+Op translation is table-driven: `FLOAT_BINARY`, `INTRINSICS` and `LIBM` map upstream ops to
+LLVM instructions, intrinsics and library calls; a new op is usually one table entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import llvmlite.ir as ll
+from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects import math as xmath
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    DenseIntOrFPElementsAttr,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+    NoneAttr,
+)
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+
+from irkit.errors import IrkitError
+
+I1, I16, I32, I64 = ll.IntType(1), ll.IntType(16), ll.IntType(32), ll.IntType(64)
+PTR = ll.PointerType()
+
+FLOAT_BINARY = {
+    arith.AddfOp: "fadd",
+    arith.SubfOp: "fsub",
+    arith.MulfOp: "fmul",
+    arith.DivfOp: "fdiv",
+}
+INT_BINARY = {
+    arith.AddiOp: "add",
+    arith.SubiOp: "sub",
+    arith.MuliOp: "mul",
+    arith.DivUIOp: "udiv",
+    arith.RemUIOp: "urem",
+    arith.DivSIOp: "sdiv",
+    arith.RemSIOp: "srem",
+    arith.AndIOp: "and_",
+    arith.OrIOp: "or_",
+    arith.XOrIOp: "xor",
+}
+INTRINSICS = {
+    xmath.ExpOp: "llvm.exp",
+    xmath.LogOp: "llvm.log",
+    xmath.SqrtOp: "llvm.sqrt",
+    xmath.AbsFOp: "llvm.fabs",
+    xmath.PowFOp: "llvm.pow",
+    xmath.FmaOp: "llvm.fma",
+    arith.MaximumfOp: "llvm.maximum",  # NaN-propagating, as graph.max and relu require
+    arith.MinimumfOp: "llvm.minimum",
+    arith.MaxnumfOp: "llvm.maxnum",
+    arith.MinnumfOp: "llvm.minnum",
+}
+LIBM = {xmath.TanhOp: "tanh", xmath.ErfOp: "erf"}
+CMPF = {
+    "oeq": ("==", True), "ogt": (">", True), "oge": (">=", True), "olt": ("<", True),
+    "ole": ("<=", True), "one": ("!=", True), "ord": ("ord", True), "ueq": ("==", False),
+    "ugt": (">", False), "uge": (">=", False), "ult": ("<", False), "ule": ("<=", False),
+    "une": ("!=", False), "uno": ("uno", False),
+}  # fmt: skip
+CMPI = {
+    "eq": ("==", True), "ne": ("!=", True), "slt": ("<", True), "sle": ("<=", True),
+    "sgt": (">", True), "sge": (">=", True), "ult": ("<", False), "ule": ("<=", False),
+    "ugt": (">", False), "uge": (">=", False),
+}  # fmt: skip
+
+
+def llvm_type(t: Attribute) -> ll.Type:
+    """The LLVM type of a loop-level value (memrefs are pointers, bf16 is stored as i16)."""
+    if isinstance(t, MemRefType):
+        return PTR
+    if isinstance(t, IndexType):
+        return I64
+    if isinstance(t, IntegerType):
+        return ll.IntType(t.width.data)
+    if isinstance(t, Float32Type):
+        return ll.FloatType()
+    if isinstance(t, Float64Type):
+        return ll.DoubleType()
+    if isinstance(t, Float16Type):
+        return ll.HalfType()
+    if isinstance(t, BFloat16Type):
+        return I16
+    raise IrkitError(f"the llvm target has no type for {t}")
+
+
+def _suffix(t: ll.Type) -> str:
+    return {"float": "f32", "double": "f64", "half": "f16"}[str(t)]
+
+
+class LLVMEmitter:
+    """Translates one loop-level module into an llvmlite module."""
+
+    def __init__(self, module: ModuleOp, name: str = "irkit"):
+        self.source = module
+        self.module = ll.Module(name)
+        self.functions: dict[str, ll.Function] = {}
+        self.globals: dict[str, ll.GlobalVariable] = {}
+        self.values: dict[SSAValue, ll.Value] = {}
+        self.b: ll.IRBuilder | None = None
+        self.fn: ll.Function | None = None
+
+    def emit(self) -> ll.Module:
+        ops = list(self.source.ops)
+        for op in ops:
+            if isinstance(op, memref.GlobalOp):
+                self._global(op)
+            elif isinstance(op, func.FuncOp):
+                self._declare(op)
+            else:
+                raise IrkitError(f"the llvm target cannot translate top-level {op.name}")
+        for op in ops:
+            if isinstance(op, func.FuncOp) and op.body.blocks:
+                self._define(op)
+        return self.module
+
+    # --- module level --------------------------------------------------------------------
+
+    def _global(self, op: memref.GlobalOp) -> None:
+        mtype = op.type
+        assert isinstance(mtype, MemRefType)
+        init = op.initial_value
+        if not isinstance(init, DenseIntOrFPElementsAttr):
+            raise IrkitError(f"memref.global @{op.sym_name.data} needs a dense initial value")
+        elem = llvm_type(mtype.element_type)
+        values = init.get_values()
+        if isinstance(mtype.element_type, BFloat16Type):
+            consts = [ll.Constant(I16, _bf16_bits(float(v))) for v in values]
+        else:
+            consts = [ll.Constant(elem, float(v)) for v in values]
+        gv = ll.GlobalVariable(self.module, ll.ArrayType(elem, len(consts)), op.sym_name.data)
+        gv.initializer = ll.Constant(ll.ArrayType(elem, len(consts)), consts)
+        gv.global_constant = True
+        gv.linkage = "internal"
+        gv.align = 64
+        self.globals[op.sym_name.data] = gv
+
+    def _declare(self, op: func.FuncOp) -> None:
+        if op.function_type.outputs.data:
+            raise IrkitError(f"@{op.sym_name.data}: the llvm target expects functions with no results")
+        args = [llvm_type(t) for t in op.function_type.inputs.data]
+        fn = ll.Function(self.module, ll.FunctionType(ll.VoidType(), args), op.sym_name.data)
+        for arg, t in zip(fn.args, op.function_type.inputs.data, strict=True):
+            if isinstance(t, MemRefType):
+                arg.add_attribute("noalias")
+        fn.attributes.add("nounwind")
+        self.functions[op.sym_name.data] = fn
+
+    def _define(self, op: func.FuncOp) -> None:
+        self.fn = self.functions[op.sym_name.data]
+        self.b = ll.IRBuilder(self.fn.append_basic_block("entry"))
+        block = op.body.block
+        for arg, value in zip(block.args, self.fn.args, strict=True):
+            value.name = arg.name_hint or ""
+            self.values[arg] = value
+        self._block(block)
+
+    # --- blocks and structured control flow ------------------------------------------------
+
+    def _block(self, block: Block) -> list[ll.Value]:
+        """Emit a block's ops; returns the operands of its scf terminator, if any."""
+        for op in block.ops:
+            if isinstance(op, scf.YieldOp):
+                return [self.values[v] for v in op.operands]
+            if isinstance(op, scf.ReduceOp):
+                return []
+            self._op(op)
+        return []
+
+    def _loop(self, lb: ll.Value, ub: ll.Value, step: ll.Value, inits: list[ll.Value],
+              body: Callable[[ll.Value, list[ll.Value]], list[ll.Value]]) -> list[ll.Value]:  # fmt: skip
+        """A counted loop `for (iv = lb; iv < ub; iv += step)` carrying `inits`."""
+        b = self.b
+        assert b is not None and self.fn is not None
+        pre = b.block
+        header = self.fn.append_basic_block("loop")
+        inner = self.fn.append_basic_block("body")
+        done = self.fn.append_basic_block("done")
+        b.branch(header)
+        b.position_at_end(header)
+        iv = b.phi(I64, "iv")
+        iv.add_incoming(lb, pre)
+        phis = []
+        for v in inits:
+            phi = b.phi(v.type)
+            phi.add_incoming(v, pre)
+            phis.append(phi)
+        b.cbranch(b.icmp_signed("<", iv, ub), inner, done)
+        b.position_at_end(inner)
+        nexts = body(iv, phis)
+        latch = b.block
+        iv.add_incoming(b.add(iv, step, flags=["nsw", "nuw"]), latch)
+        for phi, v in zip(phis, nexts, strict=True):
+            phi.add_incoming(v, latch)
+        b.branch(header)
+        b.position_at_end(done)
+        return phis
+
+    def _for(self, op: scf.ForOp) -> None:
+        block = op.body.block
+
+        def body(iv: ll.Value, accs: list[ll.Value]) -> list[ll.Value]:
+            self.values[block.args[0]] = iv
+            self.values.update(zip(block.args[1:], accs, strict=True))
+            return self._block(block)
+
+        v = self.values
+        results = self._loop(v[op.lb], v[op.ub], v[op.step], [v[i] for i in op.iter_args], body)
+        self.values.update(zip(op.results, results, strict=True))
+
+    def _parallel(self, op: scf.ParallelOp) -> None:
+        if op.initVals:
+            raise IrkitError("the llvm target cannot translate scf.parallel with reductions")
+        block = op.body.block
+        v = self.values
+        bounds = list(zip(op.lowerBound, op.upperBound, op.step, block.args, strict=True))
+
+        def nest(level: int) -> None:
+            if level == len(bounds):
+                self._block(block)
+                return
+            lb, ub, step, arg = bounds[level]
+
+            def body(iv: ll.Value, _: list[ll.Value]) -> list[ll.Value]:
+                self.values[arg] = iv
+                nest(level + 1)
+                return []
+
+            self._loop(v[lb], v[ub], v[step], [], body)
+
+        nest(0)
+
+    def _if(self, op: scf.IfOp) -> None:
+        b = self.b
+        assert b is not None and self.fn is not None
+        then_bb = self.fn.append_basic_block("then")
+        else_bb = self.fn.append_basic_block("else")
+        merge = self.fn.append_basic_block("endif")
+        b.cbranch(self.values[op.cond], then_bb, else_bb)
+        incoming = []
+        for bb, region in ((then_bb, op.true_region), (else_bb, op.false_region)):
+            b.position_at_end(bb)
+            results = self._block(region.block) if region.blocks else []
+            incoming.append((results, b.block))
+            b.branch(merge)
+        b.position_at_end(merge)
+        for i, result in enumerate(op.results):
+            phi = b.phi(llvm_type(result.type))
+            for results, bb in incoming:
+                phi.add_incoming(results[i], bb)
+            self.values[result] = phi
+
+    # --- ops -------------------------------------------------------------------------------
+
+    def _op(self, op: Operation) -> None:
+        handler = _HANDLERS.get(type(op))
+        if handler is not None:
+            handler(self, op)
+            return
+        b = self.b
+        assert b is not None
+        args = [self.values[v] for v in op.operands]
+        if type(op) in FLOAT_BINARY:
+            out = getattr(b, FLOAT_BINARY[type(op)])(*args)
+        elif type(op) in INT_BINARY:
+            out = getattr(b, INT_BINARY[type(op)])(*args)
+        elif type(op) in INTRINSICS:
+            out = b.call(self._intrinsic(INTRINSICS[type(op)], args[0].type, len(args)), args)
+        elif type(op) in LIBM:
+            out = b.call(self._libm(LIBM[type(op)], args[0].type), args)
+        else:
+            raise IrkitError(f"the llvm target cannot translate {op.name}")
+        self.values[op.results[0]] = out
+
+    def _intrinsic(self, name: str, t: ll.Type, arity: int) -> ll.Function:
+        full = f"{name}.{_suffix(t)}"
+        existing = self.module.globals.get(full)
+        if existing is None:
+            existing = ll.Function(self.module, ll.FunctionType(t, [t] * arity), full)
+        return existing
+
+    def _libm(self, name: str, t: ll.Type) -> ll.Function:
+        full = {"float": name + "f", "double": name}.get(str(t))
+        if full is None:
+            raise IrkitError(f"the llvm target has no {name} for {t}")
+        existing = self.module.globals.get(full)
+        if existing is None:
+            existing = ll.Function(self.module, ll.FunctionType(t, [t]), full)
+        return existing
+
+    def _extern(self, name: str, ret: ll.Type, args: list[ll.Type]) -> ll.Function:
+        existing = self.module.globals.get(name)
+        if existing is None:
+            existing = ll.Function(self.module, ll.FunctionType(ret, args), name)
+        return existing
+
+    def address(self, ref: SSAValue, indices: list[SSAValue]) -> ll.Value:
+        """The element pointer: base + row-major linear index (static strides)."""
+        mtype = ref.type
+        assert isinstance(mtype, MemRefType)
+        if not isinstance(mtype.layout, NoneAttr):
+            raise IrkitError(f"the llvm target supports identity layouts only, got {mtype}")
+        b = self.b
+        assert b is not None
+        shape = mtype.get_shape()
+        linear: ll.Value = ll.Constant(I64, 0)
+        for i, (idx, dim) in enumerate(zip(indices, shape, strict=True)):
+            if i:
+                linear = b.mul(linear, ll.Constant(I64, dim), flags=["nsw", "nuw"])
+            linear = b.add(linear, self.values[idx], flags=["nsw", "nuw"])
+        elem = llvm_type(mtype.element_type)
+        return b.gep(self.values[ref], [linear], inbounds=True, source_etype=elem)
+
+
+def _bf16_bits(x: float) -> int:
+    import numpy as np
+
+    bits = int(np.array(x, dtype=np.float32).view(np.uint32))
+    if x != x:
+        return 0x7FC0
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
+# --- per-op handlers -------------------------------------------------------------------------
+
+
+def _constant(em: LLVMEmitter, op: arith.ConstantOp) -> None:
+    value = op.value
+    t = llvm_type(op.result.type)
+    if isinstance(value, FloatAttr):
+        if isinstance(op.result.type, BFloat16Type):
+            out = ll.Constant(I16, _bf16_bits(value.value.data))
+        else:
+            out = ll.Constant(t, value.value.data)
+    elif isinstance(value, IntegerAttr):
+        out = ll.Constant(t, value.value.data)
+    else:
+        raise IrkitError(f"the llvm target cannot translate the constant {value}")
+    em.values[op.result] = out
+
+
+def _load(em: LLVMEmitter, op: memref.LoadOp) -> None:
+    assert em.b is not None
+    t = llvm_type(op.res.type)
+    em.values[op.res] = em.b.load(em.address(op.memref, list(op.indices)), typ=t)
+
+
+def _store(em: LLVMEmitter, op: memref.StoreOp) -> None:
+    assert em.b is not None
+    em.b.store(em.values[op.value], em.address(op.memref, list(op.indices)))
+
+
+def _extf(em: LLVMEmitter, op: arith.ExtFOp) -> None:
+    b, x = em.b, em.values[op.input]
+    assert b is not None
+    if isinstance(op.input.type, BFloat16Type):  # bf16 bits are the top half of an f32
+        wide = b.bitcast(b.shl(b.zext(x, I32), ll.Constant(I32, 16)), ll.FloatType())
+        out = wide if isinstance(op.result.type, Float32Type) else b.fpext(wide, ll.DoubleType())
+    else:
+        out = b.fpext(x, llvm_type(op.result.type))
+    em.values[op.result] = out
+
+
+def _truncf(em: LLVMEmitter, op: arith.TruncFOp) -> None:
+    b, x = em.b, em.values[op.input]
+    assert b is not None
+    if not isinstance(op.result.type, BFloat16Type):
+        em.values[op.result] = b.fptrunc(x, llvm_type(op.result.type))
+        return
+    if isinstance(op.input.type, Float64Type):
+        x = b.fptrunc(x, ll.FloatType())
+    bits = b.bitcast(x, I32)
+    odd = b.and_(b.lshr(bits, ll.Constant(I32, 16)), ll.Constant(I32, 1))
+    rounded = b.lshr(b.add(bits, b.add(odd, ll.Constant(I32, 0x7FFF))), ll.Constant(I32, 16))
+    is_nan = b.fcmp_unordered("uno", x, x)
+    em.values[op.result] = b.select(is_nan, ll.Constant(I16, 0x7FC0), b.trunc(rounded, I16))
+
+
+def _cmpf(em: LLVMEmitter, op: arith.CmpfOp) -> None:
+    assert em.b is not None
+    name = arith.CMPF_COMPARISON_OPERATIONS[op.predicate.value.data]
+    pred, ordered = CMPF[name]
+    cmp = em.b.fcmp_ordered if ordered else em.b.fcmp_unordered
+    em.values[op.result] = cmp(pred, em.values[op.lhs], em.values[op.rhs])
+
+
+def _cmpi(em: LLVMEmitter, op: arith.CmpiOp) -> None:
+    assert em.b is not None
+    name = arith.CMPI_COMPARISON_OPERATIONS[op.predicate.value.data]
+    pred, signed = CMPI[name]
+    cmp = em.b.icmp_signed if signed else em.b.icmp_unsigned
+    em.values[op.result] = cmp(pred, em.values[op.lhs], em.values[op.rhs])
+
+
+def _minmax_int(pred: str) -> Callable[[LLVMEmitter, Operation], None]:
+    def handle(em: LLVMEmitter, op: Operation) -> None:
+        assert em.b is not None
+        a, c = (em.values[v] for v in op.operands)
+        em.values[op.results[0]] = em.b.select(em.b.icmp_signed(pred, a, c), a, c)
+
+    return handle
+
+
+def _unary(build: Callable[[ll.IRBuilder, ll.Value, ll.Type], ll.Value]):
+    def handle(em: LLVMEmitter, op: Operation) -> None:
+        assert em.b is not None
+        res = op.results[0]
+        em.values[res] = build(em.b, em.values[op.operands[0]], llvm_type(res.type))
+
+    return handle
+
+
+def _select(em: LLVMEmitter, op: arith.SelectOp) -> None:
+    assert em.b is not None
+    cond, a, c = (em.values[v] for v in op.operands)
+    em.values[op.result] = em.b.select(cond, a, c)
+
+
+def _alloc(em: LLVMEmitter, op: memref.AllocOp) -> None:
+    assert em.b is not None
+    mtype = op.memref.type
+    assert isinstance(mtype, MemRefType)
+    size = _nbytes(mtype)
+    size = (size + 63) // 64 * 64 or 64  # aligned_alloc wants a multiple of the alignment
+    alloc = em._extern("aligned_alloc", PTR, [I64, I64])
+    em.values[op.memref] = em.b.call(alloc, [ll.Constant(I64, 64), ll.Constant(I64, size)])
+
+
+def _nbytes(mtype: MemRefType) -> int:
+    width = {Float16Type: 2, BFloat16Type: 2, Float32Type: 4, Float64Type: 8}
+    n = 1
+    for d in mtype.get_shape():
+        n *= d
+    return n * width[type(mtype.element_type)]
+
+
+def _dealloc(em: LLVMEmitter, op: memref.DeallocOp) -> None:
+    assert em.b is not None
+    em.b.call(em._extern("free", ll.VoidType(), [PTR]), [em.values[op.memref]])
+
+
+def _copy(em: LLVMEmitter, op: memref.CopyOp) -> None:
+    assert em.b is not None
+    mtype = op.source.type
+    assert isinstance(mtype, MemRefType)
+    memcpy = em._extern("memcpy", PTR, [PTR, PTR, I64])
+    src, dst = em.values[op.source], em.values[op.destination]
+    em.b.call(memcpy, [dst, src, ll.Constant(I64, _nbytes(mtype))])
+
+
+def _get_global(em: LLVMEmitter, op: memref.GetGlobalOp) -> None:
+    em.values[op.memref] = em.globals[op.name_.root_reference.data]
+
+
+def _call(em: LLVMEmitter, op: func.CallOp) -> None:
+    assert em.b is not None
+    callee = em.functions[op.callee.root_reference.data]
+    em.b.call(callee, [em.values[v] for v in op.arguments])
+
+
+def _return(em: LLVMEmitter, op: func.ReturnOp) -> None:
+    assert em.b is not None
+    em.b.ret_void()
+
+
+_HANDLERS: dict[type[Operation], Callable[[LLVMEmitter, Operation], None]] = {
+    arith.ConstantOp: _constant,
+    arith.CmpfOp: _cmpf,
+    arith.CmpiOp: _cmpi,
+    arith.SelectOp: _select,
+    arith.ExtFOp: _extf,
+    arith.TruncFOp: _truncf,
+    arith.MaxSIOp: _minmax_int(">"),
+    arith.MinSIOp: _minmax_int("<"),
+    arith.NegfOp: _unary(lambda b, x, t: b.fneg(x)),
+    arith.SIToFPOp: _unary(lambda b, x, t: b.sitofp(x, t)),
+    arith.IndexCastOp: _unary(lambda b, x, t: x if x.type == t else b.sext(x, t) if t.width > x.type.width else b.trunc(x, t)),  # noqa: E501
+    xmath.RsqrtOp: _unary(lambda b, x, t: b.fdiv(ll.Constant(t, 1.0), b.call(_sqrt(b, t), [x]))),
+    memref.LoadOp: _load,
+    memref.StoreOp: _store,
+    memref.AllocOp: _alloc,
+    memref.DeallocOp: _dealloc,
+    memref.CopyOp: _copy,
+    memref.GetGlobalOp: _get_global,
+    scf.ForOp: LLVMEmitter._for,
+    scf.ParallelOp: LLVMEmitter._parallel,
+    scf.IfOp: LLVMEmitter._if,
+    func.CallOp: _call,
+    func.ReturnOp: _return,
+}  # type: ignore[dict-item]
+
+
+def _sqrt(b: ll.IRBuilder, t: ll.Type) -> ll.Function:
+    module = b.module
+    name = f"llvm.sqrt.{_suffix(t)}"
+    return module.globals.get(name) or ll.Function(module, ll.FunctionType(t, [t]), name)
+
+
+def to_llvm(module: ModuleOp, name: str = "irkit") -> ll.Module:
+    """Translate a loop-level module into an (unoptimized) llvmlite module."""
+    return LLVMEmitter(module, name).emit()

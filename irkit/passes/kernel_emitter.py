@@ -1,0 +1,474 @@
+"""Emitting one kernel's loop nests from a group of primitive graph ops.
+
+A kernel computes its *materialized* values, in dataflow order, each with one
+`scf.parallel` nest over the value's shape that stores one element per iteration. Every
+other value of the group is computed inline, element by element, where it is needed (the
+loop-fusion scheme of XLA's elemental emitter): an elementwise chain becomes one expression
+in one loop, and a reduction becomes an `scf.for` nest with an accumulator inside the loop
+of its consumer.
+
+A value is materialized when it leaves the kernel (an output buffer), or when a consumer in
+the kernel reads each of its elements many times: a broadcast operand, a matmul, conv2d or
+pooling operand. Inlining those would recompute a whole reduction or expression per read;
+instead they live in scratch buffers that the caller provides. Views of buffers (reshape,
+transpose, slice) are never materialized: re-reading through a view costs only index math.
+
+Arithmetic happens in f32 for f16, bf16 and f32 data (f64 for f64): values are widened on
+load and rounded on store, so accumulations are f32, and scratch buffers hold the compute
+type. `graph.cast` rounds explicitly, because rounding is what it means.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from xdsl.dialects import arith
+from xdsl.dialects import math as xmath
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType, i64
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from irkit.dialects import graph as g
+from irkit.passes.loop_builder import LOW_PRECISION, LoopBuilder, compute_type
+
+Index = list[SSAValue]
+Emit = Callable[["KernelEmitter", Operation, Index], SSAValue]
+
+
+def shape_of(value: SSAValue) -> tuple[int, ...]:
+    assert isinstance(value.type, TensorType), value.type
+    return value.type.get_shape()
+
+
+def dtype_of(value: SSAValue) -> Attribute:
+    assert isinstance(value.type, TensorType)
+    return value.type.element_type
+
+
+# --- what must be materialized ---------------------------------------------------------------
+
+_REUSING_OPS = (g.MatmulOp, g.BatchMatmulOp, g.Conv2dOp, g.Pool2dOp)
+_VIEW_OPS = (g.ReshapeOp, g.TransposeOp, g.SliceOp)
+
+
+def reads_repeatedly(user: Operation, operand_index: int) -> bool:
+    """Whether `user` reads elements of this operand more than once per result it computes."""
+    if isinstance(user, _REUSING_OPS):
+        return True
+    if isinstance(user, g.BinaryOp):
+        operand = user.operands[operand_index]
+        return math.prod(shape_of(operand)) < math.prod(shape_of(user.results[0]))
+    return False
+
+
+def is_view(value: SSAValue, inside: set[Operation]) -> bool:
+    """A reshape/transpose/slice chain over a buffer (a value from outside the kernel)."""
+    op = value.owner
+    if not isinstance(op, Operation) or op not in inside:
+        return True
+    if isinstance(op, g.ConstantOp):
+        return True
+    return isinstance(op, _VIEW_OPS) and is_view(op.operands[0], inside)
+
+
+def materialized_values(ops: Sequence[Operation], outputs: Sequence[SSAValue]) -> list[SSAValue]:
+    """The values of `ops` the kernel stores, in dataflow order (outputs included)."""
+    inside = set(ops)
+    keep = []
+    for op in ops:
+        if isinstance(op, g.ConstantOp) or not op.results:
+            continue
+        v = op.results[0]
+        reused = any(
+            u.operation in inside and reads_repeatedly(u.operation, u.index) for u in v.uses
+        )
+        if v in outputs or (reused and not is_view(v, inside)):
+            keep.append(v)
+    return keep
+
+
+# --- the emitter -------------------------------------------------------------------------------
+
+
+class KernelEmitter:
+    """Emits the loops of one kernel into a function body.
+
+    `buffers` maps graph values (kernel inputs, outputs, scratch, non-splat constants) to
+    the memrefs that hold them; everything else is computed inline by `EMITTERS`."""
+
+    def __init__(self, builder: LoopBuilder, buffers: dict[SSAValue, SSAValue]):
+        self.b = builder
+        self.buffers = buffers
+        self._memo: dict[tuple[int, SSAValue, tuple[SSAValue, ...]], SSAValue] = {}
+
+    def emit(self, materialized: Sequence[SSAValue]) -> None:
+        for value in materialized:
+            buffer = self.buffers[value]
+            self.b.parallel(
+                shape_of(value),
+                lambda idx, v=value, buf=buffer: self.b.store(self.compute(v, idx), buf, idx),
+            )
+
+    def value_at(self, value: SSAValue, idx: Index) -> SSAValue:
+        """The element `idx` of `value` in the compute type, loaded or computed here."""
+        ct = compute_type(dtype_of(value))
+        if value in self.buffers:
+            return self.b.load(self.buffers[value], idx, ct)
+        key = (id(self.b.block), value, tuple(idx))
+        if key not in self._memo:
+            self._memo[key] = self.compute(value, idx)
+        return self._memo[key]
+
+    def compute(self, value: SSAValue, idx: Index) -> SSAValue:
+        op = value.owner
+        assert isinstance(op, Operation)
+        emit = EMITTERS.get(type(op))
+        if emit is None:
+            raise NotImplementedError(f"no loop lowering for {op.name}")
+        return emit(self, op, idx)
+
+    def operand_at(self, op: Operation, i: int, idx: Index) -> SSAValue:
+        """Operand `i` of an elementwise `op` at result index `idx`, broadcast as numpy does."""
+        operand = op.operands[i]
+        shape = shape_of(operand)
+        tail = idx[len(idx) - len(shape) :] if shape else []
+        mapped = [self.b.index(0) if d == 1 else j for d, j in zip(shape, tail, strict=True)]
+        return self.value_at(operand, mapped)
+
+    # --- arithmetic helpers ----------------------------------------------------------------
+
+    def const(self, x: float, like: SSAValue) -> SSAValue:
+        return self.b.float(x, like.type)
+
+    def fop(self, cls: type[Operation], *args: SSAValue) -> SSAValue:
+        return self.b.add(cls(*args))
+
+    def cmpf(self, pred: str, a: SSAValue, c: SSAValue) -> SSAValue:
+        return self.b.add(arith.CmpfOp(a, c, pred))
+
+    def select(self, cond: SSAValue, a: SSAValue, c: SSAValue) -> SSAValue:
+        return self.b.add(arith.SelectOp(cond, a, c))
+
+    def all_of(self, conds: Sequence[SSAValue]) -> SSAValue:
+        out = conds[0]
+        for c in conds[1:]:
+            out = self.b.add(arith.AndIOp(out, c))
+        return out
+
+    def cmpi(self, pred: str, a: SSAValue, c: SSAValue | int) -> SSAValue:
+        if isinstance(c, int):
+            c = self.b.index(c)
+        return self.b.add(arith.CmpiOp(a, c, pred))
+
+    def clamp(self, a: SSAValue, hi: int) -> SSAValue:
+        low = self.b.add(arith.MaxSIOp(a, self.b.index(0)))
+        return self.b.add(arith.MinSIOp(low, self.b.index(hi)))
+
+    def to_float(self, i: SSAValue, like: SSAValue) -> SSAValue:
+        as_int = self.b.add(arith.IndexCastOp(i, i64))
+        return self.b.add(arith.SIToFPOp(as_int, like.type))
+
+
+# --- elementwise -------------------------------------------------------------------------------
+
+
+def _unary(fn: Callable[[KernelEmitter, SSAValue, Operation], SSAValue]) -> Emit:
+    return lambda em, op, idx: fn(em, em.operand_at(op, 0, idx), op)
+
+
+def _binary(fn: Callable[[KernelEmitter, SSAValue, SSAValue], SSAValue]) -> Emit:
+    return lambda em, op, idx: fn(em, em.operand_at(op, 0, idx), em.operand_at(op, 1, idx))
+
+
+def _gelu(em: KernelEmitter, x: SSAValue, op: Operation) -> SSAValue:
+    half = em.fop(arith.MulfOp, x, em.const(0.5, x))
+    if op.approximate.data == "tanh":  # type: ignore[attr-defined]
+        cube = em.fop(arith.MulfOp, em.fop(arith.MulfOp, x, x), x)
+        inner = em.fop(arith.AddfOp, x, em.fop(arith.MulfOp, cube, em.const(0.044715, x)))
+        scaled = em.fop(arith.MulfOp, inner, em.const(math.sqrt(2.0 / math.pi), x))
+        t = em.fop(xmath.TanhOp, scaled)
+    else:
+        t = em.fop(xmath.ErfOp, em.fop(arith.MulfOp, x, em.const(1.0 / math.sqrt(2.0), x)))
+    return em.fop(arith.MulfOp, half, em.fop(arith.AddfOp, t, em.const(1.0, x)))
+
+
+def _sigmoid(em: KernelEmitter, x: SSAValue, op: Operation) -> SSAValue:
+    e = em.fop(xmath.ExpOp, em.fop(arith.NegfOp, x))  # exp(-x) = inf gives 0, never NaN
+    return em.fop(arith.DivfOp, em.const(1.0, x), em.fop(arith.AddfOp, e, em.const(1.0, x)))
+
+
+def _leaky_relu(em: KernelEmitter, x: SSAValue, op: Operation) -> SSAValue:
+    alpha = em.const(g.float_of(op.properties, "alpha"), x)
+    return em.select(em.cmpf("oge", x, em.const(0.0, x)), x, em.fop(arith.MulfOp, x, alpha))
+
+
+def _rsqrt(em: KernelEmitter, x: SSAValue, op: Operation) -> SSAValue:
+    return em.fop(arith.DivfOp, em.const(1.0, x), em.fop(xmath.SqrtOp, x))
+
+
+def _cast(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+    """Round to the target element type, then carry on in the target's compute type."""
+    x = em.operand_at(op, 0, idx)
+    target = dtype_of(op.results[0])
+    if isinstance(target, LOW_PRECISION):
+        return em.b.convert(em.b.convert(x, target), compute_type(target))
+    return em.b.convert(x, compute_type(target))
+
+
+def _constant(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+    value = op.value  # type: ignore[attr-defined]
+    assert isinstance(value, DenseIntOrFPElementsAttr)
+    values = value.get_values()
+    ct = compute_type(dtype_of(op.results[0]))
+    if len(set(values)) > 1:
+        raise AssertionError("non-splat constants are given buffers by the lowering")
+    return em.b.float(float(values[0]), ct)
+
+
+# --- reductions ------------------------------------------------------------------------------
+
+
+_COMBINE = {
+    g.ReduceSumOp: (0.0, arith.AddfOp),
+    g.ReduceMeanOp: (0.0, arith.AddfOp),
+    g.ReduceMaxOp: (-math.inf, arith.MaximumfOp),
+}
+
+
+def reduce_over(
+    em: KernelEmitter, kind: type, src: SSAValue, axes: Sequence[int], keep: bool, idx: Index
+) -> SSAValue:
+    """Reduce `src` over `axes` at result index `idx` (which keeps reduced axes if `keep`)."""
+    shape = shape_of(src)
+    ct = compute_type(dtype_of(src))
+    init, combine = _COMBINE[kind]
+    kept = [i for i in range(len(shape)) if i not in axes]
+    outer = [idx[i] for i in kept] if keep else list(idx)
+
+    def body(ivs: Index, accs: Index) -> Index:
+        full: Index = [em.b.index(0)] * len(shape)
+        for axis, iv in zip(axes, ivs, strict=True):
+            full[axis] = iv
+        for axis, i in zip(kept, outer, strict=True):
+            full[axis] = i
+        return [em.fop(combine, accs[0], em.value_at(src, full))]
+
+    (acc,) = em.b.for_nest([shape[a] for a in axes], [em.b.float(init, ct)], body)
+    if kind is g.ReduceMeanOp:
+        return em.fop(arith.DivfOp, acc, em.b.float(math.prod(shape[a] for a in axes), ct))
+    return acc
+
+
+def _reduce(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+    assert isinstance(op, g.ReduceOp)
+    keep = g.bool_of(op.properties, "keepdims")
+    return reduce_over(em, type(op), op.input, op.normalized_axes(), keep, idx)
+
+
+def _global_avg_pool(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+    src = op.operands[0]
+    axes = tuple(range(2, len(shape_of(src))))
+    return reduce_over(em, g.ReduceMeanOp, src, axes, True, idx)
+
+
+# --- contractions ------------------------------------------------------------------------------
+
+
+def _batch_index(em: KernelEmitter, operand: SSAValue, batch: Index) -> Index:
+    """The batch part of an operand's index, broadcast against the result's batch index."""
+    dims = shape_of(operand)[:-2]
+    tail = batch[len(batch) - len(dims) :] if dims else []
+    return [em.b.index(0) if d == 1 else i for d, i in zip(dims, tail, strict=True)]
+
+
+def _matmul(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+    lhs, rhs = op.operands
+    *batch, i, j = idx
+    lb, rb = _batch_index(em, lhs, batch), _batch_index(em, rhs, batch)
+    ct = compute_type(dtype_of(lhs))
+
+    def body(ivs: Index, accs: Index) -> Index:
+        (k,) = ivs
+        a = em.value_at(lhs, [*lb, i, k])
+        b = em.value_at(rhs, [*rb, k, j])
+        return [em.fop(arith.AddfOp, accs[0], em.fop(arith.MulfOp, a, b))]
+
+    (acc,) = em.b.for_nest([shape_of(lhs)[-1]], [em.b.float(0.0, ct)], body)
+    return acc
+
+
+def _window_index(
+    em: KernelEmitter, out: SSAValue, k: SSAValue, window: tuple[int, int, int, int, int, int]
+) -> tuple[SSAValue, SSAValue | None]:
+    """The input coordinate out*stride + k*dil - pad, and whether it is inside the input.
+
+    `window` is (stride, dilation, pad before, input size, output extent, kernel extent).
+    Bounds that cannot fail (known from the static extents) are not tested; when one can,
+    the coordinate is clamped so the load stays in bounds and the caller selects."""
+    stride, dil, pad, size, out_extent, k_extent = window
+    pos = em.b.iadd(em.b.iadd(em.b.imul(out, stride), em.b.imul(k, dil)), -pad)
+    last = (out_extent - 1) * stride + (k_extent - 1) * dil - pad
+    checks = ([em.cmpi("sge", pos, 0)] if pad > 0 else []) + (
+        [em.cmpi("slt", pos, size)] if last >= size else []
+    )
+    if not checks:
+        return pos, None
+    return em.clamp(pos, size - 1), em.all_of(checks)
+
+
+def _conv2d(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+    x, w = op.operands
+    n, o, oy, ox = idx
+    _, c, h, wd = shape_of(x)
+    kout, cg, kh, kw = shape_of(w)
+    oh, ow = shape_of(op.results[0])[2:]
+    strides, pad, dil = (g.ints(op.properties, p) for p in ("strides", "padding", "dilations"))
+    groups = g.int_of(op.properties, "groups")
+    ct = compute_type(dtype_of(x))
+    base = em.b.imul(em.b.add(arith.DivUIOp(o, em.b.index(kout // groups))), cg)
+
+    def body(ivs: Index, accs: Index) -> Index:
+        ci, ky, kx = ivs
+        iy, vy = _window_index(em, oy, ky, (strides[0], dil[0], pad[0], h, oh, kh))
+        ix, vx = _window_index(em, ox, kx, (strides[1], dil[1], pad[1], wd, ow, kw))
+        v = em.value_at(x, [n, em.b.iadd(base, ci), iy, ix])
+        checks = [cond for cond in (vy, vx) if cond is not None]
+        if checks:
+            v = em.select(em.all_of(checks), v, em.b.float(0.0, ct))
+        prod = em.fop(arith.MulfOp, v, em.value_at(w, [o, ci, ky, kx]))
+        return [em.fop(arith.AddfOp, accs[0], prod)]
+
+    (acc,) = em.b.for_nest([cg, kh, kw], [em.b.float(0.0, ct)], body)
+    return acc
+
+
+def _pool(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+    x = op.operands[0]
+    n, c, oy, ox = idx
+    _, _, h, wd = shape_of(x)
+    kh, kw = g.ints(op.properties, "kernel")
+    oh, ow = shape_of(op.results[0])[2:]
+    strides, pad = g.ints(op.properties, "strides"), g.ints(op.properties, "padding")
+    ct = compute_type(dtype_of(x))
+    is_max = isinstance(op, g.MaxPool2dOp)
+    neutral = em.b.float(-math.inf if is_max else 0.0, ct)
+
+    def body(ivs: Index, accs: Index) -> Index:
+        ky, kx = ivs
+        iy, vy = _window_index(em, oy, ky, (strides[0], 1, pad[0], h, oh, kh))
+        ix, vx = _window_index(em, ox, kx, (strides[1], 1, pad[1], wd, ow, kw))
+        v = em.value_at(x, [n, c, iy, ix])
+        checks = [cond for cond in (vy, vx) if cond is not None]
+        if checks:
+            v = em.select(em.all_of(checks), v, neutral)
+        return [em.fop(arith.MaximumfOp if is_max else arith.AddfOp, accs[0], v)]
+
+    (acc,) = em.b.for_nest([kh, kw], [neutral], body)
+    if is_max:
+        return acc
+    if g.bool_of(op.properties, "count_include_pad") or not any(pad):
+        return em.fop(arith.DivfOp, acc, em.b.float(kh * kw, ct))
+    count_y = _window_count(em, oy, strides[0], pad[0], kh, h)
+    count_x = _window_count(em, ox, strides[1], pad[1], kw, wd)
+    count = em.b.add(arith.MuliOp(count_y, count_x))
+    return em.fop(arith.DivfOp, acc, em.to_float(count, acc))
+
+
+def _window_count(em: KernelEmitter, out: SSAValue, stride: int, pad: int, k: int, size: int):
+    """How many window positions fall inside the input: min(s+k, size) - max(s, 0)."""
+    start = em.b.iadd(em.b.imul(out, stride), -pad)
+    end = em.b.add(arith.MinSIOp(em.b.iadd(start, k), em.b.index(size)))
+    begin = em.b.add(arith.MaxSIOp(start, em.b.index(0)))
+    return em.b.add(arith.SubiOp(end, begin))
+
+
+# --- data movement -------------------------------------------------------------------------------
+
+
+def _transpose(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+    perm = g.ints(op.properties, "perm")
+    src: Index = [idx[0]] * len(idx)
+    for k, p in enumerate(perm):
+        src[p] = idx[k]
+    return em.value_at(op.operands[0], src)
+
+
+def _reshape(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+    src = op.operands[0]
+    out_shape, in_shape = shape_of(op.results[0]), shape_of(src)
+    linear = em.b.index(0)
+    for i, d in zip(idx, out_shape, strict=True):
+        linear = em.b.iadd(em.b.imul(linear, d), i)
+    mapped: Index = []
+    stride = math.prod(in_shape)
+    for d in in_shape:
+        stride //= d
+        q = linear if stride == 1 else em.b.add(arith.DivUIOp(linear, em.b.index(stride)))
+        mapped.append(em.b.add(arith.RemUIOp(q, em.b.index(d))) if d > 1 else em.b.index(0))
+    return em.value_at(src, mapped)
+
+
+def _slice(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+    starts, strides = g.ints(op.properties, "starts"), g.ints(op.properties, "strides")
+    mapped = [em.b.iadd(em.b.imul(i, st), s) for i, s, st in zip(idx, starts, strides, strict=True)]
+    return em.value_at(op.operands[0], mapped)
+
+
+def _concat(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+    axis = g.int_of(op.properties, "axis") % len(idx)
+    ct = compute_type(dtype_of(op.results[0]))
+
+    def part(k: int, offset: int) -> SSAValue:
+        operand = op.operands[k]
+        local = [*idx[:axis], em.b.iadd(idx[axis], -offset), *idx[axis + 1 :]]
+        if k == len(op.operands) - 1:
+            return em.value_at(operand, local)
+        end = offset + shape_of(operand)[axis]
+        return em.b.if_else(
+            em.cmpi("slt", idx[axis], end),
+            ct,
+            lambda: em.value_at(operand, local),
+            lambda: part(k + 1, end),
+        )
+
+    return part(0, 0)
+
+
+EMITTERS: dict[type[Operation], Emit] = {
+    g.AddOp: _binary(lambda em, a, b: em.fop(arith.AddfOp, a, b)),
+    g.SubOp: _binary(lambda em, a, b: em.fop(arith.SubfOp, a, b)),
+    g.MulOp: _binary(lambda em, a, b: em.fop(arith.MulfOp, a, b)),
+    g.DivOp: _binary(lambda em, a, b: em.fop(arith.DivfOp, a, b)),
+    g.MaxOp: _binary(lambda em, a, b: em.fop(arith.MaximumfOp, a, b)),  # NaN propagates
+    g.MinOp: _binary(lambda em, a, b: em.fop(arith.MinimumfOp, a, b)),
+    g.PowOp: _binary(lambda em, a, b: em.fop(xmath.PowFOp, a, b)),
+    g.NegOp: _unary(lambda em, x, op: em.fop(arith.NegfOp, x)),
+    g.AbsOp: _unary(lambda em, x, op: em.fop(xmath.AbsFOp, x)),
+    g.ReluOp: _unary(lambda em, x, op: em.fop(arith.MaximumfOp, x, em.const(0.0, x))),
+    g.LeakyReluOp: _unary(_leaky_relu),
+    g.GeluOp: _unary(_gelu),
+    g.SigmoidOp: _unary(_sigmoid),
+    g.TanhOp: _unary(lambda em, x, op: em.fop(xmath.TanhOp, x)),
+    g.ExpOp: _unary(lambda em, x, op: em.fop(xmath.ExpOp, x)),
+    g.LogOp: _unary(lambda em, x, op: em.fop(xmath.LogOp, x)),
+    g.SqrtOp: _unary(lambda em, x, op: em.fop(xmath.SqrtOp, x)),
+    g.RsqrtOp: _unary(_rsqrt),
+    g.ErfOp: _unary(lambda em, x, op: em.fop(xmath.ErfOp, x)),
+    g.CastOp: _cast,
+    g.ConstantOp: _constant,
+    g.ReduceSumOp: _reduce,
+    g.ReduceMaxOp: _reduce,
+    g.ReduceMeanOp: _reduce,
+    g.GlobalAvgPoolOp: _global_avg_pool,
+    g.MatmulOp: _matmul,
+    g.BatchMatmulOp: _matmul,
+    g.Conv2dOp: _conv2d,
+    g.MaxPool2dOp: _pool,
+    g.AvgPool2dOp: _pool,
+    g.TransposeOp: _transpose,
+    g.ReshapeOp: _reshape,
+    g.SliceOp: _slice,
+    g.ConcatOp: _concat,
+}
+"""Per op: the scalar at one result index, built from its operands' scalars."""
+

@@ -1,0 +1,169 @@
+"""A cursor for building loop-level IR (scf, arith, memref, math) with few lines per op.
+
+Index and float constants are cached and placed at the top of the function body, so a
+kernel reads as a short list of constants followed by its loop nests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from xdsl.dialects import arith, memref, scf
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+
+INDEX = IndexType()
+F32 = Float32Type()
+F64 = Float64Type()
+LOW_PRECISION = (Float16Type, BFloat16Type)
+
+
+def compute_type(element_type: Attribute) -> Attribute:
+    """The type arithmetic happens in: f64 for f64 data, f32 for everything narrower."""
+    return F64 if isinstance(element_type, Float64Type) else F32
+
+
+class LoopBuilder:
+    """Appends ops to a current block; nests loops and conditionals around callbacks."""
+
+    def __init__(self, entry: Block):
+        self.entry = entry
+        self.block = entry
+        self._constants: dict[tuple[str, Attribute], SSAValue] = {}
+        self._last_constant: Operation | None = None
+
+    # --- constants ---------------------------------------------------------------------
+
+    def _constant(self, key: tuple[str, Attribute], make: Callable[[], Operation]) -> SSAValue:
+        if key not in self._constants:
+            op = make()
+            if self._last_constant is None:
+                first = self.entry.first_op
+                if first is None:
+                    self.entry.add_op(op)
+                else:
+                    self.entry.insert_op_before(op, first)
+            else:
+                self.entry.insert_op_after(op, self._last_constant)
+            self._last_constant = op
+            self._constants[key] = op.results[0]
+        return self._constants[key]
+
+    def index(self, n: int) -> SSAValue:
+        return self._constant((f"i{n}", INDEX), lambda: arith.ConstantOp(IntegerAttr(n, INDEX)))
+
+    def float(self, x: float, type_: Attribute) -> SSAValue:
+        return self._constant(
+            (f"f{float(x)!r}", type_),
+            lambda: arith.ConstantOp(FloatAttr(float(x), type_)),  # type: ignore[arg-type]
+        )
+
+    # --- ops ---------------------------------------------------------------------------
+
+    def add(self, op: Operation) -> SSAValue:
+        """Append `op` to the current block; its (first) result."""
+        self.block.add_op(op)
+        return op.results[0] if op.results else None  # type: ignore[return-value]
+
+    def load(self, buffer: SSAValue, indices: Sequence[SSAValue], to: Attribute) -> SSAValue:
+        """Load an element and widen it to the compute type `to`."""
+        value = self.add(memref.LoadOp.get(buffer, indices))
+        return self.convert(value, to)
+
+    def store(self, value: SSAValue, buffer: SSAValue, indices: Sequence[SSAValue]) -> None:
+        assert isinstance(buffer.type, MemRefType)
+        value = self.convert(value, buffer.type.element_type)
+        self.block.add_op(memref.StoreOp.get(value, buffer, indices))
+
+    def convert(self, value: SSAValue, to: Attribute) -> SSAValue:
+        """extf or truncf between float types (rounding to nearest even)."""
+        width = {Float16Type: 16, BFloat16Type: 16, Float32Type: 32, Float64Type: 64}
+        src, dst = width[type(value.type)], width[type(to)]
+        if value.type == to:
+            return value
+        if src < dst or (src == dst and isinstance(to, Float32Type)):
+            return self.add(arith.ExtFOp(value, to))
+        if src == dst:  # f16 <-> bf16: through f32
+            return self.convert(self.convert(value, F32), to)
+        return self.add(arith.TruncFOp(value, to))
+
+    # --- index arithmetic (folded when both sides are constants) ------------------------
+
+    def iadd(self, a: SSAValue, b: SSAValue | int) -> SSAValue:
+        if isinstance(b, int):
+            if b == 0:
+                return a
+            b = self.index(b)
+        return self.add(arith.AddiOp(a, b))
+
+    def imul(self, a: SSAValue, b: int) -> SSAValue:
+        if b == 1:
+            return a
+        if b == 0:
+            return self.index(0)
+        return self.add(arith.MuliOp(a, self.index(b)))
+
+    # --- structure ---------------------------------------------------------------------
+
+    def for_nest(
+        self,
+        extents: Sequence[int],
+        inits: Sequence[SSAValue],
+        body: Callable[[list[SSAValue], list[SSAValue]], list[SSAValue]],
+    ) -> list[SSAValue]:
+        """Nested `scf.for` loops over `extents` carrying `inits`; `body(ivs, accs)` returns
+        the next accumulators. Returns the final accumulators."""
+        if not extents:
+            return body([], list(inits))
+        outer = self.block
+        block = Block(arg_types=[INDEX, *(v.type for v in inits)])
+        self.block = block
+        iv, *accs = block.args
+        results = self.for_nest(extents[1:], accs, lambda ivs, a: body([iv, *ivs], a))
+        block.add_op(scf.YieldOp(*results))
+        self.block = outer
+        loop = scf.ForOp(self.index(0), self.index(extents[0]), self.index(1), inits, block)
+        outer.add_op(loop)
+        return list(loop.results)
+
+    def parallel(self, extents: Sequence[int], body: Callable[[list[SSAValue]], None]) -> None:
+        """One `scf.parallel` over all `extents` (iterations independent); rank 0 runs once."""
+        if not extents:
+            body([])
+            return
+        outer = self.block
+        block = Block(arg_types=[INDEX] * len(extents))
+        self.block = block
+        body(list(block.args))
+        block.add_op(scf.ReduceOp())
+        self.block = outer
+        zeros, ones = [self.index(0)] * len(extents), [self.index(1)] * len(extents)
+        outer.add_op(
+            scf.ParallelOp(zeros, [self.index(e) for e in extents], ones, Region(block))
+        )
+
+    def if_else(
+        self,
+        cond: SSAValue,
+        result_type: Attribute,
+        then: Callable[[], SSAValue],
+        otherwise: Callable[[], SSAValue],
+    ) -> SSAValue:
+        """`scf.if` yielding one value computed by `then` or `otherwise`."""
+        outer = self.block
+        regions = []
+        for branch in (then, otherwise):
+            self.block = Block()
+            self.block.add_op(scf.YieldOp(branch()))
+            regions.append(Region(self.block))
+        self.block = outer
+        return self.add(scf.IfOp(cond, [result_type], regions[0], regions[1]))

@@ -1,0 +1,305 @@
+"""lower-graph-to-loops: graph functions become kernel functions over buffers, and a driver.
+
+Each kernel (a `graph.kernel` region, or any graph op outside one) becomes a private
+`func.func` over memrefs: its inputs, then its outputs, then the scratch buffers it needs
+(see `kernel_emitter` for what is computed inline and what is stored). Its body is
+`scf.parallel` nests over `memref.load`/`memref.store` with arith and math scalars.
+
+The graph function becomes the driver, a public `func.func` of the same name over memrefs:
+the model's inputs, then one buffer per output (destination-passing; each output argument
+carries `irkit.output = "<name>"`). It allocates intermediates with `memref.alloc`, calls
+the kernels in order, frees each buffer after its last use, and copies outputs that no
+kernel writes directly (an input or a constant returned as is).
+
+Composite ops are decomposed inside their kernel first (`decompose-composites`), so softmax
+or layer_norm stays one kernel. Constants are copied into the kernels that read them: splats
+become scalar constants, other values `memref.global`s.
+
+Preconditions: static shapes (the graph dialect guarantees them). A required lowering, not
+an optimization.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects import func, memref
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DenseIntOrFPElementsAttr,
+    DictionaryAttr,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    SymbolRefAttr,
+    TensorType,
+    UnitAttr,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+
+from irkit.dialects import graph as g
+from irkit.errors import IrkitError
+from irkit.ir import location_of
+from irkit.passes.decompose_composites import decompose
+from irkit.passes.kernel_emitter import KernelEmitter, materialized_values
+from irkit.passes.loop_builder import LoopBuilder, compute_type
+
+KERNEL_ATTR = "irkit.kernel"
+OUTPUT_ATTR = "irkit.output"
+SCRATCH_ATTR = "irkit.scratch"
+
+
+def memref_of(value: SSAValue, element_type: Attribute | None = None) -> MemRefType:
+    t = value.type
+    assert isinstance(t, TensorType)
+    return MemRefType(element_type or t.element_type, t.get_shape())
+
+
+@dataclass
+class Kernel:
+    """One kernel being lowered: its (cloned, decomposed) ops and its interface."""
+
+    name: str
+    region: g.KernelOp  # detached; holds the cloned ops
+    inputs: list[SSAValue] = field(default_factory=list)  # values of the graph function
+    outputs: list[SSAValue] = field(default_factory=list)  # values of the graph function
+
+    @property
+    def ops(self) -> list[Operation]:
+        return [op for op in self.region.body.block.ops if not isinstance(op, g.YieldOp)]
+
+    @property
+    def inner_outputs(self) -> list[SSAValue]:
+        last = self.region.body.block.last_op
+        assert isinstance(last, g.YieldOp)
+        return list(last.values)
+
+
+def _kernel_groups(fn: func.FuncOp) -> list[tuple[list[Operation], list[SSAValue], list[SSAValue]]]:
+    """(ops, values yielded inside, results outside) per kernel of `fn`, in program order."""
+    groups = []
+    for op in fn.body.block.ops:
+        if isinstance(op, g.ConstantOp | func.ReturnOp):
+            continue
+        if isinstance(op, g.KernelOp):
+            block = op.body.block
+            ops = [o for o in block.ops if not isinstance(o, g.YieldOp)]
+            assert isinstance(block.last_op, g.YieldOp)
+            groups.append((ops, list(block.last_op.values), list(op.results)))
+        elif isinstance(op, g.GraphOp):
+            groups.append(([op], list(op.results), list(op.results)))
+        else:
+            where = location_of(op)
+            raise IrkitError(f"lower-graph-to-loops cannot lower {op.name}", where)
+    return groups
+
+
+def _clone_kernel(
+    index: int, ops: Sequence[Operation], yielded: Sequence[SSAValue], results: Sequence[SSAValue]
+) -> Kernel:
+    """Clone a group's ops into a detached graph.kernel, copying in constants it reads."""
+    block = Block()
+    mapping: dict[SSAValue, SSAValue] = {}
+    inside = set(ops)
+    kernel = Kernel(_kernel_name(index, ops), g.KernelOp(result_types=[r.type for r in results],
+                                                           regions=[Region(block)]))
+    for op in ops:
+        for operand in op.operands:
+            owner = operand.owner
+            if operand in mapping or (isinstance(owner, Operation) and owner in inside):
+                continue
+            if isinstance(owner, g.ConstantOp):
+                copy = owner.clone()
+                block.add_op(copy)
+                mapping[operand] = copy.results[0]
+            elif operand not in kernel.inputs:
+                kernel.inputs.append(operand)
+        block.add_op(op.clone(value_mapper=mapping))
+    block.add_op(g.YieldOp.create(operands=[mapping.get(v, v) for v in yielded]))
+    kernel.outputs = list(results)
+    decompose(kernel.region)
+    return kernel
+
+
+def _kernel_name(index: int, ops: Sequence[Operation]) -> str:
+    names = [op.name.removeprefix("graph.") for op in ops if not isinstance(op, g.ConstantOp)]
+    shown = names[:3] + (["etc"] if len(names) > 3 else [])
+    return f"k{index}_" + "_".join(shown)
+
+
+def _arg_name(value: SSAValue, fallback: str) -> str:
+    hint = value.name_hint or fallback
+    return re.sub(r"\W", "_", hint)
+
+
+def _build_kernel_function(kernel: Kernel, module: ModuleOp) -> func.FuncOp:
+    ops, outs = kernel.ops, kernel.inner_outputs
+    if any(o.owner not in set(ops) for o in outs):
+        raise IrkitError(f"kernel {kernel.name} returns a value it does not compute")
+    stored = materialized_values(ops, outs)
+    scratch = [v for v in stored if v not in outs]
+    arg_types = (
+        [memref_of(v) for v in kernel.inputs]
+        + [memref_of(v) for v in outs]
+        + [memref_of(v, compute_type(memref_of(v).element_type)) for v in scratch]
+    )
+    block = Block(arg_types=arg_types)
+    values = [*kernel.inputs, *outs, *scratch]
+    names = (
+        [_arg_name(v, f"in{i}") for i, v in enumerate(kernel.inputs)]
+        + [_arg_name(r, f"out{i}") for i, r in enumerate(kernel.outputs)]
+        + [f"tmp{i}" for i in range(len(scratch))]
+    )
+    for arg, name in zip(block.args, names, strict=True):
+        arg.name_hint = name
+    buffers = dict(zip(values, block.args, strict=True))
+    builder = LoopBuilder(block)
+    for op in ops:  # non-splat constants live in globals
+        if isinstance(op, g.ConstantOp) and len(set(op.value.get_values())) > 1:
+            buffers[op.results[0]] = builder.add(_global_for(op, module))
+    KernelEmitter(builder, buffers).emit(stored)
+    block.add_op(func.ReturnOp())
+    roles = (
+        [DictionaryAttr({})] * len(kernel.inputs)
+        + [DictionaryAttr({OUTPUT_ATTR: StringAttr(n)}) for n in names[len(kernel.inputs) : len(kernel.inputs) + len(outs)]]
+        + [DictionaryAttr({SCRATCH_ATTR: UnitAttr()})] * len(scratch)
+    )
+    fn = func.FuncOp(
+        kernel.name, (arg_types, []), Region(block), visibility="private", arg_attrs=ArrayAttr(roles)
+    )
+    fn.attributes[KERNEL_ATTR] = UnitAttr()
+    return fn
+
+
+def _global_for(op: g.ConstantOp, module: ModuleOp) -> memref.GetGlobalOp:
+    """A module-level `memref.global` holding the constant; returns the op reading it."""
+    value = op.value
+    assert isinstance(value, DenseIntOrFPElementsAttr)
+    mtype = memref_of(op.results[0])
+    name = f"cst{sum(isinstance(o, memref.GlobalOp) for o in module.ops)}"
+    init = DenseIntOrFPElementsAttr.from_list(
+        TensorType(mtype.element_type, mtype.get_shape()), value.get_values()
+    )
+    glob = memref.GlobalOp.get(StringAttr(name), mtype, init, constant=UnitAttr())
+    module.body.block.insert_op_before(glob, module.body.block.first_op)
+    return memref.GetGlobalOp(SymbolRefAttr(name), mtype)
+
+
+# --- the driver ----------------------------------------------------------------------------
+
+
+def _output_names(fn: func.FuncOp) -> list[str]:
+    names = []
+    attrs = fn.res_attrs.data if fn.res_attrs else [DictionaryAttr({})] * len(fn.function_type.outputs)
+    for i, d in enumerate(attrs):
+        name = d.data.get("irkit.name")
+        names.append(name.data if isinstance(name, StringAttr) else f"out{i}")
+    return names
+
+
+def _build_driver(fn: func.FuncOp, kernels: list[tuple[Kernel, func.FuncOp]], module: ModuleOp):
+    ret = fn.body.block.last_op
+    assert isinstance(ret, func.ReturnOp)
+    graph_args = list(fn.body.block.args)
+    outputs = list(ret.operands)
+    block = Block(arg_types=[memref_of(a) for a in graph_args] + [memref_of(v) for v in outputs])
+    env: dict[SSAValue, SSAValue] = dict(zip(graph_args, block.args, strict=False))
+    out_args = block.args[len(graph_args) :]
+    for arg, name in zip(block.args, [a.name_hint for a in graph_args] + _output_names(fn), strict=True):
+        arg.name_hint = name
+    for v, arg in zip(outputs, out_args, strict=True):
+        if v not in env and isinstance(v.owner, Operation) and not isinstance(v.owner, g.ConstantOp):
+            env[v] = arg  # the kernel writes the output buffer directly
+    allocated = []
+    for kernel, kfn in kernels:
+        for v in kernel.outputs:
+            if v not in env:
+                env[v] = _append(block, _alloc(memref_of(v)))
+                env[v].name_hint = v.name_hint
+                allocated.append(v)
+        scratch = kfn.function_type.inputs.data[len(kernel.inputs) + len(kernel.outputs) :]
+        temps = [_append(block, _alloc(t)) for t in scratch]
+        args = [env[v] for v in kernel.inputs] + [env[v] for v in kernel.outputs] + temps
+        block.add_op(func.CallOp(kfn.sym_name.data, args, []))
+        for t in temps:
+            block.add_op(memref.DeallocOp.get(t))
+    for v, arg in zip(outputs, out_args, strict=True):
+        if env.get(v) is not arg:
+            source = env.get(v) or _append(block, _global_for(v.owner, module))  # type: ignore[arg-type]
+            block.add_op(memref.CopyOp(source, arg))
+    for v in allocated:
+        block.add_op(memref.DeallocOp.get(env[v]))
+    block.add_op(func.ReturnOp())
+    _free_after_last_use(block, [env[v] for v in allocated])
+    return _driver_function(fn, block)
+
+
+def _alloc(t: MemRefType) -> memref.AllocOp:
+    return memref.AllocOp.get(t.element_type, alignment=64, shape=t.get_shape())
+
+
+def _append(block: Block, op: Operation) -> SSAValue:
+    block.add_op(op)
+    return op.results[0]
+
+
+def _free_after_last_use(block: Block, buffers: Sequence[SSAValue]) -> None:
+    """Move each buffer's dealloc to just after the last op that reads or writes it."""
+    for buf in buffers:
+        dealloc = next(u.operation for u in buf.uses if isinstance(u.operation, memref.DeallocOp))
+        users = [u.operation for u in buf.uses if u.operation is not dealloc]
+        last = max(users, key=block.get_operation_index)
+        dealloc.detach()
+        block.insert_op_after(dealloc, last)
+
+
+def _driver_function(fn: func.FuncOp, block: Block) -> func.FuncOp:
+    n_in = len(fn.body.block.args)
+    in_attrs = list(fn.arg_attrs.data) if fn.arg_attrs else [DictionaryAttr({})] * n_in
+    out_attrs = [DictionaryAttr({OUTPUT_ATTR: StringAttr(n)}) for n in _output_names(fn)]
+    types = [a.type for a in block.args]
+    driver = func.FuncOp(
+        fn.sym_name.data, (types, []), Region(block), arg_attrs=ArrayAttr(in_attrs + out_attrs)
+    )
+    for key, value in fn.attributes.items():
+        if key not in ("sym_name", "function_type", "arg_attrs", "res_attrs", "sym_visibility"):
+            driver.attributes[key] = value
+    return driver
+
+
+def lower_function(fn: func.FuncOp, module: ModuleOp) -> None:
+    """Replace graph function `fn` in `module` by its kernel functions and its driver."""
+    kernels = []
+    for i, (ops, yielded, results) in enumerate(_kernel_groups(fn)):
+        kernel = _clone_kernel(i, ops, yielded, results)
+        kernels.append((kernel, _build_kernel_function(kernel, module)))
+    driver = _build_driver(fn, kernels, module)
+    for _, kfn in kernels:
+        module.body.block.insert_op_before(kfn, fn)
+    Rewriter.replace_op(fn, driver)
+
+
+def is_graph_function(op: Operation) -> bool:
+    return isinstance(op, func.FuncOp) and any(
+        isinstance(t, TensorType) for t in op.function_type.inputs.data
+    ) or (isinstance(op, func.FuncOp) and any(isinstance(o, g.GraphOp) for o in op.walk()))
+
+
+@dataclass(frozen=True)
+class LowerGraphToLoopsPass(ModulePass):
+    """Lower every graph function to kernel functions over memrefs plus a driver (see the
+    module docstring). Required on every backend path; not an optimization."""
+
+    name = "lower-graph-to-loops"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for fn in [f for f in op.ops if is_graph_function(f)]:
+            assert isinstance(fn, func.FuncOp)
+            lower_function(fn, op)
+
+

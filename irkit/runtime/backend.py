@@ -1,0 +1,123 @@
+"""The backend protocol: compile a module to an Executable; run it on numpy arrays.
+
+    exe = backend.compile(loop_level_module)
+    outputs = exe(*inputs)                 # a list of numpy arrays, one per model output
+    exe.kernels                            # one KernelRecord per kernel
+    bound = exe.bind(*inputs)              # buffers fixed once, for timing
+    bound.run_graph(); bound.run_kernel(i)
+
+Every backend checks the arrays it is given (count, shape, dtype) and raises IrkitError
+with one line naming the input; it never copies an array that already has the right dtype
+and layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from irkit.errors import IrkitError
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    """What a backend knows about one kernel before it runs."""
+
+    name: str
+    source: str
+    """The generated code: LLVM IR for the CPU, CUDA C for CUDA."""
+    ir: str
+    """The kernel's loop-level function, as irkit printed it."""
+    hash: str
+    """Content hash of the generated code: equal hashes mean the same kernel."""
+    flops: int
+    min_bytes: int
+    launch: dict[str, Any] | None = None
+    resources: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per minimum byte (the roofline's x axis)."""
+        return self.flops / self.min_bytes if self.min_bytes else float("inf")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output of an Executable."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.dtype}{list(self.shape)}"
+
+
+def check_arrays(
+    what: str, specs: Sequence[TensorSpec], arrays: Sequence[Any], exact_dtype: bool = True
+) -> list[np.ndarray]:
+    """`arrays` as C-contiguous numpy arrays matching `specs`, or one-line IrkitError.
+
+    Only a non-contiguous array is copied; with `exact_dtype`, a dtype mismatch is an error
+    rather than a silent conversion."""
+    if len(arrays) != len(specs):
+        names = ", ".join(s.name for s in specs)
+        raise IrkitError(f"{what} takes {len(specs)} arrays ({names}), got {len(arrays)}")
+    out = []
+    for spec, array in zip(specs, arrays, strict=True):
+        a = np.asarray(array)
+        if a.shape != spec.shape:
+            raise IrkitError(
+                f"{what}: input {spec.name} has shape {list(a.shape)}, expected {list(spec.shape)}"
+            )
+        if a.dtype != spec.dtype:
+            if exact_dtype:
+                raise IrkitError(
+                    f"{what}: input {spec.name} has dtype {a.dtype}, expected {spec.dtype}"
+                )
+            a = a.astype(spec.dtype)
+        out.append(np.ascontiguousarray(a))
+    return out
+
+
+class Bound(Protocol):
+    """An Executable with its buffers fixed: what timers call repeatedly."""
+
+    outputs: list[np.ndarray]
+
+    def run_graph(self) -> None: ...
+
+    def run_kernel(self, index: int) -> None: ...
+
+    def synchronize(self) -> None: ...
+
+
+class Executable(Protocol):
+    backend: str
+    module: ModuleOp
+    kernels: list[KernelRecord]
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+
+    def __call__(self, *arrays: Any, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]: ...
+
+    def bind(self, *arrays: Any) -> Bound: ...
+
+
+class Backend(Protocol):
+    name: str
+    default_pipeline: str
+    timer: str
+
+    def available(self) -> tuple[bool, str]:
+        """Whether the backend can run here, and a one-line description or reason."""
+        ...
+
+    def compile(self, module: ModuleOp) -> Executable: ...
+
+
+Factory = Callable[[], Backend]

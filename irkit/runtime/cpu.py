@@ -1,0 +1,226 @@
+"""The CPU backend: loop-level IR -> LLVM IR (llvmlite) -> host machine code (MCJIT, O3).
+
+The target machine is the host's own CPU name and feature set (AVX-512 where present); the
+generic x86-64 target would be many times slower. Numpy arrays are passed by pointer, with
+no copies. The driver function runs the whole graph in one native call; `bind` also keeps a
+Python replay of the driver's plan so each kernel can be called, and timed, on its own.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import llvmlite.binding as llvm
+import numpy as np
+from xdsl.dialects import func, memref
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp, StringAttr
+
+from irkit.codegen.costs import count_flops, min_bytes
+from irkit.codegen.llvm import to_llvm
+from irkit.dtypes import numpy_dtype
+from irkit.errors import IrkitError
+from irkit.ir import entry_function, to_text
+from irkit.passes.lower_graph_to_loops import KERNEL_ATTR, OUTPUT_ATTR
+from irkit.runtime.backend import KernelRecord, TensorSpec, check_arrays
+
+
+@dataclass(frozen=True)
+class HostTarget:
+    """The host CPU as LLVM names it."""
+
+    cpu: str
+    features: str
+
+    def machine(self) -> llvm.TargetMachine:
+        """A new O3 target machine for this CPU. Each MCJIT engine gets its own: an engine
+        takes its target machine over, and sharing one between engines corrupts memory."""
+        return llvm.Target.from_default_triple().create_target_machine(
+            cpu=self.cpu, features=self.features, opt=3, codemodel="jitdefault"
+        )
+
+
+@cache
+def host_target() -> HostTarget:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    return HostTarget(llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
+
+
+def optimize(text: str) -> llvm.ModuleRef:
+    """Parse, verify and optimize LLVM IR with the O3 pipeline for the host."""
+    module = llvm.parse_assembly(text)
+    module.verify()
+    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+    tuning.loop_vectorization = True
+    tuning.slp_vectorization = True
+    tuning.loop_unrolling = True
+    builder = llvm.create_pass_builder(host_target().machine(), tuning)
+    builder.getModulePassManager().run(module, builder)
+    return module
+
+
+def llvm_ir(module: ModuleOp) -> str:
+    """The LLVM IR irkit generates for a loop-level module, for the host target."""
+    machine = host_target().machine()
+    ir_module = to_llvm(module)
+    ir_module.triple = machine.triple
+    ir_module.data_layout = str(machine.target_data)
+    return str(ir_module)
+
+
+def _signature(n: int) -> Callable[[int], Callable[..., None]]:
+    return ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n))  # type: ignore[return-value]
+
+
+def _specs(fn: func.FuncOp) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The driver's inputs and outputs (arguments marked irkit.output)."""
+    attrs = fn.arg_attrs.data if fn.arg_attrs else [None] * len(fn.body.block.args)
+    inputs, outputs = [], []
+    for i, (arg, d) in enumerate(zip(fn.body.block.args, attrs, strict=True)):
+        t = arg.type
+        assert isinstance(t, MemRefType)
+        out = d.data.get(OUTPUT_ATTR) if d is not None else None
+        name = out.data if isinstance(out, StringAttr) else (arg.name_hint or f"arg{i}")
+        spec = TensorSpec(name, tuple(t.get_shape()), numpy_dtype(t.element_type))
+        (outputs if out is not None else inputs).append(spec)
+    return inputs, outputs
+
+
+def _global_array(op: memref.GlobalOp) -> np.ndarray:
+    assert isinstance(op.initial_value, DenseIntOrFPElementsAttr)
+    t = op.type
+    assert isinstance(t, MemRefType)
+    values = np.array(op.initial_value.get_values(), dtype=np.float64)
+    return values.astype(numpy_dtype(t.element_type)).reshape(t.get_shape())
+
+
+@dataclass
+class CpuBound:
+    """Buffers fixed once; the graph and each kernel callable with no allocation."""
+
+    exe: CpuExecutable
+    args: list[int]
+    outputs: list[np.ndarray]
+    keep: list[np.ndarray]
+    calls: list[tuple[Callable[..., None], tuple[int, ...]]] = field(default_factory=list)
+
+    def run_graph(self) -> None:
+        self.exe.driver(*self.args)
+
+    def run_kernel(self, index: int) -> None:
+        fn, args = self.calls[index]
+        fn(*args)
+
+    def synchronize(self) -> None:
+        pass
+
+
+class CpuExecutable:
+    """A compiled module: its driver and kernels as native functions."""
+
+    backend = "cpu"
+
+    def __init__(self, module: ModuleOp, engine: llvm.ExecutionEngine, source: str):
+        self.module = module
+        self.engine = engine  # owns the machine code; must outlive the function pointers
+        self.llvm_ir = source
+        self.entry = entry_function(module)
+        self.inputs, self.outputs = _specs(self.entry)
+        self.driver = self._function(self.entry)
+        self.kernel_functions = [
+            op for op in module.ops if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes
+        ]
+        self._natives = {f.sym_name.data: self._function(f) for f in self.kernel_functions}
+        self.kernels = [self._record(f) for f in self.kernel_functions]
+
+    def _function(self, fn: func.FuncOp) -> Callable[..., None]:
+        address = self.engine.get_function_address(fn.sym_name.data)
+        return _signature(len(fn.body.block.args))(address)
+
+    def _record(self, fn: func.FuncOp) -> KernelRecord:
+        name = fn.sym_name.data
+        source = _function_text(self.llvm_ir, name)
+        return KernelRecord(
+            name=name,
+            source=source,
+            ir=to_text(fn),
+            hash=hashlib.sha256(source.encode()).hexdigest()[:16],
+            flops=count_flops(fn),
+            min_bytes=min_bytes(fn),
+        )
+
+    def _prepare(self, arrays: Sequence[Any], out: Sequence[np.ndarray] | None):
+        name = f"@{self.entry.sym_name.data}"
+        inputs = check_arrays(name, self.inputs, arrays)
+        if out is None:
+            outputs = [np.empty(s.shape, s.dtype) for s in self.outputs]
+        else:
+            outputs = list(out)
+            for spec, o in zip(self.outputs, outputs, strict=True):
+                if o.shape != spec.shape or o.dtype != spec.dtype or not o.flags.c_contiguous:
+                    raise IrkitError(f"{name}: output buffer {spec.name} must be a contiguous {spec.describe()}")
+        return inputs, outputs
+
+    def __call__(self, *arrays: Any, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        inputs, outputs = self._prepare(arrays, out)
+        self.driver(*(a.ctypes.data for a in [*inputs, *outputs]))
+        return outputs
+
+    def bind(self, *arrays: Any) -> CpuBound:
+        """Fix the buffers and replay the driver's plan once, so that every intermediate
+        holds real data before a kernel is timed alone."""
+        inputs, outputs = self._prepare(arrays, None)
+        env = dict(zip(self.entry.body.block.args, [*inputs, *outputs], strict=True))
+        globals_ = {op.sym_name.data: op for op in self.module.ops if isinstance(op, memref.GlobalOp)}
+        bound = CpuBound(self, [a.ctypes.data for a in [*inputs, *outputs]], outputs, list(env.values()))
+        for op in self.entry.body.block.ops:
+            if isinstance(op, memref.AllocOp):
+                t = op.memref.type
+                assert isinstance(t, MemRefType)
+                env[op.memref] = np.empty(t.get_shape(), numpy_dtype(t.element_type))
+            elif isinstance(op, memref.GetGlobalOp):
+                env[op.memref] = _global_array(globals_[op.name_.root_reference.data])
+            elif isinstance(op, memref.CopyOp):
+                np.copyto(env[op.destination], env[op.source])
+            elif isinstance(op, func.CallOp):
+                native = self._natives[op.callee.root_reference.data]
+                args = tuple(env[v].ctypes.data for v in op.arguments)
+                bound.calls.append((native, args))
+                native(*args)
+            elif not isinstance(op, memref.DeallocOp | func.ReturnOp):
+                raise IrkitError(f"the cpu runtime cannot replay {op.name} in the driver")
+        bound.keep.extend(env.values())
+        return bound
+
+
+def _function_text(llvm_text: str, name: str) -> str:
+    """The definition of @name in LLVM IR text."""
+    start = llvm_text.find(f'define void @"{name}"')
+    if start < 0:
+        return ""
+    end = llvm_text.find("\n}\n", start)
+    return llvm_text[start : end + 2]
+
+
+class CpuBackend:
+    """Compiles loop-level modules for this machine's CPU."""
+
+    name = "cpu"
+    default_pipeline = "baseline-cpu"
+    timer = "perf_counter_ns"
+
+    def available(self) -> tuple[bool, str]:
+        target = host_target()
+        return True, f"llvmlite JIT for {target.cpu} (LLVM {'.'.join(map(str, llvm.llvm_version_info))})"
+
+    def compile(self, module: ModuleOp) -> CpuExecutable:
+        source = llvm_ir(module)
+        optimized = optimize(source)
+        engine = llvm.create_mcjit_compiler(optimized, host_target().machine())
+        engine.finalize_object()
+        return CpuExecutable(module, engine, source)
