@@ -1,10 +1,14 @@
 """irkit-bench: run, measure, attribute, compare and report.
 
+    irkit-bench run FILE [-p PIPELINE] [--backend cpu|cuda|auto] [--dim N=V] [--json OUT]
     irkit-bench reference FILE [--dim NAME=VALUE ...] [--seed N]
 
-`reference` evaluates a model with the numpy reference on fresh random inputs and
-summarises each output. (run, attribute, suite, compare and report arrive with the CPU
-backend and the measurement engine.)
+`run` compiles a model, checks every output against the float64 reference on fresh random
+inputs, and only then times the whole graph and each kernel (median with a 95% bootstrap
+CI), with GFLOP/s and GB/s from each kernel's static FLOPs and minimum bytes. A wrong result
+is reported as such, never timed, and exits 1. `reference` evaluates a model with the numpy
+reference and summarises each output. (attribute, suite, compare and report arrive with the
+measurement engine.)
 """
 
 from __future__ import annotations
@@ -53,6 +57,91 @@ def _reference(args) -> None:
     )
 
 
+def _fmt_time(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def _fmt_count(n: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.3g}"
+
+
+def _run(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from irkit.measure.run import run_model
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    result = run_model(
+        args.file, args.passes, args.backend, dict(args.dim), args.seed, args.precision, args.budget
+    )
+    console.print(
+        f"[bold]{args.file}[/]  pipeline: {result.pipeline or '(none)'}  backend: {result.selection}"
+    )
+    console.print(
+        f"compiled in {result.compile_seconds:.2f} s; checked against the float64 reference (seed {args.seed}):"
+    )
+    for c in result.checks:
+        console.print(f"  {c.describe()}", style=None if c.passed else "bold red", highlight=False)
+    if args.json:
+        _write_json(args.json, result.to_json())
+    if not result.passed:
+        console.print("[bold red]wrong result: not timed[/]")
+        return 1
+    table = Table(
+        title=f"per-call times: median [95% CI], {result.kernels[0].timing.timer if result.kernels else 'perf_counter_ns'}, warm caches"
+    )
+    for col in (
+        "kernel",
+        "time",
+        "95% CI",
+        "GFLOP/s",
+        "GB/s",
+        "FLOPs",
+        "min bytes",
+        "samples",
+        "stop",
+    ):
+        table.add_column(col, justify="left" if col in ("kernel", "stopped by") else "right", no_wrap=True)
+    for k in result.kernels:
+        e = k.timing.estimate
+        table.add_row(k.record.name, _fmt_time(e.median), f"{_fmt_time(e.low)}-{_fmt_time(e.high)}",
+                      f"{k.gflops:.2f}", f"{k.gbps:.2f}", _fmt_count(k.record.flops),
+                      _fmt_count(k.record.min_bytes), f"{e.n}x{k.timing.reps}", k.timing.stop_reason)  # fmt: skip
+    g = result.graph
+    assert g is not None
+    total_flops = sum(k.record.flops for k in result.kernels)
+    table.add_section()
+    table.add_row("graph (driver, one call)", _fmt_time(g.estimate.median),
+                  f"{_fmt_time(g.estimate.low)}-{_fmt_time(g.estimate.high)}",
+                  f"{total_flops / g.estimate.median / 1e9:.2f}", "", _fmt_count(total_flops), "",
+                  f"{g.estimate.n}x{g.reps}", g.stop_reason)  # fmt: skip
+    console.print(table)
+    kernel_sum = sum(k.seconds for k in result.kernels)
+    console.print(f"sum of kernel medians {_fmt_time(kernel_sum)}; {len(result.kernels)} kernels; "
+                  f"host {result.fingerprint.get('cpu')}, git {result.fingerprint.get('git_sha') or 'unknown'}",
+                  highlight=False)  # fmt: skip
+    return 0
+
+
+def _write_json(path: str, record: dict) -> None:
+    import json
+    from pathlib import Path
+
+    from irkit.errors import IrkitError
+
+    try:
+        Path(path).write_text(json.dumps(record, indent=2) + "\n")
+    except OSError as e:
+        raise IrkitError(f"cannot write: {e.strerror}", path) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = OneLineArgumentParser(prog="irkit-bench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(
@@ -64,7 +153,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     ref.add_argument("file", help="a .graph or .mlir model")
     ref.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
     ref.add_argument("--seed", type=int, default=0)
+    run = sub.add_parser("run", help="compile, check against the reference, then time each kernel")
+    run.add_argument("file", help="a .graph or .mlir model")
+    run.add_argument("-p", "--passes", default=None, metavar="PIPELINE",
+                     help="pass pipeline or named pipeline (default: the backend's own)")  # fmt: skip
+    run.add_argument("--backend", default="auto", help="cpu, cuda, reference or auto (default)")
+    run.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
+    run.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    run.add_argument("--precision", type=float, default=0.01,
+                     help="stop sampling when the median's 95%% CI half-width is under this")  # fmt: skip
+    run.add_argument(
+        "--budget", type=float, default=1.0, help="seconds of sampling per kernel at most"
+    )
+    run.add_argument("--json", default=None, metavar="OUT", help="write the run's record as JSON")
     args = parser.parse_args(argv)
+    if args.command == "run":
+        return run_main("irkit-bench", lambda: _run(args))
     return run_main("irkit-bench", lambda: _reference(args))
 
 

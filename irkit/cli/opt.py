@@ -63,6 +63,12 @@ class IrkitOptMain(xDSLOptMain):
     ) -> ModuleOp:  # pragma: no cover - irkit reads files itself
         raise NotImplementedError
 
+    def register_all_targets(self) -> None:
+        super().register_all_targets()
+        from irkit.codegen.targets import IRKIT_TARGETS
+
+        self.available_targets.update(IRKIT_TARGETS)  # irkit's llvm replaces xDSL's
+
     def register_all_passes(self) -> None:
         for name, factory in available_passes().items():
             self.register_pass(name, factory)

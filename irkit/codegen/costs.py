@@ -65,7 +65,9 @@ def _trip_count(op: Operation) -> int:
 def count_flops(op: Operation) -> int:
     """Floating-point operations executed by `op` and everything nested in it."""
     total = _flops_of(op)
-    inner = sum(count_flops(o) for region in op.regions for block in region.blocks for o in block.ops)
+    inner = sum(
+        count_flops(o) for region in op.regions for block in region.blocks for o in block.ops
+    )
     return total + _trip_count(op) * inner
 
 

@@ -162,7 +162,9 @@ class LLVMEmitter:
 
     def _declare(self, op: func.FuncOp) -> None:
         if op.function_type.outputs.data:
-            raise IrkitError(f"@{op.sym_name.data}: the llvm target expects functions with no results")
+            raise IrkitError(
+                f"@{op.sym_name.data}: the llvm target expects functions with no results"
+            )
         args = [llvm_type(t) for t in op.function_type.inputs.data]
         fn = ll.Function(self.module, ll.FunctionType(ll.VoidType(), args), op.sym_name.data)
         for arg, t in zip(fn.args, op.function_type.inputs.data, strict=True):
@@ -499,7 +501,11 @@ _HANDLERS: dict[type[Operation], Callable[[LLVMEmitter, Operation], None]] = {
     arith.MinSIOp: _minmax_int("<"),
     arith.NegfOp: _unary(lambda b, x, t: b.fneg(x)),
     arith.SIToFPOp: _unary(lambda b, x, t: b.sitofp(x, t)),
-    arith.IndexCastOp: _unary(lambda b, x, t: x if x.type == t else b.sext(x, t) if t.width > x.type.width else b.trunc(x, t)),  # noqa: E501
+    arith.IndexCastOp: _unary(
+        lambda b, x, t: (
+            x if x.type == t else b.sext(x, t) if t.width > x.type.width else b.trunc(x, t)
+        )
+    ),  # noqa: E501
     xmath.RsqrtOp: _unary(lambda b, x, t: b.fdiv(ll.Constant(t, 1.0), b.call(_sqrt(b, t), [x]))),
     memref.LoadOp: _load,
     memref.StoreOp: _store,

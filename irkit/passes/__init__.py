@@ -11,7 +11,6 @@ from collections.abc import Callable
 from xdsl.passes import ModulePass
 
 
-
 def _decompose_composites() -> type[ModulePass]:
     from irkit.passes.decompose_composites import DecomposeCompositesPass
 

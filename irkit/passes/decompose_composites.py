@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
     PatternRewriter,
@@ -31,7 +32,6 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
     op_type_rewrite_pattern,
 )
-from xdsl.passes import ModulePass
 
 from irkit.dialects import graph as g
 
@@ -139,4 +139,3 @@ class DecomposeCompositesPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         decompose(op)
-

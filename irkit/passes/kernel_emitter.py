@@ -471,4 +471,3 @@ EMITTERS: dict[type[Operation], Emit] = {
     g.ConcatOp: _concat,
 }
 """Per op: the scalar at one result index, built from its operands' scalars."""
-

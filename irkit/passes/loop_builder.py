@@ -147,9 +147,7 @@ class LoopBuilder:
         block.add_op(scf.ReduceOp())
         self.block = outer
         zeros, ones = [self.index(0)] * len(extents), [self.index(1)] * len(extents)
-        outer.add_op(
-            scf.ParallelOp(zeros, [self.index(e) for e in extents], ones, Region(block))
-        )
+        outer.add_op(scf.ParallelOp(zeros, [self.index(e) for e in extents], ones, Region(block)))
 
     def if_else(
         self,

@@ -106,8 +106,10 @@ def _clone_kernel(
     block = Block()
     mapping: dict[SSAValue, SSAValue] = {}
     inside = set(ops)
-    kernel = Kernel(_kernel_name(index, ops), g.KernelOp(result_types=[r.type for r in results],
-                                                           regions=[Region(block)]))
+    kernel = Kernel(
+        _kernel_name(index, ops),
+        g.KernelOp(result_types=[r.type for r in results], regions=[Region(block)]),
+    )
     for op in ops:
         for operand in op.operands:
             owner = operand.owner
@@ -166,11 +168,18 @@ def _build_kernel_function(kernel: Kernel, module: ModuleOp) -> func.FuncOp:
     block.add_op(func.ReturnOp())
     roles = (
         [DictionaryAttr({})] * len(kernel.inputs)
-        + [DictionaryAttr({OUTPUT_ATTR: StringAttr(n)}) for n in names[len(kernel.inputs) : len(kernel.inputs) + len(outs)]]
+        + [
+            DictionaryAttr({OUTPUT_ATTR: StringAttr(n)})
+            for n in names[len(kernel.inputs) : len(kernel.inputs) + len(outs)]
+        ]
         + [DictionaryAttr({SCRATCH_ATTR: UnitAttr()})] * len(scratch)
     )
     fn = func.FuncOp(
-        kernel.name, (arg_types, []), Region(block), visibility="private", arg_attrs=ArrayAttr(roles)
+        kernel.name,
+        (arg_types, []),
+        Region(block),
+        visibility="private",
+        arg_attrs=ArrayAttr(roles),
     )
     fn.attributes[KERNEL_ATTR] = UnitAttr()
     return fn
@@ -195,7 +204,9 @@ def _global_for(op: g.ConstantOp, module: ModuleOp) -> memref.GetGlobalOp:
 
 def _output_names(fn: func.FuncOp) -> list[str]:
     names = []
-    attrs = fn.res_attrs.data if fn.res_attrs else [DictionaryAttr({})] * len(fn.function_type.outputs)
+    attrs = (
+        fn.res_attrs.data if fn.res_attrs else [DictionaryAttr({})] * len(fn.function_type.outputs)
+    )
     for i, d in enumerate(attrs):
         name = d.data.get("irkit.name")
         names.append(name.data if isinstance(name, StringAttr) else f"out{i}")
@@ -210,10 +221,16 @@ def _build_driver(fn: func.FuncOp, kernels: list[tuple[Kernel, func.FuncOp]], mo
     block = Block(arg_types=[memref_of(a) for a in graph_args] + [memref_of(v) for v in outputs])
     env: dict[SSAValue, SSAValue] = dict(zip(graph_args, block.args, strict=False))
     out_args = block.args[len(graph_args) :]
-    for arg, name in zip(block.args, [a.name_hint for a in graph_args] + _output_names(fn), strict=True):
+    for arg, name in zip(
+        block.args, [a.name_hint for a in graph_args] + _output_names(fn), strict=True
+    ):
         arg.name_hint = name
     for v, arg in zip(outputs, out_args, strict=True):
-        if v not in env and isinstance(v.owner, Operation) and not isinstance(v.owner, g.ConstantOp):
+        if (
+            v not in env
+            and isinstance(v.owner, Operation)
+            and not isinstance(v.owner, g.ConstantOp)
+        ):
             env[v] = arg  # the kernel writes the output buffer directly
     allocated = []
     for kernel, kfn in kernels:
@@ -285,9 +302,11 @@ def lower_function(fn: func.FuncOp, module: ModuleOp) -> None:
 
 
 def is_graph_function(op: Operation) -> bool:
-    return isinstance(op, func.FuncOp) and any(
-        isinstance(t, TensorType) for t in op.function_type.inputs.data
-    ) or (isinstance(op, func.FuncOp) and any(isinstance(o, g.GraphOp) for o in op.walk()))
+    return (
+        isinstance(op, func.FuncOp)
+        and any(isinstance(t, TensorType) for t in op.function_type.inputs.data)
+        or (isinstance(op, func.FuncOp) and any(isinstance(o, g.GraphOp) for o in op.walk()))
+    )
 
 
 @dataclass(frozen=True)
@@ -301,5 +320,3 @@ class LowerGraphToLoopsPass(ModulePass):
         for fn in [f for f in op.ops if is_graph_function(f)]:
             assert isinstance(fn, func.FuncOp)
             lower_function(fn, op)
-
-

@@ -103,7 +103,9 @@ class Executable(Protocol):
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
 
-    def __call__(self, *arrays: Any, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]: ...
+    def __call__(
+        self, *arrays: Any, out: Sequence[np.ndarray] | None = None
+    ) -> list[np.ndarray]: ...
 
     def bind(self, *arrays: Any) -> Bound: ...
 

@@ -12,7 +12,6 @@ import ctypes
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 import llvmlite.binding as llvm
@@ -21,56 +20,12 @@ from xdsl.dialects import func, memref
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp, StringAttr
 
 from irkit.codegen.costs import count_flops, min_bytes
-from irkit.codegen.llvm import to_llvm
+from irkit.codegen.host import host_target, llvm_ir, optimize
 from irkit.dtypes import numpy_dtype
 from irkit.errors import IrkitError
 from irkit.ir import entry_function, to_text
 from irkit.passes.lower_graph_to_loops import KERNEL_ATTR, OUTPUT_ATTR
 from irkit.runtime.backend import KernelRecord, TensorSpec, check_arrays
-
-
-@dataclass(frozen=True)
-class HostTarget:
-    """The host CPU as LLVM names it."""
-
-    cpu: str
-    features: str
-
-    def machine(self) -> llvm.TargetMachine:
-        """A new O3 target machine for this CPU. Each MCJIT engine gets its own: an engine
-        takes its target machine over, and sharing one between engines corrupts memory."""
-        return llvm.Target.from_default_triple().create_target_machine(
-            cpu=self.cpu, features=self.features, opt=3, codemodel="jitdefault"
-        )
-
-
-@cache
-def host_target() -> HostTarget:
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    return HostTarget(llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
-
-
-def optimize(text: str) -> llvm.ModuleRef:
-    """Parse, verify and optimize LLVM IR with the O3 pipeline for the host."""
-    module = llvm.parse_assembly(text)
-    module.verify()
-    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-    tuning.loop_vectorization = True
-    tuning.slp_vectorization = True
-    tuning.loop_unrolling = True
-    builder = llvm.create_pass_builder(host_target().machine(), tuning)
-    builder.getModulePassManager().run(module, builder)
-    return module
-
-
-def llvm_ir(module: ModuleOp) -> str:
-    """The LLVM IR irkit generates for a loop-level module, for the host target."""
-    machine = host_target().machine()
-    ir_module = to_llvm(module)
-    ir_module.triple = machine.triple
-    ir_module.data_layout = str(machine.target_data)
-    return str(ir_module)
 
 
 def _signature(n: int) -> Callable[[int], Callable[..., None]]:
@@ -163,7 +118,9 @@ class CpuExecutable:
             outputs = list(out)
             for spec, o in zip(self.outputs, outputs, strict=True):
                 if o.shape != spec.shape or o.dtype != spec.dtype or not o.flags.c_contiguous:
-                    raise IrkitError(f"{name}: output buffer {spec.name} must be a contiguous {spec.describe()}")
+                    raise IrkitError(
+                        f"{name}: output buffer {spec.name} must be a contiguous {spec.describe()}"
+                    )
         return inputs, outputs
 
     def __call__(self, *arrays: Any, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
@@ -176,8 +133,12 @@ class CpuExecutable:
         holds real data before a kernel is timed alone."""
         inputs, outputs = self._prepare(arrays, None)
         env = dict(zip(self.entry.body.block.args, [*inputs, *outputs], strict=True))
-        globals_ = {op.sym_name.data: op for op in self.module.ops if isinstance(op, memref.GlobalOp)}
-        bound = CpuBound(self, [a.ctypes.data for a in [*inputs, *outputs]], outputs, list(env.values()))
+        globals_ = {
+            op.sym_name.data: op for op in self.module.ops if isinstance(op, memref.GlobalOp)
+        }
+        bound = CpuBound(
+            self, [a.ctypes.data for a in [*inputs, *outputs]], outputs, list(env.values())
+        )
         for op in self.entry.body.block.ops:
             if isinstance(op, memref.AllocOp):
                 t = op.memref.type
@@ -216,7 +177,10 @@ class CpuBackend:
 
     def available(self) -> tuple[bool, str]:
         target = host_target()
-        return True, f"llvmlite JIT for {target.cpu} (LLVM {'.'.join(map(str, llvm.llvm_version_info))})"
+        return (
+            True,
+            f"llvmlite JIT for {target.cpu} (LLVM {'.'.join(map(str, llvm.llvm_version_info))})",
+        )
 
     def compile(self, module: ModuleOp) -> CpuExecutable:
         source = llvm_ir(module)

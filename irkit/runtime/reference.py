@@ -280,7 +280,9 @@ class ReferenceExecutable:
         self.kernels: list = []
         fn = entry_function(module)
         self.inputs = [
-            TensorSpec(a.name_hint or f"arg{i}", a.type.get_shape(), numpy_dtype(a.type.element_type))  # type: ignore[attr-defined]
+            TensorSpec(
+                a.name_hint or f"arg{i}", a.type.get_shape(), numpy_dtype(a.type.element_type)
+            )  # type: ignore[attr-defined]
             for i, a in enumerate(fn.body.block.args)
         ]
         self.outputs = [

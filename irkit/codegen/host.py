@@ -1,0 +1,60 @@
+"""The host CPU as an LLVM target: target machines, the O3 pipeline, IR and assembly text."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import llvmlite.binding as llvm
+from xdsl.dialects.builtin import ModuleOp
+
+from irkit.codegen.llvm import to_llvm
+
+
+@dataclass(frozen=True)
+class HostTarget:
+    """The host CPU as LLVM names it."""
+
+    cpu: str
+    features: str
+
+    def machine(self) -> llvm.TargetMachine:
+        """A new O3 target machine for this CPU. Each MCJIT engine gets its own: an engine
+        takes its target machine over, and sharing one between engines corrupts memory."""
+        return llvm.Target.from_default_triple().create_target_machine(
+            cpu=self.cpu, features=self.features, opt=3, codemodel="jitdefault"
+        )
+
+
+@cache
+def host_target() -> HostTarget:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    return HostTarget(llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
+
+
+def optimize(text: str) -> llvm.ModuleRef:
+    """Parse, verify and optimize LLVM IR with the O3 pipeline for the host."""
+    module = llvm.parse_assembly(text)
+    module.verify()
+    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+    tuning.loop_vectorization = True
+    tuning.slp_vectorization = True
+    tuning.loop_unrolling = True
+    builder = llvm.create_pass_builder(host_target().machine(), tuning)
+    builder.getModulePassManager().run(module, builder)
+    return module
+
+
+def llvm_ir(module: ModuleOp) -> str:
+    """The LLVM IR irkit generates for a loop-level module, for the host target."""
+    machine = host_target().machine()
+    ir_module = to_llvm(module)
+    ir_module.triple = machine.triple
+    ir_module.data_layout = str(machine.target_data)
+    return str(ir_module)
+
+
+def host_assembly(module: ModuleOp) -> str:
+    """Host assembly for a loop-level module after the O3 pipeline."""
+    return host_target().machine().emit_assembly(optimize(llvm_ir(module)))

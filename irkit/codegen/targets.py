@@ -1,0 +1,65 @@
+"""irkit's `-t` targets for irkit-opt: LLVM IR and host assembly from the loop level.
+
+They print what the CPU backend compiles: `-t llvm` the LLVM IR irkit generates (before
+LLVM's optimizer, so it maps line by line onto the loop IR), `-t asm` the host assembly after
+the O3 pipeline (to see what vectorized).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.utils.target import Target
+
+from irkit.errors import IrkitError
+
+
+def _require_loop_level(module: ModuleOp, target: str) -> None:
+    graph_ops = [op for op in module.walk() if op.dialect_name() == "graph"]
+    if graph_ops:
+        raise IrkitError(
+            f"-t {target} needs loop-level IR, but {graph_ops[0].name} is still here; "
+            "lower first with -p lower-graph-to-loops (or a pipeline such as baseline-cpu)"
+        )
+
+
+@dataclass(frozen=True)
+class LLVMTarget(Target):
+    """LLVM IR (textual) for the host, as irkit generates it."""
+
+    name = "llvm"
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        from irkit.codegen.host import llvm_ir
+
+        _require_loop_level(module, self.name)
+        output.write(llvm_ir(module))
+
+
+@dataclass(frozen=True)
+class AsmTarget(Target):
+    """Host assembly after LLVM's O3 pipeline for this CPU."""
+
+    name = "asm"
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        from irkit.codegen.host import host_assembly
+
+        _require_loop_level(module, self.name)
+        output.write(host_assembly(module))
+
+
+def _llvm() -> type[Target]:
+    return LLVMTarget
+
+
+def _asm() -> type[Target]:
+    return AsmTarget
+
+
+IRKIT_TARGETS: dict[str, Callable[[], type[Target]]] = {"llvm": _llvm, "asm": _asm}
+"""Target name -> factory (xDSL's registry convention: a factory with no parameters)."""

@@ -1,0 +1,1 @@
+"""Measurement: timers, statistics and the fingerprint every result carries."""

@@ -1,0 +1,57 @@
+"""Where and with what a number was measured: every result record carries this."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import subprocess
+import time
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+
+@cache
+def git_sha() -> str | None:
+    """The git commit of the irkit source tree (with "-dirty" if modified), if it is one."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        if sha.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=5,
+        )  # fmt: skip
+        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def host_fingerprint() -> dict:
+    """The host CPU and software stack (for CPU results)."""
+    import llvmlite
+    import llvmlite.binding as llvm
+
+    from irkit import __version__
+    from irkit.codegen.host import host_target
+
+    target = host_target()
+    return {
+        "irkit_version": __version__,
+        "git_sha": git_sha(),
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "llvmlite": llvmlite.__version__,
+        "llvm": ".".join(map(str, llvm.llvm_version_info)),
+        "cpu": target.cpu,
+        "cpu_features_sha": hashlib.sha256(target.features.encode()).hexdigest()[:12],
+        "cpu_count": os.cpu_count(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }

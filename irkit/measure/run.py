@@ -1,0 +1,109 @@
+"""One measured run of a model: compile, check against the reference, then time.
+
+Nothing is timed before it is checked: a run whose outputs disagree with the reference
+returns its checks and no timings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xdsl.dialects.builtin import ModuleOp
+
+from irkit.measure.fingerprint import host_fingerprint
+from irkit.measure.timers import Timing, time_cpu
+from irkit.runtime import compile
+from irkit.runtime.backend import KernelRecord
+from irkit.runtime.check import OutputCheck, check
+
+
+@dataclass(frozen=True)
+class KernelTiming:
+    record: KernelRecord
+    timing: Timing
+
+    @property
+    def seconds(self) -> float:
+        return self.timing.estimate.median
+
+    @property
+    def gflops(self) -> float:
+        return self.record.flops / self.seconds / 1e9
+
+    @property
+    def gbps(self) -> float:
+        return self.record.min_bytes / self.seconds / 1e9
+
+    def to_json(self) -> dict:
+        r = self.record
+        return {"name": r.name, "hash": r.hash, "flops": r.flops, "min_bytes": r.min_bytes,
+                "gflops": self.gflops, "gbps": self.gbps, **self.timing.to_json()}  # fmt: skip
+
+
+@dataclass
+class RunResult:
+    model: str
+    pipeline: str
+    backend: str
+    selection: str
+    compile_seconds: float
+    checks: list[OutputCheck]
+    kernels: list[KernelTiming] = field(default_factory=list)
+    graph: Timing | None = None
+    fingerprint: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    def to_json(self) -> dict:
+        return {
+            "kind": "irkit.run",
+            "model": self.model,
+            "pipeline": self.pipeline,
+            "backend": self.backend,
+            "selection": self.selection,
+            "compile_seconds": self.compile_seconds,
+            "correct": self.passed,
+            "checks": [c.to_json() for c in self.checks],
+            "graph": self.graph.to_json() if self.graph else None,
+            "kernels": [k.to_json() for k in self.kernels],
+            "fingerprint": self.fingerprint,
+        }
+
+
+def run_model(
+    model: ModuleOp | str | Path,
+    pipeline: str | None = None,
+    backend: str = "auto",
+    dims: Mapping[str, int] | None = None,
+    seed: int = 0,
+    precision: float = 0.01,
+    budget_s: float = 1.0,
+) -> RunResult:
+    """Compile, check on fresh inputs (seed), and if correct time the graph and each kernel
+    (each with its own `budget_s`)."""
+    start = time.perf_counter()
+    exe = compile(model, pipeline, backend, dims)
+    compile_seconds = time.perf_counter() - start
+    checks, inputs = check(exe, exe.graph, seed)  # type: ignore[attr-defined]
+    result = RunResult(
+        model=str(model) if not isinstance(model, ModuleOp) else "<module>",
+        pipeline=exe.pipeline,  # type: ignore[attr-defined]
+        backend=exe.backend,
+        selection=exe.selection,  # type: ignore[attr-defined]
+        compile_seconds=compile_seconds,
+        checks=checks,
+        fingerprint=host_fingerprint(),
+    )
+    if not result.passed:
+        return result
+    bound = exe.bind(*inputs)
+    result.graph = time_cpu(bound.run_graph, precision, budget_s)
+    for i, record in enumerate(exe.kernels):
+        timing = time_cpu(lambda i=i: bound.run_kernel(i), precision, budget_s)
+        result.kernels.append(KernelTiming(record, timing))
+    return result

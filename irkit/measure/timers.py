@@ -1,0 +1,82 @@
+"""Timers. On the CPU: `perf_counter_ns` around a batch of calls, after warm-up.
+
+A sample times `reps` back-to-back calls and records the time per call; `reps` is chosen
+once so that a sample lasts at least `min_sample_s`, keeping the clock's resolution and the
+call overhead far below the quantity measured. Sampling stops when the median's CI
+half-width is under `precision`, or at `max_samples`, or when the budget is spent; the
+reason is recorded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from irkit.measure.stats import Estimate, median_ci
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-call times of one function, in seconds, and how they were obtained."""
+
+    samples: np.ndarray
+    reps: int
+    warmup: int
+    stop_reason: str
+    estimate: Estimate
+    timer: str = "perf_counter_ns"
+
+    def to_json(self) -> dict:
+        return {"timer": self.timer, "reps_per_sample": self.reps, "warmup": self.warmup,
+                "stop_reason": self.stop_reason, "seconds": self.estimate.to_json()}  # fmt: skip
+
+
+def calibrate(fn: Callable[[], None], min_sample_s: float) -> int:
+    """Calls per sample so that one sample lasts at least `min_sample_s`."""
+    reps = 1
+    while True:
+        start = time.perf_counter_ns()
+        for _ in range(reps):
+            fn()
+        elapsed = (time.perf_counter_ns() - start) * 1e-9
+        if elapsed >= min_sample_s or reps >= 1 << 20:
+            return reps
+        reps = max(reps * 2, int(reps * min_sample_s / max(elapsed, 1e-9) * 1.2))
+
+
+def time_cpu(
+    fn: Callable[[], None],
+    precision: float = 0.01,
+    budget_s: float = 2.0,
+    min_samples: int = 10,
+    max_samples: int = 200,
+    warmup: int = 1,
+    min_sample_s: float = 2e-4,
+    floor_samples: int = 3,
+) -> Timing:
+    """Time `fn` (see the module docstring); returns per-call seconds.
+
+    Sampling goes on to `min_samples` unless the budget runs out first, and never stops
+    before `floor_samples` (so a one-second kernel still gets a median of three)."""
+    for _ in range(warmup):
+        fn()
+    reps = calibrate(fn, min_sample_s)
+    samples: list[float] = []
+    deadline = time.perf_counter() + budget_s
+    reason = "max_samples"
+    while len(samples) < max_samples:
+        start = time.perf_counter_ns()
+        for _ in range(reps):
+            fn()
+        samples.append((time.perf_counter_ns() - start) * 1e-9 / reps)
+        if len(samples) >= min_samples and median_ci(np.array(samples)).half_width <= precision:
+            reason = "precision"
+            break
+        if len(samples) >= floor_samples and time.perf_counter() > deadline:
+            reason = "budget"
+            break
+    x = np.array(samples)
+    return Timing(x, reps, warmup, reason, median_ci(x))

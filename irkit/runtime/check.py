@@ -1,0 +1,78 @@
+"""Correctness before timing: run an Executable on fresh random inputs, compare with the
+float64 reference.
+
+The error measure is ||out - ref|| / ||ref|| over the finite reference values, with a
+tolerance by element type. Outputs are poisoned with NaN before the run, so an element a
+kernel never wrote shows up; a NaN or inf where the reference is finite always fails, and
+non-finite reference values must be matched exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from irkit.runtime.backend import Executable
+from irkit.runtime.reference import random_inputs, reference
+
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "float16": 5e-3, "bfloat16": 3e-2}
+"""Relative-norm error allowed per output element type (f32 accumulates in f32; f16 and
+bf16 are rounded at every kernel boundary)."""
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    name: str
+    dtype: str
+    rel_error: float
+    max_abs_error: float
+    tolerance: float
+    bad_nonfinite: int
+    """Elements that are NaN/inf in one of output and reference but not both alike."""
+
+    @property
+    def passed(self) -> bool:
+        return self.bad_nonfinite == 0 and self.rel_error <= self.tolerance
+
+    def describe(self) -> str:
+        verdict = "ok" if self.passed else "WRONG"
+        extra = f", {self.bad_nonfinite} non-finite mismatches" if self.bad_nonfinite else ""
+        return (
+            f"{self.name}: {verdict} (relative error {self.rel_error:.2e}, "
+            f"tolerance {self.tolerance:.0e}, max |error| {self.max_abs_error:.2e}{extra})"
+        )
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "passed": self.passed}
+
+
+def compare(name: str, out: np.ndarray, ref: np.ndarray, dtype: np.dtype) -> OutputCheck:
+    got = np.asarray(out, dtype=np.float64)
+    finite = np.isfinite(ref)
+    same_nonfinite = (np.isnan(got) & np.isnan(ref)) | (np.isinf(ref) & (got == ref))
+    bad = int(
+        np.count_nonzero(~finite & ~same_nonfinite) + np.count_nonzero(finite & ~np.isfinite(got))
+    )
+    diff = np.where(finite & np.isfinite(got), got - ref, 0.0)
+    norm = float(np.linalg.norm(np.where(finite, ref, 0.0)))
+    err = float(np.linalg.norm(diff)) / (norm if norm > 0 else 1.0)
+    max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
+    return OutputCheck(name, str(dtype), err, max_abs, TOLERANCE.get(str(dtype), 1e-4), bad)
+
+
+def check(
+    exe: Executable, graph: ModuleOp, seed: int = 0
+) -> tuple[list[OutputCheck], list[np.ndarray]]:
+    """Run `exe` and the reference on the same fresh inputs; one check per output, and the
+    inputs used (so a caller can time on exactly what was checked)."""
+    inputs = random_inputs(graph, seed)
+    expected = reference(graph, *inputs)
+    poisoned = [np.full(s.shape, np.nan, dtype=s.dtype) for s in exe.outputs]
+    got = exe(*inputs, out=poisoned)
+    checks = [
+        compare(spec.name, o, r, spec.dtype)
+        for spec, o, r in zip(exe.outputs, got, expected, strict=True)
+    ]
+    return checks, inputs
