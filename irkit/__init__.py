@@ -4,6 +4,8 @@
 >>> module = irkit.load("examples/mlp.graph", dims={"B": 8})
 >>> inputs = irkit.random_inputs(module, seed=0)
 >>> outputs = irkit.reference(module, *inputs)
+>>> exe = irkit.compile(module, backend="cpu")      # lowered to loops, JIT-compiled
+>>> results = exe(*inputs)                           # numpy arrays, one per output
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from irkit.errors import IrkitError
 from irkit.frontend import load
+from irkit.runtime import compile
 from irkit.runtime.reference import random_inputs, reference
 
 try:
@@ -19,4 +22,4 @@ try:
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0+unknown"
 
-__all__ = ["IrkitError", "load", "random_inputs", "reference", "__version__"]
+__all__ = ["IrkitError", "compile", "load", "random_inputs", "reference", "__version__"]

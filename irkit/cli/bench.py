@@ -108,7 +108,9 @@ def _run(args) -> int:
         "samples",
         "stop",
     ):
-        table.add_column(col, justify="left" if col in ("kernel", "stopped by") else "right", no_wrap=True)
+        table.add_column(
+            col, justify="left" if col in ("kernel", "stopped by") else "right", no_wrap=True
+        )
     for k in result.kernels:
         e = k.timing.estimate
         table.add_row(k.record.name, _fmt_time(e.median), f"{_fmt_time(e.low)}-{_fmt_time(e.high)}",

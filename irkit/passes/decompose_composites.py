@@ -47,19 +47,19 @@ class _Emitter:
     def op(self, cls: type[g.GraphOp], *operands: SSAValue, **props) -> SSAValue:
         new = cls.create_inferred(list(operands), props)
         new.location = self.like.location
-        self.rewriter.insert_op(new)
+        self.rewriter.insert(new)
         return new.results[0]
 
     def scalar(self, value: float) -> SSAValue:
         new = g.ConstantOp.from_values(self.dtype, (), [value])
         new.location = self.like.location
-        self.rewriter.insert_op(new)
+        self.rewriter.insert(new)
         return new.results[0]
 
     def reshape(self, value: SSAValue, shape: Sequence[int]) -> SSAValue:
         new = g.ReshapeOp.build_to(value, shape)
         new.location = self.like.location
-        self.rewriter.insert_op(new)
+        self.rewriter.insert(new)
         return new.results[0]
 
 
@@ -75,7 +75,7 @@ class DecomposeSoftmaxPattern(RewritePattern):
         peak = b.op(g.ReduceMaxOp, op.input, axes=axes, keepdims=keep)
         e = b.op(g.ExpOp, b.op(g.SubOp, op.input, peak))
         total = b.op(g.ReduceSumOp, e, axes=axes, keepdims=keep)
-        rewriter.replace_op(op, [], [b.op(g.DivOp, e, total)])
+        rewriter.replace(op, [], [b.op(g.DivOp, e, total)])
 
 
 class DecomposeLayerNormPattern(RewritePattern):
@@ -93,7 +93,7 @@ class DecomposeLayerNormPattern(RewritePattern):
         eps = b.scalar(g.float_of(op.properties, "eps"))
         inv = b.op(g.RsqrtOp, b.op(g.AddOp, var, eps))
         y = b.op(g.MulOp, b.op(g.MulOp, d, inv), op.gamma)
-        rewriter.replace_op(op, [], [b.op(g.AddOp, y, op.beta)])
+        rewriter.replace(op, [], [b.op(g.AddOp, y, op.beta)])
 
 
 class DecomposeBatchNormPattern(RewritePattern):
@@ -108,7 +108,7 @@ class DecomposeBatchNormPattern(RewritePattern):
         eps = b.scalar(g.float_of(op.properties, "eps"))
         factor = b.op(g.MulOp, b.op(g.RsqrtOp, b.op(g.AddOp, var, eps)), scale)
         centered = b.op(g.SubOp, op.input, mean)
-        rewriter.replace_op(op, [], [b.op(g.AddOp, b.op(g.MulOp, centered, factor), bias)])
+        rewriter.replace(op, [], [b.op(g.AddOp, b.op(g.MulOp, centered, factor), bias)])
 
 
 DECOMPOSE_PATTERNS: tuple[RewritePattern, ...] = (

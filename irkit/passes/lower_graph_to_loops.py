@@ -108,7 +108,7 @@ def _clone_kernel(
     inside = set(ops)
     kernel = Kernel(
         _kernel_name(index, ops),
-        g.KernelOp(result_types=[r.type for r in results], regions=[Region(block)]),
+        g.KernelOp(result_types=[[r.type for r in results]], regions=[Region(block)]),
     )
     for op in ops:
         for operand in op.operands:
