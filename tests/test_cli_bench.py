@@ -33,3 +33,69 @@ def test_reference_command_errors_are_one_line() -> None:
     )
     r = bench()
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_run_checks_then_times_every_kernel(tmp_path) -> None:
+    import json
+
+    out = tmp_path / "run.json"
+    r = bench("run", "examples/elementwise_chain.graph", "--backend", "cpu", "--dim", "N=32",
+              "--dim", "D=64", "--budget", "0.05", "--json", str(out))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "z: ok (relative error" in r.stdout
+    for kernel in ("k0_add", "k1_mul", "k2_relu", "k3_sub", "k4_sigmoid", "k5_mul", "graph (driver"):
+        assert kernel in r.stdout
+    record = json.loads(out.read_text())
+    assert record["correct"] is True and record["backend"] == "cpu"
+    assert record["pipeline"] == "baseline-cpu"
+    assert [k["name"] for k in record["kernels"]][:2] == ["k0_add", "k1_mul"]
+    for k in record["kernels"]:
+        s = k["seconds"]
+        assert 0 < s["ci_low"] <= s["median"] <= s["ci_high"]
+        assert k["flops"] == 32 * 64 * (3 if k["name"] == "k4_sigmoid" else 1)
+        assert k["stop_reason"] in ("precision", "budget", "max_samples")
+    assert record["fingerprint"]["cpu"]
+
+
+def test_a_wrong_result_is_reported_and_never_timed(tmp_path, monkeypatch, capsys) -> None:
+    """A deliberately broken pass (addf -> subf at the loop level) must be caught."""
+    import json
+    from dataclasses import dataclass
+
+    from xdsl.dialects import arith
+    from xdsl.passes import ModulePass
+    from xdsl.rewriter import Rewriter
+
+    from irkit.cli.bench import main
+    from irkit.passes import IRKIT_PASSES
+    from irkit.pipelines import available_passes
+
+    @dataclass(frozen=True)
+    class BreakAddPass(ModulePass):
+        name = "test-break-add"
+
+        def apply(self, ctx, op) -> None:
+            for add in [o for o in op.walk() if isinstance(o, arith.AddfOp)]:
+                Rewriter.replace_op(add, arith.SubfOp(add.lhs, add.rhs))
+
+    monkeypatch.setitem(IRKIT_PASSES, "test-break-add", lambda: BreakAddPass)
+    available_passes.cache_clear()
+    try:
+        out = tmp_path / "wrong.json"
+        code = main(["run", "examples/elementwise_chain.graph", "--backend", "cpu", "--dim", "N=8",
+                     "--dim", "D=8", "-p", "lower-graph-to-loops,test-break-add", "--json", str(out)])  # fmt: skip
+    finally:
+        available_passes.cache_clear()
+    printed = capsys.readouterr().out
+    assert code == 1
+    assert "z: WRONG" in printed and "wrong result: not timed" in printed
+    record = json.loads(out.read_text())
+    assert record["correct"] is False and record["kernels"] == [] and record["graph"] is None
+
+
+def test_run_errors_are_one_line() -> None:
+    r = bench("run", "examples/nope.graph")
+    assert r.returncode == 1 and r.stderr.strip() == "irkit-bench: examples/nope.graph: error: no such file"
+    r = bench("run", "examples/gemm.graph", "--backend", "tpu")
+    assert r.returncode == 1
+    assert r.stderr.strip() == "irkit-bench: error: unknown backend 'tpu'; choose from auto, cpu, reference"

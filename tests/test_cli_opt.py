@@ -160,3 +160,24 @@ def test_failed_run_leaves_no_output_file(tmp_path: Path) -> None:
     r = opt(str(bad), "-o", str(out))
     assert r.returncode == 1
     assert out.read_text() == "precious"
+
+
+def test_llvm_and_asm_targets_print_code_for_the_host() -> None:
+    r = opt("examples/mlp.graph", "--dim", "B=2", "-p", "lower-graph-to-loops", "-t", "llvm")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith('; ModuleID = "irkit"')
+    for name in ("k0_matmul", "k1_add", "k2_gelu", "k3_matmul", "mlp"):
+        assert f'define void @"{name}"' in r.stdout
+    assert 'call float @"erff"' in r.stdout  # exact gelu through libm's erf
+    r = opt("examples/gemm.graph", "--dim", "M=8", "-p", "baseline-cpu", "-t", "asm")
+    assert r.returncode == 0, r.stderr
+    assert "k0_matmul:" in r.stdout and ".text" in r.stdout
+
+
+def test_llvm_target_on_graph_ir_says_to_lower_first() -> None:
+    r = opt("examples/mlp.graph", "-t", "llvm")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip().endswith(
+        "-t llvm needs loop-level IR, but graph.matmul is still here; lower first with "
+        "-p lower-graph-to-loops (or a pipeline such as baseline-cpu)"
+    )

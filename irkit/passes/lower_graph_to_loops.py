@@ -203,13 +203,15 @@ def _global_for(op: g.ConstantOp, module: ModuleOp) -> memref.GetGlobalOp:
 
 
 def _output_names(fn: func.FuncOp) -> list[str]:
+    """Each output's name: its `irkit.name`, else the returned value's SSA name, else outN."""
+    ret = fn.body.block.last_op
+    assert isinstance(ret, func.ReturnOp)
+    n = len(ret.operands)
+    attrs = fn.res_attrs.data if fn.res_attrs else [DictionaryAttr({})] * n
     names = []
-    attrs = (
-        fn.res_attrs.data if fn.res_attrs else [DictionaryAttr({})] * len(fn.function_type.outputs)
-    )
-    for i, d in enumerate(attrs):
+    for i, (d, v) in enumerate(zip(attrs, ret.operands, strict=True)):
         name = d.data.get("irkit.name")
-        names.append(name.data if isinstance(name, StringAttr) else f"out{i}")
+        names.append(name.data if isinstance(name, StringAttr) else v.name_hint or f"out{i}")
     return names
 
 
