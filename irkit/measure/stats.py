@@ -42,3 +42,17 @@ def median_ci(
     alpha = (1 - confidence) / 2
     low, high = np.quantile(boot, [alpha, 1 - alpha])
     return Estimate(med, float(low), float(high), confidence, int(x.size))
+
+
+def ratio_ci(
+    numer: np.ndarray,
+    denom: np.ndarray,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Estimate:
+    """The ratio of two variants' times, paired by round: the median of numer[i]/denom[i]
+    with a bootstrap CI over rounds (pairing cancels drift that hits both alike)."""
+    a, b = np.asarray(numer, dtype=np.float64), np.asarray(denom, dtype=np.float64)
+    n = min(a.size, b.size)
+    return median_ci(a[:n] / b[:n], confidence, resamples, seed)

@@ -80,3 +80,46 @@ def time_cpu(
             break
     x = np.array(samples)
     return Timing(x, reps, warmup, reason, median_ci(x))
+
+
+def time_interleaved(
+    fns: dict[str, Callable[[], None]],
+    precision: float = 0.01,
+    budget_s: float = 10.0,
+    min_rounds: int = 10,
+    max_rounds: int = 200,
+    warmup: int = 1,
+    min_sample_s: float = 2e-4,
+    seed: int = 0,
+) -> dict[str, Timing]:
+    """Time several functions in interleaved rounds, each round in a fresh random order, so
+    that drift (clocks, other load) hits every variant alike. One sample per function per
+    round; stops when every median's CI half-width is under `precision`, at `max_rounds`,
+    or when the budget is spent (after `min_rounds`)."""
+    rng = np.random.default_rng(seed)
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    reps = {name: calibrate(fns[name], min_sample_s) for name in names}
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    deadline = time.perf_counter() + budget_s
+    reason = "max_samples"
+    for r in range(max_rounds):
+        for name in rng.permutation(names):
+            fn, k = fns[name], reps[name]
+            start = time.perf_counter_ns()
+            for _ in range(k):
+                fn()
+            samples[name].append((time.perf_counter_ns() - start) * 1e-9 / k)
+        if r + 1 >= min_rounds:
+            if all(median_ci(np.array(s)).half_width <= precision for s in samples.values()):
+                reason = "precision"
+                break
+            if time.perf_counter() > deadline:
+                reason = "budget"
+                break
+    return {
+        name: Timing(np.array(s), reps[name], warmup, reason, median_ci(np.array(s)))
+        for name, s in samples.items()
+    }

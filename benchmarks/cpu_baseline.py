@@ -1,0 +1,117 @@
+"""The unoptimized CPU lowering against numpy, single-threaded, measured in the same run.
+
+    python benchmarks/cpu_baseline.py [--quick] [--out benchmarks/results/cpu_baseline.jsonl]
+
+Workloads: examples/elementwise_chain.graph and examples/gemm.graph at sizes where irkit's
+baseline takes tens of milliseconds. Each irkit variant is first checked against the float64
+reference; then irkit and the numpy peer (the same computation written in numpy, float32)
+are timed in interleaved rounds on the same inputs. Reported: each median with a 95%
+bootstrap CI, and the speed ratio numpy_time / irkit_time paired by round (> 1 means irkit
+is faster). No target is set for the baseline; the optimization passes set them.
+"""
+
+from __future__ import annotations
+
+import os
+
+for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[var] = "1"  # numpy single-threaded: must precede numpy's import
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import irkit  # noqa: E402
+from irkit.measure.fingerprint import host_fingerprint  # noqa: E402
+from irkit.measure.stats import ratio_ci  # noqa: E402
+from irkit.measure.timers import time_interleaved  # noqa: E402
+from irkit.runtime.check import check  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def elementwise_peer(x, y, bias):
+    t = (x + bias) * y
+    t = np.maximum(t, np.float32(0)) - x
+    return np.float32(1) / (np.float32(1) + np.exp(-t)) * np.float32(2)
+
+
+WORKLOADS = {
+    # name: (model, dims, quick dims, numpy peer)
+    "elementwise_chain": ("examples/elementwise_chain.graph", {"N": 4096, "D": 2048},
+                          {"N": 512, "D": 512}, elementwise_peer),
+    "gemm": ("examples/gemm.graph", {"M": 384, "N": 384, "K": 384},
+             {"M": 128, "N": 128, "K": 128}, lambda a, b: a @ b),
+}  # fmt: skip
+
+
+def measure(name: str, quick: bool, pipeline: str, budget: float) -> dict:
+    path, dims, quick_dims, peer = WORKLOADS[name]
+    dims = quick_dims if quick else dims
+    module = irkit.load(ROOT / path, dims)
+    exe = irkit.compile(module, pipeline, backend="cpu")
+    checks, inputs = check(exe, module, seed=0)
+    if not all(c.passed for c in checks):
+        raise SystemExit(
+            f"{name}: irkit's result is wrong; not timed: {[c.describe() for c in checks]}"
+        )
+    peer_out = peer(*inputs)
+    assert np.allclose(peer_out, exe(*inputs)[0], rtol=1e-3, atol=1e-4), f"{name}: peer disagrees"
+    bound = exe.bind(*inputs)
+    timings = time_interleaved(
+        {"irkit": bound.run_graph, "numpy": lambda: peer(*inputs)}, budget_s=budget
+    )
+    speed = ratio_ci(timings["numpy"].samples, timings["irkit"].samples)
+    return {
+        "kind": "irkit.benchmark", "benchmark": "cpu_baseline", "workload": name, "dims": dims,
+        "pipeline": exe.pipeline, "kernels": [{"name": k.name, "hash": k.hash, "flops": k.flops,
+                                               "min_bytes": k.min_bytes} for k in exe.kernels],
+        "checks": [c.to_json() for c in checks],
+        "irkit": timings["irkit"].to_json(), "numpy": timings["numpy"].to_json(),
+        "speedup_vs_numpy": speed.to_json(),
+        "protocol": "interleaved randomized rounds, perf_counter_ns, warm caches, numpy and "
+                    "OpenBLAS single-threaded, same inputs, irkit checked against float64 first",
+        "numpy_blas": _blas(), "fingerprint": host_fingerprint(),
+    }  # fmt: skip
+
+
+def _blas() -> str:
+    try:
+        info = np.show_config(mode="dicts")["Build Dependencies"]["blas"]  # type: ignore[index]
+        return f"{info.get('name')} {info.get('version')}"
+    except Exception:  # show_config's shape varies across numpy versions
+        return "unknown"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, short budget")
+    parser.add_argument("-p", "--pipeline", default="baseline-cpu")
+    parser.add_argument("--budget", type=float, default=None, help="seconds per workload")
+    parser.add_argument("--out", default=None, help="append records to this JSON Lines file")
+    args = parser.parse_args()
+    budget = args.budget or (2.0 if args.quick else 20.0)
+    print(f"{'workload':20} {'irkit (median, 95% CI)':>28} {'numpy':>28} {'numpy/irkit':>22}")
+    for name in WORKLOADS:
+        rec = measure(name, args.quick, args.pipeline, budget)
+        it, npy, sp = rec["irkit"]["seconds"], rec["numpy"]["seconds"], rec["speedup_vs_numpy"]
+        print(f"{name:20} {_ms(it):>28} {_ms(npy):>28} "
+              f"{sp['median']:6.3f}x [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]")  # fmt: skip
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+    print(
+        f"host {host_fingerprint()['cpu']}; pipeline {args.pipeline}; numpy/irkit > 1 means irkit is faster"
+    )
+    return 0
+
+
+def _ms(s: dict) -> str:
+    return f"{s['median'] * 1e3:.3f} ms [{s['ci_low'] * 1e3:.3f}, {s['ci_high'] * 1e3:.3f}]"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
