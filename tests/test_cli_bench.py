@@ -43,7 +43,15 @@ def test_run_checks_then_times_every_kernel(tmp_path) -> None:
               "--dim", "D=64", "--budget", "0.05", "--json", str(out))  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "z: ok (relative error" in r.stdout
-    for kernel in ("k0_add", "k1_mul", "k2_relu", "k3_sub", "k4_sigmoid", "k5_mul", "graph (driver"):
+    for kernel in (
+        "k0_add",
+        "k1_mul",
+        "k2_relu",
+        "k3_sub",
+        "k4_sigmoid",
+        "k5_mul",
+        "graph (driver",
+    ):
         assert kernel in r.stdout
     record = json.loads(out.read_text())
     assert record["correct"] is True and record["backend"] == "cpu"
@@ -95,7 +103,13 @@ def test_a_wrong_result_is_reported_and_never_timed(tmp_path, monkeypatch, capsy
 
 def test_run_errors_are_one_line() -> None:
     r = bench("run", "examples/nope.graph")
-    assert r.returncode == 1 and r.stderr.strip() == "irkit-bench: examples/nope.graph: error: no such file"
+    assert (
+        r.returncode == 1
+        and r.stderr.strip() == "irkit-bench: examples/nope.graph: error: no such file"
+    )
     r = bench("run", "examples/gemm.graph", "--backend", "tpu")
     assert r.returncode == 1
-    assert r.stderr.strip() == "irkit-bench: error: unknown backend 'tpu'; choose from auto, cpu, reference"
+    assert (
+        r.stderr.strip()
+        == "irkit-bench: error: unknown backend 'tpu'; choose from auto, cpu, reference"
+    )
