@@ -38,10 +38,7 @@ def calibrate(fn: Callable[[], None], min_sample_s: float) -> int:
     """Calls per sample so that one sample lasts at least `min_sample_s`."""
     reps = 1
     while True:
-        start = time.perf_counter_ns()
-        for _ in range(reps):
-            fn()
-        elapsed = (time.perf_counter_ns() - start) * 1e-9
+        elapsed = _sample(fn, reps) * reps
         if elapsed >= min_sample_s or reps >= 1 << 20:
             return reps
         reps = max(reps * 2, int(reps * min_sample_s / max(elapsed, 1e-9) * 1.2))
@@ -57,29 +54,23 @@ def time_cpu(
     min_sample_s: float = 2e-4,
     floor_samples: int = 3,
 ) -> Timing:
-    """Time `fn` (see the module docstring); returns per-call seconds.
+    """Time one function (see the module docstring); returns per-call seconds.
 
     Sampling goes on to `min_samples` unless the budget runs out first, and never stops
     before `floor_samples` (so a one-second kernel still gets a median of three)."""
-    for _ in range(warmup):
+    timings = time_interleaved(
+        {"fn": fn}, precision, budget_s, min_samples, max_samples, warmup, min_sample_s,
+        floor_rounds=floor_samples,
+    )  # fmt: skip
+    return timings["fn"]
+
+
+def _sample(fn: Callable[[], None], reps: int) -> float:
+    """Seconds per call over one batch of `reps` back-to-back calls."""
+    start = time.perf_counter_ns()
+    for _ in range(reps):
         fn()
-    reps = calibrate(fn, min_sample_s)
-    samples: list[float] = []
-    deadline = time.perf_counter() + budget_s
-    reason = "max_samples"
-    while len(samples) < max_samples:
-        start = time.perf_counter_ns()
-        for _ in range(reps):
-            fn()
-        samples.append((time.perf_counter_ns() - start) * 1e-9 / reps)
-        if len(samples) >= min_samples and median_ci(np.array(samples)).half_width <= precision:
-            reason = "precision"
-            break
-        if len(samples) >= floor_samples and time.perf_counter() > deadline:
-            reason = "budget"
-            break
-    x = np.array(samples)
-    return Timing(x, reps, warmup, reason, median_ci(x))
+    return (time.perf_counter_ns() - start) * 1e-9 / reps
 
 
 def time_interleaved(
@@ -91,11 +82,14 @@ def time_interleaved(
     warmup: int = 1,
     min_sample_s: float = 2e-4,
     seed: int = 0,
+    floor_rounds: int | None = None,
 ) -> dict[str, Timing]:
     """Time several functions in interleaved rounds, each round in a fresh random order, so
     that drift (clocks, other load) hits every variant alike. One sample per function per
-    round; stops when every median's CI half-width is under `precision`, at `max_rounds`,
-    or when the budget is spent (after `min_rounds`)."""
+    round; stops when every median's CI half-width is under `precision` (checked from
+    `min_rounds` on), at `max_rounds`, or when the budget is spent (checked from
+    `floor_rounds` on, by default `min_rounds`)."""
+    floor = min_rounds if floor_rounds is None else floor_rounds
     rng = np.random.default_rng(seed)
     names = list(fns)
     for name in names:
@@ -107,18 +101,14 @@ def time_interleaved(
     reason = "max_samples"
     for r in range(max_rounds):
         for name in rng.permutation(names):
-            fn, k = fns[name], reps[name]
-            start = time.perf_counter_ns()
-            for _ in range(k):
-                fn()
-            samples[name].append((time.perf_counter_ns() - start) * 1e-9 / k)
-        if r + 1 >= min_rounds:
-            if all(median_ci(np.array(s)).half_width <= precision for s in samples.values()):
-                reason = "precision"
-                break
-            if time.perf_counter() > deadline:
-                reason = "budget"
-                break
+            samples[name].append(_sample(fns[name], reps[name]))
+        precise = all(median_ci(np.array(s)).half_width <= precision for s in samples.values())
+        if r + 1 >= min_rounds and precise:
+            reason = "precision"
+            break
+        if r + 1 >= floor and time.perf_counter() > deadline:
+            reason = "budget"
+            break
     return {
         name: Timing(np.array(s), reps[name], warmup, reason, median_ci(np.array(s)))
         for name, s in samples.items()
