@@ -23,7 +23,7 @@ from xdsl.xdsl_opt_main import VersionAction, xDSLOptMain
 
 from irkit.cli.common import OneLineArgumentParser, debug_level, parse_dim, run_main
 from irkit.errors import IrkitError
-from irkit.frontend import FRONTENDS, parse_source, read_text
+from irkit.frontend import FRONTENDS, load, parse_source, read_text
 from irkit.ir import make_context
 from irkit.pipelines import PIPELINES, apply_passes, available_passes, parse_passes
 
@@ -102,6 +102,12 @@ class IrkitOptMain(xDSLOptMain):
             self._list_passes()
             return
         passes = parse_passes(self.args.passes) if self.args.passes else []
+        path = self.args.input_file
+        if path and Path(path).suffix.lower() == ".onnx":  # binary: the ONNX frontend reads it
+            module = load(path, dict(self.args.dim))
+            apply_passes(module, passes, self.ctx, self._after_pass, self.args.reproducer_dir)
+            self._write(self.output_resulting_program(module))
+            return
         text, filename, kind = self._read_input()
         chunks = _split(text) if self.args.split_input_file else [text]
         outputs = []

@@ -13,7 +13,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from irkit.errors import IrkitError, SourceLocation
 
-FRONTENDS = (".graph", ".mlir")
+FRONTENDS = (".graph", ".mlir", ".onnx")
 
 
 def read_text(path: str | Path) -> str:
@@ -70,5 +70,13 @@ def parse_source(
 
 
 def load(path: str | Path, dims: Mapping[str, int] | None = None) -> ModuleOp:
-    """Load a model file as a verified module. `dims` overrides named dims of a .graph model."""
+    """Load a model file as a verified module. `dims` overrides named dims of a .graph model,
+    or gives symbolic input dims of an .onnx model their sizes."""
+    if Path(path).suffix.lower() == ".onnx":
+        from irkit.frontend.onnx import load_onnx
+        from irkit.ir import verify
+
+        module = load_onnx(path, dims)
+        verify(module)
+        return module
     return parse_source(read_text(path), str(path), Path(path).suffix.lower(), dims)

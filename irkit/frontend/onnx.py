@@ -1,0 +1,306 @@
+"""ONNX frontend: an .onnx file -> a module of graph-dialect ops.
+
+The onnx package does the reading and the checking: `onnx.load` (with external data),
+`onnx.checker.check_model`, and `onnx.shape_inference.infer_shapes` in strict mode, after
+symbolic input dims are fixed from `dims` (`--dim N=8`). Nodes are then mapped one by one
+through `CONVERTERS` (op type -> converter; `irkit/frontend/onnx_ops.py`), which knows the
+opset differences (attribute vs input forms of axes, Softmax before and after opset 13).
+
+Values known at import time are folded: initializers, Constant nodes, Shape of a static
+tensor, and any node whose inputs are all known (evaluated by onnx's own reference
+implementation, so shape subgraphs like Shape -> Gather -> Concat -> Reshape disappear).
+Float initializers that reach a graph op become `graph.constant`s (the weights are part of
+the model); integer ones are only ever consumed at import (shapes, axes, pads).
+
+Every failure is one IrkitError naming the file, and the node (name, op type, domain,
+opset) where one is involved.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DenseIntOrFPElementsAttr,
+    DictionaryAttr,
+    ModuleOp,
+    StringAttr,
+)
+from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.utils.exceptions import VerifyException
+
+from irkit.dialects import graph as g
+from irkit.dtypes import DTYPES
+from irkit.errors import IrkitError
+
+ONNX_DTYPES: dict[int, str] = {
+    TensorProto.FLOAT: "f32",
+    TensorProto.DOUBLE: "f64",
+    TensorProto.FLOAT16: "f16",
+    TensorProto.BFLOAT16: "bf16",
+}
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+class Unsupported(IrkitError):
+    """A node or attribute combination irkit does not import (a documented limit)."""
+
+
+def read_model(path: str | Path) -> onnx.ModelProto:
+    """onnx.load with one-line errors for a missing, non-ONNX, truncated or incomplete file."""
+    p = Path(path)
+    if not p.exists():
+        raise IrkitError("no such file", str(path))
+    try:
+        model = onnx.load(str(p), load_external_data=False)
+    except Exception as e:  # protobuf's DecodeError and friends
+        raise IrkitError(f"not an ONNX model (cannot decode it: {_short(e)})", str(path)) from None
+    if not model.graph.node and not model.graph.output:
+        raise IrkitError("not an ONNX model (no graph in the file)", str(path))
+    try:
+        onnx.load_external_data_for_model(model, str(p.parent))
+    except (FileNotFoundError, OSError) as e:
+        missing = getattr(e, "filename", None) or _short(e)
+        raise IrkitError(f"external data file missing: {missing}", str(path)) from None
+    return model
+
+
+def _short(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text[:200] or type(e).__name__
+
+
+def fix_input_dims(model: onnx.ModelProto, dims: Mapping[str, int], path: str) -> None:
+    """Give every symbolic or unknown input dim a size from `dims`, or fail saying which."""
+    initializers = {i.name for i in model.graph.initializer}
+    used = set()
+    for inp in model.graph.input:
+        if inp.name in initializers:
+            continue
+        for i, d in enumerate(inp.type.tensor_type.shape.dim):
+            if d.HasField("dim_value"):
+                continue
+            name = d.dim_param if d.HasField("dim_param") else None
+            if name and name in dims:
+                d.Clear()
+                d.dim_value = dims[name]
+                used.add(name)
+                continue
+            what = f"dynamic dim '{name}'" if name else f"unknown dim #{i}"
+            hint = f"--dim {name}=SIZE" if name else "a static shape in the model"
+            raise IrkitError(f"input '{inp.name}' has a {what}; give {hint}", path)
+    unknown = set(dims) - used
+    if unknown:
+        raise IrkitError(f"--dim {sorted(unknown)[0]}: no model input has such a dim", path)
+
+
+def load_onnx(path: str | Path, dims: Mapping[str, int] | None = None) -> ModuleOp:
+    """Import an ONNX model file as a verified-to-be graph module (see the module doc)."""
+    return import_model(read_model(path), str(path), dims)
+
+
+def import_model(
+    model: onnx.ModelProto, where: str, dims: Mapping[str, int] | None = None
+) -> ModuleOp:
+    """Import an in-memory ModelProto; `where` names it in errors. The proto is not changed."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    fix_input_dims(model, dims or {}, where)
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        raise IrkitError(f"invalid ONNX model: {_short(e)}", where) from None
+    try:
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as e:  # InferenceError
+        raise IrkitError(f"ONNX shape inference failed: {_short(e)}", where) from None
+    return OnnxImporter(model, where).run()
+
+
+class OnnxImporter:
+    """Walks an (inferred) ONNX graph in order, building graph-dialect ops."""
+
+    def __init__(self, model: onnx.ModelProto, path: str):
+        self.model = model
+        self.graph = model.graph
+        self.path = path
+        self.opset = next((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS), 1)
+        self.values: dict[str, SSAValue] = {}
+        self.consts: dict[str, np.ndarray] = {
+            i.name: numpy_helper.to_array(i) for i in self.graph.initializer
+        }
+        self.block = Block()
+        self.node: onnx.NodeProto | None = None
+
+    # --- the walk ------------------------------------------------------------------------
+
+    def run(self) -> ModuleOp:
+        from irkit.frontend.onnx_ops import CONVERTERS
+
+        args = [i for i in self.graph.input if i.name not in self.consts]
+        for inp in args:
+            t = inp.type.tensor_type
+            dtype = self._dtype(t.elem_type, f"input '{inp.name}'")
+            shape = [d.dim_value for d in t.shape.dim]
+            if 0 in shape:
+                raise self.unsupported(
+                    f"input '{inp.name}' is empty (shape {shape}); irkit needs non-empty tensors"
+                )
+            arg = self.block.insert_arg(g.tensor(DTYPES[dtype], shape), len(self.block.args))
+            arg.name_hint = _ssa_name(inp.name)
+            self.values[inp.name] = arg
+        for node in self.graph.node:
+            self.node = node
+            if node.domain not in DEFAULT_DOMAINS:
+                raise self.unsupported(f"custom domain '{node.domain}' is not supported")
+            if self._fold(node):
+                continue
+            convert = CONVERTERS.get(node.op_type)
+            if convert is None:
+                raise self.unsupported("this op is not supported")
+            try:
+                outs = convert(self, node)
+            except VerifyException as e:
+                raise self.error(str(e)) from None
+            for name, value in zip(node.output, outs, strict=False):
+                if name:
+                    self.values[name] = value
+                    if value.name_hint is None:
+                        value.name_hint = _ssa_name(name)
+        self.node = None
+        return self._module()
+
+    def _module(self) -> ModuleOp:
+        outputs = [self.tensor(o.name) for o in self.graph.output]
+        self.block.add_op(func.ReturnOp(*outputs))
+        name = _ssa_name(self.graph.name or Path(self.path).stem) or "main"
+        fn = func.FuncOp(
+            name,
+            ([a.type for a in self.block.args], [v.type for v in outputs]),
+            Region(self.block),
+            arg_attrs=ArrayAttr([DictionaryAttr({})] * len(self.block.args)),
+            res_attrs=ArrayAttr(
+                [DictionaryAttr({"irkit.name": StringAttr(o.name)}) for o in self.graph.output]
+            ),
+        )
+        return ModuleOp([fn])
+
+    def _fold(self, node: onnx.NodeProto) -> bool:
+        """Evaluate `node` now if everything it reads is known; True if it was."""
+        if node.op_type in ("Shape", "Size") and node.input[0] in self.values:
+            shape = np.array(self.shape(node.input[0]), dtype=np.int64)
+            self.consts[node.output[0]] = _shape_op(node, shape)
+            return True
+        inputs = [n for n in node.input if n]
+        if node.op_type != "Constant" and (not inputs or not all(n in self.consts for n in inputs)):
+            return False
+        if node.op_type in ("RandomUniform", "RandomNormal", "Bernoulli"):
+            return False
+        from onnx.reference import ReferenceEvaluator
+
+        outputs = [o for o in node.output if o]
+        graph = helper.make_graph(
+            [node], "fold", [], [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
+            [numpy_helper.from_array(self.consts[n], n) for n in dict.fromkeys(inputs)],
+        )  # fmt: skip
+        folded = helper.make_model(graph, opset_imports=list(self.model.opset_import))
+        try:
+            results = ReferenceEvaluator(folded).run(None, {})
+        except Exception as e:
+            raise self.error(f"cannot fold this constant node: {_short(e)}") from None
+        self.consts.update(zip(outputs, (np.asarray(r) for r in results), strict=True))
+        return True
+
+    # --- what converters use ----------------------------------------------------------------
+
+    def tensor(self, name: str) -> SSAValue:
+        """The graph value called `name`; a known float array becomes a graph.constant."""
+        if name in self.values:
+            return self.values[name]
+        if name in self.consts:
+            array = self.consts[name]
+            dtype = _array_dtype(array)
+            if dtype is None:
+                raise self.unsupported(
+                    f"'{name}' is a {array.dtype} tensor; irkit computes on floats"
+                )
+            op = g.ConstantOp.create_inferred([], {"value": _dense(array, DTYPES[dtype])})
+            self.block.add_op(op)
+            self.values[name] = op.results[0]
+            op.results[0].name_hint = _ssa_name(name)
+            return op.results[0]
+        raise self.error(f"input '{name}' is not defined before this node")
+
+    def const(self, name: str, what: str) -> np.ndarray:
+        """An input that must be known at import time (axes, shapes, pads)."""
+        if name in self.consts:
+            return self.consts[name]
+        raise self.unsupported(f"{what} ('{name}') must be a constant; it is computed at run time")
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        if name in self.consts:
+            return tuple(self.consts[name].shape)
+        return tuple(self.tensor(name).type.get_shape())  # type: ignore[attr-defined]
+
+    def op(self, cls: type[g.GraphOp], *operands: SSAValue, **props: Attribute) -> SSAValue:
+        new = cls.create_inferred(list(operands), props)
+        self.block.add_op(new)
+        return new.results[0]
+
+    def add_op(self, op: g.GraphOp) -> SSAValue:
+        self.block.add_op(op)
+        return op.results[0]
+
+    def scalar(self, value: float, like: SSAValue) -> SSAValue:
+        dtype = like.type.element_type  # type: ignore[attr-defined]
+        return self.add_op(g.ConstantOp.from_values(dtype, (), [float(value)]))
+
+    def where(self) -> str:
+        n = self.node
+        if n is None:
+            return self.path
+        label = f"'{n.name}'" if n.name else f"#{list(self.graph.node).index(n)}"
+        domain = n.domain or "ai.onnx"
+        return f"{self.path}: node {label} ({n.op_type}, domain {domain}, opset {self.opset})"
+
+    def error(self, message: str) -> IrkitError:
+        return IrkitError(message, self.where())
+
+    def unsupported(self, message: str) -> Unsupported:
+        return Unsupported(message, self.where())
+
+    def _dtype(self, elem_type: int, what: str) -> str:
+        if elem_type not in ONNX_DTYPES:
+            name = TensorProto.DataType.Name(elem_type)
+            raise self.unsupported(
+                f"{what} has element type {name}; irkit computes on f16, bf16, f32, f64"
+            )
+        return ONNX_DTYPES[elem_type]
+
+
+def _shape_op(node: onnx.NodeProto, shape: np.ndarray) -> np.ndarray:
+    if node.op_type == "Size":
+        return np.array(int(np.prod(shape)), dtype=np.int64)
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    return shape[attrs.get("start", 0) : attrs.get("end", len(shape))]
+
+
+def _array_dtype(array: np.ndarray) -> str | None:
+    name = str(array.dtype)
+    return {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}.get(name)
+
+
+def _dense(array: np.ndarray, element_type: Attribute) -> DenseIntOrFPElementsAttr:
+    values = np.asarray(array, dtype=np.float64).reshape(-1).tolist()
+    return DenseIntOrFPElementsAttr.from_list(g.tensor(element_type, array.shape), values)
+
+
+def _ssa_name(name: str) -> str:
+    cleaned = re.sub(r"\W", "_", name).strip("_")
+    return cleaned if cleaned and not cleaned[0].isdigit() else f"v_{cleaned}"

@@ -1,0 +1,493 @@
+"""ONNX op -> graph-dialect converters, one function per op type, in one table.
+
+A converter takes the importer and the node and returns the node's output values. Where
+ONNX and the graph dialect differ in what they can express, the converter raises
+`Unsupported` with the reason; `SUPPORT` documents each op's limits (the README table and
+`docs/onnx.md` are generated from it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper
+from xdsl.ir import SSAValue
+
+from irkit.dialects import graph as g
+from irkit.dtypes import DTYPES
+from irkit.frontend.onnx import ONNX_DTYPES, OnnxImporter
+
+Converter = Callable[[OnnxImporter, onnx.NodeProto], list[SSAValue]]
+
+
+def attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def inputs(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    return [im.tensor(n) for n in node.input if n]
+
+
+def rank(v: SSAValue) -> int:
+    return len(v.type.get_shape())  # type: ignore[attr-defined]
+
+
+def shape(v: SSAValue) -> tuple[int, ...]:
+    return tuple(v.type.get_shape())  # type: ignore[attr-defined]
+
+
+# --- elementwise ---------------------------------------------------------------------------
+
+
+def binary(cls: type[g.GraphOp]) -> Converter:
+    def convert(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+        a, b = inputs(im, node)
+        return [im.op(cls, a, _like(im, b, a))]
+
+    return convert
+
+
+def variadic(cls: type[g.GraphOp]) -> Converter:
+    """Sum, Max, Min: a left fold of the binary op over every input."""
+
+    def convert(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+        values = inputs(im, node)
+        out = values[0]
+        for v in values[1:]:
+            out = im.op(cls, out, v)
+        if len(values) == 1:  # Sum(x) is x; keep a distinct value for the output name
+            out = im.op(g.AddOp, out, im.scalar(0.0, out))
+        return [out]
+
+    return convert
+
+
+def unary(cls: type[g.GraphOp], **fixed) -> Converter:
+    def convert(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+        (x,) = inputs(im, node)[:1]
+        return [im.op(cls, x, **fixed)]
+
+    return convert
+
+
+def _like(im: OnnxImporter, v: SSAValue, like: SSAValue) -> SSAValue:
+    """`v` in `like`'s element type (Pow's exponent may be an integer constant)."""
+    if v.type.element_type == like.type.element_type:  # type: ignore[attr-defined]
+        return v
+    return im.add_op(g.CastOp.build_to(v, like.type.element_type))  # type: ignore[attr-defined]
+
+
+def _pow(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    base = im.tensor(node.input[0])
+    name = node.input[1]
+    if name in im.consts and im.consts[name].dtype.kind in "iu":
+        exponent = im.add_op(
+            g.ConstantOp.from_values(
+                base.type.element_type,
+                im.consts[name].shape,  # type: ignore[attr-defined]
+                im.consts[name].astype(np.float64).reshape(-1).tolist(),
+            )  # fmt: skip
+        )
+    else:
+        exponent = _like(im, im.tensor(name), base)
+    return [im.op(g.PowOp, base, exponent)]
+
+
+def _leaky_relu(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    (x,) = inputs(im, node)
+    return [
+        im.op(g.LeakyReluOp, x, alpha=g.FloatAttr(attrs(node).get("alpha", 0.01), g.Float64Type()))
+    ]
+
+
+def _gelu(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    (x,) = inputs(im, node)
+    approx = attrs(node).get("approximate", "none")
+    approx = approx.decode() if isinstance(approx, bytes) else approx
+    return [im.op(g.GeluOp, x, approximate=g.StringAttr(approx))]
+
+
+def _cast(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    (x,) = inputs(im, node)
+    to = attrs(node)["to"]
+    if to not in ONNX_DTYPES:
+        raise im.unsupported(
+            f"casting to {onnx.TensorProto.DataType.Name(to)} (irkit computes on floats)"
+        )
+    return [im.add_op(g.CastOp.build_to(x, DTYPES[ONNX_DTYPES[to]]))]
+
+
+def _identity(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    if node.op_type == "Dropout" and len(node.output) > 1 and node.output[1]:
+        if any(node.output[1] in n.input for n in im.graph.node) or any(
+            o.name == node.output[1] for o in im.graph.output
+        ):
+            raise im.unsupported("Dropout's mask output is used; irkit imports inference graphs")
+    if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]:
+        if bool(im.const(node.input[2], "training_mode").item()):
+            raise im.unsupported("Dropout in training mode; irkit imports inference graphs")
+    return [im.tensor(node.input[0])]
+
+
+# --- contractions ------------------------------------------------------------------------------
+
+
+def _matmul(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    a, b = inputs(im, node)
+    squeeze_a, squeeze_b = rank(a) == 1, rank(b) == 1
+    if squeeze_a:
+        a = im.add_op(g.ReshapeOp.build_to(a, [1, shape(a)[0]]))
+    if squeeze_b:
+        b = im.add_op(g.ReshapeOp.build_to(b, [shape(b)[0], 1]))
+    if rank(a) == 2 and rank(b) == 2:
+        out = im.op(g.MatmulOp, a, b)
+    else:
+        while rank(a) < 3:
+            a = im.add_op(g.ReshapeOp.build_to(a, [1, *shape(a)]))
+        while rank(b) < 3:
+            b = im.add_op(g.ReshapeOp.build_to(b, [1, *shape(b)]))
+        out = im.op(g.BatchMatmulOp, a, b)
+    final = list(shape(out))
+    if squeeze_b:
+        final.pop(-1)
+    if squeeze_a:
+        final.pop(-2 if not squeeze_b else -1)
+    expected = _inferred(im, node.output[0])
+    if expected is not None:
+        final = list(expected)
+    if tuple(final) != shape(out):
+        out = im.add_op(g.ReshapeOp.build_to(out, final))
+    return [out]
+
+
+def _inferred(im: OnnxImporter, name: str) -> tuple[int, ...] | None:
+    for vi in [*im.graph.value_info, *im.graph.output]:
+        if vi.name == name and vi.type.tensor_type.HasField("shape"):
+            return tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+    return None
+
+
+def _gemm(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    a_ = attrs(node)
+    a, b = im.tensor(node.input[0]), im.tensor(node.input[1])
+    if a_.get("transA", 0):
+        a = im.op(g.TransposeOp, a, perm=g.int_array([1, 0]))
+    if a_.get("transB", 0):
+        b = im.op(g.TransposeOp, b, perm=g.int_array([1, 0]))
+    y = im.op(g.MatmulOp, a, b)
+    if a_.get("alpha", 1.0) != 1.0:
+        y = im.op(g.MulOp, y, im.scalar(a_["alpha"], y))
+    if len(node.input) > 2 and node.input[2]:
+        c = im.tensor(node.input[2])
+        if a_.get("beta", 1.0) != 1.0:
+            c = im.op(g.MulOp, c, im.scalar(a_["beta"], c))
+        y = im.op(g.AddOp, y, c)
+    return [y]
+
+
+def _auto_pads(im, node, spatial: Sequence[int], kernel, strides, dilations) -> list[int]:
+    a = attrs(node)
+    mode = a.get("auto_pad", b"NOTSET")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode in ("NOTSET", ""):
+        pads = list(a.get("pads", [0] * (2 * len(spatial))))
+        return pads
+    if mode == "VALID":
+        return [0] * (2 * len(spatial))
+    begin, end = [], []
+    for size, k, s, d in zip(spatial, kernel, strides, dilations, strict=True):
+        out = math.ceil(size / s)
+        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+        small, big = total // 2, total - total // 2
+        begin.append(small if mode == "SAME_UPPER" else big)
+        end.append(big if mode == "SAME_UPPER" else small)
+    return begin + end
+
+
+def _conv(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    x, w = im.tensor(node.input[0]), im.tensor(node.input[1])
+    if rank(x) != 4:
+        raise im.unsupported(f"Conv on rank-{rank(x)} input; irkit has 2-D convolution only")
+    a = attrs(node)
+    kernel = list(a.get("kernel_shape", shape(w)[2:]))
+    strides, dil = list(a.get("strides", [1, 1])), list(a.get("dilations", [1, 1]))
+    t, left, b, r = _auto_pads(im, node, shape(x)[2:], kernel, strides, dil)
+    y = im.op(g.Conv2dOp, x, w, strides=g.int_array(strides), padding=g.int_array([t, left, b, r]),
+              dilations=g.int_array(dil), groups=g.IntegerAttr(a.get("group", 1), g.i64))  # fmt: skip
+    if len(node.input) > 2 and node.input[2]:
+        bias = im.add_op(g.ReshapeOp.build_to(im.tensor(node.input[2]), [shape(w)[0], 1, 1]))
+        y = im.op(g.AddOp, y, bias)
+    return [y]
+
+
+# --- normalizations, reductions, pooling -------------------------------------------------------
+
+
+def _softmax(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    (x,) = inputs(im, node)
+    axis = attrs(node).get("axis", -1 if im.opset >= 13 else 1) % max(rank(x), 1)
+    if im.opset >= 13 or axis == rank(x) - 1:
+        return [im.op(g.SoftmaxOp, x, axis=g.IntegerAttr(axis, g.i64))]
+    # before opset 13: softmax over the flattened trailing axes [axis, rank)
+    s = shape(x)
+    flat = im.add_op(g.ReshapeOp.build_to(x, [int(np.prod(s[:axis])), int(np.prod(s[axis:]))]))
+    y = im.op(g.SoftmaxOp, flat, axis=g.IntegerAttr(1, g.i64))
+    return [im.add_op(g.ReshapeOp.build_to(y, list(s)))]
+
+
+def _layer_norm(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    if any(o for o in node.output[1:]):
+        raise im.unsupported("LayerNormalization's Mean/InvStdDev outputs are not supported")
+    x, scale = im.tensor(node.input[0]), im.tensor(node.input[1])
+    a = attrs(node)
+    axis = a.get("axis", -1) % rank(x)
+    norm = shape(x)[axis:]
+    scale = _broadcast_to(im, scale, norm)
+    if len(node.input) > 2 and node.input[2]:
+        bias = _broadcast_to(im, im.tensor(node.input[2]), norm)
+    else:
+        bias = im.add_op(
+            g.ConstantOp.from_values(x.type.element_type, norm, [0.0] * int(np.prod(norm)))
+        )  # type: ignore[attr-defined]
+    axes = g.int_array(list(range(axis, rank(x))))
+    eps = g.FloatAttr(a.get("epsilon", 1e-5), g.Float64Type())
+    return [im.op(g.LayerNormOp, x, scale, bias, axes=axes, eps=eps)]
+
+
+def _broadcast_to(im: OnnxImporter, v: SSAValue, target: Sequence[int]) -> SSAValue:
+    if shape(v) == tuple(target):
+        return v
+    zeros = g.ConstantOp.from_values(v.type.element_type, target, [0.0] * int(np.prod(target)))  # type: ignore[attr-defined]
+    return im.op(g.AddOp, im.add_op(zeros), v)
+
+
+def _batch_norm(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    if any(o for o in node.output[1:]) or attrs(node).get("training_mode", 0):
+        raise im.unsupported("BatchNormalization in training mode; irkit imports inference graphs")
+    x, scale, bias, mean, var = inputs(im, node)
+    eps = g.FloatAttr(attrs(node).get("epsilon", 1e-5), g.Float64Type())
+    return [im.op(g.BatchNormOp, x, scale, bias, mean, var, eps=eps)]
+
+
+REDUCERS = {"ReduceSum": g.ReduceSumOp, "ReduceMax": g.ReduceMaxOp, "ReduceMean": g.ReduceMeanOp}
+
+
+def _reduce(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    x = im.tensor(node.input[0])
+    a = attrs(node)
+    takes_input = node.op_type == "ReduceSum" and im.opset >= 13 or im.opset >= 18
+    if takes_input:
+        axes = (
+            list(im.const(node.input[1], "axes").reshape(-1))
+            if len(node.input) > 1 and node.input[1]
+            else []
+        )
+    else:
+        axes = list(a.get("axes", []))
+    if not axes:
+        if a.get("noop_with_empty_axes", 0):
+            return [im.op(g.AddOp, x, im.scalar(0.0, x))]
+        axes = list(range(rank(x)))
+    if rank(x) == 0:
+        return [im.op(g.AddOp, x, im.scalar(0.0, x))]
+    keep = g.BoolAttr.from_bool(bool(a.get("keepdims", 1)))
+    return [
+        im.op(REDUCERS[node.op_type], x, axes=g.int_array([int(i) for i in axes]), keepdims=keep)
+    ]
+
+
+def _pool(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    (x,) = inputs(im, node)[:1]
+    if rank(x) != 4:
+        raise im.unsupported(f"{node.op_type} on rank-{rank(x)} input; irkit pools 2-D (NCHW)")
+    if len(node.output) > 1 and node.output[1]:
+        raise im.unsupported("MaxPool's Indices output is not supported")
+    a = attrs(node)
+    kernel, strides = list(a["kernel_shape"]), list(a.get("strides", [1, 1]))
+    dil = list(a.get("dilations", [1, 1]))
+    if dil != [1, 1]:
+        raise im.unsupported("pooling with dilations is not supported")
+    if a.get("ceil_mode", 0):
+        raise im.unsupported("ceil_mode=1 is not supported (irkit pools in floor mode)")
+    pads = _auto_pads(im, node, shape(x)[2:], kernel, strides, dil)
+    props = {
+        "kernel": g.int_array(kernel),
+        "strides": g.int_array(strides),
+        "padding": g.int_array(pads),
+    }
+    if node.op_type == "MaxPool":
+        return [im.op(g.MaxPool2dOp, x, **props)]
+    cip = g.BoolAttr.from_bool(bool(a.get("count_include_pad", 0)))
+    return [im.op(g.AvgPool2dOp, x, count_include_pad=cip, **props)]
+
+
+def _global_avg_pool(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    (x,) = inputs(im, node)
+    return [im.op(g.GlobalAvgPoolOp, x)]
+
+
+def _lrn(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    """y = x / (bias + alpha/size * sum of x^2 over a window of `size` channels) ** beta."""
+    (x,) = inputs(im, node)
+    a = attrs(node)
+    size, alpha, beta, bias = (
+        a["size"],
+        a.get("alpha", 1e-4),
+        a.get("beta", 0.75),
+        a.get("bias", 1.0),
+    )
+    n, c, *rest = shape(x)
+    sq = im.op(g.MulOp, x, x)
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    parts = []
+    dtype = x.type.element_type  # type: ignore[attr-defined]
+    for k, count in ((0, lo), (1, hi)):
+        if count:
+            parts.append(
+                (
+                    k,
+                    im.add_op(
+                        g.ConstantOp.from_values(
+                            dtype,
+                            (n, count, *rest),
+                            [0.0] * (n * count * int(np.prod(rest or [1]))),
+                        )
+                    ),
+                )
+            )
+    padded = im.op(g.ConcatOp, *[p for k, p in parts if k == 0], sq, *[p for k, p in parts if k == 1],
+                   axis=g.IntegerAttr(1, g.i64)) if parts else sq  # fmt: skip
+    total = None
+    for i in range(size):
+        window = im.op(g.SliceOp, padded, starts=g.int_array([0, i, *[0] * len(rest)]),
+                       limits=g.int_array([n, i + c, *rest]), strides=g.int_array([1] * (2 + len(rest))))  # fmt: skip
+        total = window if total is None else im.op(g.AddOp, total, window)
+    assert total is not None
+    scaled = im.op(g.AddOp, im.op(g.MulOp, total, im.scalar(alpha / size, x)), im.scalar(bias, x))
+    return [im.op(g.DivOp, x, im.op(g.PowOp, scaled, im.scalar(beta, x)))]
+
+
+# --- data movement ---------------------------------------------------------------------------
+
+
+def _transpose(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    (x,) = inputs(im, node)
+    perm = attrs(node).get("perm", list(reversed(range(rank(x)))))
+    return [im.op(g.TransposeOp, x, perm=g.int_array(perm))]
+
+
+def _reshape_to(im: OnnxImporter, x: SSAValue, target: Sequence[int]) -> list[SSAValue]:
+    return [im.add_op(g.ReshapeOp.build_to(x, [int(d) for d in target]))]
+
+
+def _reshape(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    x = im.tensor(node.input[0])
+    target = [int(d) for d in im.const(node.input[1], "the target shape")]
+    if not attrs(node).get("allowzero", 0):
+        target = [shape(x)[i] if d == 0 else d for i, d in enumerate(target)]
+    return _reshape_to(im, x, target)
+
+
+def _flatten(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    (x,) = inputs(im, node)
+    axis = attrs(node).get("axis", 1)
+    axis = axis + rank(x) if axis < 0 else axis
+    s = shape(x)
+    return _reshape_to(im, x, [int(np.prod(s[:axis])), int(np.prod(s[axis:]))])
+
+
+def _squeeze_unsqueeze(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    x = im.tensor(node.input[0])
+    expected = _inferred(im, node.output[0])
+    if expected is None:
+        raise im.error("shape inference gave this node's output no shape")
+    return _reshape_to(im, x, expected)
+
+
+def _concat(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    values = inputs(im, node)
+    return [im.op(g.ConcatOp, *values, axis=g.IntegerAttr(attrs(node)["axis"], g.i64))]
+
+
+def _slice(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    x = im.tensor(node.input[0])
+    r = rank(x)
+    if im.opset < 10:
+        a = attrs(node)
+        starts, ends = a["starts"], a["ends"]
+        axes, steps = a.get("axes", list(range(len(starts)))), [1] * len(starts)
+    else:
+
+        def known(i: int, what: str, default):
+            return (
+                [int(v) for v in im.const(node.input[i], what)]
+                if len(node.input) > i and node.input[i]
+                else default
+            )
+
+        starts, ends = known(1, "starts", None), known(2, "ends", None)
+        axes = known(3, "axes", list(range(len(starts))))
+        steps = known(4, "steps", [1] * len(starts))
+    full_s, full_e, full_st = [0] * r, list(shape(x)), [1] * r
+    for ax, s, e, st in zip(axes, starts, ends, steps, strict=True):
+        if st < 0:
+            raise im.unsupported("Slice with a negative step is not supported")
+        ax %= r
+        full_s[ax], full_e[ax], full_st[ax] = s, e, st
+    return [
+        im.op(
+            g.SliceOp,
+            x,
+            starts=g.int_array(full_s),
+            limits=g.int_array(full_e),
+            strides=g.int_array(full_st),
+        )
+    ]
+
+
+def _constant_of_shape(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    target = [int(d) for d in im.const(node.input[0], "the shape")]
+    value = attrs(node).get("value")
+    array = onnx.numpy_helper.to_array(value) if value is not None else np.zeros(1, np.float32)
+    im.consts[node.output[0]] = np.full(target, array.reshape(-1)[0], dtype=array.dtype)
+    return [im.tensor(node.output[0])]
+
+
+CONVERTERS: dict[str, Converter] = {
+    "Add": binary(g.AddOp), "Sub": binary(g.SubOp), "Mul": binary(g.MulOp), "Div": binary(g.DivOp),
+    "Pow": _pow, "Max": variadic(g.MaxOp), "Min": variadic(g.MinOp), "Sum": variadic(g.AddOp),
+    "Neg": unary(g.NegOp), "Abs": unary(g.AbsOp), "Relu": unary(g.ReluOp), "LeakyRelu": _leaky_relu,
+    "Gelu": _gelu, "Sigmoid": unary(g.SigmoidOp), "Tanh": unary(g.TanhOp), "Exp": unary(g.ExpOp),
+    "Log": unary(g.LogOp), "Sqrt": unary(g.SqrtOp), "Erf": unary(g.ErfOp),
+    "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv,
+    "BatchNormalization": _batch_norm, "MaxPool": _pool, "AveragePool": _pool,
+    "GlobalAveragePool": _global_avg_pool, "Softmax": _softmax, "LayerNormalization": _layer_norm,
+    "ReduceSum": _reduce, "ReduceMax": _reduce, "ReduceMean": _reduce, "LRN": _lrn,
+    "Transpose": _transpose, "Reshape": _reshape, "Flatten": _flatten, "Concat": _concat,
+    "Slice": _slice, "Squeeze": _squeeze_unsqueeze, "Unsqueeze": _squeeze_unsqueeze,
+    "Identity": _identity, "Dropout": _identity, "Cast": _cast, "ConstantOfShape": _constant_of_shape,
+}  # fmt: skip
+"""Constant is not here: a Constant node is always folded at import."""
+
+LIMITS: dict[str, str] = {
+    "Conv": "2-D (rank-4 NCHW) only; auto_pad, pads, strides, dilations, group, bias",
+    "MaxPool": "2-D only; floor mode (ceil_mode=0), no dilations, no Indices output",
+    "AveragePool": "2-D only; floor mode, count_include_pad",
+    "LayerNormalization": "the Y output only (not Mean/InvStdDev)",
+    "BatchNormalization": "inference mode only",
+    "Dropout": "inference: identity; mask output unused",
+    "Slice": "constant starts/ends/axes/steps; positive steps",
+    "Reshape": "constant shape; 0 and -1 rules, allowzero",
+    "Cast": "to f16, bf16, f32, f64",
+    "MatMul": "any ranks (1-D operands promoted and squeezed)",
+    "Softmax": "opset < 13 flattening semantics and opset >= 13 single-axis",
+    "ReduceSum": "axes as attribute or input; noop_with_empty_axes",
+    "ReduceMax": "axes as attribute or input",
+    "ReduceMean": "axes as attribute or input",
+    "Gemm": "alpha, beta, transA, transB, optional C",
+    "LRN": "rank >= 3 (channels on axis 1)",
+}
+"""Per-op limits beyond 'f16, bf16, f32, f64 tensors with static shapes'."""
