@@ -90,7 +90,7 @@ class LoopBuilder:
         src, dst = width[type(value.type)], width[type(to)]
         if value.type == to:
             return value
-        if src < dst or (src == dst and isinstance(to, Float32Type)):
+        if src < dst:
             return self.add(arith.ExtFOp(value, to))
         if src == dst:  # f16 <-> bf16: through f32
             return self.convert(self.convert(value, F32), to)

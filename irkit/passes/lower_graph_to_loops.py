@@ -304,10 +304,12 @@ def lower_function(fn: func.FuncOp, module: ModuleOp) -> None:
 
 
 def is_graph_function(op: Operation) -> bool:
-    return (
-        isinstance(op, func.FuncOp)
-        and any(isinstance(t, TensorType) for t in op.function_type.inputs.data)
-        or (isinstance(op, func.FuncOp) and any(isinstance(o, g.GraphOp) for o in op.walk()))
+    """A func.func over tensors, or one holding graph ops: what this pass lowers."""
+    if not isinstance(op, func.FuncOp):
+        return False
+    types = [*op.function_type.inputs.data, *op.function_type.outputs.data]
+    return any(isinstance(t, TensorType) for t in types) or any(
+        isinstance(o, g.GraphOp) for o in op.walk()
     )
 
 
