@@ -274,3 +274,11 @@ def test_non_splat_constants_become_globals() -> None:
 
 def module_dtype(op):
     return op.results[0].type.element_type
+
+
+@pytest.mark.parametrize("source", ["f32", "f64", "f16", "bf16"])
+@pytest.mark.parametrize("target", ["f32", "f64", "f16", "bf16"])
+def test_cast_between_every_pair_of_dtypes(source: str, target: str) -> None:
+    """Every conversion compiles to code the JIT can run (f64 -> f16 once needed a libcall
+    the process lacks, and crashed)."""
+    assert_cpu_matches_reference(model({"x": [3, 5]}, f"cast(x * 3.0, dtype={target})", source))

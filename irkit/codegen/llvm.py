@@ -383,6 +383,9 @@ def _extf(em: LLVMEmitter, op: arith.ExtFOp) -> None:
     if isinstance(op.input.type, BFloat16Type):  # bf16 bits are the top half of an f32
         wide = b.bitcast(b.shl(b.zext(x, I32), ll.Constant(I32, 16)), ll.FloatType())
         out = wide if isinstance(op.result.type, Float32Type) else b.fpext(wide, ll.DoubleType())
+    elif isinstance(op.input.type, Float16Type) and isinstance(op.result.type, Float64Type):
+        # exact through f32; a direct half->double extension is a compiler-rt libcall
+        out = b.fpext(b.fpext(x, ll.FloatType()), ll.DoubleType())
     else:
         out = b.fpext(x, llvm_type(op.result.type))
     em.values[op.result] = out
@@ -391,6 +394,12 @@ def _extf(em: LLVMEmitter, op: arith.ExtFOp) -> None:
 def _truncf(em: LLVMEmitter, op: arith.TruncFOp) -> None:
     b, x = em.b, em.values[op.input]
     assert b is not None
+    if isinstance(op.result.type, Float16Type) and isinstance(op.input.type, Float64Type):
+        # Through f32: a direct double->half rounding is a compiler-rt libcall that the JIT
+        # cannot resolve in this process (it crashed). Rounding twice can differ from
+        # rounding once only when the f32 value lands exactly on an f16 tie.
+        em.values[op.result] = b.fptrunc(b.fptrunc(x, ll.FloatType()), ll.HalfType())
+        return
     if not isinstance(op.result.type, BFloat16Type):
         em.values[op.result] = b.fptrunc(x, llvm_type(op.result.type))
         return

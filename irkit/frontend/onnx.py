@@ -19,6 +19,7 @@ opset) where one is involved.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -107,10 +108,23 @@ def load_onnx(path: str | Path, dims: Mapping[str, int] | None = None) -> Module
 
 
 def import_model(
-    model: onnx.ModelProto, where: str, dims: Mapping[str, int] | None = None
+    model: onnx.ModelProto,
+    where: str,
+    dims: Mapping[str, int] | None = None,
+    bind: Mapping[str, np.ndarray] | None = None,
 ) -> ModuleOp:
-    """Import an in-memory ModelProto; `where` names it in errors. The proto is not changed."""
+    """Import an in-memory ModelProto; `where` names it in errors. The proto is not changed.
+
+    `bind` fixes graph inputs to values at import (they become initializers): irkit has no
+    run-time shapes, so an axes or shape input must be known when the model is compiled."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
+    for name, value in (bind or {}).items():
+        kept = [i for i in model.graph.input if i.name != name]
+        if len(kept) == len(model.graph.input):
+            raise IrkitError(f"cannot bind '{name}': the model has no such input", where)
+        del model.graph.input[:]
+        model.graph.input.extend(kept)
+        model.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
     fix_input_dims(model, dims or {}, where)
     try:
         onnx.checker.check_model(model)
@@ -211,7 +225,9 @@ class OnnxImporter:
         )  # fmt: skip
         folded = helper.make_model(graph, opset_imports=list(self.model.opset_import))
         try:
-            results = ReferenceEvaluator(folded).run(None, {})
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # onnx's kernels warn on overflowing casts
+                results = ReferenceEvaluator(folded).run(None, {})
         except Exception as e:
             raise self.error(f"cannot fold this constant node: {_short(e)}") from None
         self.consts.update(zip(outputs, (np.asarray(r) for r in results), strict=True))

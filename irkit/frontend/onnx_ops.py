@@ -239,8 +239,6 @@ def _softmax(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
 
 
 def _layer_norm(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
-    if any(o for o in node.output[1:]):
-        raise im.unsupported("LayerNormalization's Mean/InvStdDev outputs are not supported")
     x, scale = im.tensor(node.input[0]), im.tensor(node.input[1])
     a = attrs(node)
     axis = a.get("axis", -1) % rank(x)
@@ -253,8 +251,19 @@ def _layer_norm(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
             g.ConstantOp.from_values(x.type.element_type, norm, [0.0] * int(np.prod(norm)))
         )  # type: ignore[attr-defined]
     axes = g.int_array(list(range(axis, rank(x))))
-    eps = g.FloatAttr(a.get("epsilon", 1e-5), g.Float64Type())
-    return [im.op(g.LayerNormOp, x, scale, bias, axes=axes, eps=eps)]
+    eps = a.get("epsilon", 1e-5)
+    if not any(node.output[1:]):
+        return [
+            im.op(g.LayerNormOp, x, scale, bias, axes=axes, eps=g.FloatAttr(eps, g.Float64Type()))
+        ]
+    # Mean and InvStdDev are wanted too: the same two-pass computation, written out.
+    keep = g.BoolAttr.from_bool(True)
+    mean = im.op(g.ReduceMeanOp, x, axes=axes, keepdims=keep)
+    d = im.op(g.SubOp, x, mean)
+    var = im.op(g.ReduceMeanOp, im.op(g.MulOp, d, d), axes=axes, keepdims=keep)
+    inv = im.op(g.RsqrtOp, im.op(g.AddOp, var, im.scalar(eps, var)))
+    y = im.op(g.AddOp, im.op(g.MulOp, im.op(g.MulOp, d, inv), scale), bias)
+    return [y, mean, inv]
 
 
 def _broadcast_to(im: OnnxImporter, v: SSAValue, target: Sequence[int]) -> SSAValue:
@@ -476,7 +485,7 @@ LIMITS: dict[str, str] = {
     "Conv": "2-D (rank-4 NCHW) only; auto_pad, pads, strides, dilations, group, bias",
     "MaxPool": "2-D only; floor mode (ceil_mode=0), no dilations, no Indices output",
     "AveragePool": "2-D only; floor mode, count_include_pad",
-    "LayerNormalization": "the Y output only (not Mean/InvStdDev)",
+    "LayerNormalization": "Y, Mean and InvStdDev outputs; computed in the input's type (stash_type ignored)",
     "BatchNormalization": "inference mode only",
     "Dropout": "inference: identity; mask output unused",
     "Slice": "constant starts/ends/axes/steps; positive steps",
@@ -491,3 +500,27 @@ LIMITS: dict[str, str] = {
     "LRN": "rank >= 3 (channels on axis 1)",
 }
 """Per-op limits beyond 'f16, bf16, f32, f64 tensors with static shapes'."""
+
+
+def support_table() -> str:
+    """The supported ONNX ops and their limits, as Markdown (docs/onnx.md is this text)."""
+    lines = [
+        "# ONNX ops irkit imports",
+        "",
+        "Generated from `irkit/frontend/onnx_ops.py` (`python -m irkit.frontend.onnx_ops`);",
+        "a test keeps this file equal to the table the importer uses. All ops take f16, bf16,",
+        "f32 and f64 tensors with static shapes (symbolic input dims need `--dim`); integer",
+        "tensors are only ever constants consumed at import (shapes, axes, pads). Any node",
+        "whose inputs are all known at import is folded (onnx's reference implementation",
+        "evaluates it), whatever its op type. Constant nodes are always folded.",
+        "",
+        "| op | limits |",
+        "| --- | --- |",
+    ]
+    for op in sorted(CONVERTERS):
+        lines.append(f"| {op} | {LIMITS.get(op, '')} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(support_table(), end="")
