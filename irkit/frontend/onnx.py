@@ -67,10 +67,20 @@ def read_model(path: str | Path) -> onnx.ModelProto:
         raise IrkitError("not an ONNX model (no graph in the file)", str(path))
     try:
         onnx.load_external_data_for_model(model, str(p.parent))
-    except (FileNotFoundError, OSError) as e:
-        missing = getattr(e, "filename", None) or _short(e)
-        raise IrkitError(f"external data file missing: {missing}", str(path)) from None
+    except (OSError, onnx.checker.ValidationError) as e:
+        missing = [
+            f"'{_location(t)}' (tensor '{t.name}')"
+            for t in model.graph.initializer
+            if t.data_location == TensorProto.EXTERNAL and not (p.parent / _location(t)).is_file()
+        ]
+        where = missing[0] if missing else _short(e)
+        raise IrkitError(f"external data file missing or unreadable: {where}", str(path)) from None
     return model
+
+
+def _location(t: onnx.TensorProto) -> str:
+    """Where an externally stored tensor says its data lives (relative to the model)."""
+    return next((e.value for e in t.external_data if e.key == "location"), "?")
 
 
 def _short(e: BaseException) -> str:
