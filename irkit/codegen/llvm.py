@@ -41,6 +41,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
+from irkit.codegen.costs import buffer_bytes
 from irkit.errors import IrkitError
 
 I1, I16, I32, I64 = ll.IntType(1), ll.IntType(16), ll.IntType(32), ll.IntType(64)
@@ -456,18 +457,10 @@ def _alloc(em: LLVMEmitter, op: memref.AllocOp) -> None:
     assert em.b is not None
     mtype = op.memref.type
     assert isinstance(mtype, MemRefType)
-    size = _nbytes(mtype)
+    size = buffer_bytes(mtype)
     size = (size + 63) // 64 * 64 or 64  # aligned_alloc wants a multiple of the alignment
     alloc = em._extern("aligned_alloc", PTR, [I64, I64])
     em.values[op.memref] = em.b.call(alloc, [ll.Constant(I64, 64), ll.Constant(I64, size)])
-
-
-def _nbytes(mtype: MemRefType) -> int:
-    width = {Float16Type: 2, BFloat16Type: 2, Float32Type: 4, Float64Type: 8}
-    n = 1
-    for d in mtype.get_shape():
-        n *= d
-    return n * width[type(mtype.element_type)]
 
 
 def _dealloc(em: LLVMEmitter, op: memref.DeallocOp) -> None:
@@ -481,7 +474,7 @@ def _copy(em: LLVMEmitter, op: memref.CopyOp) -> None:
     assert isinstance(mtype, MemRefType)
     memcpy = em._extern("memcpy", PTR, [PTR, PTR, I64])
     src, dst = em.values[op.source], em.values[op.destination]
-    em.b.call(memcpy, [dst, src, ll.Constant(I64, _nbytes(mtype))])
+    em.b.call(memcpy, [dst, src, ll.Constant(I64, buffer_bytes(mtype))])
 
 
 def _get_global(em: LLVMEmitter, op: memref.GetGlobalOp) -> None:
