@@ -50,6 +50,12 @@ PIPELINES: dict[str, Pipeline] = {
         frozenset({"canonicalize", "cse"}),
         "xDSL's canonicalization and common-subexpression elimination on graph IR",
     ),
+    "default-cpu": Pipeline(
+        "default-cpu",
+        ("canonicalize", "cse", "fuse-kernels", "lower-graph-to-loops"),
+        frozenset({"canonicalize", "cse", "fuse-kernels"}),
+        "the optimized CPU pipeline: graph cleanup, fusion into kernel regions, loops",
+    ),
     "baseline-cpu": Pipeline(
         "baseline-cpu",
         ("lower-graph-to-loops",),
@@ -57,6 +63,56 @@ PIPELINES: dict[str, Pipeline] = {
         "no optimization: one kernel per graph op, plain loop nests (the CPU baseline)",
     ),
 }
+
+
+XDSL_OPTIMIZATIONS = frozenset({"canonicalize", "cse", "dce", "loop-invariant-code-motion"})
+"""xDSL passes irkit treats as optional optimizations when they appear in a spec."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One pass of a pipeline, as attribution sees it."""
+
+    label: str
+    """The pass's name, with `#2`, `#3`... when the same pass appears again."""
+    spec: str
+    """The pass with its options, in `-p` syntax."""
+    optional: bool
+
+
+def pipeline_steps(spec: str) -> list[Step]:
+    """The passes of a `-p` spec (named pipelines expanded) in order, each marked optional
+    (an optimization attribution may remove) or required. A pass is optional when its
+    named pipeline lists it so, when its class sets `is_optimization = True`, or when it
+    is one of `XDSL_OPTIMIZATIONS`."""
+    steps: list[Step] = []
+    seen: dict[str, int] = {}
+    for item, named_optional in _items(spec):
+        p = _expand(item)[0]
+        optional = (
+            named_optional
+            if named_optional is not None
+            else bool(getattr(p, "is_optimization", False)) or item.name in XDSL_OPTIMIZATIONS
+        )
+        seen[item.name] = seen.get(item.name, 0) + 1
+        label = item.name + (f"#{seen[item.name]}" if seen[item.name] > 1 else "")
+        steps.append(Step(label, str(p.pipeline_pass_spec()), optional))
+    return steps
+
+
+def _items(spec: str) -> list[tuple[ArgSpec, bool | None]]:
+    try:
+        items = list(parse_pipeline(spec))
+    except ArgSpecParseError as e:
+        raise IrkitError(_one_line_spec_error(str(e)), "-p") from None
+    out: list[tuple[ArgSpec, bool | None]] = []
+    for item in items:
+        if item.name in PIPELINES and item.name not in available_passes():
+            named = PIPELINES[item.name]
+            out.extend((i, i.name in named.optional) for i, _ in _items(named.spec))
+        else:
+            out.append((item, None))
+    return out
 
 
 def is_loop_level(module: ModuleOp) -> bool:

@@ -39,7 +39,7 @@ def test_run_checks_then_times_every_kernel(tmp_path) -> None:
     import json
 
     out = tmp_path / "run.json"
-    r = bench("run", "examples/elementwise_chain.graph", "--backend", "cpu", "--dim", "N=32",
+    r = bench("run", "examples/elementwise_chain.graph", "-p", "baseline-cpu", "--backend", "cpu", "--dim", "N=32",
               "--dim", "D=64", "--budget", "0.05", "--json", str(out))  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "z: ok (relative error" in r.stdout

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from irkit.cli.common import OneLineArgumentParser, parse_dim, run_main
+from irkit.cli.views import fmt_count, fmt_time
 
 
 def _reference(args) -> None:
@@ -55,20 +56,6 @@ def _reference(args) -> None:
     console.print(
         f"{len(fn.body.block.ops) - 1} graph ops evaluated in {seconds * 1e3:.1f} ms (wall, one run; not a benchmark)"
     )
-
-
-def _fmt_time(seconds: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
-
-
-def _fmt_count(n: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.3g}{unit}"
-    return f"{n:.3g}"
 
 
 def _run(args) -> int:
@@ -113,22 +100,70 @@ def _run(args) -> int:
         )
     for k in result.kernels:
         e = k.timing.estimate
-        table.add_row(k.record.name, _fmt_time(e.median), f"{_fmt_time(e.low)}-{_fmt_time(e.high)}",
-                      f"{k.gflops:.2f}", f"{k.gbps:.2f}", _fmt_count(k.record.flops),
-                      _fmt_count(k.record.min_bytes), f"{e.n}x{k.timing.reps}", k.timing.stop_reason)  # fmt: skip
+        table.add_row(k.record.name, fmt_time(e.median), f"{fmt_time(e.low)}-{fmt_time(e.high)}",
+                      f"{k.gflops:.2f}", f"{k.gbps:.2f}", fmt_count(k.record.flops),
+                      fmt_count(k.record.min_bytes), f"{e.n}x{k.timing.reps}", k.timing.stop_reason)  # fmt: skip
     g = result.graph
     assert g is not None
     total_flops = sum(k.record.flops for k in result.kernels)
     table.add_section()
-    table.add_row("graph (driver, one call)", _fmt_time(g.estimate.median),
-                  f"{_fmt_time(g.estimate.low)}-{_fmt_time(g.estimate.high)}",
-                  f"{total_flops / g.estimate.median / 1e9:.2f}", "", _fmt_count(total_flops), "",
+    table.add_row("graph (driver, one call)", fmt_time(g.estimate.median),
+                  f"{fmt_time(g.estimate.low)}-{fmt_time(g.estimate.high)}",
+                  f"{total_flops / g.estimate.median / 1e9:.2f}", "", fmt_count(total_flops), "",
                   f"{g.estimate.n}x{g.reps}", g.stop_reason)  # fmt: skip
     console.print(table)
     kernel_sum = sum(k.seconds for k in result.kernels)
-    console.print(f"sum of kernel medians {_fmt_time(kernel_sum)}; {len(result.kernels)} kernels; "
+    console.print(f"sum of kernel medians {fmt_time(kernel_sum)}; {len(result.kernels)} kernels; "
                   f"host {result.fingerprint.get('cpu')}, git {result.fingerprint.get('git_sha') or 'unknown'}",
                   highlight=False)  # fmt: skip
+    return 0
+
+
+def _progress():
+    """A transient progress bar on stderr, and the callback that drives it."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                   TimeElapsedColumn(), console=Console(stderr=True), transient=True)  # fmt: skip
+    tasks: dict[str, int] = {}
+    labels = {"compile": "compiling and checking variants", "measure": "timing variants (rounds)",
+              "kernels": "timing kernels alone (rounds)"}  # fmt: skip
+
+    def tick(phase: str, done: int, total: int) -> None:
+        if phase not in tasks:
+            tasks[phase] = bar.add_task(labels.get(phase, phase), total=total)
+        bar.update(tasks[phase], completed=done, total=total)
+
+    return bar, tick
+
+
+def attribute_file(args, model: str, dims: dict, console) -> dict:
+    """Run one attribution with the command line's options; returns its record."""
+    from irkit.measure.attribution import attribute
+    from irkit.measure.roofline import cpu_ceilings
+
+    bar, tick = _progress()
+    with bar:
+        ceilings = cpu_ceilings() if args.backend in ("cpu", "auto") else None
+        result = attribute(
+            model, args.passes, args.backend, args.strategy, dims, args.precision, args.budget,
+            seed=args.seed, permutations=args.permutations, ceilings=ceilings, progress=tick,
+        )  # fmt: skip
+    return result.to_json()
+
+
+def _attribute(args) -> int:
+    from rich.console import Console
+
+    from irkit.cli.views import show_attribution
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    record = attribute_file(args, args.file, dict(args.dim), console)
+    show_attribution(console, record)
+    if args.json:
+        _write_json(args.json, record)
+        console.print(f"record written to {args.json}", highlight=False)
     return 0
 
 
@@ -157,21 +192,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     ref.add_argument("--seed", type=int, default=0)
     run = sub.add_parser("run", help="compile, check against the reference, then time each kernel")
     run.add_argument("file", help="a .graph or .mlir model")
-    run.add_argument("-p", "--passes", default=None, metavar="PIPELINE",
-                     help="pass pipeline or named pipeline (default: the backend's own)")  # fmt: skip
-    run.add_argument("--backend", default="auto", help="cpu, cuda, reference or auto (default)")
-    run.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
-    run.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    run.add_argument("--precision", type=float, default=0.01,
-                     help="stop sampling when the median's 95%% CI half-width is under this")  # fmt: skip
-    run.add_argument(
-        "--budget", type=float, default=1.0, help="seconds of sampling per kernel at most"
-    )
+    _measure_options(run, budget=1.0)
     run.add_argument("--json", default=None, metavar="OUT", help="write the run's record as JSON")
+    att = sub.add_parser(
+        "attribute", help="measure what each optional pass of a pipeline buys, with CIs"
+    )
+    att.add_argument("file", nargs="?", default=None,
+                     help=f"a .graph, .mlir or .onnx model (default: the embedded {DEFAULT_MODEL})")  # fmt: skip
+    _measure_options(att, budget=30.0)
+    att.add_argument("--strategy", default="shapley", choices=("prefix", "ablation", "shapley"))
+    att.add_argument("--permutations", type=int, default=64,
+                     help="sampled orders for shapley beyond 8 passes (default 64)")  # fmt: skip
+    att.add_argument("--json", default=None, metavar="OUT", help="write the record as JSON")
     args = parser.parse_args(argv)
     if args.command == "run":
         return run_main("irkit-bench", lambda: _run(args))
+    if args.command == "attribute":
+        if args.file is None:
+            args.file = str(default_model())
+        return run_main("irkit-bench", lambda: _attribute(args))
     return run_main("irkit-bench", lambda: _reference(args))
+
+
+DEFAULT_MODEL = "transformer_block.graph"
+
+
+def default_model():
+    """The example model `attribute` measures when given no file (shipped with irkit)."""
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[1] / "examples" / DEFAULT_MODEL
+
+
+def _measure_options(p, budget: float) -> None:
+    p.add_argument("-p", "--passes", default=None, metavar="PIPELINE",
+                   help="pass pipeline or named pipeline (default: the backend's own)")  # fmt: skip
+    p.add_argument("--backend", default="auto", help="cpu, cuda or auto (default)")
+    p.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--precision", type=float, default=0.01,
+                   help="stop sampling when every median's 95%% CI half-width is under this")  # fmt: skip
+    p.add_argument("--budget", type=float, default=budget,
+                   help=f"seconds of sampling at most (default {budget:g})")  # fmt: skip
 
 
 if __name__ == "__main__":

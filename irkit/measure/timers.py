@@ -83,12 +83,13 @@ def time_interleaved(
     min_sample_s: float = 2e-4,
     seed: int = 0,
     floor_rounds: int | None = None,
+    on_round: Callable[[int], None] | None = None,
 ) -> dict[str, Timing]:
     """Time several functions in interleaved rounds, each round in a fresh random order, so
     that drift (clocks, other load) hits every variant alike. One sample per function per
     round; stops when every median's CI half-width is under `precision` (checked from
     `min_rounds` on), at `max_rounds`, or when the budget is spent (checked from
-    `floor_rounds` on, by default `min_rounds`)."""
+    `floor_rounds` on, by default `min_rounds`). `on_round(n)` is called after round n."""
     floor = min_rounds if floor_rounds is None else floor_rounds
     rng = np.random.default_rng(seed)
     names = list(fns)
@@ -102,6 +103,8 @@ def time_interleaved(
     for r in range(max_rounds):
         for name in rng.permutation(names):
             samples[name].append(_sample(fns[name], reps[name]))
+        if on_round is not None:
+            on_round(r + 1)
         precise = all(median_ci(np.array(s)).half_width <= precision for s in samples.values())
         if r + 1 >= min_rounds and precise:
             reason = "precision"

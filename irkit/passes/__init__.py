@@ -23,7 +23,25 @@ def _lower_graph_to_loops() -> type[ModulePass]:
     return LowerGraphToLoopsPass
 
 
+def _fuse_kernels() -> type[ModulePass]:
+    from irkit.passes.fuse_kernels import FuseKernelsPass
+
+    return FuseKernelsPass
+
+
 IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "decompose-composites": _decompose_composites,
     "lower-graph-to-loops": _lower_graph_to_loops,
+    "fuse-kernels": _fuse_kernels,
 }
+
+
+def register_pass(cls: type[ModulePass]) -> type[ModulePass]:
+    """Make a pass class usable by name in `-p` specs, pipelines and attribution (usable as a
+    class decorator). Set `is_optimization = True` on the class when the pass is optional:
+    removing it must not change what the module computes."""
+    from irkit.pipelines import available_passes
+
+    IRKIT_PASSES[cls.name] = lambda: cls
+    available_passes.cache_clear()
+    return cls

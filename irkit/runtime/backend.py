@@ -33,7 +33,8 @@ class KernelRecord:
     ir: str
     """The kernel's loop-level function, as irkit printed it."""
     hash: str
-    """Content hash of the generated code: equal hashes mean the same kernel."""
+    """Content hash of the generated code, the kernel's own name left out: equal hashes
+    mean the same kernel, whatever position it has in its program."""
     flops: int
     min_bytes: int
     launch: dict[str, Any] | None = None

@@ -79,17 +79,27 @@ def compare(
 
 
 def check(
-    exe: Executable, graph: ModuleOp, seed: int = 0
+    exe: Executable,
+    graph: ModuleOp,
+    seed: int = 0,
+    expected: tuple[list[np.ndarray], list[np.ndarray]] | None = None,
 ) -> tuple[list[OutputCheck], list[np.ndarray]]:
     """Run `exe` and the reference on the same fresh inputs; one check per output, and the
-    inputs used (so a caller can time on exactly what was checked)."""
-    inputs = random_inputs(graph, seed)
-    expected = reference(graph, *inputs)
+    inputs used (so a caller can time on exactly what was checked). `expected`, when given,
+    is (inputs, reference outputs) from `reference_case`, to check many variants of one
+    graph against one reference evaluation."""
+    inputs, expected_outputs = expected or reference_case(graph, seed)
     poisoned = [np.full(s.shape, np.nan, dtype=s.dtype) for s in exe.outputs]
     got = exe(*inputs, out=poisoned)
     tol = model_tolerance(graph)
     checks = [
         compare(spec.name, o, r, spec.dtype, tol)
-        for spec, o, r in zip(exe.outputs, got, expected, strict=True)
+        for spec, o, r in zip(exe.outputs, got, expected_outputs, strict=True)
     ]
     return checks, inputs
+
+
+def reference_case(graph: ModuleOp, seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Fresh random inputs for `graph` (from `seed`) and the float64 reference outputs."""
+    inputs = random_inputs(graph, seed)
+    return inputs, reference(graph, *inputs)

@@ -1,0 +1,138 @@
+"""How irkit-bench shows measured results to people (rich tables over result records).
+
+Everything here reads the JSON records (`Attribution.to_json()`), so a table printed
+during a run and one printed later from a results file are the same."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def fmt_time(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns" if seconds else "0"
+
+
+def fmt_signed(seconds: float) -> str:
+    return ("+" if seconds > 0 else "") + fmt_time(seconds)
+
+
+def fmt_count(n: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.3g}"
+
+
+def fmt_ci(ci: dict, fmt=fmt_time) -> str:
+    return f"[{fmt(ci['ci_low'])}, {fmt(ci['ci_high'])}]"
+
+
+def show_attribution(console: Console, rec: dict) -> None:
+    """The pass table, the per-kernel view and the roofline of one attribution record."""
+    total, noise, proto = rec["total"], rec["noise_floor"], rec["protocol"]
+    console.print(
+        f"[bold]{rec['model']}[/]  pipeline: {rec['pipeline']}  backend: {proto['selection']}  "
+        f"strategy: {rec['strategy']}",
+        highlight=False,
+    )
+    console.print(
+        f"{proto['variants']} variants, {proto['programs_measured']} distinct programs, each "
+        f"checked against the float64 reference before timing; {proto['rounds']} interleaved "
+        f"rounds, stopped by {proto['stop_reason']} (precision {proto['precision']:.1%}, "
+        f"budget {proto['budget_s']:g} s); timer {proto['timer']}",
+        highlight=False,
+    )
+    base, full = total["baseline_s"], total["full_s"]
+    sp = total["speedup"]
+    console.print(
+        f"no optional pass: {fmt_time(base['median'])} {fmt_ci(base)}   all: "
+        f"{fmt_time(full['median'])} {fmt_ci(full)}   total speedup {sp['value']:.3f}x "
+        f"[{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]",
+        highlight=False,
+    )
+    if "aa_ratio" in noise:
+        aa = noise["aa_ratio"]
+        console.print(
+            f"A/A noise floor: ±{noise['floor']:.2%} (full pipeline compiled twice: ratio "
+            f"{aa['value']:.4f} [{aa['ci_low']:.4f}, {aa['ci_high']:.4f}])",
+            highlight=False,
+        )
+    table = Table(title="per-pass contribution: time saved per call (negative = slower), 95% CI")
+    for col in ("pass", "saved", "95% CI", "speedup", "95% CI ", "of total", "significant",
+                "kernels changed"):  # fmt: skip
+        table.add_column(col, justify="left" if col in ("pass", "kernels changed") else "right")
+    saved_total = total["saved_s"]["value"]
+    for p in rec["passes"]:
+        s, x = p["saved_s"], p["speedup"]
+        k = p["kernels"]
+        if not p["changes_code"]:
+            table.add_row(p["pass"], "0", "", "1x", "", "", "no", "none: no code change")
+            continue
+        share = f"{s['value'] / saved_total:.0%}" if saved_total else ""
+        verdict = "yes" if p["significant"] else "no (within noise)"
+        changed = (
+            f"-{len(k['removed'])} +{len(k['added'])}; alone: {fmt_signed(k['saved_s'])}"
+        )
+        table.add_row(p["pass"], fmt_signed(s["value"]), fmt_ci(s, fmt_signed),
+                      f"{x['value']:.3f}x", f"[{x['ci_low']:.3f}, {x['ci_high']:.3f}]", share,
+                      verdict, changed, style=None if p["significant"] else "dim")  # fmt: skip
+    table.add_section()
+    gap = saved_total - total["sum_of_contributions_s"]
+    note = "= sum" if abs(gap) <= 1e-12 + 1e-9 * abs(saved_total) else f"sum + {fmt_signed(gap)} interaction"
+    table.add_row("total", fmt_signed(saved_total), fmt_ci(total["saved_s"], fmt_signed),
+                  f"{sp['value']:.3f}x", f"[{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]", note, "", "")  # fmt: skip
+    console.print(table)
+    for p in rec["passes"]:
+        k = p["kernels"]
+        if not (k["removed"] or k["added"]):
+            continue
+        kt = Table(title=f"kernels changed by {p['pass']} (each timed alone)", title_justify="left")
+        for col in ("", "kernel", "count", "time each", "% of roof", "bound"):
+            kt.add_column(col, justify="right" if col in ("count", "time each", "% of roof") else "left")
+        for sign, ks in (("-", k["removed"]), ("+", k["added"])):
+            for kk, count in _collapse(ks):
+                roof = kk.get("roofline") or {}
+                kt.add_row(sign, kk["name"], str(count), fmt_time(kk["seconds"]),
+                           f"{roof['percent_of_roof']:.1f}%" if roof else "",
+                           roof.get("bound", ""))  # fmt: skip
+        console.print(kt)
+    show_roofline(console, rec)
+
+
+def _collapse(kernels: list[dict]) -> list[tuple[dict, int]]:
+    """Kernels with the same code (hash) as one row with a count, first name shown."""
+    rows: dict[str, list] = {}
+    for k in kernels:
+        rows.setdefault(k["hash"], [k, 0])[1] += 1
+    return [(k, n) for k, n in rows.values()]
+
+
+def show_roofline(console: Console, rec: dict) -> None:
+    ceilings = rec.get("ceilings")
+    kernels = rec["kernels"]["full"]
+    title = "kernels of the full pipeline"
+    if ceilings:
+        title += (f" on the roofline: {ceilings['device']}, copy {ceilings['bandwidth'] / 1e9:.1f} GB/s, "
+                  f"fma {ceilings['flops'] / 1e9:.0f} GFLOP/s (measured)")  # fmt: skip
+    table = Table(title=title, title_justify="left")
+    for col in ("kernel", "time", "GFLOP/s", "GB/s", "FLOP/byte", "% of roof", "bound"):
+        table.add_column(col, justify="left" if col in ("kernel", "bound") else "right")
+    for k in kernels:
+        roof = k.get("roofline") or {}
+        table.add_row(
+            k["name"], fmt_time(k["seconds"]), f"{k['flops'] / k['seconds'] / 1e9:.2f}",
+            f"{k['min_bytes'] / k['seconds'] / 1e9:.2f}",
+            f"{k['flops'] / k['min_bytes']:.2f}" if k["min_bytes"] else "",
+            f"{roof['percent_of_roof']:.1f}%" if roof else "", roof.get("bound", ""),
+        )  # fmt: skip
+    console.print(table)
+    if any((k.get("roofline") or {}).get("percent_of_roof", 0) > 100 for k in kernels):
+        console.print(
+            "above 100%: the kernel's data was served from cache (kernels are timed warm, "
+            "back to back); the roof is the measured DRAM copy bandwidth",
+            style="dim",
+        )

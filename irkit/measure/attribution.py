@@ -1,0 +1,539 @@
+"""Attribution: what each optional pass of a pipeline buys, measured with confidence intervals.
+
+A *variant* is the pipeline with some subset of its optional passes removed (required
+passes, such as the lowering, always run). A strategy chooses which variants to measure
+and how to turn their times into one contribution per pass, in seconds saved per call:
+
+- `prefix`: passes switched on cumulatively in pipeline order; a pass's contribution is
+  T(before it) - T(with it). Contributions sum to the total (order-dependent).
+- `ablation`: leave one out; T(all but it) - T(all). Does not sum to the total; the
+  remainder is the interaction between passes, reported as such.
+- `shapley`: the Shapley value of each pass, the average of its marginal contribution over
+  every order of the passes: exact over all 2^k subsets up to 8 passes, over `permutations`
+  sampled orders beyond. Contributions sum to T(no optional pass) - T(all) exactly (the
+  efficiency property), for the point estimate and for every bootstrap resample.
+
+Protocol:
+1. The graph's reference is evaluated once (float64 numpy) on inputs from `seed`; every
+   variant is compiled and checked against it before anything is timed. A wrong variant is
+   an error naming its passes: the attribution invariant is broken.
+2. Variants whose compiled programs hash the same are compiled once and measured once; a
+   pass that changes no code gets exactly zero.
+3. All distinct programs, plus an A/A twin (the full pipeline compiled a second time), are
+   timed in interleaved rounds in a fresh random order per round until every median's 95%
+   CI half-width is under `precision` or the budget is spent.
+4. CIs come from one bootstrap over rounds (the same resampled rounds for every variant,
+   so the pairing by round is kept). The A/A ratio twin/full gives the noise floor: a
+   contribution is significant only when its CI excludes zero *and* it exceeds the floor.
+5. Each distinct kernel (by hash) is then timed alone, on the real intermediate data of
+   its program; each pass's kernel view lists the kernels it removed and added, with the
+   time they account for, and where they sit on the roofline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from irkit.errors import IrkitError
+from irkit.measure.roofline import Ceilings, roof_point
+from irkit.measure.stats import Estimate, median_ci
+from irkit.measure.timers import time_interleaved
+from irkit.pipelines import Step, pipeline_steps
+
+STRATEGIES = ("prefix", "ablation", "shapley")
+EXACT_SHAPLEY_MAX = 8
+
+Mask = tuple[bool, ...]
+Times = Mapping[Mask, np.ndarray]
+"""Seconds per call of each variant: one value per bootstrap resample (or a 0-d array)."""
+
+
+# --------------------------------------------------------------------------- strategies
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The variants a strategy measures and how it turns their times into contributions."""
+
+    strategy: str
+    k: int
+    masks: tuple[Mask, ...]
+    permutations: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def empty(self) -> Mask:
+        return (False,) * self.k
+
+    @property
+    def full(self) -> Mask:
+        return (True,) * self.k
+
+    def pair(self, i: int) -> tuple[Mask, Mask]:
+        """The (without, with) variants that show pass i's effect on kernels."""
+        if self.strategy == "prefix":
+            return _prefix(self.k, i), _prefix(self.k, i + 1)
+        return _without(self.full, i), self.full
+
+    def pairs(self, i: int) -> list[tuple[Mask, Mask]]:
+        """Every (without, with) pair pass i's contribution is computed from."""
+        if self.strategy != "shapley":
+            return [self.pair(i)]
+        if not self.permutations:
+            return [(m, _with(m, i)) for m in self.masks if not m[i]]
+        return [_marginal(p, i) for p in self.permutations]
+
+    def contributions(self, t: Times) -> list[np.ndarray]:
+        """Seconds saved per call by each pass (negative: the pass made it slower)."""
+        if self.strategy in ("prefix", "ablation"):
+            return [t[a] - t[b] for a, b in (self.pair(i) for i in range(self.k))]
+        if self.permutations:
+            return [
+                sum(t[a] - t[b] for a, b in self.pairs(i)) / len(self.permutations)
+                for i in range(self.k)
+            ]
+        k = self.k
+        weight = [math.factorial(s) * math.factorial(k - s - 1) / math.factorial(k) for s in range(k)]
+        return [sum(weight[sum(a)] * (t[a] - t[b]) for a, b in self.pairs(i)) for i in range(k)]
+
+    def before(self, i: int) -> Mask:
+        """The variant pass i's relative change is taken against."""
+        return self.empty if self.strategy == "shapley" else self.pair(i)[0]
+
+
+def _prefix(k: int, n: int) -> Mask:
+    return tuple(j < n for j in range(k))
+
+
+def _without(mask: Mask, i: int) -> Mask:
+    return tuple(False if j == i else m for j, m in enumerate(mask))
+
+
+def _with(mask: Mask, i: int) -> Mask:
+    return tuple(True if j == i else m for j, m in enumerate(mask))
+
+
+def _marginal(order: tuple[int, ...], i: int) -> tuple[Mask, Mask]:
+    k = len(order)
+    before = order[: order.index(i)]
+    m = tuple(j in before for j in range(k))
+    return m, _with(m, i)
+
+
+def make_plan(strategy: str, k: int, permutations: int = 64, seed: int = 0) -> Plan:
+    """The variants `strategy` needs for k optional passes."""
+    if strategy not in STRATEGIES:
+        raise IrkitError(f"unknown strategy '{strategy}'; choose from {', '.join(STRATEGIES)}")
+    empty, full = (False,) * k, (True,) * k
+    if strategy == "prefix":
+        masks = [_prefix(k, n) for n in range(k + 1)]
+        return Plan(strategy, k, tuple(masks))
+    if strategy == "ablation":
+        masks = [empty, full, *(_without(full, i) for i in range(k))]
+        return Plan(strategy, k, tuple(dict.fromkeys(masks)))
+    if k <= EXACT_SHAPLEY_MAX:
+        return Plan(strategy, k, tuple(itertools.product((False, True), repeat=k)))
+    rng = np.random.default_rng(seed)
+    orders = tuple(tuple(int(x) for x in rng.permutation(k)) for _ in range(permutations))
+    masks = {empty, full}
+    for order in orders:
+        for n in range(k + 1):
+            masks.add(tuple(j in order[:n] for j in range(k)))
+    return Plan(strategy, k, tuple(sorted(masks, key=sum)), orders)
+
+
+# --------------------------------------------------------------------------- variants
+
+
+@dataclass
+class Program:
+    """One distinct compiled program, and the variants that compile to it."""
+
+    key: str
+    exe: object
+    bound: object
+    masks: list[Mask] = field(default_factory=list)
+    checks: list = field(default_factory=list)
+
+
+def variant_spec(steps: list[Step], optional: list[int], mask: Mask) -> str:
+    """The `-p` spec of the variant with optional step optional[j] kept iff mask[j]."""
+    off = {optional[j] for j, on in enumerate(mask) if not on}
+    return ",".join(s.spec for n, s in enumerate(steps) if n not in off)
+
+
+def program_key(exe) -> str:
+    """What identifies a compiled program: its loop-level module, or else its kernels."""
+    from irkit.ir import content_hash
+
+    module = getattr(exe, "module", None)
+    if isinstance(module, ModuleOp):
+        return content_hash(module)
+    return "+".join(k.hash for k in exe.kernels)
+
+
+def _describe(steps: list[Step], optional: list[int], mask: Mask) -> str:
+    on = [steps[optional[j]].label for j, m in enumerate(mask) if m]
+    if len(on) == len(mask):
+        return "all optional passes"
+    return "+".join(on) if on else "no optional pass"
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Interval:
+    value: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, point: float, boot: np.ndarray, confidence: float = 0.95) -> Interval:
+        a = (1 - confidence) / 2
+        lo, hi = np.quantile(boot, [a, 1 - a]) if np.ndim(boot) else (point, point)
+        return cls(float(point), float(lo), float(hi))
+
+    def excludes(self, x: float) -> bool:
+        return not (self.low <= x <= self.high)
+
+    def to_json(self) -> dict:
+        return {"value": self.value, "ci_low": self.low, "ci_high": self.high}
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    name: str
+    hash: str
+    seconds: float
+    ci: tuple[float, float]
+    flops: int
+    min_bytes: int
+    roof: dict | None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "hash": self.hash, "seconds": self.seconds,
+                "ci_low": self.ci[0], "ci_high": self.ci[1], "flops": self.flops,
+                "min_bytes": self.min_bytes, "roofline": self.roof}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PassResult:
+    label: str
+    spec: str
+    saved: Interval
+    """Seconds per call saved by the pass (negative: slower)."""
+    speedup: Interval
+    relative: float
+    """saved / T(before), the fraction of the reference variant's time."""
+    significant: bool
+    changes_code: bool
+    removed: list[KernelTime]
+    added: list[KernelTime]
+
+    @property
+    def kernel_delta(self) -> float:
+        """Seconds saved summed over the kernels this pass changed, each timed alone."""
+        return sum(k.seconds for k in self.removed) - sum(k.seconds for k in self.added)
+
+    def to_json(self) -> dict:
+        return {
+            "pass": self.label, "spec": self.spec, "saved_s": self.saved.to_json(),
+            "speedup": self.speedup.to_json(), "relative": self.relative,
+            "significant": self.significant, "changes_code": self.changes_code,
+            "kernels": {"removed": [k.to_json() for k in self.removed],
+                        "added": [k.to_json() for k in self.added],
+                        "saved_s": self.kernel_delta},
+        }  # fmt: skip
+
+
+@dataclass
+class Attribution:
+    model: str
+    pipeline: str
+    backend: str
+    strategy: str
+    steps: list[Step]
+    passes: list[PassResult]
+    variants: list[dict]
+    total_saved: Interval
+    total_speedup: Interval
+    baseline: Estimate
+    full: Estimate
+    noise: dict
+    kernels: dict[str, list[KernelTime]]
+    """Per-kernel times of the variant with no optional pass ("baseline") and with all."""
+    protocol: dict
+    fingerprint: dict
+    ceilings: Ceilings | None
+    dims: dict = field(default_factory=dict)
+    workload: str | None = None
+
+    @property
+    def shapley_gap(self) -> float:
+        """Total saved minus the sum of contributions (0 up to rounding for shapley/prefix)."""
+        return self.total_saved.value - sum(p.saved.value for p in self.passes)
+
+    def to_json(self) -> dict:
+        return {
+            "kind": "irkit.attribution",
+            "schema": 1,
+            "workload": self.workload or Path(self.model).stem,
+            "model": self.model,
+            "dims": self.dims,
+            "pipeline": self.pipeline,
+            "backend": self.backend,
+            "strategy": self.strategy,
+            "steps": [{"pass": s.label, "spec": s.spec, "optional": s.optional} for s in self.steps],
+            "passes": [p.to_json() for p in self.passes],
+            "total": {"saved_s": self.total_saved.to_json(),
+                      "speedup": self.total_speedup.to_json(),
+                      "baseline_s": self.baseline.to_json(), "full_s": self.full.to_json(),
+                      "sum_of_contributions_s": sum(p.saved.value for p in self.passes)},
+            "noise_floor": self.noise,
+            "variants": self.variants,
+            "kernels": {k: [t.to_json() for t in v] for k, v in self.kernels.items()},
+            "ceilings": self.ceilings.to_json() if self.ceilings else None,
+            "protocol": self.protocol,
+            "fingerprint": self.fingerprint,
+        }  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the engine
+
+Progress = Callable[[str, int, int], None]
+"""Called as progress(phase, done, total) while compiling and measuring."""
+
+
+def attribute(
+    model: ModuleOp | str | Path,
+    pipeline: str | None = None,
+    backend: str = "cpu",
+    strategy: str = "shapley",
+    dims: Mapping[str, int] | None = None,
+    precision: float = 0.01,
+    budget_s: float = 30.0,
+    kernel_budget_s: float | None = None,
+    seed: int = 0,
+    permutations: int = 64,
+    resamples: int = 2000,
+    min_rounds: int = 10,
+    max_rounds: int = 200,
+    ceilings: Ceilings | None = None,
+    progress: Progress | None = None,
+    twin: bool = True,
+) -> Attribution:
+    """Attribute the runtime of `model` under `pipeline` to its optional passes (see the
+    module docstring for the protocol)."""
+    from irkit.frontend import load
+    from irkit.measure.fingerprint import host_fingerprint
+    from irkit.runtime import compile, get_backend
+    from irkit.runtime.check import check, reference_case
+
+    tick = progress or (lambda *_: None)
+    graph = load(model, dims) if isinstance(model, str | Path) else model
+    chosen, selection = get_backend(backend)
+    if chosen.name == "reference":
+        raise IrkitError("attribution needs a compiling backend (cpu or cuda), not the reference")
+    spec = pipeline if pipeline is not None else chosen.default_pipeline
+    steps = pipeline_steps(spec)
+    optional = [n for n, s in enumerate(steps) if s.optional]
+    if not optional:
+        raise IrkitError(f"pipeline '{spec}' has no optional pass to attribute", "-p")
+    plan = make_plan(strategy, len(optional), permutations, seed)
+    case = reference_case(graph, seed)
+
+    programs: dict[str, Program] = {}
+    key_of: dict[Mask, str] = {}
+    variants: list[dict] = []
+    for n, mask in enumerate(plan.masks):
+        tick("compile", n, len(plan.masks))
+        vspec = variant_spec(steps, optional, mask)
+        start = time.perf_counter()
+        exe = compile(graph, vspec, chosen.name)
+        seconds = time.perf_counter() - start
+        key = program_key(exe)
+        key_of[mask] = key
+        if key not in programs:
+            checks, inputs = check(exe, graph, seed, case)
+            if not all(c.passed for c in checks):
+                bad = next(c for c in checks if not c.passed)
+                raise IrkitError(
+                    f"the variant with {_describe(steps, optional, mask)} ({vspec}) computes a "
+                    f"wrong result: {bad.describe()}; not timed"
+                )
+            programs[key] = Program(key, exe, exe.bind(*inputs), checks=checks)  # type: ignore[attr-defined]
+        programs[key].masks.append(mask)
+        variants.append({"passes": [steps[optional[j]].label for j, m in enumerate(mask) if m],
+                         "spec": vspec, "program": key, "compile_s": seconds,
+                         "kernels": [k.hash for k in exe.kernels]})  # fmt: skip
+    tick("compile", len(plan.masks), len(plan.masks))
+
+    fns: dict[str, Callable[[], None]] = {k: p.bound.run_graph for k, p in programs.items()}  # type: ignore[attr-defined]
+    if twin:
+        twin_exe = compile(graph, variant_spec(steps, optional, plan.full), chosen.name)
+        twin_bound = twin_exe.bind(*case[0])  # type: ignore[attr-defined]
+        fns["aa-twin"] = twin_bound.run_graph
+    rounds_done = [0]
+
+    def on_round(r: int) -> None:
+        rounds_done[0] = r
+        tick("measure", r, max_rounds)
+
+    timings = time_interleaved(fns, precision, budget_s, min_rounds, max_rounds, seed=seed,
+                               on_round=on_round)  # fmt: skip
+    tick("measure", max_rounds, max_rounds)
+    keys = list(fns)
+    samples = np.stack([timings[k].samples for k in keys])
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, samples.shape[1], size=(resamples, samples.shape[1]))
+    boot = np.median(samples[:, idx], axis=2)  # [program, resample]
+    point = np.median(samples, axis=1)
+    row = {k: i for i, k in enumerate(keys)}
+    t_point = {m: point[row[key_of[m]]] for m in plan.masks}
+    t_boot = {m: boot[row[key_of[m]]] for m in plan.masks}
+
+    full_key, empty_key = key_of[plan.full], key_of[plan.empty]
+    if twin:
+        aa = Interval.of(point[row["aa-twin"]] / point[row[full_key]],
+                         boot[row["aa-twin"]] / boot[row[full_key]])  # fmt: skip
+        floor = max(1 - aa.low, aa.high - 1, 0.0)
+        noise = {"aa_ratio": aa.to_json(), "floor": floor,
+                 "method": "A/A: the full pipeline compiled twice, timed interleaved; floor = "
+                           "the farthest end of the ratio's 95% CI from 1"}  # fmt: skip
+    else:
+        floor, noise = 0.0, {"floor": 0.0, "method": "none (no A/A twin measured)"}
+
+    contributions_point = plan.contributions(t_point)
+    contributions_boot = plan.contributions(t_boot)
+
+    kernel_times = _time_kernels(programs, precision, kernel_budget_s or budget_s / 2,
+                                 min_rounds, max_rounds, seed, ceilings, tick)  # fmt: skip
+
+    def kernels_of(key: str) -> list[KernelTime]:
+        """The program's kernels in order, under their own names, with the time measured
+        for their hash."""
+        return [
+            dataclasses.replace(kernel_times[k.hash], name=k.name)
+            for k in programs[key].exe.kernels  # type: ignore[attr-defined]
+        ]
+
+    results = []
+    for i in range(plan.k):
+        saved = Interval.of(float(contributions_point[i]), contributions_boot[i])
+        before = plan.before(i)
+        t_before_point, t_before_boot = t_point[before], t_boot[before]
+        speedup = Interval.of(t_before_point / (t_before_point - saved.value),
+                              t_before_boot / (t_before_boot - contributions_boot[i]))  # fmt: skip
+        relative = float(saved.value / t_before_point)
+        changes = any(key_of[a] != key_of[b] for a, b in plan.pairs(i))
+        a, b = plan.pair(i)
+        removed, added = _kernel_diff(kernels_of(key_of[a]), kernels_of(key_of[b]))
+        significant = bool(changes and saved.excludes(0.0) and abs(relative) > floor)
+        results.append(PassResult(steps[optional[i]].label, steps[optional[i]].spec, saved,
+                                  speedup, relative, significant, changes, removed, added))  # fmt: skip
+
+    total_point = t_point[plan.empty] - t_point[plan.full]
+    total = Interval.of(total_point, t_boot[plan.empty] - t_boot[plan.full])
+    total_speedup = Interval.of(t_point[plan.empty] / t_point[plan.full],
+                                t_boot[plan.empty] / t_boot[plan.full])  # fmt: skip
+    rounds = samples.shape[1]
+    stop = next(iter(timings.values())).stop_reason
+    protocol = {
+        "timer": getattr(chosen, "timer", "perf_counter_ns"),
+        "sampling": "interleaved, randomized order per round",
+        "rounds": rounds,
+        "stop_reason": stop,
+        "precision": precision,
+        "budget_s": budget_s,
+        "min_rounds": min_rounds,
+        "max_rounds": max_rounds,
+        "reps_per_sample": {k: timings[k].reps for k in keys},
+        "warmup_calls": next(iter(timings.values())).warmup,
+        "confidence": 0.95,
+        "bootstrap_resamples": resamples,
+        "seed": seed,
+        "check": "every distinct program against the float64 numpy reference before timing",
+        "l2_flush": None,
+        "programs_measured": len(programs),
+        "variants": len(plan.masks),
+        "permutations": len(plan.permutations) or None,
+        "selection": selection,
+    }
+    for v in variants:
+        v["seconds"] = timings[v["program"]].estimate.to_json()
+    return Attribution(
+        model=str(model) if not isinstance(model, ModuleOp) else "<module>",
+        pipeline=spec,
+        backend=chosen.name,
+        strategy=strategy,
+        steps=steps,
+        passes=results,
+        variants=variants,
+        total_saved=total,
+        total_speedup=total_speedup,
+        baseline=timings[empty_key].estimate,
+        full=timings[full_key].estimate,
+        noise=noise,
+        kernels={"baseline": kernels_of(empty_key), "full": kernels_of(full_key)},
+        protocol=protocol,
+        fingerprint=host_fingerprint(),
+        ceilings=ceilings,
+        dims=dict(dims or {}),
+    )
+
+
+def _time_kernels(
+    programs: dict[str, Program],
+    precision: float,
+    budget_s: float,
+    min_rounds: int,
+    max_rounds: int,
+    seed: int,
+    ceilings: Ceilings | None,
+    tick: Progress,
+) -> dict[str, KernelTime]:
+    """Time every distinct kernel (by hash) once, alone, on its own program's data."""
+    fns: dict[str, Callable[[], None]] = {}
+    records = {}
+    for p in programs.values():
+        for i, record in enumerate(p.exe.kernels):  # type: ignore[attr-defined]
+            if record.hash not in fns:
+                fns[record.hash] = lambda b=p.bound, i=i: b.run_kernel(i)  # type: ignore[attr-defined]
+                records[record.hash] = record
+    timings = time_interleaved(fns, precision, budget_s, min_rounds, max_rounds, seed=seed + 1,
+                               on_round=lambda r: tick("kernels", r, max_rounds))  # fmt: skip
+    tick("kernels", max_rounds, max_rounds)
+    out = {}
+    for h, t in timings.items():
+        r, e = records[h], t.estimate
+        roof = roof_point(r.flops, r.min_bytes, e.median, ceilings).to_json() if ceilings else None
+        out[h] = KernelTime(r.name, h, e.median, (e.low, e.high), r.flops, r.min_bytes, roof)
+    return out
+
+
+def _kernel_diff(
+    before: list[KernelTime], after: list[KernelTime]
+) -> tuple[list[KernelTime], list[KernelTime]]:
+    """Kernels in `before` but not `after` (removed), and the other way round (added),
+    counting repeats: a program that runs the same kernel twice has it twice."""
+    return _only_in(before, after), _only_in(after, before)
+
+
+def _only_in(xs: list[KernelTime], ys: list[KernelTime]) -> list[KernelTime]:
+    left = Counter(k.hash for k in xs) - Counter(k.hash for k in ys)
+    out = []
+    for k in xs:
+        if left[k.hash] > 0:
+            left[k.hash] -= 1
+            out.append(k)
+    return out

@@ -1,0 +1,197 @@
+"""fuse-kernels: partition a graph function's ops into `graph.kernel` regions.
+
+Without fusion every graph op is a kernel of its own and every intermediate tensor makes
+a round trip through memory. This pass groups ops so that the lowering computes each
+group in one kernel, keeping intermediates in registers (or small scratch buffers):
+
+- **elementwise** chains, broadcast operands and data movement (transpose, reshape, slice,
+  concat) included: `sigmoid(x * w + b)` becomes one loop nest;
+- **reductions** with their elementwise producers and consumers: softmax, layer_norm,
+  and mean/variance written out of primitives each become one kernel;
+- **epilogues** into a contraction (matmul, batch_matmul, conv2d): bias, activation,
+  residual add and scaling are applied to the contraction's result before it is stored.
+
+Grouping is greedy over the dataflow graph (a networkx DiGraph of groups), visiting ops
+in program order and merging each op with the groups of its producers when the pair is
+allowed by the options above. A merge is refused when it would create a cycle between
+groups (some path leaves the pair and comes back: the merged group would not be convex),
+when a group would hold two contractions, or a contraction and a reduction, or exceed
+`max-group-size` ops. Ops are then reordered by a topological sort of the group graph
+(stable with respect to the original order) and each group of two or more ops becomes a
+`graph.kernel` yielding the values used outside it. Producers used both inside and
+outside a group are not recomputed: their value becomes one more output of the kernel.
+
+Optional and semantics-preserving: the lowering computes the same values with or without
+it (tested on every example against the reference). Options:
+
+    elementwise=true     fuse elementwise and data-movement ops with each other
+    reductions=true      fuse reductions with elementwise producers and consumers
+    epilogues=true       fuse elementwise consumers into matmul/conv2d
+    max-group-size=64    the most graph ops one kernel may hold
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+import networkx as nx
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.traits import IsTerminator
+
+from irkit.dialects import graph as g
+
+
+class Kind(Enum):
+    ELEMENTWISE = "elementwise"
+    MOVEMENT = "movement"
+    REDUCTION = "reduction"
+    CONTRACTION = "contraction"
+    OPAQUE = "opaque"  # pools, existing kernels, constants, anything unknown: never fused
+
+
+_KINDS: tuple[tuple[type[Operation] | tuple[type[Operation], ...], Kind], ...] = (
+    ((g.BinaryOp, g.UnaryOp, g.CastOp, g.BatchNormOp), Kind.ELEMENTWISE),
+    ((g.TransposeOp, g.ReshapeOp, g.SliceOp, g.ConcatOp), Kind.MOVEMENT),
+    ((g.ReduceOp, g.SoftmaxOp, g.LayerNormOp, g.GlobalAvgPoolOp), Kind.REDUCTION),
+    ((g.MatmulOp, g.BatchMatmulOp, g.Conv2dOp), Kind.CONTRACTION),
+)
+
+
+def kind_of(op: Operation) -> Kind:
+    """How fusion treats an op."""
+    for classes, kind in _KINDS:
+        if isinstance(op, classes):
+            return kind
+    return Kind.OPAQUE
+
+
+@dataclass(frozen=True)
+class FuseKernelsPass(ModulePass):
+    """Group graph ops into graph.kernel regions (see the module docstring)."""
+
+    name = "fuse-kernels"
+    is_optimization = True
+
+    elementwise: bool = True
+    reductions: bool = True
+    epilogues: bool = True
+    max_group_size: int = 64
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.max_group_size < 1:
+            raise ValueError(f"max-group-size must be at least 1, got {self.max_group_size}")
+        for fn in op.ops:
+            if isinstance(fn, func.FuncOp) and not fn.is_declaration:
+                _Fuser(self).run(fn.body.block)
+
+    def allows(self, producer: Kind, consumer: Kind) -> bool:
+        """Whether an edge producer -> consumer may lie inside one kernel."""
+        simple = {Kind.ELEMENTWISE, Kind.MOVEMENT}
+        if producer in simple and consumer in simple:
+            return self.elementwise
+        if producer is Kind.REDUCTION and consumer in simple | {Kind.REDUCTION}:
+            return self.reductions
+        if producer in simple and consumer is Kind.REDUCTION:
+            return self.reductions
+        if producer is Kind.CONTRACTION and consumer in simple:
+            return self.epilogues
+        return False
+
+
+class _Fuser:
+    """The grouping of one block: a DiGraph whose nodes are groups (frozen op lists)."""
+
+    def __init__(self, options: FuseKernelsPass):
+        self.options = options
+        self.group_of: dict[Operation, int] = {}
+        self.members: dict[int, list[Operation]] = {}
+        self.dag = nx.DiGraph()
+
+    def run(self, block: Block) -> None:
+        ops = [o for o in block.ops if not o.has_trait(IsTerminator)]
+        position = {o: i for i, o in enumerate(ops)}
+        for i, o in enumerate(ops):
+            self.group_of[o] = i
+            self.members[i] = [o]
+            self.dag.add_node(i)
+            for producer in _producers(o, position):
+                self.dag.add_edge(self.group_of[producer], i)
+        for o in ops:
+            if kind_of(o) is Kind.OPAQUE:
+                continue
+            for producer in _producers(o, position):
+                if kind_of(producer) is not Kind.OPAQUE and self.options.allows(
+                    kind_of(producer), kind_of(o)
+                ):
+                    self._try_merge(self.group_of[producer], self.group_of[o])
+        order = nx.lexicographical_topological_sort(
+            self.dag, key=lambda n: position[self.members[n][0]]
+        )
+        terminator = block.last_op
+        for node in order:
+            group = sorted(self.members[node], key=position.__getitem__)
+            for o in group:
+                o.detach()
+            if len(group) == 1:
+                block.insert_op_before(group[0], terminator) if terminator else block.add_op(group[0])
+            else:
+                kernel = _make_kernel(group)
+                block.insert_op_before(kernel, terminator) if terminator else block.add_op(kernel)
+
+    def _try_merge(self, a: int, b: int) -> None:
+        if a == b:
+            return
+        ops = self.members[a] + self.members[b]
+        kinds = [kind_of(o) for o in ops]
+        contractions = kinds.count(Kind.CONTRACTION)
+        if len(ops) > self.options.max_group_size or contractions > 1:
+            return
+        if contractions and Kind.REDUCTION in kinds:
+            return
+        if self._creates_cycle(a, b) or self._creates_cycle(b, a):
+            return
+        self.dag = nx.contracted_nodes(self.dag, a, b, self_loops=False, copy=False)
+        for o in self.members.pop(b):
+            self.group_of[o] = a
+        self.members[a] = ops
+
+    def _creates_cycle(self, a: int, b: int) -> bool:
+        """Whether a path a -> x -> ... -> b exists through some other group x."""
+        return any(s != b and nx.has_path(self.dag, s, b) for s in self.dag.successors(a))
+
+
+def _producers(op: Operation, position: dict[Operation, int]) -> Iterable[Operation]:
+    """The ops of the same block whose results `op` (or an op nested in it) reads."""
+    seen: list[Operation] = []
+    for nested in op.walk():
+        for operand in nested.operands:
+            owner = operand.owner
+            if isinstance(owner, Operation) and owner in position and owner not in seen:
+                if owner is not op:
+                    seen.append(owner)
+    return seen
+
+
+def _make_kernel(group: list[Operation]) -> g.KernelOp:
+    """Move `group` (detached, in dataflow order) into a graph.kernel; rewire outside uses."""
+    inside = set(group)
+    escaping: list[SSAValue] = [
+        r for o in group for r in o.results if any(u.operation not in inside for u in r.uses)
+    ]
+    block = Block()
+    for o in group:
+        block.add_op(o)
+    terminator = g.YieldOp.create(operands=escaping)
+    block.add_op(terminator)
+    kernel = g.KernelOp(result_types=[[v.type for v in escaping]], regions=[Region(block)])
+    for value, result in zip(escaping, kernel.results, strict=True):
+        for use in list(value.uses):
+            if use.operation not in inside and use.operation is not terminator:
+                use.operation.operands[use.index] = result
+    return kernel
