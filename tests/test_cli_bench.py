@@ -68,32 +68,13 @@ def test_run_checks_then_times_every_kernel(tmp_path) -> None:
 def test_a_wrong_result_is_reported_and_never_timed(tmp_path, monkeypatch, capsys) -> None:
     """A deliberately broken pass (addf -> subf at the loop level) must be caught."""
     import json
-    from dataclasses import dataclass
 
-    from xdsl.dialects import arith
-    from xdsl.passes import ModulePass
-    from xdsl.rewriter import Rewriter
-
+    import tests.broken  # noqa: F401  (registers break-add)
     from irkit.cli.bench import main
-    from irkit.passes import IRKIT_PASSES
-    from irkit.pipelines import available_passes
 
-    @dataclass(frozen=True)
-    class BreakAddPass(ModulePass):
-        name = "test-break-add"
-
-        def apply(self, ctx, op) -> None:
-            for add in [o for o in op.walk() if isinstance(o, arith.AddfOp)]:
-                Rewriter.replace_op(add, arith.SubfOp(add.lhs, add.rhs))
-
-    monkeypatch.setitem(IRKIT_PASSES, "test-break-add", lambda: BreakAddPass)
-    available_passes.cache_clear()
-    try:
-        out = tmp_path / "wrong.json"
-        code = main(["run", "examples/elementwise_chain.graph", "--backend", "cpu", "--dim", "N=8",
-                     "--dim", "D=8", "-p", "lower-graph-to-loops,test-break-add", "--json", str(out)])  # fmt: skip
-    finally:
-        available_passes.cache_clear()
+    out = tmp_path / "wrong.json"
+    code = main(["run", "examples/elementwise_chain.graph", "--backend", "cpu", "--dim", "N=8",
+                 "--dim", "D=8", "-p", "lower-graph-to-loops,break-add", "--json", str(out)])  # fmt: skip
     printed = capsys.readouterr().out
     assert code == 1
     assert "z: WRONG" in printed and "wrong result: not timed" in printed

@@ -537,3 +537,64 @@ def _only_in(xs: list[KernelTime], ys: list[KernelTime]) -> list[KernelTime]:
             left[k.hash] -= 1
             out.append(k)
     return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Pipeline B against pipeline A on one model, measured interleaved and paired."""
+
+    ratio: Interval
+    """T(B) / T(A): below 1, B is faster."""
+    a: Estimate
+    b: Estimate
+    floor: float
+    rounds: int
+    stop_reason: str
+
+    @property
+    def significant(self) -> bool:
+        return self.ratio.excludes(1.0) and abs(self.ratio.value - 1) > self.floor
+
+
+def compare_pipelines(
+    model: ModuleOp | str | Path,
+    a: str,
+    b: str,
+    backend: str = "cpu",
+    dims: Mapping[str, int] | None = None,
+    precision: float = 0.01,
+    budget_s: float = 5.0,
+    seed: int = 0,
+    resamples: int = 2000,
+    min_rounds: int = 10,
+) -> Comparison:
+    """A controlled comparison of two pipelines (the A/A case included: a == b compiles
+    twice and measures both). Both are checked first; an A/A twin of `a` sets the floor."""
+    from irkit.frontend import load
+    from irkit.runtime import compile
+    from irkit.runtime.check import check, reference_case
+
+    graph = load(model, dims) if isinstance(model, str | Path) else model
+    case = reference_case(graph, seed)
+    fns = {}
+    for name, spec in (("a", a), ("b", b), ("twin", a)):
+        exe = compile(graph, spec, backend)
+        checks, inputs = check(exe, graph, seed, case)
+        if not all(c.passed for c in checks):
+            raise IrkitError(f"pipeline '{spec}' computes a wrong result: "
+                             f"{next(c for c in checks if not c.passed).describe()}")  # fmt: skip
+        fns[name] = exe.bind(*inputs).run_graph  # type: ignore[attr-defined]
+    timings = time_interleaved(fns, precision, budget_s, min_rounds, seed=seed)
+    samples = np.stack([timings[k].samples for k in ("a", "b", "twin")])
+    idx = np.random.default_rng(seed).integers(0, samples.shape[1], (resamples, samples.shape[1]))
+    boot = np.median(samples[:, idx], axis=2)
+    point = np.median(samples, axis=1)
+    aa = Interval.of(point[2] / point[0], boot[2] / boot[0])
+    return Comparison(
+        ratio=Interval.of(point[1] / point[0], boot[1] / boot[0]),
+        a=timings["a"].estimate,
+        b=timings["b"].estimate,
+        floor=max(1 - aa.low, aa.high - 1, 0.0),
+        rounds=samples.shape[1],
+        stop_reason=timings["a"].stop_reason,
+    )
