@@ -14,17 +14,7 @@ from irkit.errors import IrkitError
 from irkit.frontend.mlir import parse_mlir
 from irkit.pipelines import apply_passes, is_loop_level, parse_passes
 from irkit.runtime.check import check
-
-SMALL = {
-    "conv_block": {"N": 1, "H": 12},
-    "elementwise_chain": {"N": 64, "D": 96},
-    "gemm": {"M": 64, "N": 48, "K": 80},
-    "layernorm": {"T": 16, "H": 96},
-    "mlp": {"B": 4},
-    "softmax": {"R": 32, "C": 100},
-    "transformer_block": {"B": 1, "S": 16, "D": 32, "F": 64},
-}
-
+from tests.conftest import SMALL
 
 def test_every_example_has_small_dims(example: Path) -> None:
     assert example.stem in SMALL

@@ -15,7 +15,8 @@ Grouping is greedy over the dataflow graph (a networkx DiGraph of groups), visit
 in program order and merging each op with the groups of its producers when the pair is
 allowed by the options above. A merge is refused when it would create a cycle between
 groups (some path leaves the pair and comes back: the merged group would not be convex),
-when a group would hold two contractions, or a contraction and a reduction, or exceed
+when some dataflow edge between the two groups is not an allowed one (so a contraction
+never takes an elementwise producer in through another edge), when a group would hold two contractions, or a contraction and a reduction, or exceed
 `max-group-size` ops. Ops are then reordered by a topological sort of the group graph
 (stable with respect to the original order) and each group of two or more ops becomes a
 `graph.kernel` yielding the values used outside it. Producers used both inside and
@@ -115,7 +116,7 @@ class _Fuser:
 
     def run(self, block: Block) -> None:
         ops = [o for o in block.ops if not o.has_trait(IsTerminator)]
-        position = {o: i for i, o in enumerate(ops)}
+        self.position = position = {o: i for i, o in enumerate(ops)}
         for i, o in enumerate(ops):
             self.group_of[o] = i
             self.members[i] = [o]
@@ -154,12 +155,25 @@ class _Fuser:
             return
         if contractions and Kind.REDUCTION in kinds:
             return
+        if not (self._edges_allowed(a, b) and self._edges_allowed(b, a)):
+            return
         if self._creates_cycle(a, b) or self._creates_cycle(b, a):
             return
         self.dag = nx.contracted_nodes(self.dag, a, b, self_loops=False, copy=False)
         for o in self.members.pop(b):
             self.group_of[o] = a
         self.members[a] = ops
+
+    def _edges_allowed(self, a: int, b: int) -> bool:
+        """Whether every dataflow edge from group a into group b may lie inside a kernel
+        (so a matmul never takes an elementwise producer in through a side door)."""
+        producers = set(self.members[a])
+        return all(
+            self.options.allows(kind_of(p), kind_of(o))
+            for o in self.members[b]
+            for p in _producers(o, self.position)
+            if p in producers
+        )
 
     def _creates_cycle(self, a: int, b: int) -> bool:
         """Whether a path a -> x -> ... -> b exists through some other group x."""

@@ -1,0 +1,84 @@
+// RUN: irkit-opt %s -p fuse-kernels --split-input-file | filecheck %s
+// RUN: irkit-opt %s -p 'fuse-kernels{epilogues=false}' --split-input-file | filecheck %s --check-prefix=NOEPI
+
+// An elementwise chain with a broadcast operand becomes one kernel; only the result escapes.
+// CHECK-LABEL: func.func @chain
+// CHECK-NEXT:    %[[K:.*]] = graph.kernel : tensor<4x8xf32> {
+// CHECK-NEXT:      %[[A:.*]] = graph.add %x, %b
+// CHECK-NEXT:      %[[R:.*]] = graph.relu %[[A]]
+// CHECK-NEXT:      %[[S:.*]] = graph.sigmoid %[[R]]
+// CHECK-NEXT:      graph.yield %[[S]]
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %[[K]]
+func.func @chain(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> tensor<4x8xf32> {
+  %a = graph.add %x, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %r = graph.relu %a : tensor<4x8xf32>
+  %s = graph.sigmoid %r : tensor<4x8xf32>
+  func.return %s : tensor<4x8xf32>
+}
+
+// -----
+
+// Bias and GELU are an epilogue of the first matmul; the second matmul does not take the
+// first as a prologue (contractions never share a kernel).
+// CHECK-LABEL: func.func @mlp
+// CHECK-NEXT:    %[[K:.*]] = graph.kernel : tensor<2x16xf32> {
+// CHECK-NEXT:      graph.matmul %x, %w1
+// CHECK-NEXT:      graph.add
+// CHECK-NEXT:      %[[H:.*]] = graph.gelu
+// CHECK-NEXT:      graph.yield %[[H]]
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %[[Y:.*]] = graph.matmul %[[K]], %w2
+// CHECK-NEXT:    func.return %[[Y]]
+// NOEPI-LABEL: func.func @mlp
+// NOEPI-NEXT:    graph.matmul %x, %w1
+// NOEPI-NEXT:    graph.kernel : tensor<2x16xf32> {
+// NOEPI-NEXT:      graph.add
+// NOEPI-NEXT:      graph.gelu
+func.func @mlp(%x: tensor<2x8xf32>, %w1: tensor<8x16xf32>, %b1: tensor<16xf32>, %w2: tensor<16x8xf32>) -> tensor<2x8xf32> {
+  %m = graph.matmul %x, %w1 : (tensor<2x8xf32>, tensor<8x16xf32>) -> tensor<2x16xf32>
+  %a = graph.add %m, %b1 : (tensor<2x16xf32>, tensor<16xf32>) -> tensor<2x16xf32>
+  %h = graph.gelu %a : tensor<2x16xf32>
+  %y = graph.matmul %h, %w2 : (tensor<2x16xf32>, tensor<16x8xf32>) -> tensor<2x8xf32>
+  func.return %y : tensor<2x8xf32>
+}
+
+// -----
+
+// A softmax written out of primitives is one kernel, reductions included.
+// CHECK-LABEL: func.func @softmax
+// CHECK-NEXT:    %[[K:.*]] = graph.kernel : tensor<4x8xf32> {
+// CHECK-NEXT:      graph.reduce_max
+// CHECK-NEXT:      graph.sub
+// CHECK-NEXT:      graph.exp
+// CHECK-NEXT:      graph.reduce_sum
+// CHECK-NEXT:      graph.div
+// CHECK-NEXT:      graph.yield
+// CHECK-NEXT:    }
+func.func @softmax(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %m = graph.reduce_max %x axes = [1] keepdims = true : tensor<4x8xf32> -> tensor<4x1xf32>
+  %d = graph.sub %x, %m : (tensor<4x8xf32>, tensor<4x1xf32>) -> tensor<4x8xf32>
+  %e = graph.exp %d : tensor<4x8xf32>
+  %s = graph.reduce_sum %e axes = [1] keepdims = true : tensor<4x8xf32> -> tensor<4x1xf32>
+  %y = graph.div %e, %s : (tensor<4x8xf32>, tensor<4x1xf32>) -> tensor<4x8xf32>
+  func.return %y : tensor<4x8xf32>
+}
+
+// -----
+
+// Fusing %a with %c would put the matmul %m between two halves of one kernel (a cycle):
+// %a stays alone, and %c joins the matmul as its epilogue. %a is also an output.
+// CHECK-LABEL: func.func @no_cycle
+// CHECK-NEXT:    %[[A:.*]] = graph.relu %x
+// CHECK-NEXT:    %[[K:.*]] = graph.kernel : tensor<4x4xf32> {
+// CHECK-NEXT:      %[[M:.*]] = graph.matmul %[[A]], %w
+// CHECK-NEXT:      %[[C:.*]] = graph.add %[[M]], %[[A]]
+// CHECK-NEXT:      graph.yield %[[C]]
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %[[K]], %[[A]]
+func.func @no_cycle(%x: tensor<4x4xf32>, %w: tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<4x4xf32>) {
+  %a = graph.relu %x : tensor<4x4xf32>
+  %m = graph.matmul %a, %w : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  %c = graph.add %m, %a : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  func.return %c, %a : tensor<4x4xf32>, tensor<4x4xf32>
+}

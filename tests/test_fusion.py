@@ -1,0 +1,73 @@
+"""fuse-kernels computes what the baseline computes, with fewer kernels; and the
+attribution invariant for default-cpu: every subset of its optional passes compiles and
+matches the reference."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from xdsl.dialects import func
+
+import irkit
+from irkit.dialects import graph as g
+from irkit.pipelines import PIPELINES, apply_passes, parse_passes
+from irkit.runtime.check import check
+from tests.conftest import SMALL
+
+OPTIONS = [
+    "fuse-kernels",
+    "fuse-kernels{elementwise=false}",
+    "fuse-kernels{reductions=false}",
+    "fuse-kernels{epilogues=false}",
+    "fuse-kernels{max-group-size=2}",
+]
+
+
+def _kernels(module) -> int:
+    return sum(isinstance(op, func.FuncOp) and "irkit.kernel" in op.attributes for op in module.ops)
+
+
+@pytest.mark.parametrize("spec", OPTIONS)
+def test_fusion_matches_the_reference(example: Path, spec: str) -> None:
+    module = irkit.load(example, SMALL[example.stem])
+    exe = irkit.compile(module, f"{spec},lower-graph-to-loops", backend="cpu")
+    checks, _ = check(exe, module, seed=5)
+    assert checks and all(c.passed for c in checks), [c.describe() for c in checks]
+
+
+def test_fusion_never_adds_kernels_and_groups_respect_the_size_limit(example: Path) -> None:
+    module = irkit.load(example, SMALL[example.stem])
+    base = _kernels(apply_passes(module.clone(), parse_passes("baseline-cpu")))
+    fused_graph = apply_passes(module.clone(), parse_passes("fuse-kernels{max-group-size=3}"))
+    for k in fused_graph.walk():
+        if isinstance(k, g.KernelOp):
+            assert 2 <= len(list(k.body.block.ops)) - 1 <= 3
+    fused = _kernels(apply_passes(module.clone(), parse_passes("fuse-kernels,lower-graph-to-loops")))
+    assert fused <= base
+    if example.stem in ("elementwise_chain", "mlp", "transformer_block", "conv_block"):
+        assert fused < base
+
+
+def test_a_bad_option_names_the_pass() -> None:
+    from irkit.errors import IrkitError
+
+    with pytest.raises(IrkitError, match="fuse-kernels"):
+        apply_passes(
+            irkit.load("examples/mlp.graph", SMALL["mlp"]),
+            parse_passes("fuse-kernels{max-group-size=0}"),
+        )
+
+
+def test_every_subset_of_default_cpu_matches_the_reference(example: Path) -> None:
+    """The invariant attribution stands on, over all 2^k subsets of the optional passes."""
+    pipeline = PIPELINES["default-cpu"]
+    optional = [p for p in pipeline.passes if p in pipeline.optional]
+    module = irkit.load(example, SMALL[example.stem])
+    for keep in itertools.product((False, True), repeat=len(optional)):
+        off = {p for p, k in zip(optional, keep, strict=True) if not k}
+        spec = ",".join(p for p in pipeline.passes if p not in off)
+        exe = irkit.compile(module, spec, backend="cpu")
+        checks, _ = check(exe, module, seed=3)
+        assert all(c.passed for c in checks), (spec, [c.describe() for c in checks])
