@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import tests.planted  # noqa: F401  (registers plant-work)
+from irkit import random_inputs
 from irkit.cli.bench import main as bench
 from irkit.measure.attribution import attribute, compare_pipelines, make_plan
 from irkit.measure.timers import time_cpu
-from irkit import random_inputs
 from irkit.runtime import compile
 
 CHAIN = "examples/elementwise_chain.graph"
@@ -99,8 +99,9 @@ def test_every_strategy_recovers_a_planted_effect(strategy, trial, planted_secon
 def test_a_a_comparisons_are_not_significant_at_the_stated_rate() -> None:
     trials = 12
     flagged = sum(
-        compare_pipelines(CHAIN, "default-cpu", "default-cpu", "cpu", SMALL, budget_s=0.5,
-                          seed=s).significant  # fmt: skip
+        compare_pipelines(
+            CHAIN, "default-cpu", "default-cpu", "cpu", SMALL, budget_s=0.5, seed=s
+        ).significant  # fmt: skip
         for s in range(trials)
     )
     # At a 5% rate, 3 or more of 12 has probability 2%; a biased protocol fails this.

@@ -44,7 +44,9 @@ def test_fusion_never_adds_kernels_and_groups_respect_the_size_limit(example: Pa
     for k in fused_graph.walk():
         if isinstance(k, g.KernelOp):
             assert 2 <= len(list(k.body.block.ops)) - 1 <= 3
-    fused = _kernels(apply_passes(module.clone(), parse_passes("fuse-kernels,lower-graph-to-loops")))
+    fused = _kernels(
+        apply_passes(module.clone(), parse_passes("fuse-kernels,lower-graph-to-loops"))
+    )
     assert fused <= base
     if example.stem in ("elementwise_chain", "mlp", "transformer_block", "conv_block"):
         assert fused < base

@@ -16,6 +16,7 @@ from irkit.pipelines import apply_passes, is_loop_level, parse_passes
 from irkit.runtime.check import check
 from tests.conftest import SMALL
 
+
 def test_every_example_has_small_dims(example: Path) -> None:
     assert example.stem in SMALL
 

@@ -167,6 +167,79 @@ def _attribute(args) -> int:
     return 0
 
 
+def _suite(args) -> int:
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from irkit.measure.suite import FULL, QUICK, run_suite
+    from irkit.runtime import get_backend
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    backend, why = get_backend(args.backend)
+    pipeline = args.passes or backend.default_pipeline
+    jobs = QUICK if args.quick else FULL
+    out = Path(args.out)
+    console.print(f"suite: {len(jobs)} {'quick ' if args.quick else ''}jobs, pipeline {pipeline}, "
+                  f"backend {why}; results appended to {out}", highlight=False)  # fmt: skip
+    if backend.name != "cuda":
+        console.print("peers (cuBLAS, PyTorch) are measured on the cuda backend only", style="dim")
+
+    def run_job(job) -> dict:
+        opts = SimpleNamespace(passes=pipeline, backend=backend.name, strategy=job.strategy,
+                               precision=args.precision, budget=args.budget, seed=args.seed,
+                               permutations=64)  # fmt: skip
+        return attribute_file(opts, job.model, job.dims, console)
+
+    failed = 0
+    for job, record, status in run_suite(out, jobs, run_job, backend.name, pipeline):
+        if record is None:
+            failed += status.startswith("failed")
+            style = "dim" if status == "skipped" else "bold red"
+            console.print(f"  {job.workload}: {status}", style=style, highlight=False)
+            continue
+        t = record["total"]
+        best = max(record["passes"], key=lambda p: p["saved_s"]["value"])
+        console.print(
+            f"  {job.workload}: {fmt_time(t['baseline_s']['median'])} -> "
+            f"{fmt_time(t['full_s']['median'])} ({t['speedup']['value']:.3f}x "
+            f"[{t['speedup']['ci_low']:.3f}, {t['speedup']['ci_high']:.3f}]); largest: "
+            f"{best['pass']} {fmt_time(best['saved_s']['value'])}"
+            f"{'' if best['significant'] else ' (not significant)'}; {record['suite_seconds']:.0f} s",
+            highlight=False,
+        )
+    return 1 if failed else 0
+
+
+def _compare(args) -> int:
+    from rich.console import Console
+
+    from irkit.measure.compare import compare_files
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    verdicts, unmatched = compare_files(args.base, args.new, args.threshold)
+    for v in verdicts:
+        console.print(v.describe(), style="bold red" if v.regression else None, highlight=False)
+    for key in unmatched:
+        console.print(f"{key}: in one file only, not compared", style="dim", highlight=False)
+    if not verdicts:
+        from irkit.errors import IrkitError
+
+        raise IrkitError(f"no workload appears in both {args.base} and {args.new}")
+    regressions = [v for v in verdicts if v.regression]
+    console.print(f"{len(regressions)} significant regression(s) in {len(verdicts)} workload(s)")
+    return 1 if regressions else 0
+
+
+def _report(args) -> int:
+    from irkit.measure.report import write_report
+
+    n = write_report(args.results, args.output)
+    print(f"{args.output}: {n} workload(s)")
+    return 0
+
+
 def _write_json(path: str, record: dict) -> None:
     import json
     from pathlib import Path
@@ -204,7 +277,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     att.add_argument("--permutations", type=int, default=64,
                      help="sampled orders for shapley beyond 8 passes (default 64)")  # fmt: skip
     att.add_argument("--json", default=None, metavar="OUT", help="write the record as JSON")
+    suite = sub.add_parser("suite", help="run the pass-impact suite (resumable)")
+    suite.add_argument(
+        "--quick", action="store_true", help="small sizes, short budgets: a smoke run"
+    )
+    suite.add_argument("-p", "--passes", default=None, metavar="PIPELINE",
+                       help="pipeline to attribute (default: the backend's own)")  # fmt: skip
+    suite.add_argument("--backend", default="auto", help="cpu, cuda or auto (default)")
+    suite.add_argument("--out", default="results.jsonl", help="JSON Lines results (appended)")
+    suite.add_argument("--precision", type=float, default=0.01)
+    suite.add_argument("--budget", type=float, default=None,
+                       help="seconds of sampling per job (default 20, or 2 with --quick)")  # fmt: skip
+    suite.add_argument("--seed", type=int, default=0)
+    cmp_ = sub.add_parser("compare", help="exit 1 when NEW significantly regresses from BASE")
+    cmp_.add_argument("base")
+    cmp_.add_argument("new")
+    cmp_.add_argument("--threshold", type=float, default=0.05,
+                      help="smallest relative slowdown reported (default 0.05; never below "
+                           "either run's A/A noise floor)")  # fmt: skip
+    rep = sub.add_parser("report", help="write a self-contained HTML report of results")
+    rep.add_argument("results", help="a results .jsonl (or one attribute --json record)")
+    rep.add_argument("-o", "--output", default="report.html")
     args = parser.parse_args(argv)
+    if args.command == "suite":
+        if args.budget is None:
+            args.budget = 2.0 if args.quick else 20.0
+        return run_main("irkit-bench", lambda: _suite(args))
+    if args.command == "compare":
+        return run_main("irkit-bench", lambda: _compare(args))
+    if args.command == "report":
+        return run_main("irkit-bench", lambda: _report(args))
     if args.command == "run":
         return run_main("irkit-bench", lambda: _run(args))
     if args.command == "attribute":

@@ -74,15 +74,17 @@ def show_attribution(console: Console, rec: dict) -> None:
             continue
         share = f"{s['value'] / saved_total:.0%}" if saved_total else ""
         verdict = "yes" if p["significant"] else "no (within noise)"
-        changed = (
-            f"-{len(k['removed'])} +{len(k['added'])}; alone: {fmt_signed(k['saved_s'])}"
-        )
+        changed = f"-{len(k['removed'])} +{len(k['added'])}; alone: {fmt_signed(k['saved_s'])}"
         table.add_row(p["pass"], fmt_signed(s["value"]), fmt_ci(s, fmt_signed),
                       f"{x['value']:.3f}x", f"[{x['ci_low']:.3f}, {x['ci_high']:.3f}]", share,
                       verdict, changed, style=None if p["significant"] else "dim")  # fmt: skip
     table.add_section()
     gap = saved_total - total["sum_of_contributions_s"]
-    note = "= sum" if abs(gap) <= 1e-12 + 1e-9 * abs(saved_total) else f"sum + {fmt_signed(gap)} interaction"
+    note = (
+        "= sum"
+        if abs(gap) <= 1e-12 + 1e-9 * abs(saved_total)
+        else f"sum + {fmt_signed(gap)} interaction"
+    )
     table.add_row("total", fmt_signed(saved_total), fmt_ci(total["saved_s"], fmt_signed),
                   f"{sp['value']:.3f}x", f"[{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]", note, "", "")  # fmt: skip
     console.print(table)
@@ -92,7 +94,9 @@ def show_attribution(console: Console, rec: dict) -> None:
             continue
         kt = Table(title=f"kernels changed by {p['pass']} (each timed alone)", title_justify="left")
         for col in ("", "kernel", "count", "time each", "% of roof", "bound"):
-            kt.add_column(col, justify="right" if col in ("count", "time each", "% of roof") else "left")
+            kt.add_column(
+                col, justify="right" if col in ("count", "time each", "% of roof") else "left"
+            )
         for sign, ks in (("-", k["removed"]), ("+", k["added"])):
             for kk, count in _collapse(ks):
                 roof = kk.get("roofline") or {}

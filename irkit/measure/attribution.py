@@ -46,7 +46,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from irkit.errors import IrkitError
 from irkit.measure.roofline import Ceilings, roof_point
-from irkit.measure.stats import Estimate, median_ci
+from irkit.measure.stats import Estimate
 from irkit.measure.timers import time_interleaved
 from irkit.pipelines import Step, pipeline_steps
 
@@ -102,7 +102,9 @@ class Plan:
                 for i in range(self.k)
             ]
         k = self.k
-        weight = [math.factorial(s) * math.factorial(k - s - 1) / math.factorial(k) for s in range(k)]
+        weight = [
+            math.factorial(s) * math.factorial(k - s - 1) / math.factorial(k) for s in range(k)
+        ]
         return [sum(weight[sum(a)] * (t[a] - t[b]) for a, b in self.pairs(i)) for i in range(k)]
 
     def before(self, i: int) -> Mask:

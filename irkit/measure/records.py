@@ -61,6 +61,7 @@ def _object(value: object, path: Path, line: int) -> dict:
 def job_key(record: dict) -> str:
     """What identifies a suite job: workload, backend, pipeline, strategy and sizes."""
     dims = ",".join(f"{k}={v}" for k, v in sorted(record.get("dims", {}).items()))
-    return "|".join(
-        str(record.get(k)) for k in ("workload", "backend", "pipeline", "strategy")
-    ) + f"|{dims}"
+    return (
+        "|".join(str(record.get(k)) for k in ("workload", "backend", "pipeline", "strategy"))
+        + f"|{dims}"
+    )

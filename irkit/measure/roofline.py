@@ -90,9 +90,9 @@ def cpu_ceilings(refresh: bool = False) -> Ceilings:
     from irkit.codegen.host import host_target
 
     target = host_target()
-    key = hashlib.sha256(
-        f"{platform.node()}|{target.cpu}|{target.features}".encode()
-    ).hexdigest()[:16]
+    key = hashlib.sha256(f"{platform.node()}|{target.cpu}|{target.features}".encode()).hexdigest()[
+        :16
+    ]
     path = _cache_dir() / f"cpu-{key}.json"
     if path.exists() and not refresh:
         try:

@@ -140,7 +140,9 @@ class _Fuser:
             for o in group:
                 o.detach()
             if len(group) == 1:
-                block.insert_op_before(group[0], terminator) if terminator else block.add_op(group[0])
+                block.insert_op_before(group[0], terminator) if terminator else block.add_op(
+                    group[0]
+                )
             else:
                 kernel = _make_kernel(group)
                 block.insert_op_before(kernel, terminator) if terminator else block.add_op(kernel)

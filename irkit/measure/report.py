@@ -1,0 +1,188 @@
+"""A self-contained HTML report of attribution records: per workload, a waterfall of the
+per-pass contributions (with their 95% CIs) from the time with no optional pass to the time
+with all of them, a roofline of the kernels before and after, and the tables and protocol
+behind both. Figures are matplotlib PNGs embedded as data URIs: the page has no external
+reference and reads offline."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+from irkit.errors import IrkitError
+from irkit.measure.records import read_records
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise IrkitError(
+            "the report needs matplotlib: pip install 'irkit[plots]' (or matplotlib)"
+        ) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def waterfall(plt, rec: dict):
+    """Bars from T(no optional pass) down (or up) by each pass's contribution to T(all)."""
+    total = rec["total"]
+    base = total["baseline_s"]["median"]
+    scale, unit = (1e3, "ms") if base >= 1e-3 else (1e6, "us")
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    labels, level = ["no optional pass"], base
+    ax.bar(0, base * scale, color="#888888")
+    for i, p in enumerate(rec["passes"], start=1):
+        s = p["saved_s"]
+        new = level - s["value"]
+        color = "#2a9d8f" if s["value"] > 0 else "#e76f51"
+        if not p["significant"]:
+            color = "#cccccc"
+        ax.bar(i, (level - new) * scale, bottom=new * scale, color=color)
+        err = [[(s["value"] - s["ci_low"]) * scale], [(s["ci_high"] - s["value"]) * scale]]
+        ax.errorbar(i, new * scale, yerr=err, fmt="none", ecolor="black", capsize=3, lw=1)
+        labels.append(p["pass"])
+        level = new
+    full = total["full_s"]["median"]
+    ax.bar(len(labels), full * scale, color="#264653")
+    labels.append("all passes")
+    ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right")
+    ax.set_ylabel(f"time per call ({unit})")
+    ax.set_title(f"{rec['workload']}: {rec['strategy']} contributions "
+                 f"(grey: not significant)", fontsize=10)  # fmt: skip
+    low = min(full, base) * scale
+    ax.set_ylim(bottom=max(0.0, low - 0.25 * abs(base - full) * scale - 0.02 * low))
+    return fig
+
+
+def roofline(plt, rec: dict):
+    """Kernels with no optional pass (hollow) and with all (filled) under the measured roofs."""
+    c = rec.get("ceilings")
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    points = []
+    for variant, style in (("baseline", dict(facecolors="none", edgecolors="#e76f51")),
+                           ("full", dict(color="#264653"))):  # fmt: skip
+        xs = [
+            k["flops"] / k["min_bytes"]
+            for k in rec["kernels"][variant]
+            if k["flops"] and k["min_bytes"]
+        ]
+        ys = [
+            k["flops"] / k["seconds"] / 1e9
+            for k in rec["kernels"][variant]
+            if k["flops"] and k["min_bytes"]
+        ]
+        points += xs
+        ax.scatter(
+            xs,
+            ys,
+            s=28,
+            label=f"{'no optional pass' if variant == 'baseline' else 'all passes'}",
+            **style,
+        )
+    if c:
+        import numpy as np
+
+        lo = min(points + [c["flops"] / c["bandwidth"]]) / 4
+        hi = max(points + [c["flops"] / c["bandwidth"]]) * 4
+        x = np.geomspace(lo, hi, 200)
+        ax.plot(x, np.minimum(c["flops"], x * c["bandwidth"]) / 1e9, color="black", lw=1)
+        ax.set_title(f"roofline: {c['device']} (copy {c['bandwidth'] / 1e9:.1f} GB/s, "
+                     f"fma {c['flops'] / 1e9:.0f} GFLOP/s, measured)", fontsize=9)  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("FLOPs per minimum byte")
+    ax.set_ylabel("GFLOP/s")
+    ax.legend(fontsize=8)
+    return fig
+
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}
+table{border-collapse:collapse;font-size:13px;margin:.5em 0 1.5em}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
+td:first-child,th:first-child{text-align:left}
+.dim{color:#999}.bad{color:#b00020;font-weight:bold}
+img{max-width:100%} code{font-size:12px}
+"""
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.4g} ms"
+
+
+def _section(plt, rec: dict) -> str:
+    t = rec["total"]
+    p = rec["protocol"]
+    rows = []
+    for q in rec["passes"]:
+        s, x = q["saved_s"], q["speedup"]
+        cls = "" if q["significant"] else " class='dim'"
+        rows.append(
+            f"<tr{cls}><td>{html.escape(q['pass'])}</td><td>{_ms(s['value'])}</td>"
+            f"<td>[{_ms(s['ci_low'])}, {_ms(s['ci_high'])}]</td><td>{x['value']:.3f}x</td>"
+            f"<td>{'yes' if q['significant'] else 'no'}</td><td>{'yes' if q['changes_code'] else 'no'}</td>"
+            f"<td>-{len(q['kernels']['removed'])} +{len(q['kernels']['added'])}</td></tr>"
+        )
+    figs = [waterfall(plt, rec), roofline(plt, rec)]
+    images = "".join(f"<img src='{_png(f)}'>" for f in figs)
+    for f in figs:
+        plt.close(f)
+    noise = rec["noise_floor"]
+    return f"""
+<h2>{html.escape(rec["workload"])} <small class='dim'>{html.escape(str(rec["dims"]))}</small></h2>
+<p>pipeline <code>{html.escape(rec["pipeline"])}</code>, backend {html.escape(p["selection"])},
+strategy {rec["strategy"]}; {p["variants"]} variants, {p["programs_measured"]} distinct programs;
+{p["rounds"]} interleaved rounds, stopped by {p["stop_reason"]}; A/A noise floor
+±{noise.get("floor", 0):.2%}.<br>
+no optional pass {_ms(t["baseline_s"]["median"])}, all {_ms(t["full_s"]["median"])}:
+speedup {t["speedup"]["value"]:.3f}x [{t["speedup"]["ci_low"]:.3f}, {t["speedup"]["ci_high"]:.3f}]</p>
+{images}
+<table><tr><th>pass</th><th>saved per call</th><th>95% CI</th><th>speedup</th><th>significant</th>
+<th>changes code</th><th>kernels</th></tr>{"".join(rows)}</table>
+"""
+
+
+def write_report(results: str, out: str) -> int:
+    """Write the HTML report of every attribution record in `results`; returns how many."""
+    records = [r for r in read_records(results) if r.get("kind") == "irkit.attribution"]
+    failed = [r for r in read_records(results) if r.get("kind") == "irkit.attribution.failed"]
+    if not records:
+        raise IrkitError("no attribution records to report", results)
+    plt = _pyplot()
+    latest: dict[str, dict] = {}
+    for r in records:
+        latest[f"{r['workload']}|{r['backend']}|{r['pipeline']}|{r['dims']}"] = r
+    fp = records[-1].get("fingerprint", {})
+    body = "".join(_section(plt, r) for r in latest.values())
+    failures = "".join(
+        f"<li class='bad'>{html.escape(r['workload'])}: {html.escape(r['error'])}</li>"
+        for r in failed
+    )
+    page = f"""<!doctype html><html><head><meta charset='utf-8'><title>irkit pass-impact report</title>
+<style>{_STYLE}</style></head><body>
+<h1>irkit pass-impact report</h1>
+<p>{len(latest)} workloads from <code>{html.escape(results)}</code>. Host {html.escape(str(fp.get("cpu")))},
+irkit {html.escape(str(fp.get("irkit_version")))} at git {html.escape(str(fp.get("git_sha")))},
+LLVM {html.escape(str(fp.get("llvm")))}, measured {html.escape(str(fp.get("time")))}.
+Contributions are time saved per call, with 95% bootstrap CIs over interleaved rounds; a
+contribution counts as significant only outside both its CI and the run's A/A noise floor.</p>
+{f"<h2>failed jobs</h2><ul>{failures}</ul>" if failures else ""}
+{body}
+</body></html>
+"""
+    try:
+        Path(out).write_text(page)
+    except OSError as e:
+        raise IrkitError(f"cannot write: {e.strerror}", out) from None
+    return len(latest)

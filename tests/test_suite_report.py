@@ -1,0 +1,77 @@
+"""irkit-bench suite, compare and report, end to end on the CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import tests.planted  # noqa: F401  (registers plant-work)
+from irkit.cli.bench import main as bench
+
+CHAIN = ["examples/elementwise_chain.graph", "--backend", "cpu", "--dim", "N=128", "--dim", "D=256"]
+
+
+def test_quick_suite_resumes_and_reports(tmp_path, capsys) -> None:
+    out = tmp_path / "results.jsonl"
+    assert bench(["suite", "--quick", "--backend", "cpu", "--out", str(out), "--budget", "1"]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    workloads = [r["workload"] for r in records]
+    assert workloads == ["gemm_64", "elementwise_chain", "softmax", "layernorm", "mlp",
+                         "transformer_block", "conv_block"]  # fmt: skip
+    assert all(r["kind"] == "irkit.attribution" for r in records)
+    chain = records[1]
+    fuse = next(p for p in chain["passes"] if p["pass"] == "fuse-kernels")
+    assert fuse["changes_code"] and fuse["kernels"]["removed"] and fuse["kernels"]["added"]
+    capsys.readouterr()
+    # Resumable: a second run finds every job done and measures nothing.
+    assert bench(["suite", "--quick", "--backend", "cpu", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.count(": skipped") == 7
+    assert len(out.read_text().splitlines()) == 7
+
+    html = tmp_path / "report.html"
+    assert bench(["report", str(out), "-o", str(html)]) == 0
+    page = html.read_text()
+    assert page.count("<img src='data:image/png;base64,") == 14  # waterfall + roofline each
+    assert "src='http" not in page and "<script" not in page  # self-contained, offline
+    for w in workloads:
+        assert f"<h2>{w} " in page
+
+
+def _attribute(tmp_path, name: str, pipeline: str) -> str:
+    path = tmp_path / f"{name}.json"
+    code = bench(["attribute", *CHAIN, "-p", pipeline, "--budget", "2", "--json", str(path)])
+    assert code == 0
+    return str(path)
+
+
+def test_compare_flags_a_planted_regression_and_passes_an_a_a_pair(tmp_path, capsys) -> None:
+    base = _attribute(tmp_path, "base", "fuse-kernels,lower-graph-to-loops")
+    again = _attribute(tmp_path, "again", "fuse-kernels,lower-graph-to-loops")
+    slow = _attribute(tmp_path, "slow", "fuse-kernels,lower-graph-to-loops,plant-work")
+    capsys.readouterr()
+    assert bench(["compare", base, again]) == 0
+    assert "0 significant regression(s) in 1 workload(s)" in capsys.readouterr().out
+    assert bench(["compare", base, slow]) == 1
+    shown = capsys.readouterr().out
+    assert "elementwise_chain" in shown and "REGRESSION" in shown
+    assert "pass plant-work" in shown and "kernel planted_work" in shown
+
+
+def test_compare_errors_are_one_line(tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"kind": "irkit.attribution"}\nnot json\n')
+    assert bench(["compare", str(bad), str(bad)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"irkit-bench: {bad}:2:1: error: not a JSON record") and "\n" not in err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert bench(["report", str(empty)]) == 1
+    assert "no attribution records to report" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["compare", "only-one"], ["suite", "--backend"], ["report"]])
+def test_usage_errors_exit_2(argv) -> None:
+    with pytest.raises(SystemExit) as e:
+        bench(argv)
+    assert e.value.code == 2
