@@ -40,7 +40,7 @@ def waterfall(plt, rec: dict):
     base = total["baseline_s"]["median"]
     scale, unit = (1e3, "ms") if base >= 1e-3 else (1e6, "us")
     fig, ax = plt.subplots(figsize=(7, 3.2))
-    labels, level = ["no optional pass"], base
+    labels, level, peak = ["no optional pass"], base, base
     ax.bar(0, base * scale, color="#888888")
     for i, p in enumerate(rec["passes"], start=1):
         s = p["saved_s"]
@@ -51,8 +51,9 @@ def waterfall(plt, rec: dict):
         ax.bar(i, (level - new) * scale, bottom=new * scale, color=color)
         err = [[(s["value"] - s["ci_low"]) * scale], [(s["ci_high"] - s["value"]) * scale]]
         ax.errorbar(i, new * scale, yerr=err, fmt="none", ecolor="black", capsize=3, lw=1)
-        labels.append(p["pass"])
+        labels.append(p["pass"] + ("" if p["changes_code"] else "\n(no change)"))
         level = new
+        peak = max(peak, new + (s["ci_high"] - s["value"]))
     full = total["full_s"]["median"]
     ax.bar(len(labels), full * scale, color="#264653")
     labels.append("all passes")
@@ -61,7 +62,9 @@ def waterfall(plt, rec: dict):
     ax.set_title(f"{rec['workload']}: {rec['strategy']} contributions "
                  f"(grey: not significant)", fontsize=10)  # fmt: skip
     low = min(full, base) * scale
-    ax.set_ylim(bottom=max(0.0, low - 0.25 * abs(base - full) * scale - 0.02 * low))
+    ax.set_ylim(
+        bottom=max(0.0, low - 0.25 * abs(base - full) * scale - 0.02 * low), top=peak * scale * 1.05
+    )
     return fig
 
 
