@@ -138,7 +138,7 @@ def _progress():
     return bar, tick
 
 
-def attribute_file(args, model: str, dims: dict, console) -> dict:
+def attribute_file(args, model: str, dims: dict) -> dict:
     """Run one attribution with the command line's options; returns its record."""
     from irkit.measure.attribution import attribute
     from irkit.measure.roofline import cpu_ceilings
@@ -159,7 +159,7 @@ def _attribute(args) -> int:
     from irkit.cli.views import show_attribution
 
     console = Console(width=None if sys.stdout.isatty() else 160)
-    record = attribute_file(args, args.file, dict(args.dim), console)
+    record = attribute_file(args, args.file, dict(args.dim))
     show_attribution(console, record)
     if args.json:
         _write_json(args.json, record)
@@ -190,7 +190,7 @@ def _suite(args) -> int:
         opts = SimpleNamespace(passes=pipeline, backend=backend.name, strategy=job.strategy,
                                precision=args.precision, budget=args.budget, seed=args.seed,
                                permutations=64)  # fmt: skip
-        return attribute_file(opts, job.model, job.dims, console)
+        return attribute_file(opts, job.model, job.dims)
 
     failed = 0
     for job, record, status in run_suite(out, jobs, run_job, backend.name, pipeline):

@@ -164,7 +164,6 @@ class Program:
     exe: object
     bound: object
     masks: list[Mask] = field(default_factory=list)
-    checks: list = field(default_factory=list)
 
 
 def variant_spec(steps: list[Step], optional: list[int], mask: Mask) -> str:
@@ -339,7 +338,7 @@ def attribute(
     from irkit.frontend import load
     from irkit.measure.fingerprint import host_fingerprint
     from irkit.runtime import compile, get_backend
-    from irkit.runtime.check import check, reference_case
+    from irkit.runtime.check import reference_case
 
     tick = progress or (lambda *_: None)
     graph = load(model, dims) if isinstance(model, str | Path) else model
@@ -366,14 +365,9 @@ def attribute(
         key = program_key(exe)
         key_of[mask] = key
         if key not in programs:
-            checks, inputs = check(exe, graph, seed, case)
-            if not all(c.passed for c in checks):
-                bad = next(c for c in checks if not c.passed)
-                raise IrkitError(
-                    f"the variant with {_describe(steps, optional, mask)} ({vspec}) computes a "
-                    f"wrong result: {bad.describe()}; not timed"
-                )
-            programs[key] = Program(key, exe, exe.bind(*inputs), checks=checks)  # type: ignore[attr-defined]
+            what = f"the variant with {_describe(steps, optional, mask)} ({vspec})"
+            inputs = _checked(exe, graph, seed, case, what)
+            programs[key] = Program(key, exe, exe.bind(*inputs))  # type: ignore[attr-defined]
         programs[key].masks.append(mask)
         variants.append({"passes": [steps[optional[j]].label for j, m in enumerate(mask) if m],
                          "spec": vspec, "program": key, "compile_s": seconds,
@@ -396,10 +390,7 @@ def attribute(
     tick("measure", max_rounds, max_rounds)
     keys = list(fns)
     samples = np.stack([timings[k].samples for k in keys])
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, samples.shape[1], size=(resamples, samples.shape[1]))
-    boot = np.median(samples[:, idx], axis=2)  # [program, resample]
-    point = np.median(samples, axis=1)
+    point, boot = _round_bootstrap(samples, resamples, seed)
     row = {k: i for i, k in enumerate(keys)}
     t_point = {m: point[row[key_of[m]]] for m in plan.masks}
     t_boot = {m: boot[row[key_of[m]]] for m in plan.masks}
@@ -494,6 +485,29 @@ def attribute(
     )
 
 
+def _round_bootstrap(
+    samples: np.ndarray, resamples: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Medians of `samples` [variant, round] and their bootstrap replicates [variant,
+    resample]: each resample draws round indices once for every variant, keeping the
+    pairing by round."""
+    rounds = samples.shape[1]
+    idx = np.random.default_rng(seed).integers(0, rounds, size=(resamples, rounds))
+    return np.median(samples, axis=1), np.median(samples[:, idx], axis=2)
+
+
+def _checked(exe, graph: ModuleOp, seed: int, case, what: str) -> list:
+    """Check `exe` against the reference case; the inputs it ran on, or an error naming
+    `what` (a variant or a pipeline). Nothing wrong is ever timed."""
+    from irkit.runtime.check import check
+
+    checks, inputs = check(exe, graph, seed, case)
+    bad = [c for c in checks if not c.passed]
+    if bad:
+        raise IrkitError(f"{what} computes a wrong result: {bad[0].describe()}; not timed")
+    return inputs
+
+
 def _time_kernels(
     programs: dict[str, Program],
     precision: float,
@@ -574,23 +588,18 @@ def compare_pipelines(
     twice and measures both). Both are checked first; an A/A twin of `a` sets the floor."""
     from irkit.frontend import load
     from irkit.runtime import compile
-    from irkit.runtime.check import check, reference_case
+    from irkit.runtime.check import reference_case
 
     graph = load(model, dims) if isinstance(model, str | Path) else model
     case = reference_case(graph, seed)
     fns = {}
     for name, spec in (("a", a), ("b", b), ("twin", a)):
         exe = compile(graph, spec, backend)
-        checks, inputs = check(exe, graph, seed, case)
-        if not all(c.passed for c in checks):
-            raise IrkitError(f"pipeline '{spec}' computes a wrong result: "
-                             f"{next(c for c in checks if not c.passed).describe()}")  # fmt: skip
+        inputs = _checked(exe, graph, seed, case, f"pipeline '{spec}'")
         fns[name] = exe.bind(*inputs).run_graph  # type: ignore[attr-defined]
     timings = time_interleaved(fns, precision, budget_s, min_rounds, seed=seed)
     samples = np.stack([timings[k].samples for k in ("a", "b", "twin")])
-    idx = np.random.default_rng(seed).integers(0, samples.shape[1], (resamples, samples.shape[1]))
-    boot = np.median(samples[:, idx], axis=2)
-    point = np.median(samples, axis=1)
+    point, boot = _round_bootstrap(samples, resamples, seed)
     aa = Interval.of(point[2] / point[0], boot[2] / boot[0])
     return Comparison(
         ratio=Interval.of(point[1] / point[0], boot[1] / boot[0]),

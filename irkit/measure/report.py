@@ -158,8 +158,9 @@ speedup {t["speedup"]["value"]:.3f}x [{t["speedup"]["ci_low"]:.3f}, {t["speedup"
 
 def write_report(results: str, out: str) -> int:
     """Write the HTML report of every attribution record in `results`; returns how many."""
-    records = [r for r in read_records(results) if r.get("kind") == "irkit.attribution"]
-    failed = [r for r in read_records(results) if r.get("kind") == "irkit.attribution.failed"]
+    everything = list(read_records(results))
+    records = [r for r in everything if r.get("kind") == "irkit.attribution"]
+    failed = [r for r in everything if r.get("kind") == "irkit.attribution.failed"]
     if not records:
         raise IrkitError("no attribution records to report", results)
     plt = _pyplot()
