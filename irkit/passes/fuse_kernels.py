@@ -139,13 +139,11 @@ class _Fuser:
             group = sorted(self.members[node], key=position.__getitem__)
             for o in group:
                 o.detach()
-            if len(group) == 1:
-                block.insert_op_before(group[0], terminator) if terminator else block.add_op(
-                    group[0]
-                )
+            placed = group[0] if len(group) == 1 else _make_kernel(group)
+            if terminator is None:
+                block.add_op(placed)
             else:
-                kernel = _make_kernel(group)
-                block.insert_op_before(kernel, terminator) if terminator else block.add_op(kernel)
+                block.insert_op_before(placed, terminator)
 
     def _try_merge(self, a: int, b: int) -> None:
         if a == b:
