@@ -56,6 +56,19 @@ PIPELINES: dict[str, Pipeline] = {
         frozenset({"canonicalize", "cse", "fuse-kernels"}),
         "the optimized CPU pipeline: graph cleanup, fusion into kernel regions, loops",
     ),
+    "default-cuda": Pipeline(
+        "default-cuda",
+        ("canonicalize", "cse", "fuse-kernels", "lower-graph-to-loops", "map-to-gpu"),
+        frozenset({"canonicalize", "cse", "fuse-kernels"}),
+        "the optimized CUDA pipeline: graph cleanup, fusion, loops, mapping onto the GPU",
+    ),
+    "baseline-cuda": Pipeline(
+        "baseline-cuda",
+        ("lower-graph-to-loops", "map-to-gpu"),
+        frozenset(),
+        "no optimization: one kernel per graph op, mapped one thread per output (or one "
+        "block per row for reductions)",
+    ),
     "baseline-cpu": Pipeline(
         "baseline-cpu",
         ("lower-graph-to-loops",),
@@ -120,11 +133,19 @@ def is_loop_level(module: ModuleOp) -> bool:
     return not any(op.dialect_name() == "graph" for op in module.walk())
 
 
-def lower_for_backend(module: ModuleOp) -> ModuleOp:
-    """Run the required lowering to loops if the module is still at the graph level."""
-    if is_loop_level(module):
-        return module
-    return apply_passes(module, parse_passes("lower-graph-to-loops"))
+GPU_BACKENDS = frozenset({"cuda", "cuda-sim"})
+
+
+def lower_for_backend(module: ModuleOp, backend: str = "cpu") -> ModuleOp:
+    """Run the required lowerings the pipeline left out: to loops from the graph level, and
+    for the GPU backends onto the GPU (map-to-gpu with its defaults)."""
+    from irkit.passes.map_to_gpu import is_gpu_mapped
+
+    if not is_loop_level(module):
+        module = apply_passes(module, parse_passes("lower-graph-to-loops"))
+    if backend in GPU_BACKENDS and not is_gpu_mapped(module):
+        module = apply_passes(module, parse_passes("map-to-gpu"))
+    return module
 
 
 @cache

@@ -76,10 +76,11 @@ def buffer_bytes(t: MemRefType) -> int:
 
 
 def min_bytes(fn: func.FuncOp, scratch_attr: str = "irkit.scratch") -> int:
-    """Bytes of the kernel's non-scratch buffer arguments: the least it must move."""
+    """Bytes of the non-scratch buffer arguments the kernel uses: the least it must move."""
     attrs = fn.arg_attrs.data if fn.arg_attrs else [None] * len(fn.function_type.inputs.data)
     total = 0
-    for t, d in zip(fn.function_type.inputs.data, attrs, strict=True):
-        if isinstance(t, MemRefType) and not (d is not None and scratch_attr in d.data):
+    for arg, d in zip(fn.body.block.args, attrs, strict=True):
+        t = arg.type
+        if isinstance(t, MemRefType) and arg.uses and not (d is not None and scratch_attr in d.data):
             total += buffer_bytes(t)
     return total

@@ -29,10 +29,17 @@ def _fuse_kernels() -> type[ModulePass]:
     return FuseKernelsPass
 
 
+def _map_to_gpu() -> type[ModulePass]:
+    from irkit.passes.map_to_gpu import MapToGpuPass
+
+    return MapToGpuPass
+
+
 IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "decompose-composites": _decompose_composites,
     "lower-graph-to-loops": _lower_graph_to_loops,
     "fuse-kernels": _fuse_kernels,
+    "map-to-gpu": _map_to_gpu,
 }
 
 

@@ -31,8 +31,25 @@ def _reference() -> Backend:
     return ReferenceBackend()
 
 
-BACKENDS: dict[str, Callable[[], Backend]] = {"cpu": _cpu, "reference": _reference}
-"""Backend name -> factory. The CUDA backend registers here when it is built."""
+def _cuda() -> Backend:
+    from irkit.runtime.cuda import CudaBackend
+
+    return CudaBackend()
+
+
+def _cuda_sim() -> Backend:
+    from irkit.runtime.lockstep import LockstepBackend
+
+    return LockstepBackend()
+
+
+BACKENDS: dict[str, Callable[[], Backend]] = {
+    "cpu": _cpu,
+    "cuda": _cuda,
+    "cuda-sim": _cuda_sim,
+    "reference": _reference,
+}
+"""Backend name -> factory. `auto` tries cuda, then cpu; cuda-sim is chosen only by name."""
 
 
 def get_backend(name: str) -> tuple[Backend, str]:
@@ -81,7 +98,7 @@ def compile(  # noqa: A001 - the verb users expect, as in torch.compile
         module = graph
     else:
         module = apply_passes(graph.clone(), parse_passes(spec) if spec else [])
-        module = lower_for_backend(module)
+        module = lower_for_backend(module, chosen.name)
     exe = chosen.compile(module)
     exe.graph = graph  # type: ignore[attr-defined]
     exe.pipeline = spec  # type: ignore[attr-defined]

@@ -124,3 +124,79 @@ class Backend(Protocol):
 
 
 Factory = Callable[[], Backend]
+
+
+# --- the driver: what every backend's host side replays ------------------------------------
+
+
+def driver_specs(fn: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The driver's inputs and outputs (arguments marked irkit.output)."""
+    from xdsl.dialects.builtin import MemRefType, StringAttr
+
+    from irkit.dtypes import numpy_dtype
+    from irkit.passes.lower_graph_to_loops import OUTPUT_ATTR
+
+    attrs = fn.arg_attrs.data if fn.arg_attrs else [None] * len(fn.body.block.args)
+    inputs, outputs = [], []
+    for i, (arg, d) in enumerate(zip(fn.body.block.args, attrs, strict=True)):
+        t = arg.type
+        assert isinstance(t, MemRefType)
+        out = d.data.get(OUTPUT_ATTR) if d is not None else None
+        name = out.data if isinstance(out, StringAttr) else (arg.name_hint or f"arg{i}")
+        spec = TensorSpec(name, tuple(t.get_shape()), numpy_dtype(t.element_type))
+        (outputs if out is not None else inputs).append(spec)
+    return inputs, outputs
+
+
+@dataclass(frozen=True)
+class Step:
+    """One host-side action of the driver function, in order.
+
+    kind: "alloc" (a buffer of `shape`/`dtype` for `result`), "global" (`result` is the
+    constant array `data`), "copy" (operands: source, destination), "call" (kernel `callee`
+    on `operands`), "free" (operand 0 is dead)."""
+
+    kind: str
+    result: Any = None
+    operands: tuple[Any, ...] = ()
+    callee: str = ""
+    shape: tuple[int, ...] = ()
+    dtype: np.dtype | None = None
+    data: np.ndarray | None = None
+
+
+def driver_plan(module: ModuleOp) -> list[Step]:
+    """The entry function's ops as host steps; one-line error for anything else."""
+    from xdsl.dialects import func, memref
+    from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType
+
+    from irkit.dtypes import numpy_dtype
+    from irkit.ir import entry_function
+
+    entry = entry_function(module)
+    globals_ = {op.sym_name.data: op for op in module.ops if isinstance(op, memref.GlobalOp)}
+    steps = []
+    for op in entry.body.block.ops:
+        if isinstance(op, memref.AllocOp):
+            t = op.memref.type
+            assert isinstance(t, MemRefType)
+            steps.append(Step("alloc", op.memref, shape=tuple(t.get_shape()),
+                              dtype=numpy_dtype(t.element_type)))  # fmt: skip
+        elif isinstance(op, memref.GetGlobalOp):
+            g = globals_[op.name_.root_reference.data]
+            t = g.type
+            assert isinstance(g.initial_value, DenseIntOrFPElementsAttr)
+            assert isinstance(t, MemRefType)
+            values = np.array(g.initial_value.get_values(), dtype=np.float64)
+            data = values.astype(numpy_dtype(t.element_type)).reshape(t.get_shape())
+            steps.append(Step("global", op.memref, data=data))
+        elif isinstance(op, memref.CopyOp):
+            steps.append(Step("copy", operands=(op.source, op.destination)))
+        elif isinstance(op, func.CallOp):
+            steps.append(Step("call", operands=tuple(op.arguments),
+                              callee=op.callee.root_reference.data))  # fmt: skip
+        elif isinstance(op, memref.DeallocOp):
+            steps.append(Step("free", operands=(op.memref,)))
+        elif not isinstance(op, func.ReturnOp):
+            raise IrkitError(f"the driver cannot run {op.name} on the host")
+    return steps

@@ -17,42 +17,19 @@ from typing import Any
 
 import llvmlite.binding as llvm
 import numpy as np
-from xdsl.dialects import func, memref
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp, StringAttr
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
 
 from irkit.codegen.costs import count_flops, min_bytes
 from irkit.codegen.host import host_target, llvm_ir, optimize
-from irkit.dtypes import numpy_dtype
 from irkit.errors import IrkitError
 from irkit.ir import entry_function, to_text
-from irkit.passes.lower_graph_to_loops import KERNEL_ATTR, OUTPUT_ATTR
-from irkit.runtime.backend import KernelRecord, TensorSpec, check_arrays
+from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
+from irkit.runtime.backend import KernelRecord, check_arrays, driver_plan, driver_specs
 
 
 def _signature(n: int) -> Callable[[int], Callable[..., None]]:
     return ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n))  # type: ignore[return-value]
-
-
-def _specs(fn: func.FuncOp) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    """The driver's inputs and outputs (arguments marked irkit.output)."""
-    attrs = fn.arg_attrs.data if fn.arg_attrs else [None] * len(fn.body.block.args)
-    inputs, outputs = [], []
-    for i, (arg, d) in enumerate(zip(fn.body.block.args, attrs, strict=True)):
-        t = arg.type
-        assert isinstance(t, MemRefType)
-        out = d.data.get(OUTPUT_ATTR) if d is not None else None
-        name = out.data if isinstance(out, StringAttr) else (arg.name_hint or f"arg{i}")
-        spec = TensorSpec(name, tuple(t.get_shape()), numpy_dtype(t.element_type))
-        (outputs if out is not None else inputs).append(spec)
-    return inputs, outputs
-
-
-def _global_array(op: memref.GlobalOp) -> np.ndarray:
-    assert isinstance(op.initial_value, DenseIntOrFPElementsAttr)
-    t = op.type
-    assert isinstance(t, MemRefType)
-    values = np.array(op.initial_value.get_values(), dtype=np.float64)
-    return values.astype(numpy_dtype(t.element_type)).reshape(t.get_shape())
 
 
 @dataclass
@@ -86,7 +63,7 @@ class CpuExecutable:
         self.engine = engine  # owns the machine code; must outlive the function pointers
         self.llvm_ir = source
         self.entry = entry_function(module)
-        self.inputs, self.outputs = _specs(self.entry)
+        self.inputs, self.outputs = driver_specs(self.entry)
         self.driver = self._function(self.entry)
         self.kernel_functions = [
             op for op in module.ops if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes
@@ -133,29 +110,20 @@ class CpuExecutable:
         """Fix the buffers and replay the driver's plan once, so that every intermediate
         holds real data before a kernel is timed alone."""
         inputs, outputs = self._prepare(arrays, None)
+        bound = CpuBound(self, [a.ctypes.data for a in [*inputs, *outputs]], outputs, [])
         env = dict(zip(self.entry.body.block.args, [*inputs, *outputs], strict=True))
-        globals_ = {
-            op.sym_name.data: op for op in self.module.ops if isinstance(op, memref.GlobalOp)
-        }
-        bound = CpuBound(
-            self, [a.ctypes.data for a in [*inputs, *outputs]], outputs, list(env.values())
-        )
-        for op in self.entry.body.block.ops:
-            if isinstance(op, memref.AllocOp):
-                t = op.memref.type
-                assert isinstance(t, MemRefType)
-                env[op.memref] = np.empty(t.get_shape(), numpy_dtype(t.element_type))
-            elif isinstance(op, memref.GetGlobalOp):
-                env[op.memref] = _global_array(globals_[op.name_.root_reference.data])
-            elif isinstance(op, memref.CopyOp):
-                np.copyto(env[op.destination], env[op.source])
-            elif isinstance(op, func.CallOp):
-                native = self._natives[op.callee.root_reference.data]
-                args = tuple(env[v].ctypes.data for v in op.arguments)
+        for step in driver_plan(self.module):
+            if step.kind == "alloc":
+                env[step.result] = np.empty(step.shape, step.dtype)
+            elif step.kind == "global":
+                env[step.result] = step.data
+            elif step.kind == "copy":
+                np.copyto(env[step.operands[1]], env[step.operands[0]])
+            elif step.kind == "call":
+                native = self._natives[step.callee]
+                args = tuple(env[v].ctypes.data for v in step.operands)
                 bound.calls.append((native, args))
                 native(*args)
-            elif not isinstance(op, memref.DeallocOp | func.ReturnOp):
-                raise IrkitError(f"the cpu runtime cannot replay {op.name} in the driver")
         bound.keep.extend(env.values())
         return bound
 

@@ -1,0 +1,429 @@
+"""CUDA C from the GPU-mapped loop level (after `map-to-gpu`).
+
+The printer is table-driven, in two layers: `CPrinter` knows C (types, operators, math
+library calls, loops, conditionals, flat row-major indexing of static-shape buffers) and
+`CudaPrinter` overrides what CUDA adds: `extern "C" __global__` kernels with
+`__launch_bounds__`, `__restrict__` pointers (`const` when the kernel never stores through
+them), `threadIdx`/`blockIdx`, `__syncthreads()`, `__shared__` arrays, and the f16/bf16
+types of cuda_fp16.h and cuda_bf16.h (arithmetic on them happens in f32, as the loop level
+already says with extf/truncf). A new op is usually one table entry.
+
+Every SSA value becomes one `const` local named after what it is (`tid`, `bid`, `i7`, `v12`),
+one statement per line, so the CUDA source reads op by op against the IR.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+from collections.abc import Callable
+
+from xdsl.dialects import arith, func, gpu, memref, scf
+from xdsl.dialects import math as xmath
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+)
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+
+from irkit.errors import IrkitError
+from irkit.passes.map_to_gpu import SHARED_SPACE, launch_of
+
+
+class CPrinter:
+    """C99 from loop-level ops: the base the CUDA printer specializes."""
+
+    INFIX: dict[type[Operation], str] = {
+        arith.AddfOp: "+", arith.SubfOp: "-", arith.MulfOp: "*", arith.DivfOp: "/",
+        arith.AddiOp: "+", arith.SubiOp: "-", arith.MuliOp: "*", arith.DivSIOp: "/",
+        arith.RemSIOp: "%", arith.AndIOp: "&", arith.OrIOp: "|", arith.XOrIOp: "^",
+    }  # fmt: skip
+    UNSIGNED_INFIX: dict[type[Operation], str] = {arith.DivUIOp: "/", arith.RemUIOp: "%"}
+    CALLS: dict[type[Operation], tuple[str, str]] = {
+        # op: (f32 function, f64 function)
+        xmath.ExpOp: ("expf", "exp"), xmath.LogOp: ("logf", "log"),
+        xmath.SqrtOp: ("sqrtf", "sqrt"), xmath.AbsFOp: ("fabsf", "fabs"),
+        xmath.TanhOp: ("tanhf", "tanh"), xmath.ErfOp: ("erff", "erf"),
+        xmath.PowFOp: ("powf", "pow"), xmath.FmaOp: ("fmaf", "fma"),
+        arith.MaxnumfOp: ("fmaxf", "fmax"), arith.MinnumfOp: ("fminf", "fmin"),
+        arith.MaximumfOp: ("irkit_maximumf", "irkit_maximum"),
+        arith.MinimumfOp: ("irkit_minimumf", "irkit_minimum"),
+        xmath.RsqrtOp: ("irkit_rsqrtf", "irkit_rsqrt"),
+    }  # fmt: skip
+    CMPF: dict[str, str] = {
+        "oeq": "{a} == {b}", "ogt": "{a} > {b}", "oge": "{a} >= {b}", "olt": "{a} < {b}",
+        "ole": "{a} <= {b}", "one": "({a} < {b} || {a} > {b})", "une": "{a} != {b}",
+        "ueq": "!({a} < {b} || {a} > {b})", "ugt": "!({a} <= {b})", "uge": "!({a} < {b})",
+        "ult": "!({a} >= {b})", "ule": "!({a} > {b})", "ord": "({a} == {a} && {b} == {b})",
+        "uno": "({a} != {a} || {b} != {b})",
+    }  # fmt: skip
+    CMPI: dict[str, str] = {"eq": "==", "ne": "!=", "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
+                            "ult": "<", "ule": "<=", "ugt": ">", "uge": ">="}  # fmt: skip
+    PRELUDE = ""
+
+    def __init__(self, index_type: str = "int"):
+        self.index_type = index_type
+        self.lines: list[str] = []
+        self.indent = 1
+        self.names: dict[SSAValue, str] = {}
+        self.counter = 0
+
+    # --- names and types --------------------------------------------------------------------
+
+    def type_name(self, t: Attribute) -> str:
+        if isinstance(t, IndexType):
+            return self.index_type
+        if isinstance(t, IntegerType):
+            return "bool" if t.width.data == 1 else f"int{t.width.data}_t"
+        if isinstance(t, Float32Type):
+            return "float"
+        if isinstance(t, Float64Type):
+            return "double"
+        raise IrkitError(f"the C printer has no type for {t}")
+
+    def fresh(self, value: SSAValue, prefix: str) -> str:
+        """A C name for `value`: its IR name hint, else `prefix` (alone the first time for
+        the thread-geometry names), else `prefix` with a number."""
+        hint = re.sub(r"\W", "_", value.name_hint or "")
+        taken = set(self.names.values())
+        if hint and not hint[0].isdigit() and hint not in taken:
+            name = hint
+        elif prefix in ("tid", "bid", "ntid", "nbid") and prefix not in taken:
+            name = prefix
+        else:
+            name = f"{prefix}{self.counter}"
+        self.counter += 1
+        self.names[value] = name
+        return name
+
+    def name(self, value: SSAValue) -> str:
+        if value in self.names:
+            return self.names[value]
+        op = value.owner
+        if isinstance(op, arith.ConstantOp):
+            return self.literal(op)
+        raise IrkitError(f"the C printer met a value before its definition ({value})")
+
+    def literal(self, op: arith.ConstantOp) -> str:
+        v = op.value
+        t = op.result.type
+        if isinstance(v, IntegerAttr):
+            n = v.value.data
+            return (
+                ("true" if n else "false")
+                if isinstance(t, IntegerType) and t.width.data == 1
+                else str(n)
+            )
+        assert isinstance(v, FloatAttr)
+        x = float(v.value.data)
+        if isinstance(t, Float64Type):
+            if math.isfinite(x):
+                return repr(x) if "e" in repr(x) or "." in repr(x) else f"{repr(x)}.0"
+            bits = struct.unpack("<q", struct.pack("<d", x))[0]
+            return f"__longlong_as_double({bits}LL)"
+        if math.isfinite(x):
+            return f"{float(struct.unpack('<f', struct.pack('<f', x))[0])!r}f"
+        bits = struct.unpack("<I", struct.pack("<f", x))[0]
+        return f"__int_as_float(0x{bits:08x})"
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.indent + line)
+
+    def define(self, value: SSAValue, expr: str, prefix: str = "v") -> None:
+        name = self.fresh(value, prefix)
+        self.emit(f"const {self.type_name(value.type)} {name} = {expr};")
+
+    # --- memory -----------------------------------------------------------------------------
+
+    def element(self, buffer: SSAValue, indices: list[SSAValue]) -> str:
+        t = buffer.type
+        assert isinstance(t, MemRefType)
+        shape = t.get_shape()
+        terms = []
+        for d, ix in enumerate(indices):
+            stride = math.prod(shape[d + 1 :])
+            name = self.name(ix)
+            if name == "0":
+                continue
+            terms.append(name if stride == 1 else f"{name} * {stride}")
+        return f"{self.name(buffer)}[{' + '.join(terms) or '0'}]"
+
+    # --- ops --------------------------------------------------------------------------------
+
+    def block(self, block: Block) -> list[SSAValue]:
+        for op in block.ops:
+            if isinstance(op, scf.YieldOp):
+                return list(op.operands)
+            if isinstance(op, func.ReturnOp | scf.ReduceOp):
+                return []
+            self.op(op)
+        return []
+
+    def op(self, op: Operation) -> None:
+        handler = self.handler(type(op))
+        if handler is None:
+            raise IrkitError(f"the CUDA printer has no rule for {op.name}")
+        handler(self, op)
+
+    def handler(self, kind: type[Operation]) -> Callable[[CPrinter, Operation], None] | None:
+        t = type(self)
+        for cls in t.__mro__:
+            table = cls.__dict__.get("HANDLERS")
+            if table and kind in table:
+                return table[kind]
+        return None
+
+    def float_call(self, op: Operation) -> None:
+        f32, f64 = self.CALLS[type(op)]
+        fn = f64 if isinstance(op.results[0].type, Float64Type) else f32
+        args = ", ".join(self.name(v) for v in op.operands)
+        self.define(op.results[0], f"{fn}({args})")
+
+    def infix(self, op: Operation) -> None:
+        sym = self.INFIX[type(op)]
+        self.define(op.results[0], f"{self.name(op.operands[0])} {sym} {self.name(op.operands[1])}",
+                    "i" if isinstance(op.results[0].type, IndexType) else "v")  # fmt: skip
+
+    def unsigned_infix(self, op: Operation) -> None:
+        sym = self.UNSIGNED_INFIX[type(op)]
+        a, b = (self.name(v) for v in op.operands)
+        self.define(op.results[0], f"(unsigned){a} {sym} (unsigned){b}" if not b.isdigit()
+                    else f"{a} {sym} {b}", "i")  # fmt: skip
+
+    def cmpf(self, op: arith.CmpfOp) -> None:
+        pred = arith.CMPF_COMPARISON_OPERATIONS[op.predicate.value.data]
+        self.define(
+            op.result, self.CMPF[pred].format(a=self.name(op.lhs), b=self.name(op.rhs)), "p"
+        )
+
+    def cmpi(self, op: arith.CmpiOp) -> None:
+        pred = arith.CMPI_COMPARISON_OPERATIONS[op.predicate.value.data]
+        a, b = self.name(op.lhs), self.name(op.rhs)
+        if pred.startswith("u") and not (a.isdigit() or b.isdigit()):
+            a, b = f"(unsigned){a}", f"(unsigned){b}"
+        self.define(op.result, f"{a} {self.CMPI[pred]} {b}", "p")
+
+    def select(self, op: arith.SelectOp) -> None:
+        c, a, b = (self.name(v) for v in op.operands)
+        self.define(op.result, f"{c} ? {a} : {b}")
+
+    def cast(self, op: Operation) -> None:
+        self.define(
+            op.results[0], f"({self.type_name(op.results[0].type)}){self.name(op.operands[0])}"
+        )
+
+    def negf(self, op: Operation) -> None:
+        self.define(op.results[0], f"-{self.name(op.operands[0])}")
+
+    def minmax_int(self, op: Operation) -> None:
+        a, b = (self.name(v) for v in op.operands)
+        sym = ">" if isinstance(op, arith.MaxSIOp) else "<"
+        self.define(op.results[0], f"{a} {sym} {b} ? {a} : {b}", "i")
+
+    def constant(self, op: arith.ConstantOp) -> None:
+        pass  # constants are printed inline where they are used
+
+    def load(self, op: memref.LoadOp) -> None:
+        self.define(op.res, self.element(op.memref, list(op.indices)))
+
+    def store(self, op: memref.StoreOp) -> None:
+        self.emit(f"{self.element(op.memref, list(op.indices))} = {self.name(op.value)};")
+
+    def for_(self, op: scf.ForOp) -> None:
+        accs = []
+        for init, result in zip(op.iter_args, op.results, strict=True):
+            name = self.fresh(result, "acc")
+            accs.append(name)
+            self.emit(f"{self.type_name(result.type)} {name} = {self.name(init)};")
+        iv, *args = op.body.block.args
+        k = self.fresh(iv, "k")
+        it = self.index_type
+        self.emit(
+            f"for ({it} {k} = {self.name(op.lb)}; {k} < {self.name(op.ub)}; {k} += {self.name(op.step)}) {{"
+        )
+        self.indent += 1
+        for arg, name in zip(args, accs, strict=True):
+            self.names[arg] = name
+        yielded = self.block(op.body.block)
+        self.assign(accs, yielded)
+        self.indent -= 1
+        self.emit("}")
+
+    def assign(self, targets: list[str], values: list[SSAValue]) -> None:
+        names = [self.name(v) for v in values]
+        if len(targets) > 1:  # through temporaries: a yield may swap accumulators
+            for k, (t, v) in enumerate(zip(targets, values, strict=True)):
+                self.emit(f"const {self.type_name(v.type)} next{k} = {names[k]};")
+            names = [f"next{k}" for k in range(len(targets))]
+        for t, n in zip(targets, names, strict=True):
+            if t != n:
+                self.emit(f"{t} = {n};")
+
+    def if_(self, op: scf.IfOp) -> None:
+        results = [self.fresh(r, "r") for r in op.results]
+        for r, name in zip(op.results, results, strict=True):
+            self.emit(f"{self.type_name(r.type)} {name};")
+        self.emit(f"if ({self.name(op.cond)}) {{")
+        self.indent += 1
+        self.assign(results, self.block(op.true_region.block))
+        self.indent -= 1
+        if op.false_region.blocks and (op.results or len(op.false_region.block.ops) > 1):
+            self.emit("} else {")
+            self.indent += 1
+            self.assign(results, self.block(op.false_region.block))
+            self.indent -= 1
+        self.emit("}")
+
+    HANDLERS: dict[type[Operation], Callable] = {
+        **dict.fromkeys(INFIX, infix),
+        **dict.fromkeys(UNSIGNED_INFIX, unsigned_infix),
+        **dict.fromkeys(CALLS, float_call),
+        arith.CmpfOp: cmpf, arith.CmpiOp: cmpi, arith.SelectOp: select,
+        arith.SIToFPOp: cast, arith.IndexCastOp: cast, arith.NegfOp: negf,
+        arith.MaxSIOp: minmax_int, arith.MinSIOp: minmax_int, arith.ConstantOp: constant,
+        memref.LoadOp: load, memref.StoreOp: store, scf.ForOp: for_, scf.IfOp: if_,
+    }  # fmt: skip
+
+
+class CudaPrinter(CPrinter):
+    """CUDA C: kernels, thread geometry, barriers, shared memory, f16 and bf16."""
+
+    HALF_HEADERS = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+    PRELUDE = """\
+// NaN-propagating max/min (arith.maximumf/minimumf); fmaxf would drop a NaN.
+__device__ __forceinline__ float irkit_maximumf(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }
+__device__ __forceinline__ float irkit_minimumf(float a, float b) { return (a != a || b != b) ? a + b : fminf(a, b); }
+__device__ __forceinline__ double irkit_maximum(double a, double b) { return (a != a || b != b) ? a + b : fmax(a, b); }
+__device__ __forceinline__ double irkit_minimum(double a, double b) { return (a != a || b != b) ? a + b : fmin(a, b); }
+__device__ __forceinline__ float irkit_rsqrtf(float a) { return 1.0f / sqrtf(a); }
+__device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); }
+"""
+    GEOMETRY = {gpu.ThreadIdOp: ("threadIdx", "tid"), gpu.BlockIdOp: ("blockIdx", "bid"),
+                gpu.BlockDimOp: ("blockDim", "ntid"), gpu.GridDimOp: ("gridDim", "nbid")}  # fmt: skip
+
+    def type_name(self, t: Attribute) -> str:
+        if isinstance(t, Float16Type):
+            return "__half"
+        if isinstance(t, BFloat16Type):
+            return "__nv_bfloat16"
+        return super().type_name(t)
+
+    def geometry(self, op: Operation) -> None:
+        var, prefix = self.GEOMETRY[type(op)]
+        dim = op.dimension.data.value  # type: ignore[attr-defined]
+        self.define(op.results[0], f"({self.index_type}){var}.{dim}", prefix)
+
+    def barrier(self, op: Operation) -> None:
+        self.emit("__syncthreads();")
+
+    def get_global(self, op: memref.GetGlobalOp) -> None:
+        name = op.name_.root_reference.data
+        self.names[op.memref] = name
+        t = op.memref.type
+        assert isinstance(t, MemRefType)
+        if t.memory_space != SHARED_SPACE:
+            raise IrkitError(f"the CUDA printer handles only shared-memory globals, not @{name}")
+        size = math.prod(t.get_shape())
+        self.emit(f"__shared__ {self.type_name(t.element_type)} {name}[{size}];")
+
+    def convert(self, op: Operation) -> None:
+        src, dst = op.operands[0].type, op.results[0].type
+        x = self.name(op.operands[0])
+        narrow = {Float16Type: ("__half2float({})", "__float2half_rn({})"),
+                  BFloat16Type: ("__bfloat162float({})", "__float2bfloat16_rn({})")}  # fmt: skip
+        if type(src) in narrow:
+            x = narrow[type(src)][0].format(x)
+            src = Float32Type()
+        if type(dst) in narrow:
+            x = narrow[type(dst)][1].format(x if isinstance(src, Float32Type) else f"(float){x}")
+        elif src != dst:
+            x = f"({self.type_name(dst)}){x}"
+        self.define(op.results[0], x)
+
+    HANDLERS = {
+        **dict.fromkeys(GEOMETRY, geometry),
+        gpu.BarrierOp: barrier,
+        memref.GetGlobalOp: get_global,
+        arith.ExtFOp: convert,
+        arith.TruncFOp: convert,
+    }
+
+    def kernel(self, fn: func.FuncOp) -> str:
+        launch = launch_of(fn)
+        assert launch is not None
+        block = launch["block"]
+        threads = math.prod(block)  # type: ignore[arg-type]
+        stored = {o.memref for o in fn.walk() if isinstance(o, memref.StoreOp)}
+        params = []
+        for i, arg in enumerate(fn.body.block.args):
+            t = arg.type
+            if not isinstance(t, MemRefType):
+                raise IrkitError(f"@{fn.sym_name.data}: kernel arguments must be memrefs")
+            name = self.fresh(arg, f"arg{i}_")
+            const = "" if arg in stored else "const "
+            params.append(f"{const}{self.type_name(t.element_type)}* __restrict__ {name}")
+        self.lines = []
+        self.indent = 1
+        self.block(fn.body.block)
+        grid = launch["grid"]
+        head = (
+            f"// {fn.sym_name.data}: grid {list(grid)}, block {list(block)}, "  # type: ignore[arg-type]
+            f"mapping {launch['mapping']}\n"
+            f'extern "C" __global__ void __launch_bounds__({threads})\n'
+            f"{fn.sym_name.data}({', '.join(params)}) {{\n"
+        )
+        return head + "\n".join(self.lines) + "\n}\n"
+
+
+def gpu_kernels(module: ModuleOp) -> list[func.FuncOp]:
+    kernels = [op for op in module.ops if isinstance(op, func.FuncOp) and launch_of(op) is not None]
+    if not kernels:
+        raise IrkitError(
+            "CUDA C needs GPU-mapped IR; lower with -p map-to-gpu (or a pipeline such as "
+            "default-cuda)"
+        )
+    return kernels
+
+
+def index_type_for(module: ModuleOp) -> str:
+    """`int` when every buffer and launch fits 32-bit indexing (fast on GPUs), else int64."""
+    sizes = [
+        math.prod(t.get_shape())
+        for op in module.walk()
+        for t in [getattr(r, "type", None) for r in [*op.results, *op.operands]]
+        if isinstance(t, MemRefType)
+    ]
+    return "int" if max(sizes, default=0) < 2**31 - 1 else "long long"
+
+
+def _prelude(kernels: list[func.FuncOp]) -> str:
+    """The helpers, and cuda_fp16.h/cuda_bf16.h only where a kernel touches f16 or bf16."""
+    narrow = any(
+        isinstance(t, Float16Type | BFloat16Type)
+        for fn in kernels
+        for op in fn.walk()
+        for t in [getattr(v, "type", None) for v in [*op.results, *op.operands]]
+        for t in ([t.element_type] if isinstance(t, MemRefType) else [t])
+    )
+    return (CudaPrinter.HALF_HEADERS if narrow else "") + CudaPrinter.PRELUDE
+
+
+def kernel_source(module: ModuleOp, fn: func.FuncOp) -> str:
+    """The complete CUDA C translation unit for one kernel (what NVRTC compiles)."""
+    return _prelude([fn]) + "\n" + CudaPrinter(index_type_for(module)).kernel(fn)
+
+
+def cuda_source(module: ModuleOp) -> str:
+    """All kernels of a GPU-mapped module as one CUDA C translation unit."""
+    kernels = gpu_kernels(module)
+    printer = CudaPrinter(index_type_for(module))
+    return _prelude(kernels) + "".join("\n" + printer.kernel(fn) for fn in kernels)

@@ -1,0 +1,705 @@
+"""map-to-gpu: loop-level kernels become GPU kernels, with their launch configuration in the IR.
+
+Input: a module after `lower-graph-to-loops`. Each kernel function (`irkit.kernel`) is a list
+of nests: `scf.parallel` nests, or runs of plain ops (a nest of rank 0), run in order. Output:
+kernel functions whose bodies use `gpu.block_id x`, `gpu.thread_id x` and `gpu.barrier`, each
+carrying `irkit.launch = {grid = array<i64: G, 1, 1>, block = array<i64: T, 1, 1>,
+mapping = "..."}`; shared memory is a `memref.global` in address space 3 (NVVM's shared,
+"workgroup", space), one instance per block. Everything else stays upstream
+(func, scf, arith, math, memref), so a real `mlir-opt` still parses this level.
+
+Two mappings:
+
+- **rows**: one block per row, for a kernel whose nests share their leading (row) extents and
+  contain a reduction: softmax, layer_norm, a sum over an axis. A reduction loop
+  (`scf.for` with one accumulator, combined by add/mul/max/min from its identity) is strided
+  over the block's threads; partial results meet in shared memory by a tree with a barrier
+  per level; thread 0 runs what follows the loop (the store). Elementwise nests stride their
+  columns over the threads. Nests are separated by barriers. The mapping is used only when
+  it is *proved* legal: every access to a buffer the kernel writes is evaluated exactly over
+  the iteration domain (static shapes make that finite), and each element must be written
+  and read by one row only. Otherwise:
+- **flat**: each nest becomes its own launch (a kernel with several nests becomes `_p0`,
+  `_p1`, ... called in order), one thread per point of the parallel domain, inner loops
+  sequential in the thread. Always legal: `scf.parallel` iterations are independent.
+
+The pass is a required lowering for the CUDA backend (not an optimization): it picks the
+naive mapping; tiling and shared-memory promotion are separate, optional passes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects import arith, func, gpu, memref, scf
+from xdsl.dialects.builtin import (
+    DenseArrayBase,
+    DictionaryAttr,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    UnitAttr,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+
+from irkit.codegen.costs import count_flops
+from irkit.errors import IrkitError
+from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
+
+LAUNCH_ATTR = "irkit.launch"
+SHARED_SPACE = IntegerAttr(3, i32)
+"""NVVM's shared-memory address space: what MLIR's gpu-to-nvvm lowering gives workgroup memory."""
+INDEX = IndexType()
+X = gpu.DimensionAttr(gpu.DimensionEnum.X)
+
+COMBINERS: dict[type[Operation], float] = {
+    arith.AddfOp: 0.0,
+    arith.MulfOp: 1.0,
+    arith.MaximumfOp: -math.inf,
+    arith.MinimumfOp: math.inf,
+    arith.MaxnumfOp: -math.inf,
+    arith.MinnumfOp: math.inf,
+}
+"""Associative, commutative combiners a block may reduce with, and their identities."""
+
+MAX_CHECKED_POINTS = 1 << 24
+"""Largest iteration domain the rows-mapping proof evaluates; beyond it, flat mapping."""
+
+
+def launch_of(fn: Operation) -> dict[str, object] | None:
+    """A GPU kernel's launch configuration: grid, block (3 ints each) and mapping; None for a
+    function that is not GPU-mapped."""
+    attr = fn.attributes.get(LAUNCH_ATTR)
+    if not isinstance(attr, DictionaryAttr):
+        return None
+    d = attr.data
+    grid, block, mapping = d["grid"], d["block"], d["mapping"]
+    assert isinstance(grid, DenseArrayBase) and isinstance(block, DenseArrayBase)
+    assert isinstance(mapping, StringAttr)
+    out: dict[str, object] = {
+        "grid": tuple(grid.get_values()),
+        "block": tuple(block.get_values()),
+        "mapping": mapping.data,
+    }
+    if isinstance(d.get("flops"), IntegerAttr):
+        out["flops"] = d["flops"].value.data  # type: ignore[union-attr]
+    return out
+
+
+def is_gpu_mapped(module: ModuleOp) -> bool:
+    return any(launch_of(op) is not None for op in module.ops)
+
+
+# --- analysis ------------------------------------------------------------------------------
+
+
+@dataclass
+class Nest:
+    """One unit of a kernel's work: a `scf.parallel` nest, or a run of plain ops (rank 0)."""
+
+    ops: list[Operation]
+    extents: tuple[int, ...] = ()
+    ivs: tuple[SSAValue, ...] = ()
+    body: list[Operation] = field(default_factory=list)
+    reduction: scf.ForOp | None = None
+
+    @property
+    def points(self) -> int:
+        return math.prod(self.extents)
+
+
+def _const(value: SSAValue) -> int | float | None:
+    op = value.owner
+    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr | FloatAttr):
+        return op.value.value.data
+    return None
+
+
+def _nests(fn: func.FuncOp) -> tuple[list[arith.ConstantOp], list[Nest]]:
+    constants: list[arith.ConstantOp] = []
+    nests: list[Nest] = []
+    bare: list[Operation] = []
+
+    def flush() -> None:
+        if bare:
+            nests.append(Nest(list(bare), body=list(bare)))
+            bare.clear()
+
+    for op in fn.body.block.ops:
+        if isinstance(op, arith.ConstantOp):
+            constants.append(op)
+        elif isinstance(op, func.ReturnOp):
+            break
+        elif isinstance(op, scf.ParallelOp):
+            flush()
+            bounds = [*op.lowerBound, *op.upperBound, *op.step]
+            values = [_const(v) for v in bounds]
+            n = len(op.upperBound)
+            if (
+                any(v is None for v in values)
+                or any(values[i] != 0 for i in range(n))
+                or any(values[2 * n + i] != 1 for i in range(n))
+            ):
+                raise IrkitError(
+                    f"map-to-gpu: @{fn.sym_name.data} has a scf.parallel without constant "
+                    "zero-based unit-step bounds"
+                )
+            body = [o for o in op.body.block.ops if not isinstance(o, scf.ReduceOp)]
+            nests.append(
+                Nest(
+                    [op], tuple(int(v) for v in values[n : 2 * n]), tuple(op.body.block.args), body
+                )  # type: ignore[arg-type]
+            )
+        else:
+            bare.append(op)
+    flush()
+    for nest in nests:
+        nest.reduction = _block_reduction(nest)
+    return constants, nests
+
+
+def _depends_on(value: SSAValue, target: SSAValue, seen: set[SSAValue] | None = None) -> bool:
+    if value is target:
+        return True
+    seen = seen if seen is not None else set()
+    if value in seen or not isinstance(value.owner, Operation):
+        return False
+    seen.add(value)
+    return any(_depends_on(v, target, seen) for v in value.owner.operands)
+
+
+def combiner(loop: scf.ForOp) -> Operation | None:
+    """The op combining `loop`'s single accumulator with each iteration's value, when it is
+    one of COMBINERS and the accumulator starts at its identity and has no other use."""
+    if len(loop.iter_args) != 1:
+        return None
+    acc = loop.body.block.args[1]
+    yielded = loop.body.block.last_op
+    assert isinstance(yielded, scf.YieldOp)
+    op = yielded.operands[0].owner
+    if type(op) not in COMBINERS or acc not in op.operands or acc.uses.get_length() != 1:
+        return None
+    init = _const(loop.iter_args[0])
+    return op if init is not None and float(init) == COMBINERS[type(op)] else None
+
+
+def _block_reduction(nest: Nest) -> scf.ForOp | None:
+    """The nest's reduction loop when a block of threads can share it: the only loop in the
+    nest, zero-based with unit step, combined by a COMBINER, and not a contraction (a loop
+    reading two buffers along its index, like matmul, is better one output per thread)."""
+    loops = [op for op in nest.body if isinstance(op, scf.ForOp)]
+    nested = [o for op in nest.body for o in op.walk() if isinstance(o, scf.ForOp | scf.ParallelOp)]
+    if len(loops) != 1 or len(nested) != 1:
+        return None
+    loop = loops[0]
+    if _const(loop.lb) != 0 or _const(loop.step) != 1 or _const(loop.ub) is None:
+        return None
+    if combiner(loop) is None:
+        return None
+    iv = loop.body.block.args[0]
+    streamed = {
+        o.memref
+        for o in loop.walk()
+        if isinstance(o, memref.LoadOp) and any(_depends_on(i, iv) for i in o.indices)
+    }
+    return loop if len(streamed) <= 1 else None
+
+
+class _NotEvaluable(Exception):
+    pass
+
+
+_INT_OPS = {
+    arith.AddiOp: np.add,
+    arith.SubiOp: np.subtract,
+    arith.MuliOp: np.multiply,
+    arith.DivUIOp: np.floor_divide,
+    arith.RemUIOp: np.remainder,
+    arith.MaxSIOp: np.maximum,
+    arith.MinSIOp: np.minimum,
+}
+
+
+def _evaluate(value: SSAValue, env: dict[SSAValue, np.ndarray]) -> np.ndarray:
+    """An index value over the whole iteration domain (numpy broadcasting)."""
+    if value in env:
+        return env[value]
+    op = value.owner
+    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
+        out = np.array(op.value.value.data, dtype=np.int64)
+    elif type(op) in _INT_OPS:
+        a, b = (_evaluate(v, env) for v in op.operands)
+        out = _INT_OPS[type(op)](a, b)
+    elif isinstance(op, arith.IndexCastOp):
+        out = _evaluate(op.operands[0], env)
+    else:
+        raise _NotEvaluable(getattr(op, "name", "a block argument"))
+    env[value] = out
+    return out
+
+
+def _domain(nest: Nest, op: Operation) -> dict[SSAValue, np.ndarray] | None:
+    """Index arrays for the nest's ivs and the loop ivs around `op`, broadcastable over the
+    domain; None when the domain is too large to evaluate."""
+    loops = []
+    parent = op.parent_op()
+    while parent is not None and parent not in nest.ops:
+        if isinstance(parent, scf.ForOp):
+            lb, ub = _const(parent.lb), _const(parent.ub)
+            if lb is None or ub is None or _const(parent.step) != 1:
+                raise _NotEvaluable("a loop with non-constant bounds")
+            loops.append((parent.body.block.args[0], int(lb), int(ub)))
+        parent = parent.parent_op()
+    axes = [(iv, 0, e) for iv, e in zip(nest.ivs, nest.extents, strict=True)] + loops
+    if math.prod(hi - lo for _, lo, hi in axes) > MAX_CHECKED_POINTS:
+        return None
+    env = {}
+    for k, (iv, lo, hi) in enumerate(axes):
+        shape = [1] * len(axes)
+        shape[k] = hi - lo
+        env[iv] = np.arange(lo, hi, dtype=np.int64).reshape(shape)
+    return env
+
+
+def _rows_legal(nests: Sequence[Nest], prefixes: Sequence[int]) -> bool:
+    """Whether each element of every buffer the kernel writes is written and read by one row
+    only (exactly, over the iteration domain), so blocks need no synchronization."""
+    accesses = [
+        (nest, p, op)
+        for nest, p in zip(nests, prefixes, strict=True)
+        for top in nest.body
+        for op in top.walk()
+        if isinstance(op, memref.LoadOp | memref.StoreOp)
+    ]
+    written = {op.memref for _, _, op in accesses if isinstance(op, memref.StoreOp)}
+    owner: dict[SSAValue, np.ndarray] = {}
+    try:
+        for kind in (memref.StoreOp, memref.LoadOp):
+            for nest, p, op in accesses:
+                if not isinstance(op, kind) or op.memref not in written:
+                    continue
+                env = _domain(nest, op)
+                if env is None:
+                    return False
+                t = op.memref.type
+                assert isinstance(t, MemRefType)
+                shape = t.get_shape()
+                strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+                flat = sum(
+                    (_evaluate(i, env) * s for i, s in zip(op.indices, strides, strict=True)),
+                    np.zeros((), np.int64),
+                )
+                row = np.zeros((), np.int64)
+                for iv, e in zip(nest.ivs[:p], nest.extents[:p], strict=True):
+                    row = row * e + env[iv]
+                flat, row = np.broadcast_arrays(flat, row)
+                table = owner.setdefault(op.memref, np.full(math.prod(shape), -1, np.int64))
+                if kind is memref.StoreOp:
+                    if np.any((table[flat] != -1) & (table[flat] != row)):
+                        return False
+                    table[flat.ravel()] = row.ravel()
+                    # two rows storing one element in the same nest
+                    if np.any(table[flat] != row):
+                        return False
+                elif np.any((table[flat] != -1) & (table[flat] != row)):
+                    return False
+    except _NotEvaluable:
+        return False
+    return True
+
+
+def _row_prefixes(nests: Sequence[Nest]) -> list[int] | None:
+    """For each nest, how many leading extents make up the row (their product is the same
+    for all nests); None when the nests do not share rows."""
+    reducing = [n for n in nests if n.reduction is not None]
+    if not reducing:
+        return None
+    rows = reducing[0].points
+    prefixes = []
+    for nest in nests:
+        has_loop = any(isinstance(o, scf.ForOp) for top in nest.body for o in top.walk())
+        if nest.reduction is not None:
+            if nest.points != rows:
+                return None
+            prefixes.append(len(nest.extents))
+            continue
+        if has_loop:
+            return None
+        p = next(
+            (k for k in range(len(nest.extents) + 1) if math.prod(nest.extents[:k]) == rows),
+            None,
+        )
+        if p is None:
+            return None
+        prefixes.append(p)
+    return prefixes
+
+
+# --- building ------------------------------------------------------------------------------
+
+
+class _Constants:
+    """Index constants of one kernel, created on first use at the top of its entry block."""
+
+    def __init__(self, entry: Block):
+        self.entry = entry
+        self.table: dict[tuple[int | float, Attribute], SSAValue] = {}
+        self.last: Operation | None = None
+
+    def add(self, op: arith.ConstantOp) -> None:
+        if self.last is None:
+            first = self.entry.first_op
+            if first is None:
+                self.entry.add_op(op)
+            else:
+                self.entry.insert_op_before(op, first)
+        else:
+            self.entry.insert_op_after(op, self.last)
+        self.last = op
+        self.table.setdefault((_const(op.result), op.result.type), op.result)  # type: ignore[index]
+
+    def index(self, n: int) -> SSAValue:
+        if (n, INDEX) not in self.table:
+            self.add(arith.ConstantOp(IntegerAttr(n, INDEX)))
+        return self.table[(n, INDEX)]
+
+
+class _Builder:
+    """Appends ops to a block; index arithmetic with constants folded."""
+
+    def __init__(self, block: Block | _Before, constants: _Constants):
+        self.block = block
+        self.constants = constants
+
+    def add(self, op: Operation) -> SSAValue:
+        self.block.add_op(op)
+        return op.results[0] if op.results else None  # type: ignore[return-value]
+
+    def index(self, n: int) -> SSAValue:
+        return self.constants.index(n)
+
+    def binary(self, cls: type[Operation], a: SSAValue, b: int) -> SSAValue:
+        return self.add(cls(a, self.index(b)))  # type: ignore[call-arg]
+
+    def delinearize(self, v: SSAValue, extents: Sequence[int]) -> list[SSAValue]:
+        """Row-major indices of linear `v` (known to be < prod(extents))."""
+        out = []
+        stride = math.prod(extents)
+        outermost = True
+        for e in extents:
+            stride //= e
+            if e == 1:
+                out.append(self.index(0))
+                continue
+            q = v if stride == 1 else self.binary(arith.DivUIOp, v, stride)
+            out.append(q if outermost else self.binary(arith.RemUIOp, q, e))
+            outermost = False
+        return out
+
+    def guarded(self, cond: SSAValue | None) -> _Builder:
+        """A builder inside `scf.if cond` (or this one, when there is no condition)."""
+        if cond is None:
+            return self
+        inner = Block()
+        inner.add_op(scf.YieldOp())
+        self.add(scf.IfOp(cond, [], Region(inner)))
+        return _Builder(_Before(inner), self.constants)
+
+    def clone(self, ops: Sequence[Operation], mapping: dict[SSAValue, SSAValue]) -> None:
+        for op in ops:
+            self.add(op.clone(value_mapper=mapping))
+
+
+class _Before:
+    """A block view that appends before the block's terminator."""
+
+    def __init__(self, block: Block):
+        self.real = block
+
+    def add_op(self, op: Operation) -> None:
+        terminator = self.real.last_op
+        assert terminator is not None
+        self.real.insert_op_before(op, terminator)
+
+
+def _new_kernel(
+    fn: func.FuncOp, name: str, constants: Sequence[arith.ConstantOp]
+) -> tuple[func.FuncOp, _Builder, dict[SSAValue, SSAValue]]:
+    """An empty kernel with `fn`'s signature and attributes and its constants cloned; a
+    builder at its end and the old->new value map."""
+    block = Block(arg_types=fn.function_type.inputs.data)
+    mapping: dict[SSAValue, SSAValue] = dict(zip(fn.body.block.args, block.args, strict=True))
+    for old, new in zip(fn.body.block.args, block.args, strict=True):
+        new.name_hint = old.name_hint
+    table = _Constants(block)
+    for c in constants:
+        table.add(c.clone(value_mapper=mapping))
+    kernel = func.FuncOp(
+        name,
+        fn.function_type,
+        Region(block),
+        visibility="private",
+        arg_attrs=fn.arg_attrs,
+    )
+    kernel.attributes[KERNEL_ATTR] = UnitAttr()
+    return kernel, _Builder(block, table), mapping
+
+
+def _launch(grid: int, block: int, mapping: str, nests: Sequence[Nest]) -> DictionaryAttr:
+    """The launch attribute; `flops` is the work of the loop-level nests the kernel came from
+    (the mapping adds index arithmetic and a reduction tree, which are not model FLOPs)."""
+    return DictionaryAttr(
+        {
+            "grid": DenseArrayBase.from_list(i64, [grid, 1, 1]),
+            "block": DenseArrayBase.from_list(i64, [block, 1, 1]),
+            "mapping": StringAttr(mapping),
+            "flops": IntegerAttr(sum(count_flops(op) for n in nests for op in n.ops), i64),
+        }
+    )
+
+
+def _threads(n: int, limit: int) -> int:
+    """A block size for `n` units of work: a power of two from 32 up to `limit`."""
+    return max(32, min(limit, 1 << max(0, n - 1).bit_length()))
+
+
+def _flat_kernel(
+    fn: func.FuncOp, name: str, constants: Sequence[arith.ConstantOp], nest: Nest, limit: int
+) -> func.FuncOp:
+    n = nest.points
+    threads = 1 if not nest.extents else min(limit, _threads(n, limit))
+    grid = -(-n // threads)
+    kernel, b, mapping = _new_kernel(fn, name, constants)
+    if nest.extents:
+        bid = b.add(gpu.BlockIdOp(X))
+        tid = b.add(gpu.ThreadIdOp(X))
+        i = b.add(arith.AddiOp(b.binary(arith.MuliOp, bid, threads), tid))
+        cond = None
+        if grid * threads != n:
+            cond = b.add(arith.CmpiOp(i, b.index(n), "ult"))
+        inner = b.guarded(cond)
+        mapping.update(zip(nest.ivs, inner.delinearize(i, nest.extents), strict=True))
+        inner.clone(nest.body, mapping)
+    else:
+        b.clone(nest.body, mapping)
+    b.add(func.ReturnOp())
+    kernel.attributes[LAUNCH_ATTR] = _launch(grid, threads, "flat", [nest])
+    return kernel
+
+
+@dataclass
+class _RowsKernel:
+    """Builds one block-per-row kernel (see the module docstring)."""
+
+    threads: int
+    shared: SSAValue | None = None
+
+    def columns(self, b: _Builder, tid: SSAValue, nest: Nest, p: int, mapping) -> None:
+        cols = nest.extents[p:]
+        n = math.prod(cols)
+
+        def body(inner: _Builder, c: SSAValue) -> None:
+            m = dict(mapping)
+            m.update(zip(nest.ivs[p:], inner.delinearize(c, cols), strict=True))
+            inner.clone(nest.body, m)
+
+        self._strided(b, tid, n, body)
+
+    def _strided(self, b: _Builder, tid: SSAValue, n: int, body) -> None:
+        """`body(builder, c)` for c = tid, tid + T, ... < n (guarded only where needed)."""
+        t = self.threads
+        if n <= t:
+            body(b.guarded(b.add(arith.CmpiOp(tid, b.index(n), "ult")) if n < t else None), tid)
+            return
+        loop_block = Block(arg_types=[INDEX])
+        lb = _Builder(loop_block, b.constants)
+        c = lb.add(arith.AddiOp(loop_block.args[0], tid))
+        cond = lb.add(arith.CmpiOp(c, b.index(n), "ult")) if n % t else None
+        body(lb.guarded(cond), c)
+        lb.add(scf.YieldOp())
+        b.add(scf.ForOp(b.index(0), b.index(n), b.index(t), [], loop_block))
+
+    def reduction(self, b: _Builder, tid: SSAValue, nest: Nest, mapping) -> None:
+        loop = nest.reduction
+        assert loop is not None
+        at = nest.body.index(loop)
+        b.clone(nest.body[:at], mapping)
+        comb = combiner(loop)
+        assert comb is not None
+        acc_type = loop.iter_args[0].type
+        init = mapping.get(loop.iter_args[0], loop.iter_args[0])
+        n = int(_const(loop.ub))  # type: ignore[arg-type]
+        iv, acc = loop.body.block.args
+        loop_ops = [o for o in loop.body.block.ops if not isinstance(o, scf.YieldOp)]
+        yielded = loop.body.block.last_op.operands[0]  # type: ignore[union-attr]
+        t = self.threads
+
+        def step(inner: _Builder, k: SSAValue, current: SSAValue) -> SSAValue:
+            """current combined with iteration k's value, when k < n."""
+            then = Block()
+            tb = _Builder(then, b.constants)
+            m = dict(mapping)
+            m[iv], m[acc] = k, current
+            tb.clone(loop_ops, m)
+            then.add_op(scf.YieldOp(m[yielded]))
+            if n % t == 0 and n >= t:
+                for op in list(then.ops)[:-1]:
+                    op.detach()
+                    inner.add(op)
+                return m[yielded]
+            keep = Block()
+            keep.add_op(scf.YieldOp(current))
+            cond = inner.add(arith.CmpiOp(k, inner.index(n), "ult"))
+            return inner.add(scf.IfOp(cond, [acc_type], Region(then), Region(keep)))
+
+        if n <= t:
+            partial = step(b, tid, init)
+        else:
+            body = Block(arg_types=[INDEX, acc_type])
+            lb = _Builder(body, b.constants)
+            k = lb.add(arith.AddiOp(body.args[0], tid))
+            lb.add(scf.YieldOp(step(lb, k, body.args[1])))
+            partial = b.add(scf.ForOp(b.index(0), b.index(n), b.index(t), [init], body))
+
+        assert self.shared is not None
+        b.add(memref.StoreOp.get(partial, self.shared, [tid]))
+        b.add(gpu.BarrierOp())
+        s = t // 2
+        while s >= 1:
+            inner = b.guarded(b.add(arith.CmpiOp(tid, b.index(s), "ult")))
+            mine = inner.add(memref.LoadOp.get(self.shared, [tid]))
+            other = inner.add(
+                memref.LoadOp.get(self.shared, [inner.add(arith.AddiOp(tid, b.index(s)))])
+            )
+            inner.add(memref.StoreOp.get(inner.add(type(comb)(mine, other)), self.shared, [tid]))
+            b.add(gpu.BarrierOp())
+            s //= 2
+        total = b.add(memref.LoadOp.get(self.shared, [b.index(0)]))
+        b.add(gpu.BarrierOp())  # the next reduction overwrites shared memory
+        mapping[loop.results[0]] = total
+        first = b.guarded(b.add(arith.CmpiOp(tid, b.index(0), "eq")))
+        first.clone(nest.body[at + 1 :], mapping)
+
+
+def _rows_kernel(
+    fn: func.FuncOp,
+    constants: Sequence[arith.ConstantOp],
+    nests: Sequence[Nest],
+    prefixes: Sequence[int],
+    limit: int,
+    module: ModuleOp,
+) -> func.FuncOp:
+    name = fn.sym_name.data
+    rows = math.prod(nests[0].extents[: prefixes[0]])
+    work = [
+        int(_const(n.reduction.ub)) if n.reduction is not None else math.prod(n.extents[p:])  # type: ignore[arg-type]
+        for n, p in zip(nests, prefixes, strict=True)
+    ]
+    threads = _threads(max(work), limit)
+    kernel, b, mapping = _new_kernel(fn, name, constants)
+    builder = _RowsKernel(threads)
+    bid = b.add(gpu.BlockIdOp(X))
+    tid = b.add(gpu.ThreadIdOp(X))
+    acc_types = {n.reduction.iter_args[0].type for n in nests if n.reduction is not None}
+    if len(acc_types) != 1:
+        raise IrkitError(f"map-to-gpu: @{name} reduces in more than one type")
+    shared_type = MemRefType(acc_types.pop(), [threads], memory_space=SHARED_SPACE)
+    shared_name = f"{name}_smem"
+    module.body.block.insert_op_before(
+        memref.GlobalOp.get(
+            StringAttr(shared_name), shared_type, UnitAttr(), StringAttr("private")
+        ),
+        fn,
+    )
+    builder.shared = b.add(memref.GetGlobalOp(shared_name, shared_type))
+    for k, (nest, p) in enumerate(zip(nests, prefixes, strict=True)):
+        mapping.update(zip(nest.ivs[:p], b.delinearize(bid, nest.extents[:p]), strict=True))
+        if nest.reduction is not None:
+            builder.reduction(b, tid, nest, mapping)
+        else:
+            builder.columns(b, tid, nest, p, mapping)
+        if k + 1 < len(nests):
+            b.add(gpu.BarrierOp())
+    b.add(func.ReturnOp())
+    kernel.attributes[LAUNCH_ATTR] = _launch(rows, threads, "rows", nests)
+    return kernel
+
+
+def map_kernel(
+    fn: func.FuncOp, module: ModuleOp, block_size: int = 256, rows: bool = True
+) -> list[func.FuncOp]:
+    """GPU kernels for one loop-level kernel, in launch order (not yet inserted)."""
+    constants, nests = _nests(fn)
+    if rows:
+        prefixes = _row_prefixes(nests)
+        if prefixes is not None and _rows_legal(nests, prefixes):
+            return [_rows_kernel(fn, constants, nests, prefixes, block_size, module)]
+    name = fn.sym_name.data
+    if len(nests) == 1:
+        return [_flat_kernel(fn, name, constants, nests[0], block_size)]
+    return [
+        _flat_kernel(fn, f"{name}_p{k}", constants, nest, block_size)
+        for k, nest in enumerate(nests)
+    ]
+
+
+@dataclass(frozen=True)
+class MapToGpuPass(ModulePass):
+    """Map every loop-level kernel onto grid, block and thread indices (see the module
+    docstring). Required on the CUDA path; its options choose among legal mappings.
+
+    Options: `block-size` (most threads per block, a power of two from 32 to 1024),
+    `rows` (block-per-row mapping of reductions where legal; false maps everything flat)."""
+
+    name = "map-to-gpu"
+
+    block_size: int = 256
+    rows: bool = True
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if (
+            self.block_size < 32
+            or self.block_size > 1024
+            or self.block_size & (self.block_size - 1)
+        ):
+            raise IrkitError(
+                f"map-to-gpu: block-size must be a power of two from 32 to 1024, not {self.block_size}"
+            )
+        if any(o.dialect_name() == "graph" for o in op.walk()):
+            raise IrkitError("map-to-gpu needs loop-level IR; run lower-graph-to-loops first")
+        kernels = [
+            f
+            for f in op.ops
+            if isinstance(f, func.FuncOp)
+            and KERNEL_ATTR in f.attributes
+            and LAUNCH_ATTR not in f.attributes
+        ]
+        replaced: dict[str, list[func.FuncOp]] = {}
+        for fn in kernels:
+            parts = map_kernel(fn, op, self.block_size, self.rows)
+            for part in parts:
+                op.body.block.insert_op_before(part, fn)
+            replaced[fn.sym_name.data] = parts
+        for call in [c for c in op.walk() if isinstance(c, func.CallOp)]:
+            parts = replaced.get(call.callee.root_reference.data)
+            if parts is None:
+                continue
+            for part in parts:
+                call.parent_block().insert_op_before(  # type: ignore[union-attr]
+                    func.CallOp(part.sym_name.data, list(call.arguments), []), call
+                )
+            call.detach()
+            call.erase()
+        for fn in kernels:
+            fn.detach()
+            fn.erase()

@@ -1,0 +1,494 @@
+"""Lockstep interpretation of GPU-mapped IR on the CPU: how irkit checks CUDA kernels where
+there is no GPU.
+
+Every thread of every block of a launch is one lane of a numpy vector; each op runs once for
+all lanes, under a mask of the lanes that reached it. `scf.if` with a lane-varying condition
+runs both branches under complementary masks; loop bounds must be the same for every lane
+(the mapping pass never makes them vary). Shared memory (`memref.global` in address space 3)
+has one copy per block.
+
+Lockstep would hide a missing barrier (every op completes for all lanes before the next
+begins), so accesses are checked for races instead: two accesses to one element by different
+threads, at least one a write, race unless a barrier separates them in the same block. For
+global memory, accesses from different blocks of one launch always race. A barrier some
+lanes of a block skip is an error too, and so is an access out of bounds. Each becomes a
+LockstepError naming the kernel, the buffer and the kind of fault, which is what a test of a
+mapping pass needs: a wrong kernel fails, it is never skipped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from xdsl.dialects import arith, func, gpu, memref, scf
+from xdsl.dialects import math as xmath
+from xdsl.dialects.builtin import (
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+)
+from xdsl.ir import Block, Operation, SSAValue
+
+from irkit.dtypes import numpy_dtype
+from irkit.errors import IrkitError
+from irkit.passes.map_to_gpu import SHARED_SPACE, launch_of
+
+
+class LockstepError(IrkitError):
+    """A kernel did something a GPU would not do reliably (race, divergent barrier, out of
+    bounds), or used an op the interpretation does not know."""
+
+
+def value_dtype(t: Any) -> np.dtype:
+    if isinstance(t, IndexType):
+        return np.dtype(np.int64)
+    if isinstance(t, IntegerType):
+        return np.dtype(np.bool_) if t.width.data == 1 else np.dtype(f"int{t.width.data}")
+    return numpy_dtype(t)
+
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf_like(x: np.ndarray) -> np.ndarray:
+    return np.asarray(_erf(x), dtype=np.float64).astype(np.asarray(x).dtype)
+
+
+def _divsi(a, b):
+    q = np.abs(a) // np.abs(b)
+    return np.where((a < 0) != (b < 0), -q, q)
+
+
+BINARY: dict[type[Operation], Callable[[Any, Any], Any]] = {
+    arith.AddfOp: np.add, arith.SubfOp: np.subtract, arith.MulfOp: np.multiply,
+    arith.DivfOp: np.divide, arith.MaximumfOp: np.maximum, arith.MinimumfOp: np.minimum,
+    arith.MaxnumfOp: np.fmax, arith.MinnumfOp: np.fmin, arith.AddiOp: np.add,
+    arith.SubiOp: np.subtract, arith.MuliOp: np.multiply, arith.DivUIOp: np.floor_divide,
+    arith.RemUIOp: np.remainder, arith.DivSIOp: _divsi, arith.RemSIOp: np.fmod,
+    arith.MaxSIOp: np.maximum, arith.MinSIOp: np.minimum, arith.AndIOp: np.bitwise_and,
+    arith.OrIOp: np.bitwise_or, arith.XOrIOp: np.bitwise_xor, xmath.PowFOp: np.power,
+}  # fmt: skip
+UNARY: dict[type[Operation], Callable[[Any], Any]] = {
+    xmath.ExpOp: np.exp, xmath.LogOp: np.log, xmath.SqrtOp: np.sqrt, xmath.AbsFOp: np.abs,
+    xmath.TanhOp: np.tanh, xmath.ErfOp: _erf_like, arith.NegfOp: np.negative,
+    xmath.RsqrtOp: lambda x: np.reciprocal(np.sqrt(x)),
+}  # fmt: skip
+CMP = {
+    "eq": np.equal, "ne": np.not_equal, "slt": np.less, "sle": np.less_equal,
+    "sgt": np.greater, "sge": np.greater_equal, "ult": np.less, "ule": np.less_equal,
+    "ugt": np.greater, "uge": np.greater_equal, "oeq": np.equal, "ogt": np.greater,
+    "oge": np.greater_equal, "olt": np.less, "ole": np.less_equal, "one": np.not_equal,
+    "une": np.not_equal, "ueq": np.equal, "ugt_f": np.greater, "ult_f": np.less,
+}  # fmt: skip
+CMPF_UNORDERED = {"ueq", "ugt", "uge", "ult", "ule", "une", "uno"}
+
+
+class _Shadow:
+    """Who last wrote and read each element of one buffer, for race detection."""
+
+    def __init__(self, size: int):
+        self.w_lane = np.full(size, -1, np.int64)
+        self.w_epoch = np.full(size, -1, np.int64)
+        self.r_lane = np.full(size, -1, np.int64)  # -2: several lanes this epoch
+        self.r_epoch = np.full(size, -1, np.int64)
+        self.r_block = np.full(size, -1, np.int64)  # -2: several blocks
+
+
+@dataclass
+class _Launch:
+    name: str
+    grid: int
+    block: int
+    epoch: int = 0
+
+    @property
+    def lanes(self) -> int:
+        return self.grid * self.block
+
+
+class LockstepInterpreter:
+    """Runs GPU-mapped kernels over numpy buffers (see the module docstring)."""
+
+    def __init__(self, module: ModuleOp, check_races: bool = True):
+        self.module = module
+        self.check_races = check_races
+        self.functions = {op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)}
+        self.shared_types = {
+            op.sym_name.data: op.type
+            for op in module.ops
+            if isinstance(op, memref.GlobalOp)
+            and isinstance(op.type, MemRefType)
+            and op.type.memory_space == SHARED_SPACE
+        }
+
+    # --- one launch ---------------------------------------------------------------------------
+
+    def launch(self, name: str, buffers: Sequence[np.ndarray]) -> None:
+        fn = self.functions[name]
+        cfg = launch_of(fn)
+        if cfg is None:
+            raise LockstepError(f"@{name} is not a GPU kernel (no irkit.launch)")
+        grid, block = cfg["grid"], cfg["block"]  # type: ignore[misc]
+        if grid[1:] != (1, 1) or block[1:] != (1, 1):  # type: ignore[index]
+            raise LockstepError(f"@{name}: only one-dimensional launches are interpreted")
+        self.run = _Launch(name, int(grid[0]), int(block[0]))  # type: ignore[index]
+        n = self.run.lanes
+        self.lane = np.arange(n, dtype=np.int64)
+        self.tid = self.lane % self.run.block
+        self.bid = self.lane // self.run.block
+        self.env: dict[SSAValue, Any] = {}
+        self.buffers: dict[SSAValue, np.ndarray] = {}
+        self.shared: dict[str, np.ndarray] = {}
+        self.shadows: dict[int, _Shadow] = {}
+        self.names: dict[int, str] = {}
+        for arg, array in zip(fn.body.block.args, buffers, strict=True):
+            self.env[arg] = array
+            self.names[id(array)] = arg.name_hint or "arg"
+        with np.errstate(all="ignore"):
+            self.block_(fn.body.block, np.ones(n, bool))
+
+    # --- structure ----------------------------------------------------------------------------
+
+    def block_(self, block: Block, mask: np.ndarray) -> list[Any]:
+        for op in block.ops:
+            if isinstance(op, scf.YieldOp):
+                return [self.env[v] for v in op.operands]
+            if isinstance(op, func.ReturnOp):
+                return []
+            self.op(op, mask)
+        return []
+
+    def op(self, op: Operation, mask: np.ndarray) -> None:
+        env = self.env
+        args = [env[v] for v in op.operands] if not isinstance(op, scf.ForOp | scf.IfOp) else []
+        t = type(op)
+        if t in BINARY:
+            out = BINARY[t](args[0], args[1])
+        elif t in UNARY:
+            out = UNARY[t](args[0])
+        elif isinstance(op, arith.ConstantOp):
+            assert isinstance(op.value, IntegerAttr | FloatAttr)
+            out = value_dtype(op.result.type).type(op.value.value.data)
+        elif isinstance(op, arith.CmpiOp | arith.CmpfOp):
+            out = self._compare(op, args)
+        elif isinstance(op, arith.SelectOp):
+            out = np.where(args[0], args[1], args[2])
+        elif isinstance(op, arith.ExtFOp | arith.TruncFOp | arith.SIToFPOp | arith.IndexCastOp):
+            out = np.asarray(args[0]).astype(value_dtype(op.results[0].type))
+        elif isinstance(op, xmath.FmaOp):
+            out = args[0] * args[1] + args[2]
+        elif isinstance(op, gpu.ThreadIdOp | gpu.BlockIdOp | gpu.BlockDimOp | gpu.GridDimOp):
+            out = self._geometry(op)
+        elif isinstance(op, gpu.BarrierOp):
+            self._barrier(mask)
+            return
+        elif isinstance(op, memref.GetGlobalOp):
+            out = self._get_global(op)
+        elif isinstance(op, memref.LoadOp):
+            out = self._load(op, args, mask)
+        elif isinstance(op, memref.StoreOp):
+            self._store(op, args, mask)
+            return
+        elif isinstance(op, scf.ForOp):
+            self._for(op, mask)
+            return
+        elif isinstance(op, scf.IfOp):
+            self._if(op, mask)
+            return
+        else:
+            raise LockstepError(
+                f"@{self.run.name}: the lockstep interpretation has no rule for {op.name}"
+            )
+        if op.results and not isinstance(op.results[0].type, MemRefType):
+            kind = value_dtype(op.results[0].type)
+            out = np.asarray(out)
+            env[op.results[0]] = out.astype(kind, copy=False) if out.dtype != kind else out
+        elif op.results:
+            env[op.results[0]] = out
+
+    def _compare(self, op: arith.CmpiOp | arith.CmpfOp, args: list[Any]) -> Any:
+        names = (
+            arith.CMPF_COMPARISON_OPERATIONS
+            if isinstance(op, arith.CmpfOp)
+            else arith.CMPI_COMPARISON_OPERATIONS
+        )
+        pred = names[op.predicate.value.data]
+        a, b = args
+        if pred in ("ord", "uno"):
+            nan = np.isnan(a) | np.isnan(b)
+            return ~nan if pred == "ord" else nan
+        out = CMP[pred](a, b)
+        if isinstance(op, arith.CmpfOp):
+            nan = np.isnan(a) | np.isnan(b)
+            out = (out | nan) if pred in CMPF_UNORDERED else (out & ~nan)
+        return out
+
+    def _geometry(self, op: Operation) -> Any:
+        dim = op.dimension.data  # type: ignore[attr-defined]
+        if dim != gpu.DimensionEnum.X:
+            return np.int64(0) if isinstance(op, gpu.ThreadIdOp | gpu.BlockIdOp) else np.int64(1)
+        return {
+            gpu.ThreadIdOp: self.tid,
+            gpu.BlockIdOp: self.bid,
+            gpu.BlockDimOp: np.int64(self.run.block),
+            gpu.GridDimOp: np.int64(self.run.grid),
+        }[type(op)]
+
+    def _for(self, op: scf.ForOp, mask: np.ndarray) -> None:
+        bounds = [self.env[v] for v in (op.lb, op.ub, op.step)]
+        if any(np.ndim(b) and not np.all(b[mask] == b[mask][0]) for b in bounds if mask.any()):
+            raise LockstepError(
+                f"@{self.run.name}: scf.for with bounds that differ between threads"
+            )
+        lb, ub, step = (int(np.asarray(b).flat[0]) if np.ndim(b) else int(b) for b in bounds)
+        values = [self.env[v] for v in op.iter_args]
+        iv, *accs = op.body.block.args
+        for i in range(lb, ub, step):
+            self.env[iv] = np.int64(i)
+            for a, v in zip(accs, values, strict=True):
+                self.env[a] = v
+            values = self.block_(op.body.block, mask)
+        for r, v in zip(op.results, values, strict=True):
+            self.env[r] = v
+
+    def _if(self, op: scf.IfOp, mask: np.ndarray) -> None:
+        cond = self.env[op.cond]
+        then_mask = mask & cond
+        else_mask = mask & ~np.asarray(cond, bool)
+        results: list[Any] = []
+        then_vals = self.block_(op.true_region.block, then_mask) if then_mask.any() else None
+        has_else = op.false_region.blocks
+        else_vals = (
+            self.block_(op.false_region.block, else_mask) if has_else and else_mask.any() else None
+        )
+        for k, r in enumerate(op.results):
+            a = then_vals[k] if then_vals is not None else else_vals[k]  # type: ignore[index]
+            b = else_vals[k] if else_vals is not None else a
+            results.append(np.where(cond, a, b))
+            self.env[r] = np.asarray(results[-1]).astype(value_dtype(r.type), copy=False)
+
+    def _barrier(self, mask: np.ndarray) -> None:
+        per_block = mask.reshape(self.run.grid, self.run.block)
+        partial = per_block.any(axis=1) & ~per_block.all(axis=1)
+        if partial.any():
+            b = int(np.argmax(partial))
+            raise LockstepError(
+                f"@{self.run.name}: gpu.barrier reached by only some threads of block {b} "
+                "(a barrier in divergent code)"
+            )
+        self.run.epoch += 1
+
+    # --- memory -------------------------------------------------------------------------------
+
+    def _get_global(self, op: memref.GetGlobalOp) -> np.ndarray:
+        name = op.name_.root_reference.data
+        t = self.shared_types.get(name)
+        if t is None:
+            raise LockstepError(f"@{self.run.name}: memref.get_global @{name} is not shared memory")
+        if name not in self.shared:
+            shape = (self.run.grid, *t.get_shape())
+            # never-written shared memory reads as NaN, so a missing store shows
+            array = np.full(shape, np.nan, value_dtype(t.element_type))
+            self.shared[name] = array
+            self.names[id(array)] = f"@{name} (shared)"
+        return self.shared[name]
+
+    def _elements(self, op: memref.LoadOp | memref.StoreOp, buffer: np.ndarray, indices, mask):
+        """Flat element numbers of the active lanes' accesses (with the block's copy for
+        shared memory), after a bounds check."""
+        t = op.memref.type
+        assert isinstance(t, MemRefType)
+        shape = t.get_shape()
+        active = np.flatnonzero(mask)
+        flat = np.zeros(active.size, np.int64)
+        for d, (ix, n) in enumerate(zip(indices, shape, strict=True)):
+            v = np.broadcast_to(np.asarray(ix, np.int64), mask.shape)[active]
+            bad = (v < 0) | (v >= n)
+            if bad.any():
+                lane = int(active[np.argmax(bad)])
+                raise LockstepError(
+                    f"@{self.run.name}: {op.name} out of bounds on {self.names[id(buffer)]}: "
+                    f"index {int(v[np.argmax(bad)])} of dimension {d} (size {n}) in thread "
+                    f"{lane % self.run.block} of block {lane // self.run.block}"
+                )
+            flat = flat * n + v
+        shared = t.memory_space == SHARED_SPACE
+        if shared:
+            flat = self.bid[active] * math.prod(shape) + flat
+        return active, flat
+
+    def _shadow(self, buffer: np.ndarray) -> _Shadow:
+        key = id(buffer)
+        if key not in self.shadows:
+            self.shadows[key] = _Shadow(buffer.size)
+        return self.shadows[key]
+
+    def _race(self, buffer: np.ndarray, what: str, lanes: np.ndarray, hit: np.ndarray) -> None:
+        lane = int(lanes[np.argmax(hit)])
+        raise LockstepError(
+            f"@{self.run.name}: race on {self.names[id(buffer)]}: {what} by thread "
+            f"{lane % self.run.block} of block {lane // self.run.block} with no barrier between"
+        )
+
+    def _load(self, op: memref.LoadOp, args: list[Any], mask: np.ndarray) -> np.ndarray:
+        buffer, *indices = args
+        active, flat = self._elements(op, buffer, indices, mask)
+        out = np.zeros(mask.shape, buffer.dtype)
+        out[active] = buffer.reshape(-1)[flat]
+        if self.check_races and active.size:
+            s, epoch, block = self._shadow(buffer), self.run.epoch, self.run.block
+            w = s.w_lane[flat]
+            clash = (
+                (w >= 0)
+                & (w != active)
+                & ((w // block != active // block) | (s.w_epoch[flat] == epoch))
+            )
+            if clash.any():
+                self._race(buffer, "a read after another thread's write", active, clash)
+            uniq, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
+            first_lane = np.full(uniq.size, -1, np.int64)
+            first_lane[inverse[::-1]] = active[::-1]
+            blocks_lo = np.full(uniq.size, np.iinfo(np.int64).max)
+            blocks_hi = np.full(uniq.size, -1)
+            np.minimum.at(blocks_lo, inverse, active // block)
+            np.maximum.at(blocks_hi, inverse, active // block)
+            same_epoch = s.r_epoch[uniq] == epoch
+            prev = s.r_lane[uniq]
+            lane = np.where(counts > 1, -2, first_lane)
+            lane = np.where(same_epoch & (prev != -1) & (prev != lane), -2, lane)
+            s.r_lane[uniq], s.r_epoch[uniq] = lane, epoch
+            rb = s.r_block[uniq]
+            new_block = np.where(blocks_lo == blocks_hi, blocks_lo, -2)
+            s.r_block[uniq] = np.where((rb == -1) | (rb == new_block), new_block, -2)
+        return out
+
+    def _store(self, op: memref.StoreOp, args: list[Any], mask: np.ndarray) -> None:
+        value, buffer, *indices = args
+        active, flat = self._elements(op, buffer, indices, mask)
+        if self.check_races and active.size:
+            s, epoch, block = self._shadow(buffer), self.run.epoch, self.run.block
+            w = s.w_lane[flat]
+            clash = (
+                (w >= 0)
+                & (w != active)
+                & ((w // block != active // block) | (s.w_epoch[flat] == epoch))
+            )
+            if clash.any():
+                self._race(buffer, "a write after another thread's write", active, clash)
+            rb, rl = s.r_block[flat], s.r_lane[flat]
+            clash = ((rb != -1) & (rb != active // block)) | (
+                (s.r_epoch[flat] == epoch) & (rl != -1) & (rl != active)
+            )
+            if clash.any():
+                self._race(buffer, "a write after another thread's read", active, clash)
+            uniq, counts = np.unique(flat, return_counts=True)
+            if (counts > 1).any():
+                dup = np.isin(flat, uniq[counts > 1])
+                self._race(buffer, "two threads writing one element", active, dup)
+            s.w_lane[flat], s.w_epoch[flat] = active, epoch
+        buffer.reshape(-1)[flat] = np.broadcast_to(np.asarray(value), mask.shape)[active]
+
+
+# --- the cuda-sim backend --------------------------------------------------------------------
+
+
+@dataclass
+class LockstepBound:
+    exe: LockstepExecutable
+    env: dict[SSAValue, np.ndarray]
+    outputs: list[np.ndarray]
+    calls: list[tuple[str, list[np.ndarray]]]
+
+    def run_graph(self) -> None:
+        self.exe.run_plan(self.env)
+
+    def run_kernel(self, index: int) -> None:
+        name, buffers = self.calls[index]
+        self.exe.interpreter.launch(name, buffers)
+
+    def synchronize(self) -> None:
+        pass
+
+
+class LockstepExecutable:
+    """GPU-mapped IR run by the lockstep interpretation: correct answers, interpreter times."""
+
+    backend = "cuda-sim"
+
+    def __init__(self, module: ModuleOp, kernels: list[Any], check_races: bool = True):
+        from irkit.ir import entry_function
+        from irkit.runtime.backend import driver_plan, driver_specs
+
+        self.module = module
+        self.entry = entry_function(module)
+        self.inputs, self.outputs = driver_specs(self.entry)
+        self.plan = driver_plan(module)
+        self.gpu_kernels = kernels
+        self.kernels = [k.record for k in kernels]
+        self.interpreter = LockstepInterpreter(module, check_races)
+
+    def _env(self, arrays: Sequence[Any], out: Sequence[np.ndarray] | None):
+        from irkit.runtime.backend import check_arrays
+
+        inputs = check_arrays(f"@{self.entry.sym_name.data}", self.inputs, arrays)
+        outputs = list(out) if out is not None else [
+            np.full(s.shape, np.nan, s.dtype) for s in self.outputs
+        ]  # fmt: skip
+        env = dict(zip(self.entry.body.block.args, [*inputs, *outputs], strict=True))
+        return env, outputs
+
+    def run_plan(self, env: dict[SSAValue, np.ndarray], calls: list | None = None) -> None:
+        for step in self.plan:
+            if step.kind == "alloc":
+                # fresh device memory holds garbage: NaN makes an unwritten read show
+                env[step.result] = np.full(step.shape, np.nan, step.dtype)
+            elif step.kind == "global":
+                env[step.result] = step.data
+            elif step.kind == "copy":
+                np.copyto(env[step.operands[1]], env[step.operands[0]])
+            elif step.kind == "call":
+                buffers = [env[v] for v in step.operands]
+                self.interpreter.launch(step.callee, buffers)
+                if calls is not None:
+                    calls.append((step.callee, buffers))
+
+    def __call__(self, *arrays: Any, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        env, outputs = self._env(arrays, out)
+        self.run_plan(env)
+        return outputs
+
+    def bind(self, *arrays: Any) -> LockstepBound:
+        env, outputs = self._env(arrays, None)
+        calls: list = []
+        self.run_plan(env, calls)
+        return LockstepBound(self, env, outputs, calls)
+
+
+class LockstepBackend:
+    """`cuda-sim`: the CUDA path with the GPU replaced by the lockstep interpretation. Every
+    kernel is still printed and compiled by NVRTC (for sm_90), so resources and compile
+    errors are real; only the execution is simulated."""
+
+    name = "cuda-sim"
+    default_pipeline = "default-cuda"
+    required_lowering = "lower-graph-to-loops,map-to-gpu"
+    timer = "interpreter (not a GPU time)"
+
+    def __init__(self, arch: str | None = "sm_90", check_races: bool = True):
+        self.arch = arch
+        self.check_races = check_races
+
+    def available(self) -> tuple[bool, str]:
+        return True, f"lockstep interpretation of GPU-mapped IR (NVRTC build for {self.arch})"
+
+    def compile(self, module: ModuleOp) -> LockstepExecutable:
+        from irkit.runtime.gpu import build_kernels
+
+        return LockstepExecutable(module, build_kernels(module, self.arch), self.check_races)
