@@ -1,6 +1,6 @@
 """irkit-bench: run, measure, attribute, compare and report.
 
-    irkit-bench run FILE [-p PIPELINE] [--backend cpu|cuda|auto] [--dim N=V] [--json OUT]
+    irkit-bench run FILE [-p PIPELINE] [--backend cpu|cuda|cuda-sim|auto] [--dim N=V] [--json OUT]
     irkit-bench reference FILE [--dim NAME=VALUE ...] [--seed N]
 
 `run` compiles a model, checks every output against the float64 reference on fresh random
@@ -81,27 +81,31 @@ def _run(args) -> int:
     if not result.passed:
         console.print("[bold red]wrong result: not timed[/]")
         return 1
-    table = Table(
-        title=f"per-call times: median [95% CI], {result.kernels[0].timing.timer if result.kernels else 'perf_counter_ns'}, warm caches"
-    )
-    for col in (
-        "kernel",
-        "time",
-        "95% CI",
-        "GFLOP/s",
-        "GB/s",
-        "FLOPs",
-        "min bytes",
-        "samples",
-        "stop",
-    ):
+    timer = result.kernels[0].timing.timer if result.kernels else "perf_counter_ns"
+    if result.backend == "cuda-sim":
+        console.print("[yellow]cuda-sim: the kernels ran in the lockstep interpreter on the CPU; "
+                      "the times below are the interpreter's, not a GPU's[/]")  # fmt: skip
+    copy_bw = None
+    if result.backend == "cuda":
+        from irkit.runtime.cuda import copy_bandwidth, device
+
+        copy_bw = copy_bandwidth(device())
+        console.print(f"device copy bandwidth (1 GiB device-to-device, read + write): "
+                      f"{copy_bw / 1e9:.0f} GB/s", highlight=False)  # fmt: skip
+    warm = "" if timer.startswith("cuda") else ", warm caches"
+    table = Table(title=f"per-call times: median [95% CI], {timer}{warm}")
+    columns = ["kernel", "time", "95% CI", "GFLOP/s", "GB/s"]
+    columns += ["% copy BW"] if copy_bw else []
+    columns += ["FLOPs", "min bytes", "samples", "stop"]
+    for col in columns:
         table.add_column(
             col, justify="left" if col in ("kernel", "stopped by") else "right", no_wrap=True
         )
     for k in result.kernels:
         e = k.timing.estimate
+        bw = [f"{100 * k.gbps * 1e9 / copy_bw:.1f}%"] if copy_bw else []
         table.add_row(k.record.name, fmt_time(e.median), f"{fmt_time(e.low)}-{fmt_time(e.high)}",
-                      f"{k.gflops:.2f}", f"{k.gbps:.2f}", fmt_count(k.record.flops),
+                      f"{k.gflops:.2f}", f"{k.gbps:.2f}", *bw, fmt_count(k.record.flops),
                       fmt_count(k.record.min_bytes), f"{e.n}x{k.timing.reps}", k.timing.stop_reason)  # fmt: skip
     g = result.graph
     assert g is not None
@@ -109,7 +113,8 @@ def _run(args) -> int:
     table.add_section()
     table.add_row("graph (driver, one call)", fmt_time(g.estimate.median),
                   f"{fmt_time(g.estimate.low)}-{fmt_time(g.estimate.high)}",
-                  f"{total_flops / g.estimate.median / 1e9:.2f}", "", fmt_count(total_flops), "",
+                  f"{total_flops / g.estimate.median / 1e9:.2f}", "", *([""] if copy_bw else []),
+                  fmt_count(total_flops), "",
                   f"{g.estimate.n}x{g.reps}", g.stop_reason)  # fmt: skip
     console.print(table)
     kernel_sum = sum(k.seconds for k in result.kernels)
@@ -290,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     suite.add_argument("-p", "--passes", default=None, metavar="PIPELINE",
                        help="pipeline to attribute (default: the backend's own)")  # fmt: skip
-    suite.add_argument("--backend", default="auto", help="cpu, cuda or auto (default)")
+    suite.add_argument("--backend", default="auto", help="cpu, cuda, cuda-sim (GPU-mapped IR run by the lockstep interpreter) or auto (default)")
     suite.add_argument("--out", default="results.jsonl", help="JSON Lines results (appended)")
     suite.add_argument("--precision", type=float, default=0.01)
     suite.add_argument("--budget", type=float, default=None,
@@ -336,7 +341,7 @@ def default_model():
 def _measure_options(p, budget: float) -> None:
     p.add_argument("-p", "--passes", default=None, metavar="PIPELINE",
                    help="pass pipeline or named pipeline (default: the backend's own)")  # fmt: skip
-    p.add_argument("--backend", default="auto", help="cpu, cuda or auto (default)")
+    p.add_argument("--backend", default="auto", help="cpu, cuda, cuda-sim (GPU-mapped IR run by the lockstep interpreter) or auto (default)")
     p.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--precision", type=float, default=0.01,

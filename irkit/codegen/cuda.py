@@ -261,9 +261,12 @@ class CPrinter:
     def assign(self, targets: list[str], values: list[SSAValue]) -> None:
         names = [self.name(v) for v in values]
         if len(targets) > 1:  # through temporaries: a yield may swap accumulators
-            for k, (t, v) in enumerate(zip(targets, values, strict=True)):
-                self.emit(f"const {self.type_name(v.type)} next{k} = {names[k]};")
-            names = [f"next{k}" for k in range(len(targets))]
+            temps = []
+            for v, n in zip(values, names, strict=True):
+                temps.append(f"next{self.counter}")
+                self.counter += 1
+                self.emit(f"const {self.type_name(v.type)} {temps[-1]} = {n};")
+            names = temps
         for t, n in zip(targets, names, strict=True):
             if t != n:
                 self.emit(f"{t} = {n};")

@@ -1,4 +1,5 @@
-"""irkit's `-t` targets for irkit-opt: LLVM IR and host assembly from the loop level.
+"""irkit's `-t` targets for irkit-opt: LLVM IR and host assembly from the loop level; CUDA C
+and PTX from the GPU-mapped level.
 
 They print what the CPU backend compiles: `-t llvm` the LLVM IR irkit generates (before
 LLVM's optimizer, so it maps line by line onto the loop IR), `-t asm` the host assembly after
@@ -53,6 +54,47 @@ class AsmTarget(Target):
         output.write(host_assembly(module))
 
 
+@dataclass(frozen=True)
+class CudaTarget(Target):
+    """CUDA C for every kernel of a GPU-mapped module (what NVRTC compiles)."""
+
+    name = "cuda"
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        from irkit.codegen.cuda import cuda_source
+
+        _require_loop_level(module, self.name)
+        output.write(cuda_source(module))
+
+
+@dataclass(frozen=True)
+class PtxTarget(Target):
+    """PTX from NVRTC for each kernel, for $IRKIT_CUDA_ARCH (default sm_90)."""
+
+    name = "ptx"
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        import os
+
+        from irkit.codegen.cuda import gpu_kernels, kernel_source
+        from irkit.codegen.nvrtc import DEFAULT_ARCH, compile_ptx
+
+        _require_loop_level(module, self.name)
+        arch = os.environ.get("IRKIT_CUDA_ARCH", DEFAULT_ARCH)
+        for fn in gpu_kernels(module):
+            name = fn.sym_name.data
+            output.write(f"// ===== {name} ({arch}) =====\n")
+            output.write(compile_ptx(kernel_source(module, fn), name, arch))
+
+
+def _cuda() -> type[Target]:
+    return CudaTarget
+
+
+def _ptx() -> type[Target]:
+    return PtxTarget
+
+
 def _llvm() -> type[Target]:
     return LLVMTarget
 
@@ -61,5 +103,10 @@ def _asm() -> type[Target]:
     return AsmTarget
 
 
-IRKIT_TARGETS: dict[str, Callable[[], type[Target]]] = {"llvm": _llvm, "asm": _asm}
+IRKIT_TARGETS: dict[str, Callable[[], type[Target]]] = {
+    "llvm": _llvm,
+    "asm": _asm,
+    "cuda": _cuda,
+    "ptx": _ptx,
+}
 """Target name -> factory (xDSL's registry convention: a factory with no parameters)."""

@@ -47,7 +47,7 @@ from xdsl.dialects.builtin import ModuleOp
 from irkit.errors import IrkitError
 from irkit.measure.roofline import Ceilings, roof_point
 from irkit.measure.stats import Estimate
-from irkit.measure.timers import time_interleaved
+from irkit.measure.timers import time_interleaved, timed_graph, timed_kernel
 from irkit.pipelines import Step, pipeline_steps
 
 STRATEGIES = ("prefix", "ablation", "shapley")
@@ -374,11 +374,11 @@ def attribute(
                          "kernels": [k.hash for k in exe.kernels]})  # fmt: skip
     tick("compile", len(plan.masks), len(plan.masks))
 
-    fns: dict[str, Callable[[], None]] = {k: p.bound.run_graph for k, p in programs.items()}  # type: ignore[attr-defined]
+    fns: dict[str, Callable[[], None]] = {k: timed_graph(p.bound) for k, p in programs.items()}  # type: ignore[attr-defined]
     if twin:
         twin_exe = compile(graph, variant_spec(steps, optional, plan.full), chosen.name)
         twin_bound = twin_exe.bind(*case[0])  # type: ignore[attr-defined]
-        fns["aa-twin"] = twin_bound.run_graph
+        fns["aa-twin"] = timed_graph(twin_bound)
     rounds_done = [0]
 
     def on_round(r: int) -> None:
@@ -524,7 +524,7 @@ def _time_kernels(
     for p in programs.values():
         for i, record in enumerate(p.exe.kernels):  # type: ignore[attr-defined]
             if record.hash not in fns:
-                fns[record.hash] = lambda b=p.bound, i=i: b.run_kernel(i)  # type: ignore[attr-defined]
+                fns[record.hash] = timed_kernel(p.bound, i)  # type: ignore[attr-defined]
                 records[record.hash] = record
     timings = time_interleaved(fns, precision, budget_s, min_rounds, max_rounds, seed=seed + 1,
                                on_round=lambda r: tick("kernels", r, max_rounds))  # fmt: skip
@@ -596,7 +596,7 @@ def compare_pipelines(
     for name, spec in (("a", a), ("b", b), ("twin", a)):
         exe = compile(graph, spec, backend)
         inputs = _checked(exe, graph, seed, case, f"pipeline '{spec}'")
-        fns[name] = exe.bind(*inputs).run_graph  # type: ignore[attr-defined]
+        fns[name] = timed_graph(exe.bind(*inputs))  # type: ignore[attr-defined]
     timings = time_interleaved(fns, precision, budget_s, min_rounds, seed=seed)
     samples = np.stack([timings[k].samples for k in ("a", "b", "twin")])
     point, boot = _round_bootstrap(samples, resamples, seed)

@@ -14,7 +14,7 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from irkit.measure.fingerprint import host_fingerprint
-from irkit.measure.timers import Timing, time_cpu
+from irkit.measure.timers import Timing, time_cpu, timed_graph, timed_kernel
 from irkit.runtime import compile
 from irkit.runtime.backend import KernelRecord
 from irkit.runtime.check import OutputCheck, check
@@ -102,8 +102,14 @@ def run_model(
     if not result.passed:
         return result
     bound = exe.bind(*inputs)
-    result.graph = time_cpu(bound.run_graph, precision, budget_s)
+    dev = getattr(exe, "dev", None)
+    if dev is not None:  # clocks before and after: a throttled run shows
+        result.fingerprint["gpu"] = dev.fingerprint()
+    result.graph = time_cpu(timed_graph(bound), precision, budget_s)
     for i, record in enumerate(exe.kernels):
-        timing = time_cpu(lambda i=i: bound.run_kernel(i), precision, budget_s)
+        timing = time_cpu(timed_kernel(bound, i), precision, budget_s)
         result.kernels.append(KernelTiming(record, timing))
+    if dev is not None:
+        end = dev.fingerprint()
+        result.fingerprint["gpu"]["clocks_end_khz"] = [end["sm_clock_khz"], end["memory_clock_khz"]]
     return result

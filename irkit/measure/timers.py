@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +67,11 @@ def time_cpu(
 
 
 def _sample(fn: Callable[[], None], reps: int) -> float:
-    """Seconds per call over one batch of `reps` back-to-back calls."""
+    """Seconds per call over one batch of `reps` back-to-back calls. A function that times
+    itself (a `sample(reps)` method, as GPU runs have: device events) is asked to."""
+    own = getattr(fn, "sample", None)
+    if own is not None:
+        return own(reps)
     start = time.perf_counter_ns()
     for _ in range(reps):
         fn()
@@ -113,6 +118,18 @@ def time_interleaved(
             reason = "budget"
             break
     return {
-        name: Timing(np.array(s), reps[name], warmup, reason, median_ci(np.array(s)))
+        name: Timing(np.array(s), reps[name], warmup, reason, median_ci(np.array(s)),
+                     getattr(fns[name], "timer", "perf_counter_ns"))  # fmt: skip
         for name, s in samples.items()
     }
+
+
+def timed_graph(bound: Any) -> Callable[[], None]:
+    """What to time for the whole graph: the device's own timer where the backend has one."""
+    return bound.timed_graph() if hasattr(bound, "timed_graph") else bound.run_graph
+
+
+def timed_kernel(bound: Any, index: int) -> Callable[[], None]:
+    if hasattr(bound, "timed_kernel"):
+        return bound.timed_kernel(index)
+    return lambda: bound.run_kernel(index)

@@ -1,0 +1,332 @@
+"""The CUDA backend: GPU-mapped IR -> CUDA C -> NVRTC cubin for the device's own
+architecture -> cuda-python driver API (cuda.bindings.driver).
+
+Every driver call's error code is checked and becomes one line naming the call (and the
+kernel, for a launch). No driver library or no device: "no CUDA device available", and
+`backend="auto"` falls back to the CPU and says so. A kernel that needs more threads or
+shared memory than the device allows is refused before launch, naming the kernel.
+
+Timing (see `GpuTimed`): CUDA events around the launches of a sample, with the L2 cache
+flushed before each sample by writing a buffer twice the L2's size (read from the device),
+so every sample starts cold; `timer` in each record says so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from irkit.errors import IrkitError
+from irkit.ir import entry_function
+from irkit.runtime.backend import check_arrays, driver_plan, driver_specs
+from irkit.runtime.gpu import GpuKernel, build_kernels
+
+NO_DEVICE = "no CUDA device available"
+
+
+def _driver():
+    from cuda.bindings import driver
+
+    return driver
+
+
+def _call(what: str, result: Any) -> Any:
+    """The values of a driver call's result tuple, after checking its error code."""
+    drv = _driver()
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        _, name = drv.cuGetErrorName(err)
+        text = name.decode() if isinstance(name, bytes) else str(err)
+        raise IrkitError(f"CUDA {what} failed: {text}")
+    return values[0] if len(values) == 1 else values
+
+
+@dataclass
+class Device:
+    """The current CUDA device and its primary context, with what records need."""
+
+    ordinal: int
+    handle: Any
+    context: Any
+    name: str
+    arch: str
+    max_threads: int
+    max_shared: int
+    l2_bytes: int
+    driver_version: int
+    stream: Any = None
+    _flush: int = 0
+
+    def attribute(self, attr: str) -> int:
+        drv = _driver()
+        return int(_call(f"cuDeviceGetAttribute({attr})", drv.cuDeviceGetAttribute(
+            getattr(drv.CUdevice_attribute, attr), self.handle)))  # fmt: skip
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "device": self.name,
+            "compute_capability": self.arch.removeprefix("sm_"),
+            "driver_version": self.driver_version,
+            "l2_bytes": self.l2_bytes,
+            "sm_clock_khz": self.attribute("CU_DEVICE_ATTRIBUTE_CLOCK_RATE"),
+            "memory_clock_khz": self.attribute("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE"),
+        }
+
+    def flush_l2(self) -> None:
+        """Overwrite twice the L2's bytes so the next sample reads from DRAM."""
+        drv = _driver()
+        if not self._flush:
+            self._flush = int(_call("cuMemAlloc (L2 flush buffer)", drv.cuMemAlloc(2 * self.l2_bytes)))
+        _call("cuMemsetD8Async", drv.cuMemsetD8Async(self._flush, 0, 2 * self.l2_bytes, self.stream))
+
+
+@cache
+def device() -> Device:
+    """Device 0, initialized once; IrkitError(NO_DEVICE) when there is none."""
+    try:
+        drv = _driver()
+        (err,) = drv.cuInit(0)
+    except Exception:  # noqa: BLE001 - no driver library raises from inside cuda-bindings
+        raise IrkitError(NO_DEVICE) from None
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise IrkitError(NO_DEVICE)
+    count = _call("cuDeviceGetCount", drv.cuDeviceGetCount())
+    if count < 1:
+        raise IrkitError(NO_DEVICE)
+    handle = _call("cuDeviceGet", drv.cuDeviceGet(0))
+    context = _call("cuDevicePrimaryCtxRetain", drv.cuDevicePrimaryCtxRetain(handle))
+    _call("cuCtxSetCurrent", drv.cuCtxSetCurrent(context))
+    name = _call("cuDeviceGetName", drv.cuDeviceGetName(256, handle))
+    dev = Device(0, handle, context, name.split(b"\0")[0].decode(), "", 0, 0, 0,
+                 int(_call("cuDriverGetVersion", drv.cuDriverGetVersion())))  # fmt: skip
+    major = dev.attribute("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR")
+    minor = dev.attribute("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR")
+    dev.arch = f"sm_{major}{minor}"
+    dev.max_threads = dev.attribute("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK")
+    dev.max_shared = dev.attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+    dev.l2_bytes = dev.attribute("CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE")
+    dev.stream = _call("cuStreamCreate", drv.cuStreamCreate(0))
+    return dev
+
+
+def copy_bandwidth(dev: Device, nbytes: int = 1 << 30, samples: int = 20) -> float:
+    """The device's copy bandwidth in bytes/s, counting bytes read plus written: the median
+    of `samples` device-to-device copies of `nbytes`, timed with events."""
+    drv = _driver()
+    src, dst = DeviceBuffer((nbytes,), np.dtype(np.uint8)), DeviceBuffer((nbytes,), np.dtype(np.uint8))
+    src.poison()
+
+    def copy() -> None:
+        _call("cuMemcpyDtoDAsync", drv.cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, dev.stream))
+
+    timed = GpuTimed(copy, dev)
+    timed()
+    seconds = float(np.median([timed.sample(1) for _ in range(samples)]))
+    return 2 * nbytes / seconds
+
+
+class DeviceBuffer:
+    """Device memory for one array; freed when dropped."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype):
+        self.shape, self.dtype = shape, np.dtype(dtype)
+        self.nbytes = max(1, int(np.prod(shape)) * self.dtype.itemsize)
+        self.ptr = int(_call("cuMemAlloc", _driver().cuMemAlloc(self.nbytes)))
+
+    def upload(self, array: np.ndarray) -> None:
+        a = np.ascontiguousarray(array, self.dtype)
+        _call("cuMemcpyHtoD", _driver().cuMemcpyHtoD(self.ptr, a.ctypes.data, a.nbytes))
+
+    def download(self, out: np.ndarray | None = None) -> np.ndarray:
+        out = np.empty(self.shape, self.dtype) if out is None else out
+        _call("cuMemcpyDtoH", _driver().cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes))
+        return out
+
+    def poison(self) -> None:
+        """Fill with NaN bits (0xFF bytes), so an element no kernel writes shows."""
+        _call("cuMemsetD8", _driver().cuMemsetD8(self.ptr, 0xFF, self.nbytes))
+
+    def __del__(self) -> None:
+        try:
+            _driver().cuMemFree(self.ptr)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+@dataclass
+class Launch:
+    kernel: GpuKernel
+    function: Any
+    args: list[DeviceBuffer]
+    _params: Any = None
+
+    def __call__(self, stream: Any) -> None:
+        drv = _driver()
+        if self._params is None:
+            pointers = [ctypes.c_void_p(b.ptr) for b in self.args]
+            self._keep = pointers
+            self._params = (ctypes.c_void_p * len(pointers))(
+                *[ctypes.addressof(p) for p in pointers]
+            )
+        grid, block = self.kernel.launch["grid"], self.kernel.launch["block"]
+        _call(
+            f"launch of kernel {self.kernel.name}",
+            drv.cuLaunchKernel(self.function, *grid, *block, 0, stream,
+                               ctypes.addressof(self._params), 0),  # fmt: skip
+        )
+
+
+@dataclass
+class GpuTimed:
+    """A callable (run, unsynchronized) that also times itself: `sample(reps)` returns
+    seconds per call from CUDA events around `reps` back-to-back runs, after an L2 flush."""
+
+    run: Any
+    dev: Device
+    timer = "cuda_events (L2 flushed before each sample)"
+    _events: tuple[Any, Any] | None = None
+
+    def __call__(self) -> None:
+        self.run()
+        _call("cuStreamSynchronize", _driver().cuStreamSynchronize(self.dev.stream))
+
+    def sample(self, reps: int) -> float:
+        drv = _driver()
+        if self._events is None:
+            self._events = (_call("cuEventCreate", drv.cuEventCreate(0)),
+                            _call("cuEventCreate", drv.cuEventCreate(0)))  # fmt: skip
+        start, end = self._events
+        self.dev.flush_l2()
+        _call("cuEventRecord", drv.cuEventRecord(start, self.dev.stream))
+        for _ in range(reps):
+            self.run()
+        _call("cuEventRecord", drv.cuEventRecord(end, self.dev.stream))
+        _call("cuEventSynchronize", drv.cuEventSynchronize(end))
+        ms = _call("cuEventElapsedTime", drv.cuEventElapsedTime(start, end))
+        return float(ms) * 1e-3 / reps
+
+
+@dataclass
+class CudaBound:
+    exe: CudaExecutable
+    buffers: list[DeviceBuffer]
+    launches: list[Launch]
+    host_outputs: list[np.ndarray]
+    keep: list[DeviceBuffer] = field(default_factory=list)
+
+    @property
+    def outputs(self) -> list[np.ndarray]:
+        self.synchronize()
+        out_buffers = self.buffers[len(self.exe.inputs) :]
+        for buf, host in zip(out_buffers, self.host_outputs, strict=True):
+            buf.download(host)
+        return self.host_outputs
+
+    def _graph(self) -> None:
+        for launch in self.launches:
+            launch(self.exe.dev.stream)
+
+    def run_graph(self) -> None:
+        GpuTimed(self._graph, self.exe.dev)()
+
+    def run_kernel(self, index: int) -> None:
+        GpuTimed(lambda: self.launches[index](self.exe.dev.stream), self.exe.dev)()
+
+    def timed_graph(self) -> GpuTimed:
+        return GpuTimed(self._graph, self.exe.dev)
+
+    def timed_kernel(self, index: int) -> GpuTimed:
+        return GpuTimed(lambda: self.launches[index](self.exe.dev.stream), self.exe.dev)
+
+    def synchronize(self) -> None:
+        _call("cuStreamSynchronize", _driver().cuStreamSynchronize(self.exe.dev.stream))
+
+
+class CudaExecutable:
+    backend = "cuda"
+
+    def __init__(self, module: ModuleOp, dev: Device):
+        drv = _driver()
+        self.module = module
+        self.dev = dev
+        self.entry = entry_function(module)
+        self.inputs, self.outputs = driver_specs(self.entry)
+        self.plan = driver_plan(module)
+        self.gpu_kernels = build_kernels(module, dev.arch, (dev.max_threads, dev.max_shared))
+        self.kernels = [k.record for k in self.gpu_kernels]
+        self.functions = {}
+        self._modules = []
+        for k in self.gpu_kernels:
+            assert k.compiled is not None
+            mod = _call(f"cuModuleLoadData ({k.name})", drv.cuModuleLoadData(k.compiled.cubin))
+            self._modules.append(mod)
+            self.functions[k.name] = _call(
+                f"cuModuleGetFunction ({k.name})", drv.cuModuleGetFunction(mod, k.name.encode())
+            )
+        self._by_name = {k.name: k for k in self.gpu_kernels}
+
+    def bind(self, *arrays: Any) -> CudaBound:
+        inputs = check_arrays(f"@{self.entry.sym_name.data}", self.inputs, arrays)
+        buffers = []
+        for spec, a in zip(self.inputs, inputs, strict=True):
+            buf = DeviceBuffer(spec.shape, spec.dtype)
+            buf.upload(a)
+            buffers.append(buf)
+        for spec in self.outputs:
+            buf = DeviceBuffer(spec.shape, spec.dtype)
+            buf.poison()
+            buffers.append(buf)
+        env = dict(zip(self.entry.body.block.args, buffers, strict=True))
+        launches, keep = [], []
+        for step in self.plan:
+            if step.kind == "alloc":
+                env[step.result] = DeviceBuffer(step.shape, step.dtype)
+                env[step.result].poison()
+            elif step.kind == "global":
+                buf = DeviceBuffer(step.data.shape, step.data.dtype)  # type: ignore[union-attr]
+                buf.upload(step.data)  # type: ignore[arg-type]
+                env[step.result] = buf
+            elif step.kind == "copy":
+                raise IrkitError("the cuda runtime does not run memref.copy in the driver yet")
+            elif step.kind == "call":
+                kernel = self._by_name[step.callee]
+                launches.append(Launch(kernel, self.functions[step.callee],
+                                       [env[v] for v in step.operands]))  # fmt: skip
+        keep.extend(env.values())
+        host = [np.empty(s.shape, s.dtype) for s in self.outputs]
+        bound = CudaBound(self, buffers, launches, host, keep)
+        bound.run_graph()
+        return bound
+
+    def __call__(self, *arrays: Any, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        bound = self.bind(*arrays)
+        outputs = bound.outputs
+        if out is not None:
+            for o, r in zip(out, outputs, strict=True):
+                np.copyto(o, r)
+            return list(out)
+        return [o.copy() for o in outputs]
+
+
+class CudaBackend:
+    """Runs GPU-mapped modules on CUDA device 0."""
+
+    name = "cuda"
+    default_pipeline = "default-cuda"
+    timer = "cuda_events (L2 flushed before each sample)"
+
+    def available(self) -> tuple[bool, str]:
+        try:
+            dev = device()
+        except IrkitError as e:
+            return False, e.message
+        return True, f"{dev.name} ({dev.arch}, driver {dev.driver_version})"
+
+    def compile(self, module: ModuleOp) -> CudaExecutable:
+        return CudaExecutable(module, device())

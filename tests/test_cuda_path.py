@@ -1,0 +1,221 @@
+"""The CUDA path without a GPU: map-to-gpu, the CUDA C printer, NVRTC (real, for sm_80 and
+sm_90), and the lockstep interpretation of GPU-mapped IR against the float64 reference.
+A kernel the interpretation cannot run fails here; nothing is skipped for want of a GPU."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from xdsl.dialects import gpu, scf
+
+import irkit
+from irkit.codegen.cuda import gpu_kernels, kernel_source
+from irkit.codegen.nvrtc import Resources, check_limits, compile_cuda, parse_ptxas
+from irkit.errors import IrkitError
+from irkit.frontend import parse_source
+from irkit.passes.map_to_gpu import launch_of
+from irkit.pipelines import PIPELINES, apply_passes, parse_passes
+from irkit.runtime.check import check
+from irkit.runtime.lockstep import LockstepBackend, LockstepError, LockstepInterpreter
+from tests.conftest import SMALL
+
+
+def mapped(example: Path | str, spec: str = "default-cuda", dims=None):
+    path = Path(example)
+    return apply_passes(irkit.load(path, dims or SMALL[path.stem]), parse_passes(spec))
+
+
+@pytest.mark.parametrize("spec", ["default-cuda", "baseline-cuda", "default-cpu,map-to-gpu{rows=false}"])
+def test_lockstep_interpretation_matches_the_reference(example: Path, spec: str) -> None:
+    module = irkit.load(example, SMALL[example.stem])
+    exe = irkit.compile(module, spec, backend="cuda-sim")
+    checks, _ = check(exe, module, seed=5)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
+    assert exe.kernels and all(k.launch for k in exe.kernels)
+
+
+def test_reductions_map_one_block_per_row() -> None:
+    for name in ("softmax", "layernorm"):
+        kernels = gpu_kernels(mapped(f"examples/{name}.graph"))
+        assert [launch_of(k)["mapping"] for k in kernels] == ["rows"]  # type: ignore[index]
+        rows = SMALL[name]["R" if name == "softmax" else "T"]
+        assert launch_of(kernels[0])["grid"] == (rows, 1, 1)  # type: ignore[index]
+        assert any(isinstance(op, gpu.BarrierOp) for op in kernels[0].walk())
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_every_kernel_compiles_with_nvrtc_without_spills(example: Path, arch: str) -> None:
+    module = mapped(example)
+    for fn in gpu_kernels(module):
+        name = fn.sym_name.data
+        compiled = compile_cuda(kernel_source(module, fn), name, arch)
+        r = compiled.resources
+        assert compiled.cubin[:4] == b"\x7fELF"
+        assert 0 < r.registers <= 255, r
+        assert r.spill_stores == 0 and r.spill_loads == 0, (name, r)
+        if launch_of(fn)["mapping"] == "rows":  # type: ignore[index]
+            assert r.shared_bytes > 0, (name, r)
+
+
+def test_nvrtc_cache_is_keyed_by_source_and_arch(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("IRKIT_CACHE", str(tmp_path))
+    module = mapped("examples/softmax.graph")
+    fn = gpu_kernels(module)[0]
+    src = kernel_source(module, fn)
+    first = compile_cuda(src, fn.sym_name.data, "sm_90")
+    again = compile_cuda(src, fn.sym_name.data, "sm_90")
+    other = compile_cuda(src, fn.sym_name.data, "sm_80")
+    assert not first.cached and again.cached and not other.cached
+    assert again.cubin == first.cubin and again.resources == first.resources
+    assert len(list(tmp_path.glob("nvrtc/*.cubin"))) == 2
+
+
+def test_compile_error_names_the_kernel_line_and_message() -> None:
+    src = 'extern "C" __global__ void k(float* x) {\n  x[0] = undefined_thing;\n}\n'
+    with pytest.raises(IrkitError) as e:
+        compile_cuda(src, "k", "sm_90", use_cache=False)
+    msg = str(e.value)
+    assert "k.cu:2:" in msg and "undefined_thing" in msg and "\n" not in msg
+
+
+def test_ptxas_report_is_parsed_per_kernel() -> None:
+    log = (
+        "ptxas info    : Compiling entry function 'a' for 'sm_90'\n"
+        "ptxas info    : Function properties for a\n"
+        "ptxas         .     8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+        "ptxas info    : Used 40 registers, used 1 barriers, 1024 bytes smem\n"
+        "ptxas info    : Function properties for b\n"
+        "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+        "ptxas info    : Used 12 registers\n"
+    )
+    assert parse_ptxas(log, "a") == Resources(40, 1024, 8, 4, 4, 0)
+    assert parse_ptxas(log, "b") == Resources(12, 0, 0, 0, 0, 0)
+
+
+def test_limits_are_checked_before_launch_naming_the_kernel() -> None:
+    with pytest.raises(IrkitError, match="kernel big needs 2048 threads"):
+        check_limits("big", "sm_90", 2048, Resources(registers=16))
+    with pytest.raises(IrkitError, match="kernel smem needs .* shared memory"):
+        check_limits("smem", "sm_90", 256, Resources(registers=16, shared_bytes=64 * 1024))
+    check_limits("ok", "sm_90", 256, Resources(registers=32, shared_bytes=1024))
+
+
+def test_block_size_option_is_checked() -> None:
+    with pytest.raises(IrkitError, match="map-to-gpu.*block-size"):
+        mapped("examples/gemm.graph", "lower-graph-to-loops,map-to-gpu{block-size=100}")
+
+
+@pytest.mark.parametrize("block", [32, 64, 1024])
+def test_block_sizes_stay_correct(block: int) -> None:
+    for name in ("softmax", "gemm"):
+        module = irkit.load(f"examples/{name}.graph", SMALL[name])
+        exe = irkit.compile(module, f"default-cpu,map-to-gpu{{block-size={block}}}", "cuda-sim")
+        checks, _ = check(exe, module, seed=1)
+        assert all(c.passed for c in checks)
+        assert all(k.launch["block"][0] <= block for k in exe.kernels)  # type: ignore[index]
+
+
+def test_rows_mapping_is_refused_when_rows_would_share_data() -> None:
+    """softmax then transpose on a square matrix: the last nest's leading extent equals the
+    rows, but it reads the row statistics along its second index, so blocks would read each
+    other's results. The exact index check refuses; the flat mapping is used, and is right."""
+    text = (
+        "model t\ninput x : f32[16, 16]\noutput y = transpose(softmax(x, axis=-1), perm=[1, 0])\n"
+    )
+    module = parse_source(text, "t.graph", ".graph")
+    exe = irkit.compile(module, "default-cuda", "cuda-sim")
+    assert "rows" not in [k.launch["mapping"] for k in exe.kernels]  # type: ignore[index]
+    checks, _ = check(exe, module, seed=2)
+    assert all(c.passed for c in checks)
+
+
+def _kernel(module, name: str):
+    return next(f for f in gpu_kernels(module) if f.sym_name.data == name)
+
+
+def _run(module, name: str, buffers) -> None:
+    LockstepInterpreter(module).launch(name, buffers)
+
+
+def _softmax_buffers(rng):
+    r, c = SMALL["softmax"]["R"], SMALL["softmax"]["C"]
+    x = rng.standard_normal((r, c)).astype(np.float32)
+    return [x, np.zeros_like(x), np.zeros((r, 1), np.float32), np.zeros((r, 1), np.float32)]
+
+
+def test_lockstep_detects_a_missing_barrier() -> None:
+    module = mapped("examples/softmax.graph")
+    fn = _kernel(module, "k0_softmax")
+    barriers = [op for op in fn.walk() if isinstance(op, gpu.BarrierOp)]
+    barriers[1].detach()  # between two levels of the shared-memory tree
+    barriers[1].erase()
+    with pytest.raises(LockstepError, match="race on @k0_softmax_smem"):
+        _run(module, "k0_softmax", _softmax_buffers(np.random.default_rng(0)))
+
+
+def test_lockstep_detects_a_barrier_in_divergent_code() -> None:
+    module = mapped("examples/softmax.graph")
+    fn = _kernel(module, "k0_softmax")
+    guard = next(op for op in fn.walk() if isinstance(op, scf.IfOp))
+    guard.true_region.block.insert_op_before(gpu.BarrierOp(), guard.true_region.block.last_op)
+    with pytest.raises(LockstepError, match="barrier reached by only some threads"):
+        _run(module, "k0_softmax", _softmax_buffers(np.random.default_rng(0)))
+
+
+def test_lockstep_detects_out_of_bounds_when_a_guard_is_dropped() -> None:
+    module = mapped("examples/gemm.graph", dims={"M": 10, "N": 10, "K": 4})
+    fn = gpu_kernels(module)[0]
+    guard = next(op for op in fn.walk() if isinstance(op, scf.IfOp))
+    for op in list(guard.true_region.block.ops)[:-1]:
+        op.detach()
+        guard.parent_block().insert_op_before(op, guard)
+    guard.detach()
+    guard.erase()
+    a, b = np.ones((10, 4), np.float32), np.ones((4, 10), np.float32)
+    with pytest.raises(LockstepError, match="out of bounds"):
+        _run(module, fn.sym_name.data, [a, b, np.zeros((10, 10), np.float32)])
+
+
+def test_lockstep_rejects_ops_it_does_not_know() -> None:
+    module = mapped("examples/gemm.graph")
+    fn = gpu_kernels(module)[0]
+    fn.body.block.insert_op_before(gpu.LaneIdOp(), fn.body.block.last_op)
+    with pytest.raises(LockstepError, match="no rule for gpu.lane_id"):
+        _run(module, fn.sym_name.data, [np.ones(s, np.float32) for s in ((64, 80), (80, 48), (64, 48))])
+
+
+@pytest.mark.slow
+def test_every_subset_of_default_cuda_matches_the_reference(example: Path) -> None:
+    """The attribution invariant on the CUDA path: NVRTC builds and lockstep runs each
+    subset of the optional passes."""
+    pipeline = PIPELINES["default-cuda"]
+    optional = [p for p in pipeline.passes if p in pipeline.optional]
+    module = irkit.load(example, SMALL[example.stem])
+    for keep in itertools.product((False, True), repeat=len(optional)):
+        off = {p for p, k in zip(optional, keep, strict=True) if not k}
+        spec = ",".join(p for p in pipeline.passes if p not in off)
+        exe = irkit.compile(module, spec, backend="cuda-sim")
+        checks, _ = check(exe, module, seed=4)
+        assert all(c.passed for c in checks), (spec, [c.describe() for c in checks])
+
+
+def test_cuda_backend_says_no_device_in_one_line() -> None:
+    from irkit.runtime import BACKENDS
+
+    ok, why = BACKENDS["cuda"]().available()
+    if ok:
+        pytest.skip(f"a CUDA device is present: {why}")
+    assert why == "no CUDA device available"
+    exe = irkit.compile("examples/gemm.graph", dims=SMALL["gemm"])
+    assert exe.backend == "cpu" and "cuda: no CUDA device available" in exe.selection  # type: ignore[attr-defined]
+
+
+def test_simulated_backend_records_resources() -> None:
+    exe = LockstepBackend().compile(mapped("examples/softmax.graph"))
+    (record,) = exe.kernels
+    assert record.resources["arch"] == "sm_90" and record.resources["registers"] > 0
+    assert record.launch["mapping"] == "rows" and "__syncthreads()" in record.source
+    assert record.flops > 0 and record.min_bytes == 2 * 4 * SMALL["softmax"]["R"] * SMALL["softmax"]["C"]
