@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 
 
@@ -92,5 +94,25 @@ def test_run_errors_are_one_line() -> None:
     assert r.returncode == 1
     assert (
         r.stderr.strip()
-        == "irkit-bench: error: unknown backend 'tpu'; choose from auto, cpu, reference"
+        == "irkit-bench: error: unknown backend 'tpu'; choose from auto, cpu, cuda, cuda-sim, reference"
     )
+
+
+def test_run_on_cuda_without_a_device_is_one_line() -> None:
+    from irkit.runtime import BACKENDS
+
+    if BACKENDS["cuda"]().available()[0]:
+        pytest.skip("a CUDA device is present")
+    r = bench("run", "examples/gemm.graph", "--backend", "cuda")
+    assert r.returncode == 1
+    assert (
+        r.stderr.strip()
+        == "irkit-bench: error: backend cuda is not available: no CUDA device available"
+    )
+
+
+def test_run_on_cuda_sim_checks_and_says_its_times_are_not_a_gpus() -> None:
+    r = bench("run", "examples/softmax.graph", "--backend", "cuda-sim", "--dim", "R=8",
+              "--dim", "C=40", "--budget", "0.05")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "y: ok" in r.stdout and "not a GPU's" in r.stdout and "k0_softmax" in r.stdout

@@ -28,7 +28,9 @@ def mapped(example: Path | str, spec: str = "default-cuda", dims=None):
     return apply_passes(irkit.load(path, dims or SMALL[path.stem]), parse_passes(spec))
 
 
-@pytest.mark.parametrize("spec", ["default-cuda", "baseline-cuda", "default-cpu,map-to-gpu{rows=false}"])
+@pytest.mark.parametrize(
+    "spec", ["default-cuda", "baseline-cuda", "default-cpu,map-to-gpu{rows=false}"]
+)
 def test_lockstep_interpretation_matches_the_reference(example: Path, spec: str) -> None:
     module = irkit.load(example, SMALL[example.stem])
     exe = irkit.compile(module, spec, backend="cuda-sim")
@@ -184,7 +186,11 @@ def test_lockstep_rejects_ops_it_does_not_know() -> None:
     fn = gpu_kernels(module)[0]
     fn.body.block.insert_op_before(gpu.LaneIdOp(), fn.body.block.last_op)
     with pytest.raises(LockstepError, match="no rule for gpu.lane_id"):
-        _run(module, fn.sym_name.data, [np.ones(s, np.float32) for s in ((64, 80), (80, 48), (64, 48))])
+        _run(
+            module,
+            fn.sym_name.data,
+            [np.ones(s, np.float32) for s in ((64, 80), (80, 48), (64, 48))],
+        )
 
 
 @pytest.mark.slow
@@ -218,4 +224,7 @@ def test_simulated_backend_records_resources() -> None:
     (record,) = exe.kernels
     assert record.resources["arch"] == "sm_90" and record.resources["registers"] > 0
     assert record.launch["mapping"] == "rows" and "__syncthreads()" in record.source
-    assert record.flops > 0 and record.min_bytes == 2 * 4 * SMALL["softmax"]["R"] * SMALL["softmax"]["C"]
+    assert (
+        record.flops > 0
+        and record.min_bytes == 2 * 4 * SMALL["softmax"]["R"] * SMALL["softmax"]["C"]
+    )

@@ -26,7 +26,9 @@ def device_ready() -> str:
 
 
 @pytest.mark.parametrize("spec", ["default-cuda", "baseline-cuda"])
-def test_every_example_runs_correctly_on_the_gpu(example: Path, spec: str, device_ready: str) -> None:
+def test_every_example_runs_correctly_on_the_gpu(
+    example: Path, spec: str, device_ready: str
+) -> None:
     module = irkit.load(example, SMALL[example.stem])
     exe = irkit.compile(module, spec, backend="cuda")
     for seed in (0, 1):

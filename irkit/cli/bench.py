@@ -295,7 +295,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     suite.add_argument("-p", "--passes", default=None, metavar="PIPELINE",
                        help="pipeline to attribute (default: the backend's own)")  # fmt: skip
-    suite.add_argument("--backend", default="auto", help="cpu, cuda, cuda-sim (GPU-mapped IR run by the lockstep interpreter) or auto (default)")
+    suite.add_argument(
+        "--backend",
+        default="auto",
+        help="cpu, cuda, cuda-sim (GPU-mapped IR run by the lockstep interpreter) or auto (default)",
+    )
     suite.add_argument("--out", default="results.jsonl", help="JSON Lines results (appended)")
     suite.add_argument("--precision", type=float, default=0.01)
     suite.add_argument("--budget", type=float, default=None,
@@ -341,7 +345,11 @@ def default_model():
 def _measure_options(p, budget: float) -> None:
     p.add_argument("-p", "--passes", default=None, metavar="PIPELINE",
                    help="pass pipeline or named pipeline (default: the backend's own)")  # fmt: skip
-    p.add_argument("--backend", default="auto", help="cpu, cuda, cuda-sim (GPU-mapped IR run by the lockstep interpreter) or auto (default)")
+    p.add_argument(
+        "--backend",
+        default="auto",
+        help="cpu, cuda, cuda-sim (GPU-mapped IR run by the lockstep interpreter) or auto (default)",
+    )
     p.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--precision", type=float, default=0.01,

@@ -81,6 +81,10 @@ def min_bytes(fn: func.FuncOp, scratch_attr: str = "irkit.scratch") -> int:
     total = 0
     for arg, d in zip(fn.body.block.args, attrs, strict=True):
         t = arg.type
-        if isinstance(t, MemRefType) and arg.uses and not (d is not None and scratch_attr in d.data):
+        if (
+            isinstance(t, MemRefType)
+            and arg.uses
+            and not (d is not None and scratch_attr in d.data)
+        ):
             total += buffer_bytes(t)
     return total

@@ -118,8 +118,14 @@ def time_interleaved(
             reason = "budget"
             break
     return {
-        name: Timing(np.array(s), reps[name], warmup, reason, median_ci(np.array(s)),
-                     getattr(fns[name], "timer", "perf_counter_ns"))  # fmt: skip
+        name: Timing(
+            np.array(s),
+            reps[name],
+            warmup,
+            reason,
+            median_ci(np.array(s)),
+            getattr(fns[name], "timer", "perf_counter_ns"),
+        )  # fmt: skip
         for name, s in samples.items()
     }
 

@@ -49,11 +49,12 @@ from xdsl.dialects.builtin import (
     i32,
     i64,
 )
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irkit.codegen.costs import count_flops
 from irkit.errors import IrkitError
+from irkit.passes.loop_builder import LoopBuilder
 from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
 
 LAUNCH_ATTR = "irkit.launch"
@@ -348,30 +349,19 @@ def _row_prefixes(nests: Sequence[Nest]) -> list[int] | None:
 # --- building ------------------------------------------------------------------------------
 
 
-class _Constants:
-    """Index constants of one kernel, created on first use at the top of its entry block."""
-
-    def __init__(self, entry: Block):
-        self.entry = entry
-        self.table: dict[tuple[int | float, Attribute], SSAValue] = {}
-        self.last: Operation | None = None
+class _Constants(LoopBuilder):
+    """Constants of one kernel, at the top of its entry block (LoopBuilder's placement and
+    caching), starting from clones of the original kernel's constants."""
 
     def add(self, op: arith.ConstantOp) -> None:
-        if self.last is None:
-            first = self.entry.first_op
-            if first is None:
-                self.entry.add_op(op)
-            else:
-                self.entry.insert_op_before(op, first)
+        value, t = _const(op.result), op.result.type
+        if isinstance(t, IndexType):
+            key = (f"i{value}", t)
+        elif isinstance(op.value, FloatAttr):
+            key = (f"f{float(value)!r}", t)  # type: ignore[arg-type]
         else:
-            self.entry.insert_op_after(op, self.last)
-        self.last = op
-        self.table.setdefault((_const(op.result), op.result.type), op.result)  # type: ignore[index]
-
-    def index(self, n: int) -> SSAValue:
-        if (n, INDEX) not in self.table:
-            self.add(arith.ConstantOp(IntegerAttr(n, INDEX)))
-        return self.table[(n, INDEX)]
+            key = (repr(op.value), t)
+        self._constant(key, lambda: op)
 
 
 class _Builder:

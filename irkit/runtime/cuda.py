@@ -82,8 +82,12 @@ class Device:
         """Overwrite twice the L2's bytes so the next sample reads from DRAM."""
         drv = _driver()
         if not self._flush:
-            self._flush = int(_call("cuMemAlloc (L2 flush buffer)", drv.cuMemAlloc(2 * self.l2_bytes)))
-        _call("cuMemsetD8Async", drv.cuMemsetD8Async(self._flush, 0, 2 * self.l2_bytes, self.stream))
+            self._flush = int(
+                _call("cuMemAlloc (L2 flush buffer)", drv.cuMemAlloc(2 * self.l2_bytes))
+            )
+        _call(
+            "cuMemsetD8Async", drv.cuMemsetD8Async(self._flush, 0, 2 * self.l2_bytes, self.stream)
+        )
 
 
 @cache
@@ -119,7 +123,10 @@ def copy_bandwidth(dev: Device, nbytes: int = 1 << 30, samples: int = 20) -> flo
     """The device's copy bandwidth in bytes/s, counting bytes read plus written: the median
     of `samples` device-to-device copies of `nbytes`, timed with events."""
     drv = _driver()
-    src, dst = DeviceBuffer((nbytes,), np.dtype(np.uint8)), DeviceBuffer((nbytes,), np.dtype(np.uint8))
+    src, dst = (
+        DeviceBuffer((nbytes,), np.dtype(np.uint8)),
+        DeviceBuffer((nbytes,), np.dtype(np.uint8)),
+    )
     src.poison()
 
     def copy() -> None:
@@ -177,8 +184,9 @@ class Launch:
         grid, block = self.kernel.launch["grid"], self.kernel.launch["block"]
         _call(
             f"launch of kernel {self.kernel.name}",
-            drv.cuLaunchKernel(self.function, *grid, *block, 0, stream,
-                               ctypes.addressof(self._params), 0),  # fmt: skip
+            drv.cuLaunchKernel(
+                self.function, *grid, *block, 0, stream, ctypes.addressof(self._params), 0
+            ),  # fmt: skip
         )
 
 

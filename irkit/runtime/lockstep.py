@@ -337,6 +337,13 @@ class LockstepInterpreter:
             f"{lane % self.run.block} of block {lane // self.run.block} with no barrier between"
         )
 
+    def _after_write(self, s: _Shadow, flat: np.ndarray, active: np.ndarray) -> np.ndarray:
+        """Which accesses follow another thread's write with no barrier between them (any
+        write from another block of the launch counts)."""
+        w, block = s.w_lane[flat], self.run.block
+        other_block = w // block != active // block
+        return (w >= 0) & (w != active) & (other_block | (s.w_epoch[flat] == self.run.epoch))
+
     def _load(self, op: memref.LoadOp, args: list[Any], mask: np.ndarray) -> np.ndarray:
         buffer, *indices = args
         active, flat = self._elements(op, buffer, indices, mask)
@@ -344,12 +351,7 @@ class LockstepInterpreter:
         out[active] = buffer.reshape(-1)[flat]
         if self.check_races and active.size:
             s, epoch, block = self._shadow(buffer), self.run.epoch, self.run.block
-            w = s.w_lane[flat]
-            clash = (
-                (w >= 0)
-                & (w != active)
-                & ((w // block != active // block) | (s.w_epoch[flat] == epoch))
-            )
+            clash = self._after_write(s, flat, active)
             if clash.any():
                 self._race(buffer, "a read after another thread's write", active, clash)
             uniq, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
@@ -374,12 +376,7 @@ class LockstepInterpreter:
         active, flat = self._elements(op, buffer, indices, mask)
         if self.check_races and active.size:
             s, epoch, block = self._shadow(buffer), self.run.epoch, self.run.block
-            w = s.w_lane[flat]
-            clash = (
-                (w >= 0)
-                & (w != active)
-                & ((w // block != active // block) | (s.w_epoch[flat] == epoch))
-            )
+            clash = self._after_write(s, flat, active)
             if clash.any():
                 self._race(buffer, "a write after another thread's write", active, clash)
             rb, rl = s.r_block[flat], s.r_lane[flat]
