@@ -69,13 +69,19 @@ class Device:
             getattr(drv.CUdevice_attribute, attr), self.handle)))  # fmt: skip
 
     def fingerprint(self) -> dict[str, Any]:
+        def optional(attr: str) -> int | None:  # clock attributes are deprecated in CUDA 13
+            try:
+                return self.attribute(attr)
+            except (AttributeError, IrkitError):
+                return None
+
         return {
             "device": self.name,
             "compute_capability": self.arch.removeprefix("sm_"),
             "driver_version": self.driver_version,
             "l2_bytes": self.l2_bytes,
-            "sm_clock_khz": self.attribute("CU_DEVICE_ATTRIBUTE_CLOCK_RATE"),
-            "memory_clock_khz": self.attribute("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE"),
+            "sm_clock_khz": optional("CU_DEVICE_ATTRIBUTE_CLOCK_RATE"),
+            "memory_clock_khz": optional("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE"),
         }
 
     def flush_l2(self) -> None:
@@ -216,7 +222,8 @@ class GpuTimed:
             self.run()
         _call("cuEventRecord", drv.cuEventRecord(end, self.dev.stream))
         _call("cuEventSynchronize", drv.cuEventSynchronize(end))
-        ms = _call("cuEventElapsedTime", drv.cuEventElapsedTime(start, end))
+        elapsed = getattr(drv, "cuEventElapsedTime_v2", None) or drv.cuEventElapsedTime
+        ms = _call("cuEventElapsedTime", elapsed(start, end))
         return float(ms) * 1e-3 / reps
 
 
