@@ -262,7 +262,6 @@ class LockstepInterpreter:
         cond = self.env[op.cond]
         then_mask = mask & cond
         else_mask = mask & ~np.asarray(cond, bool)
-        results: list[Any] = []
         then_vals = self.block_(op.true_region.block, then_mask) if then_mask.any() else None
         has_else = op.false_region.blocks
         else_vals = (
@@ -271,8 +270,7 @@ class LockstepInterpreter:
         for k, r in enumerate(op.results):
             a = then_vals[k] if then_vals is not None else else_vals[k]  # type: ignore[index]
             b = else_vals[k] if else_vals is not None else a
-            results.append(np.where(cond, a, b))
-            self.env[r] = np.asarray(results[-1]).astype(value_dtype(r.type), copy=False)
+            self.env[r] = np.asarray(np.where(cond, a, b)).astype(value_dtype(r.type), copy=False)
 
     def _barrier(self, mask: np.ndarray) -> None:
         per_block = mask.reshape(self.run.grid, self.run.block)
@@ -475,7 +473,6 @@ class LockstepBackend:
 
     name = "cuda-sim"
     default_pipeline = "default-cuda"
-    required_lowering = "lower-graph-to-loops,map-to-gpu"
     timer = "interpreter (not a GPU time)"
 
     def __init__(self, arch: str | None = "sm_90", check_races: bool = True):
