@@ -228,3 +228,17 @@ def test_simulated_backend_records_resources() -> None:
         record.flops > 0
         and record.min_bytes == 2 * 4 * SMALL["softmax"]["R"] * SMALL["softmax"]["C"]
     )
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_types_compile_with_the_cuda_headers_and_stay_correct(dtype: str) -> None:
+    text = (
+        f"model h\ninput x : {dtype}[8, 40]\ninput b : {dtype}[40]\n"
+        "output y = softmax(relu(x + b), axis=-1)\n"
+    )
+    module = parse_source(text, "h.graph", ".graph")
+    exe = irkit.compile(module, "default-cuda", "cuda-sim")
+    assert all("#include <cuda_fp16.h>" in k.source for k in exe.kernels)
+    assert all(k.resources["registers"] > 0 for k in exe.kernels)
+    checks, _ = check(exe, module, seed=0)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
