@@ -173,27 +173,7 @@ def compile_cuda(
                             meta.get("log", ""), cached=True)  # fmt: skip
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged entry is recompiled and rewritten
-    nvrtc = _nvrtc()
-    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], [])
-    _check(err, "nvrtcCreateProgram")
-    try:
-        (result,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
-        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        _check(err, "nvrtcGetProgramLogSize")
-        buf = b" " * size
-        (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
-        log = buf.decode(errors="replace").rstrip("\x00 ")
-        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise IrkitError(
-                f"NVRTC could not compile {name} for {arch}: {_error_line(log, source, name)}"
-            )
-        err, size = nvrtc.nvrtcGetCUBINSize(prog)
-        _check(err, "nvrtcGetCUBINSize")
-        cubin = b" " * size
-        (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
-        _check(err, "nvrtcGetCUBIN")
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
+    cubin, log = _nvrtc_compile(source, name, arch, options, "CUBIN")
     resources = parse_ptxas(log, name)
     compiled = Compiled(name, arch, cubin, resources, version, options, log)
     if use_cache:
@@ -208,26 +188,38 @@ def compile_cuda(
 
 def compile_ptx(source: str, name: str, arch: str = DEFAULT_ARCH) -> str:
     """PTX for `arch` (what `irkit-opt -t ptx` prints)."""
+    options = tuple(o for o in options_for(arch, source) if not o.startswith("--ptxas"))
+    ptx, _ = _nvrtc_compile(source, name, arch, options, "PTX")
+    return ptx.decode().rstrip("\x00")
+
+
+def _nvrtc_compile(
+    source: str, name: str, arch: str, options: tuple[str, ...], output: str
+) -> tuple[bytes, str]:
+    """One NVRTC program compiled with `options`: its `output` ("CUBIN" or "PTX") and log;
+    a failed compile is one IrkitError naming the kernel and the source line."""
     nvrtc = _nvrtc()
-    options = [o for o in options_for(arch, source) if not o.startswith("--ptxas")]
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], [])
     _check(err, "nvrtcCreateProgram")
     try:
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
         err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        _check(err, "nvrtcGetProgramLogSize")
         buf = b" " * size
-        nvrtc.nvrtcGetProgramLog(prog, buf)
+        (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
+        log = buf.decode(errors="replace").rstrip("\x00 ")
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            log = buf.decode(errors="replace")
             raise IrkitError(
                 f"NVRTC could not compile {name} for {arch}: {_error_line(log, source, name)}"
             )
-        err, size = nvrtc.nvrtcGetPTXSize(prog)
-        ptx = b" " * size
-        nvrtc.nvrtcGetPTX(prog, ptx)
+        err, size = getattr(nvrtc, f"nvrtcGet{output}Size")(prog)
+        _check(err, f"nvrtcGet{output}Size")
+        data = b" " * size
+        (err,) = getattr(nvrtc, f"nvrtcGet{output}")(prog, data)
+        _check(err, f"nvrtcGet{output}")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-    return ptx.decode().rstrip("\x00")
+    return data, log
 
 
 def check_limits(name: str, arch: str, threads: int, resources: Resources, dynamic_shared: int = 0,
