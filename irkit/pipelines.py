@@ -52,15 +52,31 @@ PIPELINES: dict[str, Pipeline] = {
     ),
     "default-cpu": Pipeline(
         "default-cpu",
-        ("canonicalize", "cse", "fuse-kernels", "lower-graph-to-loops"),
-        frozenset({"canonicalize", "cse", "fuse-kernels"}),
-        "the optimized CPU pipeline: graph cleanup, fusion into kernel regions, loops",
+        (
+            "canonicalize",
+            "cse",
+            "fuse-kernels",
+            "lower-graph-to-loops",
+            "cpu-tile-matmul",
+            "expand-math",
+        ),
+        frozenset({"canonicalize", "cse", "fuse-kernels", "cpu-tile-matmul", "expand-math"}),
+        "the optimized CPU pipeline: graph cleanup, fusion into kernel regions, loops, "
+        "register-blocked vector matmuls, vectorizable exp",
     ),
     "default-cuda": Pipeline(
         "default-cuda",
-        ("canonicalize", "cse", "fuse-kernels", "lower-graph-to-loops", "map-to-gpu"),
-        frozenset({"canonicalize", "cse", "fuse-kernels"}),
-        "the optimized CUDA pipeline: graph cleanup, fusion, loops, mapping onto the GPU",
+        (
+            "canonicalize",
+            "cse",
+            "fuse-kernels",
+            "lower-graph-to-loops",
+            "gpu-tile-matmul",
+            "map-to-gpu",
+        ),
+        frozenset({"canonicalize", "cse", "fuse-kernels", "gpu-tile-matmul"}),
+        "the optimized CUDA pipeline: graph cleanup, fusion, loops, shared-memory tiled "
+        "matmuls, mapping onto the GPU",
     ),
     "baseline-cuda": Pipeline(
         "baseline-cuda",

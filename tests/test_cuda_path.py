@@ -29,7 +29,7 @@ def mapped(example: Path | str, spec: str = "default-cuda", dims=None):
 
 
 @pytest.mark.parametrize(
-    "spec", ["default-cuda", "baseline-cuda", "default-cpu,map-to-gpu{rows=false}"]
+    "spec", ["default-cuda", "baseline-cuda", "fuse-kernels,lower-graph-to-loops,map-to-gpu{rows=false}"]
 )
 def test_lockstep_interpretation_matches_the_reference(example: Path, spec: str) -> None:
     module = irkit.load(example, SMALL[example.stem])

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 
-from xdsl.dialects import arith, func, scf
+from xdsl.dialects import arith, func, scf, vector
 from xdsl.dialects import math as xmath
-from xdsl.dialects.builtin import IntegerAttr, MemRefType
+from xdsl.dialects.builtin import IntegerAttr, MemRefType, VectorType
 from xdsl.ir import Operation, SSAValue
 
 from irkit.dtypes import numpy_dtype
@@ -28,15 +28,18 @@ _ONE_FLOP = (
 
 
 def _flops_of(op: Operation) -> int:
-    if isinstance(op, xmath.FmaOp):
-        return 2
-    if isinstance(op, _ONE_FLOP) or (op.dialect_name() == "math" and op.results):
-        return 1 if _is_float(op.results[0]) else 0
-    return 0
-
-
-def _is_float(value: SSAValue) -> bool:
-    return value.type.name in ("f16", "bf16", "f32", "f64")  # type: ignore[attr-defined]
+    """FLOPs of one execution of `op`: per element, times the lanes of a vector result."""
+    if isinstance(op, xmath.FmaOp | vector.FMAOp):
+        per = 2
+    elif isinstance(op, _ONE_FLOP) or (op.dialect_name() == "math" and op.results):
+        per = 1
+    else:
+        return 0
+    t = op.results[0].type
+    lanes = 1
+    if isinstance(t, VectorType):
+        lanes, t = math.prod(t.get_shape()), t.element_type
+    return per * lanes if t.name in ("f16", "bf16", "f32", "f64") else 0  # type: ignore[attr-defined]
 
 
 def _constant(value: SSAValue) -> int | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import llvmlite.ir as ll
-from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects import arith, func, memref, scf, vector
 from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import (
     BFloat16Type,
@@ -38,6 +38,7 @@ from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
     NoneAttr,
+    VectorType,
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
@@ -64,6 +65,9 @@ INT_BINARY = {
     arith.AndIOp: "and_",
     arith.OrIOp: "or_",
     arith.XOrIOp: "xor",
+    arith.ShLIOp: "shl",
+    arith.ShRSIOp: "ashr",
+    arith.ShRUIOp: "lshr",
 }
 INTRINSICS = {
     xmath.ExpOp: "llvm.exp",
@@ -72,6 +76,7 @@ INTRINSICS = {
     xmath.AbsFOp: "llvm.fabs",
     xmath.PowFOp: "llvm.pow",
     xmath.FmaOp: "llvm.fma",
+    xmath.FloorOp: "llvm.floor",
     arith.MaximumfOp: "llvm.maximum",  # NaN-propagating, as graph.max and relu require
     arith.MinimumfOp: "llvm.minimum",
     arith.MaxnumfOp: "llvm.maxnum",
@@ -107,10 +112,14 @@ def llvm_type(t: Attribute) -> ll.Type:
         return ll.HalfType()
     if isinstance(t, BFloat16Type):
         return I16
+    if isinstance(t, VectorType) and t.get_num_dims() == 1:
+        return ll.VectorType(llvm_type(t.element_type), t.get_shape()[0])
     raise IrkitError(f"the llvm target has no type for {t}")
 
 
 def _suffix(t: ll.Type) -> str:
+    if isinstance(t, ll.VectorType):
+        return f"v{t.count}{_suffix(t.element)}"
     return {"float": "f32", "double": "f64", "half": "f16"}[str(t)]
 
 
@@ -383,6 +392,40 @@ def _store(em: LLVMEmitter, op: memref.StoreOp) -> None:
     em.b.store(em.values[op.value], em.address(op.memref, list(op.indices)))
 
 
+def _vector_load(em: LLVMEmitter, op: vector.LoadOp) -> None:
+    """A vector of consecutive elements; aligned to the element only (no claim on the row)."""
+    assert em.b is not None
+    t = llvm_type(op.result.type)
+    ptr = em.address(op.base, list(op.indices))
+    em.values[op.result] = em.b.load(ptr, typ=t, align=_element_bytes(t))
+
+
+def _vector_store(em: LLVMEmitter, op: vector.StoreOp) -> None:
+    assert em.b is not None
+    value = em.values[op.vector]
+    em.b.store(value, em.address(op.base, list(op.indices)), align=_element_bytes(value.type))
+
+
+def _element_bytes(t: ll.Type) -> int:
+    return {"float": 4, "double": 8, "half": 2, "i16": 2}[str(t.element)]  # type: ignore[attr-defined]
+
+
+def _broadcast(em: LLVMEmitter, op: vector.BroadcastOp) -> None:
+    assert em.b is not None
+    t = llvm_type(op.vector.type)
+    assert isinstance(t, ll.VectorType)
+    undef = ll.Constant(t, ll.Undefined)
+    one = em.b.insert_element(undef, em.values[op.source], ll.Constant(I32, 0))
+    zeros = ll.Constant(ll.VectorType(I32, t.count), [0] * t.count)
+    em.values[op.vector] = em.b.shuffle_vector(one, undef, zeros)
+
+
+def _vector_fma(em: LLVMEmitter, op: vector.FMAOp) -> None:
+    assert em.b is not None
+    args = [em.values[v] for v in (op.lhs, op.rhs, op.acc)]
+    em.values[op.res] = em.b.call(em._intrinsic("llvm.fma", args[0].type, 3), args)
+
+
 def _extf(em: LLVMEmitter, op: arith.ExtFOp) -> None:
     b, x = em.b, em.values[op.input]
     assert b is not None
@@ -508,6 +551,8 @@ _HANDLERS: dict[type[Operation], Callable[[LLVMEmitter, Operation], None]] = {
     arith.MinSIOp: _minmax_int("<"),
     arith.NegfOp: _unary(lambda b, x, t: b.fneg(x)),
     arith.SIToFPOp: _unary(lambda b, x, t: b.sitofp(x, t)),
+    arith.FPToSIOp: _unary(lambda b, x, t: b.fptosi(x, t)),
+    arith.BitcastOp: _unary(lambda b, x, t: b.bitcast(x, t)),
     arith.IndexCastOp: _unary(
         lambda b, x, t: (
             x if x.type == t else b.sext(x, t) if t.width > x.type.width else b.trunc(x, t)
@@ -516,6 +561,10 @@ _HANDLERS: dict[type[Operation], Callable[[LLVMEmitter, Operation], None]] = {
     xmath.RsqrtOp: _unary(lambda b, x, t: b.fdiv(ll.Constant(t, 1.0), b.call(_sqrt(b, t), [x]))),
     memref.LoadOp: _load,
     memref.StoreOp: _store,
+    vector.LoadOp: _vector_load,
+    vector.StoreOp: _vector_store,
+    vector.BroadcastOp: _broadcast,
+    vector.FMAOp: _vector_fma,
     memref.AllocOp: _alloc,
     memref.DeallocOp: _dealloc,
     memref.CopyOp: _copy,

@@ -35,11 +35,32 @@ def _map_to_gpu() -> type[ModulePass]:
     return MapToGpuPass
 
 
+def _cpu_tile_matmul() -> type[ModulePass]:
+    from irkit.passes.cpu_tile_matmul import CpuTileMatmulPass
+
+    return CpuTileMatmulPass
+
+
+def _expand_math() -> type[ModulePass]:
+    from irkit.passes.expand_math import ExpandMathPass
+
+    return ExpandMathPass
+
+
+def _gpu_tile_matmul() -> type[ModulePass]:
+    from irkit.passes.gpu_tile_matmul import GpuTileMatmulPass
+
+    return GpuTileMatmulPass
+
+
 IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "decompose-composites": _decompose_composites,
     "lower-graph-to-loops": _lower_graph_to_loops,
     "fuse-kernels": _fuse_kernels,
     "map-to-gpu": _map_to_gpu,
+    "cpu-tile-matmul": _cpu_tile_matmul,
+    "expand-math": _expand_math,
+    "gpu-tile-matmul": _gpu_tile_matmul,
 }
 
 

@@ -124,14 +124,32 @@ class LoopBuilder:
         the next accumulators. Returns the final accumulators."""
         if not extents:
             return body([], list(inits))
+        return self.for_range(
+            0,
+            extents[0],
+            1,
+            inits,
+            lambda iv, accs: self.for_nest(extents[1:], accs, lambda ivs, a: body([iv, *ivs], a)),
+        )
+
+    def for_range(
+        self,
+        lo: SSAValue | int,
+        hi: SSAValue | int,
+        step: int,
+        inits: Sequence[SSAValue],
+        body: Callable[[SSAValue, list[SSAValue]], list[SSAValue]],
+    ) -> list[SSAValue]:
+        """One `scf.for iv = lo to hi step step` carrying `inits`; `body(iv, accs)` returns the
+        next accumulators. Returns the final accumulators."""
         outer = self.block
         block = Block(arg_types=[INDEX, *(v.type for v in inits)])
         self.block = block
         iv, *accs = block.args
-        results = self.for_nest(extents[1:], accs, lambda ivs, a: body([iv, *ivs], a))
-        block.add_op(scf.YieldOp(*results))
+        block.add_op(scf.YieldOp(*body(iv, list(accs))))
         self.block = outer
-        loop = scf.ForOp(self.index(0), self.index(extents[0]), self.index(1), inits, block)
+        bounds = [self.index(x) if isinstance(x, int) else x for x in (lo, hi, step)]
+        loop = scf.ForOp(*bounds, inits, block)
         outer.add_op(loop)
         return list(loop.results)
 

@@ -381,6 +381,9 @@ class _Builder:
     def binary(self, cls: type[Operation], a: SSAValue, b: int) -> SSAValue:
         return self.add(cls(a, self.index(b)))  # type: ignore[call-arg]
 
+    def iadd(self, a: SSAValue, b: int) -> SSAValue:
+        return a if b == 0 else self.binary(arith.AddiOp, a, b)
+
     def delinearize(self, v: SSAValue, extents: Sequence[int]) -> list[SSAValue]:
         """Row-major indices of linear `v` (known to be < prod(extents))."""
         out = []
@@ -448,12 +451,18 @@ def _new_kernel(
 def _launch(grid: int, block: int, mapping: str, nests: Sequence[Nest]) -> DictionaryAttr:
     """The launch attribute; `flops` is the work of the loop-level nests the kernel came from
     (the mapping adds index arithmetic and a reduction tree, which are not model FLOPs)."""
+    flops = sum(count_flops(op) for n in nests for op in n.ops)
+    return launch_attr(grid, block, mapping, flops)
+
+
+def launch_attr(grid: int, block: int, mapping: str, flops: int) -> DictionaryAttr:
+    """`irkit.launch` for a one-dimensional launch of `grid` blocks of `block` threads."""
     return DictionaryAttr(
         {
             "grid": DenseArrayBase.from_list(i64, [grid, 1, 1]),
             "block": DenseArrayBase.from_list(i64, [block, 1, 1]),
             "mapping": StringAttr(mapping),
-            "flops": IntegerAttr(sum(count_flops(op) for n in nests for op in n.ops), i64),
+            "flops": IntegerAttr(flops, i64),
         }
     )
 

@@ -90,6 +90,10 @@ CMP = {
 CMPF_UNORDERED = {"ueq", "ugt", "uge", "ult", "ule", "une", "uno"}
 
 
+_DTYPES: dict[Any, np.dtype] = {}
+"""numpy dtypes of IR types, memoized (the interpreter asks once per op executed)."""
+
+
 class _Shadow:
     """Who last wrote and read each element of one buffer, for race detection."""
 
@@ -207,7 +211,9 @@ class LockstepInterpreter:
                 f"@{self.run.name}: the lockstep interpretation has no rule for {op.name}"
             )
         if op.results and not isinstance(op.results[0].type, MemRefType):
-            kind = value_dtype(op.results[0].type)
+            kind = _DTYPES.get(op.results[0].type)
+            if kind is None:
+                kind = _DTYPES[op.results[0].type] = value_dtype(op.results[0].type)
             out = np.asarray(out)
             env[op.results[0]] = out.astype(kind, copy=False) if out.dtype != kind else out
         elif op.results:
@@ -352,21 +358,21 @@ class LockstepInterpreter:
             clash = self._after_write(s, flat, active)
             if clash.any():
                 self._race(buffer, "a read after another thread's write", active, clash)
-            uniq, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
-            first_lane = np.full(uniq.size, -1, np.int64)
-            first_lane[inverse[::-1]] = active[::-1]
-            blocks_lo = np.full(uniq.size, np.iinfo(np.int64).max)
-            blocks_hi = np.full(uniq.size, -1)
-            np.minimum.at(blocks_lo, inverse, active // block)
-            np.maximum.at(blocks_hi, inverse, active // block)
-            same_epoch = s.r_epoch[uniq] == epoch
-            prev = s.r_lane[uniq]
-            lane = np.where(counts > 1, -2, first_lane)
-            lane = np.where(same_epoch & (prev != -1) & (prev != lane), -2, lane)
-            s.r_lane[uniq], s.r_epoch[uniq] = lane, epoch
-            rb = s.r_block[uniq]
-            new_block = np.where(blocks_lo == blocks_hi, blocks_lo, -2)
-            s.r_block[uniq] = np.where((rb == -1) | (rb == new_block), new_block, -2)
+            # Who read each element: one lane, or -2 for several this epoch; one block, or -2.
+            # Fancy assignment keeps the last of duplicate indices, so reading the value back
+            # finds the elements several lanes (or blocks) read in this very access.
+            prev_lane, prev_epoch = s.r_lane[flat], s.r_epoch[flat]
+            s.r_lane[flat] = active
+            several = (s.r_lane[flat] != active) | (
+                (prev_epoch == epoch) & (prev_lane != -1) & (prev_lane != active)
+            )
+            s.r_lane[flat[several]] = -2
+            s.r_epoch[flat] = epoch
+            blocks = active // block
+            prev_block = s.r_block[flat]
+            s.r_block[flat] = blocks
+            mixed = (s.r_block[flat] != blocks) | ((prev_block != -1) & (prev_block != blocks))
+            s.r_block[flat[mixed]] = -2
         return out
 
     def _store(self, op: memref.StoreOp, args: list[Any], mask: np.ndarray) -> None:

@@ -1,0 +1,149 @@
+"""Recognizing a matmul loop nest at the loop level, for the tiling passes.
+
+`lower-graph-to-loops` writes a 2-D matmul (and, after `fuse-kernels`, a matmul with its
+epilogue) as
+
+    scf.parallel (%i, %j) = (0, 0) to (M, N) step (1, 1) {
+      %acc = scf.for %k = 0 to K step 1 iter_args(%s = INIT) {
+        %x = memref.load %A[%i, %k]      // A is M x K
+        %y = memref.load %B[%k, %j]      // B is K x N
+        %p = arith.mulf %x, %y
+        %t = arith.addf %s, %p           // either operand order
+        scf.yield %t
+      }
+      ... epilogue: region-free ops on %acc, %i, %j and loads of other buffers ...
+      memref.store %v, %C[%i, %j]
+    }
+
+`match_matmul` returns that structure or None. It matches only what it can prove the tiling
+passes preserve: one float element type throughout, a constant initial value, the store to
+`C[i, j]` as the nest's only write, and no read of `C` (so the tile passes may use `C` as
+the accumulator's home before the epilogue runs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.dialects import arith, memref, scf
+from xdsl.dialects.builtin import Float32Type, Float64Type, FloatAttr, IntegerAttr, MemRefType
+from xdsl.ir import Attribute, Operation, SSAValue
+
+
+@dataclass
+class MatmulNest:
+    """A matched `C[i, j] = epilogue(INIT + sum_k A[i, k] * B[k, j])` nest."""
+
+    loop: scf.ParallelOp
+    i: SSAValue
+    j: SSAValue
+    m: int
+    n: int
+    k: int
+    k_loop: scf.ForOp
+    a: SSAValue
+    b: SSAValue
+    c: SSAValue
+    init: float
+    epilogue: list[Operation]
+    """The ops after the k loop, the final store included."""
+    store: memref.StoreOp
+    element_type: Attribute
+
+    @property
+    def acc(self) -> SSAValue:
+        """The reduction's result, which the epilogue reads."""
+        return self.k_loop.results[0]
+
+    @property
+    def trivial_epilogue(self) -> bool:
+        """Whether the nest stores the accumulator as is."""
+        return len(self.epilogue) == 1 and self.store.value == self.acc
+
+
+def constant_int(value: SSAValue) -> int | None:
+    op = value.owner
+    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
+        return op.value.value.data
+    return None
+
+
+def _constant_float(value: SSAValue) -> float | None:
+    op = value.owner
+    if isinstance(op, arith.ConstantOp) and isinstance(op.value, FloatAttr):
+        return float(op.value.value.data)
+    return None
+
+
+def _unit_range(lb: SSAValue, ub: SSAValue, step: SSAValue) -> int | None:
+    """The trip count of `lb to ub step step` when it is `0 to N step 1` with N constant."""
+    if constant_int(lb) != 0 or constant_int(step) != 1:
+        return None
+    return constant_int(ub)
+
+
+def _reduction(loop: scf.ForOp) -> tuple[memref.LoadOp, memref.LoadOp] | None:
+    """The two loads of `s + x * y` when that is the whole body of `loop`."""
+    ops = list(loop.body.block.ops)
+    if len(ops) != 5 or len(loop.iter_args) != 1:
+        return None
+    x, y, mul, add, yield_ = ops
+    acc = loop.body.block.args[1]
+    if not (
+        isinstance(x, memref.LoadOp)
+        and isinstance(y, memref.LoadOp)
+        and isinstance(mul, arith.MulfOp)
+        and isinstance(add, arith.AddfOp)
+        and isinstance(yield_, scf.YieldOp)
+        and set(mul.operands) == {x.res, y.res}
+        and set(add.operands) == {acc, mul.result}
+        and list(yield_.operands) == [add.result]
+    ):
+        return None
+    return x, y
+
+
+def match_matmul(loop: scf.ParallelOp) -> MatmulNest | None:
+    """The matmul structure of `loop` (see the module docstring), or None."""
+    if len(loop.body.block.args) != 2 or loop.initVals:
+        return None
+    extents = [
+        _unit_range(lb, ub, st)
+        for lb, ub, st in zip(loop.lowerBound, loop.upperBound, loop.step, strict=True)
+    ]
+    if None in extents:
+        return None
+    m, n = extents
+    i, j = loop.body.block.args
+    ops = list(loop.body.block.ops)
+    if len(ops) < 3 or not isinstance(ops[0], scf.ForOp) or not isinstance(ops[-1], scf.ReduceOp):
+        return None
+    k_loop, epilogue = ops[0], ops[1:-1]
+    k = _unit_range(k_loop.lb, k_loop.ub, k_loop.step)
+    init = _constant_float(k_loop.iter_args[0]) if k_loop.iter_args else None
+    loads = _reduction(k_loop)
+    if k is None or init is None or loads is None:
+        return None
+    kv = k_loop.body.block.args[0]
+    by_indices = {tuple(load.indices): load for load in loads}
+    a_load, b_load = by_indices.get((i, kv)), by_indices.get((kv, j))
+    if a_load is None or b_load is None:
+        return None
+    store = epilogue[-1]
+    if not isinstance(store, memref.StoreOp) or tuple(store.indices) != (i, j):
+        return None
+    a, b, c = a_load.memref, b_load.memref, store.memref
+    types = {v.type.element_type for v in (a, b, c) if isinstance(v.type, MemRefType)}  # type: ignore[union-attr]
+    types.add(k_loop.iter_args[0].type)
+    if len(types) != 1 or not isinstance(next(iter(types)), Float32Type | Float64Type):
+        return None
+    if c in (a, b) or any(
+        op.regions
+        or (isinstance(op, memref.StoreOp) and op is not store)
+        or (isinstance(op, memref.LoadOp) and op.memref == c)
+        for op in epilogue
+    ):
+        return None
+    return MatmulNest(
+        loop, i, j, m, n, k, k_loop, a, b, c, init, epilogue, store, next(iter(types))
+    )

@@ -1,0 +1,288 @@
+"""gpu-tile-matmul: matmul kernels tiled through shared memory, with register tiles.
+
+`map-to-gpu` alone gives a matmul one thread per output, each reading a row of A and a column
+of B from global memory: 2 loads per multiply-add. This pass maps a kernel whose work is one
+matmul nest (`match_matmul`: a matmul, or a matmul with its fused epilogue) as the classic
+two-level tiling, before `map-to-gpu` sees it:
+
+- each **block** computes a `block-m x block-n` tile of C, looping over K in steps of
+  `block-k`: its threads copy the A tile (stored transposed, `[k][m]`) and the B tile
+  (`[k][n]`) into shared memory, coalesced, then a barrier;
+- each **thread** computes a `thread-m x thread-n` register tile: per k it reads `thread-m`
+  values of A and `thread-n` of B from shared memory and does `thread-m * thread-n`
+  multiply-adds (8 x 8: four FMAs per shared-memory load, what keeps the FMA pipes fed);
+  a thread's rows and columns are strided by the number of threads along that side, so a
+  warp reads consecutive shared-memory words (no bank conflicts) and stores C coalesced;
+- the k loop inside a tile is **unrolled** (its trip count is the constant `block-k`);
+- both shared tiles have rows **padded** by `pad` words, so the transposed store of A hits
+  distinct banks;
+- the **epilogue** (bias, activation, residual) runs on the registers before the one store;
+- bounds: where M, N or K is not a multiple of its tile, loads clamp their index and use 0
+  outside, and stores are guarded; where they are multiples, the kernel has no guards.
+
+Each output is still `init + sum over k in order` with one add per k, as in the untiled
+nest: the same arithmetic, and the same values under the lockstep interpretation.
+
+The kernel carries `irkit.launch` with `mapping = "tiled"`, so `map-to-gpu` leaves it alone.
+Kernels with more than one nest (a matmul fused with other loops) are left to `map-to-gpu`.
+Not done: double buffering of the shared tiles and 16-byte vector loads.
+
+Options (sizes in elements):
+
+    block-m=128 block-n=128 block-k=8   the block tile
+    thread-m=8 thread-n=8               the register tile; block-m/thread-m x block-n/thread-n
+                                        threads per block (256 with the defaults)
+    pad=4                               words added to each shared-memory row
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, gpu, memref, scf
+from xdsl.dialects.builtin import MemRefType, ModuleOp, StringAttr, UnitAttr
+from xdsl.ir import Block, SSAValue
+from xdsl.passes import ModulePass
+
+from irkit.codegen.costs import count_flops
+from irkit.errors import IrkitError
+from irkit.passes.contraction import MatmulNest, match_matmul
+from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
+from irkit.passes.map_to_gpu import (
+    LAUNCH_ATTR,
+    SHARED_SPACE,
+    X,
+    _Builder,
+    _nests,
+    _new_kernel,
+    launch_attr,
+)
+
+MAX_THREADS = 1024
+
+
+@dataclass(frozen=True)
+class GpuTileMatmulPass(ModulePass):
+    """Map single-matmul kernels onto shared-memory and register tiles (see the module
+    docstring). Optional: without it, `map-to-gpu` maps them one thread per output."""
+
+    name = "gpu-tile-matmul"
+    is_optimization = True
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 8
+    thread_m: int = 8
+    thread_n: int = 8
+    pad: int = 4
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        self._check()
+        if any(o.dialect_name() == "graph" for o in op.walk()):
+            raise IrkitError("gpu-tile-matmul needs loop-level IR; run lower-graph-to-loops first")
+        for fn in list(op.ops):
+            if not isinstance(fn, func.FuncOp) or KERNEL_ATTR not in fn.attributes:
+                continue
+            if LAUNCH_ATTR in fn.attributes:
+                continue
+            constants, nests = _nests(fn)
+            if len(nests) != 1 or len(nests[0].ops) != 1:
+                continue
+            loop = nests[0].ops[0]
+            nest = match_matmul(loop) if isinstance(loop, scf.ParallelOp) else None
+            if nest is None:
+                continue
+            kernel = _TiledKernel(self, fn, nest, op).build(constants)
+            op.body.block.insert_op_before(kernel, fn)
+            fn.detach()
+            fn.erase()
+
+    def _check(self) -> None:
+        for name, total, part in (
+            ("block-m/thread-m", self.block_m, self.thread_m),
+            ("block-n/thread-n", self.block_n, self.thread_n),
+        ):
+            if part <= 0 or total <= 0 or total % part:
+                raise IrkitError(f"gpu-tile-matmul: {name} must divide evenly, not {total}/{part}")
+        threads = (self.block_m // self.thread_m) * (self.block_n // self.thread_n)
+        if threads > MAX_THREADS or threads < 32:
+            raise IrkitError(
+                f"gpu-tile-matmul: the tiles give {threads} threads per block; 32 to "
+                f"{MAX_THREADS} are allowed"
+            )
+        if self.pad < 0 or self.block_k <= 0:
+            raise IrkitError("gpu-tile-matmul: block-k must be positive and pad non-negative")
+
+
+class _TiledKernel:
+    def __init__(self, o: GpuTileMatmulPass, fn: func.FuncOp, nest: MatmulNest, module: ModuleOp):
+        self.fn, self.nest, self.module = fn, nest, module
+        block_m, thread_m = _fit(o.block_m, o.thread_m, nest.m)
+        block_n, thread_n = _fit(o.block_n, o.thread_n, nest.n)
+        self.o = replace(o, block_m=block_m, thread_m=thread_m, block_n=block_n, thread_n=thread_n)
+        self.rows_t = block_m // thread_m  # threads along m
+        self.cols_t = block_n // thread_n  # threads along n
+        self.threads = self.rows_t * self.cols_t
+
+    def build(self, constants) -> func.FuncOp:
+        o, nest = self.o, self.nest
+        name = self.fn.sym_name.data
+        kernel, b, mapping = _new_kernel(self.fn, name, constants)
+        self.b, self.mapping = b, mapping
+        a, bb = mapping[nest.a], mapping[nest.b]
+        tiles_n = -(-nest.n // o.block_n)
+        grid = -(-nest.m // o.block_m) * tiles_n
+        a_tile = self._shared(f"{name}_a_tile", [o.block_k, o.block_m + o.pad])
+        b_tile = self._shared(f"{name}_b_tile", [o.block_k, o.block_n + o.pad])
+
+        bid = b.add(gpu.BlockIdOp(X))
+        tid = b.add(gpu.ThreadIdOp(X))
+        row0 = b.binary(arith.MuliOp, b.binary(arith.DivUIOp, bid, tiles_n), o.block_m)
+        col0 = b.binary(arith.MuliOp, b.binary(arith.RemUIOp, bid, tiles_n), o.block_n)
+        tx = b.binary(arith.RemUIOp, tid, self.cols_t)
+        ty = b.binary(arith.DivUIOp, tid, self.cols_t)
+        init = mapping.get(nest.k_loop.iter_args[0], nest.k_loop.iter_args[0])
+        # loop-invariant: this thread's rows and columns in the tile, and its copy slots
+        my_rows = [b.iadd(ty, r * self.rows_t) for r in range(o.thread_m)]
+        my_cols = [b.iadd(tx, c * self.cols_t) for c in range(o.thread_n)]
+        a_slots = self._slots(tid, o.block_m, o.block_k)
+        b_slots = self._slots(tid, o.block_k, o.block_n)
+
+        def k_tile(t: _Builder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+            k0 = t.binary(arith.MuliOp, kt, o.block_k)
+            # A[row0 + r, k0 + kk] -> a_tile[kk, r];  B[k0 + kk, col0 + c] -> b_tile[kk, c]
+            self._copy(
+                t, a_slots, a, a_tile, (row0, nest.m, o.block_m), (k0, nest.k, o.block_k), True
+            )
+            self._copy(
+                t, b_slots, bb, b_tile, (k0, nest.k, o.block_k), (col0, nest.n, o.block_n), False
+            )
+            t.add(gpu.BarrierOp())
+            for kk in range(o.block_k):
+                kv = t.index(kk)
+                am = [t.add(memref.LoadOp.get(a_tile, [kv, r])) for r in my_rows]
+                bn = [t.add(memref.LoadOp.get(b_tile, [kv, c])) for c in my_cols]
+                accs = [
+                    t.add(arith.AddfOp(accs[r * o.thread_n + c], t.add(arith.MulfOp(am[r], bn[c]))))
+                    for r in range(o.thread_m)
+                    for c in range(o.thread_n)
+                ]
+            t.add(gpu.BarrierOp())
+            return accs
+
+        k_tiles = -(-nest.k // o.block_k)
+        accs = _for(b, k_tiles, [init] * (o.thread_m * o.thread_n), k_tile)
+        for r in range(o.thread_m):
+            i = b.add(arith.AddiOp(row0, my_rows[r]))
+            for c in range(o.thread_n):
+                j = b.add(arith.AddiOp(col0, my_cols[c]))
+                inside = _all(b, [(i, nest.m, o.block_m), (j, nest.n, o.block_n)])
+                inner = b.guarded(inside)
+                m = dict(mapping)
+                m.update({nest.i: i, nest.j: j, nest.acc: accs[r * o.thread_n + c]})
+                inner.clone(nest.epilogue, m)
+        b.add(func.ReturnOp())
+        flops = count_flops(nest.loop)
+        kernel.attributes[LAUNCH_ATTR] = launch_attr(grid, self.threads, "tiled", flops)
+        return kernel
+
+    def _shared(self, name: str, shape: list[int]) -> SSAValue:
+        t = MemRefType(self.nest.element_type, shape, memory_space=SHARED_SPACE)
+        self.module.body.block.insert_op_before(
+            memref.GlobalOp.get(StringAttr(name), t, UnitAttr(), StringAttr("private")), self.fn
+        )
+        return self.b.add(memref.GetGlobalOp(name, t))
+
+    def _slots(self, tid: SSAValue, rows: int, row_length: int) -> list[_Slot]:
+        """Where each element this thread copies sits in a `rows x row_length` source tile:
+        elements tid, tid + threads, ..., so consecutive threads read consecutive columns
+        (coalesced); the last is guarded when the threads do not divide the tile."""
+        b = self.b
+        total = rows * row_length
+        out = []
+        for step in range(-(-total // self.threads)):
+            e = b.iadd(tid, step * self.threads)
+            guard = None
+            if (step + 1) * self.threads > total:
+                guard = b.add(arith.CmpiOp(e, b.index(total), "ult"))
+            r, c = b.binary(arith.DivUIOp, e, row_length), b.binary(arith.RemUIOp, e, row_length)
+            out.append(_Slot(r, c, guard))
+        return out
+
+    def _copy(
+        self,
+        t: _Builder,
+        slots: list[_Slot],
+        src: SSAValue,
+        tile: SSAValue,
+        rows: tuple[SSAValue, int, int],
+        cols: tuple[SSAValue, int, int],
+        transpose: bool,
+    ) -> None:
+        """Copy one tile of `src` (rows from `rows[0]`, columns from `cols[0]`; extents of
+        `src` and tile sizes follow) into shared memory, stored `[column][row]` when
+        `transpose` (A's tile, kept k-major) and as is otherwise."""
+        (r0, r_extent, r_tile), (c0, c_extent, c_tile) = rows, cols
+        builder = t
+        for r, c, guard in slots:
+            t = builder.guarded(guard)
+            gr, gc = t.add(arith.AddiOp(r0, r)), t.add(arith.AddiOp(c0, c))
+            inside = _all(t, [(gr, r_extent, r_tile), (gc, c_extent, c_tile)])
+            if inside is None:
+                value = t.add(memref.LoadOp.get(src, [gr, gc]))
+            else:  # clamp the address, then use 0 outside: no branch, no out-of-bounds read
+                cr = t.add(arith.MinSIOp(gr, t.index(r_extent - 1)))
+                cc = t.add(arith.MinSIOp(gc, t.index(c_extent - 1)))
+                loaded = t.add(memref.LoadOp.get(src, [cr, cc]))
+                zero = t.constants.float(0.0, self.nest.element_type)
+                value = t.add(arith.SelectOp(inside, loaded, zero))
+            t.add(memref.StoreOp.get(value, tile, [c, r] if transpose else [r, c]))
+
+
+class _Slot(NamedTuple):
+    row: SSAValue
+    column: SSAValue
+    guard: SSAValue | None
+
+
+def _fit(block: int, thread: int, extent: int) -> tuple[int, int]:
+    """A block side shrunk for a problem smaller than it (M = 4 rows with 128-row tiles would
+    leave 97% of the threads idle): the next power of two >= extent, with the register tile
+    shrunk to keep the number of threads along that side where it can."""
+    if extent >= block:
+        return block, thread
+    fitted = 1 << (extent - 1).bit_length()
+    return fitted, max(1, fitted // (block // thread))
+
+
+def _all(b: _Builder, bounds: list[tuple[SSAValue, int, int]]) -> SSAValue | None:
+    """`v < extent` for each (v, extent, tile) whose extent is not a multiple of its tile
+    (the others always hold), combined; None when no check is needed."""
+    conds = [
+        b.add(arith.CmpiOp(v, b.index(extent), "ult"))
+        for v, extent, tile in bounds
+        if extent % tile
+    ]
+    out = conds[0] if conds else None
+    for c in conds[1:]:
+        out = b.add(arith.AndIOp(out, c))
+    return out
+
+
+def _for(
+    b: _Builder,
+    trips: int,
+    inits: list[SSAValue],
+    body: Callable[[_Builder, SSAValue, list[SSAValue]], list[SSAValue]],
+) -> list[SSAValue]:
+    """`scf.for iv = 0 to trips` carrying `inits`."""
+    block = Block(arg_types=[b.index(0).type, *(v.type for v in inits)])
+    inner = _Builder(block, b.constants)
+    iv, *accs = block.args
+    block.add_op(scf.YieldOp(*body(inner, iv, list(accs))))
+    loop = scf.ForOp(b.index(0), b.index(trips), b.index(1), inits, block)
+    b.add(loop)
+    return list(loop.results)
