@@ -50,7 +50,16 @@ WORKLOADS = {
 
 def measure(name: str, quick: bool, pipeline: str, budget: float) -> dict:
     path, dims, quick_dims, peer = WORKLOADS[name]
-    dims = quick_dims if quick else dims
+    return measure_against_numpy(
+        "cpu_baseline", name, path, quick_dims if quick else dims, peer, pipeline, budget
+    )
+
+
+def measure_against_numpy(
+    benchmark: str, name: str, path: str, dims: dict, peer, pipeline: str, budget: float
+) -> dict:
+    """Check irkit's compiled model against the float64 reference (refusing to time a wrong
+    result), check the numpy peer against irkit, then time both in interleaved rounds."""
     module = irkit.load(ROOT / path, dims)
     exe = irkit.compile(module, pipeline, backend="cpu")
     checks, inputs = check(exe, module, seed=0)
@@ -66,7 +75,7 @@ def measure(name: str, quick: bool, pipeline: str, budget: float) -> dict:
     )
     speed = ratio_ci(timings["numpy"].samples, timings["irkit"].samples)
     return {
-        "kind": "irkit.benchmark", "benchmark": "cpu_baseline", "workload": name, "dims": dims,
+        "kind": "irkit.benchmark", "benchmark": benchmark, "workload": name, "dims": dims,
         "pipeline": exe.pipeline, "kernels": [{"name": k.name, "hash": k.hash, "flops": k.flops,
                                                "min_bytes": k.min_bytes} for k in exe.kernels],
         "checks": [c.to_json() for c in checks],

@@ -29,7 +29,8 @@ def mapped(example: Path | str, spec: str = "default-cuda", dims=None):
 
 
 @pytest.mark.parametrize(
-    "spec", ["default-cuda", "baseline-cuda", "fuse-kernels,lower-graph-to-loops,map-to-gpu{rows=false}"]
+    "spec",
+    ["default-cuda", "baseline-cuda", "fuse-kernels,lower-graph-to-loops,map-to-gpu{rows=false}"],
 )
 def test_lockstep_interpretation_matches_the_reference(example: Path, spec: str) -> None:
     module = irkit.load(example, SMALL[example.stem])
@@ -114,7 +115,8 @@ def test_block_size_option_is_checked() -> None:
 def test_block_sizes_stay_correct(block: int) -> None:
     for name in ("softmax", "gemm"):
         module = irkit.load(f"examples/{name}.graph", SMALL[name])
-        exe = irkit.compile(module, f"default-cpu,map-to-gpu{{block-size={block}}}", "cuda-sim")
+        spec = f"fuse-kernels,lower-graph-to-loops,map-to-gpu{{block-size={block}}}"
+        exe = irkit.compile(module, spec, "cuda-sim")
         checks, _ = check(exe, module, seed=1)
         assert all(c.passed for c in checks)
         assert all(k.launch["block"][0] <= block for k in exe.kernels)  # type: ignore[index]

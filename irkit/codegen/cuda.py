@@ -46,6 +46,7 @@ class CPrinter:
         arith.AddfOp: "+", arith.SubfOp: "-", arith.MulfOp: "*", arith.DivfOp: "/",
         arith.AddiOp: "+", arith.SubiOp: "-", arith.MuliOp: "*", arith.DivSIOp: "/",
         arith.RemSIOp: "%", arith.AndIOp: "&", arith.OrIOp: "|", arith.XOrIOp: "^",
+        arith.ShLIOp: "<<",
     }  # fmt: skip
     UNSIGNED_INFIX: dict[type[Operation], str] = {arith.DivUIOp: "/", arith.RemUIOp: "%"}
     CALLS: dict[type[Operation], tuple[str, str]] = {
@@ -54,6 +55,7 @@ class CPrinter:
         xmath.SqrtOp: ("sqrtf", "sqrt"), xmath.AbsFOp: ("fabsf", "fabs"),
         xmath.TanhOp: ("tanhf", "tanh"), xmath.ErfOp: ("erff", "erf"),
         xmath.PowFOp: ("powf", "pow"), xmath.FmaOp: ("fmaf", "fma"),
+        xmath.FloorOp: ("floorf", "floor"),
         arith.MaxnumfOp: ("fmaxf", "fmax"), arith.MinnumfOp: ("fminf", "fmin"),
         arith.MaximumfOp: ("irkit_maximumf", "irkit_maximum"),
         arith.MinimumfOp: ("irkit_minimumf", "irkit_minimum"),
@@ -83,7 +85,11 @@ class CPrinter:
         if isinstance(t, IndexType):
             return self.index_type
         if isinstance(t, IntegerType):
-            return "bool" if t.width.data == 1 else f"int{t.width.data}_t"
+            # built-in names: NVRTC compiles without <stdint.h>
+            names = {1: "bool", 8: "signed char", 16: "short", 32: "int", 64: "long long"}
+            if t.width.data not in names:
+                raise IrkitError(f"the C printer has no type for {t}")
+            return names[t.width.data]
         if isinstance(t, Float32Type):
             return "float"
         if isinstance(t, Float64Type):
@@ -291,7 +297,7 @@ class CPrinter:
         **dict.fromkeys(UNSIGNED_INFIX, unsigned_infix),
         **dict.fromkeys(CALLS, float_call),
         arith.CmpfOp: cmpf, arith.CmpiOp: cmpi, arith.SelectOp: select,
-        arith.SIToFPOp: cast, arith.IndexCastOp: cast, arith.NegfOp: negf,
+        arith.SIToFPOp: cast, arith.FPToSIOp: cast, arith.IndexCastOp: cast, arith.NegfOp: negf,
         arith.MaxSIOp: minmax_int, arith.MinSIOp: minmax_int, arith.ConstantOp: constant,
         memref.LoadOp: load, memref.StoreOp: store, scf.ForOp: for_, scf.IfOp: if_,
     }  # fmt: skip
@@ -352,8 +358,19 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
             x = f"({self.type_name(dst)}){x}"
         self.define(op.results[0], x)
 
+    def bitcast(self, op: Operation) -> None:
+        """Reinterpret 32 or 64 bits (CUDA's intrinsics; a C cast would convert)."""
+        src, dst = op.operands[0].type, op.results[0].type
+        fns = {("i32", "f32"): "__int_as_float", ("f32", "i32"): "__float_as_int",
+               ("i64", "f64"): "__longlong_as_double", ("f64", "i64"): "__double_as_longlong"}  # fmt: skip
+        fn = fns.get((str(src), str(dst)))
+        if fn is None:
+            raise IrkitError(f"the CUDA printer cannot bitcast {src} to {dst}")
+        self.define(op.results[0], f"{fn}({self.name(op.operands[0])})")
+
     HANDLERS = {
         **dict.fromkeys(GEOMETRY, geometry),
+        arith.BitcastOp: bitcast,
         gpu.BarrierOp: barrier,
         memref.GetGlobalOp: get_global,
         arith.ExtFOp: convert,

@@ -125,12 +125,24 @@ def match_matmul(loop: scf.ParallelOp) -> MatmulNest | None:
     if k is None or init is None or loads is None:
         return None
     kv = k_loop.body.block.args[0]
-    by_indices = {tuple(load.indices): load for load in loads}
-    a_load, b_load = by_indices.get((i, kv)), by_indices.get((kv, j))
-    if a_load is None or b_load is None:
+
+    def indexes(load: Operation, *dims: tuple[SSAValue, int]) -> bool:
+        """Whether `load` reads at exactly these (iv, extent) positions; a constant 0 stands
+        for an iv whose extent is 1 (how the lowering writes a broadcast dimension)."""
+        idx = list(load.indices)  # type: ignore[attr-defined]
+        return len(idx) == len(dims) and all(
+            v == iv or (extent == 1 and constant_int(v) == 0)
+            for v, (iv, extent) in zip(idx, dims, strict=True)
+        )
+
+    x, y = loads
+    for a_load, b_load in ((x, y), (y, x)):
+        if indexes(a_load, (i, m), (kv, k)) and indexes(b_load, (kv, k), (j, n)):
+            break
+    else:
         return None
     store = epilogue[-1]
-    if not isinstance(store, memref.StoreOp) or tuple(store.indices) != (i, j):
+    if not isinstance(store, memref.StoreOp) or not indexes(store, (i, m), (j, n)):
         return None
     a, b, c = a_load.memref, b_load.memref, store.memref
     types = {v.type.element_type for v in (a, b, c) if isinstance(v.type, MemRefType)}  # type: ignore[union-attr]

@@ -120,7 +120,7 @@ class _Tiler:
                 panels,
                 1,
                 [],
-                lambda p, _: self._row_tiles(b.imul(p, self.nr), self.nr // self.lanes, p, source),
+                lambda p, _: self._panel(p, source),
             )
         if tail_vectors:
             j0 = b.index(panels * self.nr)
@@ -136,6 +136,14 @@ class _Tiler:
         nest.loop.erase()
 
     # --- pieces ------------------------------------------------------------------------
+
+    def _panel(
+        self, p: SSAValue, source: Callable[[SSAValue, int, SSAValue], SSAValue]
+    ) -> list[SSAValue]:
+        """All row tiles of panel `p`; `source` reads the packed panel by its number, or B
+        by the panel's first column."""
+        j0 = self.b.imul(p, self.nr)
+        return self._row_tiles(j0, self.nr // self.lanes, p if self.pack else j0, source)
 
     def _pack(self, panels: int) -> SSAValue:
         """B's first `panels * nr` columns copied to a `[panel][k][nr]` buffer."""

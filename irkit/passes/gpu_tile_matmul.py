@@ -234,8 +234,8 @@ class _TiledKernel:
             if inside is None:
                 value = t.add(memref.LoadOp.get(src, [gr, gc]))
             else:  # clamp the address, then use 0 outside: no branch, no out-of-bounds read
-                cr = t.add(arith.MinSIOp(gr, t.index(r_extent - 1)))
-                cc = t.add(arith.MinSIOp(gc, t.index(c_extent - 1)))
+                cr = t.add(arith.MinSIOp(gr, t.index(r_extent - 1))) if r_extent % r_tile else gr
+                cc = t.add(arith.MinSIOp(gc, t.index(c_extent - 1))) if c_extent % c_tile else gc
                 loaded = t.add(memref.LoadOp.get(src, [cr, cc]))
                 zero = t.constants.float(0.0, self.nest.element_type)
                 value = t.add(arith.SelectOp(inside, loaded, zero))

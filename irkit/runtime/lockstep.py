@@ -74,11 +74,12 @@ BINARY: dict[type[Operation], Callable[[Any, Any], Any]] = {
     arith.RemUIOp: np.remainder, arith.DivSIOp: _divsi, arith.RemSIOp: np.fmod,
     arith.MaxSIOp: np.maximum, arith.MinSIOp: np.minimum, arith.AndIOp: np.bitwise_and,
     arith.OrIOp: np.bitwise_or, arith.XOrIOp: np.bitwise_xor, xmath.PowFOp: np.power,
+    arith.ShLIOp: np.left_shift,
 }  # fmt: skip
 UNARY: dict[type[Operation], Callable[[Any], Any]] = {
     xmath.ExpOp: np.exp, xmath.LogOp: np.log, xmath.SqrtOp: np.sqrt, xmath.AbsFOp: np.abs,
     xmath.TanhOp: np.tanh, xmath.ErfOp: _erf_like, arith.NegfOp: np.negative,
-    xmath.RsqrtOp: lambda x: np.reciprocal(np.sqrt(x)),
+    xmath.RsqrtOp: lambda x: np.reciprocal(np.sqrt(x)), xmath.FloorOp: np.floor,
 }  # fmt: skip
 CMP = {
     "eq": np.equal, "ne": np.not_equal, "slt": np.less, "sle": np.less_equal,
@@ -184,8 +185,12 @@ class LockstepInterpreter:
             out = self._compare(op, args)
         elif isinstance(op, arith.SelectOp):
             out = np.where(args[0], args[1], args[2])
-        elif isinstance(op, arith.ExtFOp | arith.TruncFOp | arith.SIToFPOp | arith.IndexCastOp):
+        elif isinstance(
+            op, arith.ExtFOp | arith.TruncFOp | arith.SIToFPOp | arith.FPToSIOp | arith.IndexCastOp
+        ):
             out = np.asarray(args[0]).astype(value_dtype(op.results[0].type))
+        elif isinstance(op, arith.BitcastOp):
+            out = np.asarray(args[0]).view(value_dtype(op.results[0].type))
         elif isinstance(op, xmath.FmaOp):
             out = args[0] * args[1] + args[2]
         elif isinstance(op, gpu.ThreadIdOp | gpu.BlockIdOp | gpu.BlockDimOp | gpu.GridDimOp):

@@ -1,0 +1,86 @@
+"""The optimized CPU pipeline against numpy at the sizes issue 7 sets targets for.
+
+    python benchmarks/cpu_targets.py [--quick] [-p default-cpu] [--out benchmarks/results/cpu_targets.jsonl]
+
+One thread, fp32. Targets (numpy_time / irkit_time, paired by round, > 1: irkit faster):
+
+- gemm 1024^3 at >= 1.0x numpy's matmul (OpenBLAS, single-threaded);
+- elementwise_chain (6 ops) at 4096 x 2048 at >= 2.0x numpy (numpy makes one pass over
+  memory per op; the fused kernel makes one in all).
+
+Each variant is checked against the float64 reference before it is timed (a wrong result is
+never timed), then irkit and numpy run in interleaved, randomly ordered rounds on the same
+inputs. Printed: medians with 95% bootstrap CIs, the ratio with its CI, GFLOP/s, and whether
+the target is met by the ratio's lower CI bound ("met"), by its median only ("median"),
+or not at all. `--baseline` adds the same workloads under baseline-cpu for the pass's worth.
+"""
+
+from __future__ import annotations
+
+import os
+
+for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[var] = "1"  # numpy single-threaded: must precede numpy's import
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+
+from cpu_baseline import _ms, elementwise_peer, measure_against_numpy  # noqa: E402
+
+from irkit.measure.fingerprint import host_fingerprint  # noqa: E402
+
+TARGETS = {
+    # name: (model, dims, quick dims, numpy peer, target ratio)
+    "gemm": ("examples/gemm.graph", {"M": 1024, "N": 1024, "K": 1024},
+             {"M": 256, "N": 256, "K": 256}, lambda a, b: a @ b, 1.0),
+    "elementwise_chain": ("examples/elementwise_chain.graph", {"N": 4096, "D": 2048},
+                          {"N": 512, "D": 512}, elementwise_peer, 2.0),
+}  # fmt: skip
+
+
+def verdict(ratio: dict, target: float) -> str:
+    if ratio["ci_low"] >= target:
+        return "met"
+    return "median" if ratio["median"] >= target else "NOT MET"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, short budget")
+    parser.add_argument("-p", "--pipeline", default="default-cpu")
+    parser.add_argument("--baseline", action="store_true", help="also time baseline-cpu")
+    parser.add_argument("--budget", type=float, default=None, help="seconds per workload")
+    parser.add_argument("--out", default=None, help="append records to this JSON Lines file")
+    args = parser.parse_args()
+    budget = args.budget or (2.0 if args.quick else 20.0)
+    pipelines = [args.pipeline] + (["baseline-cpu"] if args.baseline else [])
+    print(
+        f"{'workload':18} {'pipeline':13} {'irkit (median, 95% CI)':>28} {'numpy':>28} "
+        f"{'numpy/irkit':>22} {'GFLOP/s':>8}  target"
+    )
+    for name, (path, dims, quick_dims, peer, target) in TARGETS.items():
+        for pipeline in pipelines:
+            rec = measure_against_numpy(
+                "cpu_targets", name, path, quick_dims if args.quick else dims, peer, pipeline,
+                budget,
+            )  # fmt: skip
+            rec["target_ratio"] = target
+            rec["verdict"] = verdict(rec["speedup_vs_numpy"], target)
+            it, npy, sp = rec["irkit"]["seconds"], rec["numpy"]["seconds"], rec["speedup_vs_numpy"]
+            gflops = sum(k["flops"] for k in rec["kernels"]) / it["median"] / 1e9
+            print(
+                f"{name:18} {pipeline:13} {_ms(it):>28} {_ms(npy):>28} "
+                f"{sp['median']:6.3f}x [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}] {gflops:8.1f}  "
+                f">= {target}x: {rec['verdict'] if pipeline == args.pipeline else '-'}"
+            )
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(rec) + "\n")
+    fp = host_fingerprint()
+    print(f"host {fp['cpu']}; one thread; numpy/irkit > 1 means irkit is faster")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""The loop-level optimization passes against the float64 reference: cpu-tile-matmul (real
+llvmlite JIT), expand-math (ulp error over the f32 range), gpu-tile-matmul (real NVRTC and
+the lockstep interpretation). Shapes are chosen so that every remainder path runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from xdsl.dialects import vector
+
+import irkit
+from irkit.codegen.cuda import gpu_kernels, kernel_source
+from irkit.codegen.nvrtc import compile_cuda
+from irkit.errors import IrkitError
+from irkit.frontend import parse_source
+from irkit.passes.map_to_gpu import launch_of
+from irkit.pipelines import PIPELINES, apply_passes, parse_passes
+from irkit.runtime.check import check
+
+EPILOGUES = {
+    "plain": "output y = matmul(a, w)",
+    "bias_relu": "output y = relu(matmul(a, w) + bias)",
+    "gelu_residual": "output y = gelu(matmul(a, w) + bias) + r",
+}
+
+
+def matmul_model(m: int, n: int, k: int, epilogue: str = "bias_relu", dtype: str = "f32"):
+    text = (
+        f"model mm\ninput a : {dtype}[{m}, {k}]\nparam w : {dtype}[{k}, {n}]\n"
+        f"param bias : {dtype}[{n}]\ninput r : {dtype}[{m}, {n}]\n{EPILOGUES[epilogue]}\n"
+    )
+    return parse_source(text, "mm.graph", ".graph")
+
+
+def assert_matches(module, spec: str, backend: str, seed: int = 0) -> None:
+    exe = irkit.compile(module, spec, backend=backend)
+    checks, _ = check(exe, module, seed=seed)
+    assert all(c.passed for c in checks), (spec, [c.describe() for c in checks])
+
+
+# --- cpu-tile-matmul ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "m,n,k",
+    [(12, 64, 5), (13, 100, 7), (1, 17, 3), (5, 15, 9), (31, 200, 33), (6, 128, 1)],
+)
+@pytest.mark.parametrize("epilogue", sorted(EPILOGUES))
+def test_cpu_tile_matmul_matches_the_reference(m: int, n: int, k: int, epilogue: str) -> None:
+    module = matmul_model(m, n, k, epilogue)
+    spec = "fuse-kernels,lower-graph-to-loops,cpu-tile-matmul"
+    tiled = apply_passes(module.clone(), parse_passes(spec))
+    # the nest was rewritten (it had at least one whole vector of columns)
+    has_fma = any(isinstance(op, vector.FMAOp) for op in tiled.walk())
+    assert has_fma == (n >= 16)
+    assert_matches(module, spec, "cpu", seed=m + n + k)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        "mr=1 nr=16",
+        "mr=4 nr=32 pack=false",
+        "mr=3 nr=24 vector-bits=256",
+        "mr=2 nr=8 vector-bits=128",
+    ],
+)
+def test_cpu_tile_matmul_options_stay_correct(options: str) -> None:
+    module = matmul_model(11, 70, 13, "gelu_residual")
+    assert_matches(module, f"fuse-kernels,lower-graph-to-loops,cpu-tile-matmul{{{options}}}", "cpu")
+
+
+def test_cpu_tile_matmul_handles_f64_with_eight_lanes() -> None:
+    module = matmul_model(7, 40, 9, "bias_relu", dtype="f64")
+    spec = "fuse-kernels,lower-graph-to-loops,cpu-tile-matmul{nr=16}"
+    tiled = apply_passes(module.clone(), parse_passes(spec))
+    lanes = {op.result.type.get_shape()[0] for op in tiled.walk() if isinstance(op, vector.LoadOp)}
+    assert lanes == {8}
+    assert_matches(module, spec, "cpu")
+
+
+def test_cpu_tile_matmul_leaves_other_nests_alone() -> None:
+    """A batched matmul (a 3-D nest) is not the pattern: its nest stays as it was."""
+    text = "model t\ninput a : f32[2, 8, 16]\ninput b : f32[2, 16, 32]\noutput y = batch_matmul(a, b)\n"
+    module = parse_source(text, "t.graph", ".graph")
+    spec = "lower-graph-to-loops,cpu-tile-matmul"
+    before = apply_passes(module.clone(), parse_passes("lower-graph-to-loops"))
+    after = apply_passes(module.clone(), parse_passes(spec))
+    assert not any(isinstance(op, vector.FMAOp) for op in after.walk())
+    assert len(list(after.walk())) == len(list(before.walk()))
+    assert_matches(module, spec, "cpu")
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ("nr=20", "nr=20 is not a multiple of the 16 lanes"),
+        ("vector-bits=100", "vector-bits"),
+        ("mr=0", "mr must"),
+    ],
+)
+def test_cpu_tile_matmul_rejects_bad_options(options: str, message: str) -> None:
+    with pytest.raises(IrkitError, match=message):
+        apply_passes(
+            matmul_model(8, 64, 4),
+            parse_passes(f"lower-graph-to-loops,cpu-tile-matmul{{{options}}}"),
+        )
+
+
+# --- expand-math ---------------------------------------------------------------------------
+
+
+def test_expanded_exp_is_within_two_ulp_over_the_f32_range() -> None:
+    module = parse_source(
+        "model e\ndim N = 1048576\ninput x : f32[N]\noutput y = exp(x)\n", "e.graph", ".graph"
+    )
+    exe = irkit.compile(module, "lower-graph-to-loops,expand-math", backend="cpu")
+    x = np.linspace(-110.0, 95.0, 1 << 20, dtype=np.float32)
+    x[:6] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 88.72]
+    y = exe(x)[0]
+    exact = np.exp(x.astype(np.float64))
+    with np.errstate(over="ignore"):
+        rounded = exact.astype(np.float32)
+    normal = np.isfinite(rounded) & (rounded >= np.finfo(np.float32).tiny)
+    ulp = np.abs(y[normal].view(np.int32).astype(np.int64) - rounded[normal].view(np.int32))
+    assert ulp.max() <= 2
+    tiny = np.isfinite(x) & (rounded < np.finfo(np.float32).tiny)
+    assert np.abs(y[tiny] - exact[tiny]).max() < 2e-38
+    overflow = np.isfinite(x) & np.isinf(rounded)
+    assert overflow.any() and np.all(y[overflow] == np.inf)
+    assert np.isnan(y[0]) and y[1] == np.inf and y[2] == 0.0 and y[3] == 1.0 and y[4] == 1.0
+
+
+def test_expand_math_runs_on_the_gpu_path_too() -> None:
+    """The CUDA printer and the lockstep interpretation know the ops the expansion uses."""
+    module = irkit.load("examples/softmax.graph", {"R": 4, "C": 40})
+    spec = "fuse-kernels,lower-graph-to-loops,expand-math,map-to-gpu"
+    mapped = apply_passes(module.clone(), parse_passes(spec))
+    source = "".join(kernel_source(mapped, k) for k in gpu_kernels(mapped))
+    assert "__int_as_float(" in source and "floorf(" in source and "expf(" not in source
+    assert_matches(module, spec, "cuda-sim")
+
+
+# --- gpu-tile-matmul ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "m,n,k,options",
+    [
+        (40, 64, 6, "block-m=32 block-n=32 block-k=4 thread-m=2 thread-n=4"),
+        (33, 47, 19, "block-m=16 block-n=32 block-k=8 thread-m=2 thread-n=2"),
+        (3, 130, 9, ""),  # M far below the tile: block-m is fitted to 4
+        (64, 64, 16, "block-m=64 block-n=64 block-k=8 thread-m=4 thread-n=4"),
+    ],
+)
+@pytest.mark.parametrize("epilogue", ["plain", "gelu_residual"])
+def test_gpu_tile_matmul_matches_the_reference_under_lockstep(
+    m: int, n: int, k: int, options: str, epilogue: str
+) -> None:
+    module = matmul_model(m, n, k, epilogue)
+    spec = f"fuse-kernels,lower-graph-to-loops,gpu-tile-matmul{{{options}}},map-to-gpu"
+    mapped = apply_passes(module.clone(), parse_passes(spec))
+    (kernel,) = gpu_kernels(mapped)
+    assert launch_of(kernel)["mapping"] == "tiled"  # type: ignore[index]
+    assert_matches(module, spec, "cuda-sim", seed=k)
+
+
+def test_default_tiles_compile_for_hopper_without_spills() -> None:
+    """The default 128x128x8 tile with 8x8 register tiles at 4096^3: what the GPU benchmark
+    runs. ptxas's report is the evidence available without a GPU."""
+    module = irkit.load("examples/gemm.graph", {"M": 4096, "N": 4096, "K": 4096})
+    mapped = apply_passes(module.clone(), parse_passes("default-cuda"))
+    (kernel,) = gpu_kernels(mapped)
+    launch = launch_of(kernel)
+    assert launch["mapping"] == "tiled" and launch["block"] == (256, 1, 1)  # type: ignore[index]
+    assert launch["grid"] == (32 * 32, 1, 1)  # type: ignore[index]
+    source = kernel_source(mapped, kernel)
+    assert "if (" not in source  # multiples of the tiles: no guards at all
+    for arch in ("sm_80", "sm_90"):
+        compiled = compile_cuda(source, kernel.sym_name.data, arch)
+        r = compiled.resources
+        assert r.spill_stores == 0 and r.spill_loads == 0, (arch, r)
+        assert r.registers <= 255 and r.shared_bytes == 4 * 8 * (132 + 132), (arch, r)
+
+
+def test_gpu_tile_matmul_rejects_uneven_tiles() -> None:
+    with pytest.raises(IrkitError, match="gpu-tile-matmul: block-m/thread-m"):
+        apply_passes(
+            matmul_model(8, 64, 4),
+            parse_passes("lower-graph-to-loops,gpu-tile-matmul{block-m=30 thread-m=4}"),
+        )
+
+
+def test_default_pipelines_list_the_new_passes_as_optional() -> None:
+    assert {"cpu-tile-matmul", "expand-math"} <= PIPELINES["default-cpu"].optional
+    assert "gpu-tile-matmul" in PIPELINES["default-cuda"].optional
+    assert "gpu-tile-matmul" not in PIPELINES["baseline-cuda"].passes
