@@ -94,7 +94,7 @@ PIPELINES: dict[str, Pipeline] = {
 }
 
 
-XDSL_OPTIMIZATIONS = frozenset({"canonicalize", "cse", "dce", "loop-invariant-code-motion"})
+XDSL_OPTIMIZATIONS = frozenset({"canonicalize", "cse", "dce", "licm"})
 """xDSL passes irkit treats as optional optimizations when they appear in a spec."""
 
 
