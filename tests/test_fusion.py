@@ -73,3 +73,19 @@ def test_every_subset_of_default_cpu_matches_the_reference(example: Path) -> Non
         exe = irkit.compile(module, spec, backend="cpu")
         checks, _ = check(exe, module, seed=3)
         assert all(c.passed for c in checks), (spec, [c.describe() for c in checks])
+
+
+def test_movement_of_a_contraction_result_stays_out_of_its_kernel() -> None:
+    """A reshape of a matmul's result would move the matmul's nest into the reshaped domain,
+    which the tilers cannot match; with movement-epilogues=true it is fused as before. A
+    reshape preparing an epilogue operand (cnn's bias) is still fused (tests/test_onnx_*)."""
+    path = "examples/transformer_block.graph"
+
+    def kernels(spec: str) -> list[str]:
+        module = apply_passes(irkit.load(path, SMALL["transformer_block"]), parse_passes(spec))
+        return [f.sym_name.data for f in module.ops if "irkit.kernel" in f.attributes]
+
+    default = kernels("fuse-kernels,lower-graph-to-loops")
+    assert "k1_matmul" in default and not any("matmul_reshape" in k for k in default)
+    moved = kernels("fuse-kernels{movement-epilogues=true},lower-graph-to-loops")
+    assert "k1_matmul_reshape" in moved

@@ -29,7 +29,9 @@ it (tested on every example against the reference). Options:
     reductions=true      fuse reductions with elementwise producers and consumers
     epilogues=true       fuse elementwise consumers into matmul/conv2d
     movement-epilogues=false
-                         let a contraction's kernel also hold reshape/transpose/slice ops.
+                         let a contraction's kernel hold reshape/transpose/slice ops
+                         applied to its result (those preparing an epilogue operand, such
+                         as a reshaped bias, are always allowed).
                          Off by default: it buys no memory traffic (the contraction still
                          writes each element once) and changes the contraction's loop nest
                          to the moved tensor's domain, which the tiling passes
@@ -115,6 +117,25 @@ class FuseKernelsPass(ModulePass):
         return False
 
 
+def _moves_a_result(ops: list[Operation]) -> bool:
+    """Whether a reshape/transpose/slice in `ops` consumes, directly or through other ops of
+    `ops`, the result of the contraction among them (a movement op preparing an epilogue
+    operand, such as a bias reshape, does not)."""
+    group = set(ops)
+    stack = [o for o in ops if kind_of(o) is Kind.CONTRACTION]
+    seen: set[Operation] = set()
+    while stack:
+        for result in stack.pop().results:
+            for use in result.uses:
+                user = use.operation
+                if user in group and user not in seen:
+                    if kind_of(user) is Kind.MOVEMENT:
+                        return True
+                    seen.add(user)
+                    stack.append(user)
+    return False
+
+
 class _Fuser:
     """The grouping of one block: a DiGraph whose nodes are groups (frozen op lists)."""
 
@@ -165,7 +186,7 @@ class _Fuser:
             return
         if contractions and Kind.REDUCTION in kinds:
             return
-        if contractions and Kind.MOVEMENT in kinds and not self.options.movement_epilogues:
+        if contractions and not self.options.movement_epilogues and _moves_a_result(ops):
             return
         if not (self._edges_allowed(a, b) and self._edges_allowed(b, a)):
             return
