@@ -95,13 +95,18 @@ def _blas() -> str:
         return "unknown"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def benchmark_parser(doc: str, pipeline: str) -> argparse.ArgumentParser:
+    """The options every benchmark script here takes."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, short budget")
-    parser.add_argument("-p", "--pipeline", default="baseline-cpu")
+    parser.add_argument("-p", "--pipeline", default=pipeline)
     parser.add_argument("--budget", type=float, default=None, help="seconds per workload")
     parser.add_argument("--out", default=None, help="append records to this JSON Lines file")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> int:
+    args = benchmark_parser(__doc__, "baseline-cpu").parse_args()
     budget = args.budget or (2.0 if args.quick else 20.0)
     print(f"{'workload':20} {'irkit (median, 95% CI)':>28} {'numpy':>28} {'numpy/irkit':>22}")
     for name in WORKLOADS:

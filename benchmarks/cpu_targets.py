@@ -22,11 +22,15 @@ import os
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = "1"  # numpy single-threaded: must precede numpy's import
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 
-from cpu_baseline import _ms, elementwise_peer, measure_against_numpy  # noqa: E402
+from cpu_baseline import (  # noqa: E402
+    _ms,
+    benchmark_parser,
+    elementwise_peer,
+    measure_against_numpy,
+)
 
 from irkit.measure.fingerprint import host_fingerprint  # noqa: E402
 
@@ -46,12 +50,8 @@ def verdict(ratio: dict, target: float) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, short budget")
-    parser.add_argument("-p", "--pipeline", default="default-cpu")
+    parser = benchmark_parser(__doc__, "default-cpu")
     parser.add_argument("--baseline", action="store_true", help="also time baseline-cpu")
-    parser.add_argument("--budget", type=float, default=None, help="seconds per workload")
-    parser.add_argument("--out", default=None, help="append records to this JSON Lines file")
     args = parser.parse_args()
     budget = args.budget or (2.0 if args.quick else 20.0)
     pipelines = [args.pipeline] + (["baseline-cpu"] if args.baseline else [])

@@ -23,7 +23,6 @@ measured device-to-device copy bandwidth).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass
@@ -39,6 +38,9 @@ from irkit.measure.fingerprint import host_fingerprint
 from irkit.measure.stats import ratio_ci
 from irkit.measure.timers import time_interleaved
 from irkit.runtime.check import check
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpu_baseline import benchmark_parser  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -152,12 +154,7 @@ def measure(w: Workload, dims, pipeline: str, budget: float, torch, dev, copy_bw
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, short budget")
-    parser.add_argument("-p", "--pipeline", default="default-cuda")
-    parser.add_argument("--budget", type=float, default=None, help="seconds per workload")
-    parser.add_argument("--out", default=None, help="append records to this JSON Lines file")
-    args = parser.parse_args()
+    args = benchmark_parser(__doc__, "default-cuda").parse_args()
     try:
         from irkit.runtime.cuda import copy_bandwidth, device
 

@@ -1,0 +1,44 @@
+"""The benchmark scripts run (at smoke sizes): they check before they time, and print the
+verdict against their targets; the GPU one says in one line that it needs a device."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_cpu_targets_prints_ratios_and_verdicts(tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    r = subprocess.run(
+        [sys.executable, "benchmarks/cpu_targets.py", "--quick", "--budget", "0.3", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert ">= 1.0x:" in r.stdout and ">= 2.0x:" in r.stdout
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {rec["workload"] for rec in records} == {"gemm", "elementwise_chain"}
+    for rec in records:
+        assert all(c["passed"] for c in rec["checks"])
+        s = rec["speedup_vs_numpy"]
+        assert s["ci_low"] <= s["median"] <= s["ci_high"]
+        assert rec["verdict"] in ("met", "median", "NOT MET")
+
+
+def test_gpu_targets_needs_a_device() -> None:
+    from irkit.runtime import BACKENDS
+
+    if BACKENDS["cuda"]().available()[0]:
+        pytest.skip("a CUDA device is present: the script would run in full")
+    r = subprocess.run(
+        [sys.executable, "benchmarks/gpu_targets.py", "--quick"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 1
+    assert r.stderr.strip() == "gpu_targets: error: no CUDA device available"
