@@ -6,7 +6,7 @@ Workloads: examples/elementwise_chain.graph and examples/gemm.graph at sizes whe
 baseline takes tens of milliseconds. Each irkit variant is first checked against the float64
 reference; then irkit and the numpy peer (the same computation written in numpy, float32)
 are timed in interleaved rounds on the same inputs. Reported: each median with a 95%
-bootstrap CI, and the speed ratio numpy_time / irkit_time paired by round (> 1 means irkit
+CI, and the speed ratio numpy_time / irkit_time paired by round (> 1 means irkit
 is faster). No target is set for the baseline; the optimization passes set them.
 """
 

@@ -10,7 +10,7 @@ One thread, fp32. Targets (numpy_time / irkit_time, paired by round, > 1: irkit 
 
 Each variant is checked against the float64 reference before it is timed (a wrong result is
 never timed), then irkit and numpy run in interleaved, randomly ordered rounds on the same
-inputs. Printed: medians with 95% bootstrap CIs, the ratio with its CI, GFLOP/s, and whether
+inputs. Printed: medians with 95% CIs, the ratio with its CI, GFLOP/s, and whether
 the target is met by the ratio's lower CI bound ("met"), by its median only ("median"),
 or not at all. `--baseline` adds the same workloads under baseline-cpu for the pass's worth.
 """

@@ -16,7 +16,7 @@ Workloads (fp32, plain CUDA C from irkit; peers in the same process, on the same
 Protocol: each irkit variant is first checked against the float64 reference (never timed if
 wrong) and against the peer's output; then both are timed in interleaved, randomly ordered
 rounds, one sample per round each, with CUDA events around back-to-back calls after an L2
-flush (2x the L2 size). Printed: medians with 95% bootstrap CIs, the speed ratio paired by
+flush (2x the L2 size). Printed: medians with 95% CIs, the speed ratio paired by
 round, GFLOP/s, and the fraction of copy bandwidth (bytes each kernel must move / time /
 measured device-to-device copy bandwidth).
 """

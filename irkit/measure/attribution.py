@@ -444,6 +444,7 @@ def attribute(
     protocol = {
         "timer": getattr(chosen, "timer", "perf_counter_ns"),
         "sampling": "interleaved, randomized order per round",
+        "buffers": "bound once per program, page-aligned (4 KiB)",
         "rounds": rounds,
         "stop_reason": stop,
         "precision": precision,

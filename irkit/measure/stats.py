@@ -1,15 +1,17 @@
-"""Statistics for timing samples: medians with bootstrap confidence intervals."""
+"""Statistics for timing samples: medians with distribution-free confidence intervals."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A median and its (percentile-bootstrap) confidence interval, in the samples' unit."""
+    """A median and its confidence interval (order statistics), in the samples' unit."""
 
     median: float
     low: float
@@ -27,32 +29,46 @@ class Estimate:
                 "confidence": self.confidence, "n": self.n}  # fmt: skip
 
 
-def median_ci(
-    samples: np.ndarray, confidence: float = 0.95, resamples: int = 2000, seed: int = 0
-) -> Estimate:
-    """The median of `samples` with a percentile-bootstrap CI (deterministic for a seed)."""
-    x = np.asarray(samples, dtype=np.float64)
+def median_ci(samples: np.ndarray, confidence: float = 0.95) -> Estimate:
+    """The median of `samples` with a distribution-free CI: the order statistics
+    x(k) <= median <= x(n+1-k) that cover it with probability 1 - 2 P(Binomial(n, 1/2) < k)
+    for independent samples from any continuous distribution. The widest k keeping that at
+    or above `confidence` is chosen; the coverage it attains is what `confidence` records
+    (below the request only for n < 6, where [min, max] is all there is). The percentile
+    bootstrap this replaces undercovered at the 10 rounds a comparison may stop at."""
+    x = np.sort(np.asarray(samples, dtype=np.float64))
     if x.size == 0:
         raise ValueError("no samples")
     med = float(np.median(x))
-    if x.size == 1:
-        return Estimate(med, med, med, confidence, 1)
-    rng = np.random.default_rng(seed)
-    boot = np.median(x[rng.integers(0, x.size, size=(resamples, x.size))], axis=1)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(boot, [alpha, 1 - alpha])
-    return Estimate(med, float(low), float(high), confidence, int(x.size))
+    n = int(x.size)
+    if n == 1:
+        return Estimate(med, med, med, 0.0, 1)
+    k, coverage = _order_rank(n, confidence)
+    return Estimate(med, float(x[k - 1]), float(x[n - k]), coverage, n)
+
+
+def _order_rank(n: int, confidence: float) -> tuple[int, float]:
+    """The largest k >= 1 with P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2, and the
+    coverage 1 - 2 P(Binomial(n, 1/2) < k). Exact to n = 1000, normal beyond."""
+    tail = (1 - confidence) / 2
+    if n > 1000:
+        z = NormalDist().inv_cdf(1 - tail)
+        k = max(1, math.floor(n / 2 - z * math.sqrt(n) / 2))
+        return k, 1 - 2 * NormalDist(n / 2, math.sqrt(n) / 2).cdf(k - 0.5)
+    total, k, below = 2**n, 1, 1  # below = P(B < k) * 2**n = sum of C(n, i), i < k
+    while k < n // 2 and below + math.comb(n, k) <= tail * total:
+        below += math.comb(n, k)
+        k += 1
+    return k, 1 - 2 * below / total
 
 
 def ratio_ci(
     numer: np.ndarray,
     denom: np.ndarray,
     confidence: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
 ) -> Estimate:
     """The ratio of two variants' times, paired by round: the median of numer[i]/denom[i]
-    with a bootstrap CI over rounds (pairing cancels drift that hits both alike)."""
+    with its distribution-free CI (pairing cancels drift that hits both alike)."""
     a, b = np.asarray(numer, dtype=np.float64), np.asarray(denom, dtype=np.float64)
     n = min(a.size, b.size)
-    return median_ci(a[:n] / b[:n], confidence, resamples, seed)
+    return median_ci(a[:n] / b[:n], confidence)

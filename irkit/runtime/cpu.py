@@ -25,7 +25,14 @@ from irkit.codegen.host import host_target, llvm_ir, optimize
 from irkit.errors import IrkitError
 from irkit.ir import entry_function, to_text
 from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
-from irkit.runtime.backend import KernelRecord, check_arrays, driver_plan, driver_specs
+from irkit.runtime.backend import (
+    KernelRecord,
+    TensorSpec,
+    check_arrays,
+    driver_plan,
+    driver_specs,
+    page_aligned,
+)
 
 
 def _signature(n: int) -> Callable[[int], Callable[..., None]]:
@@ -107,14 +114,17 @@ class CpuExecutable:
         return outputs
 
     def bind(self, *arrays: Any) -> CpuBound:
-        """Fix the buffers and replay the driver's plan once, so that every intermediate
-        holds real data before a kernel is timed alone."""
-        inputs, outputs = self._prepare(arrays, None)
+        """Fix the buffers (page-aligned copies of the inputs, page-aligned outputs and
+        intermediates) and replay the driver's plan once, so that every intermediate holds
+        real data before a kernel is timed alone."""
+        checked = check_arrays(f"@{self.entry.sym_name.data}", self.inputs, arrays)
+        inputs = [page_aligned(a) for a in checked]
+        outputs = [page_aligned(s) for s in self.outputs]
         bound = CpuBound(self, [a.ctypes.data for a in [*inputs, *outputs]], outputs, [])
         env = dict(zip(self.entry.body.block.args, [*inputs, *outputs], strict=True))
         for step in driver_plan(self.module):
             if step.kind == "alloc":
-                env[step.result] = np.empty(step.shape, step.dtype)
+                env[step.result] = page_aligned(TensorSpec("", step.shape, step.dtype))
             elif step.kind == "global":
                 env[step.result] = step.data
             elif step.kind == "copy":
