@@ -55,28 +55,51 @@ PIPELINES: dict[str, Pipeline] = {
         (
             "canonicalize",
             "cse",
+            "fold-constants",
+            "fold-transposes",
             "fuse-kernels",
             "lower-graph-to-loops",
             "cpu-tile-matmul",
             "expand-math",
         ),
-        frozenset({"canonicalize", "cse", "fuse-kernels", "cpu-tile-matmul", "expand-math"}),
-        "the optimized CPU pipeline: graph cleanup, fusion into kernel regions, loops, "
-        "register-blocked vector matmuls, vectorizable exp",
+        frozenset(
+            {
+                "canonicalize",
+                "cse",
+                "fold-constants",
+                "fold-transposes",
+                "fuse-kernels",
+                "cpu-tile-matmul",
+                "expand-math",
+            }
+        ),  # fmt: skip
+        "the optimized CPU pipeline: graph cleanup, constant and transpose folding, fusion "
+        "into kernel regions, loops, register-blocked vector matmuls, vectorizable exp",
     ),
     "default-cuda": Pipeline(
         "default-cuda",
         (
             "canonicalize",
             "cse",
+            "fold-constants",
+            "fold-transposes",
             "fuse-kernels",
             "lower-graph-to-loops",
             "gpu-tile-matmul",
             "map-to-gpu",
         ),
-        frozenset({"canonicalize", "cse", "fuse-kernels", "gpu-tile-matmul"}),
-        "the optimized CUDA pipeline: graph cleanup, fusion, loops, shared-memory tiled "
-        "matmuls, mapping onto the GPU",
+        frozenset(
+            {
+                "canonicalize",
+                "cse",
+                "fold-constants",
+                "fold-transposes",
+                "fuse-kernels",
+                "gpu-tile-matmul",
+            }
+        ),  # fmt: skip
+        "the optimized CUDA pipeline: graph cleanup, constant and transpose folding, fusion, "
+        "loops, shared-memory tiled matmuls, mapping onto the GPU",
     ),
     "baseline-cuda": Pipeline(
         "baseline-cuda",

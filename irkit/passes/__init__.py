@@ -53,6 +53,18 @@ def _gpu_tile_matmul() -> type[ModulePass]:
     return GpuTileMatmulPass
 
 
+def _fold_constants() -> type[ModulePass]:
+    from irkit.passes.fold_constants import FoldConstantsPass
+
+    return FoldConstantsPass
+
+
+def _fold_transposes() -> type[ModulePass]:
+    from irkit.passes.fold_transposes import FoldTransposesPass
+
+    return FoldTransposesPass
+
+
 IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "decompose-composites": _decompose_composites,
     "lower-graph-to-loops": _lower_graph_to_loops,
@@ -61,6 +73,8 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "cpu-tile-matmul": _cpu_tile_matmul,
     "expand-math": _expand_math,
     "gpu-tile-matmul": _gpu_tile_matmul,
+    "fold-constants": _fold_constants,
+    "fold-transposes": _fold_transposes,
 }
 
 

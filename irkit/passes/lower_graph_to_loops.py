@@ -102,20 +102,24 @@ def _kernel_groups(fn: func.FuncOp) -> list[tuple[list[Operation], list[SSAValue
 def _clone_kernel(
     index: int, ops: Sequence[Operation], yielded: Sequence[SSAValue], results: Sequence[SSAValue]
 ) -> Kernel:
-    """Clone a group's ops into a detached graph.kernel, copying in constants it reads."""
+    """Clone a group's ops into a detached graph.kernel, copying in the splat constants it
+    reads. Other constants are inputs: the driver passes their globals in, so that a kernel
+    is self-contained on every backend (a GPU kernel cannot name a host global)."""
     block = Block()
     mapping: dict[SSAValue, SSAValue] = {}
-    inside = set(ops)
+    inside = {op for op in ops if not _is_global(op)}
     kernel = Kernel(
         _kernel_name(index, ops),
         g.KernelOp(result_types=[[r.type for r in results]], regions=[Region(block)]),
     )
     for op in ops:
+        if op not in inside:
+            continue
         for operand in op.operands:
             owner = operand.owner
             if operand in mapping or (isinstance(owner, Operation) and owner in inside):
                 continue
-            if isinstance(owner, g.ConstantOp):
+            if isinstance(owner, g.ConstantOp) and not _is_global(owner):
                 copy = owner.clone()
                 block.add_op(copy)
                 mapping[operand] = copy.results[0]
@@ -160,11 +164,7 @@ def _build_kernel_function(kernel: Kernel, module: ModuleOp) -> func.FuncOp:
     for arg, name in zip(block.args, names, strict=True):
         arg.name_hint = name
     buffers = dict(zip(values, block.args, strict=True))
-    builder = LoopBuilder(block)
-    for op in ops:  # non-splat constants live in globals
-        if isinstance(op, g.ConstantOp) and len(set(op.value.get_values())) > 1:
-            buffers[op.results[0]] = builder.add(_global_for(op, module))
-    KernelEmitter(builder, buffers).emit(stored)
+    KernelEmitter(LoopBuilder(block), buffers).emit(stored)
     block.add_op(func.ReturnOp())
     roles = (
         [DictionaryAttr({})] * len(kernel.inputs)
@@ -183,6 +183,11 @@ def _build_kernel_function(kernel: Kernel, module: ModuleOp) -> func.FuncOp:
     )
     fn.attributes[KERNEL_ATTR] = UnitAttr()
     return fn
+
+
+def _is_global(op: Operation) -> bool:
+    """Whether `op` is a constant kept in a `memref.global` (any with two distinct values)."""
+    return isinstance(op, g.ConstantOp) and len(set(op.value.get_values())) > 1
 
 
 def _global_for(op: g.ConstantOp, module: ModuleOp) -> memref.GetGlobalOp:
@@ -241,6 +246,9 @@ def _build_driver(fn: func.FuncOp, kernels: list[tuple[Kernel, func.FuncOp]], mo
                 env[v] = _append(block, _alloc(memref_of(v)))
                 env[v].name_hint = v.name_hint
                 allocated.append(v)
+        for v in kernel.inputs:
+            if v not in env:  # a constant: its global, read once for every kernel using it
+                env[v] = _append(block, _global_for(v.owner, module))  # type: ignore[arg-type]
         scratch = kfn.function_type.inputs.data[len(kernel.inputs) + len(kernel.outputs) :]
         temps = [_append(block, _alloc(t)) for t in scratch]
         args = [env[v] for v in kernel.inputs] + [env[v] for v in kernel.outputs] + temps

@@ -148,6 +148,11 @@ def cast(x: np.ndarray, element_type: Any) -> np.ndarray:
     return x.astype(numpy_dtype(element_type)).astype(np.float64)
 
 
+def constant_value(op: g.ConstantOp) -> np.ndarray:
+    """A graph.constant's value as a float64 array of its shape."""
+    return np.array(op.value.get_values(), dtype=np.float64).reshape(_out_shape(op))
+
+
 def _out_shape(op: Operation) -> tuple[int, ...]:
     t = op.results[0].type
     assert isinstance(t, TensorType)
@@ -191,7 +196,7 @@ IMPLS: dict[type[Operation], Callable[[Any, list[np.ndarray]], np.ndarray]] = {
     g.ReshapeOp: lambda op, a: a[0].reshape(_out_shape(op)),
     g.ConcatOp: lambda op, a: np.concatenate(a, axis=g.int_of(op.properties, "axis")),
     g.SliceOp: lambda op, a: a[0][tuple(slice(s, e, st) for s, e, st in zip(g.ints(op.properties, "starts"), g.ints(op.properties, "limits"), g.ints(op.properties, "strides"), strict=True))],
-    g.ConstantOp: lambda op, a: np.array(op.value.get_values(), dtype=np.float64).reshape(_out_shape(op)),
+    g.ConstantOp: lambda op, a: constant_value(op),
 }  # fmt: skip
 
 

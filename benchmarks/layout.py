@@ -1,0 +1,106 @@
+"""What the layout passes are worth on the graphs exporters write.
+
+    python benchmarks/layout.py [--backend cpu] [--budget 20] [--out FILE] [--quick]
+
+Two ONNX models are built with onnx.helper (into a temporary directory, never committed):
+
+- `linear_mlp`: two `torch.nn.Linear` layers as PyTorch exports them, `Gemm(transB=1)` with
+  the weights as initializers and a ReLU between. Unfolded, each weight is re-transposed
+  by a kernel on every call; fold-constants stores it pre-transposed.
+- `nhwc_block`: a TensorFlow-style block, channels-last tensors transposed to channels-first
+  around an elementwise residual block (scale, ReLU, add) and back. fold-transposes sinks
+  the transposes through the block, where they cancel.
+
+Each is attributed (`irkit-bench attribute`, Shapley over the optional passes of the
+backend's default pipeline: every distinct program checked against the float64 reference,
+then timed in interleaved rounds) and the records are appended to the output file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from irkit.cli.bench import main as bench
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def linear_mlp(batch: int, width: int, hidden: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    scale = 1 / np.sqrt(width)
+    inits = [
+        numpy_helper.from_array(rng.uniform(-scale, scale, shape).astype(np.float32), name)
+        for name, shape in (("w1", (hidden, width)), ("b1", (hidden,)),
+                            ("w2", (width, hidden)), ("b2", (width,)))
+    ]  # fmt: skip
+    n = helper.make_node
+    nodes = [
+        n("Gemm", ["x", "w1", "b1"], ["h0"], transB=1),
+        n("Relu", ["h0"], ["h"]),
+        n("Gemm", ["h", "w2", "b2"], ["y"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "linear_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, width])], inits,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def nhwc_block(n: int, hw: int, c: int) -> onnx.ModelProto:
+    to_nchw, to_nhwc = [0, 3, 1, 2], [0, 2, 3, 1]
+    node = helper.make_node
+    nodes = [
+        node("Transpose", ["x"], ["xc"], perm=to_nchw),
+        node("Transpose", ["r"], ["rc"], perm=to_nchw),
+        node("Mul", ["xc", "s"], ["a"]),
+        node("Relu", ["a"], ["b"]),
+        node("Add", ["b", "rc"], ["yc"]),
+        node("Transpose", ["yc"], ["y"], perm=to_nhwc),
+    ]
+    shape = [n, hw, hw, c]
+    graph = helper.make_graph(
+        nodes, "nhwc_block",
+        [helper.make_tensor_value_info(v, TensorProto.FLOAT, shape) for v in ("x", "r")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [numpy_helper.from_array(np.array(0.5, dtype=np.float32), "s")],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="cpu")
+    parser.add_argument("--budget", default="20")
+    parser.add_argument("--out", default=None, help="JSON Lines file the records are appended to")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
+    args = parser.parse_args()
+    out = Path(args.out or RESULTS / f"layout_{args.backend}.jsonl")
+    models = {
+        "linear_mlp": linear_mlp(16, 64, 128) if args.quick else linear_mlp(128, 512, 2048),
+        "nhwc_block": nhwc_block(1, 8, 16) if args.quick else nhwc_block(8, 64, 64),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, model in models.items():
+            path = Path(tmp) / f"{name}.onnx"
+            onnx.save(model, path)
+            record = Path(tmp) / f"{name}.json"
+            code = bench(["attribute", str(path), "--backend", args.backend, "--budget",
+                          args.budget, "--json", str(record)])  # fmt: skip
+            if code:
+                return code
+            with out.open("a") as f:
+                f.write(json.dumps(json.loads(record.read_text())) + "\n")
+    print(f"records appended to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
