@@ -83,18 +83,18 @@ def test_fold_transposes_on_an_exported_transformer(tmp_path: Path) -> None:
     _checked(module, "fold-transposes,default-cpu")
 
 
-def _gemm_trans_b(tmp_path: Path, dtype=np.float32) -> Path:
+def _gemm_trans_b(tmp_path: Path, dtype=np.float32, shape=(48, 40)) -> Path:
     """y = relu(x @ W^T + b), with W an initializer, as torch.nn.Linear exports it."""
     rng = np.random.default_rng(8)
     elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.FLOAT16
     inits = [
-        numpy_helper.from_array(rng.uniform(-0.3, 0.3, (48, 40)).astype(dtype), "W"),
-        numpy_helper.from_array(rng.uniform(-0.3, 0.3, (48,)).astype(dtype), "b"),
+        numpy_helper.from_array(rng.uniform(-0.3, 0.3, shape).astype(dtype), "W"),
+        numpy_helper.from_array(rng.uniform(-0.3, 0.3, shape[:1]).astype(dtype), "b"),
     ]
     n = helper.make_node
     nodes = [n("Gemm", ["x", "W", "b"], ["y0"], transB=1), n("Relu", ["y0"], ["y"])]
-    graph = helper.make_graph(nodes, "linear", [helper.make_tensor_value_info("x", elem, [16, 40])],
-                              [helper.make_tensor_value_info("y", elem, [16, 48])], inits)  # fmt: skip
+    graph = helper.make_graph(nodes, "linear", [helper.make_tensor_value_info("x", elem, [16, shape[1]])],
+                              [helper.make_tensor_value_info("y", elem, [16, shape[0]])], inits)  # fmt: skip
     path = tmp_path / "linear.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
@@ -148,6 +148,22 @@ def test_fold_constants_folds_a_chain_to_one_value() -> None:
     np.testing.assert_array_equal(got, (w.T * 0.5).astype(np.float32))
     _checked(module, "fold-constants,lower-graph-to-loops")
     _checked(module, "fold-constants,default-cuda", backend="cuda-sim")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_large_weights_are_linked_not_printed(tmp_path: Path, dtype) -> None:
+    # 160 x 96 weights: 60 KB in f32, 30 KB in f16, over the 16 KiB written into the IR.
+    module = irkit.load(_gemm_trans_b(tmp_path, dtype, shape=(160, 96)))
+    for spec in ("fold-constants,lower-graph-to-loops", "default-cpu"):
+        exe = irkit.compile(module, spec, backend="cpu")
+        linked = [line for line in exe.llvm_ir.splitlines() if "irkit.const." in line]
+        assert linked and all("external constant" in line for line in linked[:1])
+        checks, _ = check(exe, module, seed=9)
+        assert all(c.passed for c in checks), [c.describe() for c in checks]
+    again = irkit.compile(module, "default-cpu", backend="cpu")  # same bytes, same symbol
+    assert [x for x in again.llvm_ir.split() if "irkit.const." in x] == [
+        x for x in exe.llvm_ir.split() if "irkit.const." in x
+    ]
 
 
 def test_nothing_to_fold_leaves_the_module_alone() -> None:

@@ -12,7 +12,12 @@ Conventions (the "bare pointer" calling convention):
   operations (round to nearest even, NaN kept quiet);
 - `scf.parallel` becomes sequential nested loops (threads come from a tiling pass);
 - `memref.alloc`/`dealloc` call the C library's aligned_alloc/free; `tanh` and `erf` call
-  the C math library, which the JIT resolves in the running process.
+  the C math library, which the JIT resolves in the running process;
+- a `memref.global` over 16 KiB (a model's weights) is not written into the IR text as
+  constants (formatting and parsing a million floats took seconds per compile): its bytes
+  are kept, page-aligned, in this process and it is declared `external global
+  @"irkit.const.<sha256>"`, a symbol the JIT resolves to them. Named by content, one symbol
+  always means one value.
 
 Op translation is table-driven: `FLOAT_BINARY`, `INTRINSICS` and `LIBM` map upstream ops to
 LLVM instructions, intrinsics and library calls; a new op is usually one table entry.
@@ -22,7 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import hashlib
+import math
+
+import llvmlite.binding as llvm_binding
 import llvmlite.ir as ll
+import numpy as np
 from xdsl.dialects import arith, func, memref, scf, vector
 from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import (
@@ -123,6 +133,24 @@ def _suffix(t: ll.Type) -> str:
     return {"float": "f32", "double": "f64", "half": "f16"}[str(t)]
 
 
+LINK_BYTES = 16384
+"""Globals larger than this are linked by symbol rather than written into the IR."""
+
+_LINKED: dict[str, np.ndarray] = {}
+
+
+def link_constant(data: bytes) -> str:
+    """The JIT symbol for a constant's bytes, registered once per process (page-aligned,
+    kept alive for the process's lifetime)."""
+    from irkit.runtime.backend import page_aligned
+
+    name = f"irkit.const.{hashlib.sha256(data).hexdigest()[:24]}"
+    if name not in _LINKED:
+        _LINKED[name] = page_aligned(np.frombuffer(data, np.uint8))
+        llvm_binding.add_symbol(name, _LINKED[name].ctypes.data)
+    return name
+
+
 class LLVMEmitter:
     """Translates one loop-level module into an llvmlite module."""
 
@@ -158,6 +186,14 @@ class LLVMEmitter:
         if not isinstance(init, DenseIntOrFPElementsAttr):
             raise IrkitError(f"memref.global @{op.sym_name.data} needs a dense initial value")
         elem = llvm_type(mtype.element_type)
+        data = init.data.data
+        if len(data) > LINK_BYTES:
+            count = math.prod(mtype.get_shape())
+            gv = ll.GlobalVariable(self.module, ll.ArrayType(elem, count), link_constant(data))
+            gv.global_constant = True
+            gv.align = 64
+            self.globals[op.sym_name.data] = gv
+            return
         values = init.get_values()
         if isinstance(mtype.element_type, BFloat16Type):
             consts = [ll.Constant(I16, _bf16_bits(float(v))) for v in values]
