@@ -25,10 +25,9 @@ LLVM instructions, intrinsics and library calls; a new op is usually one table e
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import hashlib
 import math
+from collections.abc import Callable
 
 import llvmlite.binding as llvm_binding
 import llvmlite.ir as ll
