@@ -43,6 +43,9 @@ class Pipeline:
         return ",".join(self.passes)
 
 
+GRAPH_OPTIMIZATIONS = ("canonicalize", "cse", "fold-constants", "fold-transposes", "fuse-kernels")
+"""The optional graph-level passes both default pipelines start with, in order."""
+
 PIPELINES: dict[str, Pipeline] = {
     "graph-cleanup": Pipeline(
         "graph-cleanup",
@@ -52,52 +55,15 @@ PIPELINES: dict[str, Pipeline] = {
     ),
     "default-cpu": Pipeline(
         "default-cpu",
-        (
-            "canonicalize",
-            "cse",
-            "fold-constants",
-            "fold-transposes",
-            "fuse-kernels",
-            "lower-graph-to-loops",
-            "cpu-tile-matmul",
-            "expand-math",
-        ),
-        frozenset(
-            {
-                "canonicalize",
-                "cse",
-                "fold-constants",
-                "fold-transposes",
-                "fuse-kernels",
-                "cpu-tile-matmul",
-                "expand-math",
-            }
-        ),  # fmt: skip
+        (*GRAPH_OPTIMIZATIONS, "lower-graph-to-loops", "cpu-tile-matmul", "expand-math"),
+        frozenset({*GRAPH_OPTIMIZATIONS, "cpu-tile-matmul", "expand-math"}),
         "the optimized CPU pipeline: graph cleanup, constant and transpose folding, fusion "
         "into kernel regions, loops, register-blocked vector matmuls, vectorizable exp",
     ),
     "default-cuda": Pipeline(
         "default-cuda",
-        (
-            "canonicalize",
-            "cse",
-            "fold-constants",
-            "fold-transposes",
-            "fuse-kernels",
-            "lower-graph-to-loops",
-            "gpu-tile-matmul",
-            "map-to-gpu",
-        ),
-        frozenset(
-            {
-                "canonicalize",
-                "cse",
-                "fold-constants",
-                "fold-transposes",
-                "fuse-kernels",
-                "gpu-tile-matmul",
-            }
-        ),  # fmt: skip
+        (*GRAPH_OPTIMIZATIONS, "lower-graph-to-loops", "gpu-tile-matmul", "map-to-gpu"),
+        frozenset({*GRAPH_OPTIMIZATIONS, "gpu-tile-matmul"}),
         "the optimized CUDA pipeline: graph cleanup, constant and transpose folding, fusion, "
         "loops, shared-memory tiled matmuls, mapping onto the GPU",
     ),
