@@ -13,13 +13,28 @@ is faster). No target is set for the baseline; the optimization passes set them.
 from __future__ import annotations
 
 import os
+import sys
 
-for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[var] = "1"  # numpy single-threaded: must precede numpy's import
+
+def _threads_option(argv: list[str]) -> int:
+    """`--threads N` (default 1), read before numpy's import, which fixes OpenBLAS's pool."""
+    for i, arg in enumerate(argv):
+        value = arg.split("=", 1)[1] if arg.startswith("--threads=") else None
+        if arg == "--threads" and i + 1 < len(argv):
+            value = argv[i + 1]
+        if value is not None:
+            if not value.isdigit() or int(value) < 1:
+                raise SystemExit(f"--threads must be a positive integer, not {value!r}")
+            return int(value)
+    return 1
+
+
+THREADS = _threads_option(sys.argv)
+for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "IRKIT_NUM_THREADS"):
+    os.environ[var] = str(THREADS)  # irkit and numpy alike; must precede numpy's import
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -81,8 +96,11 @@ def measure_against_numpy(
         "checks": [c.to_json() for c in checks],
         "irkit": timings["irkit"].to_json(), "numpy": timings["numpy"].to_json(),
         "speedup_vs_numpy": speed.to_json(),
-        "protocol": "interleaved randomized rounds, perf_counter_ns, warm caches, numpy and "
-                    "OpenBLAS single-threaded, same inputs, irkit checked against float64 first",
+        "threads": THREADS, "kernel_threads": [(k.launch or {}).get("threads", 1)
+                                                for k in exe.kernels],
+        "protocol": f"interleaved randomized rounds, perf_counter_ns, warm caches, {THREADS} "
+                    "thread(s) for irkit (IRKIT_NUM_THREADS) and numpy's OpenBLAS alike, same "
+                    "inputs, irkit checked against float64 first",
         "numpy_blas": _blas(), "fingerprint": host_fingerprint(),
     }  # fmt: skip
 
@@ -102,6 +120,10 @@ def benchmark_parser(doc: str, pipeline: str) -> argparse.ArgumentParser:
     parser.add_argument("-p", "--pipeline", default=pipeline)
     parser.add_argument("--budget", type=float, default=None, help="seconds per workload")
     parser.add_argument("--out", default=None, help="append records to this JSON Lines file")
+    parser.add_argument(
+        "--threads", type=int, default=1,
+        help="threads for irkit (IRKIT_NUM_THREADS) and for numpy's OpenBLAS alike (default 1)",
+    )  # fmt: skip
     return parser
 
 

@@ -1,8 +1,10 @@
 """The optimized CPU pipeline against numpy at the sizes issue 7 sets targets for.
 
-    python benchmarks/cpu_targets.py [--quick] [-p default-cpu] [--out benchmarks/results/cpu_targets.jsonl]
+    python benchmarks/cpu_targets.py [--quick] [-p default-cpu] [--threads 1] [--out benchmarks/results/cpu_targets.jsonl]
 
-One thread, fp32. Targets (numpy_time / irkit_time, paired by round, > 1: irkit faster):
+One thread by default (the targets are single-threaded), fp32; `--threads N` gives irkit
+(IRKIT_NUM_THREADS, what `cpu-parallelize` uses) and numpy's OpenBLAS N threads each.
+Targets (numpy_time / irkit_time, paired by round, > 1: irkit faster):
 
 - gemm 1024^3 at >= 1.0x numpy's matmul (OpenBLAS, single-threaded);
 - elementwise_chain (6 ops) at 4096 x 2048 at >= 2.0x numpy (numpy makes one pass over
@@ -17,15 +19,11 @@ or not at all. `--baseline` adds the same workloads under baseline-cpu for the p
 
 from __future__ import annotations
 
-import os
+import json
+import sys
 
-for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[var] = "1"  # numpy single-threaded: must precede numpy's import
-
-import json  # noqa: E402
-import sys  # noqa: E402
-
-from cpu_baseline import (  # noqa: E402
+from cpu_baseline import (  # sets the thread counts before numpy's import
+    THREADS,
     _ms,
     benchmark_parser,
     elementwise_peer,
@@ -78,7 +76,7 @@ def main() -> int:
                 with open(args.out, "a") as f:
                     f.write(json.dumps(rec) + "\n")
     fp = host_fingerprint()
-    print(f"host {fp['cpu']}; one thread; numpy/irkit > 1 means irkit is faster")
+    print(f"host {fp['cpu']}; {THREADS} thread(s) each; numpy/irkit > 1 means irkit is faster")
     return 0
 
 

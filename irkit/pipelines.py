@@ -55,10 +55,17 @@ PIPELINES: dict[str, Pipeline] = {
     ),
     "default-cpu": Pipeline(
         "default-cpu",
-        (*GRAPH_OPTIMIZATIONS, "lower-graph-to-loops", "cpu-tile-matmul", "expand-math"),
-        frozenset({*GRAPH_OPTIMIZATIONS, "cpu-tile-matmul", "expand-math"}),
+        (
+            *GRAPH_OPTIMIZATIONS,
+            "lower-graph-to-loops",
+            "cpu-tile-matmul",
+            "expand-math",
+            "cpu-parallelize",
+        ),
+        frozenset({*GRAPH_OPTIMIZATIONS, "cpu-tile-matmul", "expand-math", "cpu-parallelize"}),
         "the optimized CPU pipeline: graph cleanup, constant and transpose folding, fusion "
-        "into kernel regions, loops, register-blocked vector matmuls, vectorizable exp",
+        "into kernel regions, loops, register-blocked vector matmuls, vectorizable exp, "
+        "large loops on all CPUs (IRKIT_NUM_THREADS=1 for one thread)",
     ),
     "default-cuda": Pipeline(
         "default-cuda",

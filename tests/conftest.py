@@ -1,8 +1,14 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# cpu-parallelize{threads=0} resolves to IRKIT_NUM_THREADS: one thread for the tests, so that
+# what they compile and time does not depend on the CI machine's core count. Tests of
+# threading ask for their thread counts explicitly.
+os.environ["IRKIT_NUM_THREADS"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.graph"))

@@ -137,7 +137,7 @@ def test_cli_attribute_mlp_shapley_writes_every_optional_pass(tmp_path, capsys) 
     record = json.loads(out.read_text())
     optional = [s["pass"] for s in record["steps"] if s["optional"]]
     assert optional == ["canonicalize", "cse", "fold-constants", "fold-transposes", "fuse-kernels",
-                        "cpu-tile-matmul", "expand-math"]  # fmt: skip
+                        "cpu-tile-matmul", "expand-math", "cpu-parallelize"]  # fmt: skip
     assert [p["pass"] for p in record["passes"]] == optional
     for p in record["passes"]:
         s = p["saved_s"]

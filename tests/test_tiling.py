@@ -165,6 +165,39 @@ def test_gpu_tile_matmul_matches_the_reference_under_lockstep(
     assert_matches(module, spec, "cuda-sim", seed=k)
 
 
+@pytest.mark.parametrize(
+    "m,n,k,options,vectorized",
+    [
+        # A and B by 16-byte vectors, no bounds checks
+        (64, 64, 16, "block-m=64 block-n=64 block-k=8 thread-m=4 thread-n=4", 2),
+        # A by vectors with M clamped; B by vectors (K and N are multiples of their tiles)
+        (40, 64, 12, "block-m=32 block-n=32 block-k=4 thread-m=2 thread-n=4", 2),
+        # A by vectors clamped in M and K (K = 20: the last vector of a tile wholly outside),
+        # B element by element (N = 47); fewer A pieces than threads: clamped and guarded
+        (33, 47, 20, "block-m=16 block-n=32 block-k=8 thread-m=2 thread-n=2", 1),
+        # K odd: no vectors at all
+        (33, 47, 19, "block-m=16 block-n=32 block-k=8 thread-m=2 thread-n=2", 0),
+    ],
+)
+@pytest.mark.parametrize("staging", ["", "double-buffer=false", "vector-loads=false"])
+def test_gpu_tile_matmul_staging_and_vector_loads_match_under_lockstep(
+    m: int, n: int, k: int, options: str, vectorized: int, staging: str
+) -> None:
+    """Double buffering and 16-byte loads, each on and off, against the reference; lockstep
+    also checks that the single barrier per tile leaves no race between the two stages."""
+    module = matmul_model(m, n, k, "gelu_residual")
+    spec = f"fuse-kernels,lower-graph-to-loops,gpu-tile-matmul{{{options} {staging}}},map-to-gpu"
+    mapped = apply_passes(module.clone(), parse_passes(spec))
+    (kernel,) = gpu_kernels(mapped)
+    # `vectorized` operands read by vectors, once per tile, and once more in the prologue
+    # when double-buffered
+    copies = 1 if "double-buffer=false" in staging else 2
+    expect = 0 if "vector-loads=false" in staging else vectorized * copies
+    assert sum(isinstance(op, vector.LoadOp) for op in kernel.walk()) == expect
+    assert_matches(module, spec, "cuda-sim", seed=k)
+    compile_cuda(kernel_source(mapped, kernel), kernel.sym_name.data, "sm_90")
+
+
 def test_default_tiles_compile_for_hopper_without_spills() -> None:
     """The default 128x128x8 tile with 8x8 register tiles at 4096^3: what the GPU benchmark
     runs. ptxas's report is the evidence available without a GPU."""
@@ -180,7 +213,12 @@ def test_default_tiles_compile_for_hopper_without_spills() -> None:
         compiled = compile_cuda(source, kernel.sym_name.data, arch)
         r = compiled.resources
         assert r.spill_stores == 0 and r.spill_loads == 0, (arch, r)
-        assert r.registers <= 255 and r.shared_bytes == 4 * 8 * (132 + 132), (arch, r)
+        # two stages (double buffering) of the 8 x (128 + 4) A and B tiles
+        assert r.registers <= 255 and r.shared_bytes == 2 * 4 * 8 * (132 + 132), (arch, r)
+    # 16-byte loads of A and B (in the prologue and in the loop), B's piece stored to shared
+    # memory as one 16-byte store
+    assert source.count("*reinterpret_cast<const float4*>") == 4
+    assert source.count("*reinterpret_cast<float4*>(&k0_matmul_b_tile") == 2
 
 
 def test_gpu_tile_matmul_rejects_uneven_tiles() -> None:

@@ -96,14 +96,18 @@ def _run(args) -> int:
     table = Table(title=f"per-call times: median [95% CI], {timer}{warm}")
     columns = ["kernel", "time", "95% CI", "GFLOP/s", "GB/s"]
     columns += ["% copy BW"] if copy_bw else []
+    threads = [(k.record.launch or {}).get("threads") for k in result.kernels]
+    threaded = any((t or 1) > 1 for t in threads)
+    columns += ["threads"] if threaded else []
     columns += ["FLOPs", "min bytes", "samples", "stop"]
     for col in columns:
         table.add_column(
             col, justify="left" if col in ("kernel", "stopped by") else "right", no_wrap=True
         )
-    for k in result.kernels:
+    for k, t in zip(result.kernels, threads, strict=True):
         e = k.timing.estimate
         bw = [f"{100 * k.gbps * 1e9 / copy_bw:.1f}%"] if copy_bw else []
+        bw += [str(t or 1)] if threaded else []
         table.add_row(k.record.name, fmt_time(e.median), f"{fmt_time(e.low)}-{fmt_time(e.high)}",
                       f"{k.gflops:.2f}", f"{k.gbps:.2f}", *bw, fmt_count(k.record.flops),
                       fmt_count(k.record.min_bytes), f"{e.n}x{k.timing.reps}", k.timing.stop_reason)  # fmt: skip
@@ -113,7 +117,8 @@ def _run(args) -> int:
     table.add_section()
     table.add_row("graph (driver, one call)", fmt_time(g.estimate.median),
                   f"{fmt_time(g.estimate.low)}-{fmt_time(g.estimate.high)}",
-                  f"{total_flops / g.estimate.median / 1e9:.2f}", "", *([""] if copy_bw else []),
+                  f"{total_flops / g.estimate.median / 1e9:.2f}", "",
+                  *([""] * (bool(copy_bw) + threaded)),
                   fmt_count(total_flops), "",
                   f"{g.estimate.n}x{g.reps}", g.stop_reason)  # fmt: skip
     console.print(table)

@@ -13,6 +13,7 @@ These two numbers place a kernel on the roofline.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from xdsl.dialects import arith, func, scf, vector
 from xdsl.dialects import math as xmath
@@ -49,7 +50,7 @@ def _constant(value: SSAValue) -> int | None:
     return None
 
 
-def _trips(lb: SSAValue, ub: SSAValue, step: SSAValue) -> int:
+def static_trips(lb: SSAValue, ub: SSAValue, step: SSAValue) -> int:
     lo, hi, st = _constant(lb), _constant(ub), _constant(step)
     if lo is None or hi is None or st is None or st <= 0:
         raise ValueError("loop bounds are not static constants")
@@ -58,20 +59,30 @@ def _trips(lb: SSAValue, ub: SSAValue, step: SSAValue) -> int:
 
 def _trip_count(op: Operation) -> int:
     if isinstance(op, scf.ForOp):
-        return _trips(op.lb, op.ub, op.step)
+        return static_trips(op.lb, op.ub, op.step)
     if isinstance(op, scf.ParallelOp):
         bounds = zip(op.lowerBound, op.upperBound, op.step, strict=True)
-        return math.prod(_trips(lb, ub, st) for lb, ub, st in bounds)
+        return math.prod(static_trips(lb, ub, st) for lb, ub, st in bounds)
     return 1
+
+
+def _executed(op: Operation, per_op: Callable[[Operation], int]) -> int:
+    """`per_op` summed over every execution of `op` and of everything nested in it."""
+    inner = sum(
+        _executed(o, per_op) for region in op.regions for block in region.blocks for o in block.ops
+    )
+    return per_op(op) + _trip_count(op) * inner
 
 
 def count_flops(op: Operation) -> int:
     """Floating-point operations executed by `op` and everything nested in it."""
-    total = _flops_of(op)
-    inner = sum(
-        count_flops(o) for region in op.regions for block in region.blocks for o in block.ops
-    )
-    return total + _trip_count(op) * inner
+    return _executed(op, _flops_of)
+
+
+def count_ops(op: Operation) -> int:
+    """Operations executed by `op` and everything nested in it (each op once per execution,
+    loop and yield ops included): a static measure of its work, whatever the op."""
+    return _executed(op, lambda _: 1)
 
 
 def buffer_bytes(t: MemRefType) -> int:

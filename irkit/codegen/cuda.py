@@ -19,7 +19,7 @@ import re
 import struct
 from collections.abc import Callable
 
-from xdsl.dialects import arith, func, gpu, memref, scf
+from xdsl.dialects import arith, func, gpu, memref, scf, vector
 from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import (
     BFloat16Type,
@@ -32,6 +32,7 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     ModuleOp,
+    VectorType,
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
@@ -319,12 +320,41 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
     GEOMETRY = {gpu.ThreadIdOp: ("threadIdx", "tid"), gpu.BlockIdOp: ("blockIdx", "bid"),
                 gpu.BlockDimOp: ("blockDim", "ntid"), gpu.GridDimOp: ("gridDim", "nbid")}  # fmt: skip
 
+    VECTOR_TYPES = {("f32", 4): "float4", ("f32", 2): "float2", ("f64", 2): "double2"}
+    """CUDA's built-in vector types for the vectors irkit's GPU passes build (16-byte and
+    8-byte accesses); their components are `.x .y .z .w`."""
+
     def type_name(self, t: Attribute) -> str:
         if isinstance(t, Float16Type):
             return "__half"
         if isinstance(t, BFloat16Type):
             return "__nv_bfloat16"
+        if isinstance(t, VectorType):
+            key = (str(t.element_type), t.get_shape()[0] if t.get_num_dims() == 1 else 0)
+            if key not in self.VECTOR_TYPES:
+                raise IrkitError(f"the CUDA printer has no vector type for {t}")
+            return self.VECTOR_TYPES[key]
         return super().type_name(t)
+
+    def vector_load(self, op: vector.LoadOp) -> None:
+        """One 8- or 16-byte access: the address must be aligned to the vector's size (the
+        pass that builds it checks the shapes; the runtime's buffers are 256-byte aligned)."""
+        t = self.type_name(op.result.type)
+        self.define(
+            op.result, f"*reinterpret_cast<const {t}*>(&{self.element(op.base, list(op.indices))})"
+        )
+
+    def vector_store(self, op: vector.StoreOp) -> None:
+        t = self.type_name(op.vector.type)
+        self.emit(
+            f"*reinterpret_cast<{t}*>(&{self.element(op.base, list(op.indices))}) = {self.name(op.vector)};"
+        )
+
+    def extract(self, op: vector.ExtractOp) -> None:
+        position = op.static_position.get_values()
+        if op.dynamic_position or len(position) != 1:
+            raise IrkitError("the CUDA printer extracts vector elements at one static position")
+        self.define(op.result, f"{self.name(op.vector)}.{'xyzw'[position[0]]}")
 
     def geometry(self, op: Operation) -> None:
         var, prefix = self.GEOMETRY[type(op)]
@@ -342,7 +372,8 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         if t.memory_space != SHARED_SPACE:
             raise IrkitError(f"the CUDA printer handles only shared-memory globals, not @{name}")
         size = math.prod(t.get_shape())
-        self.emit(f"__shared__ {self.type_name(t.element_type)} {name}[{size}];")
+        # 16-byte aligned, so that a vector access at a multiple of 4 floats is aligned too
+        self.emit(f"__shared__ __align__(16) {self.type_name(t.element_type)} {name}[{size}];")
 
     def convert(self, op: Operation) -> None:
         src, dst = op.operands[0].type, op.results[0].type
@@ -375,6 +406,9 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         memref.GetGlobalOp: get_global,
         arith.ExtFOp: convert,
         arith.TruncFOp: convert,
+        vector.LoadOp: vector_load,
+        vector.StoreOp: vector_store,
+        vector.ExtractOp: extract,
     }
 
     def kernel(self, fn: func.FuncOp) -> str:
@@ -383,6 +417,7 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         block = launch["block"]
         threads = math.prod(block)  # type: ignore[arg-type]
         stored = {o.memref for o in fn.walk() if isinstance(o, memref.StoreOp)}
+        stored |= {o.base for o in fn.walk() if isinstance(o, vector.StoreOp)}
         params = []
         for i, arg in enumerate(fn.body.block.args):
             t = arg.type

@@ -10,7 +10,9 @@ Conventions (the "bare pointer" calling convention):
   one buffer twice to a kernel that writes it);
 - `index` is i64; f16 is `half`; bf16 is stored as i16 and widened/rounded with integer
   operations (round to nearest even, NaN kept quiet);
-- `scf.parallel` becomes sequential nested loops (threads come from a tiling pass);
+- `scf.parallel` becomes sequential nested loops, or, marked `irkit.threads = T` by
+  `cpu-parallelize`, a fork-join over T POSIX threads (`pthread_create`/`pthread_join`,
+  resolved in the running process) with the loop body outlined;
 - `memref.alloc`/`dealloc` call the C library's aligned_alloc/free; `tanh` and `erf` call
   the C math library, which the JIT resolves in the running process;
 - a `memref.global` over 16 KiB (a model's weights) is not written into the IR text as
@@ -53,6 +55,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from irkit.codegen.costs import buffer_bytes
 from irkit.errors import IrkitError
+from irkit.passes.cpu_parallelize import THREADS_ATTR
 
 I1, I16, I32, I64 = ll.IntType(1), ll.IntType(16), ll.IntType(32), ll.IntType(64)
 PTR = ll.PointerType()
@@ -161,6 +164,7 @@ class LLVMEmitter:
         self.values: dict[SSAValue, ll.Value] = {}
         self.b: ll.IRBuilder | None = None
         self.fn: ll.Function | None = None
+        self.outlined: dict[str, int] = {}
 
     def emit(self) -> ll.Module:
         ops = list(self.source.ops)
@@ -288,6 +292,15 @@ class LLVMEmitter:
     def _parallel(self, op: scf.ParallelOp) -> None:
         if op.initVals:
             raise IrkitError("the llvm target cannot translate scf.parallel with reductions")
+        threads = op.attributes.get(THREADS_ATTR)
+        if isinstance(threads, IntegerAttr) and threads.value.data > 1:
+            self._threaded(op, threads.value.data)
+        else:
+            v = self.values
+            self._nest(op, v[op.lowerBound[0]], v[op.upperBound[0]])
+
+    def _nest(self, op: scf.ParallelOp, lb: ll.Value, ub: ll.Value) -> None:
+        """The loops of `op` in order, the first running from `lb` to `ub`."""
         block = op.body.block
         v = self.values
         bounds = list(zip(op.lowerBound, op.upperBound, op.step, block.args, strict=True))
@@ -296,16 +309,122 @@ class LLVMEmitter:
             if level == len(bounds):
                 self._block(block)
                 return
-            lb, ub, step, arg = bounds[level]
+            lower, upper, step, arg = bounds[level]
 
             def body(iv: ll.Value, _: list[ll.Value]) -> list[ll.Value]:
                 self.values[arg] = iv
                 nest(level + 1)
                 return []
 
-            self._loop(v[lb], v[ub], v[step], [], body)
+            first = level == 0
+            self._loop(lb if first else v[lower], ub if first else v[upper], v[step], [], body)
 
         nest(0)
+
+    def _threaded(self, op: scf.ParallelOp, threads: int) -> None:
+        """`op` fork-join on `threads` POSIX threads (`cpu-parallelize`): the loop nest is
+        outlined into `@<kernel>.par<n>.body(live-ins..., lo, hi)`, called through a
+        `ptr (ptr)` trampoline that unpacks a context; the first dimension's iterations
+        are cut into `threads` contiguous chunks, chunk 0 runs on the calling thread. A
+        thread that cannot be created has its chunk run on the calling thread instead."""
+        b, fn = self.b, self.fn
+        assert b is not None and fn is not None
+        live = self._live_ins(op)
+        count = self.outlined[fn.name] = self.outlined.get(fn.name, -1) + 1
+        name = f"{fn.name}.par{count}"
+        body = self._outline(op, live, name + ".body")
+        context = ll.LiteralStructType([x.type for x in live] + [I64, I64])
+        trampoline = ll.Function(self.module, ll.FunctionType(PTR, [PTR]), name)
+        trampoline.linkage = "internal"
+        tb = ll.IRBuilder(trampoline.append_basic_block("entry"))
+        ctx = trampoline.args[0]
+        fields = [
+            tb.load(
+                tb.gep(ctx, [ll.Constant(I32, 0), ll.Constant(I32, i)], source_etype=context), typ=t
+            )
+            for i, t in enumerate(context.elements)
+        ]
+        tb.call(body, fields)
+        tb.ret(ll.Constant(PTR, None))
+
+        v = self.values
+        lb, ub, step = v[op.lowerBound[0]], v[op.upperBound[0]], v[op.step[0]]
+        # trips = ceil((ub - lb) / step); thread t runs trips [t*trips/T, (t+1)*trips/T)
+        span = b.sub(ub, lb)
+        trips = b.sdiv(b.add(span, b.sub(step, ll.Constant(I64, 1))), step)
+        here = b.block
+        b.position_at_start(fn.entry_basic_block)  # static allocas, in the entry block
+        contexts, handles, created = (
+            _opaque(b.alloca(t, ll.Constant(I32, threads), name=n))
+            for t, n in ((context, "contexts"), (I64, "threads"), (I1, "created"))
+        )
+        b.position_at_end(here)
+        for t in range(threads):
+            start = b.sdiv(b.mul(trips, ll.Constant(I64, t)), ll.Constant(I64, threads))
+            end = b.sdiv(b.mul(trips, ll.Constant(I64, t + 1)), ll.Constant(I64, threads))
+            lo, hi = b.add(lb, b.mul(start, step)), b.add(lb, b.mul(end, step))
+            slot = b.gep(contexts, [ll.Constant(I32, t)], source_etype=context)
+            for i, value in enumerate([*live, lo, hi]):
+                b.store(
+                    value,
+                    b.gep(slot, [ll.Constant(I32, 0), ll.Constant(I32, i)], source_etype=context),
+                )
+        create = self._extern("pthread_create", I32, [PTR, PTR, PTR, PTR])
+        join = self._extern("pthread_join", I32, [I64, PTR])
+        for t in range(1, threads):
+            slot = b.gep(contexts, [ll.Constant(I32, t)], source_etype=context)
+            handle = b.gep(handles, [ll.Constant(I32, t)], source_etype=I64)
+            rc = b.call(create, [handle, ll.Constant(PTR, None), trampoline, slot])
+            ok = b.icmp_signed("==", rc, ll.Constant(I32, 0))
+            b.store(ok, b.gep(created, [ll.Constant(I32, t)], source_etype=I1))
+            with b.if_then(b.not_(ok)):
+                b.call(trampoline, [slot])
+        b.call(trampoline, [b.gep(contexts, [ll.Constant(I32, 0)], source_etype=context)])
+        for t in range(1, threads):
+            ok = b.load(b.gep(created, [ll.Constant(I32, t)], source_etype=I1), typ=I1)
+            with b.if_then(ok):
+                handle = b.load(b.gep(handles, [ll.Constant(I32, t)], source_etype=I64), typ=I64)
+                b.call(join, [handle, ll.Constant(PTR, None)])
+
+    def _live_ins(self, op: Operation) -> list[ll.Value]:
+        """The function-local LLVM values `op`'s nested ops read from outside it (constants
+        and globals need no passing), each once, in first-use order."""
+        inner = {id(o) for o in op.walk()}
+        out: dict[int, ll.Value] = {}
+        for o in op.walk():
+            for value in o.operands:
+                owner = value.owner
+                parent = owner.parent_op() if isinstance(owner, Block) else owner
+                if isinstance(owner, Block) and parent is not None and id(parent) in inner:
+                    continue
+                if not isinstance(owner, Block) and id(owner) in inner:
+                    continue
+                x = self.values[value]
+                if isinstance(x, ll.Argument | ll.Instruction):
+                    out.setdefault(id(x), x)
+        return list(out.values())
+
+    def _outline(self, op: scf.ParallelOp, live: list[ll.Value], name: str) -> ll.Function:
+        """`op`'s loop nest as an internal function of `live` and the first dimension's
+        bounds; pointers keep the `noalias` their kernel arguments have."""
+        saved = self.b, self.fn, self.values
+        body = ll.Function(
+            self.module, ll.FunctionType(ll.VoidType(), [x.type for x in live] + [I64, I64]), name
+        )
+        body.linkage = "internal"
+        body.attributes.add("nounwind")
+        remap = {id(x): arg for x, arg in zip(live, body.args, strict=False)}
+        for x, arg in zip(live, body.args, strict=False):
+            arg.name = x.name
+            if isinstance(x, ll.Argument) and "noalias" in x.attributes:
+                arg.add_attribute("noalias")
+        body.args[-2].name, body.args[-1].name = "lo", "hi"
+        self.values = {k: remap.get(id(x), x) for k, x in saved[2].items()}
+        self.fn, self.b = body, ll.IRBuilder(body.append_basic_block("entry"))
+        self._nest(op, body.args[-2], body.args[-1])
+        self.b.ret_void()
+        self.b, self.fn, self.values = saved
+        return body
 
     def _if(self, op: scf.IfOp) -> None:
         b = self.b
@@ -387,6 +506,13 @@ class LLVMEmitter:
             linear = b.add(linear, self.values[idx], flags=["nsw", "nuw"])
         elem = llvm_type(mtype.element_type)
         return b.gep(self.values[ref], [linear], inbounds=True, source_etype=elem)
+
+
+def _opaque(pointer: ll.Instruction) -> ll.Instruction:
+    """An alloca typed as the opaque `ptr` the rest of the module uses (llvmlite types an
+    alloca `T*`, and a bitcast to `ptr` folds away)."""
+    pointer.type = PTR
+    return pointer
 
 
 def _bf16_bits(x: float) -> int:

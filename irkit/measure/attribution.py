@@ -40,15 +40,17 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
 from irkit.errors import IrkitError
+from irkit.ir import content_hash
 from irkit.measure.roofline import Ceilings, roof_point
 from irkit.measure.stats import Estimate
 from irkit.measure.timers import time_interleaved, timed_graph, timed_kernel
-from irkit.pipelines import Step, pipeline_steps
+from irkit.pipelines import Step, apply_passes, lower_for_backend, parse_passes, pipeline_steps
 
 STRATEGIES = ("prefix", "ablation", "shapley")
 EXACT_SHAPLEY_MAX = 8
@@ -166,10 +168,36 @@ class Program:
     masks: list[Mask] = field(default_factory=list)
 
 
+def variant_steps(steps: list[Step], optional: list[int], mask: Mask) -> list[str]:
+    """The passes (`-p` items) of the variant with optional step optional[j] kept iff
+    mask[j]."""
+    off = {optional[j] for j, on in enumerate(mask) if not on}
+    return [s.spec for n, s in enumerate(steps) if n not in off]
+
+
 def variant_spec(steps: list[Step], optional: list[int], mask: Mask) -> str:
     """The `-p` spec of the variant with optional step optional[j] kept iff mask[j]."""
-    off = {optional[j] for j, on in enumerate(mask) if not on}
-    return ",".join(s.spec for n, s in enumerate(steps) if n not in off)
+    return ",".join(variant_steps(steps, optional, mask))
+
+
+class _PrefixLowering:
+    """Lowers variants, keeping the module after every prefix of passes it has run: variants
+    share prefixes (2^k subsets have at most 2^(k+1) distinct prefixes where running each
+    separately is k+1 passes apiece), so each pass runs once per distinct prefix."""
+
+    def __init__(self, graph: ModuleOp, backend: str):
+        self.backend = backend
+        self.after: dict[tuple[str, ...], ModuleOp] = {(): graph}
+
+    def __call__(self, passes: list[str]) -> ModuleOp:
+        done = len(passes)
+        while tuple(passes[:done]) not in self.after:
+            done -= 1
+        module = self.after[tuple(passes[:done])].clone()
+        for n in range(done, len(passes)):
+            module = apply_passes(module, parse_passes(passes[n]))
+            self.after[tuple(passes[: n + 1])] = module.clone()
+        return lower_for_backend(module, self.backend)
 
 
 def program_key(exe) -> str:
@@ -356,13 +384,19 @@ def attribute(
     programs: dict[str, Program] = {}
     key_of: dict[Mask, str] = {}
     variants: list[dict] = []
+    compiled: dict[str, tuple[Any, str]] = {}  # lowered IR's hash -> (executable, program key)
+    lower = _PrefixLowering(graph, chosen.name)
     for n, mask in enumerate(plan.masks):
         tick("compile", n, len(plan.masks))
         vspec = variant_spec(steps, optional, mask)
         start = time.perf_counter()
-        exe = compile(graph, vspec, chosen.name)
+        lowered = lower(variant_steps(steps, optional, mask))
+        ir_key = content_hash(lowered)
+        if ir_key not in compiled:
+            exe = chosen.compile(lowered)
+            compiled[ir_key] = (exe, program_key(exe))
+        exe, key = compiled[ir_key]
         seconds = time.perf_counter() - start
-        key = program_key(exe)
         key_of[mask] = key
         if key not in programs:
             what = f"the variant with {_describe(steps, optional, mask)} ({vspec})"

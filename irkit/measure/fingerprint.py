@@ -53,5 +53,9 @@ def host_fingerprint() -> dict:
         "cpu": target.cpu,
         "cpu_features_sha": hashlib.sha256(target.features.encode()).hexdigest()[:12],
         "cpu_count": os.cpu_count(),
+        # what cpu-parallelize{threads=0} resolves to: the CPUs this process may use,
+        # unless IRKIT_NUM_THREADS says otherwise
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "irkit_num_threads": os.environ.get("IRKIT_NUM_THREADS"),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

@@ -65,6 +65,12 @@ def _fold_transposes() -> type[ModulePass]:
     return FoldTransposesPass
 
 
+def _cpu_parallelize() -> type[ModulePass]:
+    from irkit.passes.cpu_parallelize import CpuParallelizePass
+
+    return CpuParallelizePass
+
+
 IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "decompose-composites": _decompose_composites,
     "lower-graph-to-loops": _lower_graph_to_loops,
@@ -75,6 +81,7 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "gpu-tile-matmul": _gpu_tile_matmul,
     "fold-constants": _fold_constants,
     "fold-transposes": _fold_transposes,
+    "cpu-parallelize": _cpu_parallelize,
 }
 
 

@@ -12,7 +12,9 @@ scheme of BLIS-style microkernels:
   vectors of the B panel, broadcasts `mr` elements of A and issues `mr * nr / lanes` vector
   FMAs;
 - **cache reuse**: the loop over row tiles is inside the loop over panels, so each packed
-  panel (K x nr) stays in L2 while every row tile of A passes over it;
+  panel (K x nr) stays in L2 while every row tile of A passes over it; the panel loop (and
+  the packing loop) are `scf.parallel`, each panel writing its own columns, so
+  `cpu-parallelize` can give each thread its own panels;
 - the **epilogue** (bias, activation, residual...) runs on each tile right after it is
   stored, while it is in L1, as the original scalar ops (LLVM vectorizes what it can);
 - **remainders**: a row tail gets a microkernel with fewer rows, a column tail of whole
@@ -115,13 +117,7 @@ class _Tiler:
                 source = from_packed
             else:
                 source = self._from_b
-            b.for_range(
-                0,
-                panels,
-                1,
-                [],
-                lambda p, _: self._panel(p, source),
-            )
+            b.parallel([panels], lambda ivs: self._panel(ivs[0], source))
         if tail_vectors:
             j0 = b.index(panels * self.nr)
             self._row_tiles(j0, tail_vectors, j0, self._from_b)
@@ -157,7 +153,7 @@ class _Tiler:
                 b.add(vector.StoreOp(vec, packed, [p, k, b.index(v * self.lanes)]))
             return []
 
-        b.for_nest([panels, nest.k], [], lambda ivs, _: row(*ivs))
+        b.parallel([panels], lambda p: b.for_range(0, nest.k, 1, [], lambda k, _: row(p[0], k)))
         return packed
 
     def _from_b(self, k: SSAValue, v: int, j0: SSAValue) -> SSAValue:

@@ -16,6 +16,16 @@ two-level tiling, before `map-to-gpu` sees it:
 - the k loop inside a tile is **unrolled** (its trip count is the constant `block-k`);
 - both shared tiles have rows **padded** by `pad` words, so the transposed store of A hits
   distinct banks;
+- **double buffering** (`double-buffer`): each shared tile has two stages; tile kt+1's
+  global loads are issued into registers before the multiply-adds on tile kt, and stored
+  into the other stage after them, so global latency hides behind arithmetic and each tile
+  costs one barrier instead of two (register-staged, as in the classic SGEMM kernels; the
+  last iteration re-reads its own tile, through a clamped index, rather than branch);
+- **16-byte loads** (`vector-loads`, f32): A's rows are read along k and B's along n as
+  `vector<4xf32>` (`float4`), where every row starts 16-byte aligned (K, resp. N, a
+  multiple of 4) and the tile's extent along the vector is whole vectors; B's vector goes
+  into shared memory as one 16-byte store too where its copy needs no bounds check, A's is
+  stored element by element (its tile is transposed);
 - the **epilogue** (bias, activation, residual) runs on the registers before the one store;
 - bounds: where M, N or K is not a multiple of its tile, loads clamp their index and use 0
   outside, and stores are guarded; where they are multiples, the kernel has no guards.
@@ -25,7 +35,8 @@ nest: the same arithmetic, and the same values under the lockstep interpretation
 
 The kernel carries `irkit.launch` with `mapping = "tiled"`, so `map-to-gpu` leaves it alone.
 Kernels with more than one nest (a matmul fused with other loops) are left to `map-to-gpu`.
-Not done: double buffering of the shared tiles and 16-byte vector loads.
+Not done: warp-level tiling (a warp's threads covering a 32x64 sub-tile, with 16-byte
+shared-memory reads), split-K for skinny matmuls, tensor cores.
 
 Options (sizes in elements):
 
@@ -33,6 +44,8 @@ Options (sizes in elements):
     thread-m=8 thread-n=8               the register tile; block-m/thread-m x block-n/thread-n
                                         threads per block (256 with the defaults)
     pad=4                               words added to each shared-memory row
+    double-buffer=true                  two shared-memory stages, one barrier per k tile
+    vector-loads=true                   16-byte global loads (and B's shared stores)
 """
 
 from __future__ import annotations
@@ -42,8 +55,15 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from xdsl.context import Context
-from xdsl.dialects import arith, func, gpu, memref, scf
-from xdsl.dialects.builtin import MemRefType, ModuleOp, StringAttr, UnitAttr
+from xdsl.dialects import arith, func, gpu, memref, scf, vector
+from xdsl.dialects.builtin import (
+    Float32Type,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    UnitAttr,
+    VectorType,
+)
 from xdsl.ir import Block, SSAValue
 from xdsl.passes import ModulePass
 
@@ -62,6 +82,7 @@ from irkit.passes.map_to_gpu import (
 )
 
 MAX_THREADS = 1024
+VECTOR_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -78,6 +99,8 @@ class GpuTileMatmulPass(ModulePass):
     thread_m: int = 8
     thread_n: int = 8
     pad: int = 4
+    vector_loads: bool = True
+    double_buffer: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self._check()
@@ -135,8 +158,9 @@ class _TiledKernel:
         a, bb = mapping[nest.a], mapping[nest.b]
         tiles_n = -(-nest.n // o.block_n)
         grid = -(-nest.m // o.block_m) * tiles_n
-        a_tile = self._shared(f"{name}_a_tile", [o.block_k, o.block_m + o.pad])
-        b_tile = self._shared(f"{name}_b_tile", [o.block_k, o.block_n + o.pad])
+        stages = 2 if o.double_buffer else 1
+        a_tile = self._shared(f"{name}_a_tile", [stages, o.block_k, o.block_m + o.pad])
+        b_tile = self._shared(f"{name}_b_tile", [stages, o.block_k, o.block_n + o.pad])
 
         bid = b.add(gpu.BlockIdOp(X))
         tid = b.add(gpu.ThreadIdOp(X))
@@ -148,32 +172,68 @@ class _TiledKernel:
         # loop-invariant: this thread's rows and columns in the tile, and its copy slots
         my_rows = [b.iadd(ty, r * self.rows_t) for r in range(o.thread_m)]
         my_cols = [b.iadd(tx, c * self.cols_t) for c in range(o.thread_n)]
-        a_slots = self._slots(tid, o.block_m, o.block_k)
-        b_slots = self._slots(tid, o.block_k, o.block_n)
+        a_copy = _Copy(a, a_tile, (nest.m, o.block_m), (nest.k, o.block_k), True, self._lanes_a())
+        b_copy = _Copy(bb, b_tile, (nest.k, o.block_k), (nest.n, o.block_n), False, self._lanes_b())
+        a_slots = self._slots(tid, o.block_m, o.block_k, a_copy.lanes)
+        b_slots = self._slots(tid, o.block_k, o.block_n, b_copy.lanes)
 
-        def k_tile(t: _Builder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
-            k0 = t.binary(arith.MuliOp, kt, o.block_k)
-            # A[row0 + r, k0 + kk] -> a_tile[kk, r];  B[k0 + kk, col0 + c] -> b_tile[kk, c]
-            self._copy(
-                t, a_slots, a, a_tile, (row0, nest.m, o.block_m), (k0, nest.k, o.block_k), True
+        def fetch(t: _Builder, kt: SSAValue | int) -> list[list[SSAValue]]:
+            """Tile `kt` of A and of B, from global memory into this thread's registers."""
+            k0 = (
+                t.index(kt * o.block_k)
+                if isinstance(kt, int)
+                else t.binary(arith.MuliOp, kt, o.block_k)
             )
-            self._copy(
-                t, b_slots, bb, b_tile, (k0, nest.k, o.block_k), (col0, nest.n, o.block_n), False
-            )
-            t.add(gpu.BarrierOp())
+            return [
+                *self._fetch(t, a_slots, a_copy, row0, k0),
+                *self._fetch(t, b_slots, b_copy, k0, col0),
+            ]
+
+        def stash(t: _Builder, values: list[list[SSAValue]], stage: SSAValue) -> None:
+            """Registers from `fetch` into shared-memory stage `stage`."""
+            self._stash(t, a_slots, a_copy, values[: len(a_slots)], stage)
+            self._stash(t, b_slots, b_copy, values[len(a_slots) :], stage)
+
+        def compute(t: _Builder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
             for kk in range(o.block_k):
                 kv = t.index(kk)
-                am = [t.add(memref.LoadOp.get(a_tile, [kv, r])) for r in my_rows]
-                bn = [t.add(memref.LoadOp.get(b_tile, [kv, c])) for c in my_cols]
+                am = [t.add(memref.LoadOp.get(a_tile, [stage, kv, r])) for r in my_rows]
+                bn = [t.add(memref.LoadOp.get(b_tile, [stage, kv, c])) for c in my_cols]
                 accs = [
                     t.add(arith.AddfOp(accs[r * o.thread_n + c], t.add(arith.MulfOp(am[r], bn[c]))))
                     for r in range(o.thread_m)
                     for c in range(o.thread_n)
                 ]
-            t.add(gpu.BarrierOp())
             return accs
 
         k_tiles = -(-nest.k // o.block_k)
+        if o.double_buffer:
+            # Register-staged double buffering: tile kt+1's global loads are issued before
+            # the FMAs on tile kt (which sits in stage kt % 2), and stored into the other
+            # stage after them; one barrier per tile. The stage written in iteration kt was
+            # last read in iteration kt-1, before its barrier. The last iteration fetches its
+            # own tile again (the index is clamped) rather than branch.
+            stash(b, fetch(b, 0), b.index(0))
+            b.add(gpu.BarrierOp())
+
+            def k_tile(t: _Builder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+                following = t.add(arith.MinSIOp(t.iadd(kt, 1), t.index(k_tiles - 1)))
+                staged = fetch(t, following)
+                stage = t.binary(arith.RemUIOp, kt, 2)
+                accs = compute(t, stage, accs)
+                stash(t, staged, t.binary(arith.RemUIOp, t.iadd(kt, 1), 2))
+                t.add(gpu.BarrierOp())
+                return accs
+        else:
+
+            def k_tile(t: _Builder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+                zero = t.index(0)
+                stash(t, fetch(t, kt), zero)
+                t.add(gpu.BarrierOp())
+                accs = compute(t, zero, accs)
+                t.add(gpu.BarrierOp())
+                return accs
+
         accs = _for(b, k_tiles, [init] * (o.thread_m * o.thread_n), k_tile)
         for r in range(o.thread_m):
             i = b.add(arith.AddiOp(row0, my_rows[r]))
@@ -189,6 +249,28 @@ class _TiledKernel:
         kernel.attributes[LAUNCH_ATTR] = launch_attr(grid, self.threads, "tiled", flops)
         return kernel
 
+    def _vector_lanes(self) -> int:
+        """Elements per 16-byte access (f32 only), or 1 when `vector-loads` is off."""
+        if not self.o.vector_loads or not isinstance(self.nest.element_type, Float32Type):
+            return 1
+        return VECTOR_BYTES // 4
+
+    def _lanes_a(self) -> int:
+        """A's rows are read along k: 16-byte loads when every row starts 16-byte aligned
+        (K a multiple of the lanes) and a tile's k extent is whole vectors. A vector is then
+        wholly inside K or wholly outside, so the bounds check stays per vector."""
+        lanes, o = self._vector_lanes(), self.o
+        return lanes if self.nest.k % lanes == 0 and o.block_k % lanes == 0 else 1
+
+    def _lanes_b(self) -> int:
+        """B's rows are read along n and stored to shared memory as they are, so as whole
+        16-byte vectors both ways: only where no copy needs a bounds check (K and N
+        multiples of their tiles), and shared rows stay 16-byte aligned (pad)."""
+        lanes, o, nest = self._vector_lanes(), self.o, self.nest
+        aligned = (o.block_n + o.pad) % lanes == 0 and o.block_n % lanes == 0
+        whole = nest.k % o.block_k == 0 and nest.n % o.block_n == 0
+        return lanes if lanes > 1 and aligned and whole else 1
+
     def _shared(self, name: str, shape: list[int]) -> SSAValue:
         t = MemRefType(self.nest.element_type, shape, memory_space=SHARED_SPACE)
         self.module.body.block.insert_op_before(
@@ -196,50 +278,96 @@ class _TiledKernel:
         )
         return self.b.add(memref.GetGlobalOp(name, t))
 
-    def _slots(self, tid: SSAValue, rows: int, row_length: int) -> list[_Slot]:
-        """Where each element this thread copies sits in a `rows x row_length` source tile:
-        elements tid, tid + threads, ..., so consecutive threads read consecutive columns
-        (coalesced); the last is guarded when the threads do not divide the tile."""
+    def _slots(self, tid: SSAValue, rows: int, row_length: int, lanes: int) -> list[_Slot]:
+        """Where each piece (`lanes` consecutive elements) this thread copies sits in a
+        `rows x row_length` source tile: pieces tid, tid + threads, ..., so consecutive
+        threads read consecutive columns (coalesced). Where the threads do not divide the
+        pieces, the last piece's number is clamped (its load stays in the tile) and its
+        store is guarded."""
         b = self.b
-        total = rows * row_length
+        per_row = row_length // lanes
+        total = rows * per_row
         out = []
         for step in range(-(-total // self.threads)):
             e = b.iadd(tid, step * self.threads)
             guard = None
             if (step + 1) * self.threads > total:
                 guard = b.add(arith.CmpiOp(e, b.index(total), "ult"))
-            r, c = b.binary(arith.DivUIOp, e, row_length), b.binary(arith.RemUIOp, e, row_length)
-            out.append(_Slot(r, c, guard))
+                e = b.add(arith.MinSIOp(e, b.index(total - 1)))
+            r, c = b.binary(arith.DivUIOp, e, per_row), b.binary(arith.RemUIOp, e, per_row)
+            out.append(_Slot(r, b.binary(arith.MuliOp, c, lanes) if lanes > 1 else c, guard))
         return out
 
-    def _copy(
+    def _fetch(
+        self, t: _Builder, slots: list[_Slot], copy: _Copy, r0: SSAValue, c0: SSAValue
+    ) -> list[list[SSAValue]]:
+        """The pieces of one tile of `copy.src` (from row `r0`, column `c0`) this thread
+        copies, loaded: per slot, one vector or the piece's elements."""
+        (r_extent, r_tile), (c_extent, c_tile) = copy.rows, copy.cols
+        zero = t.constants.float(0.0, self.nest.element_type)
+        out = []
+        for r, c, _ in slots:
+            gr, gc = t.add(arith.AddiOp(r0, r)), t.add(arith.AddiOp(c0, c))
+            inside = _all(t, [(gr, r_extent, r_tile), (gc, c_extent, c_tile)])
+            if inside is not None:  # clamp the address, then use 0 outside: no branch
+                if r_extent % r_tile:
+                    gr = t.add(arith.MinSIOp(gr, t.index(r_extent - 1)))
+                if c_extent % c_tile:
+                    gc = t.add(arith.MinSIOp(gc, t.index(c_extent - copy.lanes)))
+            if copy.lanes == 1:
+                loaded = [t.add(memref.LoadOp.get(copy.src, [gr, gc]))]
+            else:
+                vtype = VectorType(self.nest.element_type, [copy.lanes])
+                loaded = [t.add(vector.LoadOp(copy.src, [gr, gc], vtype))]
+                if inside is not None or copy.transpose:  # stored element by element
+                    loaded = [
+                        t.add(vector.ExtractOp(loaded[0], [q], self.nest.element_type))
+                        for q in range(copy.lanes)
+                    ]
+            if inside is not None:
+                loaded = [t.add(arith.SelectOp(inside, x, zero)) for x in loaded]
+            out.append(loaded)
+        return out
+
+    def _stash(
         self,
         t: _Builder,
         slots: list[_Slot],
-        src: SSAValue,
-        tile: SSAValue,
-        rows: tuple[SSAValue, int, int],
-        cols: tuple[SSAValue, int, int],
-        transpose: bool,
+        copy: _Copy,
+        values: list[list[SSAValue]],
+        stage: SSAValue,
     ) -> None:
-        """Copy one tile of `src` (rows from `rows[0]`, columns from `cols[0]`; extents of
-        `src` and tile sizes follow) into shared memory, stored `[column][row]` when
-        `transpose` (A's tile, kept k-major) and as is otherwise."""
-        (r0, r_extent, r_tile), (c0, c_extent, c_tile) = rows, cols
+        """Fetched pieces into `copy.tile[stage]`, stored `[column][row]` when
+        `copy.transpose` (A's tile, kept k-major) and as they are otherwise (a vector as one
+        store)."""
         builder = t
-        for r, c, guard in slots:
+        for (r, c, guard), piece in zip(slots, values, strict=True):
             t = builder.guarded(guard)
-            gr, gc = t.add(arith.AddiOp(r0, r)), t.add(arith.AddiOp(c0, c))
-            inside = _all(t, [(gr, r_extent, r_tile), (gc, c_extent, c_tile)])
-            if inside is None:
-                value = t.add(memref.LoadOp.get(src, [gr, gc]))
-            else:  # clamp the address, then use 0 outside: no branch, no out-of-bounds read
-                cr = t.add(arith.MinSIOp(gr, t.index(r_extent - 1))) if r_extent % r_tile else gr
-                cc = t.add(arith.MinSIOp(gc, t.index(c_extent - 1))) if c_extent % c_tile else gc
-                loaded = t.add(memref.LoadOp.get(src, [cr, cc]))
-                zero = t.constants.float(0.0, self.nest.element_type)
-                value = t.add(arith.SelectOp(inside, loaded, zero))
-            t.add(memref.StoreOp.get(value, tile, [c, r] if transpose else [r, c]))
+            if len(piece) == 1 and isinstance(piece[0].type, VectorType):
+                t.add(vector.StoreOp(piece[0], copy.tile, [stage, r, c]))
+                continue
+            for q, value in enumerate(piece):
+                column = t.iadd(c, q)
+                t.add(
+                    memref.StoreOp.get(
+                        value,
+                        copy.tile,
+                        [stage, column, r] if copy.transpose else [stage, r, column],
+                    )
+                )
+
+
+class _Copy(NamedTuple):
+    """One operand's tile copy: the source, its shared tile, (extent, tile size) along the
+    source's rows and columns, whether the tile is stored transposed, and the elements per
+    access."""
+
+    src: SSAValue
+    tile: SSAValue
+    rows: tuple[int, int]
+    cols: tuple[int, int]
+    transpose: bool
+    lanes: int
 
 
 class _Slot(NamedTuple):

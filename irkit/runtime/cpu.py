@@ -24,6 +24,7 @@ from irkit.codegen.costs import count_flops, min_bytes
 from irkit.codegen.host import host_target, llvm_ir, optimize
 from irkit.errors import IrkitError
 from irkit.ir import entry_function, to_text
+from irkit.passes.cpu_parallelize import cpu_threads
 from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
 from irkit.runtime.backend import (
     KernelRecord,
@@ -92,6 +93,7 @@ class CpuExecutable:
             hash=_code_hash(source, name),
             flops=count_flops(fn),
             min_bytes=min_bytes(fn),
+            launch={"threads": cpu_threads(fn)},
         )
 
     def _prepare(self, arrays: Sequence[Any], out: Sequence[np.ndarray] | None):

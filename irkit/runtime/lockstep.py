@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from xdsl.dialects import arith, func, gpu, memref, scf
+from xdsl.dialects import arith, func, gpu, memref, scf, vector
 from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import (
     FloatAttr,
@@ -33,6 +33,7 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     ModuleOp,
+    VectorType,
 )
 from xdsl.ir import Block, Operation, SSAValue
 
@@ -47,6 +48,8 @@ class LockstepError(IrkitError):
 
 
 def value_dtype(t: Any) -> np.dtype:
+    if isinstance(t, VectorType):  # a vector per lane: an extra trailing axis
+        return numpy_dtype(t.element_type)
     if isinstance(t, IndexType):
         return np.dtype(np.int64)
     if isinstance(t, IntegerType):
@@ -201,10 +204,17 @@ class LockstepInterpreter:
         elif isinstance(op, memref.GetGlobalOp):
             out = self._get_global(op)
         elif isinstance(op, memref.LoadOp):
-            out = self._load(op, args, mask)
+            out = self._load(op.memref.type, op.name, args, mask)
         elif isinstance(op, memref.StoreOp):
-            self._store(op, args, mask)
+            self._store(op.memref.type, op.name, args, mask)
             return
+        elif isinstance(op, vector.LoadOp):
+            out = self._vector_load(op, args, mask)
+        elif isinstance(op, vector.StoreOp):
+            self._vector_store(op, args, mask)
+            return
+        elif isinstance(op, vector.ExtractOp):
+            out = self._extract(op, args[0])
         elif isinstance(op, scf.ForOp):
             self._for(op, mask)
             return
@@ -309,10 +319,9 @@ class LockstepInterpreter:
             self.names[id(array)] = f"@{name} (shared)"
         return self.shared[name]
 
-    def _elements(self, op: memref.LoadOp | memref.StoreOp, buffer: np.ndarray, indices, mask):
+    def _elements(self, t: Any, what: str, buffer: np.ndarray, indices, mask):
         """Flat element numbers of the active lanes' accesses (with the block's copy for
-        shared memory), after a bounds check."""
-        t = op.memref.type
+        shared memory), after a bounds check; `what` names the op in errors."""
         assert isinstance(t, MemRefType)
         shape = t.get_shape()
         active = np.flatnonzero(mask)
@@ -323,7 +332,7 @@ class LockstepInterpreter:
             if bad.any():
                 lane = int(active[np.argmax(bad)])
                 raise LockstepError(
-                    f"@{self.run.name}: {op.name} out of bounds on {self.names[id(buffer)]}: "
+                    f"@{self.run.name}: {what} out of bounds on {self.names[id(buffer)]}: "
                     f"index {int(v[np.argmax(bad)])} of dimension {d} (size {n}) in thread "
                     f"{lane % self.run.block} of block {lane // self.run.block}"
                 )
@@ -353,9 +362,9 @@ class LockstepInterpreter:
         other_block = w // block != active // block
         return (w >= 0) & (w != active) & (other_block | (s.w_epoch[flat] == self.run.epoch))
 
-    def _load(self, op: memref.LoadOp, args: list[Any], mask: np.ndarray) -> np.ndarray:
+    def _load(self, t: Any, what: str, args: list[Any], mask: np.ndarray) -> np.ndarray:
         buffer, *indices = args
-        active, flat = self._elements(op, buffer, indices, mask)
+        active, flat = self._elements(t, what, buffer, indices, mask)
         out = np.zeros(mask.shape, buffer.dtype)
         out[active] = buffer.reshape(-1)[flat]
         if self.check_races and active.size:
@@ -380,9 +389,9 @@ class LockstepInterpreter:
             s.r_block[flat[mixed]] = -2
         return out
 
-    def _store(self, op: memref.StoreOp, args: list[Any], mask: np.ndarray) -> None:
+    def _store(self, t: Any, what: str, args: list[Any], mask: np.ndarray) -> None:
         value, buffer, *indices = args
-        active, flat = self._elements(op, buffer, indices, mask)
+        active, flat = self._elements(t, what, buffer, indices, mask)
         if self.check_races and active.size:
             s, epoch, block = self._shadow(buffer), self.run.epoch, self.run.block
             clash = self._after_write(s, flat, active)
@@ -400,6 +409,34 @@ class LockstepInterpreter:
                 self._race(buffer, "two threads writing one element", active, dup)
             s.w_lane[flat], s.w_epoch[flat] = active, epoch
         buffer.reshape(-1)[flat] = np.broadcast_to(np.asarray(value), mask.shape)[active]
+
+    # A vector access is its elements' accesses, each checked (bounds, races) as one: the
+    # vector's lanes run along the buffer's last dimension, so `lanes` consecutive elements.
+    # (Alignment, which a 16-byte access on a GPU needs, is the mapping pass's to ensure.)
+
+    def _vector_load(self, op: vector.LoadOp, args: list[Any], mask: np.ndarray) -> np.ndarray:
+        buffer, *indices = args
+        lanes = op.result.type.get_shape()[0]  # type: ignore[attr-defined]
+        parts = [
+            self._load(op.base.type, op.name, [buffer, *indices[:-1], indices[-1] + q], mask)
+            for q in range(lanes)
+        ]
+        return np.stack(parts, axis=-1)
+
+    def _vector_store(self, op: vector.StoreOp, args: list[Any], mask: np.ndarray) -> None:
+        value, buffer, *indices = args
+        lanes = op.vector.type.get_shape()[0]  # type: ignore[attr-defined]
+        value = np.asarray(value)
+        for q in range(lanes):
+            element = [value[..., q], buffer, *indices[:-1], indices[-1] + q]
+            self._store(op.base.type, op.name, element, mask)
+
+    def _extract(self, op: vector.ExtractOp, value: Any) -> Any:
+        if op.dynamic_position or len(op.static_position.get_values()) != 1:
+            raise LockstepError(
+                f"@{self.run.name}: vector.extract is interpreted at one static position only"
+            )
+        return np.asarray(value)[..., op.static_position.get_values()[0]]
 
 
 # --- the cuda-sim backend --------------------------------------------------------------------

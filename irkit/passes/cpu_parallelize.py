@@ -1,0 +1,105 @@
+"""cpu-parallelize: run the outermost parallel loops of CPU kernels on several threads.
+
+A kernel's top-level `scf.parallel` loops (those not nested in another loop: each phase of a
+fused kernel, the panel loop of a tiled matmul) are marked `irkit.threads = T`. The LLVM
+target then emits each marked loop fork-join style, as an OpenMP `parallel for` with a
+static schedule would: the loop body is outlined into a function, the iterations of the
+loop's first dimension are cut into `T` contiguous chunks of nearly equal size, `T - 1`
+POSIX threads run one chunk each while the calling thread runs the first, and the kernel
+returns after joining them all. So a kernel is still one call, and its time (measured from
+the outside) includes the fork and the join.
+
+Threads cost time to start (tens of microseconds each), so only loops that execute at least
+`min-work` operations (`count_ops`: each op once per execution, from the static trip counts)
+are threaded, and never with more threads than the first dimension has iterations. A loop
+that is not threaded is left as it was.
+
+Every iteration of an `scf.parallel` is independent by definition and each writes its own
+elements, so the values are those of the sequential loop, bit for bit.
+
+Options:
+
+    threads=0          threads per loop; 0: the `IRKIT_NUM_THREADS` environment variable if
+                       set, else the CPUs this process may run on. The count is resolved when
+                       the pass runs and written into the IR, so a compiled kernel always
+                       runs with the number its IR shows.
+    min-work=1048576   the fewest executed operations for which a loop is threaded
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import func, scf
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
+from xdsl.passes import ModulePass
+
+from irkit.codegen.costs import count_ops, static_trips
+from irkit.errors import IrkitError
+from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
+
+THREADS_ATTR = "irkit.threads"
+
+
+def default_threads() -> int:
+    """`IRKIT_NUM_THREADS` if set, else the number of CPUs this process may run on."""
+    value = os.environ.get("IRKIT_NUM_THREADS", "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise IrkitError(f"IRKIT_NUM_THREADS must be a positive integer, not {value!r}")
+        return int(value)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def cpu_threads(fn: func.FuncOp) -> int:
+    """The most threads any loop of `fn` runs on (1: none is threaded)."""
+    counts = [
+        a.value.data
+        for o in fn.walk()
+        if isinstance(a := o.attributes.get(THREADS_ATTR), IntegerAttr)
+    ]
+    return max(counts, default=1)
+
+
+@dataclass(frozen=True)
+class CpuParallelizePass(ModulePass):
+    """Mark the top-level parallel loops of CPU kernels to run on threads (see the module
+    docstring). Optional: without it every loop runs on the calling thread."""
+
+    name = "cpu-parallelize"
+    is_optimization = True
+
+    threads: int = 0
+    min_work: int = 1 << 20
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.threads < 0:
+            raise IrkitError(
+                f"cpu-parallelize: threads must be 0 (automatic) or more, not {self.threads}"
+            )
+        if self.min_work < 0:
+            raise IrkitError(f"cpu-parallelize: min-work must be non-negative, not {self.min_work}")
+        if any(o.dialect_name() in ("graph", "gpu") for o in op.walk()):
+            raise IrkitError(
+                "cpu-parallelize needs CPU loop-level IR; run lower-graph-to-loops first "
+                "(and not map-to-gpu)"
+            )
+        threads = self.threads or default_threads()
+        for fn in op.ops:
+            if not isinstance(fn, func.FuncOp) or KERNEL_ATTR not in fn.attributes:
+                continue
+            for loop in fn.body.block.ops:
+                if isinstance(loop, scf.ParallelOp) and not loop.initVals:
+                    self._mark(loop, threads)
+
+    def _mark(self, loop: scf.ParallelOp, threads: int) -> None:
+        try:
+            first = static_trips(loop.lowerBound[0], loop.upperBound[0], loop.step[0])
+            work = count_ops(loop)
+        except ValueError:  # dynamic bounds: no static estimate of the work
+            return
+        count = min(threads, first)
+        if count >= 2 and work >= self.min_work:
+            loop.attributes[THREADS_ATTR] = IntegerAttr(count, i64)

@@ -1,0 +1,120 @@
+"""cpu-parallelize: threaded kernels compute what the sequential ones compute, bit for bit,
+and the pass marks the loops it says it marks.
+
+The thread counts here are explicit (the tests run with IRKIT_NUM_THREADS=1, see conftest),
+and odd ones with odd sizes, so that chunks are uneven."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from xdsl.dialects import scf
+from xdsl.dialects.builtin import IntegerAttr
+
+import irkit
+from irkit.errors import IrkitError
+from irkit.passes.cpu_parallelize import THREADS_ATTR, default_threads
+from irkit.pipelines import PIPELINES, apply_passes, parse_passes
+from irkit.runtime.check import check
+from tests.conftest import SMALL
+
+FORCED = "cpu-parallelize{threads=3 min-work=0}"
+
+ODD = {
+    "conv_block": {"N": 1, "H": 11},
+    "elementwise_chain": {"N": 67, "D": 96},
+    "gemm": {"M": 131, "N": 200, "K": 37},
+    "layernorm": {"T": 17, "H": 96},
+    "mlp": {"B": 5},
+    "softmax": {"R": 33, "C": 100},
+    "transformer_block": {"B": 1, "S": 16, "D": 32, "F": 64},
+}
+"""SMALL with odd leading extents (so 3 threads get unequal chunks)."""
+
+
+def _marks(module) -> list[int]:
+    return [
+        a.value.data
+        for op in module.walk()
+        if isinstance(op, scf.ParallelOp)
+        and isinstance(a := op.attributes.get(THREADS_ATTR), IntegerAttr)
+    ]
+
+
+@pytest.mark.parametrize("base", ["default-cpu", "baseline-cpu"])
+def test_threaded_kernels_match_the_reference_and_the_sequential_bits(example, base) -> None:
+    module = irkit.load(example, ODD.get(example.stem, SMALL[example.stem]))
+    sequential = irkit.compile(module, base, backend="cpu")
+    threaded = irkit.compile(module, f"{base},{FORCED}", backend="cpu")
+    assert max((k.launch or {}).get("threads", 1) for k in threaded.kernels) > 1
+    assert "pthread_create" in threaded.llvm_ir
+    checks, inputs = check(threaded, module, seed=3)
+    assert checks and all(c.passed for c in checks), [c.describe() for c in checks]
+    # every iteration is independent and runs the same code: the same bits
+    for a, b in zip(sequential(*inputs), threaded(*inputs), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_threaded_gemm_splits_its_panels_and_runs_more_threads_than_cores(tmp_path) -> None:
+    # 7 panels of 64 columns over 5 threads: chunks of 1 and 2 panels; more threads than this
+    # machine has cores is legal, only slower
+    module = irkit.load("examples/gemm.graph", {"M": 20, "N": 7 * 64, "K": 16})
+    exe = irkit.compile(module, "default-cpu,cpu-parallelize{threads=5 min-work=0}", backend="cpu")
+    assert exe.kernels[0].launch == {"threads": 5}
+    checks, _ = check(exe, module, seed=1)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
+
+
+def test_threads_never_exceed_the_first_dimension_and_small_loops_stay_sequential() -> None:
+    module = irkit.load("examples/softmax.graph", {"R": 2, "C": 4096})
+    lowered = apply_passes(
+        module.clone(), parse_passes("lower-graph-to-loops,cpu-parallelize{threads=8 min-work=0}")
+    )
+    assert _marks(lowered) and set(_marks(lowered)) == {2}  # 2 rows: 2 threads at most
+    module = irkit.load("examples/softmax.graph", {"R": 1, "C": 4096})
+    lowered = apply_passes(
+        module.clone(), parse_passes("lower-graph-to-loops,cpu-parallelize{threads=8 min-work=0}")
+    )
+    assert _marks(lowered) == []  # one row: nothing to share
+    module = irkit.load("examples/softmax.graph", SMALL["softmax"])
+    lowered = apply_passes(
+        module.clone(), parse_passes("lower-graph-to-loops,cpu-parallelize{threads=8}")
+    )
+    assert _marks(lowered) == []  # 32 x 100: under the default min-work
+
+
+def test_default_threads_follow_the_environment_then_the_affinity(monkeypatch) -> None:
+    monkeypatch.setenv("IRKIT_NUM_THREADS", "3")
+    assert default_threads() == 3
+    monkeypatch.delenv("IRKIT_NUM_THREADS")
+    assert default_threads() == len(__import__("os").sched_getaffinity(0))
+    monkeypatch.setenv("IRKIT_NUM_THREADS", "many")
+    with pytest.raises(IrkitError, match="IRKIT_NUM_THREADS must be a positive integer"):
+        default_threads()
+
+
+def test_the_resolved_count_is_written_into_the_ir(monkeypatch) -> None:
+    monkeypatch.setenv("IRKIT_NUM_THREADS", "2")
+    module = irkit.load("examples/softmax.graph", {"R": 512, "C": 1024})
+    lowered = apply_passes(module.clone(), parse_passes("lower-graph-to-loops,cpu-parallelize"))
+    assert _marks(lowered) and set(_marks(lowered)) == {2}
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("lower-graph-to-loops,cpu-parallelize{threads=-2}", "threads must be 0"),
+        ("lower-graph-to-loops,cpu-parallelize{min-work=-1}", "min-work must be non-negative"),
+        ("cpu-parallelize", "needs CPU loop-level IR"),
+        ("lower-graph-to-loops,map-to-gpu,cpu-parallelize", "needs CPU loop-level IR"),
+    ],
+)
+def test_bad_options_and_levels_are_one_line_errors(spec: str, message: str) -> None:
+    module = irkit.load("examples/gemm.graph", SMALL["gemm"])
+    with pytest.raises(IrkitError, match=message):
+        apply_passes(module, parse_passes(spec))
+
+
+def test_default_cpu_lists_it_as_optional_and_last() -> None:
+    pipeline = PIPELINES["default-cpu"]
+    assert pipeline.passes[-1] == "cpu-parallelize" and "cpu-parallelize" in pipeline.optional
