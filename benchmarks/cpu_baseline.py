@@ -32,6 +32,10 @@ def _threads_option(argv: list[str]) -> int:
 THREADS = _threads_option(sys.argv)
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "IRKIT_NUM_THREADS"):
     os.environ[var] = str(THREADS)  # irkit and numpy alike; must precede numpy's import
+# OpenBLAS's workers spin for ~2^28 cycles after a call before they sleep: interleaved with
+# irkit's threads on the same cores, they halved irkit's speed (measured: 2-thread gemm 1024^3
+# 10.1 ms alone, 19.3 ms right after a numpy call). 2^4 cycles: they sleep at once.
+os.environ["OPENBLAS_THREAD_TIMEOUT"] = "4"
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -99,7 +103,8 @@ def measure_against_numpy(
         "threads": THREADS, "kernel_threads": [(k.launch or {}).get("threads", 1)
                                                 for k in exe.kernels],
         "protocol": f"interleaved randomized rounds, perf_counter_ns, warm caches, {THREADS} "
-                    "thread(s) for irkit (IRKIT_NUM_THREADS) and numpy's OpenBLAS alike, same "
+                    "thread(s) for irkit (IRKIT_NUM_THREADS) and numpy's OpenBLAS alike, "
+                    "OpenBLAS workers sleeping after each call (OPENBLAS_THREAD_TIMEOUT=4), same "
                     "inputs, irkit checked against float64 first",
         "numpy_blas": _blas(), "fingerprint": host_fingerprint(),
     }  # fmt: skip
