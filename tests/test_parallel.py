@@ -21,13 +21,13 @@ from tests.conftest import SMALL
 FORCED = "cpu-parallelize{threads=3 min-work=0}"
 
 ODD = {
+    **SMALL,
     "conv_block": {"N": 1, "H": 11},
     "elementwise_chain": {"N": 67, "D": 96},
     "gemm": {"M": 131, "N": 200, "K": 37},
     "layernorm": {"T": 17, "H": 96},
     "mlp": {"B": 5},
     "softmax": {"R": 33, "C": 100},
-    "transformer_block": {"B": 1, "S": 16, "D": 32, "F": 64},
 }
 """SMALL with odd leading extents (so 3 threads get unequal chunks)."""
 
@@ -43,7 +43,7 @@ def _marks(module) -> list[int]:
 
 @pytest.mark.parametrize("base", ["default-cpu", "baseline-cpu"])
 def test_threaded_kernels_match_the_reference_and_the_sequential_bits(example, base) -> None:
-    module = irkit.load(example, ODD.get(example.stem, SMALL[example.stem]))
+    module = irkit.load(example, ODD[example.stem])
     sequential = irkit.compile(module, base, backend="cpu")
     threaded = irkit.compile(module, f"{base},{FORCED}", backend="cpu")
     assert max((k.launch or {}).get("threads", 1) for k in threaded.kernels) > 1
