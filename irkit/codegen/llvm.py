@@ -339,10 +339,7 @@ class LLVMEmitter:
         tb = ll.IRBuilder(trampoline.append_basic_block("entry"))
         ctx = trampoline.args[0]
         fields = [
-            tb.load(
-                tb.gep(ctx, [ll.Constant(I32, 0), ll.Constant(I32, i)], source_etype=context), typ=t
-            )
-            for i, t in enumerate(context.elements)
+            tb.load(_field(tb, ctx, context, i), typ=t) for i, t in enumerate(context.elements)
         ]
         tb.call(body, fields)
         tb.ret(ll.Constant(PTR, None))
@@ -363,27 +360,24 @@ class LLVMEmitter:
             start = b.sdiv(b.mul(trips, ll.Constant(I64, t)), ll.Constant(I64, threads))
             end = b.sdiv(b.mul(trips, ll.Constant(I64, t + 1)), ll.Constant(I64, threads))
             lo, hi = b.add(lb, b.mul(start, step)), b.add(lb, b.mul(end, step))
-            slot = b.gep(contexts, [ll.Constant(I32, t)], source_etype=context)
+            slot = _item(b, contexts, context, t)
             for i, value in enumerate([*live, lo, hi]):
-                b.store(
-                    value,
-                    b.gep(slot, [ll.Constant(I32, 0), ll.Constant(I32, i)], source_etype=context),
-                )
+                b.store(value, _field(b, slot, context, i))
         create = self._extern("pthread_create", I32, [PTR, PTR, PTR, PTR])
         join = self._extern("pthread_join", I32, [I64, PTR])
         for t in range(1, threads):
-            slot = b.gep(contexts, [ll.Constant(I32, t)], source_etype=context)
-            handle = b.gep(handles, [ll.Constant(I32, t)], source_etype=I64)
-            rc = b.call(create, [handle, ll.Constant(PTR, None), trampoline, slot])
+            slot = _item(b, contexts, context, t)
+            rc = b.call(
+                create, [_item(b, handles, I64, t), ll.Constant(PTR, None), trampoline, slot]
+            )
             ok = b.icmp_signed("==", rc, ll.Constant(I32, 0))
-            b.store(ok, b.gep(created, [ll.Constant(I32, t)], source_etype=I1))
+            b.store(ok, _item(b, created, I1, t))
             with b.if_then(b.not_(ok)):
                 b.call(trampoline, [slot])
-        b.call(trampoline, [b.gep(contexts, [ll.Constant(I32, 0)], source_etype=context)])
+        b.call(trampoline, [_item(b, contexts, context, 0)])
         for t in range(1, threads):
-            ok = b.load(b.gep(created, [ll.Constant(I32, t)], source_etype=I1), typ=I1)
-            with b.if_then(ok):
-                handle = b.load(b.gep(handles, [ll.Constant(I32, t)], source_etype=I64), typ=I64)
+            with b.if_then(b.load(_item(b, created, I1, t), typ=I1)):
+                handle = b.load(_item(b, handles, I64, t), typ=I64)
                 b.call(join, [handle, ll.Constant(PTR, None)])
 
     def _live_ins(self, op: Operation) -> list[ll.Value]:
@@ -393,11 +387,9 @@ class LLVMEmitter:
         out: dict[int, ll.Value] = {}
         for o in op.walk():
             for value in o.operands:
-                owner = value.owner
-                parent = owner.parent_op() if isinstance(owner, Block) else owner
-                if isinstance(owner, Block) and parent is not None and id(parent) in inner:
-                    continue
-                if not isinstance(owner, Block) and id(owner) in inner:
+                owner = value.owner  # an op, or the block whose argument it is
+                defining = owner.parent_op() if isinstance(owner, Block) else owner
+                if defining is not None and id(defining) in inner:
                     continue
                 x = self.values[value]
                 if isinstance(x, ll.Argument | ll.Instruction):
@@ -413,15 +405,16 @@ class LLVMEmitter:
         )
         body.linkage = "internal"
         body.attributes.add("nounwind")
-        remap = {id(x): arg for x, arg in zip(live, body.args, strict=False)}
-        for x, arg in zip(live, body.args, strict=False):
+        *params, lo, hi = body.args
+        remap = {id(x): arg for x, arg in zip(live, params, strict=True)}
+        for x, arg in zip(live, params, strict=True):
             arg.name = x.name
             if isinstance(x, ll.Argument) and "noalias" in x.attributes:
                 arg.add_attribute("noalias")
-        body.args[-2].name, body.args[-1].name = "lo", "hi"
+        lo.name, hi.name = "lo", "hi"
         self.values = {k: remap.get(id(x), x) for k, x in saved[2].items()}
         self.fn, self.b = body, ll.IRBuilder(body.append_basic_block("entry"))
-        self._nest(op, body.args[-2], body.args[-1])
+        self._nest(op, lo, hi)
         self.b.ret_void()
         self.b, self.fn, self.values = saved
         return body
@@ -506,6 +499,16 @@ class LLVMEmitter:
             linear = b.add(linear, self.values[idx], flags=["nsw", "nuw"])
         elem = llvm_type(mtype.element_type)
         return b.gep(self.values[ref], [linear], inbounds=True, source_etype=elem)
+
+
+def _item(b: ll.IRBuilder, array: ll.Value, element: ll.Type, n: int) -> ll.Value:
+    """The address of element `n` of an array of `element`s."""
+    return b.gep(array, [ll.Constant(I32, n)], source_etype=element)
+
+
+def _field(b: ll.IRBuilder, record: ll.Value, struct: ll.Type, n: int) -> ll.Value:
+    """The address of field `n` of the `struct` at `record`."""
+    return b.gep(record, [ll.Constant(I32, 0), ll.Constant(I32, n)], source_etype=struct)
 
 
 def _opaque(pointer: ll.Instruction) -> ll.Instruction:
