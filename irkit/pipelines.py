@@ -43,7 +43,15 @@ class Pipeline:
         return ",".join(self.passes)
 
 
-GRAPH_OPTIMIZATIONS = ("canonicalize", "cse", "fold-constants", "fold-transposes", "fuse-kernels")
+GRAPH_OPTIMIZATIONS = (
+    "canonicalize",
+    "cse",
+    "conv-layout",
+    "fold-transposes",
+    "conv-to-matmul",
+    "fold-constants",
+    "fuse-kernels",
+)
 """The optional graph-level passes both default pipelines start with, in order."""
 
 PIPELINES: dict[str, Pipeline] = {
@@ -63,15 +71,16 @@ PIPELINES: dict[str, Pipeline] = {
             "cpu-parallelize",
         ),
         frozenset({*GRAPH_OPTIMIZATIONS, "cpu-tile-matmul", "expand-math", "cpu-parallelize"}),
-        "the optimized CPU pipeline: graph cleanup, constant and transpose folding, fusion "
-        "into kernel regions, loops, register-blocked vector matmuls, vectorizable exp, "
+        "the optimized CPU pipeline: graph cleanup, NHWC convolutions as im2col matmuls, "
+        "transpose and constant folding, fusion into kernel regions, loops, register-blocked vector matmuls, vectorizable exp, "
         "large loops on all CPUs (IRKIT_NUM_THREADS=1 for one thread)",
     ),
     "default-cuda": Pipeline(
         "default-cuda",
         (*GRAPH_OPTIMIZATIONS, "lower-graph-to-loops", "gpu-tile-matmul", "map-to-gpu"),
         frozenset({*GRAPH_OPTIMIZATIONS, "gpu-tile-matmul"}),
-        "the optimized CUDA pipeline: graph cleanup, constant and transpose folding, fusion, "
+        "the optimized CUDA pipeline: graph cleanup, NHWC convolutions as im2col matmuls, "
+        "transpose and constant folding, fusion, "
         "loops, shared-memory tiled matmuls, mapping onto the GPU",
     ),
     "baseline-cuda": Pipeline(

@@ -147,9 +147,24 @@ def conv2d_case(draw, op: str) -> str:
     (h, kh, sh, dh, t, b), (w, kw, sw, dw, left, r) = draw(window()), draw(window())
     groups = draw(st.integers(1, 2))
     cin, cout = groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 2))
+    nhwc = draw(st.booleans())
+    layout = ', layout="nhwc"' if nhwc else ""
     expr = (f"conv2d(x, w, strides={fmt([sh, sw])}, padding={fmt([t, left, b, r])}, "
-            f"dilations={fmt([dh, dw])}, groups={groups})")  # fmt: skip
-    inputs = {"x": [draw(st.integers(1, 2)), cin, h, w], "w": [cout, cin // groups, kh, kw]}
+            f"dilations={fmt([dh, dw])}, groups={groups}{layout})")  # fmt: skip
+    n = draw(st.integers(1, 2))
+    inputs = (
+        {"x": [n, h, w, cin], "w": [kh, kw, cin // groups, cout]} if nhwc
+        else {"x": [n, cin, h, w], "w": [cout, cin // groups, kh, kw]}
+    )  # fmt: skip
+    return model(inputs, expr, draw(DTYPES))
+
+
+@st.composite
+def im2col_case(draw, op: str) -> str:
+    (h, kh, sh, dh, t, b), (w, kw, sw, dw, left, r) = draw(window()), draw(window())
+    expr = (f"im2col(x, kernel={fmt([kh, kw])}, strides={fmt([sh, sw])}, "
+            f"padding={fmt([t, left, b, r])}, dilations={fmt([dh, dw])})")  # fmt: skip
+    inputs = {"x": [draw(st.integers(1, 2)), h, w, draw(st.integers(1, 3))]}
     return model(inputs, expr, draw(DTYPES))
 
 
@@ -230,6 +245,7 @@ STRATEGIES = {
     "matmul": matmul_case,
     "batch_matmul": matmul_case,
     "conv2d": conv2d_case,
+    "im2col": im2col_case,
     "max_pool2d": pool_case,
     "avg_pool2d": pool_case,
     "global_avg_pool": global_avg_pool_case,

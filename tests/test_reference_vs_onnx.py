@@ -45,6 +45,21 @@ CASES = [
         {"x": [2, 4, 9, 9], "w": [6, 2, 3, 3]},
         [node("Conv", ["x", "w"], strides=[2, 1], pads=[1, 0, 2, 1], dilations=[1, 2], group=2)],
     ),
+    Case(  # the channels-last conv, between the transposes that make it the NCHW one
+        "conv2d_nhwc",
+        "transpose(conv2d(transpose(x, perm=[0, 2, 3, 1]), transpose(w, perm=[2, 3, 1, 0]), strides=[2, 1], "
+        'padding=[1, 0, 2, 1], dilations=[1, 2], groups=2, layout="nhwc"), perm=[0, 3, 1, 2])',
+        {"x": [2, 4, 9, 9], "w": [6, 2, 3, 3]},
+        [node("Conv", ["x", "w"], strides=[2, 1], pads=[1, 0, 2, 1], dilations=[1, 2], group=2)],
+    ),
+    Case(  # im2col's rows times the HWIO weight as a matrix are the convolution
+        "im2col",
+        "transpose(reshape(matmul(im2col(transpose(x, perm=[0, 2, 3, 1]), kernel=[3, 3], strides=[2, 1], "
+        "padding=[1, 0, 2, 1], dilations=[1, 2]), reshape(transpose(w, perm=[2, 3, 1, 0]), shape=[36, 6])), "
+        "shape=[2, 5, 6, 6]), perm=[0, 3, 1, 2])",
+        {"x": [2, 4, 9, 9], "w": [6, 4, 3, 3]},
+        [node("Conv", ["x", "w"], strides=[2, 1], pads=[1, 0, 2, 1], dilations=[1, 2])],
+    ),
     *[Case(op, f"{op}(x, z)" if op in ("max", "min") else f"x {sym} z", XZ, [node(onnx_op, ["x", "z"])])
       for op, sym, onnx_op in [("add", "+", "Add"), ("sub", "-", "Sub"), ("mul", "*", "Mul"), ("div", "/", "Div"),
                                ("max", "", "Max"), ("min", "", "Min")]],

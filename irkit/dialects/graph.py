@@ -222,12 +222,20 @@ class BatchMatmulOp(GraphOp):
 
 @irdl_op_definition
 class Conv2dOp(GraphOp):
-    """2-D cross-correlation, NCHW input [N, C, H, W], weight [O, C/groups, KH, KW].
+    """2-D cross-correlation with zero padding; `padding` is [top, left, bottom, right].
 
-    out[n, o, y, x] = sum_{c, i, j} in[n, g*C/groups + c, y*sh + i*dh - pad_top,
-    x*sw + j*dw - pad_left] * w[o, c, i, j], with g = o // (O/groups) and zero padding.
-    `padding` is [top, left, bottom, right]. No bias: a bias is a broadcast `graph.add`.
+    `layout = "nchw"` (the default, ONNX's and PyTorch's): input [N, C, H, W], weight
+    [O, C/groups, KH, KW], result [N, O, OH, OW], and
+
+        out[n, o, y, x] = sum_{c, i, j} in[n, g*C/groups + c, y*sh + i*dh - pad_top,
+                                           x*sw + j*dw - pad_left] * w[o, c, i, j]
+
+    with g = o // (O/groups). `layout = "nhwc"` (channels last, TensorFlow's): input
+    [N, H, W, C], weight [KH, KW, C/groups, O] ("HWIO"), result [N, OH, OW, O], the same sum
+    with the axes permuted. No bias: a bias is a broadcast `graph.add`.
     """
+
+    LAYOUTS: ClassVar[tuple[str, ...]] = ("nchw", "nhwc")
 
     name = "graph.conv2d"
     input = operand_def(TensorType)
@@ -236,10 +244,12 @@ class Conv2dOp(GraphOp):
     padding = prop_def(DenseArrayBase[I64], default_value=int_array([0, 0, 0, 0]))
     dilations = prop_def(DenseArrayBase[I64], default_value=int_array([1, 1]))
     groups = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    layout = prop_def(StringAttr, default_value=StringAttr("nchw"))
     result = result_def(TensorType)
     assembly_format = (
         "$input `,` $weight (`strides` `=` $strides^)? (`padding` `=` $padding^)? "
-        "(`dilations` `=` $dilations^)? (`groups` `=` $groups^)? attr-dict "
+        "(`dilations` `=` $dilations^)? (`groups` `=` $groups^)? (`layout` `=` $layout^)? "
+        "attr-dict "
         "`:` functional-type(operands, results)"
     )
 
@@ -248,6 +258,10 @@ class Conv2dOp(GraphOp):
         x, w = (t.get_shape() for t in types)
         if len(x) != 4 or len(w) != 4:
             raise ShapeError(f"conv2d takes rank-4 input and weight, got {list(x)} and {list(w)}")
+        nhwc = conv_layout(props) == "nhwc"
+        given = list(w)
+        if nhwc:  # the same checks on the NCHW / OIHW view of the operands
+            x, w = (x[0], x[3], x[1], x[2]), (w[3], w[2], w[0], w[1])
         strides, padding, dil = (
             ints(props, "strides"),
             ints(props, "padding"),
@@ -264,11 +278,67 @@ class Conv2dOp(GraphOp):
             raise ShapeError(f"channels {x[1]} and filters {w[0]} must divide by groups={groups}")
         if w[1] != x[1] // groups:
             raise ShapeError(
-                f"weight {list(w)} needs {x[1] // groups} input channels per group, has {w[1]}"
+                f"weight {given} needs {x[1] // groups} input channels per group, has {w[1]}"
             )
         h = shapes.window_output_size(x[2], w[2], strides[0], padding[0], padding[2], dil[0])
         wd = shapes.window_output_size(x[3], w[3], strides[1], padding[1], padding[3], dil[1])
-        return tensor(_same_dtype(types), (x[0], w[0], h, wd))
+        out = (x[0], h, wd, w[0]) if nhwc else (x[0], w[0], h, wd)
+        return tensor(_same_dtype(types), out)
+
+
+@irdl_op_definition
+class Im2colOp(GraphOp):
+    """The patches a channels-last convolution reads, one row per output pixel: input
+    [N, H, W, C] to [N*OH*OW, KH*KW*C], zero outside the input, with
+
+        out[(n*OH + y)*OW + x, (i*KW + j)*C + c] =
+            in[n, y*sh + i*dh - pad_top, x*sw + j*dw - pad_left, c]
+
+    `kernel` is [KH, KW]; strides, padding ([top, left, bottom, right]) and dilations as
+    for conv2d. An NHWC conv2d (groups = 1) is `matmul(im2col(x), w as [KH*KW*C, O])`
+    reshaped to [N, OH, OW, O], which is how `conv-to-matmul` hands convolutions to the
+    matmul tiling passes."""
+
+    name = "graph.im2col"
+    input = operand_def(TensorType)
+    kernel = prop_def(DenseArrayBase[I64])
+    strides = prop_def(DenseArrayBase[I64], default_value=int_array([1, 1]))
+    padding = prop_def(DenseArrayBase[I64], default_value=int_array([0, 0, 0, 0]))
+    dilations = prop_def(DenseArrayBase[I64], default_value=int_array([1, 1]))
+    result = result_def(TensorType)
+    assembly_format = (
+        "$input `kernel` `=` $kernel (`strides` `=` $strides^)? (`padding` `=` $padding^)? "
+        "(`dilations` `=` $dilations^)? attr-dict `:` type($input) `->` type($result)"
+    )
+
+    @classmethod
+    def infer(cls, types: Sequence[TensorType], props: Props) -> TensorType:
+        x = types[0].get_shape()
+        if len(x) != 4:
+            raise ShapeError(f"im2col takes a rank-4 NHWC input, got {list(x)}")
+        kernel, strides = ints(props, "kernel"), ints(props, "strides")
+        padding, dil = ints(props, "padding"), ints(props, "dilations")
+        shapes.check_length(kernel, 2, "kernel")
+        shapes.check_length(strides, 2, "strides")
+        shapes.check_length(padding, 4, "padding")
+        shapes.check_length(dil, 2, "dilations")
+        shapes.check_positive([*kernel, *strides, *dil], "kernel, strides and dilations")
+        if min(padding) < 0:
+            raise ShapeError(f"padding must be >= 0, got {list(padding)}")
+        h = shapes.window_output_size(x[1], kernel[0], strides[0], padding[0], padding[2], dil[0])
+        w = shapes.window_output_size(x[2], kernel[1], strides[1], padding[1], padding[3], dil[1])
+        return tensor(types[0].element_type, (x[0] * h * w, kernel[0] * kernel[1] * x[3]))
+
+
+def conv_layout(props: Props) -> str:
+    """A conv2d's `layout`, checked: "nchw" or "nhwc"."""
+    attr = props.get("layout")
+    layout = attr.data if isinstance(attr, StringAttr) else "nchw"
+    if layout not in Conv2dOp.LAYOUTS:
+        raise ShapeError(
+            f"conv2d layout must be one of {', '.join(Conv2dOp.LAYOUTS)}, got {layout!r}"
+        )
+    return layout
 
 
 # --- elementwise --------------------------------------------------------------------------
@@ -939,7 +1009,7 @@ def _shape(value: SSAValue) -> Shape:
 Graph = Dialect(
     "graph",
     [
-        MatmulOp, BatchMatmulOp, Conv2dOp,
+        MatmulOp, BatchMatmulOp, Conv2dOp, Im2colOp,
         AddOp, SubOp, MulOp, DivOp, MaxOp, MinOp, PowOp,
         NegOp, AbsOp, ReluOp, LeakyReluOp, GeluOp, SigmoidOp, TanhOp, ExpOp, LogOp, SqrtOp,
         RsqrtOp, ErfOp, CastOp,

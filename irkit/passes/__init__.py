@@ -71,6 +71,18 @@ def _cpu_parallelize() -> type[ModulePass]:
     return CpuParallelizePass
 
 
+def _conv_layout() -> type[ModulePass]:
+    from irkit.passes.conv_layout import ConvLayoutPass
+
+    return ConvLayoutPass
+
+
+def _conv_to_matmul() -> type[ModulePass]:
+    from irkit.passes.conv_to_matmul import ConvToMatmulPass
+
+    return ConvToMatmulPass
+
+
 IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "decompose-composites": _decompose_composites,
     "lower-graph-to-loops": _lower_graph_to_loops,
@@ -82,6 +94,8 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "fold-constants": _fold_constants,
     "fold-transposes": _fold_transposes,
     "cpu-parallelize": _cpu_parallelize,
+    "conv-layout": _conv_layout,
+    "conv-to-matmul": _conv_to_matmul,
 }
 
 

@@ -6,10 +6,12 @@ NCHW <-> NHWC conversions around elementwise ops, attention's head transposes, a
 weight transposed back. This pass
 
 - composes transpose(transpose(x, p), q) into one transpose(x, p o q), and drops a transpose
-  whose permutation is the identity (so a pair that cancels disappears);
+  whose permutation is the identity (so a pair that cancels disappears); a transpose that
+  only moves axes of extent 1 becomes a reshape, and reshapes of reshapes compose;
 - with `sink=true` (the default), moves a transpose below the elementwise op that is its
   only user: unary ops and casts, and binary ops whose operands are both transposed by the
-  same permutation of the same shape, or whose other operand is a scalar. Sinking changes
+  same permutation of the same shape, or whose other operand broadcasts (a scalar, a
+  per-channel vector: it is permuted the other way to match). Sinking changes
   no work by itself; it brings transposes together so that they compose and cancel.
 
 Transposes of constants are fold-constants' work. Options: `sink` (bool). Purely a
@@ -18,6 +20,7 @@ reordering of exact data movement: semantics-preserving bit for bit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -42,6 +45,12 @@ def _perm(op: g.TransposeOp) -> list[int]:
 
 def _transpose(value: SSAValue, perm: Sequence[int], like: Operation) -> g.TransposeOp:
     op = g.TransposeOp.create_inferred([value], {"perm": g.int_array(perm)})
+    op.location = like.location
+    return op
+
+
+def _reshape(value: SSAValue, shape: Sequence[int], like: Operation) -> g.ReshapeOp:
+    op = g.ReshapeOp.build_to(value, shape)
     op.location = like.location
     return op
 
@@ -79,6 +88,32 @@ class ComposeTransposes(RewritePattern):
             rewriter.erase(inner)
 
 
+class TransposeOfUnitAxes(RewritePattern):
+    """A transpose that keeps the order of the axes longer than 1 moves no data: a reshape."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.TransposeOp, rewriter: PatternRewriter) -> None:
+        shape = op.input.type.get_shape()  # type: ignore[attr-defined]
+        moved = [p for p in _perm(op) if shape[p] != 1]
+        if moved != sorted(moved) or _perm(op) == sorted(_perm(op)):
+            return
+        rewriter.replace(op, _reshape(op.input, op.result.type.get_shape(), op))  # type: ignore[attr-defined]
+
+
+class ComposeReshapes(RewritePattern):
+    """reshape(reshape(x)) -> reshape(x), and a reshape to the same shape -> x."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.ReshapeOp, rewriter: PatternRewriter) -> None:
+        inner = op.input.owner
+        if op.input.type == op.result.type:
+            rewriter.replace(op, [], [op.input])
+        elif isinstance(inner, g.ReshapeOp):
+            rewriter.replace(op, _reshape(inner.input, op.result.type.get_shape(), op))  # type: ignore[attr-defined]
+            if not inner.result.uses:
+                rewriter.erase(inner)
+
+
 class SinkThroughUnary(RewritePattern):
     """f(transpose(x, p)) -> transpose(f(x), p) for an elementwise unary f or a cast."""
 
@@ -102,7 +137,9 @@ class SinkThroughUnary(RewritePattern):
 
 class SinkThroughBinary(RewritePattern):
     """f(transpose(a, p), transpose(b, p)) -> transpose(f(a, b), p) for same-shaped a and
-    b, and f(transpose(a, p), s) -> transpose(f(a, s), p) for a scalar s (either side)."""
+    b, f(transpose(a, p), s) -> transpose(f(a, s), p) for a scalar s, and
+    f(transpose(a, p), c) -> transpose(f(a, transpose(c, p^-1)), p) for a broadcast operand
+    c (either side)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.BinaryOp, rewriter: PatternRewriter) -> None:
@@ -116,6 +153,12 @@ class SinkThroughBinary(RewritePattern):
             operands, perm, dead = [tl.input, rhs], _perm(tl), [tl]
         elif tr is not None and _scalar(lhs):
             operands, perm, dead = [lhs, tr.input], _perm(tr), [tr]
+        elif tl is not None and _broadcasts_into(rhs, lhs):
+            perm, dead = _perm(tl), [tl]
+            operands = [tl.input, _permuted_for(rhs, perm, op, rewriter)]
+        elif tr is not None and _broadcasts_into(lhs, rhs):
+            perm, dead = _perm(tr), [tr]
+            operands = [_permuted_for(lhs, perm, op, rewriter), tr.input]
         else:
             return
         moved = type(op).create_inferred(operands, dict(op.properties))
@@ -125,6 +168,32 @@ class SinkThroughBinary(RewritePattern):
                             [after.result])  # fmt: skip
         for t in dead:
             rewriter.erase(t)
+
+
+def _broadcasts_into(small: SSAValue, full: SSAValue) -> bool:
+    """Whether `small` is a strict broadcast operand against the result-shaped `full` (a
+    per-channel scale, a bias): fewer elements, and no higher rank."""
+    s, f = (v.type.get_shape() for v in (small, full))  # type: ignore[attr-defined]
+    return len(s) <= len(f) and math.prod(s) < math.prod(f)
+
+
+def _permuted_for(
+    value: SSAValue, perm: list[int], like: Operation, rewriter: PatternRewriter
+) -> SSAValue:
+    """`value` brought to full rank (leading 1s) and permuted by the inverse of `perm`: the
+    operand that, transposed by `perm`, is the original broadcast operand."""
+    shape = value.type.get_shape()  # type: ignore[attr-defined]
+    if len(shape) < len(perm):
+        reshape = g.ReshapeOp.build_to(value, [1] * (len(perm) - len(shape)) + list(shape))
+        reshape.location = like.location
+        rewriter.insert(reshape)
+        value = reshape.result
+    inverse = [0] * len(perm)
+    for k, p in enumerate(perm):
+        inverse[p] = k
+    t = _transpose(value, inverse, like)
+    rewriter.insert(t)
+    return t.result
 
 
 @dataclass(frozen=True)
@@ -137,7 +206,11 @@ class FoldTransposesPass(ModulePass):
     sink: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        patterns: list[RewritePattern] = [ComposeTransposes()]
+        patterns: list[RewritePattern] = [
+            ComposeTransposes(),
+            TransposeOfUnitAxes(),
+            ComposeReshapes(),
+        ]
         if self.sink:
             patterns += [SinkThroughUnary(), SinkThroughBinary()]
         PatternRewriteWalker(GreedyRewritePatternApplier(patterns)).rewrite_module(op)

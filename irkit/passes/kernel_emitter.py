@@ -29,6 +29,7 @@ from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from irkit.dialects import graph as g
+from irkit.dialects import shapes
 from irkit.passes.loop_builder import LOW_PRECISION, LoopBuilder, compute_type
 
 Index = list[SSAValue]
@@ -47,7 +48,7 @@ def dtype_of(value: SSAValue) -> Attribute:
 
 # --- what must be materialized ---------------------------------------------------------------
 
-_REUSING_OPS = (g.MatmulOp, g.BatchMatmulOp, g.Conv2dOp, g.Pool2dOp)
+_REUSING_OPS = (g.MatmulOp, g.BatchMatmulOp, g.Conv2dOp, g.Im2colOp, g.Pool2dOp)
 _VIEW_OPS = (g.ReshapeOp, g.TransposeOp, g.SliceOp)
 
 
@@ -318,28 +319,65 @@ def _window_index(
 
 def _conv2d(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
     x, w = op.operands
-    n, o, oy, ox = idx
-    _, c, h, wd = shape_of(x)
-    kout, cg, kh, kw = shape_of(w)
-    oh, ow = shape_of(op.results[0])[2:]
+    nhwc = g.conv_layout(op.properties) == "nhwc"
+    if nhwc:  # name every extent and index as in NCHW / OIHW
+        n, oy, ox, o = idx
+        _, h, wd, _ = shape_of(x)
+        kh, kw, cg, kout = shape_of(w)
+        oh, ow = shape_of(op.results[0])[1:3]
+    else:
+        n, o, oy, ox = idx
+        _, _, h, wd = shape_of(x)
+        kout, cg, kh, kw = shape_of(w)
+        oh, ow = shape_of(op.results[0])[2:]
     strides, pad, dil = (g.ints(op.properties, p) for p in ("strides", "padding", "dilations"))
     groups = g.int_of(op.properties, "groups")
     ct = compute_type(dtype_of(x))
     base = em.b.imul(em.b.add(arith.DivUIOp(o, em.b.index(kout // groups))), cg)
 
     def body(ivs: Index, accs: Index) -> Index:
-        ci, ky, kx = ivs
+        ky, kx, ci = ivs
         iy, vy = _window_index(em, oy, ky, (strides[0], dil[0], pad[0], h, oh, kh))
         ix, vx = _window_index(em, ox, kx, (strides[1], dil[1], pad[1], wd, ow, kw))
-        v = em.value_at(x, [n, em.b.iadd(base, ci), iy, ix])
+        c = em.b.iadd(base, ci)
+        v = em.value_at(x, [n, iy, ix, c] if nhwc else [n, c, iy, ix])
         checks = [cond for cond in (vy, vx) if cond is not None]
         if checks:
             v = em.select(em.all_of(checks), v, em.b.float(0.0, ct))
-        prod = em.fop(arith.MulfOp, v, em.value_at(w, [o, ci, ky, kx]))
+        prod = em.fop(arith.MulfOp, v, em.value_at(w, [ky, kx, ci, o] if nhwc else [o, ci, ky, kx]))
         return [em.fop(arith.AddfOp, accs[0], prod)]
 
-    (acc,) = em.b.for_nest([cg, kh, kw], [em.b.float(0.0, ct)], body)
+    (acc,) = em.b.for_nest([kh, kw, cg], [em.b.float(0.0, ct)], body)
     return acc
+
+
+def _im2col(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+    """out[m, k] with m = (n*OH + y)*OW + x and k = (i*KW + j)*C + c (divisions by
+    constants, which LLVM and NVCC turn into multiplies)."""
+    x = op.operands[0]
+    _, h, wd, c = shape_of(x)
+    kh, kw = g.ints(op.properties, "kernel")
+    strides, pad, dil = (g.ints(op.properties, p) for p in ("strides", "padding", "dilations"))
+    oh = shapes.window_output_size(h, kh, strides[0], pad[0], pad[2], dil[0])
+    ow = shapes.window_output_size(wd, kw, strides[1], pad[1], pad[3], dil[1])
+    m, k = idx
+
+    def split(value: SSAValue, extents: Sequence[int]) -> Index:
+        parts: Index = []
+        for d in reversed(extents[1:]):
+            parts.append(em.b.add(arith.RemUIOp(value, em.b.index(d))))
+            value = em.b.add(arith.DivUIOp(value, em.b.index(d)))
+        return [value, *reversed(parts)]
+
+    n, oy, ox = split(m, [0, oh, ow])
+    ky, kx, ci = split(k, [0, kw, c])
+    iy, vy = _window_index(em, oy, ky, (strides[0], dil[0], pad[0], h, oh, kh))
+    ix, vx = _window_index(em, ox, kx, (strides[1], dil[1], pad[1], wd, ow, kw))
+    v = em.value_at(x, [n, iy, ix, ci])
+    checks = [cond for cond in (vy, vx) if cond is not None]
+    if checks:
+        v = em.select(em.all_of(checks), v, em.b.float(0.0, compute_type(dtype_of(x))))
+    return v
 
 
 def _pool(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
@@ -463,6 +501,7 @@ EMITTERS: dict[type[Operation], Emit] = {
     g.MatmulOp: _matmul,
     g.BatchMatmulOp: _matmul,
     g.Conv2dOp: _conv2d,
+    g.Im2colOp: _im2col,
     g.MaxPool2dOp: _pool,
     g.AvgPool2dOp: _pool,
     g.TransposeOp: _transpose,

@@ -107,6 +107,39 @@ def conv2d(
     return out.reshape(out_shape)
 
 
+def conv2d_op(op: Operation, a: list[np.ndarray]) -> np.ndarray:
+    """conv2d in either layout: an NHWC one is the NCHW sum on permuted operands."""
+    x, w = a
+    p = op.properties
+    nhwc = g.conv_layout(p) == "nhwc"
+    if nhwc:
+        x, w = x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1)
+    out_shape = _out_shape(op)
+    if nhwc:
+        out_shape = (out_shape[0], out_shape[3], out_shape[1], out_shape[2])
+    out = conv2d(x, w, g.ints(p, "strides"), g.ints(p, "padding"), g.ints(p, "dilations"), g.int_of(p, "groups"), out_shape)  # fmt: skip
+    return out.transpose(0, 2, 3, 1) if nhwc else out
+
+
+def im2col(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    padding: Sequence[int],
+    dilations: Sequence[int],
+    out_shape: Sequence[int],
+) -> np.ndarray:
+    n, h, w, c = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
+    oh = (h + padding[0] + padding[2] - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + padding[1] + padding[3] - dw * (kw - 1) - 1) // sw + 1
+    xp = _pad_hw(x.transpose(0, 3, 1, 2), padding, 0.0)  # [n, c, h, w]
+    cols = np.zeros((n, oh, ow, kh, kw, c))
+    for i, j, view in _windows(xp, kernel, strides, dilations, (oh, ow)):
+        cols[:, :, :, i, j, :] = view.transpose(0, 2, 3, 1)
+    return cols.reshape(out_shape)
+
+
 def max_pool2d(
     x: np.ndarray,
     kernel: Sequence[int],
@@ -162,7 +195,8 @@ def _out_shape(op: Operation) -> tuple[int, ...]:
 IMPLS: dict[type[Operation], Callable[[Any, list[np.ndarray]], np.ndarray]] = {
     g.MatmulOp: lambda op, a: a[0] @ a[1],
     g.BatchMatmulOp: lambda op, a: np.matmul(a[0], a[1]),
-    g.Conv2dOp: lambda op, a: conv2d(a[0], a[1], g.ints(op.properties, "strides"), g.ints(op.properties, "padding"), g.ints(op.properties, "dilations"), g.int_of(op.properties, "groups"), _out_shape(op)),
+    g.Conv2dOp: conv2d_op,
+    g.Im2colOp: lambda op, a: im2col(a[0], g.ints(op.properties, "kernel"), g.ints(op.properties, "strides"), g.ints(op.properties, "padding"), g.ints(op.properties, "dilations"), _out_shape(op)),
     g.AddOp: lambda op, a: a[0] + a[1],
     g.SubOp: lambda op, a: a[0] - a[1],
     g.MulOp: lambda op, a: a[0] * a[1],

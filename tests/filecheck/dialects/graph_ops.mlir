@@ -4,16 +4,21 @@
 // RUN: irkit-opt %s --print-op-generic | filecheck %s --check-prefix=GENERIC
 
 // CHECK-LABEL: func.func @contractions
-func.func @contractions(%a: tensor<4x8xf32>, %b: tensor<8x3xf32>, %c: tensor<2x4x8xf32>, %d: tensor<1x8x5xf32>, %x: tensor<1x4x9x9xf32>, %w: tensor<6x2x3x3xf32>) -> (tensor<4x3xf32>, tensor<2x4x5xf32>, tensor<1x6x5x3xf32>) {
+func.func @contractions(%a: tensor<4x8xf32>, %b: tensor<8x3xf32>, %c: tensor<2x4x8xf32>, %d: tensor<1x8x5xf32>, %x: tensor<1x4x9x9xf32>, %w: tensor<6x2x3x3xf32>, %xl: tensor<1x9x9x4xf32>, %wl: tensor<3x3x2x6xf32>) -> (tensor<4x3xf32>, tensor<2x4x5xf32>, tensor<1x6x5x3xf32>, tensor<1x5x3x6xf32>, tensor<15x36xf32>) {
   // CHECK: graph.matmul %{{.*}}, %{{.*}} : (tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
   // GENERIC: "graph.matmul"(%{{.*}}, %{{.*}}) : (tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
   %0 = graph.matmul %a, %b : (tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
   // CHECK: graph.batch_matmul %{{.*}}, %{{.*}} : (tensor<2x4x8xf32>, tensor<1x8x5xf32>) -> tensor<2x4x5xf32>
   %1 = graph.batch_matmul %c, %d : (tensor<2x4x8xf32>, tensor<1x8x5xf32>) -> tensor<2x4x5xf32>
   // CHECK: graph.conv2d %{{.*}}, %{{.*}} strides = [2, 2] padding = [1, 0, 1, 0] dilations = [1, 2] groups = 2 : (tensor<1x4x9x9xf32>, tensor<6x2x3x3xf32>) -> tensor<1x6x5x3xf32>
-  // GENERIC: "graph.conv2d"(%{{.*}}, %{{.*}}) <{strides = array<i64: 2, 2>, padding = array<i64: 1, 0, 1, 0>, dilations = array<i64: 1, 2>, groups = 2 : i64}>
+  // GENERIC: "graph.conv2d"(%{{.*}}, %{{.*}}) <{strides = array<i64: 2, 2>, padding = array<i64: 1, 0, 1, 0>, dilations = array<i64: 1, 2>, groups = 2 : i64, layout = "nchw"}>
   %2 = graph.conv2d %x, %w strides = [2, 2] padding = [1, 0, 1, 0] dilations = [1, 2] groups = 2 : (tensor<1x4x9x9xf32>, tensor<6x2x3x3xf32>) -> tensor<1x6x5x3xf32>
-  func.return %0, %1, %2 : tensor<4x3xf32>, tensor<2x4x5xf32>, tensor<1x6x5x3xf32>
+  // CHECK: graph.conv2d %{{.*}}, %{{.*}} strides = [2, 2] padding = [1, 0, 1, 0] dilations = [1, 2] groups = 2 layout = "nhwc" : (tensor<1x9x9x4xf32>, tensor<3x3x2x6xf32>) -> tensor<1x5x3x6xf32>
+  %3 = graph.conv2d %xl, %wl strides = [2, 2] padding = [1, 0, 1, 0] dilations = [1, 2] groups = 2 layout = "nhwc" : (tensor<1x9x9x4xf32>, tensor<3x3x2x6xf32>) -> tensor<1x5x3x6xf32>
+  // CHECK: graph.im2col %{{.*}} kernel = [3, 3] strides = [2, 2] padding = [1, 0, 1, 0] dilations = [1, 2] : tensor<1x9x9x4xf32> -> tensor<15x36xf32>
+  // GENERIC: "graph.im2col"(%{{.*}}) <{kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, padding = array<i64: 1, 0, 1, 0>, dilations = array<i64: 1, 2>}>
+  %4 = graph.im2col %xl kernel = [3, 3] strides = [2, 2] padding = [1, 0, 1, 0] dilations = [1, 2] : tensor<1x9x9x4xf32> -> tensor<15x36xf32>
+  func.return %0, %1, %2, %3, %4 : tensor<4x3xf32>, tensor<2x4x5xf32>, tensor<1x6x5x3xf32>, tensor<1x5x3x6xf32>, tensor<15x36xf32>
 }
 
 // CHECK-LABEL: func.func @elementwise

@@ -1,0 +1,113 @@
+"""conv-layout: convert convolutions to one data layout (NCHW -> NHWC by default).
+
+ONNX and PyTorch models are channels-first (NCHW activations, OIHW weights). Channels-last
+(NHWC activations, HWIO weights) is what a convolution computed as a matrix product wants:
+the C values an output pixel reads from one input pixel are contiguous, the im2col matrix
+of an NHWC input is [pixels, KH*KW*C] with no transpose, HWIO weights are already the
+[KH*KW*C, O] right-hand side, and the [pixels, O] product *is* the NHWC output, so a
+per-channel epilogue (bias, batch norm) broadcasts along the rows of the matmul's tile.
+This is IREE's `convert-conv-nchw-to-nhwc` (and cuDNN's preferred layout for the same
+reason).
+
+Each conv2d not in the target layout becomes
+
+    transpose(conv2d(transpose(x), transpose(w), layout = target), back)
+
+and each batch_norm fed by such a conv is decomposed into per-channel elementwise ops, so
+that `fold-transposes` (which runs later in the default pipelines) can sink the `back`
+transpose through the block's elementwise tail and cancel it against the next conv's
+forward transpose. What remains are one transpose into the block and one out of it, each a
+strided read fused into the kernel that consumes it. Weight transposes of constants are
+folded by `fold-constants`; of run-time weights they are one small copy per call.
+
+Options:
+  layout=nhwc    the target layout: nhwc or nchw (nchw converts channels-last models back)
+
+Exact data movement only: semantics-preserving bit for bit (the sum over a window runs in
+the same (ky, kx, c) order in either layout).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+
+from irkit.dialects import graph as g
+from irkit.errors import IrkitError
+from irkit.passes.decompose_composites import DecomposeBatchNormPattern
+
+# How each operand of a conv2d is permuted from one layout into the other.
+_INPUT = {"nhwc": (0, 2, 3, 1), "nchw": (0, 3, 1, 2)}  # NCHW -> NHWC, NHWC -> NCHW
+_WEIGHT = {"nhwc": (2, 3, 1, 0), "nchw": (3, 2, 0, 1)}  # OIHW -> HWIO, HWIO -> OIHW
+
+
+def _inverse(perm: tuple[int, ...]) -> list[int]:
+    inv = [0] * len(perm)
+    for k, p in enumerate(perm):
+        inv[p] = k
+    return inv
+
+
+class ConvertConvLayout(RewritePattern):
+    def __init__(self, layout: str):
+        self.layout = layout
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.Conv2dOp, rewriter: PatternRewriter) -> None:
+        if g.conv_layout(op.properties) == self.layout:
+            return
+        new_ops: list[g.GraphOp] = [
+            x := g.TransposeOp.create_inferred([op.input], {"perm": g.int_array(_INPUT[self.layout])}),
+            w := g.TransposeOp.create_inferred([op.weight], {"perm": g.int_array(_WEIGHT[self.layout])}),
+            conv := g.Conv2dOp.create_inferred(
+                [x, w], {**op.properties, "layout": StringAttr(self.layout)}
+            ),
+            back := g.TransposeOp.create_inferred(
+                [conv], {"perm": g.int_array(_inverse(_INPUT[self.layout]))}
+            ),
+        ]  # fmt: skip
+        for new in new_ops:
+            new.location = op.location
+        conv.attributes.update(op.attributes)
+        rewriter.replace(op, new_ops, [back.result])
+
+
+class DecomposeTransposedBatchNorm(RewritePattern):
+    """A batch_norm of a converted conv's output becomes per-channel elementwise ops, which
+    fold-transposes can sink the conv's transpose through (batch_norm has no layout)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.BatchNormOp, rewriter: PatternRewriter) -> None:
+        t = op.input.owner
+        if isinstance(t, g.TransposeOp) and isinstance(t.input.owner, g.Conv2dOp):
+            DecomposeBatchNormPattern().match_and_rewrite(op, rewriter)
+
+
+@dataclass(frozen=True)
+class ConvLayoutPass(ModulePass):
+    """Put every conv2d in `layout`, with transposes around it (see the module docstring)."""
+
+    name = "conv-layout"
+    is_optimization = True
+
+    layout: str = "nhwc"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.layout not in g.Conv2dOp.LAYOUTS:
+            choices = ", ".join(g.Conv2dOp.LAYOUTS)
+            raise IrkitError(f"option layout={self.layout!r}: expected one of {choices}")
+        patterns = [ConvertConvLayout(self.layout), DecomposeTransposedBatchNorm()]
+        walker = PatternRewriteWalker(
+            GreedyRewritePatternApplier(patterns), apply_recursively=False
+        )
+        walker.rewrite_module(op)

@@ -1,0 +1,159 @@
+"""conv-to-matmul: channels-last convolutions as matrix products (im2col).
+
+A direct convolution loop nest computes each output by a dot product over (ky, kx, c): the
+loop emitters cannot register-block or vectorize it, so it runs at scalar speed. An NHWC
+convolution (groups = 1) is exactly
+
+    reshape(matmul(im2col(x), reshape(w, [KH*KW*C, O])), [N, OH, OW, O])
+
+where `graph.im2col` writes each output pixel's receptive field as one row (KH*KW times
+the input's size; zero where the window hangs over the padding). The matmul is then what
+`cpu-tile-matmul` and `gpu-tile-matmul` tile. A 1x1 convolution with unit strides and no
+padding needs no im2col: the input reshaped to [N*H*W, C] is already the matrix. This is
+IREE's `convert-conv2d-to-img2col`.
+
+The product's [N*OH*OW, O] rows are NHWC output pixels, so a per-channel epilogue
+broadcasts along the matmul's columns: the pass sinks the output reshape below elementwise
+consumers whose other operands vary along the channel axis only (bias, batch-norm factors,
+activations), so that `fuse-kernels` fuses them into the matmul as an epilogue on 2-D data.
+
+NCHW convolutions are left alone: run `conv-layout` first (the default pipelines do).
+
+Options:
+  max-expansion=16   leave a convolution direct when its im2col matrix would hold more than
+                     this many times the input's elements (KH*KW/stride^2, roughly)
+
+Semantics: the same products, summed in the same (ky, kx, c) order; padded taps multiply
+zeros, as the direct loop's selects do. Bit-identical to the direct loop nest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+
+from irkit.dialects import graph as g
+from irkit.errors import IrkitError
+
+
+def _shape(value: SSAValue) -> tuple[int, ...]:
+    assert isinstance(value.type, TensorType)
+    return value.type.get_shape()
+
+
+def _placed(op: g.GraphOp, like: Operation) -> g.GraphOp:
+    op.location = like.location
+    return op
+
+
+class ConvToMatmul(RewritePattern):
+    def __init__(self, max_expansion: int):
+        self.max_expansion = max_expansion
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.Conv2dOp, rewriter: PatternRewriter) -> None:
+        p = op.properties
+        if g.conv_layout(p) != "nhwc" or g.int_of(p, "groups") != 1:
+            return
+        n, h, w, c = _shape(op.input)
+        kh, kw, _, o = _shape(op.weight)
+        _, oh, ow, _ = _shape(op.result)
+        if kh * kw * oh * ow > self.max_expansion * h * w:
+            return
+        window = {k: p[k] for k in ("strides", "padding", "dilations")}
+        direct = (
+            (kh, kw) == (1, 1) and g.ints(p, "strides") == (1, 1) and not any(g.ints(p, "padding"))
+        )
+        new: list[g.GraphOp] = [
+            cols := g.ReshapeOp.build_to(op.input, [n * h * w, c]) if direct
+            else g.Im2colOp.create_inferred([op.input], {"kernel": g.int_array([kh, kw]), **window}),
+            rhs := g.ReshapeOp.build_to(op.weight, [kh * kw * c, o]),
+            mm := g.MatmulOp.create_inferred([cols, rhs]),
+            out := g.ReshapeOp.build_to(mm, [n, oh, ow, o]),
+        ]  # fmt: skip
+        for x in new:
+            _placed(x, op)
+        mm.attributes.update(op.attributes)
+        rewriter.replace(op, new, [out.result])
+
+
+def _channel_only(value: SSAValue, rank: int) -> bool:
+    """Whether `value`, broadcast to `rank` axes, varies along the last axis only."""
+    shape = _shape(value)
+    return len(shape) <= rank and all(d == 1 for d in shape[:-1])
+
+
+class SinkReshape(RewritePattern):
+    """f(reshape(m, [..., O]), c) -> reshape(f(m, c'), [..., O]) for a 2-D m = [M, O] whose
+    reshape only splits rows, an elementwise f, and operands c that vary along the channel
+    axis only (c' is c as [1, O], or a scalar)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(
+        self, op: g.UnaryOp | g.BinaryOp | g.CastOp, rewriter: PatternRewriter
+    ) -> None:
+        operands = list(op.operands)
+        found = [
+            i for i, v in enumerate(operands)
+            if isinstance(r := v.owner, g.ReshapeOp) and v.has_one_use()
+            and len(_shape(r.input)) == 2 and _shape(r.input)[-1] == _shape(v)[-1]
+            and _shape(v) == _shape(op.results[0])
+        ]  # fmt: skip
+        if len(found) != 1:
+            return
+        (i,) = found
+        reshape = operands[i].owner
+        assert isinstance(reshape, g.ReshapeOp)
+        full = _shape(op.results[0])
+        moved_operands: list[SSAValue] = []
+        for k, v in enumerate(operands):
+            if k == i:
+                moved_operands.append(reshape.input)
+            elif not _shape(v):
+                moved_operands.append(v)
+            elif _channel_only(v, len(full)):
+                r = _placed(g.ReshapeOp.build_to(v, [1, _shape(v)[-1]]), op)
+                rewriter.insert(r)
+                moved_operands.append(r.results[0])
+            else:
+                return
+        element = op.results[0].type.element_type  # type: ignore[attr-defined]
+        m = _shape(reshape.input)
+        if isinstance(op, g.BinaryOp):
+            moved = type(op).create_inferred(moved_operands, dict(op.properties))
+        else:
+            moved = type(op).create(operands=moved_operands, properties=dict(op.properties),
+                                    result_types=[g.tensor(element, m)])  # fmt: skip
+        moved.attributes.update(op.attributes)
+        _placed(moved, op)
+        after = _placed(g.ReshapeOp.build_to(moved, full), op)
+        rewriter.replace(op, [moved, after], [after.results[0]])
+        rewriter.erase(reshape)
+
+
+@dataclass(frozen=True)
+class ConvToMatmulPass(ModulePass):
+    """Rewrite NHWC convolutions as im2col + matmul (see the module docstring)."""
+
+    name = "conv-to-matmul"
+    is_optimization = True
+
+    max_expansion: int = 16
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.max_expansion < 1:
+            raise IrkitError(f"option max-expansion={self.max_expansion}: must be >= 1")
+        PatternRewriteWalker(
+            GreedyRewritePatternApplier([ConvToMatmul(self.max_expansion), SinkReshape()])
+        ).rewrite_module(op)

@@ -1,0 +1,160 @@
+"""Convolutions: the NHWC layout (conv-layout), im2col matmuls (conv-to-matmul), and what
+they compute, checked against the float64 reference on the CPU and under lockstep, and
+bit for bit against the direct loop nest they replace."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import irkit
+from irkit.dialects import graph as g
+from irkit.errors import IrkitError
+from irkit.frontend.onnx import import_model
+from irkit.pipelines import apply_passes, parse_passes
+from irkit.runtime.check import check, reference_case
+from tests.test_onnx_frontend import cnn_model
+
+# name: (input NCHW, weight OIHW, conv2d keyword arguments)
+CONVS = {
+    "3x3_pad": ((2, 5, 9, 11), (6, 5, 3, 3), "padding=[1, 1, 1, 1]"),
+    "1x1": ((2, 8, 6, 7), (5, 8, 1, 1), ""),
+    "1x1_stride2": ((1, 4, 9, 9), (3, 4, 1, 1), "strides=[2, 2]"),
+    "5x3_strided_asym": ((1, 3, 13, 10), (4, 3, 5, 3), "strides=[2, 3], padding=[2, 0, 1, 1]"),
+    "dilated": ((1, 2, 12, 12), (3, 2, 3, 3), "dilations=[2, 2], padding=[2, 2, 2, 2]"),
+    "grouped": ((1, 6, 8, 8), (4, 3, 3, 3), "groups=2, padding=[1, 1, 1, 1]"),
+}
+
+
+def conv_module(tmp_path: Path, name: str, tail: str = ""):
+    x, w, kw = CONVS[name]
+    conv = f"conv2d(x, w, {kw})" if kw else "conv2d(x, w)"
+    path = tmp_path / f"{name}.graph"
+    path.write_text(
+        f"model conv_{name}\ninput x : f32{list(x)}\nparam w : f32{list(w)}\n"
+        f"output y = {f'{tail}({conv})' if tail else conv}\n"
+    )
+    return irkit.load(path)
+
+
+def _outputs(module, spec: str, backend: str = "cpu") -> list[np.ndarray]:
+    exe = irkit.compile(module, spec, backend=backend)
+    checks, _ = check(exe, module, seed=5)
+    assert checks and all(c.passed for c in checks), (spec, [c.describe() for c in checks])
+    inputs, _ = reference_case(module, 5)
+    return exe(*inputs)
+
+
+def _count(module, cls) -> int:
+    return sum(isinstance(op, cls) for op in module.walk())
+
+
+@pytest.mark.parametrize("name", CONVS)
+def test_nhwc_conv_is_the_nchw_conv_bit_for_bit(tmp_path: Path, name: str) -> None:
+    module = conv_module(tmp_path, name)
+    nhwc = apply_passes(module.clone(), parse_passes("conv-layout"))
+    (conv,) = [op for op in nhwc.walk() if isinstance(op, g.Conv2dOp)]
+    assert g.conv_layout(conv.properties) == "nhwc"
+    direct = _outputs(module, "lower-graph-to-loops")
+    converted = _outputs(module, "conv-layout,lower-graph-to-loops")
+    np.testing.assert_array_equal(direct[0], converted[0])
+
+
+@pytest.mark.parametrize("name", CONVS)
+def test_conv_to_matmul_is_the_direct_nest_bit_for_bit(tmp_path: Path, name: str) -> None:
+    module = conv_module(tmp_path, name)
+    spec = "conv-layout,fold-transposes,conv-to-matmul"
+    rewritten = apply_passes(module.clone(), parse_passes(spec))
+    grouped = name == "grouped"
+    assert _count(rewritten, g.MatmulOp) == (0 if grouped else 1)
+    assert _count(rewritten, g.Conv2dOp) == (1 if grouped else 0)
+    # a 1x1 convolution with unit strides and no padding needs no im2col
+    assert _count(rewritten, g.Im2colOp) == (0 if grouped or name == "1x1" else 1)
+    direct = _outputs(module, "conv-layout,lower-graph-to-loops")
+    as_matmul = _outputs(module, f"{spec},lower-graph-to-loops")
+    np.testing.assert_array_equal(direct[0], as_matmul[0])
+
+
+@pytest.mark.parametrize("name", ["3x3_pad", "5x3_strided_asym"])
+@pytest.mark.parametrize("pipeline", ["default-cpu", "baseline-cpu"])
+def test_conv_pipelines_match_the_reference(tmp_path: Path, name: str, pipeline: str) -> None:
+    _outputs(conv_module(tmp_path, name, "relu"), pipeline)
+
+
+@pytest.mark.parametrize("name", ["3x3_pad", "dilated", "1x1"])
+def test_conv_as_matmul_under_lockstep(tmp_path: Path, name: str) -> None:
+    """The CUDA path: im2col and the shared-memory tiled matmul, NVRTC-built and run
+    thread by thread."""
+    module = conv_module(tmp_path, name, "relu")
+    _outputs(module, "default-cuda", backend="cuda-sim")
+
+
+def test_the_conv_block_becomes_one_matmul_with_its_epilogue() -> None:
+    """conv + batch_norm + relu: the batch norm's per-channel ops sink below the NHWC
+    transpose and the output reshape, and fuse into the matmul as its epilogue."""
+    module = irkit.load("examples/conv_block.graph", {"N": 1, "H": 12})
+    spec = "canonicalize,cse,conv-layout,fold-transposes,conv-to-matmul,fold-constants,fuse-kernels"
+    fused = apply_passes(module, parse_passes(spec))
+    kernels = [op for op in fused.walk() if isinstance(op, g.KernelOp)]
+    (mm_kernel,) = [k for k in kernels if any(isinstance(o, g.MatmulOp) for o in k.walk())]
+    inside = {type(o) for o in mm_kernel.walk()}
+    assert {g.MatmulOp, g.SubOp, g.MulOp, g.AddOp, g.ReluOp} <= inside
+    assert _count(fused, g.Conv2dOp) == 0 and _count(fused, g.BatchNormOp) == 0
+
+
+def test_conv_layout_on_the_exported_cnn() -> None:
+    """An ONNX CNN (two conv blocks, one grouped, pools, a classifier head): the default
+    pipeline keeps its result."""
+    module = import_model(cnn_model(), "cnn.onnx")
+    nhwc = apply_passes(module.clone(), parse_passes("conv-layout,fold-transposes"))
+    layouts = [g.conv_layout(op.properties) for op in nhwc.walk() if isinstance(op, g.Conv2dOp)]
+    assert layouts == ["nhwc", "nhwc"]
+    _outputs(module, "default-cpu")
+
+
+def test_conv_layout_back_to_nchw_is_the_identity_pair(tmp_path: Path) -> None:
+    module = conv_module(tmp_path, "3x3_pad")
+    there_and_back = apply_passes(
+        module.clone(), parse_passes("conv-layout,conv-layout{layout=nchw},fold-transposes")
+    )
+    assert _count(there_and_back, g.TransposeOp) == 0
+    assert str(there_and_back) == str(module)
+
+
+def test_max_expansion_keeps_a_large_window_direct(tmp_path: Path) -> None:
+    module = conv_module(tmp_path, "5x3_strided_asym")
+    kept = apply_passes(module.clone(), parse_passes("conv-layout,conv-to-matmul{max-expansion=1}"))
+    assert _count(kept, g.Conv2dOp) == 1 and _count(kept, g.Im2colOp) == 0
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("conv-layout{layout=chwn}", "layout='chwn'"),
+        ("conv-to-matmul{max-expansion=0}", "max-expansion=0"),
+    ],
+)
+def test_bad_options_are_one_line(spec: str, message: str) -> None:
+    with pytest.raises(IrkitError, match=message):
+        apply_passes(irkit.load("examples/conv_block.graph"), parse_passes(spec))
+    run = subprocess.run(
+        ["irkit-opt", "examples/conv_block.graph", "-p", spec],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert run.returncode != 0
+    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    assert message in run.stderr
+
+
+def test_a_bad_layout_in_a_graph_file_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.graph"
+    path.write_text(
+        "model bad\ninput x : f32[1, 4, 4, 2]\nparam w : f32[1, 1, 2, 3]\n"
+        'output y = conv2d(x, w, layout="nwhc")\n'
+    )
+    run = subprocess.run(["irkit-opt", str(path)], capture_output=True, text=True, check=False)
+    assert run.returncode != 0 and "Traceback" not in run.stderr
+    assert f"{path}:4:" in run.stderr and "nwhc" in run.stderr
