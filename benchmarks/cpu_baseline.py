@@ -58,6 +58,21 @@ def elementwise_peer(x, y, bias):
     return np.float32(1) / (np.float32(1) + np.exp(-t)) * np.float32(2)
 
 
+def conv_block_peer(x, w, scale, shift, mean, var):
+    """examples/conv_block.graph the way a numpy user writes a convolution: im2col through
+    a strided window view (one copy), one OpenBLAS matmul, then the batch norm, relu and the
+    2x2 max pool on the NHWC result (3x3 kernel, stride 1, padding 1)."""
+    n, c, h, wd = x.shape
+    k = w.shape[0]
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))  # n c h w 3 3
+    cols = windows.transpose(0, 2, 3, 4, 5, 1).reshape(n * h * wd, 9 * c)
+    y = cols @ w.transpose(2, 3, 1, 0).reshape(9 * c, k)
+    factor = scale / np.sqrt(var + np.float32(1e-5))
+    y = np.maximum((y - mean) * factor + shift, np.float32(0)).reshape(n, h // 2, 2, wd // 2, 2, k)
+    return y.max(axis=(2, 4)).transpose(0, 3, 1, 2)
+
+
 WORKLOADS = {
     # name: (model, dims, quick dims, numpy peer)
     "elementwise_chain": ("examples/elementwise_chain.graph", {"N": 4096, "D": 2048},

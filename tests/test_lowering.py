@@ -211,3 +211,24 @@ func.func @k(%a: memref<4xf32>) {
 
     with pytest.raises(IrkitError, match="the llvm target cannot translate math.sin"):
         llvm_ir(parse_mlir(src, "sin.mlir"))
+
+
+def test_driver_scratch_is_allocated_once_and_released() -> None:
+    """The driver keeps its intermediate buffers between calls (no page faults per call):
+    a second call with other inputs still computes its own result, and dropping the
+    executable frees them through `irkit.release`."""
+    import gc
+
+    from irkit.runtime.check import check as check_outputs
+
+    module = irkit.load("examples/mlp.graph", {"B": 4})
+    exe = irkit.compile(module, "baseline-cpu", backend="cpu")
+    assert (
+        "internal global ptr null" in exe.llvm_ir
+        and 'define void @"irkit.release"()' in exe.llvm_ir
+    )
+    for seed in (1, 2, 3):
+        checks, _ = check_outputs(exe, module, seed=seed)
+        assert checks and all(c.passed for c in checks), [c.describe() for c in checks]
+    del exe
+    gc.collect()

@@ -105,10 +105,32 @@ class KernelEmitter:
     def emit(self, materialized: Sequence[SSAValue]) -> None:
         for value in materialized:
             buffer = self.buffers[value]
+            op = value.owner
+            if type(op) in FINE_NESTS:
+                self._emit_fine(op, buffer)  # type: ignore[arg-type]
+                continue
             self.b.parallel(
                 shape_of(value),
                 lambda idx, v=value, buf=buffer: self.b.store(self.compute(v, idx), buf, idx),
             )
+
+    def _emit_fine(self, op: Operation, buffer: SSAValue) -> None:
+        """Store `op`'s result from a loop nest over a finer shape whose axes, in groups,
+        collapse row-major onto the result's axes (no index division in the loop)."""
+        fine, groups, at = FINE_NESTS[type(op)](op)
+
+        def body(fidx: Index) -> None:
+            idx: Index = []
+            start = 0
+            for size in groups:
+                linear = fidx[start]
+                for k in range(start + 1, start + size):
+                    linear = self.b.iadd(self.b.imul(linear, fine[k]), fidx[k])
+                idx.append(linear)
+                start += size
+            self.b.store(at(self, op, fidx), buffer, idx)
+
+        self.b.parallel(fine, body)
 
     def value_at(self, value: SSAValue, idx: Index) -> SSAValue:
         """The element `idx` of `value` in the compute type, loaded or computed here."""
@@ -351,16 +373,36 @@ def _conv2d(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
     return acc
 
 
-def _im2col(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
-    """out[m, k] with m = (n*OH + y)*OW + x and k = (i*KW + j)*C + c (divisions by
-    constants, which LLVM and NVCC turn into multiplies)."""
-    x = op.operands[0]
-    _, h, wd, c = shape_of(x)
+def _im2col_window(op: Operation) -> tuple[int, ...]:
+    """(N, OH, OW, KH, KW, C): im2col's result is this shape, collapsed to 2-D."""
+    n, h, wd, c = shape_of(op.operands[0])
     kh, kw = g.ints(op.properties, "kernel")
     strides, pad, dil = (g.ints(op.properties, p) for p in ("strides", "padding", "dilations"))
     oh = shapes.window_output_size(h, kh, strides[0], pad[0], pad[2], dil[0])
     ow = shapes.window_output_size(wd, kw, strides[1], pad[1], pad[3], dil[1])
-    m, k = idx
+    return n, oh, ow, kh, kw, c
+
+
+def _im2col_at(em: KernelEmitter, op: Operation, fine: Index) -> SSAValue:
+    """The patch element at (n, oy, ox, ky, kx, c): the input pixel or a padding zero."""
+    x = op.operands[0]
+    _, h, wd, _ = shape_of(x)
+    _, oh, ow, kh, kw, _ = _im2col_window(op)
+    strides, pad, dil = (g.ints(op.properties, p) for p in ("strides", "padding", "dilations"))
+    n, oy, ox, ky, kx, ci = fine
+    iy, vy = _window_index(em, oy, ky, (strides[0], dil[0], pad[0], h, oh, kh))
+    ix, vx = _window_index(em, ox, kx, (strides[1], dil[1], pad[1], wd, ow, kw))
+    v = em.value_at(x, [n, iy, ix, ci])
+    checks = [cond for cond in (vy, vx) if cond is not None]
+    if checks:
+        v = em.select(em.all_of(checks), v, em.b.float(0.0, compute_type(dtype_of(x))))
+    return v
+
+
+def _im2col(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+    """out[m, k] read elsewhere than im2col's own nest: m and k split by division (by
+    constants, which LLVM and NVCC turn into multiplies)."""
+    n, oh, ow, kh, kw, c = _im2col_window(op)
 
     def split(value: SSAValue, extents: Sequence[int]) -> Index:
         parts: Index = []
@@ -369,15 +411,7 @@ def _im2col(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
             value = em.b.add(arith.DivUIOp(value, em.b.index(d)))
         return [value, *reversed(parts)]
 
-    n, oy, ox = split(m, [0, oh, ow])
-    ky, kx, ci = split(k, [0, kw, c])
-    iy, vy = _window_index(em, oy, ky, (strides[0], dil[0], pad[0], h, oh, kh))
-    ix, vx = _window_index(em, ox, kx, (strides[1], dil[1], pad[1], wd, ow, kw))
-    v = em.value_at(x, [n, iy, ix, ci])
-    checks = [cond for cond in (vy, vx) if cond is not None]
-    if checks:
-        v = em.select(em.all_of(checks), v, em.b.float(0.0, compute_type(dtype_of(x))))
-    return v
+    return _im2col_at(em, op, [*split(idx[0], [n, oh, ow]), *split(idx[1], [kh, kw, c])])
 
 
 def _pool(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
@@ -471,6 +505,14 @@ def _concat(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
 
     return part(0, 0)
 
+
+FINE_NESTS: dict[
+    type[Operation],
+    Callable[[Operation], tuple[tuple[int, ...], tuple[int, ...], Callable[..., SSAValue]]],
+] = {g.Im2colOp: lambda op: (_im2col_window(op), (3, 3), _im2col_at)}
+"""Ops whose own loop nest runs over a finer shape: (the fine shape, how many fine axes
+collapse onto each result axis, the element at a fine index). im2col's rows and columns
+are (n, oy, ox) and (ky, kx, c): its innermost loop copies C contiguous channels."""
 
 EMITTERS: dict[type[Operation], Emit] = {
     g.AddOp: _binary(lambda em, a, b: em.fop(arith.AddfOp, a, b)),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import re
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from irkit.codegen.costs import count_flops, min_bytes
 from irkit.codegen.host import host_target, llvm_ir, optimize
+from irkit.codegen.llvm import RELEASE
 from irkit.errors import IrkitError
 from irkit.ir import entry_function, to_text
 from irkit.passes.cpu_parallelize import cpu_threads
@@ -61,6 +63,12 @@ class CpuBound:
         pass
 
 
+def _release(release: Callable[[], None], engine: llvm.ExecutionEngine) -> None:
+    """Free a dropped executable's kept scratch; `engine` (its code) is kept alive until then."""
+    del engine
+    release()
+
+
 class CpuExecutable:
     """A compiled module: its driver and kernels as native functions."""
 
@@ -78,6 +86,9 @@ class CpuExecutable:
         ]
         self._natives = {f.sym_name.data: self._function(f) for f in self.kernel_functions}
         self.kernels = [self._record(f) for f in self.kernel_functions]
+        # the driver keeps its scratch buffers between calls; free them with the engine
+        release = ctypes.CFUNCTYPE(None)(engine.get_function_address(RELEASE))
+        weakref.finalize(self, _release, release, engine)
 
     def _function(self, fn: func.FuncOp) -> Callable[..., None]:
         address = self.engine.get_function_address(fn.sym_name.data)
