@@ -10,6 +10,9 @@ Two ONNX models are built with onnx.helper (into a temporary directory, never co
 - `nhwc_block`: a TensorFlow-style block, channels-last tensors transposed to channels-first
   around an elementwise residual block (scale, ReLU, add) and back. fold-transposes sinks
   the transposes through the block, where they cancel.
+- `conv_block`: a PyTorch-exported ResNet stage (Conv 3x3 + bias, BatchNormalization, Relu,
+  MaxPool; NCHW, 2 x 32 x 56 x 56 -> 64 channels). conv-layout makes it channels-last and
+  conv-to-matmul an im2col matmul that the matmul tiling pass takes.
 
 Each is attributed (`irkit-bench attribute`, Shapley over the optional passes of the
 backend's default pipeline: every distinct program checked against the float64 reference,
@@ -75,6 +78,31 @@ def nhwc_block(n: int, hw: int, c: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def conv_block(n: int, c: int, k: int, hw: int) -> onnx.ModelProto:
+    """A ResNet stage as PyTorch exports it (NCHW): Conv 3x3 with bias, BatchNormalization,
+    Relu, MaxPool 2x2. conv-layout and conv-to-matmul make it one im2col and one tiled
+    matmul with the bias, batch norm and relu as its epilogue."""
+    rng = np.random.default_rng(1)
+    node = helper.make_node
+    nodes = [
+        node("Conv", ["x", "w", "bias"], ["c"], pads=[1, 1, 1, 1]),
+        node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["b"]),
+        node("Relu", ["b"], ["r"]),
+        node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+    ]
+    inits = [
+        numpy_helper.from_array(rng.uniform(-0.1, 0.1, (k, c, 3, 3)).astype(np.float32), "w"),
+        *[numpy_helper.from_array(rng.uniform(lo, hi, (k,)).astype(np.float32), name)
+          for name, lo, hi in (("bias", -0.1, 0.1), ("scale", 0.5, 1.5), ("shift", -0.1, 0.1),
+                               ("mean", -0.1, 0.1), ("var", 0.5, 1.5))],
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "conv_block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, k, hw // 2, hw // 2])], inits,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="cpu")
@@ -86,6 +114,7 @@ def main() -> int:
     models = {
         "linear_mlp": linear_mlp(16, 64, 128) if args.quick else linear_mlp(128, 512, 2048),
         "nhwc_block": nhwc_block(1, 8, 16) if args.quick else nhwc_block(8, 64, 64),
+        "conv_block": conv_block(1, 4, 8, 8) if args.quick else conv_block(2, 32, 64, 56),
     }
     with tempfile.TemporaryDirectory() as tmp:
         for name, model in models.items():

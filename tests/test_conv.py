@@ -158,3 +158,16 @@ def test_a_bad_layout_in_a_graph_file_names_the_line(tmp_path: Path) -> None:
     run = subprocess.run(["irkit-opt", str(path)], capture_output=True, text=True, check=False)
     assert run.returncode != 0 and "Traceback" not in run.stderr
     assert f"{path}:4:" in run.stderr and "nwhc" in run.stderr
+
+
+def test_an_exported_conv_bias_and_batch_norm_fuse_into_the_matmul() -> None:
+    """ONNX's Conv carries its bias: conv -> add(bias) -> batch_norm -> relu. The batch norm
+    behind the bias add is decomposed too, and the whole tail is the matmul's epilogue."""
+    module = import_model(cnn_model(), "cnn.onnx")
+    spec = "canonicalize,cse,conv-layout,fold-transposes,conv-to-matmul,fold-constants,fuse-kernels"
+    fused = apply_passes(module.clone(), parse_passes(spec))
+    assert _count(fused, g.BatchNormOp) == 0
+    kernels = [op for op in fused.walk() if isinstance(op, g.KernelOp)]
+    first = next(k for k in kernels if any(isinstance(o, g.MatmulOp) for o in k.walk()))
+    assert {g.MatmulOp, g.AddOp, g.SubOp, g.MulOp, g.ReluOp} <= {type(o) for o in first.walk()}
+    _outputs(module, "default-cpu")

@@ -13,7 +13,8 @@ Each conv2d not in the target layout becomes
 
     transpose(conv2d(transpose(x), transpose(w), layout = target), back)
 
-and each batch_norm fed by such a conv is decomposed into per-channel elementwise ops, so
+and each batch_norm fed by such a conv (directly, or through elementwise ops such as an
+exported conv's bias add) is decomposed into per-channel elementwise ops, so
 that `fold-transposes` (which runs later in the default pipelines) can sink the `back`
 transpose through the block's elementwise tail and cancel it against the next conv's
 forward transpose. What remains are one transpose into the block and one out of it, each a
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -88,9 +90,21 @@ class DecomposeTransposedBatchNorm(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.BatchNormOp, rewriter: PatternRewriter) -> None:
-        t = op.input.owner
-        if isinstance(t, g.TransposeOp) and isinstance(t.input.owner, g.Conv2dOp):
+        if _from_converted_conv(op.input):
             DecomposeBatchNormPattern().match_and_rewrite(op, rewriter)
+
+
+def _from_converted_conv(value: SSAValue) -> bool:
+    """Whether `value` is a converted conv's transposed output, possibly through elementwise
+    ops (an exported conv's bias add) whose result-shaped operand leads back to it."""
+    owner = value.owner
+    while isinstance(owner, g.UnaryOp | g.BinaryOp | g.CastOp):
+        shape = owner.results[0].type
+        full = [v for v in owner.operands if v.type == shape]
+        if not full:
+            return False
+        owner = full[0].owner
+    return isinstance(owner, g.TransposeOp) and isinstance(owner.input.owner, g.Conv2dOp)
 
 
 @dataclass(frozen=True)
