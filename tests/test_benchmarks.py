@@ -23,12 +23,13 @@ def test_cpu_targets_prints_ratios_and_verdicts(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert ">= 1.0x:" in r.stdout and ">= 2.0x:" in r.stdout
     records = [json.loads(line) for line in out.read_text().splitlines()]
-    assert {rec["workload"] for rec in records} == {"gemm", "elementwise_chain"}
+    assert {rec["workload"] for rec in records} == {"gemm", "elementwise_chain", "conv_block"}
     for rec in records:
         assert all(c["passed"] for c in rec["checks"])
         s = rec["speedup_vs_numpy"]
         assert s["ci_low"] <= s["median"] <= s["ci_high"]
-        assert rec["verdict"] in ("met", "median", "NOT MET")
+        has_target = rec["workload"] != "conv_block"
+        assert rec["verdict"] in (("met", "median", "NOT MET") if has_target else ("no target",))
 
 
 def test_gpu_targets_needs_a_device() -> None:

@@ -262,26 +262,15 @@ class Conv2dOp(GraphOp):
         given = list(w)
         if nhwc:  # the same checks on the NCHW / OIHW view of the operands
             x, w = (x[0], x[3], x[1], x[2]), (w[3], w[2], w[0], w[1])
-        strides, padding, dil = (
-            ints(props, "strides"),
-            ints(props, "padding"),
-            ints(props, "dilations"),
-        )
         groups = int_of(props, "groups")
-        shapes.check_length(strides, 2, "strides")
-        shapes.check_length(padding, 4, "padding")
-        shapes.check_length(dil, 2, "dilations")
-        shapes.check_positive([*strides, *dil, groups], "strides, dilations and groups")
-        if min(padding) < 0:
-            raise ShapeError(f"padding must be >= 0, got {list(padding)}")
+        shapes.check_positive([groups], "groups")
         if x[1] % groups or w[0] % groups:
             raise ShapeError(f"channels {x[1]} and filters {w[0]} must divide by groups={groups}")
         if w[1] != x[1] // groups:
             raise ShapeError(
                 f"weight {given} needs {x[1] // groups} input channels per group, has {w[1]}"
             )
-        h = shapes.window_output_size(x[2], w[2], strides[0], padding[0], padding[2], dil[0])
-        wd = shapes.window_output_size(x[3], w[3], strides[1], padding[1], padding[3], dil[1])
+        h, wd = window_output(props, x[2:], w[2:])
         out = (x[0], h, wd, w[0]) if nhwc else (x[0], w[0], h, wd)
         return tensor(_same_dtype(types), out)
 
@@ -316,18 +305,27 @@ class Im2colOp(GraphOp):
         x = types[0].get_shape()
         if len(x) != 4:
             raise ShapeError(f"im2col takes a rank-4 NHWC input, got {list(x)}")
-        kernel, strides = ints(props, "kernel"), ints(props, "strides")
-        padding, dil = ints(props, "padding"), ints(props, "dilations")
+        kernel = ints(props, "kernel")
         shapes.check_length(kernel, 2, "kernel")
-        shapes.check_length(strides, 2, "strides")
-        shapes.check_length(padding, 4, "padding")
-        shapes.check_length(dil, 2, "dilations")
-        shapes.check_positive([*kernel, *strides, *dil], "kernel, strides and dilations")
-        if min(padding) < 0:
-            raise ShapeError(f"padding must be >= 0, got {list(padding)}")
-        h = shapes.window_output_size(x[1], kernel[0], strides[0], padding[0], padding[2], dil[0])
-        w = shapes.window_output_size(x[2], kernel[1], strides[1], padding[1], padding[3], dil[1])
+        shapes.check_positive(kernel, "kernel")
+        h, w = window_output(props, x[1:3], kernel)
         return tensor(types[0].element_type, (x[0] * h * w, kernel[0] * kernel[1] * x[3]))
+
+
+def window_output(props: Props, size: Sequence[int], kernel: Sequence[int]) -> tuple[int, int]:
+    """(OH, OW) of a 2-D sliding window with `props`' strides, padding and dilations, which
+    are checked here (conv2d and im2col share them)."""
+    strides, padding, dil = (ints(props, k) for k in ("strides", "padding", "dilations"))
+    shapes.check_length(strides, 2, "strides")
+    shapes.check_length(padding, 4, "padding")
+    shapes.check_length(dil, 2, "dilations")
+    shapes.check_positive([*strides, *dil], "strides and dilations")
+    if min(padding) < 0:
+        raise ShapeError(f"padding must be >= 0, got {list(padding)}")
+    return (
+        shapes.window_output_size(size[0], kernel[0], strides[0], padding[0], padding[2], dil[0]),
+        shapes.window_output_size(size[1], kernel[1], strides[1], padding[1], padding[3], dil[1]),
+    )
 
 
 def conv_layout(props: Props) -> str:

@@ -29,7 +29,6 @@ from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from irkit.dialects import graph as g
-from irkit.dialects import shapes
 from irkit.passes.loop_builder import LOW_PRECISION, LoopBuilder, compute_type
 
 Index = list[SSAValue]
@@ -377,9 +376,7 @@ def _im2col_window(op: Operation) -> tuple[int, ...]:
     """(N, OH, OW, KH, KW, C): im2col's result is this shape, collapsed to 2-D."""
     n, h, wd, c = shape_of(op.operands[0])
     kh, kw = g.ints(op.properties, "kernel")
-    strides, pad, dil = (g.ints(op.properties, p) for p in ("strides", "padding", "dilations"))
-    oh = shapes.window_output_size(h, kh, strides[0], pad[0], pad[2], dil[0])
-    ow = shapes.window_output_size(wd, kw, strides[1], pad[1], pad[3], dil[1])
+    oh, ow = g.window_output(op.properties, (h, wd), (kh, kw))
     return n, oh, ow, kh, kw, c
 
 
