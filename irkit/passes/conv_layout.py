@@ -47,17 +47,11 @@ from xdsl.pattern_rewriter import (
 from irkit.dialects import graph as g
 from irkit.errors import IrkitError
 from irkit.passes.decompose_composites import DecomposeBatchNormPattern
+from irkit.passes.fold_transposes import inverse_perm
 
 # How each operand of a conv2d is permuted from one layout into the other.
 _INPUT = {"nhwc": (0, 2, 3, 1), "nchw": (0, 3, 1, 2)}  # NCHW -> NHWC, NHWC -> NCHW
 _WEIGHT = {"nhwc": (2, 3, 1, 0), "nchw": (3, 2, 0, 1)}  # OIHW -> HWIO, HWIO -> OIHW
-
-
-def _inverse(perm: tuple[int, ...]) -> list[int]:
-    inv = [0] * len(perm)
-    for k, p in enumerate(perm):
-        inv[p] = k
-    return inv
 
 
 class ConvertConvLayout(RewritePattern):
@@ -75,7 +69,7 @@ class ConvertConvLayout(RewritePattern):
                 [x, w], {**op.properties, "layout": StringAttr(self.layout)}
             ),
             back := g.TransposeOp.create_inferred(
-                [conv], {"perm": g.int_array(_inverse(_INPUT[self.layout]))}
+                [conv], {"perm": g.int_array(inverse_perm(_INPUT[self.layout]))}
             ),
         ]  # fmt: skip
         for new in new_ops:

@@ -170,6 +170,14 @@ class SinkThroughBinary(RewritePattern):
             rewriter.erase(t)
 
 
+def inverse_perm(perm: Sequence[int]) -> list[int]:
+    """q with transpose(transpose(x, perm), q) == x."""
+    inverse = [0] * len(perm)
+    for k, p in enumerate(perm):
+        inverse[p] = k
+    return inverse
+
+
 def _broadcasts_into(small: SSAValue, full: SSAValue) -> bool:
     """Whether `small` is a strict broadcast operand against the result-shaped `full` (a
     per-channel scale, a bias): fewer elements, and no higher rank."""
@@ -188,10 +196,7 @@ def _permuted_for(
         reshape.location = like.location
         rewriter.insert(reshape)
         value = reshape.result
-    inverse = [0] * len(perm)
-    for k, p in enumerate(perm):
-        inverse[p] = k
-    t = _transpose(value, inverse, like)
+    t = _transpose(value, inverse_perm(perm), like)
     rewriter.insert(t)
     return t.result
 
