@@ -8,7 +8,9 @@ thing a session with one runs; with no device it says so in one line and exits 1
 Workloads (fp32, plain CUDA C from irkit; peers in the same process, on the same device):
 
 - gemm 4096^3 against `torch.matmul` with TF32 off (cuBLAS SGEMM): target >= 0.5x cuBLAS's
-  speed for the default pipeline;
+  speed for the default pipeline (warp-tiled); and the same gemm with
+  `gpu-tile-matmul{warp-tile=false}` (threads strided over the block tile, word reads of
+  shared memory), so the run shows what warp tiling is worth;
 - bias + GELU on 4096 x 4096 (64 MB), softmax over 4096 x 4096 rows, layer_norm over
   16384 x 1024: targets >= 80% of the device's measured copy bandwidth, and faster than
   PyTorch eager.
@@ -37,6 +39,7 @@ from irkit.frontend import parse_source
 from irkit.measure.fingerprint import host_fingerprint
 from irkit.measure.stats import ratio_ci
 from irkit.measure.timers import time_interleaved
+from irkit.pipelines import pipeline_steps
 from irkit.runtime.check import check
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -61,11 +64,15 @@ class Workload:
     quick_dims: dict[str, int]
     peer: str  # a torch expression over the inputs a0, a1, ...
     target: str  # "cublas" (ratio >= 0.5) or "bandwidth" (>= 80% copy BW, faster than eager)
+    tile_options: str = ""  # gpu-tile-matmul's options in this variant of the pipeline
 
 
 WORKLOADS = [
     Workload("gemm", "examples/gemm.graph", {"M": 4096, "N": 4096, "K": 4096},
              {"M": 512, "N": 512, "K": 512}, "torch.matmul(a0, a1)", "cublas"),
+    Workload("gemm_strided", "examples/gemm.graph", {"M": 4096, "N": 4096, "K": 4096},
+             {"M": 512, "N": 512, "K": 512}, "torch.matmul(a0, a1)", "cublas",
+             "warp-tile=false"),
     Workload("bias_gelu", BIAS_GELU, {"N": 4096, "D": 4096}, {"N": 512, "D": 512},
              "torch.nn.functional.gelu(a0 + a1)", "bandwidth"),
     Workload("softmax", "examples/softmax.graph", {"R": 4096, "C": 4096}, {"R": 512, "C": 512},
@@ -108,8 +115,21 @@ def load(w: Workload, dims: dict[str, int]):
     return parse_source(w.source, f"{w.name}.graph", ".graph", dims)
 
 
+def variant(pipeline: str, w: Workload) -> str:
+    """The pipeline as a pass list, with gpu-tile-matmul given the workload's options."""
+    if not w.tile_options:
+        return pipeline
+    steps = [s.spec for s in pipeline_steps(pipeline)]
+    if "gpu-tile-matmul" not in steps:
+        raise SystemExit(f"{w.name}: the pipeline has no gpu-tile-matmul to give {w.tile_options}")
+    return ",".join(
+        f"gpu-tile-matmul{{{w.tile_options}}}" if s == "gpu-tile-matmul" else s for s in steps
+    )
+
+
 def measure(w: Workload, dims, pipeline: str, budget: float, torch, dev, copy_bw: float) -> dict:
     module = load(w, dims)
+    pipeline = variant(pipeline, w)
     exe = irkit.compile(module, pipeline, backend="cuda")
     checks, inputs = check(exe, module, seed=0)
     if not all(c.passed for c in checks):

@@ -13,7 +13,7 @@ from irkit.codegen.cuda import gpu_kernels, kernel_source
 from irkit.codegen.nvrtc import compile_cuda
 from irkit.errors import IrkitError
 from irkit.frontend import parse_source
-from irkit.passes.map_to_gpu import launch_of
+from irkit.passes.map_to_gpu import SHARED_SPACE, launch_of
 from irkit.pipelines import PIPELINES, apply_passes, parse_passes
 from irkit.runtime.check import check
 
@@ -193,9 +193,64 @@ def test_gpu_tile_matmul_staging_and_vector_loads_match_under_lockstep(
     # when double-buffered
     copies = 1 if "double-buffer=false" in staging else 2
     expect = 0 if "vector-loads=false" in staging else vectorized * copies
-    assert sum(isinstance(op, vector.LoadOp) for op in kernel.walk()) == expect
+    assert len(global_vector_loads(kernel)) == expect
     assert_matches(module, spec, "cuda-sim", seed=k)
     compile_cuda(kernel_source(mapped, kernel), kernel.sym_name.data, "sm_90")
+
+
+def global_vector_loads(kernel) -> list[vector.LoadOp]:
+    """The kernel's 16-byte loads from its arguments (global memory), not from shared tiles."""
+    return [
+        op
+        for op in kernel.walk()
+        if isinstance(op, vector.LoadOp) and op.base.type.memory_space != SHARED_SPACE
+    ]
+
+
+def shared_vector_loads(kernel) -> list[vector.LoadOp]:
+    return [
+        op
+        for op in kernel.walk()
+        if isinstance(op, vector.LoadOp) and op.base.type.memory_space == SHARED_SPACE
+    ]
+
+
+@pytest.mark.parametrize(
+    "m,n,k,options,warp_tiled",
+    [
+        # 4x4 register tiles, 16x32 warp sub-tiles: 2 x 2 warps of a 32 x 64 block
+        (40, 70, 12, "block-m=32 block-n=64 block-k=4 thread-m=4 thread-n=4", True),
+        # the default 8x8 register tiles: 32 x 64 warp sub-tiles, 4 x 2 warps; M, N, K ragged
+        (130, 129, 9, "", True),
+        # 8x4 register tiles: 32 x 32 warp sub-tiles, one warp per 32 x 32 block
+        (32, 64, 8, "block-m=32 block-n=32 block-k=8 thread-m=8 thread-n=4", True),
+        # 2x4 register tiles are not whole 4 x 4 groups: the strided layout
+        (40, 64, 6, "block-m=32 block-n=32 block-k=4 thread-m=2 thread-n=4", False),
+        # the block (32 wide) is not a whole warp sub-tile (8 lanes x 8 = 64): strided
+        (64, 64, 8, "block-m=64 block-n=32 block-k=8 thread-m=8 thread-n=8", False),
+    ],
+)
+@pytest.mark.parametrize("warp_tile", ["", "warp-tile=false"])
+def test_gpu_tile_matmul_warp_tiles_match_under_lockstep(
+    m: int, n: int, k: int, options: str, warp_tiled: bool, warp_tile: str
+) -> None:
+    """Warp tiling reads each thread's 4 x 4 groups from shared memory as vectors: the same
+    multiply-adds in the same order as the strided layout, so the same values; lockstep
+    checks the reads stay inside the tiles and race-free."""
+    module = matmul_model(m, n, k, "gelu_residual")
+    tiling = f"{options} {warp_tile}".strip()
+    spec = f"fuse-kernels,lower-graph-to-loops,gpu-tile-matmul{{{tiling}}},map-to-gpu"
+    mapped = apply_passes(module.clone(), parse_passes(spec))
+    (kernel,) = gpu_kernels(mapped)
+    reads = shared_vector_loads(kernel)
+    if warp_tiled and not warp_tile:
+        assert reads and all(op.result.type.get_shape() == (4,) for op in reads)
+    else:
+        assert not reads
+    assert_matches(module, spec, "cuda-sim", seed=k)
+    source = kernel_source(mapped, kernel)
+    r = compile_cuda(source, kernel.sym_name.data, "sm_90").resources
+    assert r.spill_stores == 0 and r.spill_loads == 0, r
 
 
 def test_default_tiles_compile_for_hopper_without_spills() -> None:
@@ -217,7 +272,11 @@ def test_default_tiles_compile_for_hopper_without_spills() -> None:
         assert r.registers <= 255 and r.shared_bytes == 2 * 4 * 8 * (132 + 132), (arch, r)
     # 16-byte loads of A and B (in the prologue and in the loop), B's piece stored to shared
     # memory as one 16-byte store
-    assert source.count("*reinterpret_cast<const float4*>") == 4
+    assert source.count("*reinterpret_cast<const float4*>(&a[") == 2
+    assert source.count("*reinterpret_cast<const float4*>(&b[") == 2
+    # warp tiling: per k, two 16-byte reads of each shared tile (8 x 8 = 2 x 2 groups of 4)
+    for tile in ("a_tile", "b_tile"):
+        assert source.count(f"*reinterpret_cast<const float4*>(&k0_matmul_{tile}[") == 2 * 8
     assert source.count("*reinterpret_cast<float4*>(&k0_matmul_b_tile") == 2
 
 
@@ -233,3 +292,17 @@ def test_default_pipelines_list_the_new_passes_as_optional() -> None:
     assert {"cpu-tile-matmul", "expand-math"} <= PIPELINES["default-cpu"].optional
     assert "gpu-tile-matmul" in PIPELINES["default-cuda"].optional
     assert "gpu-tile-matmul" not in PIPELINES["baseline-cuda"].passes
+
+
+def test_warp_tiles_of_f64_read_shared_memory_by_words() -> None:
+    """CUDA has no 4-wide f64 vector: warp tiling keeps its layout and reads words."""
+    text = "model h\ninput x : f64[70, 40]\ninput w : f64[40, 130]\noutput y = relu(matmul(x, w))\n"
+    module = parse_source(text, "h.graph", ".graph")
+    mapped = apply_passes(module.clone(), parse_passes("default-cuda"))
+    (kernel,) = gpu_kernels(mapped)
+    assert launch_of(kernel)["mapping"] == "tiled"  # type: ignore[index]
+    assert not shared_vector_loads(kernel)
+    exe = irkit.compile(module, "default-cuda", "cuda-sim")
+    checks, _ = check(exe, module, seed=0)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
+    assert exe.kernels[0].resources["spill_stores"] == 0

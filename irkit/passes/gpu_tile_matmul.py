@@ -11,8 +11,19 @@ two-level tiling, before `map-to-gpu` sees it:
 - each **thread** computes a `thread-m x thread-n` register tile: per k it reads `thread-m`
   values of A and `thread-n` of B from shared memory and does `thread-m * thread-n`
   multiply-adds (8 x 8: four FMAs per shared-memory load, what keeps the FMA pipes fed);
-  a thread's rows and columns are strided by the number of threads along that side, so a
-  warp reads consecutive shared-memory words (no bank conflicts) and stores C coalesced;
+  how a block's threads share the tile is the `warp-tile` option:
+  - **warp tiling** (the default, where the tiles allow it): each warp of 32 lanes, as
+    4 x 8, covers a `4*thread-m x 8*thread-n` sub-tile (32 x 64 with the defaults); a
+    thread's register tile is `thread-m/4 x thread-n/4` groups of 4 x 4 consecutive rows and
+    columns, so per k it reads its A and B values from shared memory as 16-byte vectors (f32)
+    (`thread-m/4 + thread-n/4` accesses instead of `thread-m + thread-n`; with 8 x 8 tiles,
+    4 instead of 16, the shared-memory traffic that otherwise caps the FMA rate), lanes
+    with the same 4 rows read the same words (a broadcast), and the 8 lanes along n read 32
+    consecutive words (no bank conflicts);
+  - **strided** (`warp-tile=false`, and the fallback where the register tile is not a
+    multiple of 4 x 4 or the block not of the warp's sub-tile): a thread's rows and columns
+    are strided by the number of threads along that side, so a warp reads consecutive
+    shared-memory words, one word per access;
 - the k loop inside a tile is **unrolled** (its trip count is the constant `block-k`);
 - both shared tiles have rows **padded** by `pad` words, so the transposed store of A hits
   distinct banks;
@@ -35,8 +46,7 @@ nest: the same arithmetic, and the same values under the lockstep interpretation
 
 The kernel carries `irkit.launch` with `mapping = "tiled"`, so `map-to-gpu` leaves it alone.
 Kernels with more than one nest (a matmul fused with other loops) are left to `map-to-gpu`.
-Not done: warp-level tiling (a warp's threads covering a 32x64 sub-tile, with 16-byte
-shared-memory reads), split-K for skinny matmuls, tensor cores.
+Not done: split-K for skinny matmuls, 16-byte stores of C, tensor cores.
 
 Options (sizes in elements):
 
@@ -46,6 +56,7 @@ Options (sizes in elements):
     pad=4                               words added to each shared-memory row
     double-buffer=true                  two shared-memory stages, one barrier per k tile
     vector-loads=true                   16-byte global loads (and B's shared stores)
+    warp-tile=true                      warp sub-tiles with vector reads of shared memory
 """
 
 from __future__ import annotations
@@ -83,6 +94,11 @@ from irkit.passes.map_to_gpu import (
 
 MAX_THREADS = 1024
 VECTOR_BYTES = 16
+WARP_LANES = (4, 8)
+"""A warp's 32 lanes as rows x columns of its sub-tile under `warp-tile`."""
+GROUP = 4
+"""Consecutive rows (columns) of a thread's register tile under `warp-tile`: one vector
+read of shared memory."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,7 @@ class GpuTileMatmulPass(ModulePass):
     pad: int = 4
     vector_loads: bool = True
     double_buffer: bool = True
+    warp_tile: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self._check()
@@ -149,6 +166,72 @@ class _TiledKernel:
         self.rows_t = block_m // thread_m  # threads along m
         self.cols_t = block_n // thread_n  # threads along n
         self.threads = self.rows_t * self.cols_t
+        self.warp_tiled = self._warp_tiles()
+
+    def _warp_tiles(self) -> bool:
+        """Whether the block's threads are laid out as warp sub-tiles: the register tile is
+        whole 4 x 4 groups, the block whole warp sub-tiles, and shared rows stay aligned
+        for the vector reads."""
+        o = self.o
+        lanes_m, lanes_n = WARP_LANES
+        return (
+            o.warp_tile
+            and o.thread_m % GROUP == 0
+            and o.thread_n % GROUP == 0
+            and o.block_m % (o.thread_m * lanes_m) == 0
+            and o.block_n % (o.thread_n * lanes_n) == 0
+            and (o.block_m + o.pad) % GROUP == 0
+            and (o.block_n + o.pad) % GROUP == 0
+        )
+
+    def _thread_tile(self, b: _Builder, tid: SSAValue) -> tuple[list[SSAValue], list[SSAValue]]:
+        """The first row (column) of each of this thread's groups in the block tile: groups
+        of `GROUP` under warp tiling, single rows (columns) strided by the threads along
+        that side otherwise."""
+        o = self.o
+        if not self.warp_tiled:
+            tx = b.binary(arith.RemUIOp, tid, self.cols_t)
+            ty = b.binary(arith.DivUIOp, tid, self.cols_t)
+            return (
+                [b.iadd(ty, r * self.rows_t) for r in range(o.thread_m)],
+                [b.iadd(tx, c * self.cols_t) for c in range(o.thread_n)],
+            )
+        lanes_m, lanes_n = WARP_LANES
+        warp_m, warp_n = o.thread_m * lanes_m, o.thread_n * lanes_n  # a warp's sub-tile
+        warp, lane = b.binary(arith.DivUIOp, tid, 32), b.binary(arith.RemUIOp, tid, 32)
+        warps_n = o.block_n // warp_n
+        row = b.binary(arith.MuliOp, b.binary(arith.DivUIOp, warp, warps_n), warp_m)
+        col = b.binary(arith.MuliOp, b.binary(arith.RemUIOp, warp, warps_n), warp_n)
+        row = b.add(
+            arith.AddiOp(row, b.binary(arith.MuliOp, b.binary(arith.DivUIOp, lane, lanes_n), GROUP))
+        )
+        col = b.add(
+            arith.AddiOp(col, b.binary(arith.MuliOp, b.binary(arith.RemUIOp, lane, lanes_n), GROUP))
+        )
+        return (
+            [b.iadd(row, g * lanes_m * GROUP) for g in range(o.thread_m // GROUP)],
+            [b.iadd(col, g * lanes_n * GROUP) for g in range(o.thread_n // GROUP)],
+        )
+
+    def _read(
+        self, t: _Builder, tile: SSAValue, stage: SSAValue, k: SSAValue, firsts: list[SSAValue]
+    ) -> list[SSAValue]:
+        """This thread's values of one k row of a shared tile: a vector per group under
+        warp tiling, a word per row (column) otherwise."""
+        if not self.warp_tiled:
+            return [t.add(memref.LoadOp.get(tile, [stage, k, i])) for i in firsts]
+        if not isinstance(self.nest.element_type, Float32Type):  # no 4-wide f16 type in CUDA
+            return [
+                t.add(memref.LoadOp.get(tile, [stage, k, t.iadd(i, q)]))
+                for i in firsts
+                for q in range(GROUP)
+            ]
+        vtype = VectorType(self.nest.element_type, [GROUP])
+        out = []
+        for i in firsts:
+            v = t.add(vector.LoadOp(tile, [stage, k, i], vtype))
+            out += [t.add(vector.ExtractOp(v, [q], self.nest.element_type)) for q in range(GROUP)]
+        return out
 
     def build(self, constants) -> func.FuncOp:
         o, nest = self.o, self.nest
@@ -166,12 +249,12 @@ class _TiledKernel:
         tid = b.add(gpu.ThreadIdOp(X))
         row0 = b.binary(arith.MuliOp, b.binary(arith.DivUIOp, bid, tiles_n), o.block_m)
         col0 = b.binary(arith.MuliOp, b.binary(arith.RemUIOp, bid, tiles_n), o.block_n)
-        tx = b.binary(arith.RemUIOp, tid, self.cols_t)
-        ty = b.binary(arith.DivUIOp, tid, self.cols_t)
         init = mapping.get(nest.k_loop.iter_args[0], nest.k_loop.iter_args[0])
         # loop-invariant: this thread's rows and columns in the tile, and its copy slots
-        my_rows = [b.iadd(ty, r * self.rows_t) for r in range(o.thread_m)]
-        my_cols = [b.iadd(tx, c * self.cols_t) for c in range(o.thread_n)]
+        row_firsts, col_firsts = self._thread_tile(b, tid)
+        group = GROUP if self.warp_tiled else 1
+        my_rows = [b.iadd(r, q) for r in row_firsts for q in range(group)]
+        my_cols = [b.iadd(c, q) for c in col_firsts for q in range(group)]
         a_copy = _Copy(a, a_tile, (nest.m, o.block_m), (nest.k, o.block_k), True, self._lanes_a())
         b_copy = _Copy(bb, b_tile, (nest.k, o.block_k), (nest.n, o.block_n), False, self._lanes_b())
         a_slots = self._slots(tid, o.block_m, o.block_k, a_copy.lanes)
@@ -197,8 +280,8 @@ class _TiledKernel:
         def compute(t: _Builder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
             for kk in range(o.block_k):
                 kv = t.index(kk)
-                am = [t.add(memref.LoadOp.get(a_tile, [stage, kv, r])) for r in my_rows]
-                bn = [t.add(memref.LoadOp.get(b_tile, [stage, kv, c])) for c in my_cols]
+                am = self._read(t, a_tile, stage, kv, row_firsts)
+                bn = self._read(t, b_tile, stage, kv, col_firsts)
                 accs = [
                     t.add(arith.AddfOp(accs[r * o.thread_n + c], t.add(arith.MulfOp(am[r], bn[c]))))
                     for r in range(o.thread_m)
