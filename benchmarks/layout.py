@@ -1,6 +1,6 @@
 """What the layout passes are worth on the graphs exporters write.
 
-    python benchmarks/layout.py [--backend cpu] [--budget 20] [--out FILE] [--quick]
+    python benchmarks/layout.py [--backend cpu] [--budget 20] [--out FILE] [--quick] [--only NAME...]
 
 Two ONNX models are built with onnx.helper (into a temporary directory, never committed):
 
@@ -13,6 +13,10 @@ Two ONNX models are built with onnx.helper (into a temporary directory, never co
 - `conv_block`: a PyTorch-exported ResNet stage (Conv 3x3 + bias, BatchNormalization, Relu,
   MaxPool; NCHW, 2 x 32 x 56 x 56 -> 64 channels). conv-layout makes it channels-last and
   conv-to-matmul an im2col matmul that the matmul tiling pass takes.
+- `column_sums`: a MatMul whose [2048, 2048] result is summed over its rows (ReduceSum over
+  axis 0: per-feature statistics, a bias gradient). The reduction walks columns of an
+  intermediate with 8 KiB rows, which all map to the same cache sets; pad-leading-dims
+  skews the rows by a cache line.
 
 Each is attributed (`irkit-bench attribute`, Shapley over the optional passes of the
 backend's default pipeline: every distinct program checked against the float64 reference,
@@ -103,21 +107,40 @@ def conv_block(n: int, c: int, k: int, hw: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def column_sums(rows: int, k: int, cols: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    w = rng.uniform(-0.1, 0.1, (k, cols)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("ReduceSum", ["h", "axes"], ["s"], keepdims=0),
+    ]
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array([0]), "axes")]
+    graph = helper.make_graph(
+        nodes, "column_sums", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, k])],
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, [cols])], inits,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="cpu")
     parser.add_argument("--budget", default="20")
     parser.add_argument("--out", default=None, help="JSON Lines file the records are appended to")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
+    parser.add_argument("--only", nargs="*", help="these models only (default: all)")
     args = parser.parse_args()
     out = Path(args.out or RESULTS / f"layout_{args.backend}.jsonl")
     models = {
         "linear_mlp": linear_mlp(16, 64, 128) if args.quick else linear_mlp(128, 512, 2048),
         "nhwc_block": nhwc_block(1, 8, 16) if args.quick else nhwc_block(8, 64, 64),
         "conv_block": conv_block(1, 4, 8, 8) if args.quick else conv_block(2, 32, 64, 56),
+        "column_sums": column_sums(64, 32, 1024) if args.quick else column_sums(2048, 256, 2048),
     }
     with tempfile.TemporaryDirectory() as tmp:
         for name, model in models.items():
+            if args.only and name not in args.only:
+                continue
             path = Path(tmp) / f"{name}.onnx"
             onnx.save(model, path)
             record = Path(tmp) / f"{name}.json"

@@ -66,22 +66,38 @@ PIPELINES: dict[str, Pipeline] = {
         (
             *GRAPH_OPTIMIZATIONS,
             "lower-graph-to-loops",
+            "pad-leading-dims",
             "cpu-tile-matmul",
             "expand-math",
             "cpu-parallelize",
         ),
-        frozenset({*GRAPH_OPTIMIZATIONS, "cpu-tile-matmul", "expand-math", "cpu-parallelize"}),
+        frozenset(
+            {
+                *GRAPH_OPTIMIZATIONS,
+                "pad-leading-dims",
+                "cpu-tile-matmul",
+                "expand-math",
+                "cpu-parallelize",
+            }
+        ),
         "the optimized CPU pipeline: graph cleanup, NHWC convolutions as im2col matmuls, "
-        "transpose and constant folding, fusion into kernel regions, loops, register-blocked vector matmuls, vectorizable exp, "
+        "transpose and constant folding, fusion into kernel regions, loops, padded row "
+        "strides of intermediates, register-blocked vector matmuls, vectorizable exp, "
         "large loops on all CPUs (IRKIT_NUM_THREADS=1 for one thread)",
     ),
     "default-cuda": Pipeline(
         "default-cuda",
-        (*GRAPH_OPTIMIZATIONS, "lower-graph-to-loops", "gpu-tile-matmul", "map-to-gpu"),
-        frozenset({*GRAPH_OPTIMIZATIONS, "gpu-tile-matmul"}),
+        (
+            *GRAPH_OPTIMIZATIONS,
+            "lower-graph-to-loops",
+            "pad-leading-dims",
+            "gpu-tile-matmul",
+            "map-to-gpu",
+        ),
+        frozenset({*GRAPH_OPTIMIZATIONS, "pad-leading-dims", "gpu-tile-matmul"}),
         "the optimized CUDA pipeline: graph cleanup, NHWC convolutions as im2col matmuls, "
-        "transpose and constant folding, fusion, "
-        "loops, shared-memory tiled matmuls, mapping onto the GPU",
+        "transpose and constant folding, fusion, loops, padded row strides of "
+        "intermediates, warp-tiled shared-memory matmuls, mapping onto the GPU",
     ),
     "baseline-cuda": Pipeline(
         "baseline-cuda",

@@ -90,15 +90,18 @@ def buffer_bytes(t: MemRefType) -> int:
 
 
 def min_bytes(fn: func.FuncOp, scratch_attr: str = "irkit.scratch") -> int:
-    """Bytes of the non-scratch buffer arguments the kernel uses: the least it must move."""
+    """Bytes of the non-scratch buffer arguments the kernel uses: the least it must move
+    (of a buffer with a padded leading dimension, its logical elements only)."""
+    from irkit.passes.pad_leading_dims import logical_shape
+
     attrs = fn.arg_attrs.data if fn.arg_attrs else [None] * len(fn.function_type.inputs.data)
     total = 0
-    for arg, d in zip(fn.body.block.args, attrs, strict=True):
+    for i, (arg, d) in enumerate(zip(fn.body.block.args, attrs, strict=True)):
         t = arg.type
         if (
             isinstance(t, MemRefType)
             and arg.uses
             and not (d is not None and scratch_attr in d.data)
-        ):
-            total += buffer_bytes(t)
+        ):  # a padded buffer's padding is never touched: its logical shape counts
+            total += math.prod(logical_shape(fn, i)) * numpy_dtype(t.element_type).itemsize
     return total

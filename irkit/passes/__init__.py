@@ -83,6 +83,12 @@ def _conv_to_matmul() -> type[ModulePass]:
     return ConvToMatmulPass
 
 
+def _pad_leading_dims() -> type[ModulePass]:
+    from irkit.passes.pad_leading_dims import PadLeadingDimsPass
+
+    return PadLeadingDimsPass
+
+
 IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "decompose-composites": _decompose_composites,
     "lower-graph-to-loops": _lower_graph_to_loops,
@@ -96,6 +102,7 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "cpu-parallelize": _cpu_parallelize,
     "conv-layout": _conv_layout,
     "conv-to-matmul": _conv_to_matmul,
+    "pad-leading-dims": _pad_leading_dims,
 }
 
 

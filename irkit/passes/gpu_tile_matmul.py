@@ -340,17 +340,24 @@ class _TiledKernel:
 
     def _lanes_a(self) -> int:
         """A's rows are read along k: 16-byte loads when every row starts 16-byte aligned
-        (K a multiple of the lanes) and a tile's k extent is whole vectors. A vector is then
-        wholly inside K or wholly outside, so the bounds check stays per vector."""
+        (A's row length, K or the padded leading dimension pad-leading-dims gave it, a
+        multiple of the lanes) and a tile's k extent is whole vectors. With K itself a
+        multiple, a vector is wholly inside K or wholly outside and the bounds check stays
+        per vector; with a padded row, the vector across K reads into the padding (inside
+        the buffer) and its elements are checked one by one."""
         lanes, o = self._vector_lanes(), self.o
-        return lanes if self.nest.k % lanes == 0 and o.block_k % lanes == 0 else 1
+        return lanes if _row_length(self.nest.a) % lanes == 0 and o.block_k % lanes == 0 else 1
 
     def _lanes_b(self) -> int:
         """B's rows are read along n and stored to shared memory as they are, so as whole
         16-byte vectors both ways: only where no copy needs a bounds check (K and N
         multiples of their tiles), and shared rows stay 16-byte aligned (pad)."""
         lanes, o, nest = self._vector_lanes(), self.o, self.nest
-        aligned = (o.block_n + o.pad) % lanes == 0 and o.block_n % lanes == 0
+        aligned = (
+            (o.block_n + o.pad) % lanes == 0
+            and o.block_n % lanes == 0
+            and _row_length(nest.b) % lanes == 0
+        )
         whole = nest.k % o.block_k == 0 and nest.n % o.block_n == 0
         return lanes if lanes > 1 and aligned and whole else 1
 
@@ -389,25 +396,39 @@ class _TiledKernel:
         (r_extent, r_tile), (c_extent, c_tile) = copy.rows, copy.cols
         zero = t.constants.float(0.0, self.nest.element_type)
         out = []
+        # a vector may run across the last column into a padded row's padding: then each
+        # of its elements is checked against the extent, not the vector as a whole
+        across = c_extent % copy.lanes != 0
         for r, c, _ in slots:
             gr, gc = t.add(arith.AddiOp(r0, r)), t.add(arith.AddiOp(c0, c))
             inside = _all(t, [(gr, r_extent, r_tile), (gc, c_extent, c_tile)])
+            each = None
+            if across:
+                row_inside = _all(t, [(gr, r_extent, r_tile)])
+                each = [_all(t, [(t.iadd(gc, q), c_extent, c_tile)]) for q in range(copy.lanes)]
+                if row_inside is not None:
+                    each = [t.add(arith.AndIOp(row_inside, e)) for e in each]
             if inside is not None:  # clamp the address, then use 0 outside: no branch
                 if r_extent % r_tile:
                     gr = t.add(arith.MinSIOp(gr, t.index(r_extent - 1)))
                 if c_extent % c_tile:
-                    gc = t.add(arith.MinSIOp(gc, t.index(c_extent - copy.lanes)))
+                    last = -(-c_extent // copy.lanes) * copy.lanes - copy.lanes
+                    gc = t.add(arith.MinSIOp(gc, t.index(last)))
             if copy.lanes == 1:
                 loaded = [t.add(memref.LoadOp.get(copy.src, [gr, gc]))]
             else:
                 vtype = VectorType(self.nest.element_type, [copy.lanes])
                 loaded = [t.add(vector.LoadOp(copy.src, [gr, gc], vtype))]
-                if inside is not None or copy.transpose:  # stored element by element
+                if inside is not None or across or copy.transpose:  # stored element by element
                     loaded = [
                         t.add(vector.ExtractOp(loaded[0], [q], self.nest.element_type))
                         for q in range(copy.lanes)
                     ]
-            if inside is not None:
+            if each is not None:
+                loaded = [
+                    t.add(arith.SelectOp(e, x, zero)) for e, x in zip(each, loaded, strict=True)
+                ]
+            elif inside is not None:
                 loaded = [t.add(arith.SelectOp(inside, x, zero)) for x in loaded]
             out.append(loaded)
         return out
@@ -457,6 +478,12 @@ class _Slot(NamedTuple):
     row: SSAValue
     column: SSAValue
     guard: SSAValue | None
+
+
+def _row_length(buffer: SSAValue) -> int:
+    """Elements from one row of a 2-d buffer to the next: its last dimension, which
+    pad-leading-dims may have made longer than the logical extent."""
+    return buffer.type.get_shape()[-1]  # type: ignore[attr-defined]
 
 
 def _fit(block: int, thread: int, extent: int) -> tuple[int, int]:
