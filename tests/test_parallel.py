@@ -118,3 +118,21 @@ def test_bad_options_and_levels_are_one_line_errors(spec: str, message: str) -> 
 def test_default_cpu_lists_it_as_optional_and_last() -> None:
     pipeline = PIPELINES["default-cpu"]
     assert pipeline.passes[-1] == "cpu-parallelize" and "cpu-parallelize" in pipeline.optional
+
+
+def test_a_threaded_kernels_record_and_hash_cover_its_outlined_loop_bodies() -> None:
+    """The work of a threaded kernel is in the functions its loops are outlined into: two
+    kernels with the same name that differ only there (here: in a constant) must not share
+    a hash, or attribution would merge their timings."""
+    from irkit.frontend import parse_source
+
+    hashes = []
+    for alpha in (0.1, 0.2):
+        text = f"model r\ninput x : f32[64, 96]\noutput y = leaky_relu(x, alpha={alpha})\n"
+        module = parse_source(text, "r.graph", ".graph")
+        exe = irkit.compile(module, f"lower-graph-to-loops,{FORCED}", backend="cpu")
+        (kernel,) = exe.kernels
+        assert kernel.launch["threads"] == 3
+        assert f'@"{kernel.name}.par0' in kernel.source  # the outlined body is in the record
+        hashes.append(kernel.hash)
+    assert hashes[0] != hashes[1]

@@ -152,20 +152,23 @@ class CpuExecutable:
 
 
 def _code_hash(source: str, name: str) -> str:
-    """A hash of a kernel's LLVM IR with its own name and its value names left out."""
+    """A hash of a kernel's LLVM IR (outlined loop bodies included) with its own name and
+    its value names left out."""
     numbers: dict[str, str] = {}
     body = re.sub(r'%"[^"]*"', lambda m: numbers.setdefault(m.group(0), f"%v{len(numbers)}"),
-                  source.replace(f'@"{name}"', "@kernel"))  # fmt: skip
+                  source.replace(f'@"{name}', '@"kernel'))  # fmt: skip
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
 def _function_text(llvm_text: str, name: str) -> str:
-    """The definition of @name in LLVM IR text."""
-    start = llvm_text.find(f'define void @"{name}"')
-    if start < 0:
-        return ""
-    end = llvm_text.find("\n}\n", start)
-    return llvm_text[start : end + 2]
+    """The definition of @name in LLVM IR text, followed by those of the functions the
+    LLVM target outlined from it (`@name.par0`...: the bodies of its threaded loops, where
+    its work is)."""
+    parts = []
+    for m in re.finditer(rf'^define [^@\n]*@"{re.escape(name)}(\.par[^"]*)?"\(', llvm_text, re.M):
+        end = llvm_text.find("\n}\n", m.start())
+        parts.append(llvm_text[m.start() : end + 2])
+    return "\n".join(parts)
 
 
 class CpuBackend:
