@@ -1,6 +1,7 @@
 """What the layout passes are worth on the graphs exporters write.
 
     python benchmarks/layout.py [--backend cpu] [--budget 20] [--out FILE] [--quick] [--only NAME...]
+        [--strategy shapley|ablation|prefix]
 
 Two ONNX models are built with onnx.helper (into a temporary directory, never committed):
 
@@ -129,6 +130,7 @@ def main() -> int:
     parser.add_argument("--out", default=None, help="JSON Lines file the records are appended to")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
     parser.add_argument("--only", nargs="*", help="these models only (default: all)")
+    parser.add_argument("--strategy", default="shapley", choices=["prefix", "ablation", "shapley"])
     args = parser.parse_args()
     out = Path(args.out or RESULTS / f"layout_{args.backend}.jsonl")
     models = {
@@ -145,7 +147,7 @@ def main() -> int:
             onnx.save(model, path)
             record = Path(tmp) / f"{name}.json"
             code = bench(["attribute", str(path), "--backend", args.backend, "--budget",
-                          args.budget, "--json", str(record)])  # fmt: skip
+                          args.budget, "--strategy", args.strategy, "--json", str(record)])  # fmt: skip
             if code:
                 return code
             with out.open("a") as f:
