@@ -327,3 +327,22 @@ def test_cpu_k_blocking_gives_the_same_bits(m: int, n: int, k: int, kc: int) -> 
     assert bool(loads_of_c) == (kc < k)  # the partial sums are read back
     got = irkit.compile(module, spec.format(kc), backend="cpu")(*inputs)[0]
     np.testing.assert_array_equal(want, got)
+
+
+@pytest.mark.parametrize("m,n,k", [(37, 64, 9), (40, 150, 5), (7, 200, 12), (5, 16, 3)])
+def test_row_parallel_matmuls_give_the_same_bits_on_threads(m: int, n: int, k: int) -> None:
+    """Fewer panels than min-panels: the row tiles are the parallel loop. On 3 forced
+    threads (uneven chunks of row tiles) the bits are those of the panel-parallel form."""
+    from irkit.runtime.reference import random_inputs
+
+    module = matmul_model(m, n, k, "gelu_residual")
+    inputs = random_inputs(module, seed=m)
+    spec = (
+        "fuse-kernels,lower-graph-to-loops,cpu-tile-matmul{{min-panels={}}},"
+        "cpu-parallelize{{threads=3 min-work=0}}"
+    )
+    want = irkit.compile(module, spec.format(0), backend="cpu")(*inputs)[0]
+    exe = irkit.compile(module, spec.format(4), backend="cpu")
+    np.testing.assert_array_equal(want, exe(*inputs)[0])
+    checks, _ = check(exe, module, seed=m)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]

@@ -18,7 +18,10 @@ scheme of BLIS-style microkernels:
   stored to C after a block and loaded back for the next (exact: f32 in, f32 out, and the
   sum still runs over k in order); the panel loop (and
   the packing loop) are `scf.parallel`, each panel writing its own columns, so
-  `cpu-parallelize` can give each thread its own panels;
+  `cpu-parallelize` can give each thread its own panels; with fewer than `min-panels`
+  panels (N < 256 with the defaults: a 64-channel convolution is one panel, which no
+  thread could share) the row tiles are the parallel loop instead, each running over the
+  panels;
 - the **epilogue** (bias, activation, residual...) runs on each tile right after it is
   stored, while it is in L1, as the original scalar ops (LLVM vectorizes what it can);
 - **remainders**: a row tail gets a microkernel with fewer rows, a column tail of whole
@@ -35,6 +38,7 @@ Options:
     nr=64             columns per microkernel and per packed panel, a multiple of the lanes
     vector-bits=512   vector register width (512 for AVX-512; 256 for AVX2)
     pack=true         pack B into contiguous panels before the microkernels run
+    min-panels=4      with fewer panels, the row tiles are the parallel loop (0: never)
     kc=0              the k steps per block of a panel; 0, or K <= kc: K in one block.
                       Off by default: on znver4, kc = 128, 256 and 512 measured the same as
                       unblocked, within noise (gemm 1024^3, 384x512x8192, 96x2048x4096, mlp;
@@ -78,6 +82,7 @@ class CpuTileMatmulPass(ModulePass):
     vector_bits: int = 512
     pack: bool = True
     kc: int = 0
+    min_panels: int = 4
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.vector_bits not in (128, 256, 512):
@@ -102,7 +107,7 @@ class _KBlock(NamedTuple):
     (the sum starts from init) and the last (the epilogue follows): True, False, or an i1
     known only at run time."""
 
-    start: SSAValue
+    start: SSAValue | int
     length: int
     first: SSAValue | bool
     last: SSAValue | bool
@@ -121,6 +126,7 @@ class _Tiler:
                 f"lanes of a {options.vector_bits}-bit vector of {nest.element_type}"
             )
         self.mr, self.nr, self.pack = options.mr, options.nr, options.pack
+        self.min_panels = options.min_panels
         self.kc = options.kc if 0 < options.kc < nest.k else nest.k
         self.vtype = VectorType(nest.element_type, [self.lanes])
         self.b = LoopBuilder(fn.body.block)
@@ -142,7 +148,10 @@ class _Tiler:
                 source = from_packed
             else:
                 source = self._from_b
-            b.parallel([panels], lambda ivs: self._panel(ivs[0], source))
+            if panels < self.min_panels:
+                self._row_parallel(source, panels)
+            else:
+                b.parallel([panels], lambda ivs: self._panel(ivs[0], source))
         if tail_vectors:
             j0 = b.index(panels * self.nr)
             self._row_tiles(j0, tail_vectors, j0, self._from_b)
@@ -211,19 +220,48 @@ class _Tiler:
                 self._microkernel(b.index(main), nest.m - main, j0, nv, panel, source, k)
             return []
 
+        return self._k_blocks(rows)
+
+    def _k_blocks(self, body: Callable[[_KBlock], list[SSAValue]]) -> list[SSAValue]:
+        """`body` for each block of `kc` k steps, in order (once, over all of K, unblocked)."""
+        nest, b = self.nest, self.b
         blocks, rest = divmod(nest.k, self.kc)
         if blocks == 1 and not rest:
-            return rows(_KBlock(b.index(0), nest.k, True, True))
+            return body(_KBlock(0, nest.k, True, True))
 
         def block(kb: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
             first = b.add(arith.CmpiOp(kb, b.index(0), "eq"))
             last = False if rest else b.add(arith.CmpiOp(kb, b.index(blocks - 1), "eq"))
-            return rows(_KBlock(b.imul(kb, self.kc), self.kc, first, last))
+            return body(_KBlock(b.imul(kb, self.kc), self.kc, first, last))
 
         b.for_range(0, blocks, 1, [], block)
         if rest:
-            rows(_KBlock(b.index(nest.k - rest), rest, False, True))
+            body(_KBlock(nest.k - rest, rest, False, True))
         return []
+
+    def _row_parallel(
+        self, source: Callable[[SSAValue, int, SSAValue], SSAValue], panels: int
+    ) -> None:
+        """The panels' microkernels with the row tiles as the parallel loop: for matmuls with
+        too few panels to share among threads (a 64-channel convolution is one panel)."""
+        nest, b = self.nest, self.b
+        nv = self.nr // self.lanes
+
+        def tile(i0: SSAValue, rows: int) -> None:
+            def panel(p: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+                j0 = b.imul(p, self.nr)
+                where = p if self.pack else j0
+                return self._k_blocks(
+                    lambda k: self._microkernel(i0, rows, j0, nv, where, source, k)
+                )
+
+            b.for_range(0, panels, 1, [], panel)
+
+        tiles, rest = divmod(nest.m, self.mr)
+        if tiles:
+            b.parallel([tiles], lambda t: tile(b.imul(t[0], self.mr), self.mr))
+        if rest:
+            tile(b.index(tiles * self.mr), rest)
 
     def _microkernel(
         self,
@@ -257,7 +295,7 @@ class _Tiler:
             )
 
         def step(kk: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
-            k = b.add(arith.AddiOp(k_block.start, kk))
+            k = b.iadd(kk, k_block.start)
             bs = [source(k, v, panel) for v in range(nv)]
             out = []
             for r in range(rows):
