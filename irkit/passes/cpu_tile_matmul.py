@@ -172,8 +172,14 @@ class _Tiler:
     ) -> list[SSAValue]:
         """All row tiles of panel `p`; `source` reads the packed panel by its number, or B
         by the panel's first column."""
+        j0, where = self._panel_origin(p)
+        return self._row_tiles(j0, self.nr // self.lanes, where, source)
+
+    def _panel_origin(self, p: SSAValue) -> tuple[SSAValue, SSAValue]:
+        """Panel `p`'s first column, and what `source` reads it by: the packed panel's
+        number, or (unpacked) that first column."""
         j0 = self.b.imul(p, self.nr)
-        return self._row_tiles(j0, self.nr // self.lanes, p if self.pack else j0, source)
+        return j0, p if self.pack else j0
 
     def _pack(self, panels: int) -> SSAValue:
         """B's first `panels * nr` columns copied to a `[panel][k][nr]` buffer."""
@@ -249,8 +255,7 @@ class _Tiler:
 
         def tile(i0: SSAValue, rows: int) -> None:
             def panel(p: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-                j0 = b.imul(p, self.nr)
-                where = p if self.pack else j0
+                j0, where = self._panel_origin(p)
                 return self._k_blocks(
                     lambda k: self._microkernel(i0, rows, j0, nv, where, source, k)
                 )

@@ -220,7 +220,7 @@ class _TiledKernel:
         warp tiling, a word per row (column) otherwise."""
         if not self.warp_tiled:
             return [t.add(memref.LoadOp.get(tile, [stage, k, i])) for i in firsts]
-        if not isinstance(self.nest.element_type, Float32Type):  # no 4-wide f16 type in CUDA
+        if not isinstance(self.nest.element_type, Float32Type):  # CUDA has no 4-wide f64/f16
             return [
                 t.add(memref.LoadOp.get(tile, [stage, k, t.iadd(i, q)]))
                 for i in firsts

@@ -38,6 +38,7 @@ Options:
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -83,10 +84,7 @@ class PadLeadingDimsPass(ModulePass):
             for fn in op.ops
             if isinstance(fn, func.FuncOp) and KERNEL_ATTR in fn.attributes
         }
-        calls: dict[str, int] = {}
-        for o in op.walk():
-            if isinstance(o, func.CallOp):
-                calls[o.callee.string_value()] = calls.get(o.callee.string_value(), 0) + 1
+        calls = Counter(o.callee.string_value() for o in op.walk() if isinstance(o, func.CallOp))
         for fn in op.ops:
             if not isinstance(fn, func.FuncOp) or fn.is_declaration or fn.sym_name.data in kernels:
                 continue
@@ -113,7 +111,9 @@ class PadLeadingDimsPass(ModulePass):
             padded += max(1, self.skew_bytes // size)
         return padded
 
-    def _pad(self, alloc: memref.AllocOp, kernels: dict[str, func.FuncOp], calls) -> None:
+    def _pad(
+        self, alloc: memref.AllocOp, kernels: dict[str, func.FuncOp], calls: Counter[str]
+    ) -> None:
         t = alloc.memref.type
         assert isinstance(t, MemRefType)
         shape = list(t.get_shape())
