@@ -4,6 +4,7 @@ A kernel the interpretation cannot run fails here; nothing is skipped for want o
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from xdsl.dialects import gpu, scf
 
 import irkit
-from irkit.codegen.cuda import gpu_kernels, kernel_source
+from irkit.codegen.cuda import cuda_source, gpu_kernels, kernel_source
 from irkit.codegen.nvrtc import Resources, check_limits, compile_cuda, parse_ptxas
 from irkit.errors import IrkitError
 from irkit.frontend import parse_source
@@ -46,6 +47,20 @@ def test_reductions_map_one_block_per_row() -> None:
         rows = SMALL[name]["R" if name == "softmax" else "T"]
         assert launch_of(kernels[0])["grid"] == (rows, 1, 1)  # type: ignore[index]
         assert any(isinstance(op, gpu.BarrierOp) for op in kernels[0].walk())
+
+
+def test_printed_module_holds_each_kernel_as_nvrtc_compiles_it() -> None:
+    """`-t cuda` shows the very kernels NVRTC builds, with readable per-kernel names."""
+    module = mapped("examples/transformer_block.graph")
+    whole = cuda_source(module)
+    for fn in gpu_kernels(module):
+        source = kernel_source(module, fn)
+        kernel = source[source.index("// " + fn.sym_name.data) :]
+        assert kernel in whole, fn.sym_name.data
+        assert "const int tid = (int)threadIdx.x;" in kernel, fn.sym_name.data
+    conv = cuda_source(mapped("examples/conv_block.graph"))
+    assert "k2_im2col(const float* __restrict__ c, float* __restrict__ arg1)" in conv
+    assert re.search(r"\barg\d+_\d+\b", whole + conv) is None
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

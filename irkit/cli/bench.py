@@ -85,11 +85,8 @@ def _run(args) -> int:
     if result.backend == "cuda-sim":
         console.print("[yellow]cuda-sim: the kernels ran in the lockstep interpreter on the CPU; "
                       "the times below are the interpreter's, not a GPU's[/]")  # fmt: skip
-    copy_bw = None
-    if result.backend == "cuda":
-        from irkit.runtime.cuda import copy_bandwidth, device
-
-        copy_bw = copy_bandwidth(device())
+    copy_bw = result.copy_bandwidth
+    if copy_bw:
         console.print(f"device copy bandwidth (1 GiB device-to-device, read + write): "
                       f"{copy_bw / 1e9:.0f} GB/s", highlight=False)  # fmt: skip
     warm = "" if timer.startswith("cuda") else ", warm caches"
@@ -106,7 +103,8 @@ def _run(args) -> int:
         )
     for k, t in zip(result.kernels, threads, strict=True):
         e = k.timing.estimate
-        bw = [f"{100 * k.gbps * 1e9 / copy_bw:.1f}%"] if copy_bw else []
+        fraction = result.copy_fraction(k)
+        bw = [f"{100 * fraction:.1f}%"] if fraction is not None else []
         bw += [str(t or 1)] if threaded else []
         table.add_row(k.record.name, fmt_time(e.median), f"{fmt_time(e.low)}-{fmt_time(e.high)}",
                       f"{k.gflops:.2f}", f"{k.gbps:.2f}", *bw, fmt_count(k.record.flops),

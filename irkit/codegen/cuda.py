@@ -97,14 +97,14 @@ class CPrinter:
             return "double"
         raise IrkitError(f"the C printer has no type for {t}")
 
-    def fresh(self, value: SSAValue, prefix: str) -> str:
-        """A C name for `value`: its IR name hint, else `prefix` (alone the first time for
-        the thread-geometry names), else `prefix` with a number."""
+    def fresh(self, value: SSAValue, prefix: str, alone: bool = False) -> str:
+        """A C name for `value`: its IR name hint, else `prefix` alone where `alone` and it
+        is free (thread geometry, kernel parameters), else `prefix` with a number."""
         hint = re.sub(r"\W", "_", value.name_hint or "")
         taken = set(self.names.values())
         if hint and not hint[0].isdigit() and hint not in taken:
             name = hint
-        elif prefix in ("tid", "bid", "ntid", "nbid") and prefix not in taken:
+        elif alone and prefix not in taken:
             name = prefix
         else:
             name = f"{prefix}{self.counter}"
@@ -145,8 +145,8 @@ class CPrinter:
     def emit(self, line: str) -> None:
         self.lines.append("  " * self.indent + line)
 
-    def define(self, value: SSAValue, expr: str, prefix: str = "v") -> None:
-        name = self.fresh(value, prefix)
+    def define(self, value: SSAValue, expr: str, prefix: str = "v", alone: bool = False) -> None:
+        name = self.fresh(value, prefix, alone)
         self.emit(f"const {self.type_name(value.type)} {name} = {expr};")
 
     # --- memory -----------------------------------------------------------------------------
@@ -359,7 +359,7 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
     def geometry(self, op: Operation) -> None:
         var, prefix = self.GEOMETRY[type(op)]
         dim = op.dimension.data.value  # type: ignore[attr-defined]
-        self.define(op.results[0], f"({self.index_type}){var}.{dim}", prefix)
+        self.define(op.results[0], f"({self.index_type}){var}.{dim}", prefix, alone=True)
 
     def barrier(self, op: Operation) -> None:
         self.emit("__syncthreads();")
@@ -416,6 +416,7 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         assert launch is not None
         block = launch["block"]
         threads = math.prod(block)  # type: ignore[arg-type]
+        self.names, self.counter = {}, 0  # names are per kernel: as NVRTC compiles each alone
         stored = {o.memref for o in fn.walk() if isinstance(o, memref.StoreOp)}
         stored |= {o.base for o in fn.walk() if isinstance(o, vector.StoreOp)}
         params = []
@@ -423,7 +424,7 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
             t = arg.type
             if not isinstance(t, MemRefType):
                 raise IrkitError(f"@{fn.sym_name.data}: kernel arguments must be memrefs")
-            name = self.fresh(arg, f"arg{i}_")
+            name = self.fresh(arg, f"arg{i}", alone=True)
             const = "" if arg in stored else "const "
             params.append(f"{const}{self.type_name(t.element_type)}* __restrict__ {name}")
         self.lines = []

@@ -54,6 +54,7 @@ class RunResult:
     kernels: list[KernelTiming] = field(default_factory=list)
     graph: Timing | None = None
     fingerprint: dict = field(default_factory=dict)
+    copy_bandwidth: float | None = None  # bytes/s, read + write: the GPU's measured ceiling
 
     @property
     def passed(self) -> bool:
@@ -70,9 +71,18 @@ class RunResult:
             "correct": self.passed,
             "checks": [c.to_json() for c in self.checks],
             "graph": self.graph.to_json() if self.graph else None,
-            "kernels": [k.to_json() for k in self.kernels],
+            "kernels": [self._kernel_json(k) for k in self.kernels],
+            "copy_bandwidth_gbps": self.copy_bandwidth / 1e9 if self.copy_bandwidth else None,
             "fingerprint": self.fingerprint,
         }
+
+    def copy_fraction(self, kernel: KernelTiming) -> float | None:
+        """The kernel's minimal traffic per second over the device's copy bandwidth."""
+        return kernel.gbps * 1e9 / self.copy_bandwidth if self.copy_bandwidth else None
+
+    def _kernel_json(self, kernel: KernelTiming) -> dict:
+        fraction = self.copy_fraction(kernel)
+        return kernel.to_json() | ({"copy_bw_fraction": fraction} if fraction is not None else {})
 
 
 def run_model(
@@ -104,7 +114,10 @@ def run_model(
     bound = exe.bind(*inputs)
     dev = getattr(exe, "dev", None)
     if dev is not None:  # clocks before and after: a throttled run shows
+        from irkit.runtime.cuda import copy_bandwidth
+
         result.fingerprint["gpu"] = dev.fingerprint()
+        result.copy_bandwidth = copy_bandwidth(dev)
     result.graph = time_cpu(timed_graph(bound), precision, budget_s)
     for i, record in enumerate(exe.kernels):
         timing = time_cpu(timed_kernel(bound, i), precision, budget_s)
