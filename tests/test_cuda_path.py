@@ -16,9 +16,10 @@ from irkit.codegen.cuda import cuda_source, gpu_kernels, kernel_source
 from irkit.codegen.nvrtc import Resources, check_limits, compile_cuda, parse_ptxas
 from irkit.errors import IrkitError
 from irkit.frontend import parse_source
-from irkit.passes.map_to_gpu import launch_of
+from irkit.passes.map_to_gpu import LAUNCH_ATTR, launch_attr, launch_of
 from irkit.pipelines import apply_passes, parse_passes
 from irkit.runtime.check import check
+from irkit.runtime.gpu import build_kernels
 from irkit.runtime.lockstep import LockstepBackend, LockstepError, LockstepInterpreter
 from tests.conftest import SMALL, check_every_subset
 
@@ -118,6 +119,20 @@ def test_limits_are_checked_before_launch_naming_the_kernel() -> None:
     with pytest.raises(IrkitError, match="kernel smem needs .* shared memory"):
         check_limits("smem", "sm_90", 256, Resources(registers=16, shared_bytes=64 * 1024))
     check_limits("ok", "sm_90", 256, Resources(registers=32, shared_bytes=1024))
+
+
+def test_dynamic_shared_memory_in_the_launch_is_checked_naming_the_kernel() -> None:
+    module = mapped("examples/softmax.graph")
+    (kernel,) = gpu_kernels(module)
+    launch = launch_of(kernel)
+    assert launch is not None and launch["shared"] == 0
+    grid, block = launch["grid"][0], launch["block"][0]  # type: ignore[index]
+    kernel.attributes[LAUNCH_ATTR] = launch_attr(grid, block, "rows", 1, dynamic_shared=1 << 16)
+    (built,) = build_kernels(module, "sm_90")  # 64 KB dynamic: within Hopper's opt-in 227 KB
+    assert built.record.launch["shared"] == 1 << 16
+    kernel.attributes[LAUNCH_ATTR] = launch_attr(grid, block, "rows", 1, dynamic_shared=1 << 18)
+    with pytest.raises(IrkitError, match=f"kernel {kernel.sym_name.data} needs .* shared memory"):
+        build_kernels(module, "sm_90")
 
 
 def test_block_size_option_is_checked() -> None:

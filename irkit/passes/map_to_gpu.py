@@ -78,8 +78,9 @@ MAX_CHECKED_POINTS = 1 << 24
 
 
 def launch_of(fn: Operation) -> dict[str, object] | None:
-    """A GPU kernel's launch configuration: grid, block (3 ints each) and mapping; None for a
-    function that is not GPU-mapped."""
+    """A GPU kernel's launch configuration: grid, block (3 ints each), the bytes of dynamic
+    shared memory per block (`shared`; 0 where absent) and mapping; None for a function that is
+    not GPU-mapped."""
     attr = fn.attributes.get(LAUNCH_ATTR)
     if not isinstance(attr, DictionaryAttr):
         return None
@@ -90,6 +91,7 @@ def launch_of(fn: Operation) -> dict[str, object] | None:
     out: dict[str, object] = {
         "grid": tuple(grid.get_values()),
         "block": tuple(block.get_values()),
+        "shared": d["shared"].value.data if isinstance(d.get("shared"), IntegerAttr) else 0,  # type: ignore[union-attr]
         "mapping": mapping.data,
     }
     if isinstance(d.get("flops"), IntegerAttr):
@@ -455,12 +457,17 @@ def _launch(grid: int, block: int, mapping: str, nests: Sequence[Nest]) -> Dicti
     return launch_attr(grid, block, mapping, flops)
 
 
-def launch_attr(grid: int, block: int, mapping: str, flops: int) -> DictionaryAttr:
-    """`irkit.launch` for a one-dimensional launch of `grid` blocks of `block` threads."""
+def launch_attr(
+    grid: int, block: int, mapping: str, flops: int, dynamic_shared: int = 0
+) -> DictionaryAttr:
+    """`irkit.launch` for a one-dimensional launch of `grid` blocks of `block` threads with
+    `dynamic_shared` bytes of dynamic shared memory each (irkit's kernels declare their shared
+    buffers statically, as `memref.global`s in address space 3, so theirs is 0)."""
     return DictionaryAttr(
         {
             "grid": DenseArrayBase.from_list(i64, [grid, 1, 1]),
             "block": DenseArrayBase.from_list(i64, [block, 1, 1]),
+            "shared": IntegerAttr(dynamic_shared, i64),
             "mapping": StringAttr(mapping),
             "flops": IntegerAttr(flops, i64),
         }

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
+from irkit.codegen.nvrtc import STATIC_SHARED_LIMIT
 from irkit.errors import IrkitError
 from irkit.ir import entry_function
 from irkit.runtime.backend import check_arrays, driver_plan, driver_specs
@@ -187,11 +188,17 @@ class Launch:
             self._params = (ctypes.c_void_p * len(pointers))(
                 *[ctypes.addressof(p) for p in pointers]
             )
-        grid, block = self.kernel.launch["grid"], self.kernel.launch["block"]
+        launch = self.kernel.launch
         _call(
             f"launch of kernel {self.kernel.name}",
             drv.cuLaunchKernel(
-                self.function, *grid, *block, 0, stream, ctypes.addressof(self._params), 0
+                self.function,
+                *launch["grid"],
+                *launch["block"],
+                launch["shared"],
+                stream,
+                ctypes.addressof(self._params),
+                0,
             ),  # fmt: skip
         )
 
@@ -281,9 +288,14 @@ class CudaExecutable:
             assert k.compiled is not None
             mod = _call(f"cuModuleLoadData ({k.name})", drv.cuModuleLoadData(k.compiled.cubin))
             self._modules.append(mod)
-            self.functions[k.name] = _call(
+            function = _call(
                 f"cuModuleGetFunction ({k.name})", drv.cuModuleGetFunction(mod, k.name.encode())
             )
+            if k.launch["shared"] > STATIC_SHARED_LIMIT:  # past 48 KB dynamic needs an opt-in
+                attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                _call(f"cuFuncSetAttribute ({k.name})",
+                      drv.cuFuncSetAttribute(function, attr, k.launch["shared"]))  # fmt: skip
+            self.functions[k.name] = function
         self._by_name = {k.name: k for k in self.gpu_kernels}
 
     def bind(self, *arrays: Any) -> CudaBound:

@@ -66,6 +66,7 @@ def build_kernels(
         assert launch is not None
         kernel = GpuKernel(fn, name, source, launch, compiled)
         if compiled is not None:
-            check_limits(name, arch, kernel.threads, compiled.resources, 0, device_limits)  # type: ignore[arg-type]
+            check_limits(name, arch, kernel.threads, compiled.resources, launch["shared"],  # type: ignore[arg-type]
+                         device_limits)  # fmt: skip
         kernels.append(kernel)
     return kernels
