@@ -26,11 +26,17 @@ DEFAULT_ARCH = "sm_90"
 """What to compile for when no device says otherwise (Hopper)."""
 
 ARCH_LIMITS = {
-    # max threads per block, max shared memory per block with opt-in (bytes), registers
+    # max threads per block, max shared memory per block with opt-in (bytes), registers per
+    # block: the CUDA C++ Programming Guide's table per compute capability. A device's own
+    # attributes replace the first two when one is present.
+    "sm_75": (1024, 64 * 1024, 65536),
     "sm_80": (1024, 163 * 1024, 65536),
     "sm_86": (1024, 99 * 1024, 65536),
+    "sm_87": (1024, 163 * 1024, 65536),
     "sm_89": (1024, 99 * 1024, 65536),
     "sm_90": (1024, 227 * 1024, 65536),
+    "sm_100": (1024, 227 * 1024, 65536),
+    "sm_120": (1024, 99 * 1024, 65536),
 }
 STATIC_SHARED_LIMIT = 48 * 1024
 """Static `__shared__` arrays above this need dynamic shared memory and an opt-in attribute."""
