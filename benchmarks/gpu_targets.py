@@ -143,6 +143,7 @@ def measure(w: Workload, dims, pipeline: str, budget: float, torch, dev, copy_bw
         raise SystemExit(f"{w.name}: the torch peer disagrees with irkit; not timed")
     bound = exe.bind(*inputs)
     peer_name = "cublas" if w.target == "cublas" else "torch_eager"
+    gpu = dev.fingerprint()  # clocks at the start, and at the end below: throttling shows
     timings = time_interleaved(
         {"irkit": bound.timed_graph(), peer_name: TorchTimed(peer, torch, dev.l2_bytes)},
         budget_s=budget,
@@ -162,7 +163,7 @@ def measure(w: Workload, dims, pipeline: str, budget: float, torch, dev, copy_bw
         "copy_bandwidth_bytes_s": copy_bw, "fraction_of_copy_bw": moved / t / copy_bw,
         "protocol": "interleaved randomized rounds, CUDA events, L2 flushed before each sample, "
                     "TF32 off, irkit checked against float64 and against the peer first",
-        "fingerprint": {**host_fingerprint(), "gpu": dev.fingerprint()},
+        "fingerprint": {**host_fingerprint(), "gpu": {**gpu, "clocks_end": dev.clocks()}},
     }  # fmt: skip
     if w.target == "cublas":
         rec["target"] = ">= 0.5x cuBLAS"

@@ -5,6 +5,7 @@ A kernel the interpretation cannot run fails here; nothing is skipped for want o
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -253,6 +254,21 @@ def test_cuda_backend_says_no_device_in_one_line() -> None:
     assert why == "no CUDA device available"
     exe = irkit.compile("examples/gemm.graph", dims=SMALL["gemm"])
     assert exe.backend == "cpu" and "cuda: no CUDA device available" in exe.selection  # type: ignore[attr-defined]
+
+
+def test_gpu_state_is_read_from_nvidia_smi_output() -> None:
+    """Clocks in a GPU record are the current ones (nvidia-smi), not the driver's maximum."""
+    from irkit.runtime.cuda import SMI_CLOCKS, parse_smi, query_smi
+
+    names = list(SMI_CLOCKS)
+    assert parse_smi("1980, 3201, 41, 118.52, P0\n", names) == {
+        "sm_mhz": 1980, "memory_mhz": 3201, "temperature_c": 41, "power_w": 118.52, "pstate": "P0"
+    }  # fmt: skip
+    assert parse_smi("345, [N/A], 30, [N/A], P8", names)["memory_mhz"] is None
+    assert parse_smi("", names) == dict.fromkeys(names)
+    assert parse_smi("1, 2", names) == dict.fromkeys(names)  # a short line: nothing guessed
+    if shutil.which("nvidia-smi") is None:  # here: every field unknown, nothing raised
+        assert query_smi("0000:00:00.0", SMI_CLOCKS) == dict.fromkeys(names)
 
 
 def test_simulated_backend_records_resources() -> None:

@@ -123,6 +123,5 @@ def run_model(
         timing = time_cpu(timed_kernel(bound, i), precision, budget_s)
         result.kernels.append(KernelTiming(record, timing))
     if dev is not None:
-        end = dev.fingerprint()
-        result.fingerprint["gpu"]["clocks_end_khz"] = [end["sm_clock_khz"], end["memory_clock_khz"]]
+        result.fingerprint["gpu"]["clocks_end"] = dev.clocks()
     return result

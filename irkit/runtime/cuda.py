@@ -56,6 +56,7 @@ class Device:
     handle: Any
     context: Any
     name: str
+    pci_bus_id: str
     arch: str
     max_threads: int
     max_shared: int
@@ -70,20 +71,31 @@ class Device:
             getattr(drv.CUdevice_attribute, attr), self.handle)))  # fmt: skip
 
     def fingerprint(self) -> dict[str, Any]:
-        def optional(attr: str) -> int | None:  # clock attributes are deprecated in CUDA 13
-            try:
-                return self.attribute(attr)
-            except (AttributeError, IrkitError):
-                return None
+        """What a GPU record carries: the device, driver and compiler, and (`clocks_start`)
+        its clocks, temperature and power now; `clocks()` again after a run gives the end."""
+        from irkit.codegen.nvrtc import nvrtc_version
 
+        smi = query_smi(self.pci_bus_id, {"driver": "driver_version", "sm_max_mhz": "clocks.max.sm",
+                                          "memory_max_mhz": "clocks.max.mem"})  # fmt: skip
+        major, minor = divmod(self.driver_version, 1000)
         return {
             "device": self.name,
             "compute_capability": self.arch.removeprefix("sm_"),
-            "driver_version": self.driver_version,
+            "pci_bus_id": self.pci_bus_id,
+            "driver": smi["driver"],
+            "cuda_driver_api": f"{major}.{minor // 10}",
+            "nvrtc": nvrtc_version(),
             "l2_bytes": self.l2_bytes,
-            "sm_clock_khz": optional("CU_DEVICE_ATTRIBUTE_CLOCK_RATE"),
-            "memory_clock_khz": optional("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE"),
+            "l2_flush_bytes": 2 * self.l2_bytes,
+            "sm_max_mhz": smi["sm_max_mhz"],
+            "memory_max_mhz": smi["memory_max_mhz"],
+            "clocks_start": self.clocks(),
         }
+
+    def clocks(self) -> dict[str, Any]:
+        """Current SM and memory clocks (MHz), temperature (C), power (W) and performance
+        state, from nvidia-smi; None for each where nvidia-smi cannot say."""
+        return query_smi(self.pci_bus_id, SMI_CLOCKS)
 
     def flush_l2(self) -> None:
         """Overwrite twice the L2's bytes so the next sample reads from DRAM."""
@@ -95,6 +107,46 @@ class Device:
         _call(
             "cuMemsetD8Async", drv.cuMemsetD8Async(self._flush, 0, 2 * self.l2_bytes, self.stream)
         )
+
+
+SMI_CLOCKS = {"sm_mhz": "clocks.sm", "memory_mhz": "clocks.mem", "temperature_c": "temperature.gpu",
+              "power_w": "power.draw", "pstate": "pstate"}  # fmt: skip
+"""The state a timing depends on, as nvidia-smi's --query-gpu names it. (The driver API's
+clock attributes are the maximum rates, constant; the current ones come from NVML.)"""
+
+
+def query_smi(pci_bus_id: str, fields: dict[str, str]) -> dict[str, Any]:
+    """`fields` (our name -> nvidia-smi query name) for the GPU at `pci_bus_id`."""
+    import subprocess
+
+    command = ["nvidia-smi", f"--id={pci_bus_id}", "--format=csv,noheader,nounits",
+               "--query-gpu=" + ",".join(fields.values())]  # fmt: skip
+    try:
+        text = subprocess.run(
+            command, capture_output=True, text=True, timeout=20, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        text = ""
+    return parse_smi(text, list(fields))
+
+
+def parse_smi(text: str, names: list[str]) -> dict[str, Any]:
+    """One CSV line of nvidia-smi values as numbers (or text, e.g. "P0"); "[N/A]" and
+    anything missing as None."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    values = [v.strip() for v in line.split(",")] if line else []
+    if len(values) != len(names):
+        return dict.fromkeys(names)
+
+    def value(v: str) -> Any:
+        if v.startswith("[") or not v:
+            return None
+        try:
+            return int(v) if v.isdigit() else float(v)
+        except ValueError:
+            return v
+
+    return {n: value(v) for n, v in zip(names, values, strict=True)}
 
 
 @cache
@@ -114,8 +166,9 @@ def device() -> Device:
     context = _call("cuDevicePrimaryCtxRetain", drv.cuDevicePrimaryCtxRetain(handle))
     _call("cuCtxSetCurrent", drv.cuCtxSetCurrent(context))
     name = _call("cuDeviceGetName", drv.cuDeviceGetName(256, handle))
-    dev = Device(0, handle, context, name.split(b"\0")[0].decode(), "", 0, 0, 0,
-                 int(_call("cuDriverGetVersion", drv.cuDriverGetVersion())))  # fmt: skip
+    bus = _call("cuDeviceGetPCIBusId", drv.cuDeviceGetPCIBusId(64, handle))
+    dev = Device(0, handle, context, name.split(b"\0")[0].decode(), bus.split(b"\0")[0].decode(),
+                 "", 0, 0, 0, int(_call("cuDriverGetVersion", drv.cuDriverGetVersion())))  # fmt: skip
     major = dev.attribute("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR")
     minor = dev.attribute("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR")
     dev.arch = f"sm_{major}{minor}"
