@@ -271,6 +271,17 @@ def test_gpu_state_is_read_from_nvidia_smi_output() -> None:
         assert query_smi("0000:00:00.0", SMI_CLOCKS) == dict.fromkeys(names)
 
 
+def test_driver_copies_run_in_the_gpu_plan() -> None:
+    """The same model as test_gpu's driver-copy test, through cuda-sim here."""
+    from tests.test_gpu import PASSTHROUGH
+
+    module = parse_source(PASSTHROUGH, "passthrough.graph", ".graph")
+    exe = irkit.compile(module, "default-cuda", backend="cuda-sim")
+    assert [s.kind for s in exe.plan].count("copy") == 2  # type: ignore[attr-defined]
+    checks, _ = check(exe, module, seed=3)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
+
+
 def test_simulated_backend_records_resources() -> None:
     exe = LockstepBackend().compile(mapped("examples/softmax.graph"))
     (record,) = exe.kernels

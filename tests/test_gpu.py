@@ -44,3 +44,23 @@ def test_default_dims_run_and_time_on_the_gpu(example: Path, device_ready: str) 
     assert result.graph is not None and result.graph.estimate.median > 0
     assert result.graph.timer.startswith("cuda_events")
     assert all(k.seconds > 0 for k in result.kernels)
+
+
+PASSTHROUGH = """model passthrough
+dim N = 1000
+input x : f32[N]
+output y = x
+output z = relu(x)
+output w = z
+"""
+
+
+def test_driver_copies_run_on_the_gpu(device_ready: str) -> None:
+    """Outputs that are an input or another output become device-to-device copies."""
+    from irkit.frontend import parse_source
+
+    module = parse_source(PASSTHROUGH, "passthrough.graph", ".graph")
+    exe = irkit.compile(module, "default-cuda", backend="cuda")
+    checks, _ = check(exe, module, seed=3)
+    assert [c.name for c in checks] == ["y", "z", "w"]
+    assert all(c.passed for c in checks), [c.describe() for c in checks]

@@ -257,6 +257,22 @@ class Launch:
 
 
 @dataclass
+class Copy:
+    """The driver's `memref.copy` (an output that is an input, a constant or another output):
+    a device-to-device copy on the stream, in the order of the launches around it."""
+
+    source: DeviceBuffer
+    destination: DeviceBuffer
+
+    def __call__(self, stream: Any) -> None:
+        if self.source.nbytes != self.destination.nbytes:
+            raise IrkitError(f"memref.copy between buffers of {self.source.nbytes} and "
+                             f"{self.destination.nbytes} bytes")  # fmt: skip
+        _call("cuMemcpyDtoDAsync (memref.copy)", _driver().cuMemcpyDtoDAsync(
+            self.destination.ptr, self.source.ptr, self.destination.nbytes, stream))  # fmt: skip
+
+
+@dataclass
 class GpuTimed:
     """A callable (run, unsynchronized) that also times itself: `sample(reps)` returns
     seconds per call from CUDA events around `reps` back-to-back runs, after an L2 flush."""
@@ -291,9 +307,10 @@ class GpuTimed:
 class CudaBound:
     exe: CudaExecutable
     buffers: list[DeviceBuffer]
-    launches: list[Launch]
+    launches: list[Launch]  # the kernel calls, in the order of exe.kernels
     host_outputs: list[np.ndarray]
     keep: list[DeviceBuffer] = field(default_factory=list)
+    steps: list[Launch | Copy] = field(default_factory=list)  # the whole driver, in order
 
     @property
     def outputs(self) -> list[np.ndarray]:
@@ -304,8 +321,8 @@ class CudaBound:
         return self.host_outputs
 
     def _graph(self) -> None:
-        for launch in self.launches:
-            launch(self.exe.dev.stream)
+        for step in self.steps:
+            step(self.exe.dev.stream)
 
     def run_graph(self) -> None:
         GpuTimed(self._graph, self.exe.dev)()
@@ -363,7 +380,8 @@ class CudaExecutable:
             buf.poison()
             buffers.append(buf)
         env = dict(zip(self.entry.body.block.args, buffers, strict=True))
-        launches, keep = [], []
+        launches: list[Launch] = []
+        steps: list[Launch | Copy] = []
         for step in self.plan:
             if step.kind == "alloc":
                 env[step.result] = DeviceBuffer(step.shape, step.dtype)
@@ -373,14 +391,14 @@ class CudaExecutable:
                 buf.upload(step.data)  # type: ignore[arg-type]
                 env[step.result] = buf
             elif step.kind == "copy":
-                raise IrkitError("the cuda runtime does not run memref.copy in the driver yet")
+                steps.append(Copy(env[step.operands[0]], env[step.operands[1]]))
             elif step.kind == "call":
                 kernel = self._by_name[step.callee]
                 launches.append(Launch(kernel, self.functions[step.callee],
                                        [env[v] for v in step.operands]))  # fmt: skip
-        keep.extend(env.values())
+                steps.append(launches[-1])
         host = [np.empty(s.shape, s.dtype) for s in self.outputs]
-        bound = CudaBound(self, buffers, launches, host, keep)
+        bound = CudaBound(self, buffers, launches, host, list(env.values()), steps)
         bound.run_graph()
         return bound
 
