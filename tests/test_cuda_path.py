@@ -89,6 +89,21 @@ def test_every_known_architecture_compiles(arch: str) -> None:
     assert compiled.cubin[:4] == b"\x7fELF" and compiled.resources.registers > 0
 
 
+def test_half_headers_fall_back_to_a_cuda_toolkit(tmp_path: Path, monkeypatch) -> None:
+    """Where cuda-pathfinder finds no wheel headers (an older one, a system toolkit only),
+    $CUDA_HOME's include directory is used."""
+    import cuda.pathfinder
+
+    from irkit.codegen.nvrtc import cuda_include_dir
+
+    assert cuda_include_dir() is not None  # the nvidia-cuda-runtime wheel's, here
+    monkeypatch.setattr(cuda.pathfinder, "locate_nvidia_header_directory", lambda _: None)
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "cuda_fp16.h").write_text("")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    assert cuda_include_dir.__wrapped__() == str(tmp_path / "include")  # uncached
+
+
 def test_nvrtc_cache_is_keyed_by_source_and_arch(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("IRKIT_CACHE", str(tmp_path))
     module = mapped("examples/softmax.graph")

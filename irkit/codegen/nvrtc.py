@@ -101,14 +101,26 @@ def cache_dir() -> Path:
 
 @cache
 def cuda_include_dir() -> str | None:
-    """Where cuda_fp16.h and cuda_bf16.h are: the nvidia-cuda-runtime wheel's headers."""
-    try:
-        from cuda.pathfinder import locate_nvidia_header_directory
+    """Where cuda_fp16.h and cuda_bf16.h are: the nvidia-cuda-runtime wheel's headers as
+    cuda-pathfinder finds them (its older API too), else a CUDA toolkit's ($CUDA_HOME,
+    $CUDA_PATH, /usr/local/cuda)."""
+    import cuda.pathfinder as pathfinder
 
-        found = locate_nvidia_header_directory("cudart")
-    except Exception:  # noqa: BLE001 - no headers is reported where they are needed
-        return None
-    return found.abs_path if found is not None else None
+    try:
+        if hasattr(pathfinder, "locate_nvidia_header_directory"):
+            found = pathfinder.locate_nvidia_header_directory("cudart")
+            if found is not None:
+                return found.abs_path
+        elif hasattr(pathfinder, "find_nvidia_header_directory"):
+            if where := pathfinder.find_nvidia_header_directory("cudart"):
+                return where
+    except Exception:  # noqa: BLE001, S110 - look in a toolkit instead
+        pass
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    for root in filter(None, roots):
+        if (Path(root) / "include" / "cuda_fp16.h").is_file():
+            return str(Path(root) / "include")
+    return None
 
 
 def options_for(arch: str, source: str = "", extra: tuple[str, ...] = ()) -> tuple[str, ...]:
