@@ -75,8 +75,9 @@ class Device:
         its clocks, temperature and power now; `clocks()` again after a run gives the end."""
         from irkit.codegen.nvrtc import nvrtc_version
 
-        smi = query_smi(self.pci_bus_id, {"driver": "driver_version", "sm_max_mhz": "clocks.max.sm",
-                                          "memory_max_mhz": "clocks.max.mem"})  # fmt: skip
+        static = {"driver": "driver_version", "sm_max_mhz": "clocks.max.sm",
+                  "memory_max_mhz": "clocks.max.mem"}  # fmt: skip
+        smi = query_smi(self.pci_bus_id, {**static, **SMI_CLOCKS})  # one nvidia-smi call
         major, minor = divmod(self.driver_version, 1000)
         return {
             "device": self.name,
@@ -89,7 +90,7 @@ class Device:
             "l2_flush_bytes": 2 * self.l2_bytes,
             "sm_max_mhz": smi["sm_max_mhz"],
             "memory_max_mhz": smi["memory_max_mhz"],
-            "clocks_start": self.clocks(),
+            "clocks_start": {k: smi[k] for k in SMI_CLOCKS},
         }
 
     def clocks(self) -> dict[str, Any]:
@@ -264,10 +265,12 @@ class Copy:
     source: DeviceBuffer
     destination: DeviceBuffer
 
-    def __call__(self, stream: Any) -> None:
+    def __post_init__(self) -> None:
         if self.source.nbytes != self.destination.nbytes:
             raise IrkitError(f"memref.copy between buffers of {self.source.nbytes} and "
                              f"{self.destination.nbytes} bytes")  # fmt: skip
+
+    def __call__(self, stream: Any) -> None:
         _call("cuMemcpyDtoDAsync (memref.copy)", _driver().cuMemcpyDtoDAsync(
             self.destination.ptr, self.source.ptr, self.destination.nbytes, stream))  # fmt: skip
 
