@@ -52,3 +52,31 @@ class PassFailure(IrkitError):
         super().__init__(f"pass '{pass_name}' failed: {cause}{where}")
         self.pass_name = pass_name
         self.reproducer = reproducer
+
+
+class OptionError(ValueError):
+    """A pass option out of its domain, raised by a pass's `check_options()`; the pipeline
+    parser reports it as `-p: error: pass 'NAME' option OPTION=VALUE: why`."""
+
+    def __init__(self, option: str, value: object, why: str):
+        shown = str(value).lower() if isinstance(value, bool) else value
+        super().__init__(f"option {option}={shown}: {why}")
+        self.option = option
+
+
+def require(ok: bool, option: str, value: object, why: str) -> None:
+    """Raise OptionError(option, value, why) unless `ok`: the one-liner of `check_options`."""
+    if not ok:
+        raise OptionError(option, value, why)
+
+
+def expect(function: str, name: str, value: object, kind: object, description: str) -> None:
+    """The Python API's argument check: an IrkitError naming the function, the argument and
+    what it takes, instead of a TypeError or AttributeError from deep inside."""
+    if isinstance(value, bool) and kind in (int, float):
+        ok = False
+    else:
+        ok = isinstance(value, kind)  # type: ignore[arg-type]
+    if not ok:
+        shown = repr(value) if len(repr(value)) <= 40 else type(value).__name__
+        raise IrkitError(f"{function}: {name} must be {description}, got {shown}")

@@ -9,8 +9,8 @@ from functools import cache
 
 from xdsl.context import Context
 from xdsl.dialects import func, get_all_dialects
-from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
-from xdsl.ir import Operation
+from xdsl.dialects.builtin import FileLineColLoc, MemRefType, ModuleOp, TensorType
+from xdsl.ir import Attribute, Operation
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
@@ -77,3 +77,32 @@ def entry_function(module: ModuleOp) -> func.FuncOp:
         names = ", ".join(f"@{f.sym_name.data}" for f in public) or "none"
         raise IrkitError(f"expected exactly one public func.func as the model, found {names}")
     return public[0]
+
+
+def model_function(module: ModuleOp) -> func.FuncOp:
+    """The entry function of a model that is to run: `entry_function`, checked to take and
+    return only statically shaped tensors (or memrefs) of the element types irkit handles,
+    so that an MLIR function over i32 or `tensor<?xf32>` is refused with a clear error
+    instead of failing inside a backend."""
+    from irkit.dtypes import DTYPES
+    from irkit.limits import check_extents
+
+    fn = entry_function(module)
+    names = [a.name_hint for a in fn.body.block.args]
+    kinds = [("argument", names[i] or f"#{i}", t) for i, t in enumerate(fn.function_type.inputs)]
+    kinds += [("result", f"#{i}", t) for i, t in enumerate(fn.function_type.outputs)]
+    for kind, name, t in kinds:
+        problem = _unrunnable(t, DTYPES.values(), check_extents)
+        if problem:
+            raise IrkitError(
+                f"@{fn.sym_name.data}: {kind} {name} has type {t}: {problem}", location_of(fn)
+            )
+    return fn
+
+
+def _unrunnable(t: Attribute, dtypes, check_extents) -> str | None:
+    if not isinstance(t, TensorType | MemRefType):
+        return "irkit runs functions of ranked tensors only"
+    if t.element_type not in dtypes:
+        return "irkit runs f16, bf16, f32 and f64 tensors"
+    return check_extents(t.get_shape())

@@ -8,9 +8,12 @@ given and the pipeline written to a reproducer file.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
 import tempfile
 import time
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -20,10 +23,10 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.transforms import get_all_passes
-from xdsl.utils.arg_spec import ArgSpec, parse_pipeline
+from xdsl.utils.arg_spec import ArgSpec, _convert_arg_to_type, parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError
 
-from irkit.errors import IrkitError, PassFailure, one_line
+from irkit.errors import IrkitError, OptionError, PassFailure, one_line
 from irkit.ir import content_hash, make_context, to_text, verify
 from irkit.passes import IRKIT_PASSES
 
@@ -215,10 +218,47 @@ def _expand(item: ArgSpec) -> list[ModulePass]:
         close = difflib.get_close_matches(item.name, [*available_passes(), *PIPELINES], n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise IrkitError(f"unknown pass '{item.name}'{hint}", "-p")
+    cls = factory()
     try:
-        return [factory().from_pass_spec(item)]
+        p = cls.from_pass_spec(item)
     except (ValueError, TypeError) as e:
-        raise IrkitError(f"bad option for pass '{item.name}': {e}", "-p") from None
+        raise IrkitError(f"pass '{item.name}': {_option_problem(cls, item, e)}", "-p") from None
+    check_options(p, "-p")
+    return [p]
+
+
+def check_options(p: ModulePass, where: str | None = None) -> None:
+    """Run the pass's `check_options()` (if it has one): an option out of its domain is an
+    IrkitError naming the pass and the option, raised before any pass runs."""
+    check = getattr(p, "check_options", None)
+    if check is None:
+        return
+    try:
+        check()
+    except (OptionError, ValueError, TypeError) as e:
+        raise IrkitError(f"pass '{p.name}': {one_line(e)}", where) from None
+
+
+def _option_problem(cls: type[ModulePass], item: ArgSpec, error: Exception) -> str:
+    """Which option of `item` xDSL's `from_spec` refused, and why, in the user's words."""
+    fields = {f.name for f in dataclasses.fields(cls) if f.init and f.name != "name"}
+    hints = typing.get_type_hints(cls)
+    for key, value in item.normalize_parameter_names().parameters.items():
+        option = key.replace("_", "-")
+        if key not in fields:
+            known = ", ".join(sorted(f.replace("_", "-") for f in fields))
+            takes = f"(options: {known})" if known else "(the pass takes no options)"
+            return f"unknown option '{option}' {takes}"
+        try:
+            _convert_arg_to_type(value, hints[key])
+        except (ValueError, TypeError):
+            shown = ",".join(str(v) for v in value) if isinstance(value, list | tuple) else value
+            expected = getattr(hints[key], "__name__", str(hints[key]))
+            return f"option {option}={shown}: expected {_KINDS.get(expected, expected)}"
+    return one_line(error)
+
+
+_KINDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
 
 
 def _one_line_spec_error(text: str) -> str:
@@ -240,6 +280,10 @@ def apply_passes(
 ) -> ModuleOp:
     """Run `passes` over `module` in place, verifying after each one."""
     ctx = ctx or make_context()
+    for p in passes:  # every option is checked before any pass runs
+        check_options(p)
+    if reproducer_dir is not None:
+        _check_reproducer_dir(reproducer_dir)
     for p in passes:
         before = module.clone()
         start = time.perf_counter()
@@ -260,15 +304,33 @@ def apply_passes(
     return module
 
 
+def _check_reproducer_dir(directory: str | Path) -> None:
+    """Refuse, before any pass runs, a reproducer directory that cannot be written to."""
+    d = Path(directory)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise IrkitError(f"--reproducer-dir: cannot create it: {e.strerror}", str(d)) from None
+    if not d.is_dir():
+        raise IrkitError("--reproducer-dir: not a directory", str(d))
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise IrkitError("--reproducer-dir: not writable", str(d))
+
+
 def _write_reproducer(
     module: ModuleOp, p: ModulePass, cause: str, directory: str | Path | None
-) -> str:
+) -> str | None:
+    """Write the IR the pass was given, with a RUN line; None if it cannot be written (the
+    pass's failure is then reported without a reproducer rather than hidden by this one)."""
     directory = Path(directory or tempfile.gettempdir())
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"irkit-reproducer-{p.name}-{content_hash(module)}.mlir"
     header = (
         f"// irkit reproducer: pass '{p.name}' failed: {cause}\n"
         f"// RUN: irkit-opt %s -p '{p.pipeline_pass_spec()}'\n"
     )
-    path.write_text(header + to_text(module))
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        path.write_text(header + to_text(module))
+    except OSError:
+        return None
     return str(path)

@@ -60,10 +60,14 @@ def test_compare_flags_a_planted_regression_and_passes_an_a_a_pair(tmp_path, cap
 
 def test_compare_errors_are_one_line(tmp_path, capsys) -> None:
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"kind": "irkit.attribution"}\nnot json\n')
+    bad.write_text('{"kind": "irkit.other"}\nnot json\n')
     assert bench(["compare", str(bad), str(bad)]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"irkit-bench: {bad}:2:1: error: not a JSON record") and "\n" not in err
+    bad.write_text('{"kind": "irkit.attribution"}\n')
+    assert bench(["compare", str(bad), str(bad)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"irkit-bench: {bad}:1: error: malformed attribution record: field workload is missing"
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     assert bench(["report", str(empty)]) == 1

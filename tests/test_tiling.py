@@ -94,9 +94,9 @@ def test_cpu_tile_matmul_leaves_other_nests_alone() -> None:
 @pytest.mark.parametrize(
     "options,message",
     [
-        ("nr=20", "nr=20 is not a multiple of the 16 lanes"),
+        ("nr=20", "option nr=20: must be a positive multiple of the 16 f32 lanes"),
         ("vector-bits=100", "vector-bits"),
-        ("mr=0", "mr must"),
+        ("mr=0", "option mr=0: must be from 1 to 16"),
     ],
 )
 def test_cpu_tile_matmul_rejects_bad_options(options: str, message: str) -> None:
@@ -281,7 +281,7 @@ def test_default_tiles_compile_for_hopper_without_spills() -> None:
 
 
 def test_gpu_tile_matmul_rejects_uneven_tiles() -> None:
-    with pytest.raises(IrkitError, match="gpu-tile-matmul: block-m/thread-m"):
+    with pytest.raises(IrkitError, match="pass 'gpu-tile-matmul': option block-m=30: must be a multiple of thread-m"):
         apply_passes(
             matmul_model(8, 64, 4),
             parse_passes("lower-graph-to-loops,gpu-tile-matmul{block-m=30 thread-m=4}"),

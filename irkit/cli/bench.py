@@ -19,7 +19,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from irkit.cli.common import OneLineArgumentParser, parse_dim, run_main
+from irkit.cli.common import (
+    OneLineArgumentParser,
+    check_output,
+    fraction,
+    parse_dim,
+    positive_float,
+    positive_int,
+    run_main,
+    seed,
+    write_output,
+)
 from irkit.cli.views import fmt_count, fmt_signed, fmt_time
 
 
@@ -65,6 +75,8 @@ def _run(args) -> int:
     from irkit.measure.run import run_model
 
     console = Console(width=None if sys.stdout.isatty() else 160)
+    if args.json:
+        check_output(args.json, [args.file], "--json")
     result = run_model(
         args.file, args.passes, args.backend, dict(args.dim), args.seed, args.precision, args.budget
     )
@@ -77,7 +89,11 @@ def _run(args) -> int:
     for c in result.checks:
         console.print(f"  {c.describe()}", style=None if c.passed else "bold red", highlight=False)
     if args.json:
-        _write_json(args.json, result.to_json())
+        path = _json_path(args.json, result.passed)
+        _write_json(path, result.to_json(), args.file)
+        if path != args.json:
+            console.print(f"the failing run's record is in {path}; {args.json} is left as it was",
+                          highlight=False)  # fmt: skip
     if not result.passed:
         console.print("[bold red]wrong result: not timed[/]")
         return 1
@@ -167,10 +183,12 @@ def _attribute(args) -> int:
     from irkit.cli.views import show_attribution
 
     console = Console(width=None if sys.stdout.isatty() else 160)
+    if args.json:
+        check_output(args.json, [args.file], "--json")
     record = attribute_file(args, args.file, dict(args.dim))
     show_attribution(console, record)
     if args.json:
-        _write_json(args.json, record)
+        _write_json(args.json, record, args.file)
         console.print(f"record written to {args.json}", highlight=False)
     return 0
 
@@ -251,23 +269,30 @@ def _compare(args) -> int:
 
 
 def _report(args) -> int:
-    from irkit.measure.report import write_report
+    from irkit.measure.report import render_report
 
-    n = write_report(args.results, args.output)
+    check_output(args.output, [args.results])
+    page, n = render_report(args.results)
+    write_output(args.output, page, [args.results])
     print(f"{args.output}: {n} workload(s)")
     return 0
 
 
-def _write_json(path: str, record: dict) -> None:
-    import json
+def _json_path(path: str, passed: bool) -> str:
+    """Where a run's record goes: `path`, except that a failing run never replaces an
+    existing record (a good run's, most likely); it goes beside it as NAME.wrong.json."""
     from pathlib import Path
 
-    from irkit.errors import IrkitError
+    p = Path(path)
+    if passed or not p.exists():
+        return path
+    return str(p.with_name(f"{p.stem}.wrong{p.suffix or '.json'}"))
 
-    try:
-        Path(path).write_text(json.dumps(record, indent=2) + "\n")
-    except OSError as e:
-        raise IrkitError(f"cannot write: {e.strerror}", path) from None
+
+def _write_json(path: str, record: dict, model: str) -> None:
+    import json
+
+    write_output(path, json.dumps(record, indent=2) + "\n", [model], "--json")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -280,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ref.add_argument("file", help="a .graph or .mlir model")
     ref.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
-    ref.add_argument("--seed", type=int, default=0)
+    ref.add_argument("--seed", type=seed, default=0)
     run = sub.add_parser("run", help="compile, check against the reference, then time each kernel")
     run.add_argument("file", help="a .graph or .mlir model")
     _measure_options(run, budget=1.0)
@@ -292,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help=f"a .graph, .mlir or .onnx model (default: the embedded {DEFAULT_MODEL})")  # fmt: skip
     _measure_options(att, budget=30.0)
     att.add_argument("--strategy", default="shapley", choices=("prefix", "ablation", "shapley"))
-    att.add_argument("--permutations", type=int, default=64,
+    att.add_argument("--permutations", type=positive_int, default=64,
                      help="sampled orders for shapley beyond 8 passes (default 64)")  # fmt: skip
     att.add_argument("--json", default=None, metavar="OUT", help="write the record as JSON")
     suite = sub.add_parser("suite", help="run the pass-impact suite (resumable)")
@@ -307,14 +332,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="cpu, cuda, cuda-sim (GPU-mapped IR run by the lockstep interpreter) or auto (default)",
     )
     suite.add_argument("--out", default="results.jsonl", help="JSON Lines results (appended)")
-    suite.add_argument("--precision", type=float, default=0.01)
-    suite.add_argument("--budget", type=float, default=None,
+    suite.add_argument("--precision", type=fraction, default=0.01)
+    suite.add_argument("--budget", type=positive_float, default=None,
                        help="seconds of sampling per job (default 20, or 2 with --quick)")  # fmt: skip
-    suite.add_argument("--seed", type=int, default=0)
+    suite.add_argument("--seed", type=seed, default=0)
     cmp_ = sub.add_parser("compare", help="exit 1 when NEW significantly regresses from BASE")
     cmp_.add_argument("base")
     cmp_.add_argument("new")
-    cmp_.add_argument("--threshold", type=float, default=0.05,
+    cmp_.add_argument("--threshold", type=positive_float, default=0.05,
                       help="smallest relative slowdown reported (default 0.05; never below "
                            "either run's A/A noise floor)")  # fmt: skip
     rep = sub.add_parser("report", help="write a self-contained HTML report of results")
@@ -357,10 +382,10 @@ def _measure_options(p, budget: float) -> None:
         help="cpu, cuda, cuda-sim (GPU-mapped IR run by the lockstep interpreter) or auto (default)",
     )
     p.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    p.add_argument("--precision", type=float, default=0.01,
+    p.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
+    p.add_argument("--precision", type=fraction, default=0.01,
                    help="stop sampling when every median's 95%% CI half-width is under this")  # fmt: skip
-    p.add_argument("--budget", type=float, default=budget,
+    p.add_argument("--budget", type=positive_float, default=budget,
                    help=f"seconds of sampling at most (default {budget:g})")  # fmt: skip
 
 

@@ -8,9 +8,12 @@ No Python traceback reaches the user unless IRKIT_DEBUG is set.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import NoReturn
 
 from irkit.errors import IrkitError, one_line
@@ -70,3 +73,93 @@ def run_main(prog: str, body: Callable[[], int | None]) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERNAL
+
+
+# --- typed command-line values -------------------------------------------------------------
+
+
+def _number(text: str, kind: type) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected {'an integer' if kind is int else 'a number'}, got {text!r}"
+        ) from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _number(text, float)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A relative precision or threshold: a number in (0, 1)."""
+    value = _number(text, float)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(_number(text, int))
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def seed(text: str) -> int:
+    value = int(_number(text, int))
+    if not 0 <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"a seed is an integer from 0 to 2^64-1, got {text!r}")
+    return value
+
+
+# --- outputs: never over an input, all or nothing ------------------------------------------
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name one file (hard and symbolic links included)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def check_output(path: str | Path, inputs: Iterable[str | Path] = (), flag: str = "-o") -> None:
+    """Refuse, before any work, an output path that is one of the command's inputs, a
+    directory, or in a directory that does not exist."""
+    for source in inputs:
+        if source is not None and same_file(path, source):
+            raise IrkitError(f"{flag} names an input of this command; refusing to write over it", str(path))  # fmt: skip
+    p = Path(path)
+    if p.is_dir():
+        raise IrkitError(f"{flag}: is a directory", str(path))
+    if p.exists() and not stat.S_ISREG(p.stat().st_mode):
+        raise IrkitError(f"{flag}: not a regular file", str(path))
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise IrkitError(f"{flag}: directory {parent} does not exist", str(path))
+
+
+def write_output(
+    path: str | Path, data: str | bytes, inputs: Iterable[str | Path] = (), flag: str = "-o"
+) -> None:
+    """Write `data` to `path` all or nothing: to a temporary file beside it, then renamed
+    over it, so a failed or interrupted write never leaves half a file. Refuses inputs."""
+    check_output(path, inputs, flag)
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    try:
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data)
+        tmp.replace(p)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise IrkitError(f"cannot write: {e.strerror}", str(path)) from None

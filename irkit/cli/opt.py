@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,7 +20,14 @@ from xdsl.printer import Printer
 from xdsl.utils.arg_spec import parse_spec
 from xdsl.xdsl_opt_main import VersionAction, xDSLOptMain
 
-from irkit.cli.common import OneLineArgumentParser, debug_level, parse_dim, run_main
+from irkit.cli.common import (
+    OneLineArgumentParser,
+    check_output,
+    debug_level,
+    parse_dim,
+    run_main,
+    write_output,
+)
 from irkit.errors import IrkitError
 from irkit.frontend import FRONTENDS, load, parse_source, read_text
 from irkit.ir import make_context
@@ -101,6 +107,9 @@ class IrkitOptMain(xDSLOptMain):
         if self.args.list_passes:
             self._list_passes()
             return
+        if self.args.output_file is not None:  # before any work, not after it
+            inputs = [self.args.input_file] if self.args.input_file not in (None, "-") else []
+            check_output(self.args.output_file, inputs)
         passes = parse_passes(self.args.passes) if self.args.passes else []
         path = self.args.input_file
         if path and Path(path).suffix.lower() == ".onnx":  # binary: the ONNX frontend reads it
@@ -148,14 +157,9 @@ class IrkitOptMain(xDSLOptMain):
         if out is None:
             sys.stdout.write(text)
             return
-        if self.args.input_file and Path(out).resolve() == Path(self.args.input_file).resolve():
-            raise IrkitError("refusing to overwrite the input file with the output", out)
-        try:
-            tmp = Path(out).with_name(f".{Path(out).name}.{time.time_ns()}.tmp")
-            tmp.write_text(text)
-            tmp.replace(out)  # all or nothing: a failed run never leaves half a file
-        except OSError as e:
-            raise IrkitError(f"cannot write output: {e.strerror}", out) from None
+        write_output(
+            out, text, [self.args.input_file] if self.args.input_file not in (None, "-") else []
+        )
 
     def _list_passes(self) -> None:
         for name, pipe in sorted(PIPELINES.items()):

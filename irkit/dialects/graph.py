@@ -54,6 +54,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from irkit.dialects import shapes
 from irkit.dialects.shapes import Shape, ShapeError
+from irkit.limits import check_extents
 
 FLOAT_TYPES = (Float16Type, BFloat16Type, Float32Type, Float64Type)
 Props = Mapping[str, Attribute]
@@ -161,12 +162,25 @@ class GraphOp(IRDLOperation, ABC):
         missing = [n for n in cls.get_irdl_definition().properties if n not in full]
         if missing:
             raise VerifyException(f"{cls.name} needs the attribute(s) {', '.join(missing)}")
-        result = cls.infer(types, full)
+        result = cls.checked_infer(types, full)
         return cls.create(operands=values, properties=full, result_types=[result])
+
+    @classmethod
+    def checked_infer(cls, types: Sequence[TensorType], props: Props) -> TensorType:
+        """`infer`, and the result checked to be a shape irkit can hold: every extent
+        positive (irkit has no empty tensors) and the element count within int64."""
+        result = cls.infer(types, props)
+        shape = list(result.get_shape())
+        if any(d == 0 for d in shape):
+            raise VerifyException(f"the result would be empty (shape {shape}); irkit's tensors have positive extents")  # fmt: skip
+        problem = check_extents(shape)
+        if problem:
+            raise VerifyException(f"the result's {problem}")
+        return result
 
     def verify_(self) -> None:
         types = _tensor_types([o.type for o in self.operands])
-        expected = self.infer(types, self.properties)
+        expected = self.checked_infer(types, self.properties)
         actual = self.results[0].type
         if actual != expected:
             raise VerifyException(

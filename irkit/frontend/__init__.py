@@ -16,13 +16,22 @@ from irkit.errors import IrkitError, SourceLocation
 FRONTENDS = (".graph", ".mlir", ".onnx")
 
 
-def read_text(path: str | Path) -> str:
-    """The file's text, or an IrkitError for a missing, unreadable, empty or binary file."""
+def check_model_file(path: str | Path) -> Path:
+    """The path, checked to be an existing regular file: a FIFO or a device would block or
+    never end, so they are refused before they are opened."""
     p = Path(path)
     if not p.exists():
         raise IrkitError("no such file", str(path))
     if p.is_dir():
         raise IrkitError("is a directory, not a model file", str(path))
+    if not p.is_file():
+        raise IrkitError("not a regular file (a pipe, socket or device); irkit reads model files", str(path))  # fmt: skip
+    return p
+
+
+def read_text(path: str | Path) -> str:
+    """The file's text, or an IrkitError for a missing, unreadable, empty or binary file."""
+    p = check_model_file(path)
     try:
         data = p.read_bytes()
     except OSError as e:
@@ -42,6 +51,22 @@ def read_text(path: str | Path) -> str:
         line = text.count("\n", 0, text.index("\x00")) + 1
         raise IrkitError("not a text file (contains NUL bytes)", SourceLocation(str(path), line, 1))
     return text
+
+
+def check_dims(function: str, dims: object) -> None:
+    """`dims` must map dim names to positive integers (or be None)."""
+    if dims is None:
+        return
+    if not isinstance(dims, Mapping):
+        raise IrkitError(f"{function}: dims must be a mapping of dim names to sizes, got {dims!r}")
+    for name, size in dims.items():
+        if (
+            not isinstance(name, str)
+            or isinstance(size, bool)
+            or not isinstance(size, int)
+            or size <= 0
+        ):
+            raise IrkitError(f"{function}: dims[{name!r}] must be a positive integer, got {size!r}")
 
 
 def parse_source(
@@ -72,6 +97,10 @@ def parse_source(
 def load(path: str | Path, dims: Mapping[str, int] | None = None) -> ModuleOp:
     """Load a model file as a verified module. `dims` overrides named dims of a .graph model,
     or gives symbolic input dims of an .onnx model their sizes."""
+    from irkit.errors import expect
+
+    expect("irkit.load", "path", path, str | Path, "a model file path (str or Path)")
+    check_dims("irkit.load", dims)
     if Path(path).suffix.lower() == ".onnx":
         from irkit.frontend.onnx import load_onnx
         from irkit.ir import verify

@@ -17,13 +17,17 @@ file:line:col.
 from __future__ import annotations
 
 import difflib
+import gc
+import math
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import lark
+import ml_dtypes
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     ArrayAttr,
@@ -46,8 +50,9 @@ from xdsl.irdl import VerificationContext
 from xdsl.utils.exceptions import VerifyException
 
 from irkit.dialects import graph
-from irkit.dtypes import DTYPES
+from irkit.dtypes import DTYPES, numpy_dtype
 from irkit.errors import IrkitError, SourceLocation
+from irkit.limits import INT64_MAX, MAX_NESTING, check_extents
 
 _GRAMMAR = Path(__file__).with_name("graph.lark")
 _PARSER = lark.Lark.open(
@@ -79,13 +84,40 @@ def parse_graph(
     text: str, filename: str = "<input>", dims: Mapping[str, int] | None = None
 ) -> ModuleOp:
     """Parse .graph source into a module holding one `func.func`. Raises IrkitError."""
+    with _no_gc():  # a parse tree is many small objects: collecting them midway is O(n^2)
+        try:
+            tree = _PARSER.parse(text)
+        except lark.UnexpectedInput as e:
+            raise IrkitError(
+                _syntax_message(e, text), SourceLocation(filename, e.line, e.column)
+            ) from None
+        _check_nesting(tree, filename)
+        return _Builder(filename, dict(dims or {})).build(tree)
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        tree = _PARSER.parse(text)
-    except lark.UnexpectedInput as e:
-        raise IrkitError(
-            _syntax_message(e, text), SourceLocation(filename, e.line, e.column)
-        ) from None
-    return _Builder(filename, dict(dims or {})).build(tree)
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _check_nesting(tree: lark.Tree, filename: str) -> None:
+    """Refuse expressions nested deeper than MAX_NESTING before anything recurses over them
+    (the walk itself is iterative)."""
+    stack: list[tuple[lark.Tree, int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise IrkitError(
+                f"expression nested more than {MAX_NESTING} levels deep",
+                SourceLocation(filename, node.meta.line, node.meta.column),
+            )
+        stack.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
 
 
 def _syntax_message(e: lark.UnexpectedInput, text: str) -> str:
@@ -192,6 +224,9 @@ class _Builder:
         shape = [self._static_int(e, "a tensor extent") for e in dim_exprs]
         if any(d <= 0 for d in shape):
             self._fail(ttype, f"tensor extents must be positive, got {shape}")
+        problem = check_extents(shape)
+        if problem:
+            self._fail(ttype, problem)
         arg = self.block.insert_arg(TensorType(DTYPES[str(dtype_tok)], shape), len(self.block.args))
         arg.name_hint = name
         attrs: dict[str, Attribute] = {PARAM_ATTR: UnitAttr()} if param else {}
@@ -224,7 +259,7 @@ class _Builder:
     def _expr(self, t: lark.Tree | lark.Token) -> Value:
         kind = t.data if isinstance(t, lark.Tree) else t.type
         if kind == "number":
-            return _number(t.children[0])
+            return self._literal(t.children[0])
         if kind == "var":
             name = str(t.children[0])
             if name not in self.env:
@@ -232,11 +267,9 @@ class _Builder:
             return self.env[name]
         if kind == "neg":
             operand = self._expr(t.children[0])
-            return (
-                -operand
-                if not isinstance(operand, SSAValue)
-                else self._op(t, graph.NegOp, [operand])
-            )
+            if isinstance(operand, SSAValue):
+                return self._op(t, graph.NegOp, [operand])
+            return self._checked(t, -operand)
         if kind in _ARITH:
             return self._arith(t, kind)
         if kind == "call":
@@ -244,10 +277,10 @@ class _Builder:
         self._fail(t, "expected a tensor expression here")
 
     def _arith(self, t: lark.Tree, kind: str) -> Value:
-        op_class, py = _ARITH[kind]
+        op_class = _ARITH[kind][0]
         lhs, rhs = (self._expr(c) for c in t.children)
         if not isinstance(lhs, SSAValue) and not isinstance(rhs, SSAValue):
-            return py(lhs, rhs)
+            return self._fold(t, kind, lhs, rhs)
         return self._op(t, op_class, self._tensors(t, [lhs, rhs]))
 
     def _call(self, t: lark.Tree) -> SSAValue:
@@ -260,11 +293,13 @@ class _Builder:
         positional = [
             self._expr(a) for a in args if not (isinstance(a, lark.Tree) and a.data == "kwarg")
         ]
-        kwargs = {
-            str(a.children[0]): (a, self._static(a.children[1]))
-            for a in args
-            if isinstance(a, lark.Tree) and a.data == "kwarg"
-        }
+        kwargs: dict[str, tuple[lark.Tree, Any]] = {}
+        for a in args:
+            if isinstance(a, lark.Tree) and a.data == "kwarg":
+                key = str(a.children[0])
+                if key in kwargs:
+                    self._fail(a, f"keyword argument {key!r} is given twice")
+                kwargs[key] = (a, self._static(a.children[1]))
         op_class = OPS[name]
         self._check_arity(t, name, op_class, positional)
         operands = self._tensors(t, positional)
@@ -348,38 +383,33 @@ class _Builder:
         if tensor is None:
             self._fail(t, "an op needs at least one tensor operand, got only scalar literals")
         assert isinstance(tensor.type, TensorType)
-        return [
-            v
-            if isinstance(v, SSAValue)
-            else self._insert(
-                t, graph.ConstantOp.from_values(tensor.type.element_type, [], [float(v)])
-            )
-            for v in values
-        ]
+        element_type = tensor.type.element_type
+        largest = float(ml_dtypes.finfo(numpy_dtype(element_type)).max)
+        out = []
+        for v in values:
+            if not isinstance(v, SSAValue):
+                if abs(v) > largest:
+                    self._fail(t, f"the literal {v:g} does not fit in {element_type} "
+                                  f"(largest finite {largest:g})")  # fmt: skip
+                v = self._insert(t, graph.ConstantOp.from_values(element_type, [], [float(v)]))
+            out.append(v)
+        return out
 
     # --- static values (dims and attributes) -------------------------------------------------
 
     def _static(self, t: lark.Tree | lark.Token) -> Any:
         kind = t.data if isinstance(t, lark.Tree) else t.type
         if kind == "number":
-            return _number(t.children[0])
+            return self._literal(t.children[0])
         if kind == "string":
             return str(t.children[0])[1:-1]
         if kind == "list":
             return [self._static(c) for c in t.children]
         if kind == "neg":
-            return -self._scalar(t.children[0])
+            return self._checked(t, -self._scalar(t.children[0]))
         if kind in _ARITH:
             lhs, rhs = (self._scalar(c) for c in t.children)
-            if (
-                kind == "div"
-                and isinstance(lhs, int)
-                and isinstance(rhs, int)
-                and rhs
-                and lhs % rhs == 0
-            ):
-                return lhs // rhs
-            return _ARITH[kind][1](lhs, rhs)
+            return self._fold(t, kind, lhs, rhs)
         if kind == "var":
             name = str(t.children[0])
             if name in self.dims:
@@ -403,6 +433,53 @@ class _Builder:
             self._fail(t, f"{what} must be an integer, got {value}")
         return value
 
+    # --- scalar arithmetic, bounded as MLIR's int64 and float64 attributes are ---------------
+
+    def _literal(self, tok: lark.Token) -> int | float:
+        text = str(tok)
+        if any(c in text for c in ".eE"):
+            return self._checked(tok, float(text))
+        if len(text) > 19:  # int() of a huge digit string is itself slow; it is out of range
+            self._fail(tok, f"integer {text[:20]}... is out of the int64 range")
+        return self._checked(tok, int(text))
+
+    def _fold(self, t: lark.Tree, kind: str, lhs: int | float, rhs: int | float) -> int | float:
+        """`lhs <kind> rhs` on static scalars: exact on integers (a division that leaves no
+        remainder stays an integer), refused where it leaves int64 or the finite floats."""
+        if kind == "div":
+            if rhs == 0:
+                self._fail(t, "division by zero")
+            if isinstance(lhs, int) and isinstance(rhs, int) and lhs % rhs == 0:
+                return self._checked(t, lhs // rhs)
+        if kind == "pow":
+            return self._checked(t, self._power(t, lhs, rhs))
+        try:
+            return self._checked(t, _ARITH[kind][1](lhs, rhs))
+        except OverflowError:
+            return self._fail(t, "the value is out of the float64 range")
+
+    def _power(self, t: lark.Tree, base: int | float, exp: int | float) -> int | float:
+        if base == 0 and exp < 0:
+            self._fail(t, "zero raised to a negative power")
+        if isinstance(base, int) and isinstance(exp, int) and exp >= 0:
+            # Bound the size before computing: 2 ** 2 ** 2 ** 2 ** 2 ** 2 would never finish.
+            if abs(base) > 1 and exp * math.log2(abs(base)) >= 64:
+                self._fail(t, f"{base} ** {exp} is out of the int64 range")
+            return base**exp
+        try:
+            return math.pow(base, exp)
+        except ValueError:
+            return self._fail(t, f"{base} ** {exp} is not a real number")
+        except OverflowError:
+            return self._fail(t, f"{base} ** {exp} is out of the float64 range")
+
+    def _checked(self, t: lark.Tree | lark.Token, value: int | float) -> int | float:
+        if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+            self._fail(t, f"the value {value} is out of the int64 range")
+        if isinstance(value, float) and not math.isfinite(value):
+            self._fail(t, "the value is out of the float64 range (not finite)")
+        return value
+
     # --- names and errors -------------------------------------------------------------------------
 
     def _name(self, value: Value, name: str) -> None:
@@ -416,7 +493,9 @@ class _Builder:
     def _unknown_name(self, name: str) -> str:
         if name in self.dims:
             return f"{name} is a dim, not a tensor; use it inside a type or an attribute"
-        close = difflib.get_close_matches(name, self.env, n=1)
+        # difflib is quadratic per candidate; over a huge model, look only at similar lengths
+        near = [n for n in self.env if abs(len(n) - len(name)) <= 2][:5000]
+        close = difflib.get_close_matches(name, near, n=1)
         return f"unknown name {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
 
     def _fail(self, t: lark.Tree | lark.Token, message: str) -> Any:
@@ -424,11 +503,6 @@ class _Builder:
             (t.line, t.column) if isinstance(t, lark.Token) else (t.meta.line, t.meta.column)
         )
         raise IrkitError(message, SourceLocation(self.filename, line, col))
-
-
-def _number(tok: lark.Token) -> int | float:
-    text = str(tok)
-    return float(text) if any(c in text for c in ".eE") else int(text)
 
 
 def _candidate_attrs(value: Any) -> list[Attribute]:

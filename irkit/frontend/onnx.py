@@ -56,9 +56,9 @@ class Unsupported(IrkitError):
 
 def read_model(path: str | Path) -> onnx.ModelProto:
     """onnx.load with one-line errors for a missing, non-ONNX, truncated or incomplete file."""
-    p = Path(path)
-    if not p.exists():
-        raise IrkitError("no such file", str(path))
+    from irkit.frontend import check_model_file
+
+    p = check_model_file(path)
     try:
         model = onnx.load(str(p), load_external_data=False)
     except Exception as e:  # protobuf's DecodeError and friends
@@ -136,6 +136,7 @@ def import_model(
         model.graph.input.extend(kept)
         model.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
     fix_input_dims(model, dims or {}, where)
+    _check_opsets(model, where)
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
@@ -145,6 +146,21 @@ def import_model(
     except Exception as e:  # InferenceError
         raise IrkitError(f"ONNX shape inference failed: {_short(e)}", where) from None
     return OnnxImporter(model, where).run()
+
+
+def _check_opsets(model: onnx.ModelProto, where: str) -> None:
+    """Refuse an opset newer than the installed onnx knows: its operators' meaning (and
+    shape inference) is not known here, so importing it could silently change them."""
+    known = onnx.defs.onnx_opset_version()
+    for o in model.opset_import:
+        if o.domain in DEFAULT_DOMAINS and o.version > known:
+            raise IrkitError(
+                f"the model imports ONNX opset {o.version}, newer than onnx {onnx.__version__} "
+                f"knows (up to {known}); re-export it at opset {known} or older, or upgrade onnx",
+                where,
+            )
+        if o.domain in DEFAULT_DOMAINS and o.version < 1:
+            raise IrkitError(f"the model imports ONNX opset {o.version}; opsets start at 1", where)
 
 
 class OnnxImporter:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from irkit.measure.records import read_records
+from irkit.measure.records import read_attributions
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,8 @@ def _key(r: dict) -> str:
 
 def _latest(path: str) -> dict[str, dict]:
     out = {}
-    for r in read_records(path):
-        if r.get("kind") == "irkit.attribution":
-            out[_key(r)] = r  # the last record of a job wins
+    for r in read_attributions(path):
+        out[_key(r)] = r  # the last record of a job wins
     return out
 
 

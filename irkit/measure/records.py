@@ -5,6 +5,7 @@ concatenation."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +27,26 @@ def read_records(path: str | Path) -> Iterator[dict]:
     """The records of a JSONL file (a single-record .json file works too). A line that is
     not a JSON object is an error naming the file and line; a torn last line (a run killed
     while writing) is skipped."""
+    for _, record in numbered_records(path):
+        yield record
+
+
+def read_attributions(path: str | Path) -> Iterator[dict]:
+    """The attribution records of a results file, each checked to hold every field that
+    `compare` and `report` read (an error names the file, line and field)."""
+    for line, record in numbered_records(path):
+        if record.get("kind") == "irkit.attribution":
+            problem = _invalid(record, ATTRIBUTION_FIELDS, "")
+            if problem:
+                raise IrkitError(f"malformed attribution record: {problem}", f"{path}:{line}")
+            yield record
+
+
+def numbered_records(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(line, record) for every record of a JSONL file; see `read_records`."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise IrkitError("not a regular file", str(path))
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -36,7 +56,7 @@ def read_records(path: str | Path) -> Iterator[dict]:
     stripped = text.strip()
     if stripped.startswith("{") and "\n{" not in stripped:
         try:  # one (possibly pretty-printed) JSON record
-            yield _object(json.loads(stripped), path, 1)
+            yield 1, _object(json.loads(stripped), path, 1)
             return
         except json.JSONDecodeError:
             pass
@@ -45,7 +65,7 @@ def read_records(path: str | Path) -> Iterator[dict]:
         if not line.strip():
             continue
         try:
-            yield _object(json.loads(line), path, n)
+            yield n, _object(json.loads(line), path, n)
         except json.JSONDecodeError as e:
             if n == len(lines) and not text.endswith("\n"):
                 return  # torn final line
@@ -65,3 +85,73 @@ def job_key(record: dict) -> str:
         "|".join(str(record.get(k)) for k in ("workload", "backend", "pipeline", "strategy"))
         + f"|{dims}"
     )
+
+
+class _Positive:
+    """A finite number > 0 (a time a ratio is taken of)."""
+
+
+_NUMBER = (int, float)
+_CI = {"value": _NUMBER, "ci_low": _NUMBER, "ci_high": _NUMBER}
+_TIME = {"median": _Positive, "ci_low": _NUMBER, "ci_high": _NUMBER}
+_KERNEL = {"name": str, "seconds": _NUMBER, "flops": _NUMBER, "min_bytes": _NUMBER}
+ATTRIBUTION_FIELDS: dict = {
+    "workload": str,
+    "model": str,
+    "backend": str,
+    "pipeline": str,
+    "strategy": str,
+    "dims": dict,
+    "total": {"baseline_s": _TIME, "full_s": _TIME, "speedup": _CI},
+    "noise_floor": dict,
+    "protocol": {
+        "selection": str,
+        "variants": int,
+        "programs_measured": int,
+        "rounds": int,
+        "stop_reason": str,
+    },  # fmt: skip
+    "passes": [
+        {
+            "pass": str,
+            "saved_s": _CI,
+            "speedup": _CI,
+            "significant": bool,
+            "changes_code": bool,
+            "kernels": {"removed": list, "added": list},
+        }
+    ],  # fmt: skip
+    "kernels": {"baseline": [_KERNEL], "full": [_KERNEL]},
+}
+"""The fields of an attribution record that `compare` and `report` read, and their kinds."""
+
+
+def _invalid(value: object, spec: object, where: str) -> str | None:
+    """Why `value` does not fit `spec` (None if it does): a dict of fields, a one-element
+    list (every item fits it), a type or tuple of types, or `_Positive`."""
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return f"{where or 'the record'} must be an object"
+        for key, sub in spec.items():
+            name = f"{where}.{key}" if where else key
+            if key not in value:
+                return f"field {name} is missing"
+            problem = _invalid(value[key], sub, name)
+            if problem:
+                return problem
+        return None
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            return f"field {where} must be a list"
+        return next((p for i, v in enumerate(value) if (p := _invalid(v, spec[0], f"{where}[{i}]"))), None)  # fmt: skip
+    if spec is _Positive:
+        ok = isinstance(value, _NUMBER) and not isinstance(value, bool) and math.isfinite(value) and value > 0  # fmt: skip
+        return None if ok else f"field {where} must be a positive number, got {value!r}"
+    assert isinstance(spec, type | tuple)
+    if isinstance(value, bool) and spec is not bool:
+        return f"field {where} has the wrong kind of value ({value!r})"
+    if not isinstance(value, spec):
+        return f"field {where} has the wrong kind of value ({value!r})"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"field {where} is not finite ({value!r})"
+    return None

@@ -9,10 +9,9 @@ from __future__ import annotations
 import base64
 import html
 import io
-from pathlib import Path
 
 from irkit.errors import IrkitError
-from irkit.measure.records import read_records
+from irkit.measure.records import read_attributions, read_records
 
 
 def _pyplot():
@@ -156,11 +155,15 @@ speedup {t["speedup"]["value"]:.3f}x [{t["speedup"]["ci_low"]:.3f}, {t["speedup"
 """
 
 
-def write_report(results: str, out: str) -> int:
-    """Write the HTML report of every attribution record in `results`; returns how many."""
-    everything = list(read_records(results))
-    records = [r for r in everything if r.get("kind") == "irkit.attribution"]
-    failed = [r for r in everything if r.get("kind") == "irkit.attribution.failed"]
+def render_report(results: str) -> tuple[str, int]:
+    """The self-contained HTML report of every attribution record in `results`, and how
+    many workloads it shows."""
+    records = list(read_attributions(results))
+    failed = [
+        r
+        for r in read_records(results)
+        if r.get("kind") == "irkit.attribution.failed" and isinstance(r.get("workload"), str)
+    ]
     if not records:
         raise IrkitError("no attribution records to report", results)
     plt = _pyplot()
@@ -170,7 +173,7 @@ def write_report(results: str, out: str) -> int:
     fp = records[-1].get("fingerprint", {})
     body = "".join(_section(plt, r) for r in latest.values())
     failures = "".join(
-        f"<li class='bad'>{html.escape(r['workload'])}: {html.escape(r['error'])}</li>"
+        f"<li class='bad'>{html.escape(r['workload'])}: {html.escape(str(r.get('error', 'no reason recorded')))}</li>"
         for r in failed
     )
     page = f"""<!doctype html><html><head><meta charset='utf-8'><title>irkit pass-impact report</title>
@@ -185,8 +188,4 @@ contribution counts as significant only outside both its CI and the run's A/A no
 {body}
 </body></html>
 """
-    try:
-        Path(out).write_text(page)
-    except OSError as e:
-        raise IrkitError(f"cannot write: {e.strerror}", out) from None
-    return len(latest)
+    return page, len(latest)

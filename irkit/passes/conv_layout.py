@@ -45,7 +45,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from irkit.dialects import graph as g
-from irkit.errors import IrkitError
+from irkit.errors import require
 from irkit.passes.decompose_composites import DecomposeBatchNormPattern
 from irkit.passes.fold_transposes import inverse_perm
 
@@ -110,10 +110,13 @@ class ConvLayoutPass(ModulePass):
 
     layout: str = "nhwc"
 
+    def check_options(self) -> None:
+        choices = ", ".join(g.Conv2dOp.LAYOUTS)
+        require(
+            self.layout in g.Conv2dOp.LAYOUTS, "layout", self.layout, f"expected one of {choices}"
+        )
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.layout not in g.Conv2dOp.LAYOUTS:
-            choices = ", ".join(g.Conv2dOp.LAYOUTS)
-            raise IrkitError(f"option layout={self.layout!r}: expected one of {choices}")
         patterns = [ConvertConvLayout(self.layout), DecomposeTransposedBatchNorm()]
         walker = PatternRewriteWalker(
             GreedyRewritePatternApplier(patterns), apply_recursively=False

@@ -44,7 +44,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from irkit.dialects import graph as g
-from irkit.errors import IrkitError
+from irkit.errors import require
 
 
 def _shape(value: SSAValue) -> tuple[int, ...]:
@@ -151,9 +151,10 @@ class ConvToMatmulPass(ModulePass):
 
     max_expansion: int = 16
 
+    def check_options(self) -> None:
+        require(self.max_expansion >= 1, "max-expansion", self.max_expansion, "must be >= 1")
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.max_expansion < 1:
-            raise IrkitError(f"option max-expansion={self.max_expansion}: must be >= 1")
         PatternRewriteWalker(
             GreedyRewritePatternApplier([ConvToMatmul(self.max_expansion), SinkReshape()])
         ).rewrite_module(op)

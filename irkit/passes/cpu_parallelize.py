@@ -37,10 +37,12 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.passes import ModulePass
 
 from irkit.codegen.costs import count_ops, static_trips
-from irkit.errors import IrkitError
+from irkit.errors import IrkitError, require
 from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
 
 THREADS_ATTR = "irkit.threads"
+MAX_THREADS = 1024
+"""The most threads a loop may fork (an option beyond it is surely a typo)."""
 
 
 def default_threads() -> int:
@@ -74,13 +76,12 @@ class CpuParallelizePass(ModulePass):
     threads: int = 0
     min_work: int = 1 << 20
 
+    def check_options(self) -> None:
+        require(0 <= self.threads <= MAX_THREADS, "threads", self.threads,
+                f"must be 0 (automatic) to {MAX_THREADS}")  # fmt: skip
+        require(self.min_work >= 0, "min-work", self.min_work, "must be non-negative")
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.threads < 0:
-            raise IrkitError(
-                f"cpu-parallelize: threads must be 0 (automatic) or more, not {self.threads}"
-            )
-        if self.min_work < 0:
-            raise IrkitError(f"cpu-parallelize: min-work must be non-negative, not {self.min_work}")
         if any(o.dialect_name() in ("graph", "gpu") for o in op.walk()):
             raise IrkitError(
                 "cpu-parallelize needs CPU loop-level IR; run lower-graph-to-loops first "

@@ -61,7 +61,7 @@ from xdsl.dialects.builtin import MemRefType, ModuleOp, VectorType
 from xdsl.ir import Block, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from irkit.errors import IrkitError
+from irkit.errors import IrkitError, require
 from irkit.passes.contraction import MatmulNest, match_matmul
 from irkit.passes.loop_builder import LoopBuilder
 from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
@@ -84,15 +84,18 @@ class CpuTileMatmulPass(ModulePass):
     kc: int = 0
     min_panels: int = 4
 
+    def check_options(self) -> None:
+        require(self.vector_bits in (128, 256, 512), "vector-bits", self.vector_bits,
+                "must be 128, 256 or 512")  # fmt: skip
+        require(1 <= self.mr <= 16, "mr", self.mr, "must be from 1 to 16")
+        lanes = self.vector_bits // 32  # f32's; f64's (half as many) divide it
+        require(0 < self.nr <= 1024 and self.nr % lanes == 0, "nr", self.nr,
+                f"must be a positive multiple of the {lanes} f32 lanes of a "
+                f"{self.vector_bits}-bit vector, at most 1024")  # fmt: skip
+        require(self.kc >= 0, "kc", self.kc, "must be 0 (no K blocking) or positive")
+        require(self.min_panels >= 0, "min-panels", self.min_panels, "must be non-negative")
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.vector_bits not in (128, 256, 512):
-            raise IrkitError(
-                f"cpu-tile-matmul: vector-bits must be 128, 256 or 512, not {self.vector_bits}"
-            )
-        if not 1 <= self.mr <= 16:
-            raise IrkitError(f"cpu-tile-matmul: mr must be from 1 to 16, not {self.mr}")
-        if self.kc < 0:
-            raise IrkitError(f"cpu-tile-matmul: kc must be 0 or positive, not {self.kc}")
         for fn in op.ops:
             if not isinstance(fn, func.FuncOp) or KERNEL_ATTR not in fn.attributes:
                 continue

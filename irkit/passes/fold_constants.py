@@ -30,6 +30,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from irkit.dialects import graph as g
+from irkit.errors import require
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,10 @@ class FoldConstantsPass(ModulePass):
 
     max_elements: int = 1 << 24
 
+    def check_options(self) -> None:
+        require(self.max_elements >= 1, "max-elements", self.max_elements, "must be at least 1")
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.max_elements < 1:
-            raise ValueError(f"max-elements must be at least 1, got {self.max_elements}")
         for fn in op.ops:
             if isinstance(fn, func.FuncOp) and not fn.is_declaration:
                 self._fold_block(fn.body.block)

@@ -55,6 +55,7 @@ from xdsl.passes import ModulePass
 from xdsl.traits import IsTerminator
 
 from irkit.dialects import graph as g
+from irkit.errors import require
 
 
 class Kind(Enum):
@@ -94,9 +95,11 @@ class FuseKernelsPass(ModulePass):
     movement_epilogues: bool = False
     max_group_size: int = 64
 
+    def check_options(self) -> None:
+        require(self.max_group_size >= 1, "max-group-size", self.max_group_size,
+                "must be at least 1")  # fmt: skip
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.max_group_size < 1:
-            raise ValueError(f"max-group-size must be at least 1, got {self.max_group_size}")
         for fn in op.ops:
             if isinstance(fn, func.FuncOp) and not fn.is_declaration:
                 _Fuser(self).run(fn.body.block)

@@ -79,7 +79,7 @@ from xdsl.ir import Block, SSAValue
 from xdsl.passes import ModulePass
 
 from irkit.codegen.costs import count_flops
-from irkit.errors import IrkitError
+from irkit.errors import IrkitError, require
 from irkit.passes.contraction import MatmulNest, match_matmul
 from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
 from irkit.passes.map_to_gpu import (
@@ -120,7 +120,6 @@ class GpuTileMatmulPass(ModulePass):
     warp_tile: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        self._check()
         if any(o.dialect_name() == "graph" for o in op.walk()):
             raise IrkitError("gpu-tile-matmul needs loop-level IR; run lower-graph-to-loops first")
         for fn in list(op.ops):
@@ -140,21 +139,24 @@ class GpuTileMatmulPass(ModulePass):
             fn.detach()
             fn.erase()
 
-    def _check(self) -> None:
+    def check_options(self) -> None:
+        for name, value in (("block-m", self.block_m), ("block-n", self.block_n),
+                            ("block-k", self.block_k), ("thread-m", self.thread_m),
+                            ("thread-n", self.thread_n)):  # fmt: skip
+            require(0 < value <= 1024, name, value, "must be from 1 to 1024")
         for name, total, part in (
-            ("block-m/thread-m", self.block_m, self.thread_m),
-            ("block-n/thread-n", self.block_n, self.thread_n),
+            ("block-m", self.block_m, self.thread_m),
+            ("block-n", self.block_n, self.thread_n),
         ):
-            if part <= 0 or total <= 0 or total % part:
-                raise IrkitError(f"gpu-tile-matmul: {name} must divide evenly, not {total}/{part}")
-        threads = (self.block_m // self.thread_m) * (self.block_n // self.thread_n)
-        if threads > MAX_THREADS or threads < 32:
-            raise IrkitError(
-                f"gpu-tile-matmul: the tiles give {threads} threads per block; 32 to "
-                f"{MAX_THREADS} are allowed"
+            require(
+                total % part == 0, name, total, f"must be a multiple of thread-{name[-1]}={part}"
             )
-        if self.pad < 0 or self.block_k <= 0:
-            raise IrkitError("gpu-tile-matmul: block-k must be positive and pad non-negative")
+        threads = (self.block_m // self.thread_m) * (self.block_n // self.thread_n)
+        require(32 <= threads <= MAX_THREADS, "block-m", self.block_m,
+                f"with block-n={self.block_n}, thread-m={self.thread_m} and "
+                f"thread-n={self.thread_n} the tiles give {threads} threads per block; "
+                f"32 to {MAX_THREADS} are allowed")  # fmt: skip
+        require(0 <= self.pad <= 64, "pad", self.pad, "must be from 0 to 64")
 
 
 class _TiledKernel:

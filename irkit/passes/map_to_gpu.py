@@ -53,7 +53,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irkit.codegen.costs import count_flops
-from irkit.errors import IrkitError
+from irkit.errors import IrkitError, require
 from irkit.passes.loop_builder import LoopBuilder
 from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
 
@@ -672,15 +672,12 @@ class MapToGpuPass(ModulePass):
     block_size: int = 256
     rows: bool = True
 
+    def check_options(self) -> None:
+        b = self.block_size
+        require(32 <= b <= 1024 and not b & (b - 1), "block-size", b,
+                "must be a power of two from 32 to 1024")  # fmt: skip
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if (
-            self.block_size < 32
-            or self.block_size > 1024
-            or self.block_size & (self.block_size - 1)
-        ):
-            raise IrkitError(
-                f"map-to-gpu: block-size must be a power of two from 32 to 1024, not {self.block_size}"
-            )
         if any(o.dialect_name() == "graph" for o in op.walk()):
             raise IrkitError("map-to-gpu needs loop-level IR; run lower-graph-to-loops first")
         kernels = [

@@ -38,6 +38,7 @@ Options:
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 
@@ -55,7 +56,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from irkit.dtypes import numpy_dtype
-from irkit.errors import IrkitError
+from irkit.errors import IrkitError, require
 from irkit.passes.lower_graph_to_loops import KERNEL_ATTR, SCRATCH_ATTR
 
 EXTENT_ATTR = "irkit.extent"
@@ -76,7 +77,6 @@ class PadLeadingDimsPass(ModulePass):
     max_growth: float = 0.125
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        self._check()
         if any(o.dialect_name() == "graph" for o in op.walk()):
             raise IrkitError("pad-leading-dims needs loop-level IR; run lower-graph-to-loops first")
         kernels = {
@@ -91,14 +91,12 @@ class PadLeadingDimsPass(ModulePass):
             for alloc in [o for o in fn.body.block.ops if isinstance(o, memref.AllocOp)]:
                 self._pad(alloc, kernels, calls)
 
-    def _check(self) -> None:
-        if self.align_bytes < 1 or self.conflict_bytes < 1 or self.skew_bytes < 0:
-            raise IrkitError(
-                "pad-leading-dims: align-bytes and conflict-bytes must be positive and "
-                "skew-bytes non-negative"
-            )
-        if self.max_growth < 0:
-            raise IrkitError("pad-leading-dims: max-growth must be non-negative")
+    def check_options(self) -> None:
+        require(self.align_bytes >= 1, "align-bytes", self.align_bytes, "must be positive")
+        require(self.conflict_bytes >= 1, "conflict-bytes", self.conflict_bytes, "must be positive")
+        require(self.skew_bytes >= 0, "skew-bytes", self.skew_bytes, "must be non-negative")
+        require(math.isfinite(self.max_growth) and self.max_growth >= 0, "max-growth",
+                self.max_growth, "must be a finite non-negative number")  # fmt: skip
 
     def padded_row(self, t: MemRefType) -> int:
         """The row length (elements) `t`'s buffer gets: its last dimension, rounded up to

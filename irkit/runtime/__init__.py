@@ -88,10 +88,19 @@ def compile(  # noqa: A001 - the verb users expect, as in torch.compile
     backend's required lowering runs after it when the pipeline did not lower to loops.
     The input module is not modified. The Executable carries `graph` (the graph-level
     module, for the reference), `pipeline` and `selection` (which backend, and why)."""
+    from irkit.errors import expect
     from irkit.frontend import load
-    from irkit.pipelines import apply_passes, lower_for_backend, parse_passes
+    from irkit.ir import model_function
+    from irkit.pipelines import apply_passes, is_loop_level, lower_for_backend, parse_passes
+    from irkit.runtime.reference import check_footprint, graph_values
 
+    expect("irkit.compile", "model", model, ModuleOp | str | Path, "a module or a model file path")
+    expect("irkit.compile", "pipeline", pipeline, str | None, "a pipeline spec")
+    expect("irkit.compile", "backend", backend, str, "a backend name")
     graph = load(model, dims) if isinstance(model, str | Path) else model
+    fn = model_function(graph)
+    if not is_loop_level(graph):  # what the backend will allocate: every value, its own type
+        check_footprint(fn, graph_values(fn), None, "the buffers")
     chosen, selection = get_backend(backend)
     spec = pipeline if pipeline is not None else chosen.default_pipeline
     if chosen.name == "reference":

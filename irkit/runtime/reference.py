@@ -17,9 +17,10 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 
 from irkit.dialects import graph as g
-from irkit.dtypes import numpy_dtype
-from irkit.errors import IrkitError
-from irkit.ir import entry_function
+from irkit.dtypes import NUMPY, numpy_dtype
+from irkit.errors import IrkitError, expect
+from irkit.ir import location_of, model_function
+from irkit.limits import check_bytes, element_count
 
 Impl = Callable[..., np.ndarray]
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -244,7 +245,12 @@ def check_inputs(fn: func.FuncOp, arrays: Sequence[Any]) -> list[np.ndarray]:
         )
     out = []
     for name, arg, array in zip(names, args, arrays, strict=True):
-        a = np.asarray(array)
+        try:
+            a = np.asarray(array)
+        except ValueError as e:  # ragged nested lists
+            raise IrkitError(f"input {name} is not an array: {e}") from None
+        if a.dtype.kind not in "biuf" and a.dtype not in NUMPY.values():
+            raise IrkitError(f"input {name} must be a numeric array, got dtype {a.dtype}")
         assert isinstance(arg.type, TensorType)
         if a.shape != arg.type.get_shape():
             raise IrkitError(
@@ -254,9 +260,39 @@ def check_inputs(fn: func.FuncOp, arrays: Sequence[Any]) -> list[np.ndarray]:
     return out
 
 
+def graph_values(fn: func.FuncOp) -> list[SSAValue]:
+    """Every tensor value of a graph function: its arguments and every op result."""
+    values: list[SSAValue] = list(fn.body.block.args)
+    values += [r for op in fn.walk() for r in op.results if isinstance(r.type, TensorType)]
+    return values
+
+
+def check_footprint(
+    fn: func.FuncOp, values: Sequence[SSAValue], itemsize: int | None, what: str
+) -> None:
+    """Refuse, before allocating, `values` that need more than the memory limit: at
+    `itemsize` bytes per element (None: each value's own element type)."""
+    sizes = []
+    for v in values:
+        assert isinstance(v.type, TensorType)
+        size = itemsize or numpy_dtype(v.type.element_type).itemsize
+        sizes.append((element_count(v.type.get_shape()) * size, v))
+    if not sizes:
+        return
+    total = sum(n for n, _ in sizes)
+    _, big = max(sizes, key=lambda s: s[0])
+    name = big.name_hint or "a tensor"
+    try:
+        check_bytes(total, f"{what} of @{fn.sym_name.data} (largest tensor {name}: {big.type})")
+    except IrkitError as e:
+        raise IrkitError(e.message, location_of(fn)) from None
+
+
 def reference(module: ModuleOp, *arrays: Any) -> list[np.ndarray]:
     """Evaluate the module's entry function on `arrays` in float64; returns its outputs."""
-    fn = entry_function(module)
+    expect("irkit.reference", "module", module, ModuleOp, "a module (irkit.load's result)")
+    fn = model_function(module)
+    check_footprint(fn, graph_values(fn), 8, "the float64 reference")
     env: dict[SSAValue, np.ndarray] = {
         arg: a.astype(np.float64)
         for arg, a in zip(fn.body.block.args, check_inputs(fn, arrays), strict=True)
@@ -292,7 +328,12 @@ def random_inputs(module: ModuleOp, seed: int = 0) -> list[np.ndarray]:
 
     Values are uniform in [-1, 1), except arguments that feed an operand whose domain is
     positive (a variance, a log), which are uniform in [0.5, 2)."""
-    fn = entry_function(module)
+    expect("irkit.random_inputs", "module", module, ModuleOp, "a module (irkit.load's result)")
+    expect("irkit.random_inputs", "seed", seed, int, "an integer from 0 to 2^64-1")
+    if not 0 <= seed < 2**64:
+        raise IrkitError(f"irkit.random_inputs: seed must be from 0 to 2^64-1, got {seed}")
+    fn = model_function(module)
+    check_footprint(fn, fn.body.block.args, None, "the random inputs")
     rng = np.random.default_rng(seed)
     out = []
     for arg in fn.body.block.args:
@@ -317,7 +358,7 @@ class ReferenceExecutable:
 
         self.module = module
         self.kernels: list = []
-        fn = entry_function(module)
+        fn = model_function(module)
         self.inputs = [
             TensorSpec(
                 a.name_hint or f"arg{i}", a.type.get_shape(), numpy_dtype(a.type.element_type)

@@ -1,0 +1,92 @@
+"""Resource limits: what irkit refuses before it starts, rather than hang or run out of memory.
+
+Every limit is checked before the work it bounds (a size before the allocation, a depth
+before the recursion), and its error names the size, the limit and how to change it.
+
+- `INT64_MAX`: static integers (dims, extents, attribute arithmetic) live in int64, as in
+  MLIR; tensor element counts too.
+- `MAX_NESTING`: how deeply a `.graph` expression may nest (Python's own parser allows 200).
+- `memory_limit()`: the bytes a run may allocate at once: `IRKIT_MAX_MEMORY` (bytes, or with
+  a K/M/G/T suffix) or, by default, three quarters of this machine's physical memory.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+
+from xdsl.dialects.builtin import ShapedType
+
+from irkit.errors import IrkitError
+
+INT64_MAX = (1 << 63) - 1
+MAX_NESTING = 200
+
+_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_limit() -> tuple[int, str]:
+    """The byte limit for one run's allocations, and where it comes from (for messages)."""
+    text = os.environ.get("IRKIT_MAX_MEMORY", "").strip()
+    if text:
+        number, suffix = text[:-1], text[-1].upper()
+        if suffix not in _SUFFIXES or suffix == "":
+            number, suffix = text, ""
+        try:
+            value = int(float(number) * _SUFFIXES[suffix])
+        except ValueError:
+            raise IrkitError(
+                f"IRKIT_MAX_MEMORY={text!r}: expected bytes, optionally with K, M, G or T"
+            ) from None
+        if value <= 0:
+            raise IrkitError(f"IRKIT_MAX_MEMORY={text!r}: must be positive")
+        return value, "IRKIT_MAX_MEMORY"
+    total = physical_memory()
+    if total is None:
+        return 1 << 40, "the default (set IRKIT_MAX_MEMORY to change it)"
+    return total * 3 // 4, "75% of this machine's memory; set IRKIT_MAX_MEMORY to change it"
+
+
+def check_bytes(nbytes: int, what: str) -> None:
+    """Refuse an allocation of `nbytes` (described by `what`) beyond `memory_limit()`."""
+    limit, source = memory_limit()
+    if nbytes > limit:
+        raise IrkitError(
+            f"{what} needs {fmt_bytes(nbytes)}, over the limit of {fmt_bytes(limit)} ({source})"
+        )
+
+
+def element_count(shape: Iterable[int]) -> int:
+    return math.prod(shape)
+
+
+def tensor_bytes(t: ShapedType, itemsize: int) -> int:
+    return element_count(t.get_shape()) * itemsize
+
+
+def check_extents(shape: Iterable[int]) -> str | None:
+    """Why `shape` cannot be a static tensor shape (None when it can)."""
+    shape = list(shape)
+    if any(d < 0 for d in shape):
+        return "dynamic extents (?) are not supported: irkit needs static shapes"
+    big = [d for d in shape if d > INT64_MAX]
+    if big:
+        return f"extent {big[0]} is out of the int64 range (at most 2^63-1)"
+    if element_count(shape) > INT64_MAX:
+        return f"{shape} has {element_count(shape)} elements, more than int64 indexing holds"
+    return None
