@@ -67,7 +67,7 @@ def check_bytes(nbytes: int, what: str) -> None:
     limit, source = memory_limit()
     if nbytes > limit:
         raise IrkitError(
-            f"{what} needs {fmt_bytes(nbytes)}, over the limit of {fmt_bytes(limit)} ({source})"
+            f"{what}: {fmt_bytes(nbytes)} needed, over the limit of {fmt_bytes(limit)} ({source})"
         )
 
 

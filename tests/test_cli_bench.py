@@ -83,6 +83,17 @@ def test_a_wrong_result_is_reported_and_never_timed(tmp_path, monkeypatch, capsy
     record = json.loads(out.read_text())
     assert record["correct"] is False and record["kernels"] == [] and record["graph"] is None
 
+    # A wrong run never replaces an existing record (a good run's): it goes beside it.
+    out.write_text('{"kept": true}\n')
+    code = main(["run", "examples/elementwise_chain.graph", "--backend", "cpu", "--dim", "N=8",
+                 "--dim", "D=8", "-p", "lower-graph-to-loops,break-add", "--json", str(out)])  # fmt: skip
+    assert code == 1
+    assert out.read_text() == '{"kept": true}\n'
+    beside = tmp_path / "wrong.wrong.json"
+    assert json.loads(beside.read_text())["correct"] is False
+    assert f"the failing run's record is in {beside}" in capsys.readouterr().out.replace("\n", "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["wrong.json", "wrong.wrong.json"]
+
 
 def test_run_errors_are_one_line() -> None:
     r = bench("run", "examples/nope.graph")

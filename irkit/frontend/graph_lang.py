@@ -186,6 +186,7 @@ class _Builder:
                 [DictionaryAttr({NAME_ATTR: StringAttr(n)}) for n, _ in self.outputs]
             ),
         )
+        fn.location = FileLineColLoc(StringAttr(self.filename), IntAttr(1), IntAttr(1))
         if self.dims:
             fn.attributes["irkit.dims"] = DictionaryAttr(
                 {k: IntegerAttr(v, i64) for k, v in self.dims.items()}

@@ -46,7 +46,7 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
 from irkit.errors import IrkitError
-from irkit.ir import content_hash
+from irkit.ir import content_hash, model_function
 from irkit.measure.roofline import Ceilings, roof_point
 from irkit.measure.stats import Estimate
 from irkit.measure.timers import time_interleaved, timed_graph, timed_kernel
@@ -343,6 +343,30 @@ Progress = Callable[[str, int, int], None]
 """Called as progress(phase, done, total) while compiling and measuring."""
 
 
+def _check_arguments(
+    strategy: str,
+    precision: float,
+    budget_s: float,
+    kernel_budget_s: float | None,
+    permutations: int,
+    seed: int,
+) -> None:
+    """The protocol's knobs, checked before anything is compiled (as the CLI's flags are)."""
+    if strategy not in STRATEGIES:
+        raise IrkitError(f"attribute: unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")  # fmt: skip
+    for name, value in (("precision", precision), ("budget", budget_s), ("kernel budget", kernel_budget_s)):  # fmt: skip
+        if value is None and name == "kernel budget":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:  # fmt: skip
+            raise IrkitError(f"attribute: {name} must be a positive finite number, got {value!r}")
+    if precision >= 1:
+        raise IrkitError(f"attribute: precision is a relative CI half-width below 1, got {precision!r}")  # fmt: skip
+    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
+        raise IrkitError(f"attribute: permutations must be a positive integer, got {permutations!r}")  # fmt: skip
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+        raise IrkitError(f"attribute: seed must be an integer from 0 to 2^64-1, got {seed!r}")
+
+
 def attribute(
     model: ModuleOp | str | Path,
     pipeline: str | None = None,
@@ -368,8 +392,10 @@ def attribute(
     from irkit.runtime import compile, get_backend
     from irkit.runtime.check import reference_case
 
+    _check_arguments(strategy, precision, budget_s, kernel_budget_s, permutations, seed)
     tick = progress or (lambda *_: None)
     graph = load(model, dims) if isinstance(model, str | Path) else model
+    model_function(graph)
     chosen, selection = get_backend(backend)
     if chosen.name == "reference":
         raise IrkitError("attribution needs a compiling backend (cpu or cuda), not the reference")

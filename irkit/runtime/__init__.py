@@ -100,7 +100,7 @@ def compile(  # noqa: A001 - the verb users expect, as in torch.compile
     graph = load(model, dims) if isinstance(model, str | Path) else model
     fn = model_function(graph)
     if not is_loop_level(graph):  # what the backend will allocate: every value, its own type
-        check_footprint(fn, graph_values(fn), None, "the buffers")
+        check_footprint(fn, graph_values(fn), None, "buffers")
     chosen, selection = get_backend(backend)
     spec = pipeline if pipeline is not None else chosen.default_pipeline
     if chosen.name == "reference":

@@ -283,7 +283,7 @@ def check_footprint(
     _, big = max(sizes, key=lambda s: s[0])
     name = big.name_hint or "a tensor"
     try:
-        check_bytes(total, f"{what} of @{fn.sym_name.data} (largest tensor {name}: {big.type})")
+        check_bytes(total, f"@{fn.sym_name.data}'s {what} (largest tensor {name}: {big.type})")
     except IrkitError as e:
         raise IrkitError(e.message, location_of(fn)) from None
 
@@ -292,7 +292,7 @@ def reference(module: ModuleOp, *arrays: Any) -> list[np.ndarray]:
     """Evaluate the module's entry function on `arrays` in float64; returns its outputs."""
     expect("irkit.reference", "module", module, ModuleOp, "a module (irkit.load's result)")
     fn = model_function(module)
-    check_footprint(fn, graph_values(fn), 8, "the float64 reference")
+    check_footprint(fn, graph_values(fn), 8, "float64 reference")
     env: dict[SSAValue, np.ndarray] = {
         arg: a.astype(np.float64)
         for arg, a in zip(fn.body.block.args, check_inputs(fn, arrays), strict=True)
@@ -333,7 +333,7 @@ def random_inputs(module: ModuleOp, seed: int = 0) -> list[np.ndarray]:
     if not 0 <= seed < 2**64:
         raise IrkitError(f"irkit.random_inputs: seed must be from 0 to 2^64-1, got {seed}")
     fn = model_function(module)
-    check_footprint(fn, fn.body.block.args, None, "the random inputs")
+    check_footprint(fn, fn.body.block.args, None, "random inputs")
     rng = np.random.default_rng(seed)
     out = []
     for arg in fn.body.block.args:
