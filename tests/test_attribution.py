@@ -79,6 +79,7 @@ def planted_seconds() -> tuple[float, float]:
     return e.median, (e.high - e.low) / 2
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("strategy", ["prefix", "ablation", "shapley"])
 @pytest.mark.parametrize("trial", [0, 1])
 def test_every_strategy_recovers_a_planted_effect(strategy, trial, planted_seconds) -> None:
@@ -96,6 +97,7 @@ def test_every_strategy_recovers_a_planted_effect(strategy, trial, planted_secon
     assert [k.name for k in plant.added] == ["planted_work"] and not plant.removed
 
 
+@pytest.mark.timing
 def test_a_a_comparisons_are_not_significant_at_the_stated_rate() -> None:
     # This failed in CI (3 of 12) while bound buffers sat wherever the allocator put them:
     # two binds of one program then differed by ~5% (sd) through 4K aliasing, and 12-19%
@@ -111,6 +113,7 @@ def test_a_a_comparisons_are_not_significant_at_the_stated_rate() -> None:
     assert flagged <= 2
 
 
+@pytest.mark.timing
 def test_a_real_difference_is_significant() -> None:
     c = compare_pipelines(CHAIN, "lower-graph-to-loops", "lower-graph-to-loops,plant-work",
                           "cpu", SMALL, budget_s=1.0)  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from irkit.measure.stats import median_ci, ratio_ci
 from irkit.measure.timers import time_cpu, time_interleaved
@@ -44,16 +45,29 @@ def test_ratio_ci_is_paired_by_round() -> None:
     assert r.low <= 2.0 <= r.high and r.half_width < 0.01
 
 
-def test_time_cpu_stops_on_precision_or_budget_and_says_which() -> None:
+@pytest.mark.timing
+def test_time_cpu_stops_on_precision_and_says_so() -> None:
     x = np.ones(1000)
     t = time_cpu(lambda: x.sum(), precision=0.5, budget_s=5.0)
     assert t.stop_reason == "precision" and t.estimate.n >= 10 and t.reps > 1
+
+
+def test_time_cpu_stops_on_its_budget_and_says_so() -> None:
+    # A precision of 0 can never be met, so the budget ends it whatever the machine's load.
+    x = np.ones(1000)
     t = time_cpu(lambda: x.sum(), precision=0.0, budget_s=0.01, min_samples=5)
     assert t.stop_reason == "budget" and t.estimate.n >= 3
 
 
+@pytest.mark.timing
 def test_interleaved_timing_keeps_variants_apart() -> None:
     small, big = np.ones(100), np.ones(100_000)
     t = time_interleaved({"small": lambda: small.sum(), "big": lambda: big.sum()}, budget_s=2.0)
     assert t["small"].estimate.median < t["big"].estimate.median
+
+
+def test_interleaved_timing_samples_every_variant_in_every_round() -> None:
+    small, big = np.ones(100), np.ones(100_000)
+    t = time_interleaved({"small": lambda: small.sum(), "big": lambda: big.sum()}, budget_s=0.2)
     assert t["small"].stop_reason == t["big"].stop_reason
+    assert t["small"].estimate.n == t["big"].estimate.n

@@ -45,6 +45,7 @@ def _attribute(tmp_path, name: str, pipeline: str) -> str:
     return str(path)
 
 
+@pytest.mark.timing
 def test_compare_flags_a_planted_regression_and_passes_an_a_a_pair(tmp_path, capsys) -> None:
     base = _attribute(tmp_path, "base", "fuse-kernels,lower-graph-to-loops")
     again = _attribute(tmp_path, "again", "fuse-kernels,lower-graph-to-loops")
@@ -67,7 +68,10 @@ def test_compare_errors_are_one_line(tmp_path, capsys) -> None:
     bad.write_text('{"kind": "irkit.attribution"}\n')
     assert bench(["compare", str(bad), str(bad)]) == 1
     err = capsys.readouterr().err.strip()
-    assert err == f"irkit-bench: {bad}:1: error: malformed attribution record: field workload is missing"
+    assert (
+        err
+        == f"irkit-bench: {bad}:1: error: malformed attribution record: field workload is missing"
+    )
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     assert bench(["report", str(empty)]) == 1
@@ -79,3 +83,38 @@ def test_usage_errors_exit_2(argv) -> None:
     with pytest.raises(SystemExit) as e:
         bench(argv)
     assert e.value.code == 2
+
+
+def _record(full_median: float, plant_saved: float, kernel_s: float) -> dict:
+    """A complete attribution record with chosen numbers (compare's logic, without timing)."""
+    import json
+
+    from tests.bad_inputs.cases import record
+
+    rec = json.loads(record())
+    half = 0.01 * full_median
+    rec["total"]["full_s"] = {"median": full_median, "ci_low": full_median - half,
+                              "ci_high": full_median + half}  # fmt: skip
+    ci = {"value": plant_saved, "ci_low": plant_saved, "ci_high": plant_saved}
+    rec["passes"] = [{"pass": "plant-work", "saved_s": ci, "speedup": ci, "significant": True,
+                      "changes_code": True, "kernels": {"removed": [], "added": []}}]  # fmt: skip
+    rec["kernels"]["full"] = [{"name": "planted_work", "seconds": kernel_s, "flops": 1.0,
+                               "min_bytes": 4.0}]  # fmt: skip
+    return rec
+
+
+def test_compare_names_the_pass_and_kernel_of_a_regression(tmp_path, capsys) -> None:
+    import json
+
+    base, slow, same = tmp_path / "base.jsonl", tmp_path / "slow.jsonl", tmp_path / "same.jsonl"
+    base.write_text(json.dumps(_record(1e-3, 0.0, 1e-4)) + "\n")
+    same.write_text(json.dumps(_record(1.001e-3, 0.0, 1e-4)) + "\n")
+    slow.write_text(json.dumps(_record(1.5e-3, -5e-4, 6e-4)) + "\n")
+    assert bench(["compare", str(base), str(same)]) == 0
+    assert "0 significant regression(s) in 1 workload(s)" in capsys.readouterr().out
+    assert bench(["compare", str(base), str(slow)]) == 1
+    shown = capsys.readouterr().out
+    assert "w: 1 ms -> 1.5 ms (+50.0%): REGRESSION" in shown
+    assert "pass plant-work now saves" in shown and "kernel planted_work +0.5 ms" in shown
+    # within both runs' CIs' reach, or under the threshold, it is not called a regression
+    assert bench(["compare", str(base), str(slow), "--threshold", "0.6"]) == 0
