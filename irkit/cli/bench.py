@@ -268,6 +268,102 @@ def _compare(args) -> int:
     return 1 if regressions else 0
 
 
+def _bisect(args) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    results = (".json", ".jsonl")
+    if Path(args.file).suffix in results:
+        if not args.slower_than or Path(args.slower_than).suffix not in results:
+            from irkit.errors import IrkitError
+
+            raise IrkitError("a results file is bisected against another: --slower-than BASE.jsonl", args.file)  # fmt: skip
+        return _bisect_results(console, args.slower_than, args.file, args.threshold)
+    if args.slower_than:
+        return _bisect_slowdown(console, args)
+    return _bisect_wrong(console, args)
+
+
+def _bisect_wrong(console, args) -> int:
+    import irkit
+    from irkit.measure.bisect import first_wrong_pass
+    from irkit.runtime import get_backend
+
+    backend, _ = get_backend(args.backend)
+    pipeline = args.passes or backend.default_pipeline
+    graph = irkit.load(args.file, dict(args.dim))
+    found = first_wrong_pass(graph, pipeline, backend.name, args.seed)
+    if found is None:
+        console.print(f"{args.file}: every prefix of '{pipeline}' matches the reference on "
+                      f"{backend.name} (seed {args.seed}); nothing to bisect", highlight=False)  # fmt: skip
+        return 0
+    console.print(f"[bold red]{args.file}: first wrong after pass {found.index} '{found.spec}'[/] "
+                  f"({found.compiles} prefixes compiled and checked on {backend.name}, seed {args.seed})",
+                  highlight=False)  # fmt: skip
+    console.print(f"  right: -p '{found.good_prefix or '(no pass)'}'", highlight=False)
+    for c in found.checks:
+        console.print(f"  wrong with '{found.spec}' added: {c.describe()}", highlight=False)
+    lines = found.diff.splitlines()
+    shown = lines[: args.diff_lines]
+    console.print(f"the IR diff '{found.spec}' made ({len(lines)} lines"
+                  f"{f', first {len(shown)}' if len(shown) < len(lines) else ''}):", highlight=False)  # fmt: skip
+    console.out("\n".join(shown), highlight=False)
+    return 1
+
+
+def _bisect_slowdown(console, args) -> int:
+    from irkit.measure.bisect import slowing_edits
+    from irkit.runtime import get_backend
+
+    backend, _ = get_backend(args.backend)
+    pipeline = args.passes or backend.default_pipeline
+    result = slowing_edits(args.file, pipeline, args.slower_than, backend.name, dict(args.dim),
+                           args.seed, args.threshold, args.budget)  # fmt: skip
+
+    def said(d) -> str:
+        r = d.ratio
+        return (f"{r.median:.3f}x [{r.low:.3f}, {r.high:.3f}] ({r.confidence:.2%} CI, "
+                f"{d.rounds} paired rounds, {d.looks} looks)")  # fmt: skip
+
+    o = result.overall
+    console.print(f"{args.file}: '{pipeline}' vs the base '{args.slower_than}' on {backend.name}: "
+                  f"{o.verdict} by more than {args.threshold:.0%}: {said(o)}", highlight=False)  # fmt: skip
+    if o.verdict == "not slower":
+        return 0
+    if o.verdict == "undecided":
+        console.print("[bold]undecided: the budget ran out before the CI cleared the threshold; "
+                      "raise --budget or --threshold[/]")  # fmt: skip
+        return 1
+    for f in result.findings:
+        kernels = ", ".join([f"+{k}" for k in f.kernels_added] + [f"-{k}" for k in f.kernels_removed]) or "none"  # fmt: skip
+        console.print(f"  {f.edit.describe()}: {f.decision.verdict}: {said(f.decision)}; "
+                      f"kernels {kernels}", highlight=False,
+                      style="bold red" if f.decision.verdict == "slower" else None)  # fmt: skip
+    culprits = result.culprits
+    if culprits:
+        worst = culprits[0]
+        console.print(f"[bold red]responsible: {worst.edit.describe()}[/] "
+                      f"({worst.decision.ratio.median:.3f}x the base's time alone)", highlight=False)  # fmt: skip
+    else:
+        console.print("no single edit is slower on its own: the slowdown comes from edits together")
+    return 1
+
+
+def _bisect_results(console, base: str, new: str, threshold: float) -> int:
+    from irkit.measure.compare import compare_files
+
+    verdicts, _ = compare_files(base, new, threshold)
+    if not verdicts:
+        from irkit.errors import IrkitError
+
+        raise IrkitError(f"no workload appears in both {base} and {new}")
+    for v in verdicts:
+        console.print(v.describe(), style="bold red" if v.regression else None, highlight=False)
+    return 1 if any(v.regression for v in verdicts) else 0
+
+
 def _report(args) -> int:
     from irkit.measure.report import render_report
 
@@ -342,6 +438,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmp_.add_argument("--threshold", type=positive_float, default=0.05,
                       help="smallest relative slowdown reported (default 0.05; never below "
                            "either run's A/A noise floor)")  # fmt: skip
+    bis = sub.add_parser("bisect", help="find the pass that makes a result wrong, or slower")
+    bis.add_argument("file", help="a model (.graph, .mlir, .onnx), or a results file with --slower-than BASE.jsonl")  # fmt: skip
+    bis.add_argument("-p", "--passes", default=None, metavar="PIPELINE",
+                     help="the pipeline to bisect (default: the backend's own)")  # fmt: skip
+    bis.add_argument("--backend", default="auto", help="cpu, cuda, cuda-sim or auto (default)")
+    bis.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
+    bis.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
+    bis.add_argument("--slower-than", default=None, metavar="BASE",
+                     help="a pipeline that is not slow: find the edit from it that slows PIPELINE "
+                          "(or, with a results file, the results of the base commit)")  # fmt: skip
+    bis.add_argument("--threshold", type=positive_float, default=0.05,
+                     help="the smallest relative slowdown that counts (default 0.05)")  # fmt: skip
+    bis.add_argument("--budget", type=positive_float, default=30.0,
+                     help="seconds of sampling per sequential test at most (default 30)")  # fmt: skip
+    bis.add_argument("--diff-lines", type=positive_int, default=80,
+                     help="lines of the culprit's IR diff to print (default 80)")  # fmt: skip
     rep = sub.add_parser("report", help="write a self-contained HTML report of results")
     rep.add_argument("results", help="a results .jsonl (or one attribute --json record)")
     rep.add_argument("-o", "--output", default="report.html")
@@ -354,6 +466,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_main("irkit-bench", lambda: _compare(args))
     if args.command == "report":
         return run_main("irkit-bench", lambda: _report(args))
+    if args.command == "bisect":
+        return run_main("irkit-bench", lambda: _bisect(args))
     if args.command == "run":
         return run_main("irkit-bench", lambda: _run(args))
     if args.command == "attribute":

@@ -78,6 +78,31 @@ def _sample(fn: Callable[[], None], reps: int) -> float:
     return (time.perf_counter_ns() - start) * 1e-9 / reps
 
 
+class Rounds:
+    """Interleaved sampling of several functions: after warm-up and calibration, each
+    `run()` takes one sample of every function, in a fresh random order. The building block
+    of `time_interleaved` and of sequential tests that decide as the samples come in."""
+
+    def __init__(
+        self,
+        fns: dict[str, Callable[[], None]],
+        warmup: int = 1,
+        min_sample_s: float = 2e-4,
+        seed: int = 0,
+    ):
+        self.fns = fns
+        self.rng = np.random.default_rng(seed)
+        for fn in fns.values():
+            for _ in range(warmup):
+                fn()
+        self.reps = {name: calibrate(fn, min_sample_s) for name, fn in fns.items()}
+        self.samples: dict[str, list[float]] = {name: [] for name in fns}
+
+    def run(self) -> None:
+        for name in self.rng.permutation(list(self.fns)):
+            self.samples[name].append(_sample(self.fns[name], self.reps[name]))
+
+
 def time_interleaved(
     fns: dict[str, Callable[[], None]],
     precision: float = 0.01,
@@ -96,18 +121,12 @@ def time_interleaved(
     `min_rounds` on), at `max_rounds`, or when the budget is spent (checked from
     `floor_rounds` on, by default `min_rounds`). `on_round(n)` is called after round n."""
     floor = min_rounds if floor_rounds is None else floor_rounds
-    rng = np.random.default_rng(seed)
-    names = list(fns)
-    for name in names:
-        for _ in range(warmup):
-            fns[name]()
-    reps = {name: calibrate(fns[name], min_sample_s) for name in names}
-    samples: dict[str, list[float]] = {name: [] for name in names}
+    rounds = Rounds(fns, warmup, min_sample_s, seed)
+    samples, reps = rounds.samples, rounds.reps
     deadline = time.perf_counter() + budget_s
     reason = "max_samples"
     for r in range(max_rounds):
-        for name in rng.permutation(names):
-            samples[name].append(_sample(fns[name], reps[name]))
+        rounds.run()
         if on_round is not None:
             on_round(r + 1)
         precise = all(median_ci(np.array(s)).half_width <= precision for s in samples.values())
