@@ -27,6 +27,7 @@ from irkit.cli.common import (
     positive_float,
     positive_int,
     run_main,
+    same_file,
     seed,
     write_output,
 )
@@ -195,18 +196,34 @@ def _attribute(args) -> int:
 
 def _suite(args) -> int:
     from pathlib import Path
-    from types import SimpleNamespace
 
     from rich.console import Console
 
-    from irkit.measure.suite import FULL, QUICK, run_suite
+    from irkit.measure.suite import (
+        FULL,
+        QUICK,
+        SuiteOptions,
+        read_jobs,
+        run_isolated,
+        run_job,
+        run_suite,
+    )
+    from irkit.pipelines import parse_passes
     from irkit.runtime import get_backend
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     backend, why = get_backend(args.backend)
     pipeline = args.passes or backend.default_pipeline
-    jobs = QUICK if args.quick else FULL
+    parse_passes(pipeline)  # a bad pipeline or option stops the suite before any job
+    jobs = read_jobs(args.jobs) if args.jobs else QUICK if args.quick else FULL
+    for job in jobs:
+        if job.pipeline:
+            parse_passes(job.pipeline)
     out = Path(args.out)
+    if args.jobs and same_file(out, args.jobs):
+        from irkit.errors import IrkitError
+
+        raise IrkitError("--out names the --jobs file; refusing to append results to it", str(out))  # fmt: skip
     console.print(f"suite: {len(jobs)} {'quick ' if args.quick else ''}jobs, pipeline {pipeline}, "
                   f"backend {why}; results appended to {out}", highlight=False)  # fmt: skip
     console.print(
@@ -215,17 +232,20 @@ def _suite(args) -> int:
         style="dim",
     )
 
-    def run_job(job) -> dict:
-        opts = SimpleNamespace(passes=pipeline, backend=backend.name, strategy=job.strategy,
-                               precision=args.precision, budget=args.budget, seed=args.seed,
-                               permutations=64)  # fmt: skip
-        return attribute_file(opts, job.model, job.dims)
-
+    options = SuiteOptions(pipeline, backend.name, args.precision, args.budget, args.seed,
+                           timeout_s=args.job_timeout)  # fmt: skip
+    if args.in_process:
+        runner = lambda job: run_job(job, options)  # noqa: E731
+    else:
+        runner = lambda job: run_isolated(job, options)  # noqa: E731
+        console.print(f"each job in its own worker process (deadline {options.deadline():g} s); "
+                      "a crash or a hang is a failure record, and the suite goes on", style="dim")  # fmt: skip
     failed = 0
-    for job, record, status in run_suite(out, jobs, run_job, backend.name, pipeline):
+    for job, record, status in run_suite(out, jobs, runner, backend.name, pipeline,
+                                         args.retry_failed):  # fmt: skip
         if record is None:
             failed += status.startswith("failed")
-            style = "dim" if status == "skipped" else "bold red"
+            style = "dim" if status.startswith("skipped") else "bold red"
             console.print(f"  {job.workload}: {status}", style=style, highlight=False)
             continue
         t = record["total"]
@@ -432,6 +452,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     suite.add_argument("--budget", type=positive_float, default=None,
                        help="seconds of sampling per job (default 20, or 2 with --quick)")  # fmt: skip
     suite.add_argument("--seed", type=seed, default=0)
+    suite.add_argument("--jobs", default=None, metavar="FILE",
+                       help="JSON Lines jobs ({workload, model, dims?, strategy?, pipeline?} each) "
+                            "instead of the built-in workloads")  # fmt: skip
+    suite.add_argument("--job-timeout", type=positive_float, default=None, metavar="SECONDS",
+                       help="a job's deadline (default 30 x budget + 300 s)")  # fmt: skip
+    suite.add_argument("--retry-failed", action="store_true",
+                       help="run again the jobs whose failure is recorded (default: skip them)")  # fmt: skip
+    suite.add_argument("--in-process", action="store_true",
+                       help="run jobs in this process (no crash isolation; for debugging)")  # fmt: skip
     cmp_ = sub.add_parser("compare", help="exit 1 when NEW significantly regresses from BASE")
     cmp_.add_argument("base")
     cmp_.add_argument("new")
@@ -457,24 +486,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep = sub.add_parser("report", help="write a self-contained HTML report of results")
     rep.add_argument("results", help="a results .jsonl (or one attribute --json record)")
     rep.add_argument("-o", "--output", default="report.html")
+    for p in sub.choices.values():
+        p.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE",
+                       help="import a module (or .py file) that registers passes first; "
+                            "repeatable; IRKIT_PLUGINS lists more")  # fmt: skip
     args = parser.parse_args(argv)
-    if args.command == "suite":
-        if args.budget is None:
-            args.budget = 2.0 if args.quick else 20.0
-        return run_main("irkit-bench", lambda: _suite(args))
-    if args.command == "compare":
-        return run_main("irkit-bench", lambda: _compare(args))
-    if args.command == "report":
-        return run_main("irkit-bench", lambda: _report(args))
-    if args.command == "bisect":
-        return run_main("irkit-bench", lambda: _bisect(args))
-    if args.command == "run":
-        return run_main("irkit-bench", lambda: _run(args))
-    if args.command == "attribute":
-        if args.file is None:
-            args.file = str(default_model())
-        return run_main("irkit-bench", lambda: _attribute(args))
-    return run_main("irkit-bench", lambda: _reference(args))
+    if args.command == "suite" and args.budget is None:
+        args.budget = 2.0 if args.quick else 20.0
+    if args.command == "attribute" and args.file is None:
+        args.file = str(default_model())
+    commands = {"suite": _suite, "compare": _compare, "report": _report, "bisect": _bisect,
+                "run": _run, "attribute": _attribute, "reference": _reference}  # fmt: skip
+
+    def body() -> int | None:
+        from irkit.plugins import load_plugins
+
+        load_plugins(args.plugin)
+        return commands[args.command](args)
+
+    return run_main("irkit-bench", body)
 
 
 DEFAULT_MODEL = "transformer_block.graph"

@@ -96,6 +96,13 @@ class IrkitOptMain(xDSLOptMain):
             "--list-passes", action="store_true", help="list passes and named pipelines, then exit"
         )
         arg_parser.add_argument(
+            "--plugin",
+            action="append",
+            default=[],
+            metavar="MODULE_OR_FILE",
+            help="import a module (or .py file) that registers passes first (repeatable)",
+        )
+        arg_parser.add_argument(
             "--reproducer-dir",
             default=None,
             help="where a failing pass leaves its reproducer (default: the system temp dir)",
@@ -104,6 +111,9 @@ class IrkitOptMain(xDSLOptMain):
     # --- the run -----------------------------------------------------------------------------
 
     def run(self) -> None:  # type: ignore[override]
+        from irkit.plugins import load_plugins
+
+        load_plugins(self.args.plugin)
         if self.args.list_passes:
             self._list_passes()
             return
@@ -164,7 +174,7 @@ class IrkitOptMain(xDSLOptMain):
     def _list_passes(self) -> None:
         for name, pipe in sorted(PIPELINES.items()):
             print(f"pipeline {name}: {pipe.spec}  ({pipe.description})")
-        for name in sorted(self.available_passes):
+        for name in sorted(available_passes()):
             print(f"pass {name}")
 
 

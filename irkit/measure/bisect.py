@@ -175,7 +175,10 @@ def pipeline_edits(base: str, pipeline: str) -> tuple[list[str], list[Edit]]:
         elif tag == "delete":
             edits += [Edit(i1 + n, (x,), ()) for n, x in enumerate(removed)]
         elif tag == "replace" and len(removed) == len(added):
-            edits += [Edit(i1 + n, (x,), (y,)) for n, (x, y) in enumerate(zip(removed, added))]
+            edits += [
+                Edit(i1 + n, (x,), (y,))
+                for n, (x, y) in enumerate(zip(removed, added, strict=True))
+            ]
         elif tag == "replace":
             edits.append(Edit(i1, tuple(removed), tuple(added)))
     return a, edits

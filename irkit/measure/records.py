@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,14 +14,45 @@ from irkit.errors import IrkitError
 
 
 def append_record(path: str | Path, record: dict) -> None:
-    """Append one record to a JSONL file (created if missing)."""
+    """Append one record to a JSONL file (created if missing): one `write` of the whole
+    line with O_APPEND, then fsync, so a record is either all there or (killed mid-write)
+    a torn last line that `repair_torn_tail` cuts off."""
     path = Path(path)
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            written = 0
+            while written < len(line):
+                written += os.write(fd, line[written:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     except OSError as e:
         raise IrkitError(f"cannot write: {e.strerror}", str(path)) from None
+
+
+def repair_torn_tail(path: str | Path) -> bool:
+    """Cut off a torn last line (a record whose write was interrupted), so that the next
+    record starts on a line of its own. Returns whether anything was cut."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    with path.open("rb+") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        if size == 0:
+            return False
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return False
+        chunk = min(size, 1 << 20)
+        f.seek(size - chunk)
+        tail = f.read(chunk)
+        cut = tail.rfind(b"\n")
+        f.truncate(size - chunk + cut + 1 if cut >= 0 else (0 if chunk == size else size))
+    return True
 
 
 def read_records(path: str | Path) -> Iterator[dict]:

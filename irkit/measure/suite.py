@@ -6,6 +6,14 @@ whose record is already there is skipped, so an interrupted suite resumes where 
 stopped. A job that fails (a wrong variant, a compile error) appends a failure record
 and the suite goes on.
 
+Fault isolation: each job runs in a fresh worker process (`run_isolated`), so a job whose
+generated code crashes the process (a segfault, an abort, a GPU fault) or hangs past its
+deadline becomes a failure record (the signal or the timeout, the phase it was in, and a
+command that reproduces it alone: the very variant when it died compiling or checking one)
+and the suite goes on. A record is written whole (one `write` of one line, then fsync), the
+parent alone writes, and a torn last line left by a killed run is cut off before the next
+record is appended: an interrupted suite resumes without losing or redoing a finished job.
+
 `--quick` runs every workload at small sizes with a short budget: a smoke test of the
 whole chain in about a minute, not a measurement to quote.
 """
@@ -19,7 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from irkit.errors import IrkitError, one_line
-from irkit.measure.records import append_record, job_key, read_records
+from irkit.measure.records import (
+    append_record,
+    job_key,
+    numbered_records,
+    read_records,
+    repair_torn_tail,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -30,10 +44,15 @@ class Job:
     model: str
     dims: dict[str, int] = field(default_factory=dict)
     strategy: str = "shapley"
+    pipeline: str | None = None
+    """The job's own pipeline (None: the suite's)."""
+    timeout_s: float | None = None
+    """The job's own deadline in a worker (None: the suite's)."""
 
     def key(self, backend: str, pipeline: str) -> str:
-        return job_key({"workload": self.workload, "backend": backend, "pipeline": pipeline,
-                        "strategy": self.strategy, "dims": self.dims})  # fmt: skip
+        return job_key({"workload": self.workload, "backend": backend,
+                        "pipeline": self.pipeline or pipeline, "strategy": self.strategy,
+                        "dims": self.dims})  # fmt: skip
 
 
 def _example(name: str) -> str:
@@ -63,11 +82,11 @@ QUICK: tuple[Job, ...] = (
 )
 
 
-def done_keys(path: Path) -> set[str]:
-    """Job keys already recorded in `path` (successes only: a failed job runs again)."""
+def done_keys(path: Path, kind: str = "irkit.attribution") -> set[str]:
+    """Job keys with a record of `kind` in `path` (the successes, by default)."""
     if not path.exists():
         return set()
-    return {job_key(r) for r in read_records(path) if r.get("kind") == "irkit.attribution"}
+    return {job_key(r) for r in read_records(path) if r.get("kind") == kind}
 
 
 def run_suite(
@@ -76,13 +95,20 @@ def run_suite(
     run_job: Callable[[Job], dict],
     backend: str,
     pipeline: str,
+    retry_failed: bool = False,
 ) -> Iterator[tuple[Job, dict | None, str]]:
     """Run the jobs not yet in `out`, appending a record per job. Yields (job, record,
-    status) with status "done", "skipped" (already recorded) or "failed: why"."""
+    status) with status "done", "skipped" (already recorded), "skipped: failed before" (a
+    failure record is there; `retry_failed` runs such a job again) or "failed: why"."""
+    repair_torn_tail(out)
     done = done_keys(out)
+    failed = set() if retry_failed else done_keys(out, "irkit.attribution.failed")
     for job in jobs:
         if job.key(backend, pipeline) in done:
             yield job, None, "skipped"
+            continue
+        if job.key(backend, pipeline) in failed:
+            yield job, None, "skipped: failed before (--retry-failed runs it again)"
             continue
         start = time.perf_counter()
         try:
@@ -91,19 +117,203 @@ def run_suite(
             record["suite_seconds"] = time.perf_counter() - start
             append_record(out, record)
             yield job, record, "done"
+        except JobFailed as e:  # an isolated job: its failure record is made already
+            append_record(out, e.record)
+            yield job, None, f"failed: {e.record['error']}"
         except IrkitError as e:
             why = str(e)
-            append_record(out, _failure(job, backend, pipeline, why))
+            append_record(out, _failure(job, backend, job.pipeline or pipeline, why))
             yield job, None, f"failed: {why}"
         except Exception as e:  # an internal error in one job must not end the suite
             why = f"internal error: {type(e).__name__}: {one_line(e)}"
-            failure = _failure(job, backend, pipeline, why)
-            failure["traceback"] = traceback.format_exc()
+            failure = _failure(job, backend, job.pipeline or pipeline, why, traceback.format_exc())
             append_record(out, failure)
             yield job, None, f"failed: {why}"
 
 
-def _failure(job: Job, backend: str, pipeline: str, why: str) -> dict:
-    return {"kind": "irkit.attribution.failed", "workload": job.workload, "model": job.model,
-            "dims": job.dims, "backend": backend, "pipeline": pipeline,
-            "strategy": job.strategy, "error": why}  # fmt: skip
+def _failure(
+    job: Job, backend: str, pipeline: str, why: str, traceback_text: str | None = None
+) -> dict:
+    record = {"kind": "irkit.attribution.failed", "workload": job.workload, "model": job.model,
+              "dims": job.dims, "backend": backend, "pipeline": pipeline,
+              "strategy": job.strategy, "error": why}  # fmt: skip
+    if traceback_text:
+        record["traceback"] = traceback_text
+    return record
+
+
+def read_jobs(path: str | Path) -> tuple[Job, ...]:
+    """Jobs from a JSON Lines file: {"workload", "model", "dims"?, "strategy"?, "pipeline"?}
+    per line; a relative model path is taken from the file's directory."""
+    jobs = []
+    base = Path(path).parent
+    for line, r in numbered_records(path):
+        if not isinstance(r.get("workload"), str) or not isinstance(r.get("model"), str):
+            raise IrkitError('a job needs "workload" and "model" strings', f"{path}:{line}")
+        dims = r.get("dims", {})
+        if not isinstance(dims, dict) or not all(
+            isinstance(v, int) and v > 0 for v in dims.values()
+        ):
+            raise IrkitError('a job\'s "dims" maps names to positive integers', f"{path}:{line}")
+        model = r["model"] if Path(r["model"]).is_absolute() else str(base / r["model"])
+        timeout = r.get("timeout_s")
+        if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
+            raise IrkitError(
+                'a job\'s "timeout_s" is a positive number of seconds', f"{path}:{line}"
+            )
+        jobs.append(Job(r["workload"], model, dims, r.get("strategy", "shapley"),
+                        r.get("pipeline"), timeout))  # fmt: skip
+    if not jobs:
+        raise IrkitError("no jobs in the file", str(path))
+    return tuple(jobs)
+
+
+# --- jobs in worker processes ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SuiteOptions:
+    """What every job of a suite shares (picklable: it travels to the worker)."""
+
+    pipeline: str
+    backend: str
+    precision: float = 0.01
+    budget: float = 20.0
+    seed: int = 0
+    permutations: int = 64
+    timeout_s: float | None = None
+    """A job's deadline (None: 30 x budget + 300 s, enough for compiling and timing)."""
+
+    def deadline(self) -> float:
+        return self.timeout_s if self.timeout_s is not None else 30 * self.budget + 300
+
+
+def run_job(job: Job, options: SuiteOptions, progress=None) -> dict:
+    """One job in this process: its attribution record."""
+    from irkit.measure.attribution import attribute
+    from irkit.measure.roofline import cpu_ceilings
+
+    ceilings = cpu_ceilings() if options.backend == "cpu" else None
+    result = attribute(job.model, job.pipeline or options.pipeline, options.backend,
+                       job.strategy, job.dims, options.precision, options.budget,
+                       seed=options.seed, permutations=options.permutations,
+                       ceilings=ceilings, progress=progress)  # fmt: skip
+    return result.to_json()
+
+
+def _worker(conn, job: Job, options: SuiteOptions) -> None:  # pragma: no cover - in a child
+    from irkit.plugins import load_plugins
+
+    def progress(phase: str, done: int, total: int) -> None:
+        conn.send(("stage", phase, done, total))
+
+    try:
+        load_plugins()
+        conn.send(("done", run_job(job, options, progress)))
+    except IrkitError as e:
+        conn.send(("failed", str(e)))
+    except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
+        conn.send(("failed", f"internal error: {type(e).__name__}: {one_line(e)}", traceback.format_exc()))  # fmt: skip
+    finally:
+        conn.close()
+
+
+def run_isolated(job: Job, options: SuiteOptions) -> dict:
+    """Run `job` in a fresh worker process; its record, or raise `JobFailed` with the failure
+    record (crash, timeout, or error) for the suite to append."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process holding JIT'd code
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_worker, args=(child, job, options), daemon=True)
+    proc.start()
+    child.close()
+    limit = job.timeout_s or options.deadline()
+    deadline = time.monotonic() + limit
+    stage: tuple[str, int, int] | None = None
+    try:
+        while True:
+            if parent.poll(max(0.0, min(1.0, deadline - time.monotonic()))):
+                try:
+                    message = parent.recv()
+                except EOFError:  # the worker died without a word: a crash
+                    break
+                if message[0] == "stage":
+                    stage = message[1:]
+                    continue
+                proc.join(10)
+                if message[0] == "done":
+                    return message[1]
+                raise JobFailed(_failure(job, options.backend, job.pipeline or options.pipeline,
+                                         message[1], traceback_text=message[2] if len(message) > 2 else None))  # fmt: skip
+            if time.monotonic() >= deadline:
+                proc.kill()
+                proc.join(10)
+                why = f"timed out after {limit:g} s{_during(stage)}"
+                raise JobFailed(_crash_record(job, options, why, stage))
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(10)
+        parent.close()
+    proc.join(10)
+    why = f"crashed: {_signal_name(proc.exitcode)}{_during(stage)}"
+    raise JobFailed(_crash_record(job, options, why, stage))
+
+
+class JobFailed(Exception):
+    def __init__(self, record: dict):
+        super().__init__(record["error"])
+        self.record = record
+
+
+def _during(stage: tuple | None) -> str:
+    if stage is None:
+        return " while starting"
+    phase, done, total = stage
+    what = {"compile": "compiling and checking variant", "measure": "timing round",
+            "kernels": "timing kernels, round"}.get(phase, phase)  # fmt: skip
+    return f" while {what} {min(done + 1, total)} of {total}"
+
+
+def _signal_name(code: int | None) -> str:
+    import signal
+
+    if code is not None and code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name} ({-code})"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit status {code}"
+
+
+def _crash_record(job: Job, options: SuiteOptions, why: str, stage: tuple | None) -> dict:
+    pipeline = job.pipeline or options.pipeline
+    record = _failure(job, options.backend, pipeline, why)
+    record["reproducer"] = reproducer(job, options, stage)
+    return record
+
+
+def reproducer(job: Job, options: SuiteOptions, stage: tuple | None) -> str:
+    """A command that runs the failing work alone: the variant being compiled or checked
+    when the worker died (`irkit-bench run ... -p VARIANT`), else the whole job."""
+    import os
+    import shlex
+
+    dims = " ".join(f"--dim {k}={v}" for k, v in job.dims.items())
+    plugins = os.environ.get("IRKIT_PLUGINS")
+    env = f"IRKIT_PLUGINS={shlex.quote(plugins)} " if plugins else ""
+    pipeline = job.pipeline or options.pipeline
+    if stage is not None and stage[0] == "compile":
+        from irkit.measure.attribution import make_plan, variant_spec
+        from irkit.pipelines import pipeline_steps
+
+        steps = pipeline_steps(pipeline)
+        optional = [n for n, s in enumerate(steps) if s.optional]
+        plan = make_plan(job.strategy, len(optional), options.permutations, options.seed)
+        if stage[1] < len(plan.masks):
+            spec = variant_spec(steps, optional, plan.masks[stage[1]])
+            return (f"{env}irkit-bench run {shlex.quote(job.model)} -p {shlex.quote(spec)} "
+                    f"--backend {options.backend} {dims} --seed {options.seed}").strip()  # fmt: skip
+    return (f"{env}irkit-bench attribute {shlex.quote(job.model)} -p {shlex.quote(pipeline)} "
+            f"--backend {options.backend} {dims} --strategy {job.strategy} --seed {options.seed}").strip()  # fmt: skip
