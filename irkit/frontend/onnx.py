@@ -207,6 +207,8 @@ class OnnxImporter:
             try:
                 outs = convert(self, node)
             except VerifyException as e:
+                if "the result would be empty" in str(e):  # a documented limit, not a bad file
+                    raise self.unsupported(str(e)) from None
                 raise self.error(str(e)) from None
             for name, value in zip(node.output, outs, strict=False):
                 if name:

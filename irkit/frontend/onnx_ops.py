@@ -488,7 +488,7 @@ LIMITS: dict[str, str] = {
     "LayerNormalization": "Y, Mean and InvStdDev outputs; computed in the input's type (stash_type ignored)",
     "BatchNormalization": "inference mode only",
     "Dropout": "inference: identity; mask output unused",
-    "Slice": "constant starts/ends/axes/steps; positive steps",
+    "Slice": "constant starts/ends/axes/steps; positive steps; a non-empty result (irkit has no empty tensors)",
     "Reshape": "constant shape; 0 and -1 rules, allowzero",
     "Cast": "to f16, bf16, f32, f64",
     "MatMul": "any ranks (1-D operands promoted and squeezed)",
