@@ -441,8 +441,13 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
 
 
 def gpu_kernels(module: ModuleOp) -> list[func.FuncOp]:
-    kernels = [op for op in module.ops if isinstance(op, func.FuncOp) and launch_of(op) is not None]
-    if not kernels:
+    """The GPU-mapped kernels of `module`, in order: none at all for a model whose outputs
+    are its inputs or copies of them (that runs too); an error for IR that still holds
+    graph ops or loop-level kernels not mapped onto the GPU."""
+    funcs = [op for op in module.ops if isinstance(op, func.FuncOp)]
+    kernels = [f for f in funcs if launch_of(f) is not None]
+    unmapped = [f for f in funcs if "irkit.kernel" in f.attributes and launch_of(f) is None]
+    if unmapped or any(op.dialect_name() == "graph" for op in module.walk()):
         raise IrkitError(
             "CUDA C needs GPU-mapped IR; lower with -p map-to-gpu (or a pipeline such as "
             "default-cuda)"
@@ -466,8 +471,10 @@ def _prelude(kernels: list[func.FuncOp]) -> str:
     narrow = any(
         isinstance(t, Float16Type | BFloat16Type)
         for fn in kernels
-        for op in fn.walk()
-        for t in [getattr(v, "type", None) for v in [*op.results, *op.operands]]
+        for t in [
+            *fn.function_type.inputs,  # a parameter the kernel never touches is still declared
+            *(getattr(v, "type", None) for op in fn.walk() for v in [*op.results, *op.operands]),
+        ]
         for t in ([t.element_type] if isinstance(t, MemRefType) else [t])
     )
     return (CudaPrinter.HALF_HEADERS if narrow else "") + CudaPrinter.PRELUDE

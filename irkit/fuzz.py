@@ -1,0 +1,318 @@
+"""Differential fuzzing: random valid models x random subsets and options of the optional
+passes, on a backend, against the float64 reference.
+
+    python -m irkit.fuzz --minutes 30 [--backend cpu --backend cuda-sim] [--out fuzz-out] [--seed 0]
+
+A case is a `.graph` model drawn by `graph_sources` (elementwise ops with broadcasting, a
+scalar literal or a second input; reductions over random axes; softmax, layer_norm, matmul,
+transpose, reshape, cast; extents among 1, 3, 17, 33 and 127; f32, f64, f16 and bf16) and a
+pipeline drawn by `pipelines`: the backend's default pipeline with each optional pass kept
+or dropped, and each kept pass's options drawn from `OPTION_SPACE` (only combinations its
+`check_options` accepts). The property: the model compiles on the backend and every output
+matches the reference within the dtype's tolerance. Any exception is a finding: a valid
+model and valid options must compile.
+
+A campaign runs hypothesis in rounds until its time is up; a failure is shrunk by hypothesis
+to a small case and written to `--out` as a `.graph` file whose header carries the error and
+the command that reproduces it. The test suite runs the same property with a small,
+derandomized budget (tests/test_fuzz.py); needs `hypothesis` (`pip install -e '.[test]'`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hypothesis import strategies as st
+
+SIZES = (1, 3, 17, 33, 127)
+DTYPES = ("f32", "f64", "f16", "bf16")
+
+UNARY = ("relu", "neg", "abs", "tanh", "sigmoid", "gelu", "erf", "exp(0.25 * {x})",
+         "sqrt(abs({x}))", "log(abs({x}) + 1.0)", "leaky_relu({x}, alpha=0.1)")  # fmt: skip
+BINARY = ("{a} + {b}", "{a} - {b}", "{a} * {b}", "max({a}, {b})", "min({a}, {b})",
+          "{a} / (abs({b}) + 0.5)")  # fmt: skip
+
+OPTION_SPACE: dict[str, dict[str, tuple]] = {
+    "fuse-kernels": {"elementwise": (True, False), "reductions": (True, False),
+                     "epilogues": (True, False), "movement-epilogues": (True, False),
+                     "max-group-size": (1, 2, 64)},
+    "fold-transposes": {"sink": (True, False)},
+    "conv-to-matmul": {"max-expansion": (1, 16)},
+    "fold-constants": {"max-elements": (1, 1 << 24)},
+    "pad-leading-dims": {"align-bytes": (4, 16, 64), "skew-bytes": (0, 64),
+                         "max-growth": (0.0, 0.125, 1.0)},
+    "cpu-tile-matmul": {"mr": (1, 4, 6, 8), "nr": (16, 32, 64), "pack": (True, False),
+                        "kc": (0, 8, 64), "min-panels": (0, 1, 4)},
+    "cpu-parallelize": {"threads": (1, 2, 3), "min-work": (0, 4096, 1 << 20)},
+    "gpu-tile-matmul": {"block-m": (32, 64, 128), "block-n": (32, 64, 128),
+                        "block-k": (4, 8, 16), "thread-m": (4, 8), "thread-n": (4, 8),
+                        "pad": (0, 4), "vector-loads": (True, False),
+                        "double-buffer": (True, False), "warp-tile": (True, False)},
+    "map-to-gpu": {"block-size": (32, 128, 256, 1024), "rows": (True, False)},
+}  # fmt: skip
+"""Option values the fuzzer draws from, per pass (a pass not listed runs with defaults)."""
+
+MAX_ELEMENTS = {"cpu": 1 << 14, "cuda-sim": 1 << 10}
+"""The largest tensor a case may hold, per backend (the lockstep interpreter is slow)."""
+
+
+# --- models --------------------------------------------------------------------------------------
+
+
+def fmt(values) -> str:
+    return "[" + ", ".join(map(str, values)) + "]"
+
+
+@dataclass
+class _Model:
+    max_elements: int
+    decls: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    values: list[tuple[str, list[int], str]] = field(default_factory=list)
+    """(name, shape, element type) of every value defined so far."""
+    inputs: int = 0
+
+    def input(self, shape: list[int], dtype: str, param: bool = False) -> str:
+        name = f"{'w' if param else 'x'}{self.inputs}"
+        self.inputs += 1
+        self.decls.append(f"{'param' if param else 'input'} {name} : {dtype}{fmt(shape)}")
+        return name
+
+    def define(self, expr: str, shape: list[int], dtype: str) -> None:
+        name = f"v{len(self.lines)}"
+        self.lines.append(f"{name} = {expr}")
+        self.values.append((name, shape, dtype))
+
+    def fits(self, shape: list[int]) -> bool:
+        return math.prod(shape) <= self.max_elements
+
+
+@st.composite
+def _shape(draw, max_elements: int, min_rank: int = 1, max_rank: int = 3) -> list[int]:
+    rank = draw(st.integers(min_rank, max_rank))
+    shape = [draw(st.sampled_from(SIZES)) for _ in range(rank)]
+    while math.prod(shape) > max_elements:  # shrink the largest extent until it fits
+        i = shape.index(max(shape))
+        shape[i] = max(s for s in (1, *SIZES) if s < shape[i])
+    return shape
+
+
+def _step(draw, m: _Model) -> None:
+    """One op on a value drawn from those defined so far."""
+    name, shape, dtype = draw(st.sampled_from(m.values))
+    kind = draw(st.sampled_from(("unary", "binary", "binary", "reduce", "softmax", "matmul",
+                                 "transpose", "reshape", "layer_norm", "cast")))  # fmt: skip
+    rank = len(shape)
+    if kind == "unary":
+        op = draw(st.sampled_from(UNARY))
+        m.define(op.format(x=name) if "{x}" in op else f"{op}({name})", shape, dtype)
+    elif kind == "binary":
+        other = draw(st.sampled_from(("same", "broadcast", "literal")))
+        if other == "literal":
+            b = repr(draw(st.sampled_from((0.5, 2.0, -1.25, 3.0))))
+        elif other == "same":
+            same = [n for n, s, t in m.values if s == shape and t == dtype]
+            b = draw(st.sampled_from(same))
+        else:
+            keep = draw(st.integers(0, rank))
+            b = m.input([1 if draw(st.booleans()) else d for d in shape[rank - keep :]], dtype)
+        a, b = (b, name) if draw(st.booleans()) and other != "literal" else (name, b)
+        forms = BINARY if other != "literal" else ("{a} + {b}", "{a} - {b}", "{a} * {b}", "{a} / {b}")  # fmt: skip
+        m.define(draw(st.sampled_from(forms)).format(a=a, b=b), shape, dtype)
+    elif kind == "reduce" and rank >= 1:
+        axes = draw(st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True))
+        keep = draw(st.booleans())
+        out = [1 if i in axes else d for i, d in enumerate(shape)] if keep else [d for i, d in enumerate(shape) if i not in axes]  # fmt: skip
+        if not out:
+            return  # a rank-0 result: keep graphs of ranked values
+        op = draw(st.sampled_from(("reduce_sum", "reduce_max", "reduce_mean")))
+        m.define(f"{op}({name}, axes={fmt(axes)}, keepdims={str(keep).lower()})", out, dtype)
+    elif kind == "softmax":
+        m.define(f"softmax({name}, axis={draw(st.integers(-rank, rank - 1))})", shape, dtype)
+    elif kind == "matmul" and rank == 2:
+        n = draw(st.sampled_from(SIZES))
+        if m.fits([shape[0], n]) and m.fits([shape[1], n]):
+            w = m.input([shape[1], n], dtype, param=True)
+            m.define(f"matmul({name}, {w})", [shape[0], n], dtype)
+    elif kind == "transpose" and rank >= 2:
+        perm = draw(st.permutations(list(range(rank))))
+        m.define(f"transpose({name}, perm={fmt(perm)})", [shape[p] for p in perm], dtype)
+    elif kind == "reshape":
+        total = math.prod(shape)
+        first = draw(st.sampled_from([d for d in range(1, total + 1) if total % d == 0][:8]))
+        target = draw(st.sampled_from(([total], [first, total // first])))
+        m.define(f"reshape({name}, shape={fmt(target)})", target, dtype)
+    elif kind == "layer_norm":
+        g, b = m.input([shape[-1]], dtype, param=True), m.input([shape[-1]], dtype, param=True)
+        m.define(f"layer_norm({name}, {g}, {b}, axes=[-1], eps=1e-3)", shape, dtype)
+    elif kind == "cast":
+        to = draw(st.sampled_from(DTYPES))
+        m.define(f"cast({name}, dtype={to})", shape, to)
+
+
+@st.composite
+def graph_sources(draw, backend: str = "cpu") -> str:
+    """A random valid `.graph` model (see the module docstring)."""
+    dtype = draw(st.sampled_from(DTYPES))
+    m = _Model(MAX_ELEMENTS.get(backend, 1 << 14))
+    shape = draw(_shape(m.max_elements))
+    x = m.input(shape, dtype)
+    m.values.append((x, shape, dtype))
+    for _ in range(draw(st.integers(1, 6))):
+        _step(draw, m)
+    if not m.lines:
+        m.define(f"relu({x})", shape, dtype)
+    outputs = [m.values[-1][0]]
+    if len(m.lines) > 2 and draw(st.booleans()):
+        outputs.append(draw(st.sampled_from([v[0] for v in m.values[1:-1]])))
+    outs = [f"output {o}" for o in dict.fromkeys(outputs)]
+    return "model fuzz\n" + "\n".join([*m.decls, *m.lines, *outs]) + "\n"
+
+
+# --- pipelines ---------------------------------------------------------------------------------------
+
+
+@st.composite
+def pipelines(draw, backend: str = "cpu", append: str = "") -> str:
+    """The backend's default pipeline with a random subset of its optional passes, each
+    with options drawn from OPTION_SPACE that its `check_options` accepts; `append` (a
+    pass spec) goes at the end (the tests plant a miscompiling pass there)."""
+    from hypothesis import assume
+
+    from irkit.errors import IrkitError
+    from irkit.pipelines import PIPELINES, parse_passes
+    from irkit.runtime import BACKENDS
+
+    pipeline = PIPELINES[BACKENDS[backend]().default_pipeline]
+    items = []
+    for name in pipeline.passes:
+        if name in pipeline.optional and not draw(st.booleans()):
+            continue
+        space = OPTION_SPACE.get(name, {})
+        chosen = {k: draw(st.sampled_from(v)) for k, v in space.items() if draw(st.booleans())}
+        opts = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in chosen.items())  # fmt: skip
+        items.append(f"{name}{{{opts}}}" if opts else name)
+    spec = ",".join([*items, *([append] if append else [])])
+    try:
+        parse_passes(spec)
+    except IrkitError:
+        assume(False)  # an option combination the pass refuses: not a case
+    return spec
+
+
+# --- the property ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Finding:
+    source: str
+    pipeline: str
+    backend: str
+    error: str
+
+
+def check_case(source: str, pipeline: str, backend: str) -> None:
+    """The property: compiles on `backend` and matches the reference (AssertionError if
+    not; any exception from irkit is a finding too)."""
+    import irkit
+    from irkit.frontend.graph_lang import parse_graph
+    from irkit.runtime.check import check
+
+    module = parse_graph(source, "fuzz.graph")
+    exe = irkit.compile(module, pipeline, backend)
+    checks, _ = check(exe, module, seed=1)
+    bad = [c.describe() for c in checks if not c.passed]
+    assert not bad, f"{bad[0]} under -p '{pipeline}' on {backend}"
+
+
+def write_reproducer(finding: Finding, out: Path) -> Path:
+    """A .graph file holding the shrunk case, the error and the command that reproduces it."""
+    from irkit.errors import one_line
+
+    digest = hashlib.sha256(f"{finding.source}{finding.pipeline}{finding.backend}".encode()).hexdigest()[:10]  # fmt: skip
+    path = out / f"fuzz-{finding.backend}-{digest}.graph"
+    out.mkdir(parents=True, exist_ok=True)
+    header = (f"# irkit fuzz reproducer: {one_line(finding.error)[:400]}\n"
+              f"# RUN: irkit-bench run {path.name} -p '{finding.pipeline}' --backend {finding.backend}\n")  # fmt: skip
+    path.write_text(header + finding.source)
+    return path
+
+
+def fuzz_round(
+    backend: str, examples: int, seed: int, counts: dict[str, int], append: str = ""
+) -> Finding | None:
+    """One hypothesis run of `examples` cases on `backend`; the shrunk failure, if any."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hseed
+
+    last: list[Finding] = []
+
+    @hseed(seed)
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=False,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(graph_sources(backend), pipelines(backend, append))
+    def prop(source: str, pipeline: str) -> None:
+        counts[backend] = counts.get(backend, 0) + 1
+        try:
+            check_case(source, pipeline, backend)
+        except BaseException as e:
+            last.append(Finding(source, pipeline, backend, f"{type(e).__name__}: {e}"))
+            raise
+
+    try:
+        prop()
+    except Exception:  # noqa: BLE001 - hypothesis re-raises the shrunk case's failure last
+        return last[-1] if last else None
+    return None
+
+
+def campaign(
+    backends: list[str], minutes: float, out: Path, seed: int = 0
+) -> tuple[dict[str, int], list[Path]]:
+    """Fuzz until `minutes` are spent; returns cases run per backend and reproducers."""
+    deadline = time.monotonic() + minutes * 60
+    counts = {b: 0 for b in backends}
+    found: list[Path] = []
+    round_ = 0
+    while time.monotonic() < deadline:
+        backend = backends[round_ % len(backends)]
+        finding = fuzz_round(backend, 20, seed * 100_003 + round_, counts)
+        if finding is not None and (path := write_reproducer(finding, out)) not in found:
+            found.append(path)
+            print(f"FOUND on {backend}: {finding.error[:200]}\n  -> {found[-1]}", flush=True)
+        round_ += 1
+        left = max(0.0, deadline - time.monotonic())
+        print(f"round {round_}: {sum(counts.values())} cases "
+              f"({', '.join(f'{b} {n}' for b, n in counts.items())}); {len(found)} finding(s); "
+              f"{left / 60:.1f} min left", flush=True)  # fmt: skip
+    return counts, found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m irkit.fuzz", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--minutes", type=float, default=5.0, help="campaign length (default 5)")
+    parser.add_argument("--backend", action="append", default=None,
+                        help="cpu and/or cuda-sim (repeatable; default both)")  # fmt: skip
+    parser.add_argument("--out", default="fuzz-out", help="where shrunk reproducers go")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    backends = args.backend or ["cpu", "cuda-sim"]
+    start = time.monotonic()
+    counts, found = campaign(backends, args.minutes, Path(args.out), args.seed)
+    listed = "".join(f"\n  {p}" for p in found)
+    print(f"fuzz: {sum(counts.values())} cases in {(time.monotonic() - start) / 60:.1f} min "
+          f"({', '.join(f'{b} {n}' for b, n in counts.items())}), seed {args.seed}: "
+          f"{len(found)} finding(s){listed}")  # fmt: skip
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
