@@ -14,7 +14,15 @@ CHAIN = ["examples/elementwise_chain.graph", "--backend", "cpu", "--dim", "N=128
 
 def test_quick_suite_resumes_and_reports(tmp_path, capsys) -> None:
     out = tmp_path / "results.jsonl"
-    assert bench(["suite", "--quick", "--backend", "cpu", "--out", str(out), "--budget", "1"]) == 0
+    # A light pipeline (the default one's 2^11 variants per job take minutes): this is about
+    # the suite's machinery, every job in its own worker process.
+    light = ["-p", "cse,fuse-kernels,lower-graph-to-loops"]
+    assert (
+        bench(
+            ["suite", "--quick", "--backend", "cpu", "--out", str(out), "--budget", "0.5", *light]
+        )
+        == 0
+    )
     records = [json.loads(line) for line in out.read_text().splitlines()]
     workloads = [r["workload"] for r in records]
     assert workloads == ["gemm_64", "elementwise_chain", "softmax", "layernorm", "mlp",
@@ -25,7 +33,7 @@ def test_quick_suite_resumes_and_reports(tmp_path, capsys) -> None:
     assert fuse["changes_code"] and fuse["kernels"]["removed"] and fuse["kernels"]["added"]
     capsys.readouterr()
     # Resumable: a second run finds every job done and measures nothing.
-    assert bench(["suite", "--quick", "--backend", "cpu", "--out", str(out)]) == 0
+    assert bench(["suite", "--quick", "--backend", "cpu", "--out", str(out), *light]) == 0
     assert capsys.readouterr().out.count(": skipped") == 7
     assert len(out.read_text().splitlines()) == 7
 
