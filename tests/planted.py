@@ -50,15 +50,20 @@ class PlantWorkPass(ModulePass):
     iterations: int = 200_000
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        text = KERNEL.format(iterations=self.iterations)
-        kernel = Parser(make_context(), f"builtin.module {{{text}}}").parse_module()
-        fn = kernel.body.block.first_op
-        assert isinstance(fn, func.FuncOp)
-        fn.detach()
-        op.body.block.add_op(fn)
-        driver = entry_function(op)
-        ret = driver.body.block.last_op
-        assert ret is not None
-        buf = memref.AllocOp([], [], fn.args[0].type)  # type: ignore[arg-type]
-        call = func.CallOp("planted_work", [buf.memref], [])
-        driver.body.block.insert_ops_before([buf, call, memref.DeallocOp.get(buf.memref)], ret)
+        call_from_driver(op, KERNEL.format(iterations=self.iterations))
+
+
+def call_from_driver(op: ModuleOp, text: str) -> None:
+    """Add the kernel in `text` (one func over a memref<1xf32> scratch buffer) to the
+    loop-level module `op`, called by the driver on a fresh buffer before it returns."""
+    kernel = Parser(make_context(), f"builtin.module {{{text}}}").parse_module()
+    fn = kernel.body.block.first_op
+    assert isinstance(fn, func.FuncOp)
+    fn.detach()
+    op.body.block.add_op(fn)
+    driver = entry_function(op)
+    ret = driver.body.block.last_op
+    assert ret is not None
+    buf = memref.AllocOp([], [], fn.args[0].type)  # type: ignore[arg-type]
+    call = func.CallOp(fn.sym_name.data, [buf.memref], [])
+    driver.body.block.insert_ops_before([buf, call, memref.DeallocOp.get(buf.memref)], ret)

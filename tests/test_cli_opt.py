@@ -146,9 +146,7 @@ def test_never_overwrites_the_input(tmp_path: Path) -> None:
     src = tmp_path / "m.graph"
     text = (ROOT / "examples/softmax.graph").read_text()
     src.write_text(text)
-    _assert_one_line_error(
-        opt(str(src), "-o", str(src)), "m.graph", "refusing to write over it"
-    )
+    _assert_one_line_error(opt(str(src), "-o", str(src)), "m.graph", "refusing to write over it")
     assert src.read_text() == text
 
 

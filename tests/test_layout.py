@@ -135,7 +135,9 @@ def test_fold_constants_respects_max_elements(tmp_path: Path) -> None:
     assert _count(small, g.TransposeOp) == 1  # 40 x 48 = 1920 elements: over the limit
     exact = apply_passes(module.clone(), parse_passes("fold-constants{max-elements=1920}"))
     assert _count(exact, g.TransposeOp) == 0
-    with pytest.raises(IrkitError, match="pass .fold-constants.: option max-elements=0: must be at least 1"):
+    with pytest.raises(
+        IrkitError, match="pass .fold-constants.: option max-elements=0: must be at least 1"
+    ):
         irkit.compile(module, "fold-constants{max-elements=0},lower-graph-to-loops")
 
 

@@ -104,7 +104,10 @@ def test_the_resolved_count_is_written_into_the_ir(monkeypatch) -> None:
     ("spec", "message"),
     [
         ("lower-graph-to-loops,cpu-parallelize{threads=-2}", "option threads=-2: must be 0"),
-        ("lower-graph-to-loops,cpu-parallelize{min-work=-1}", "option min-work=-1: must be non-negative"),
+        (
+            "lower-graph-to-loops,cpu-parallelize{min-work=-1}",
+            "option min-work=-1: must be non-negative",
+        ),
         ("cpu-parallelize", "needs CPU loop-level IR"),
         ("lower-graph-to-loops,map-to-gpu,cpu-parallelize", "needs CPU loop-level IR"),
     ],

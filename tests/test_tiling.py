@@ -281,7 +281,10 @@ def test_default_tiles_compile_for_hopper_without_spills() -> None:
 
 
 def test_gpu_tile_matmul_rejects_uneven_tiles() -> None:
-    with pytest.raises(IrkitError, match="pass 'gpu-tile-matmul': option block-m=30: must be a multiple of thread-m"):
+    with pytest.raises(
+        IrkitError,
+        match="pass 'gpu-tile-matmul': option block-m=30: must be a multiple of thread-m",
+    ):
         apply_passes(
             matmul_model(8, 64, 4),
             parse_passes("lower-graph-to-loops,gpu-tile-matmul{block-m=30 thread-m=4}"),
