@@ -34,7 +34,11 @@ SIZES = (1, 3, 17, 33, 127)
 DTYPES = ("f32", "f64", "f16", "bf16")
 
 UNARY = ("relu", "neg", "abs", "tanh", "sigmoid", "gelu", "erf", "exp(0.25 * {x})",
-         "sqrt(abs({x}))", "log(abs({x}) + 1.0)", "leaky_relu({x}, alpha=0.1)")  # fmt: skip
+         "sqrt(abs({x}))", "log(abs({x}) + 2.0)", "leaky_relu({x}, alpha=0.1)")  # fmt: skip
+"""Unary forms. Arguments stay where the op is well conditioned: log(1 + small) turns the
+f16 rounding of its argument at a kernel boundary (which the tolerance allows) into a large
+relative error of a small result (a 30-minute campaign found exactly that), so log's
+argument is kept at 2 or more, as the op property tests do."""
 BINARY = ("{a} + {b}", "{a} - {b}", "{a} * {b}", "max({a}, {b})", "min({a}, {b})",
           "{a} / (abs({b}) + 0.5)")  # fmt: skip
 
