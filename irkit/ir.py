@@ -79,11 +79,12 @@ def entry_function(module: ModuleOp) -> func.FuncOp:
     return public[0]
 
 
-def model_function(module: ModuleOp) -> func.FuncOp:
+def model_function(module: ModuleOp, graph_level: bool = False) -> func.FuncOp:
     """The entry function of a model that is to run: `entry_function`, checked to take and
     return only statically shaped tensors (or memrefs) of the element types irkit handles,
     so that an MLIR function over i32 or `tensor<?xf32>` is refused with a clear error
-    instead of failing inside a backend."""
+    instead of failing inside a backend. `graph_level`: tensors only (what the reference and
+    random inputs need), not loop-level memrefs."""
     from irkit.dtypes import DTYPES
     from irkit.limits import check_extents
 
@@ -93,6 +94,8 @@ def model_function(module: ModuleOp) -> func.FuncOp:
     kinds += [("result", f"#{i}", t) for i, t in enumerate(fn.function_type.outputs)]
     for kind, name, t in kinds:
         problem = _unrunnable(t, DTYPES.values(), check_extents)
+        if problem is None and graph_level and not isinstance(t, TensorType):
+            problem = "the reference evaluates graph-level models (tensors), not loop-level IR"
         if problem:
             raise IrkitError(
                 f"@{fn.sym_name.data}: {kind} {name} has type {t}: {problem}", location_of(fn)

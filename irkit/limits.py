@@ -5,6 +5,7 @@ before the recursion), and its error names the size, the limit and how to change
 
 - `INT64_MAX`: static integers (dims, extents, attribute arithmetic) live in int64, as in
   MLIR; tensor element counts too.
+- `MAX_RANK`: the highest tensor rank.
 - `MAX_NESTING`: how deeply a `.graph` expression may nest (Python's own parser allows 200).
 - `memory_limit()`: the bytes a run may allocate at once: `IRKIT_MAX_MEMORY` (bytes, or with
   a K/M/G/T suffix) or, by default, three quarters of this machine's physical memory.
@@ -22,6 +23,8 @@ from irkit.errors import IrkitError
 
 INT64_MAX = (1 << 63) - 1
 MAX_NESTING = 200
+MAX_RANK = 32
+"""The highest tensor rank (numpy stops at 64; no model needs more than a handful)."""
 
 _SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -82,6 +85,8 @@ def tensor_bytes(t: ShapedType, itemsize: int) -> int:
 def check_extents(shape: Iterable[int]) -> str | None:
     """Why `shape` cannot be a static tensor shape (None when it can)."""
     shape = list(shape)
+    if len(shape) > MAX_RANK:
+        return f"rank {len(shape)} is over irkit's limit of {MAX_RANK}"
     if any(d < 0 for d in shape):
         return "dynamic extents (?) are not supported: irkit needs static shapes"
     big = [d for d in shape if d > INT64_MAX]

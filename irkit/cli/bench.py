@@ -77,7 +77,7 @@ def _run(args) -> int:
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.json:
-        check_output(args.json, [args.file], "--json")
+        check_output(args.json, [args.file], "--json", "json")
     result = run_model(
         args.file, args.passes, args.backend, dict(args.dim), args.seed, args.precision, args.budget
     )
@@ -185,7 +185,7 @@ def _attribute(args) -> int:
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.json:
-        check_output(args.json, [args.file], "--json")
+        check_output(args.json, [args.file], "--json", "json")
     record = attribute_file(args, args.file, dict(args.dim))
     show_attribution(console, record)
     if args.json:
@@ -387,9 +387,9 @@ def _bisect_results(console, base: str, new: str, threshold: float) -> int:
 def _report(args) -> int:
     from irkit.measure.report import render_report
 
-    check_output(args.output, [args.results])
+    check_output(args.output, [args.results], "-o", "html")
     page, n = render_report(args.results)
-    write_output(args.output, page, [args.results])
+    write_output(args.output, page, [args.results], "-o", "html")
     print(f"{args.output}: {n} workload(s)")
     return 0
 
@@ -408,7 +408,7 @@ def _json_path(path: str, passed: bool) -> str:
 def _write_json(path: str, record: dict, model: str) -> None:
     import json
 
-    write_output(path, json.dumps(record, indent=2) + "\n", [model], "--json")
+    write_output(path, json.dumps(record, indent=2) + "\n", [model], "--json", "json")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -130,9 +130,29 @@ def same_file(a: str | Path, b: str | Path) -> bool:
         return Path(a).resolve() == Path(b).resolve()
 
 
-def check_output(path: str | Path, inputs: Iterable[str | Path] = (), flag: str = "-o") -> None:
+_KINDS = {
+    "json": ("a JSON record", lambda head: head[:1] in (b"{", b"[")),
+    "html": ("an HTML report", lambda head: head[:1] == b"<"),
+    "text": ("a text file", lambda head: b"\x00" not in head and _utf8(head)),
+}
+"""What an existing output file must already look like to be replaced: a typo that names a
+model (an .onnx file, a .graph, a results file) must not destroy it."""
+
+
+def _utf8(head: bytes) -> bool:
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start >= len(head) - 3  # a character cut by the 4 KiB window
+    return True
+
+
+def check_output(
+    path: str | Path, inputs: Iterable[str | Path] = (), flag: str = "-o", kind: str = "text"
+) -> None:
     """Refuse, before any work, an output path that is one of the command's inputs, a
-    directory, or in a directory that does not exist."""
+    directory, in a directory that does not exist, or an existing file that is not of the
+    `kind` written there (json, html or text)."""
     for source in inputs:
         if source is not None and same_file(path, source):
             raise IrkitError(f"{flag} names an input of this command; refusing to write over it", str(path))  # fmt: skip
@@ -141,17 +161,28 @@ def check_output(path: str | Path, inputs: Iterable[str | Path] = (), flag: str 
         raise IrkitError(f"{flag}: is a directory", str(path))
     if p.exists() and not stat.S_ISREG(p.stat().st_mode):
         raise IrkitError(f"{flag}: not a regular file", str(path))
+    if p.exists() and p.stat().st_size:
+        what, looks_right = _KINDS[kind]
+        with p.open("rb") as f:
+            head = f.read(4096).lstrip()
+        if head and not looks_right(head):
+            raise IrkitError(f"{flag}: the file exists and is not {what}; refusing to replace it (remove it first)", str(path))  # fmt: skip
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise IrkitError(f"{flag}: directory {parent} does not exist", str(path))
 
 
 def write_output(
-    path: str | Path, data: str | bytes, inputs: Iterable[str | Path] = (), flag: str = "-o"
+    path: str | Path,
+    data: str | bytes,
+    inputs: Iterable[str | Path] = (),
+    flag: str = "-o",
+    kind: str = "text",
 ) -> None:
     """Write `data` to `path` all or nothing: to a temporary file beside it, then renamed
-    over it, so a failed or interrupted write never leaves half a file. Refuses inputs."""
-    check_output(path, inputs, flag)
+    over it, so a failed or interrupted write never leaves half a file. Refuses what
+    `check_output` refuses."""
+    check_output(path, inputs, flag, kind)
     p = Path(path)
     tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
     try:

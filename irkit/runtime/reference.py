@@ -291,7 +291,7 @@ def check_footprint(
 def reference(module: ModuleOp, *arrays: Any) -> list[np.ndarray]:
     """Evaluate the module's entry function on `arrays` in float64; returns its outputs."""
     expect("irkit.reference", "module", module, ModuleOp, "a module (irkit.load's result)")
-    fn = model_function(module)
+    fn = model_function(module, graph_level=True)
     check_footprint(fn, graph_values(fn), 8, "float64 reference")
     env: dict[SSAValue, np.ndarray] = {
         arg: a.astype(np.float64)
@@ -332,7 +332,7 @@ def random_inputs(module: ModuleOp, seed: int = 0) -> list[np.ndarray]:
     expect("irkit.random_inputs", "seed", seed, int, "an integer from 0 to 2^64-1")
     if not 0 <= seed < 2**64:
         raise IrkitError(f"irkit.random_inputs: seed must be from 0 to 2^64-1, got {seed}")
-    fn = model_function(module)
+    fn = model_function(module, graph_level=True)
     check_footprint(fn, fn.body.block.args, None, "random inputs")
     rng = np.random.default_rng(seed)
     out = []
@@ -358,7 +358,7 @@ class ReferenceExecutable:
 
         self.module = module
         self.kernels: list = []
-        fn = model_function(module)
+        fn = model_function(module, graph_level=True)
         self.inputs = [
             TensorSpec(
                 a.name_hint or f"arg{i}", a.type.get_shape(), numpy_dtype(a.type.element_type)

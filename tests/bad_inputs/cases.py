@@ -151,6 +151,11 @@ MLIR_BAD_RESULT = """func.func @f(%a: tensor<4x8xf32>, %b: tensor<8x2xf32>) -> t
   func.return %c : tensor<4x3xf32>
 }
 """
+MLIR_FUNCTIONAL_RELU = """func.func @f(%a: tensor<f32>) -> tensor<f32> {
+  %b = graph.relu %a : (tensor<f32>) -> tensor<f32>
+  func.return %b : tensor<f32>
+}
+"""
 MLIR_GOOD = """func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {
   %b = graph.relu %a : (tensor<4xf32>) -> tensor<4xf32>
   func.return %b : tensor<4xf32>
@@ -250,6 +255,11 @@ CASES: list[Case] = [
     Case("mlir-unranked", bench("reference", "m.mlir"), {"m.mlir": MLIR_UNRANKED}, where="m.mlir:1:1", says="ranked tensors only"),
     Case("mlir-two-functions", bench("reference", "m.mlir"), {"m.mlir": MLIR_TWO}, says="expected exactly one public func.func"),
     Case("mlir-no-function", bench("reference", "m.mlir"), {"m.mlir": "builtin.module {\n}\n"}, says="found none"),
+    Case("mlir-deep-regions", opt("m.mlir"), {"m.mlir": "builtin.module {\n" * 3000 + "}\n" * 3000}, where="m.mlir:", says="nested too deeply"),
+    Case("mlir-deep-types", opt("m.mlir"), {"m.mlir": "func.func @f(%a: " + "tuple<" * 3000 + "f32" + ">" * 3000 + ") {\n  func.return\n}\n"}, where="m.mlir:1:1", says="nested too deeply"),
+    Case("mlir-op-syntax-types", bench("reference", "m.mlir"), {"m.mlir": MLIR_FUNCTIONAL_RELU}, where="m.mlir:2:3", says="invalid op"),
+    Case("mlir-memref-reference", bench("run", "m.mlir"), {"m.mlir": "func.func @f(%a: memref<4xf32>) {\n  func.return\n}\n"}, where="m.mlir:1:1", says="the reference evaluates graph-level models"),
+    Case("rank-over-limit", bench("run", "m.graph"), {"m.graph": "input x : f32[" + ", ".join(["1"] * 40) + "]\noutput y = relu(x)\n"}, where="m.graph:1:11", says="rank 40 is over irkit's limit of 32"),
     Case("mlir-with-dim", opt("m.mlir", "--dim", "B=2"), {"m.mlir": MLIR_GOOD}, where="m.mlir", says="--dim applies to .graph models"),
     # --- ONNX --------------------------------------------------------------------------------------
     Case("onnx-garbage", bench("reference", "m.onnx"), {"m.onnx": b"\x08\x07garbage\xff\xff\xff"}, where="m.onnx", says="not an ONNX model"),
@@ -291,6 +301,10 @@ CASES: list[Case] = [
     Case("opt-over-hardlink", opt("m.graph", "-o", "h.graph"), {"m.graph": G, "h.graph": _link_to("m.graph", hard=True)}, where="h.graph", says="-o names an input"),
     Case("opt-over-symlink", opt("m.graph", "-o", "s.graph"), {"m.graph": G, "s.graph": _link_to("m.graph", hard=False)}, where="s.graph", says="-o names an input"),
     Case("json-over-symlinked-model", bench("run", "s.graph", "--json", "m.graph"), {"m.graph": G, "s.graph": _link_to("m.graph", hard=False)}, where="m.graph", says="--json names an input"),
+    Case("json-over-another-model", bench("run", "m.graph", "--json", "other.graph"), {"m.graph": G, "other.graph": G}, where="other.graph", says="exists and is not a JSON record"),
+    Case("json-over-onnx-model", bench("attribute", "m.graph", "--json", "w.onnx"), {"m.graph": G, "w.onnx": _onnx(RELU, [_vi("x", [4])], [_vi("y", [4])])}, where="w.onnx", says="not a JSON record"),
+    Case("report-over-other-results", bench("report", "r.jsonl", "-o", "old.jsonl"), {"r.jsonl": record(), "old.jsonl": record()}, where="old.jsonl", says="exists and is not an HTML report"),
+    Case("opt-output-over-binary", opt("m.graph", "-o", "w.onnx"), {"m.graph": G, "w.onnx": _onnx(RELU, [_vi("x", [4])], [_vi("y", [4])])}, where="w.onnx", says="exists and is not a text file"),
     Case("json-into-missing-dir", bench("run", "m.graph", "--json", "no/such/dir/r.json"), {"m.graph": G}, where="no/such/dir/r.json", says="does not exist"),
     Case("json-is-directory", bench("run", "m.graph", "--json", "out"), {"m.graph": G, "out": _dir}, where="out", says="is a directory"),
     Case("report-into-directory", bench("report", "r.jsonl", "-o", "out"), {"r.jsonl": record(), "out": _dir}, where="out", says="is a directory"),
