@@ -89,7 +89,7 @@ def test_default_threads_follow_the_environment_then_the_affinity(monkeypatch) -
     monkeypatch.delenv("IRKIT_NUM_THREADS")
     assert default_threads() == len(__import__("os").sched_getaffinity(0))
     monkeypatch.setenv("IRKIT_NUM_THREADS", "many")
-    with pytest.raises(IrkitError, match="IRKIT_NUM_THREADS must be a positive integer"):
+    with pytest.raises(IrkitError, match="IRKIT_NUM_THREADS must be an integer from 1 to 1024"):
         default_threads()
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from irkit.cli.common import (
     OneLineArgumentParser,
+    bounded_int,
     check_output,
     fraction,
     parse_dim,
@@ -433,7 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help=f"a .graph, .mlir or .onnx model (default: the embedded {DEFAULT_MODEL})")  # fmt: skip
     _measure_options(att, budget=30.0)
     att.add_argument("--strategy", default="shapley", choices=("prefix", "ablation", "shapley"))
-    att.add_argument("--permutations", type=positive_int, default=64,
+    att.add_argument("--permutations", type=bounded_int(1, 100_000), default=64,
                      help="sampled orders for shapley beyond 8 passes (default 64)")  # fmt: skip
     att.add_argument("--json", default=None, metavar="OUT", help="write the record as JSON")
     suite = sub.add_parser("suite", help="run the pass-impact suite (resumable)")

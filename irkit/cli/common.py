@@ -112,6 +112,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer from `low` to `high`."""
+
+    def parse(text: str) -> int:
+        value = int(_number(text, int))
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be an integer from {low} to {high}, got {text!r}")  # fmt: skip
+        return value
+
+    return parse
+
+
 def seed(text: str) -> int:
     value = int(_number(text, int))
     if not 0 <= value < 2**64:

@@ -144,6 +144,8 @@ class IrkitOptMain(xDSLOptMain):
     def _read_input(self) -> tuple[str, str, str]:
         path = self.args.input_file
         if path is None or path == "-":
+            if sys.stdin is None or sys.stdin.isatty():  # mlir-opt would wait for a ^D
+                raise IrkitError("no input file, and standard input is a terminal: give a model file or pipe MLIR in")  # fmt: skip
             return sys.stdin.read(), "<stdin>", "." + (self.args.frontend or "mlir")
         text = read_text(path)  # first: a missing file or a directory is said as such
         kind = "." + self.args.frontend if self.args.frontend else Path(path).suffix.lower()

@@ -124,7 +124,8 @@ def _syntax_message(e: lark.UnexpectedInput, text: str) -> str:
     if isinstance(e, lark.UnexpectedCharacters):
         return f"unexpected character {text[e.pos_in_stream]!r}"
     if isinstance(e, lark.UnexpectedToken):
-        got = "end of file" if e.token.type == "$END" else repr(str(e.token))
+        token = str(e.token) if len(str(e.token)) <= 40 else str(e.token)[:40] + "..."
+        got = "end of file" if e.token.type == "$END" else repr(token)
         expected = sorted(_describe(t) for t in e.expected)
         return f"unexpected {got}; expected {', '.join(expected)}"
     return str(e).splitlines()[0]

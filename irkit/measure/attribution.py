@@ -361,8 +361,8 @@ def _check_arguments(
             raise IrkitError(f"attribute: {name} must be a positive finite number, got {value!r}")
     if precision >= 1:
         raise IrkitError(f"attribute: precision is a relative CI half-width below 1, got {precision!r}")  # fmt: skip
-    if isinstance(permutations, bool) or not isinstance(permutations, int) or permutations < 1:
-        raise IrkitError(f"attribute: permutations must be a positive integer, got {permutations!r}")  # fmt: skip
+    if isinstance(permutations, bool) or not isinstance(permutations, int) or not 1 <= permutations <= 100_000:  # fmt: skip
+        raise IrkitError(f"attribute: permutations must be a positive integer up to 100000, got {permutations!r}")  # fmt: skip
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
         raise IrkitError(f"attribute: seed must be an integer from 0 to 2^64-1, got {seed!r}")
 

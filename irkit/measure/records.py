@@ -33,6 +33,22 @@ def append_record(path: str | Path, record: dict) -> None:
         raise IrkitError(f"cannot write: {e.strerror}", str(path)) from None
 
 
+def check_appendable(path: str | Path) -> None:
+    """Refuse to append records to an existing file that is not JSON Lines: a model, or a
+    pretty-printed single record (`--json`), would be left neither."""
+    path = Path(path)
+    if not path.exists() or not path.is_file() or path.stat().st_size == 0:
+        return
+    with path.open("rb") as f:
+        first = f.readline(1 << 20)
+    try:
+        ok = isinstance(json.loads(first), dict)
+    except (ValueError, UnicodeDecodeError):
+        ok = False
+    if not ok:
+        raise IrkitError("exists and is not a JSON Lines results file (one record per line); refusing to append to it", f"{path}:1")  # fmt: skip
+
+
 def repair_torn_tail(path: str | Path) -> bool:
     """Cut off a torn last line (a record whose write was interrupted), so that the next
     record starts on a line of its own. Returns whether anything was cut."""

@@ -29,6 +29,7 @@ from pathlib import Path
 from irkit.errors import IrkitError, one_line
 from irkit.measure.records import (
     append_record,
+    check_appendable,
     job_key,
     numbered_records,
     read_records,
@@ -100,6 +101,7 @@ def run_suite(
     """Run the jobs not yet in `out`, appending a record per job. Yields (job, record,
     status) with status "done", "skipped" (already recorded), "skipped: failed before" (a
     failure record is there; `retry_failed` runs such a job again) or "failed: why"."""
+    check_appendable(out)
     repair_torn_tail(out)
     done = done_keys(out)
     failed = set() if retry_failed else done_keys(out, "irkit.attribution.failed")

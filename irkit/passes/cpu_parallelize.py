@@ -49,8 +49,8 @@ def default_threads() -> int:
     """`IRKIT_NUM_THREADS` if set, else the number of CPUs this process may run on."""
     value = os.environ.get("IRKIT_NUM_THREADS", "").strip()
     if value:
-        if not value.isdigit() or int(value) < 1:
-            raise IrkitError(f"IRKIT_NUM_THREADS must be a positive integer, not {value!r}")
+        if not value.isdigit() or not 1 <= int(value) <= MAX_THREADS:
+            raise IrkitError(f"IRKIT_NUM_THREADS must be an integer from 1 to {MAX_THREADS}, not {value!r}")  # fmt: skip
         return int(value)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 

@@ -58,6 +58,20 @@ class TensorSpec:
         return f"{self.name}: {self.dtype}{list(self.shape)}"
 
 
+def check_out(what: str, specs: Sequence[TensorSpec], out: Any) -> list[np.ndarray]:
+    """`out` (caller-provided output buffers) checked against `specs`: a sequence of
+    C-contiguous arrays of exactly the outputs' shapes and dtypes, or one-line IrkitError."""
+    if isinstance(out, np.ndarray) or not isinstance(out, Sequence):
+        raise IrkitError(f"{what}: out must be a list of {len(specs)} arrays, got {type(out).__name__}")  # fmt: skip
+    if len(out) != len(specs):
+        raise IrkitError(f"{what}: out must hold {len(specs)} arrays, got {len(out)}")
+    for spec, o in zip(specs, out, strict=True):
+        if (not isinstance(o, np.ndarray) or o.shape != spec.shape or o.dtype != spec.dtype
+                or not o.flags.c_contiguous or not o.flags.writeable):  # fmt: skip
+            raise IrkitError(f"{what}: output buffer {spec.name} must be a writable contiguous {spec.describe()}")  # fmt: skip
+    return list(out)
+
+
 def check_arrays(
     what: str, specs: Sequence[TensorSpec], arrays: Sequence[Any], exact_dtype: bool = True
 ) -> list[np.ndarray]:

@@ -24,7 +24,6 @@ from xdsl.dialects.builtin import ModuleOp
 from irkit.codegen.costs import count_flops, min_bytes
 from irkit.codegen.host import host_target, llvm_ir, optimize
 from irkit.codegen.llvm import RELEASE
-from irkit.errors import IrkitError
 from irkit.ir import entry_function, to_text
 from irkit.passes.cpu_parallelize import cpu_threads
 from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
@@ -32,6 +31,7 @@ from irkit.runtime.backend import (
     KernelRecord,
     TensorSpec,
     check_arrays,
+    check_out,
     driver_plan,
     driver_specs,
     page_aligned,
@@ -113,12 +113,7 @@ class CpuExecutable:
         if out is None:
             outputs = [np.empty(s.shape, s.dtype) for s in self.outputs]
         else:
-            outputs = list(out)
-            for spec, o in zip(self.outputs, outputs, strict=True):
-                if o.shape != spec.shape or o.dtype != spec.dtype or not o.flags.c_contiguous:
-                    raise IrkitError(
-                        f"{name}: output buffer {spec.name} must be a contiguous {spec.describe()}"
-                    )
+            outputs = check_out(name, self.outputs, out)
         return inputs, outputs
 
     def __call__(self, *arrays: Any, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:

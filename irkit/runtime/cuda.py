@@ -25,7 +25,7 @@ from xdsl.dialects.builtin import ModuleOp
 from irkit.codegen.nvrtc import STATIC_SHARED_LIMIT
 from irkit.errors import IrkitError
 from irkit.ir import entry_function
-from irkit.runtime.backend import check_arrays, driver_plan, driver_specs
+from irkit.runtime.backend import check_arrays, check_out, driver_plan, driver_specs
 from irkit.runtime.gpu import GpuKernel, build_kernels
 
 NO_DEVICE = "no CUDA device available"
@@ -406,6 +406,8 @@ class CudaExecutable:
         return bound
 
     def __call__(self, *arrays: Any, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        if out is not None:
+            out = check_out(f"@{self.entry.sym_name.data}", self.outputs, out)
         bound = self.bind(*arrays)
         outputs = bound.outputs
         if out is not None:

@@ -478,10 +478,11 @@ class LockstepExecutable:
         self.interpreter = LockstepInterpreter(module, check_races)
 
     def _env(self, arrays: Sequence[Any], out: Sequence[np.ndarray] | None):
-        from irkit.runtime.backend import check_arrays
+        from irkit.runtime.backend import check_arrays, check_out
 
         inputs = check_arrays(f"@{self.entry.sym_name.data}", self.inputs, arrays)
-        outputs = list(out) if out is not None else [
+        name = f"@{self.entry.sym_name.data}"
+        outputs = check_out(name, self.outputs, out) if out is not None else [
             np.full(s.shape, np.nan, s.dtype) for s in self.outputs
         ]  # fmt: skip
         env = dict(zip(self.entry.body.block.args, [*inputs, *outputs], strict=True))

@@ -358,7 +358,7 @@ class ReferenceExecutable:
 
         self.module = module
         self.kernels: list = []
-        fn = model_function(module, graph_level=True)
+        fn = self.entry = model_function(module, graph_level=True)
         self.inputs = [
             TensorSpec(
                 a.name_hint or f"arg{i}", a.type.get_shape(), numpy_dtype(a.type.element_type)
@@ -371,6 +371,10 @@ class ReferenceExecutable:
         ]
 
     def __call__(self, *arrays: Any, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        if out is not None:
+            from irkit.runtime.backend import check_out
+
+            out = check_out(f"@{self.entry.sym_name.data}", self.outputs, out)
         results = reference(self.module, *arrays)
         if out is not None:
             for o, r in zip(out, results, strict=True):
