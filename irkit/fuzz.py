@@ -28,7 +28,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hypothesis import strategies as st
+try:
+    from hypothesis import strategies as st
+except ImportError:  # hypothesis comes with the test extra
+    if __name__ == "__main__":
+        sys.exit("python -m irkit.fuzz: needs hypothesis: pip install -e '.[test]'")
+    raise
 
 SIZES = (1, 3, 17, 33, 127)
 DTYPES = ("f32", "f64", "f16", "bf16")

@@ -18,7 +18,7 @@ SMALL = {
     "elementwise_chain": {"N": 64, "D": 96},
     "gemm": {"M": 64, "N": 48, "K": 80},
     "layernorm": {"T": 16, "H": 96},
-    "mlp": {"B": 4},
+    "mlp": {"B": 4, "D": 64, "F": 256},
     "softmax": {"R": 32, "C": 100},
     "transformer_block": {"B": 1, "S": 16, "D": 32, "F": 64},
 }

@@ -135,7 +135,8 @@ def test_shapley_contributions_sum_to_the_measured_total(tmp_path) -> None:
 def test_cli_attribute_mlp_shapley_writes_every_optional_pass(tmp_path, capsys) -> None:
     out = tmp_path / "out.json"
     code = bench(["attribute", "examples/mlp.graph", "--backend", "cpu", "--strategy", "shapley",
-                  "--dim", "B=4", "--budget", "3", "--json", str(out)])  # fmt: skip
+                  "--dim", "B=4", "--dim", "D=64", "--dim", "F=256", "--budget", "3",
+                  "--json", str(out)])  # fmt: skip
     assert code == 0
     record = json.loads(out.read_text())
     optional = [s["pass"] for s in record["steps"] if s["optional"]]

@@ -65,9 +65,24 @@ def test_printed_module_holds_each_kernel_as_nvrtc_compiles_it() -> None:
     assert re.search(r"\barg\d+_\d+\b", whole + conv) is None
 
 
+NVRTC_DIMS = {**SMALL, "mlp": {"B": 4}}
+"""The spill check compiles only (no interpretation), so mlp keeps its real widths."""
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_every_kernel_compiles_with_nvrtc_without_spills(example: Path, arch: str) -> None:
-    module = mapped(example)
+    module = mapped(example, dims=NVRTC_DIMS[example.stem])
+    _assert_no_spills(module, arch)
+
+
+@pytest.mark.xfail(strict=True, reason="known: gpu-tile-matmul's tiles fitted to a 4-row, "
+                   "256-column matmul put a small array in local memory (ptxas: 8 B stack, "
+                   "4 spill stores and loads on sm_90); found when the test dims shrank")  # fmt: skip
+def test_small_fitted_matmul_tiles_compile_without_spills() -> None:
+    _assert_no_spills(mapped("examples/mlp.graph", dims={"B": 4, "D": 64, "F": 256}), "sm_90")
+
+
+def _assert_no_spills(module, arch: str) -> None:
     for fn in gpu_kernels(module):
         name = fn.sym_name.data
         compiled = compile_cuda(kernel_source(module, fn), name, arch)

@@ -77,7 +77,7 @@ QUICK: tuple[Job, ...] = (
     Job("elementwise_chain", _example("elementwise_chain"), {"N": 256, "D": 256}),
     Job("softmax", _example("softmax"), {"R": 64, "C": 256}),
     Job("layernorm", _example("layernorm"), {"T": 64, "H": 256}),
-    Job("mlp", _example("mlp"), {"B": 2}),
+    Job("mlp", _example("mlp"), {"B": 2, "D": 256, "F": 1024}),
     Job("transformer_block", _example("transformer_block"), {"B": 1, "S": 16, "D": 32, "F": 64}),
     Job("conv_block", _example("conv_block"), {"N": 1, "H": 8}),
 )
