@@ -10,16 +10,10 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 from irkit.errors import IrkitError
 from irkit.frontend import load
 from irkit.runtime import compile
 from irkit.runtime.reference import random_inputs, reference
-
-try:
-    __version__ = version("irkit")
-except PackageNotFoundError:  # running from a source tree that was not installed
-    __version__ = "0+unknown"
+from irkit.version import __version__
 
 __all__ = ["IrkitError", "compile", "load", "random_inputs", "reference", "__version__"]

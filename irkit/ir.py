@@ -19,7 +19,7 @@ from irkit.errors import IrkitError, SourceLocation, one_line
 
 @cache
 def _dialect_factories() -> dict:
-    from irkit.universe import IRKIT_DIALECTS
+    from irkit.dialects import IRKIT_DIALECTS
 
     return {**get_all_dialects(), **IRKIT_DIALECTS}
 

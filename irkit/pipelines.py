@@ -16,19 +16,18 @@ import time
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
-from xdsl.transforms import get_all_passes
 from xdsl.utils.arg_spec import ArgSpec, _convert_arg_to_type, parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError
 
 from irkit.errors import IrkitError, OptionError, PassFailure, one_line
 from irkit.ir import content_hash, make_context, to_text, verify
-from irkit.passes import IRKIT_PASSES
+from irkit.loops import is_gpu_mapped, is_loop_level
+from irkit.passes import available_passes
 
 
 @dataclass(frozen=True)
@@ -168,30 +167,17 @@ def _items(spec: str) -> list[tuple[ArgSpec, bool | None]]:
     return out
 
 
-def is_loop_level(module: ModuleOp) -> bool:
-    """Whether no graph-dialect op is left (the module is at the loop level)."""
-    return not any(op.dialect_name() == "graph" for op in module.walk())
-
-
 GPU_BACKENDS = frozenset({"cuda", "cuda-sim"})
 
 
 def lower_for_backend(module: ModuleOp, backend: str = "cpu") -> ModuleOp:
     """Run the required lowerings the pipeline left out: to loops from the graph level, and
     for the GPU backends onto the GPU (map-to-gpu with its defaults)."""
-    from irkit.passes.map_to_gpu import is_gpu_mapped
-
     if not is_loop_level(module):
         module = apply_passes(module, parse_passes("lower-graph-to-loops"))
     if backend in GPU_BACKENDS and not is_gpu_mapped(module):
         module = apply_passes(module, parse_passes("map-to-gpu"))
     return module
-
-
-@cache
-def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
-    """Every pass irkit can run: xDSL's upstream transforms and irkit's own."""
-    return {**get_all_passes(), **IRKIT_PASSES}
 
 
 def parse_passes(spec: str) -> list[ModulePass]:

@@ -31,7 +31,7 @@ def test_reference_command_errors_are_one_line() -> None:
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert (
         r.stderr.strip()
-        == "irkit-bench: examples/mlp.graph: error: --dim Z: the model declares no such dim (declared: B)"
+        == "irkit-bench: examples/mlp.graph: error: --dim Z: the model declares no such dim (declared: B, D, F)"
     )
     r = bench()
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1

@@ -17,7 +17,8 @@ from irkit.codegen.cuda import cuda_source, gpu_kernels, kernel_source
 from irkit.codegen.nvrtc import ARCH_LIMITS, Resources, check_limits, compile_cuda, parse_ptxas
 from irkit.errors import IrkitError
 from irkit.frontend import parse_source
-from irkit.passes.map_to_gpu import LAUNCH_ATTR, launch_attr, launch_of
+from irkit.loops import LAUNCH_ATTR, launch_of
+from irkit.passes.map_to_gpu import launch_attr
 from irkit.pipelines import apply_passes, parse_passes
 from irkit.runtime.check import check
 from irkit.runtime.gpu import build_kernels

@@ -12,7 +12,8 @@ import irkit
 from irkit.dialects import graph as g
 from irkit.errors import IrkitError
 from irkit.frontend.mlir import parse_mlir
-from irkit.pipelines import apply_passes, is_loop_level, parse_passes
+from irkit.loops import is_loop_level
+from irkit.pipelines import apply_passes, parse_passes
 from irkit.runtime.check import check
 from tests.conftest import SMALL
 

@@ -14,8 +14,8 @@ from irkit.codegen.cuda import gpu_kernels, kernel_source
 from irkit.codegen.nvrtc import compile_cuda
 from irkit.errors import IrkitError
 from irkit.frontend import parse_source
-from irkit.passes.map_to_gpu import SHARED_SPACE
-from irkit.passes.pad_leading_dims import EXTENT_ATTR, PadLeadingDimsPass
+from irkit.loops import EXTENT_ATTR, SHARED_SPACE
+from irkit.passes.pad_leading_dims import PadLeadingDimsPass
 from irkit.pipelines import PIPELINES, apply_passes, parse_passes
 from irkit.runtime.check import check
 from irkit.runtime.reference import random_inputs

@@ -13,7 +13,8 @@ from xdsl.dialects.builtin import IntegerAttr
 
 import irkit
 from irkit.errors import IrkitError
-from irkit.passes.cpu_parallelize import THREADS_ATTR, default_threads
+from irkit.loops import THREADS_ATTR
+from irkit.passes.cpu_parallelize import default_threads
 from irkit.pipelines import PIPELINES, apply_passes, parse_passes
 from irkit.runtime.check import check
 from tests.conftest import SMALL

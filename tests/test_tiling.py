@@ -13,7 +13,7 @@ from irkit.codegen.cuda import gpu_kernels, kernel_source
 from irkit.codegen.nvrtc import compile_cuda
 from irkit.errors import IrkitError
 from irkit.frontend import parse_source
-from irkit.passes.map_to_gpu import SHARED_SPACE, launch_of
+from irkit.loops import SHARED_SPACE, launch_of
 from irkit.pipelines import PIPELINES, apply_passes, parse_passes
 from irkit.runtime.check import check
 

@@ -37,7 +37,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from irkit.errors import IrkitError
-from irkit.passes.map_to_gpu import SHARED_SPACE, launch_of
+from irkit.loops import SHARED_SPACE, launch_of
 
 
 class CPrinter:

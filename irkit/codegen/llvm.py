@@ -32,7 +32,6 @@ import hashlib
 import math
 from collections.abc import Callable
 
-import llvmlite.binding as llvm_binding
 import llvmlite.ir as ll
 import numpy as np
 from xdsl.dialects import arith, func, memref, scf, vector
@@ -54,10 +53,9 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
-from irkit.codegen.costs import buffer_bytes
 from irkit.errors import IrkitError
-from irkit.passes.cpu_parallelize import THREADS_ATTR
-from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
+from irkit.loops import KERNEL_ATTR, THREADS_ATTR
+from irkit.loops.costs import buffer_bytes
 
 I1, I16, I32, I64 = ll.IntType(1), ll.IntType(16), ll.IntType(32), ll.IntType(64)
 PTR = ll.PointerType()
@@ -142,19 +140,24 @@ def _suffix(t: ll.Type) -> str:
 LINK_BYTES = 16384
 """Globals larger than this are linked by symbol rather than written into the IR."""
 
-_LINKED: dict[str, np.ndarray] = {}
+
+def constant_symbol(data: bytes) -> str:
+    """The external symbol a large constant's bytes are linked under (by content)."""
+    return f"irkit.const.{hashlib.sha256(data).hexdigest()[:24]}"
 
 
-def link_constant(data: bytes) -> str:
-    """The JIT symbol for a constant's bytes, registered once per process (page-aligned,
-    kept alive for the process's lifetime)."""
-    from irkit.runtime.backend import page_aligned
-
-    name = f"irkit.const.{hashlib.sha256(data).hexdigest()[:24]}"
-    if name not in _LINKED:
-        _LINKED[name] = page_aligned(np.frombuffer(data, np.uint8))
-        llvm_binding.add_symbol(name, _LINKED[name].ctypes.data)
-    return name
+def linked_constants(module: ModuleOp) -> dict[str, bytes]:
+    """The constants of `module` that its LLVM IR refers to by symbol rather than holds
+    (those over LINK_BYTES): symbol -> bytes. The runtime registers them before JIT."""
+    out = {}
+    for op in module.ops:
+        if isinstance(op, memref.GlobalOp) and isinstance(
+            op.initial_value, DenseIntOrFPElementsAttr
+        ):
+            data = op.initial_value.data.data
+            if len(data) > LINK_BYTES:
+                out[constant_symbol(data)] = data
+    return out
 
 
 class LLVMEmitter:
@@ -210,7 +213,7 @@ class LLVMEmitter:
         data = init.data.data
         if len(data) > LINK_BYTES:
             count = math.prod(mtype.get_shape())
-            gv = ll.GlobalVariable(self.module, ll.ArrayType(elem, count), link_constant(data))
+            gv = ll.GlobalVariable(self.module, ll.ArrayType(elem, count), constant_symbol(data))
             gv.global_constant = True
             gv.align = 64
             self.globals[op.sym_name.data] = gv
@@ -537,7 +540,6 @@ def _opaque(pointer: ll.Instruction) -> ll.Instruction:
 
 
 def _bf16_bits(x: float) -> int:
-    import numpy as np
 
     bits = int(np.array(x, dtype=np.float32).view(np.uint32))
     if x != x:

@@ -40,13 +40,9 @@ from xdsl.utils.exceptions import VerifyException
 from irkit.dialects import graph as g
 from irkit.dtypes import DTYPES
 from irkit.errors import IrkitError
+from irkit.frontend.files import check_model_file
+from irkit.frontend.onnx_ops import ONNX_DTYPES
 
-ONNX_DTYPES: dict[int, str] = {
-    TensorProto.FLOAT: "f32",
-    TensorProto.DOUBLE: "f64",
-    TensorProto.FLOAT16: "f16",
-    TensorProto.BFLOAT16: "bf16",
-}
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -56,8 +52,6 @@ class Unsupported(IrkitError):
 
 def read_model(path: str | Path) -> onnx.ModelProto:
     """onnx.load with one-line errors for a missing, non-ONNX, truncated or incomplete file."""
-    from irkit.frontend import check_model_file
-
     p = check_model_file(path)
     try:
         model = onnx.load(str(p), load_external_data=False)

@@ -10,17 +10,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import TensorProto, helper
 from xdsl.ir import SSAValue
 
 from irkit.dialects import graph as g
 from irkit.dtypes import DTYPES
-from irkit.frontend.onnx import ONNX_DTYPES, OnnxImporter
 
-Converter = Callable[[OnnxImporter, onnx.NodeProto], list[SSAValue]]
+if TYPE_CHECKING:  # the importer calls these converters; they only need its type
+    from irkit.frontend.onnx import OnnxImporter
+
+ONNX_DTYPES: dict[int, str] = {  # element types irkit imports
+    TensorProto.FLOAT: "f32",
+    TensorProto.DOUBLE: "f64",
+    TensorProto.FLOAT16: "f16",
+    TensorProto.BFLOAT16: "bf16",
+}
+
+Converter = Callable[["OnnxImporter", onnx.NodeProto], list[SSAValue]]
 
 
 def attrs(node: onnx.NodeProto) -> dict:

@@ -37,8 +37,8 @@ def host_fingerprint() -> dict:
     import llvmlite
     import llvmlite.binding as llvm
 
-    from irkit import __version__
     from irkit.codegen.host import host_target
+    from irkit.version import __version__
 
     target = host_target()
     return {

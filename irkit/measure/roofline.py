@@ -3,7 +3,7 @@ sits under them.
 
 A kernel's attainable rate is min(peak FLOP/s, intensity x copy bandwidth), where its
 intensity is its static FLOPs over its minimum bytes (both counted from the loop IR; see
-`irkit.codegen.costs`). It is *memory-bound* when its intensity is left of the ridge point
+`irkit.loops.costs`). It is *memory-bound* when its intensity is left of the ridge point
 (peak / bandwidth) and *compute-bound* otherwise; `% of roof` is its achieved rate over the
 attainable one (for a kernel with no FLOPs: achieved bytes/s over the bandwidth).
 

@@ -7,6 +7,7 @@ A test checks that every key equals its class's `name`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
 from xdsl.passes import ModulePass
 
@@ -110,8 +111,14 @@ def register_pass(cls: type[ModulePass]) -> type[ModulePass]:
     """Make a pass class usable by name in `-p` specs, pipelines and attribution (usable as a
     class decorator). Set `is_optimization = True` on the class when the pass is optional:
     removing it must not change what the module computes."""
-    from irkit.pipelines import available_passes
-
     IRKIT_PASSES[cls.name] = lambda: cls
     available_passes.cache_clear()
     return cls
+
+
+@cache
+def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    """Every pass irkit can run: xDSL's upstream transforms and irkit's own."""
+    from xdsl.transforms import get_all_passes
+
+    return {**get_all_passes(), **IRKIT_PASSES}

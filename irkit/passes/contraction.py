@@ -26,8 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.dialects import arith, memref, scf
-from xdsl.dialects.builtin import Float32Type, Float64Type, FloatAttr, IntegerAttr, MemRefType
+from xdsl.dialects.builtin import Float32Type, Float64Type, FloatAttr, MemRefType
 from xdsl.ir import Attribute, Operation, SSAValue
+
+from irkit.loops import constant_int
 
 
 @dataclass
@@ -59,13 +61,6 @@ class MatmulNest:
     def trivial_epilogue(self) -> bool:
         """Whether the nest stores the accumulator as is."""
         return len(self.epilogue) == 1 and self.store.value == self.acc
-
-
-def constant_int(value: SSAValue) -> int | None:
-    op = value.owner
-    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
-        return op.value.value.data
-    return None
 
 
 def _constant_float(value: SSAValue) -> float | None:

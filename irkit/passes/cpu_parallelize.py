@@ -36,11 +36,10 @@ from xdsl.dialects import func, scf
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.passes import ModulePass
 
-from irkit.codegen.costs import count_ops, static_trips
 from irkit.errors import IrkitError, require
-from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
+from irkit.loops import KERNEL_ATTR, THREADS_ATTR, require_loop_level
+from irkit.loops.costs import count_ops, static_trips
 
-THREADS_ATTR = "irkit.threads"
 MAX_THREADS = 1024
 """The most threads a loop may fork (an option beyond it is surely a typo)."""
 
@@ -53,16 +52,6 @@ def default_threads() -> int:
             raise IrkitError(f"IRKIT_NUM_THREADS must be an integer from 1 to {MAX_THREADS}, not {value!r}")  # fmt: skip
         return int(value)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def cpu_threads(fn: func.FuncOp) -> int:
-    """The most threads any loop of `fn` runs on (1: none is threaded)."""
-    counts = [
-        a.value.data
-        for o in fn.walk()
-        if isinstance(a := o.attributes.get(THREADS_ATTR), IntegerAttr)
-    ]
-    return max(counts, default=1)
 
 
 @dataclass(frozen=True)
@@ -82,11 +71,7 @@ class CpuParallelizePass(ModulePass):
         require(self.min_work >= 0, "min-work", self.min_work, "must be non-negative")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if any(o.dialect_name() in ("graph", "gpu") for o in op.walk()):
-            raise IrkitError(
-                "cpu-parallelize needs CPU loop-level IR; run lower-graph-to-loops first "
-                "(and not map-to-gpu)"
-            )
+        require_loop_level(op, "cpu-parallelize", cpu=True)
         threads = self.threads or default_threads()
         for fn in op.ops:
             if not isinstance(fn, func.FuncOp) or KERNEL_ATTR not in fn.attributes:

@@ -62,9 +62,9 @@ from xdsl.ir import Block, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irkit.errors import IrkitError, require
+from irkit.loops import KERNEL_ATTR
 from irkit.passes.contraction import MatmulNest, match_matmul
 from irkit.passes.loop_builder import LoopBuilder
-from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
 
 ALIGNMENT = 64
 

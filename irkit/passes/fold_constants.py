@@ -68,7 +68,7 @@ class FoldConstantsPass(ModulePass):
 
 def _fold(op: Operation) -> None:
     """Replace `op` by a graph.constant holding its value; drop constants left unused."""
-    from irkit.runtime.reference import IMPLS, cast, constant_value
+    from irkit.dialects.semantics import IMPLS, cast, constant_value
 
     result_type = op.results[0].type
     assert isinstance(result_type, TensorType)

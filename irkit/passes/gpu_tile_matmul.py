@@ -78,19 +78,11 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, SSAValue
 from xdsl.passes import ModulePass
 
-from irkit.codegen.costs import count_flops
-from irkit.errors import IrkitError, require
+from irkit.errors import require
+from irkit.loops import KERNEL_ATTR, LAUNCH_ATTR, SHARED_SPACE, require_loop_level
+from irkit.loops.costs import count_flops
 from irkit.passes.contraction import MatmulNest, match_matmul
-from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
-from irkit.passes.map_to_gpu import (
-    LAUNCH_ATTR,
-    SHARED_SPACE,
-    X,
-    _Builder,
-    _nests,
-    _new_kernel,
-    launch_attr,
-)
+from irkit.passes.map_to_gpu import X, _Builder, _nests, _new_kernel, launch_attr
 
 MAX_THREADS = 1024
 VECTOR_BYTES = 16
@@ -120,8 +112,7 @@ class GpuTileMatmulPass(ModulePass):
     warp_tile: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if any(o.dialect_name() == "graph" for o in op.walk()):
-            raise IrkitError("gpu-tile-matmul needs loop-level IR; run lower-graph-to-loops first")
+        require_loop_level(op, "gpu-tile-matmul")
         for fn in list(op.ops):
             if not isinstance(fn, func.FuncOp) or KERNEL_ATTR not in fn.attributes:
                 continue

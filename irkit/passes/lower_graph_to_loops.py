@@ -45,13 +45,10 @@ from xdsl.rewriter import Rewriter
 from irkit.dialects import graph as g
 from irkit.errors import IrkitError
 from irkit.ir import location_of
+from irkit.loops import KERNEL_ATTR, OUTPUT_ATTR, SCRATCH_ATTR
 from irkit.passes.decompose_composites import decompose
 from irkit.passes.kernel_emitter import KernelEmitter, materialized_values
 from irkit.passes.loop_builder import LoopBuilder, compute_type
-
-KERNEL_ATTR = "irkit.kernel"
-OUTPUT_ATTR = "irkit.output"
-SCRATCH_ATTR = "irkit.scratch"
 
 
 def memref_of(value: SSAValue, element_type: Attribute | None = None) -> MemRefType:

@@ -46,19 +46,22 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     StringAttr,
     UnitAttr,
-    i32,
     i64,
 )
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from irkit.codegen.costs import count_flops
 from irkit.errors import IrkitError, require
+from irkit.loops import (
+    KERNEL_ATTR,
+    LAUNCH_ATTR,
+    SHARED_SPACE,
+    constant_value,
+    require_loop_level,
+)
+from irkit.loops.costs import count_flops
 from irkit.passes.loop_builder import LoopBuilder
-from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
 
-LAUNCH_ATTR = "irkit.launch"
-SHARED_SPACE = IntegerAttr(3, i32)
 """NVVM's shared-memory address space: what MLIR's gpu-to-nvvm lowering gives workgroup memory."""
 INDEX = IndexType()
 X = gpu.DimensionAttr(gpu.DimensionEnum.X)
@@ -75,32 +78,6 @@ COMBINERS: dict[type[Operation], float] = {
 
 MAX_CHECKED_POINTS = 1 << 24
 """Largest iteration domain the rows-mapping proof evaluates; beyond it, flat mapping."""
-
-
-def launch_of(fn: Operation) -> dict[str, object] | None:
-    """A GPU kernel's launch configuration: grid, block (3 ints each), the bytes of dynamic
-    shared memory per block (`shared`; 0 where absent) and mapping; None for a function that is
-    not GPU-mapped."""
-    attr = fn.attributes.get(LAUNCH_ATTR)
-    if not isinstance(attr, DictionaryAttr):
-        return None
-    d = attr.data
-    grid, block, mapping = d["grid"], d["block"], d["mapping"]
-    assert isinstance(grid, DenseArrayBase) and isinstance(block, DenseArrayBase)
-    assert isinstance(mapping, StringAttr)
-    out: dict[str, object] = {
-        "grid": tuple(grid.get_values()),
-        "block": tuple(block.get_values()),
-        "shared": d["shared"].value.data if isinstance(d.get("shared"), IntegerAttr) else 0,  # type: ignore[union-attr]
-        "mapping": mapping.data,
-    }
-    if isinstance(d.get("flops"), IntegerAttr):
-        out["flops"] = d["flops"].value.data  # type: ignore[union-attr]
-    return out
-
-
-def is_gpu_mapped(module: ModuleOp) -> bool:
-    return any(launch_of(op) is not None for op in module.ops)
 
 
 # --- analysis ------------------------------------------------------------------------------
@@ -121,13 +98,6 @@ class Nest:
         return math.prod(self.extents)
 
 
-def _const(value: SSAValue) -> int | float | None:
-    op = value.owner
-    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr | FloatAttr):
-        return op.value.value.data
-    return None
-
-
 def _nests(fn: func.FuncOp) -> tuple[list[arith.ConstantOp], list[Nest]]:
     constants: list[arith.ConstantOp] = []
     nests: list[Nest] = []
@@ -146,7 +116,7 @@ def _nests(fn: func.FuncOp) -> tuple[list[arith.ConstantOp], list[Nest]]:
         elif isinstance(op, scf.ParallelOp):
             flush()
             bounds = [*op.lowerBound, *op.upperBound, *op.step]
-            values = [_const(v) for v in bounds]
+            values = [constant_value(v) for v in bounds]
             n = len(op.upperBound)
             if (
                 any(v is None for v in values)
@@ -192,7 +162,7 @@ def combiner(loop: scf.ForOp) -> Operation | None:
     op = yielded.operands[0].owner
     if type(op) not in COMBINERS or acc not in op.operands or acc.uses.get_length() != 1:
         return None
-    init = _const(loop.iter_args[0])
+    init = constant_value(loop.iter_args[0])
     return op if init is not None and float(init) == COMBINERS[type(op)] else None
 
 
@@ -205,7 +175,11 @@ def _block_reduction(nest: Nest) -> scf.ForOp | None:
     if len(loops) != 1 or len(nested) != 1:
         return None
     loop = loops[0]
-    if _const(loop.lb) != 0 or _const(loop.step) != 1 or _const(loop.ub) is None:
+    if (
+        constant_value(loop.lb) != 0
+        or constant_value(loop.step) != 1
+        or constant_value(loop.ub) is None
+    ):
         return None
     if combiner(loop) is None:
         return None
@@ -258,8 +232,8 @@ def _domain(nest: Nest, op: Operation) -> dict[SSAValue, np.ndarray] | None:
     parent = op.parent_op()
     while parent is not None and parent not in nest.ops:
         if isinstance(parent, scf.ForOp):
-            lb, ub = _const(parent.lb), _const(parent.ub)
-            if lb is None or ub is None or _const(parent.step) != 1:
+            lb, ub = constant_value(parent.lb), constant_value(parent.ub)
+            if lb is None or ub is None or constant_value(parent.step) != 1:
                 raise _NotEvaluable("a loop with non-constant bounds")
             loops.append((parent.body.block.args[0], int(lb), int(ub)))
         parent = parent.parent_op()
@@ -356,7 +330,7 @@ class _Constants(LoopBuilder):
     caching), starting from clones of the original kernel's constants."""
 
     def add(self, op: arith.ConstantOp) -> None:
-        value, t = _const(op.result), op.result.type
+        value, t = constant_value(op.result), op.result.type
         if isinstance(t, IndexType):
             key = (f"i{value}", t)
         elif isinstance(op.value, FloatAttr):
@@ -544,7 +518,7 @@ class _RowsKernel:
         assert comb is not None
         acc_type = loop.iter_args[0].type
         init = mapping.get(loop.iter_args[0], loop.iter_args[0])
-        n = int(_const(loop.ub))  # type: ignore[arg-type]
+        n = int(constant_value(loop.ub))  # type: ignore[arg-type]
         iv, acc = loop.body.block.args
         loop_ops = [o for o in loop.body.block.ops if not isinstance(o, scf.YieldOp)]
         yielded = loop.body.block.last_op.operands[0]  # type: ignore[union-attr]
@@ -608,7 +582,7 @@ def _rows_kernel(
     name = fn.sym_name.data
     rows = math.prod(nests[0].extents[: prefixes[0]])
     work = [
-        int(_const(n.reduction.ub)) if n.reduction is not None else math.prod(n.extents[p:])  # type: ignore[arg-type]
+        int(constant_value(n.reduction.ub)) if n.reduction is not None else math.prod(n.extents[p:])  # type: ignore[arg-type]
         for n, p in zip(nests, prefixes, strict=True)
     ]
     threads = _threads(max(work), limit)
@@ -678,8 +652,7 @@ class MapToGpuPass(ModulePass):
                 "must be a power of two from 32 to 1024")  # fmt: skip
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if any(o.dialect_name() == "graph" for o in op.walk()):
-            raise IrkitError("map-to-gpu needs loop-level IR; run lower-graph-to-loops first")
+        require_loop_level(op, "map-to-gpu")
         kernels = [
             f
             for f in op.ops

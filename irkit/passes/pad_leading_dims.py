@@ -56,10 +56,9 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from irkit.dtypes import numpy_dtype
-from irkit.errors import IrkitError, require
-from irkit.passes.lower_graph_to_loops import KERNEL_ATTR, SCRATCH_ATTR
+from irkit.errors import require
+from irkit.loops import EXTENT_ATTR, KERNEL_ATTR, SCRATCH_ATTR, require_loop_level
 
-EXTENT_ATTR = "irkit.extent"
 """On a kernel parameter whose buffer is padded: the logical shape (array<i64>)."""
 
 
@@ -77,8 +76,7 @@ class PadLeadingDimsPass(ModulePass):
     max_growth: float = 0.125
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if any(o.dialect_name() == "graph" for o in op.walk()):
-            raise IrkitError("pad-leading-dims needs loop-level IR; run lower-graph-to-loops first")
+        require_loop_level(op, "pad-leading-dims")
         kernels = {
             fn.sym_name.data: fn
             for fn in op.ops
@@ -151,12 +149,3 @@ def _set_arg_attr(fn: func.FuncOp, index: int, name: str, value) -> None:
     attrs = list(fn.arg_attrs.data) if fn.arg_attrs else [DictionaryAttr({})] * n
     attrs[index] = DictionaryAttr({**attrs[index].data, name: value})
     fn.arg_attrs = ArrayAttr(attrs)
-
-
-def logical_shape(fn: func.FuncOp, index: int) -> tuple[int, ...]:
-    """The shape parameter `index` of kernel `fn` stands for: its `irkit.extent` where
-    pad-leading-dims padded it, else its type's shape."""
-    attrs = fn.arg_attrs
-    if attrs is not None and EXTENT_ATTR in attrs.data[index].data:
-        return tuple(attrs.data[index].data[EXTENT_ATTR].get_values())  # type: ignore[attr-defined]
-    return tuple(fn.body.block.args[index].type.get_shape())  # type: ignore[attr-defined]

@@ -91,7 +91,8 @@ def compile(  # noqa: A001 - the verb users expect, as in torch.compile
     from irkit.errors import expect
     from irkit.frontend import load
     from irkit.ir import model_function
-    from irkit.pipelines import apply_passes, is_loop_level, lower_for_backend, parse_passes
+    from irkit.loops import is_loop_level
+    from irkit.pipelines import apply_passes, lower_for_backend, parse_passes
     from irkit.runtime.reference import check_footprint, graph_values
 
     expect("irkit.compile", "model", model, ModuleOp | str | Path, "a module or a model file path")

@@ -168,7 +168,7 @@ def driver_specs(fn: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
     from xdsl.dialects.builtin import MemRefType, StringAttr
 
     from irkit.dtypes import numpy_dtype
-    from irkit.passes.lower_graph_to_loops import OUTPUT_ATTR
+    from irkit.loops import OUTPUT_ATTR
 
     attrs = fn.arg_attrs.data if fn.arg_attrs else [None] * len(fn.body.block.args)
     inputs, outputs = [], []

@@ -21,12 +21,11 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
-from irkit.codegen.costs import count_flops, min_bytes
 from irkit.codegen.host import host_target, llvm_ir, optimize
-from irkit.codegen.llvm import RELEASE
+from irkit.codegen.llvm import RELEASE, linked_constants
 from irkit.ir import entry_function, to_text
-from irkit.passes.cpu_parallelize import cpu_threads
-from irkit.passes.lower_graph_to_loops import KERNEL_ATTR
+from irkit.loops import KERNEL_ATTR, cpu_threads
+from irkit.loops.costs import count_flops, min_bytes
 from irkit.runtime.backend import (
     KernelRecord,
     TensorSpec,
@@ -166,6 +165,17 @@ def _function_text(llvm_text: str, name: str) -> str:
     return "\n".join(parts)
 
 
+_LINKED: dict[str, np.ndarray] = {}
+
+
+def _link(symbol: str, data: bytes) -> None:
+    """Register a large constant's bytes with the JIT under `symbol`, once per process
+    (page-aligned, kept alive for the process's lifetime)."""
+    if symbol not in _LINKED:
+        _LINKED[symbol] = page_aligned(np.frombuffer(data, np.uint8))
+        llvm.add_symbol(symbol, _LINKED[symbol].ctypes.data)
+
+
 class CpuBackend:
     """Compiles loop-level modules for this machine's CPU."""
 
@@ -181,6 +191,8 @@ class CpuBackend:
         )
 
     def compile(self, module: ModuleOp) -> CpuExecutable:
+        for symbol, data in linked_constants(module).items():
+            _link(symbol, data)
         source = llvm_ir(module)
         optimized = optimize(source)
         engine = llvm.create_mcjit_compiler(optimized, host_target().machine())

@@ -14,11 +14,11 @@ from typing import Any
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
-from irkit.codegen.costs import count_flops, min_bytes
 from irkit.codegen.cuda import gpu_kernels, kernel_source
 from irkit.codegen.nvrtc import Compiled, check_limits, compile_cuda
 from irkit.ir import to_text
-from irkit.passes.map_to_gpu import launch_of
+from irkit.loops import launch_of
+from irkit.loops.costs import count_flops, min_bytes
 from irkit.runtime.backend import KernelRecord
 
 

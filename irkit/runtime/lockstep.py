@@ -39,7 +39,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from irkit.dtypes import numpy_dtype
 from irkit.errors import IrkitError
-from irkit.passes.map_to_gpu import SHARED_SPACE, launch_of
+from irkit.loops import SHARED_SPACE, launch_of
 
 
 class LockstepError(IrkitError):

@@ -17,10 +17,11 @@ from collections.abc import Callable
 
 from xdsl.dialects import arith, func, scf, vector
 from xdsl.dialects import math as xmath
-from xdsl.dialects.builtin import IntegerAttr, MemRefType, VectorType
+from xdsl.dialects.builtin import MemRefType, VectorType
 from xdsl.ir import Operation, SSAValue
 
 from irkit.dtypes import numpy_dtype
+from irkit.loops import SCRATCH_ATTR, constant_int, logical_shape
 
 _ONE_FLOP = (
     arith.AddfOp, arith.SubfOp, arith.MulfOp, arith.DivfOp, arith.MaximumfOp, arith.MinimumfOp,
@@ -43,15 +44,8 @@ def _flops_of(op: Operation) -> int:
     return per * lanes if t.name in ("f16", "bf16", "f32", "f64") else 0  # type: ignore[attr-defined]
 
 
-def _constant(value: SSAValue) -> int | None:
-    owner = value.owner
-    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
-        return owner.value.value.data
-    return None
-
-
 def static_trips(lb: SSAValue, ub: SSAValue, step: SSAValue) -> int:
-    lo, hi, st = _constant(lb), _constant(ub), _constant(step)
+    lo, hi, st = constant_int(lb), constant_int(ub), constant_int(step)
     if lo is None or hi is None or st is None or st <= 0:
         raise ValueError("loop bounds are not static constants")
     return max(0, math.ceil((hi - lo) / st))
@@ -89,10 +83,9 @@ def buffer_bytes(t: MemRefType) -> int:
     return math.prod(t.get_shape()) * numpy_dtype(t.element_type).itemsize
 
 
-def min_bytes(fn: func.FuncOp, scratch_attr: str = "irkit.scratch") -> int:
+def min_bytes(fn: func.FuncOp, scratch_attr: str = SCRATCH_ATTR) -> int:
     """Bytes of the non-scratch buffer arguments the kernel uses: the least it must move
     (of a buffer with a padded leading dimension, its logical elements only)."""
-    from irkit.passes.pad_leading_dims import logical_shape
 
     attrs = fn.arg_attrs.data if fn.arg_attrs else [None] * len(fn.function_type.inputs.data)
     total = 0

@@ -1,0 +1,233 @@
+"""What each graph op computes: its float64 numpy semantics, beside the dialect.
+
+`IMPLS` maps each op class to a function of (op, operand arrays) returning the result in
+float64, whatever the model's element type, so that the reference's own rounding is far
+below any backend's; `graph.cast` alone rounds, to the precision it names (that rounding is
+the op's meaning). The reference (`irkit.runtime.reference`) evaluates models with it, and
+`fold-constants` folds constant subgraphs with it, so both mean the same thing by an op.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Operation
+
+from irkit.dialects import graph as g
+from irkit.dtypes import numpy_dtype
+
+Impl = Callable[..., np.ndarray]
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Exact erf elementwise (numpy has none, and the reference must not approximate)."""
+    return np.asarray(_erf(x), dtype=np.float64)
+
+
+def gelu(x: np.ndarray, approximate: str) -> np.ndarray:
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    e = np.exp(-np.abs(x))  # never overflows
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def layer_norm(
+    x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, axes: tuple[int, ...], eps: float
+) -> np.ndarray:
+    mean = np.mean(x, axis=axes, keepdims=True)
+    var = np.mean((x - mean) ** 2, axis=axes, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * gamma + beta
+
+
+def batch_norm(
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    mean: np.ndarray,
+    var: np.ndarray,
+    eps: float,
+) -> np.ndarray:
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    c = [p.reshape(shape) for p in (scale, bias, mean, var)]
+    return (x - c[2]) / np.sqrt(c[3] + eps) * c[0] + c[1]
+
+
+def _windows(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    out_hw: Sequence[int],
+):
+    """Yield (i, j, view) for each kernel offset: view[..., oy, ox] = x[..., oy*sh + i*dh, ox*sw + j*dw]."""
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, strides, dilations, out_hw
+    for i in range(kh):
+        for j in range(kw):
+            y0, x0 = i * dh, j * dw
+            yield i, j, x[..., y0 : y0 + sh * (oh - 1) + 1 : sh, x0 : x0 + sw * (ow - 1) + 1 : sw]
+
+
+def _pad_hw(x: np.ndarray, padding: Sequence[int], value: float) -> np.ndarray:
+    top, left, bottom, right = padding
+    return np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=value)
+
+
+def conv2d(
+    x: np.ndarray,
+    w: np.ndarray,
+    strides: Sequence[int],
+    padding: Sequence[int],
+    dilations: Sequence[int],
+    groups: int,
+    out_shape: Sequence[int],
+) -> np.ndarray:
+    n, c = x.shape[:2]
+    o, cg, kh, kw = w.shape
+    xp = _pad_hw(x, padding, 0.0)
+    xg = xp.reshape(n, groups, cg, *xp.shape[2:])
+    wg = w.reshape(groups, o // groups, cg, kh, kw)
+    out = np.zeros((n, groups, o // groups, *out_shape[2:]))
+    for i, j, view in _windows(xg, (kh, kw), strides, dilations, out_shape[2:]):
+        out += np.einsum("ngchw,goc->ngohw", view, wg[..., i, j])
+    return out.reshape(out_shape)
+
+
+def conv2d_op(op: Operation, a: list[np.ndarray]) -> np.ndarray:
+    """conv2d in either layout: an NHWC one is the NCHW sum on permuted operands."""
+    x, w = a
+    p = op.properties
+    nhwc = g.conv_layout(p) == "nhwc"
+    if nhwc:
+        x, w = x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1)
+    out_shape = _out_shape(op)
+    if nhwc:
+        out_shape = (out_shape[0], out_shape[3], out_shape[1], out_shape[2])
+    out = conv2d(x, w, g.ints(p, "strides"), g.ints(p, "padding"), g.ints(p, "dilations"), g.int_of(p, "groups"), out_shape)  # fmt: skip
+    return out.transpose(0, 2, 3, 1) if nhwc else out
+
+
+def im2col(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    padding: Sequence[int],
+    dilations: Sequence[int],
+    out_shape: Sequence[int],
+) -> np.ndarray:
+    n, h, w, c = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
+    oh = (h + padding[0] + padding[2] - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + padding[1] + padding[3] - dw * (kw - 1) - 1) // sw + 1
+    xp = _pad_hw(x.transpose(0, 3, 1, 2), padding, 0.0)  # [n, c, h, w]
+    cols = np.zeros((n, oh, ow, kh, kw, c))
+    for i, j, view in _windows(xp, kernel, strides, dilations, (oh, ow)):
+        cols[:, :, :, i, j, :] = view.transpose(0, 2, 3, 1)
+    return cols.reshape(out_shape)
+
+
+def max_pool2d(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    padding: Sequence[int],
+    out_shape: Sequence[int],
+) -> np.ndarray:
+    out = np.full(out_shape, -np.inf)
+    for _, _, view in _windows(
+        _pad_hw(x, padding, -np.inf), kernel, strides, (1, 1), out_shape[2:]
+    ):
+        out = np.maximum(out, view)
+    return out
+
+
+def avg_pool2d(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    padding: Sequence[int],
+    count_include_pad: bool,
+    out_shape: Sequence[int],
+) -> np.ndarray:
+    total = np.zeros(out_shape)
+    count = np.zeros(out_shape[2:])
+    ones = _pad_hw(np.ones((1, 1, *x.shape[2:])), padding, 0.0)[0, 0]
+    windows = zip(
+        _windows(_pad_hw(x, padding, 0.0), kernel, strides, (1, 1), out_shape[2:]),
+        _windows(ones, kernel, strides, (1, 1), out_shape[2:]),
+        strict=True,
+    )
+    for (_, _, view), (_, _, valid) in windows:
+        total += view
+        count += valid
+    return total / (kernel[0] * kernel[1] if count_include_pad else count)
+
+
+def cast(x: np.ndarray, element_type: Any) -> np.ndarray:
+    return x.astype(numpy_dtype(element_type)).astype(np.float64)
+
+
+def constant_value(op: g.ConstantOp) -> np.ndarray:
+    """A graph.constant's value as a float64 array of its shape."""
+    return np.array(op.value.get_values(), dtype=np.float64).reshape(_out_shape(op))
+
+
+def _out_shape(op: Operation) -> tuple[int, ...]:
+    t = op.results[0].type
+    assert isinstance(t, TensorType)
+    return t.get_shape()
+
+
+IMPLS: dict[type[Operation], Callable[[Any, list[np.ndarray]], np.ndarray]] = {
+    g.MatmulOp: lambda op, a: a[0] @ a[1],
+    g.BatchMatmulOp: lambda op, a: np.matmul(a[0], a[1]),
+    g.Conv2dOp: conv2d_op,
+    g.Im2colOp: lambda op, a: im2col(a[0], g.ints(op.properties, "kernel"), g.ints(op.properties, "strides"), g.ints(op.properties, "padding"), g.ints(op.properties, "dilations"), _out_shape(op)),
+    g.AddOp: lambda op, a: a[0] + a[1],
+    g.SubOp: lambda op, a: a[0] - a[1],
+    g.MulOp: lambda op, a: a[0] * a[1],
+    g.DivOp: lambda op, a: a[0] / a[1],
+    g.MaxOp: lambda op, a: np.maximum(a[0], a[1]),
+    g.MinOp: lambda op, a: np.minimum(a[0], a[1]),
+    g.PowOp: lambda op, a: np.power(a[0], a[1]),
+    g.NegOp: lambda op, a: -a[0],
+    g.AbsOp: lambda op, a: np.abs(a[0]),
+    g.ReluOp: lambda op, a: np.maximum(a[0], 0.0),  # NaN propagates
+    g.LeakyReluOp: lambda op, a: np.where(a[0] >= 0, a[0], g.float_of(op.properties, "alpha") * a[0]),
+    g.GeluOp: lambda op, a: gelu(a[0], op.approximate.data),
+    g.SigmoidOp: lambda op, a: sigmoid(a[0]),
+    g.TanhOp: lambda op, a: np.tanh(a[0]),
+    g.ExpOp: lambda op, a: np.exp(a[0]),
+    g.LogOp: lambda op, a: np.log(a[0]),
+    g.SqrtOp: lambda op, a: np.sqrt(a[0]),
+    g.RsqrtOp: lambda op, a: 1.0 / np.sqrt(a[0]),
+    g.ErfOp: lambda op, a: erf(a[0]),
+    g.CastOp: lambda op, a: cast(a[0], op.result.type.element_type),
+    g.ReduceSumOp: lambda op, a: np.sum(a[0], axis=op.normalized_axes(), keepdims=g.bool_of(op.properties, "keepdims")),
+    g.ReduceMaxOp: lambda op, a: np.max(a[0], axis=op.normalized_axes(), keepdims=g.bool_of(op.properties, "keepdims")),
+    g.ReduceMeanOp: lambda op, a: np.mean(a[0], axis=op.normalized_axes(), keepdims=g.bool_of(op.properties, "keepdims")),
+    g.SoftmaxOp: lambda op, a: softmax(a[0], g.int_of(op.properties, "axis")),
+    g.LayerNormOp: lambda op, a: layer_norm(*a, tuple(range(a[0].ndim - a[1].ndim, a[0].ndim)), g.float_of(op.properties, "eps")),
+    g.BatchNormOp: lambda op, a: batch_norm(*a, g.float_of(op.properties, "eps")),
+    g.MaxPool2dOp: lambda op, a: max_pool2d(a[0], g.ints(op.properties, "kernel"), g.ints(op.properties, "strides"), g.ints(op.properties, "padding"), _out_shape(op)),
+    g.AvgPool2dOp: lambda op, a: avg_pool2d(a[0], g.ints(op.properties, "kernel"), g.ints(op.properties, "strides"), g.ints(op.properties, "padding"), g.bool_of(op.properties, "count_include_pad"), _out_shape(op)),
+    g.GlobalAvgPoolOp: lambda op, a: np.mean(a[0], axis=tuple(range(2, a[0].ndim)), keepdims=True),
+    g.TransposeOp: lambda op, a: np.transpose(a[0], g.ints(op.properties, "perm")),
+    g.ReshapeOp: lambda op, a: a[0].reshape(_out_shape(op)),
+    g.ConcatOp: lambda op, a: np.concatenate(a, axis=g.int_of(op.properties, "axis")),
+    g.SliceOp: lambda op, a: a[0][tuple(slice(s, e, st) for s, e, st in zip(g.ints(op.properties, "starts"), g.ints(op.properties, "limits"), g.ints(op.properties, "strides"), strict=True))],
+    g.ConstantOp: lambda op, a: constant_value(op),
+}  # fmt: skip

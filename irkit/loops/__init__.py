@@ -1,0 +1,127 @@
+"""The loop-level IR contract: what passes, code generators and runtimes agree on.
+
+`lower-graph-to-loops` produces, and every later layer reads, a module of upstream MLIR
+(func, scf, memref, arith, math, and after `map-to-gpu` gpu) with these conventions:
+
+- **Kernels** are `func.func`s marked `irkit.kernel` (`KERNEL_ATTR`); a **driver** (the
+  module's public function) allocates buffers and calls them. A kernel argument marked
+  `irkit.output` (`OUTPUT_ATTR`) is a model output the kernel writes; one marked
+  `irkit.scratch` (`SCRATCH_ATTR`) is a driver-owned intermediate.
+- **CPU threading**: a top-level `scf.parallel` carrying `irkit.threads` (`THREADS_ATTR`, an
+  integer) is forked over that many threads (`cpu-parallelize` sets it).
+- **GPU mapping**: a kernel carrying `irkit.launch` (`LAUNCH_ATTR`) is GPU-mapped; its grid,
+  block, dynamic shared memory and mapping are read with `launch_of`. Workgroup buffers live
+  in memory space 3 (`SHARED_SPACE`).
+- **Padded buffers**: a kernel argument whose allocation `pad-leading-dims` padded carries
+  `irkit.extent` (`EXTENT_ATTR`), its logical shape; `logical_shape` reads it.
+
+This module sits below passes, codegen and runtime: they import the contract from here and
+nothing from each other. `irkit/loops/costs.py` holds the static cost analysis (FLOPs,
+trips, bytes) over the same IR.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, func
+from xdsl.dialects.builtin import (
+    DenseArrayBase,
+    DictionaryAttr,
+    FloatAttr,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    i32,
+)
+from xdsl.ir import Operation, SSAValue
+
+from irkit.errors import IrkitError
+
+KERNEL_ATTR = "irkit.kernel"
+OUTPUT_ATTR = "irkit.output"
+SCRATCH_ATTR = "irkit.scratch"
+THREADS_ATTR = "irkit.threads"
+LAUNCH_ATTR = "irkit.launch"
+EXTENT_ATTR = "irkit.extent"
+SHARED_SPACE = IntegerAttr(3, i32)
+"""The memory space of GPU workgroup (shared) buffers, as in MLIR's gpu dialect."""
+
+
+def is_loop_level(module: ModuleOp) -> bool:
+    """Whether no graph-dialect op is left (the module is at the loop level)."""
+    return not any(op.dialect_name() == "graph" for op in module.walk())
+
+
+def require_loop_level(module: ModuleOp, what: str, cpu: bool = False) -> None:
+    """Raise the one-line error a loop-level pass (or target) gives graph-level IR: `what`
+    needs loop-level IR; with `cpu`, IR not mapped onto the GPU either."""
+    if any(op.dialect_name() == "graph" for op in module.walk()):
+        level = "CPU loop-level IR" if cpu else "loop-level IR"
+        raise IrkitError(f"{what} needs {level}; run lower-graph-to-loops first")
+    if cpu and any(op.dialect_name() == "gpu" for op in module.walk()):
+        raise IrkitError(f"{what} needs CPU loop-level IR, not IR mapped onto the GPU (run it before map-to-gpu)")  # fmt: skip
+
+
+def kernels(module: ModuleOp) -> list[func.FuncOp]:
+    """The module's kernel functions, in order."""
+    return [op for op in module.ops if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes]
+
+
+def constant_value(value: SSAValue) -> int | float | None:
+    """The value of an `arith.constant` integer or float, None for anything else."""
+    op = value.owner
+    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr | FloatAttr):
+        return op.value.value.data
+    return None
+
+
+def constant_int(value: SSAValue) -> int | None:
+    """The value of an `arith.constant` integer (an index), None for anything else."""
+    op = value.owner
+    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
+        return op.value.value.data
+    return None
+
+
+def launch_of(fn: Operation) -> dict[str, object] | None:
+    """A GPU kernel's launch configuration: grid, block (3 ints each), the bytes of dynamic
+    shared memory per block (`shared`; 0 where absent) and mapping; None for a function that is
+    not GPU-mapped."""
+    attr = fn.attributes.get(LAUNCH_ATTR)
+    if not isinstance(attr, DictionaryAttr):
+        return None
+    d = attr.data
+    grid, block, mapping = d["grid"], d["block"], d["mapping"]
+    assert isinstance(grid, DenseArrayBase) and isinstance(block, DenseArrayBase)
+    assert isinstance(mapping, StringAttr)
+    out: dict[str, object] = {
+        "grid": tuple(grid.get_values()),
+        "block": tuple(block.get_values()),
+        "shared": d["shared"].value.data if isinstance(d.get("shared"), IntegerAttr) else 0,  # type: ignore[union-attr]
+        "mapping": mapping.data,
+    }
+    if isinstance(d.get("flops"), IntegerAttr):
+        out["flops"] = d["flops"].value.data  # type: ignore[union-attr]
+    return out
+
+
+def is_gpu_mapped(module: ModuleOp) -> bool:
+    return any(launch_of(op) is not None for op in module.ops)
+
+
+def cpu_threads(fn: func.FuncOp) -> int:
+    """The most threads any loop of `fn` runs on (1: none is threaded)."""
+    counts = [
+        a.value.data
+        for o in fn.walk()
+        if isinstance(a := o.attributes.get(THREADS_ATTR), IntegerAttr)
+    ]
+    return max(counts, default=1)
+
+
+def logical_shape(fn: func.FuncOp, index: int) -> tuple[int, ...]:
+    """The shape parameter `index` of kernel `fn` stands for: its `irkit.extent` where
+    pad-leading-dims padded it, else its type's shape."""
+    attrs = fn.arg_attrs
+    if attrs is not None and EXTENT_ATTR in attrs.data[index].data:
+        return tuple(attrs.data[index].data[EXTENT_ATTR].get_values())  # type: ignore[attr-defined]
+    return tuple(fn.body.block.args[index].type.get_shape())  # type: ignore[attr-defined]
