@@ -20,7 +20,6 @@ from xdsl.ir import Operation
 from irkit.dialects import graph as g
 from irkit.dtypes import numpy_dtype
 
-Impl = Callable[..., np.ndarray]
 _erf = np.frompyfunc(math.erf, 1, 1)
 
 

@@ -307,11 +307,6 @@ class Attribution:
     dims: dict = field(default_factory=dict)
     workload: str | None = None
 
-    @property
-    def shapley_gap(self) -> float:
-        """Total saved minus the sum of contributions (0 up to rounding for shapley/prefix)."""
-        return self.total_saved.value - sum(p.saved.value for p in self.passes)
-
     def to_json(self) -> dict:
         return {
             "kind": "irkit.attribution",

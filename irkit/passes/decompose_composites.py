@@ -127,10 +127,6 @@ def decompose(op: Operation) -> None:
         walker.rewrite_region(region)
 
 
-def is_composite(op: Operation) -> bool:
-    return isinstance(op, g.SoftmaxOp | g.LayerNormOp | g.BatchNormOp)
-
-
 @dataclass(frozen=True)
 class DecomposeCompositesPass(ModulePass):
     """Rewrite softmax, layer_norm and batch_norm into primitive graph ops (see module doc)."""

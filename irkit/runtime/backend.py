@@ -13,7 +13,7 @@ has the right dtype and layout; `bind` does, into page-aligned buffers (see `pag
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -155,9 +155,6 @@ class Backend(Protocol):
         ...
 
     def compile(self, module: ModuleOp) -> Executable: ...
-
-
-Factory = Callable[[], Backend]
 
 
 # --- the driver: what every backend's host side replays ------------------------------------
