@@ -118,7 +118,7 @@ def test_plugins_load_from_the_command_line_and_the_environment(
     from irkit.cli.opt import main as opt
 
     assert opt([CHAIN, "--dim", "N=4", "--dim", "D=4", "-p", "lower-graph-to-loops,plant-crash",
-                "--plugin", PLUGIN]) == 0  # fmt: skip
+                "-L", PLUGIN]) == 0  # fmt: skip
     assert "func.func private @crash" in capsys.readouterr().out
     assert os.environ["IRKIT_PLUGINS"] == PLUGIN  # what a worker process will load
     assert bench(["run", CHAIN, "--plugin", str(tmp_path / "nope.py")]) == 1

@@ -126,3 +126,20 @@ def test_compare_names_the_pass_and_kernel_of_a_regression(tmp_path, capsys) -> 
     assert "pass plant-work now saves" in shown and "kernel planted_work +0.5 ms" in shown
     # within both runs' CIs' reach, or under the threshold, it is not called a regression
     assert bench(["compare", str(base), str(slow), "--threshold", "0.6"]) == 0
+
+
+def test_no_kernel_times_skips_the_kernel_phase_and_its_record_still_reports(
+    tmp_path, capsys
+) -> None:
+    out = tmp_path / "nk.json"
+    assert bench(["attribute", *CHAIN, "-p", "cse,fuse-kernels,lower-graph-to-loops", "--budget",
+                  "0.5", "--no-kernel-times", "--json", str(out)]) == 0  # fmt: skip
+    shown = capsys.readouterr().out
+    assert "kernels changed by fuse-kernels (not timed: --no-kernel-times)" in shown
+    record = json.loads(out.read_text())
+    assert record["protocol"]["kernel_times"] is False
+    fuse = next(p for p in record["passes"] if p["pass"] == "fuse-kernels")
+    assert fuse["kernels"]["saved_s"] is None and fuse["kernels"]["added"]  # known, not timed
+    assert all(k["seconds"] is None for k in record["kernels"]["full"])
+    assert bench(["compare", str(out), str(out)]) == 0
+    assert bench(["report", str(out), "-o", str(tmp_path / "nk.html")]) == 0

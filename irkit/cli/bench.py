@@ -175,6 +175,7 @@ def attribute_file(args, model: str, dims: dict) -> dict:
         result = attribute(
             model, args.passes, args.backend, args.strategy, dims, args.precision, args.budget,
             seed=args.seed, permutations=args.permutations, ceilings=ceilings, progress=tick,
+            kernel_times=not args.no_kernel_times,
         )  # fmt: skip
     return result.to_json()
 
@@ -437,6 +438,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     att.add_argument("--permutations", type=bounded_int(1, 100_000), default=64,
                      help="sampled orders for shapley beyond 8 passes (default 64)")  # fmt: skip
     att.add_argument("--json", default=None, metavar="OUT", help="write the record as JSON")
+    att.add_argument("--no-kernel-times", action="store_true",
+                     help="skip timing each kernel alone (up to half the budget); passes still "
+                          "list the kernels they removed and added")  # fmt: skip
     suite = sub.add_parser("suite", help="run the pass-impact suite (resumable)")
     suite.add_argument(
         "--quick", action="store_true", help="small sizes, short budgets: a smoke run"
@@ -488,7 +492,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep.add_argument("results", help="a results .jsonl (or one attribute --json record)")
     rep.add_argument("-o", "--output", default="report.html")
     for p in sub.choices.values():
-        p.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE",
+        p.add_argument("-L", "--load-pass-plugin", "--plugin", dest="plugin", action="append",
+                       default=[], metavar="MODULE_OR_FILE",
                        help="import a module (or .py file) that registers passes first; "
                             "repeatable; IRKIT_PLUGINS lists more")  # fmt: skip
     args = parser.parse_args(argv)

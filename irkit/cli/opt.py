@@ -96,7 +96,10 @@ class IrkitOptMain(xDSLOptMain):
             "--list-passes", action="store_true", help="list passes and named pipelines, then exit"
         )
         arg_parser.add_argument(
+            "-L",
+            "--load-pass-plugin",
             "--plugin",
+            dest="plugin",
             action="append",
             default=[],
             metavar="MODULE_OR_FILE",

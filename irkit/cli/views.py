@@ -74,7 +74,8 @@ def show_attribution(console: Console, rec: dict) -> None:
             continue
         share = f"{s['value'] / saved_total:.0%}" if saved_total else ""
         verdict = "yes" if p["significant"] else "no (within noise)"
-        changed = f"-{len(k['removed'])} +{len(k['added'])}; alone: {fmt_signed(k['saved_s'])}"
+        alone = fmt_signed(k["saved_s"]) if k["saved_s"] is not None else "not timed"
+        changed = f"-{len(k['removed'])} +{len(k['added'])}; alone: {alone}"
         table.add_row(p["pass"], fmt_signed(s["value"]), fmt_ci(s, fmt_signed),
                       f"{x['value']:.3f}x", f"[{x['ci_low']:.3f}, {x['ci_high']:.3f}]", share,
                       verdict, changed, style=None if p["significant"] else "dim")  # fmt: skip
@@ -92,7 +93,8 @@ def show_attribution(console: Console, rec: dict) -> None:
         k = p["kernels"]
         if not (k["removed"] or k["added"]):
             continue
-        kt = Table(title=f"kernels changed by {p['pass']} (each timed alone)", title_justify="left")
+        timed = k["saved_s"] is not None
+        kt = Table(title=f"kernels changed by {p['pass']}" + (" (each timed alone)" if timed else " (not timed: --no-kernel-times)"), title_justify="left")  # fmt: skip
         for col in ("", "kernel", "count", "time each", "% of roof", "bound"):
             kt.add_column(
                 col, justify="right" if col in ("count", "time each", "% of roof") else "left"
@@ -100,7 +102,7 @@ def show_attribution(console: Console, rec: dict) -> None:
         for sign, ks in (("-", k["removed"]), ("+", k["added"])):
             for kk, count in _collapse(ks):
                 roof = kk.get("roofline") or {}
-                kt.add_row(sign, kk["name"], str(count), fmt_time(kk["seconds"]),
+                kt.add_row(sign, kk["name"], str(count), fmt_time(kk["seconds"]) if timed else "",
                            f"{roof['percent_of_roof']:.1f}%" if roof else "",
                            roof.get("bound", ""))  # fmt: skip
         console.print(kt)
@@ -117,7 +119,9 @@ def _collapse(kernels: list[dict]) -> list[tuple[dict, int]]:
 
 def show_roofline(console: Console, rec: dict) -> None:
     ceilings = rec.get("ceilings")
-    kernels = rec["kernels"]["full"]
+    kernels = [k for k in rec["kernels"]["full"] if k["seconds"]]
+    if not kernels:
+        return  # not timed (--no-kernel-times)
     title = "kernels of the full pipeline"
     if ceilings:
         title += (f" on the roofline: {ceilings['device']}, copy {ceilings['bandwidth'] / 1e9:.1f} GB/s, "

@@ -243,15 +243,18 @@ class Interval:
 class KernelTime:
     name: str
     hash: str
-    seconds: float
-    ci: tuple[float, float]
+    seconds: float | None
+    """None when the kernel phase was skipped (`kernel_times=False`): the kernel is known by
+    its code, not timed."""
+    ci: tuple[float, float] | None
     flops: int
     min_bytes: int
     roof: dict | None
 
     def to_json(self) -> dict:
+        low, high = self.ci if self.ci is not None else (None, None)
         return {"name": self.name, "hash": self.hash, "seconds": self.seconds,
-                "ci_low": self.ci[0], "ci_high": self.ci[1], "flops": self.flops,
+                "ci_low": low, "ci_high": high, "flops": self.flops,
                 "min_bytes": self.min_bytes, "roofline": self.roof}  # fmt: skip
 
 
@@ -270,9 +273,12 @@ class PassResult:
     added: list[KernelTime]
 
     @property
-    def kernel_delta(self) -> float:
-        """Seconds saved summed over the kernels this pass changed, each timed alone."""
-        return sum(k.seconds for k in self.removed) - sum(k.seconds for k in self.added)
+    def kernel_delta(self) -> float | None:
+        """Seconds saved summed over the kernels this pass changed, each timed alone (None
+        when kernels were not timed)."""
+        if any(k.seconds is None for k in [*self.removed, *self.added]):
+            return None
+        return sum(k.seconds for k in self.removed) - sum(k.seconds for k in self.added)  # type: ignore[misc]
 
     def to_json(self) -> dict:
         return {
@@ -379,6 +385,7 @@ def attribute(
     ceilings: Ceilings | None = None,
     progress: Progress | None = None,
     twin: bool = True,
+    kernel_times: bool = True,
 ) -> Attribution:
     """Attribute the runtime of `model` under `pipeline` to its optional passes (see the
     module docstring for the protocol)."""
@@ -464,14 +471,20 @@ def attribute(
     contributions_point = plan.contributions(t_point)
     contributions_boot = plan.contributions(t_boot)
 
-    kernel_times = _time_kernels(programs, precision, kernel_budget_s or budget_s / 2,
-                                 min_rounds, max_rounds, seed, ceilings, tick)  # fmt: skip
+    if kernel_times:
+        kernel_times_by_hash = _time_kernels(programs, precision, kernel_budget_s or budget_s / 2,
+                                             min_rounds, max_rounds, seed, ceilings, tick)  # fmt: skip
+    else:  # the kernels are still known by their code: what each pass removed and added
+        kernel_times_by_hash = {
+            r.hash: KernelTime(r.name, r.hash, None, None, r.flops, r.min_bytes, None)
+            for p in programs.values() for r in p.exe.kernels  # type: ignore[attr-defined]
+        }  # fmt: skip
 
     def kernels_of(key: str) -> list[KernelTime]:
         """The program's kernels in order, under their own names, with the time measured
         for their hash."""
         return [
-            dataclasses.replace(kernel_times[k.hash], name=k.name)
+            dataclasses.replace(kernel_times_by_hash[k.hash], name=k.name)
             for k in programs[key].exe.kernels  # type: ignore[attr-defined]
         ]
 
@@ -513,6 +526,7 @@ def attribute(
         "seed": seed,
         "check": "every distinct program against the float64 numpy reference before timing",
         "l2_flush": None,
+        "kernel_times": kernel_times,
         "programs_measured": len(programs),
         "variants": len(plan.masks),
         "permutations": len(plan.permutations) or None,

@@ -101,5 +101,5 @@ def _verdict(base: dict, new: dict, threshold: float) -> Verdict:
 def _by_name(kernels: list[dict]) -> dict[str, float]:
     out: dict[str, float] = {}
     for k in kernels:
-        out[k["name"]] = out.get(k["name"], 0.0) + k["seconds"]
+        out[k["name"]] = out.get(k["name"], 0.0) + (k["seconds"] or 0.0)  # None: not timed
     return out

@@ -142,7 +142,7 @@ class _Positive:
 _NUMBER = (int, float)
 _CI = {"value": _NUMBER, "ci_low": _NUMBER, "ci_high": _NUMBER}
 _TIME = {"median": _Positive, "ci_low": _NUMBER, "ci_high": _NUMBER}
-_KERNEL = {"name": str, "seconds": _NUMBER, "flops": _NUMBER, "min_bytes": _NUMBER}
+_KERNEL = {"name": str, "seconds": (int, float, type(None)), "flops": _NUMBER, "min_bytes": _NUMBER}
 ATTRIBUTION_FIELDS: dict = {
     "workload": str,
     "model": str,

@@ -74,16 +74,9 @@ def roofline(plt, rec: dict):
     points = []
     for variant, style in (("baseline", dict(facecolors="none", edgecolors="#e76f51")),
                            ("full", dict(color="#264653"))):  # fmt: skip
-        xs = [
-            k["flops"] / k["min_bytes"]
-            for k in rec["kernels"][variant]
-            if k["flops"] and k["min_bytes"]
-        ]
-        ys = [
-            k["flops"] / k["seconds"] / 1e9
-            for k in rec["kernels"][variant]
-            if k["flops"] and k["min_bytes"]
-        ]
+        timed = [k for k in rec["kernels"][variant] if k["flops"] and k["min_bytes"] and k["seconds"]]  # fmt: skip
+        xs = [k["flops"] / k["min_bytes"] for k in timed]
+        ys = [k["flops"] / k["seconds"] / 1e9 for k in timed]
         points += xs
         ax.scatter(
             xs,
