@@ -47,6 +47,17 @@ argument is kept at 2 or more, as the op property tests do."""
 BINARY = ("{a} + {b}", "{a} - {b}", "{a} * {b}", "max({a}, {b})", "min({a}, {b})",
           "{a} / (abs({b}) + 0.5)")  # fmt: skip
 
+REDUCTIONS = {
+    **dict.fromkeys(("f32", "f64"), ("reduce_sum", "reduce_max", "reduce_mean")),
+    **dict.fromkeys(("f16", "bf16"), ("reduce_max", "reduce_mean")),
+}
+"""Reductions per element type. A sum over hundreds of f16 elements is exact to f16's
+spacing at its magnitude (0.125 near 145), and a softmax after it turns that absolute
+rounding into a relative error of the same size (1.5%, over the 5e-3 tolerance) although
+irkit computes exactly what f16 storage gives (a campaign found it; irkit's output was bit-
+identical to rounding the sum to f16 and taking the softmax in float64). The check's
+per-type tolerance assumes well-conditioned chains, so narrow-type models use means."""
+
 OPTION_SPACE: dict[str, dict[str, tuple]] = {
     "fuse-kernels": {"elementwise": (True, False), "reductions": (True, False),
                      "epilogues": (True, False), "movement-epilogues": (True, False),
@@ -140,7 +151,7 @@ def _step(draw, m: _Model) -> None:
         out = [1 if i in axes else d for i, d in enumerate(shape)] if keep else [d for i, d in enumerate(shape) if i not in axes]  # fmt: skip
         if not out:
             return  # a rank-0 result: keep graphs of ranked values
-        op = draw(st.sampled_from(("reduce_sum", "reduce_max", "reduce_mean")))
+        op = draw(st.sampled_from(REDUCTIONS[dtype]))
         m.define(f"{op}({name}, axes={fmt(axes)}, keepdims={str(keep).lower()})", out, dtype)
     elif kind == "softmax":
         m.define(f"softmax({name}, axis={draw(st.integers(-rank, rank - 1))})", shape, dtype)
