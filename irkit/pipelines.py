@@ -24,7 +24,7 @@ from xdsl.passes import ModulePass
 from xdsl.utils.arg_spec import ArgSpec, _convert_arg_to_type, parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError
 
-from irkit.errors import IrkitError, OptionError, PassFailure, one_line
+from irkit.errors import IrkitError, OptionError, PassFailure, expect, one_line
 from irkit.ir import content_hash, make_context, to_text, verify
 from irkit.loops import is_gpu_mapped, is_loop_level
 from irkit.passes import available_passes
@@ -182,6 +182,7 @@ def lower_for_backend(module: ModuleOp, backend: str = "cpu") -> ModuleOp:
 
 def parse_passes(spec: str) -> list[ModulePass]:
     """Parse a `-p` spec into pass instances. Raises IrkitError naming the pass or option."""
+    expect("parse_passes", "spec", spec, str, "a pipeline spec such as 'cse,fuse-kernels'")
     try:
         items = list(parse_pipeline(spec))
     except ArgSpecParseError as e:
@@ -265,6 +266,9 @@ def apply_passes(
     reproducer_dir: str | Path | None = None,
 ) -> ModuleOp:
     """Run `passes` over `module` in place, verifying after each one."""
+    expect("apply_passes", "module", module, ModuleOp, "a module")
+    for p in passes:
+        expect("apply_passes", "passes", p, ModulePass, "a list of pass instances (parse_passes' result)")  # fmt: skip
     ctx = ctx or make_context()
     for p in passes:  # every option is checked before any pass runs
         check_options(p)

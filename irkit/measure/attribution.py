@@ -45,8 +45,9 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from irkit.errors import IrkitError
+from irkit.errors import IrkitError, expect
 from irkit.ir import content_hash, model_function
+from irkit.measure import check_protocol
 from irkit.measure.roofline import Ceilings, roof_point
 from irkit.measure.stats import Estimate
 from irkit.measure.timers import time_interleaved, timed_graph, timed_kernel
@@ -355,17 +356,10 @@ def _check_arguments(
     """The protocol's knobs, checked before anything is compiled (as the CLI's flags are)."""
     if strategy not in STRATEGIES:
         raise IrkitError(f"attribute: unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")  # fmt: skip
-    for name, value in (("precision", precision), ("budget", budget_s), ("kernel budget", kernel_budget_s)):  # fmt: skip
-        if value is None and name == "kernel budget":
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:  # fmt: skip
-            raise IrkitError(f"attribute: {name} must be a positive finite number, got {value!r}")
-    if precision >= 1:
-        raise IrkitError(f"attribute: precision is a relative CI half-width below 1, got {precision!r}")  # fmt: skip
+    check_protocol("attribute", precision, budget_s, seed)
+    check_protocol("attribute", precision, kernel_budget_s, seed)
     if isinstance(permutations, bool) or not isinstance(permutations, int) or not 1 <= permutations <= 100_000:  # fmt: skip
         raise IrkitError(f"attribute: permutations must be a positive integer up to 100000, got {permutations!r}")  # fmt: skip
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
-        raise IrkitError(f"attribute: seed must be an integer from 0 to 2^64-1, got {seed!r}")
 
 
 def attribute(
@@ -395,6 +389,8 @@ def attribute(
     from irkit.runtime.check import reference_case
 
     _check_arguments(strategy, precision, budget_s, kernel_budget_s, permutations, seed)
+    expect("attribute", "model", model, ModuleOp | str | Path, "a module or a model file path")
+    expect("attribute", "pipeline", pipeline, str | None, "a pipeline spec")
     tick = progress or (lambda *_: None)
     graph = load(model, dims) if isinstance(model, str | Path) else model
     model_function(graph)
@@ -660,6 +656,8 @@ def compare_pipelines(
     from irkit.runtime import compile
     from irkit.runtime.check import reference_case
 
+    check_protocol("compare_pipelines", precision, budget_s, seed)
+    expect("compare_pipelines", "model", model, ModuleOp | str | Path, "a module or a model file path")  # fmt: skip
     graph = load(model, dims) if isinstance(model, str | Path) else model
     case = reference_case(graph, seed)
     fns = {}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 
+from irkit.measure import check_protocol
 from irkit.measure.fingerprint import host_fingerprint
 from irkit.measure.timers import Timing, time_cpu, timed_graph, timed_kernel
 from irkit.runtime import compile
@@ -96,6 +97,7 @@ def run_model(
 ) -> RunResult:
     """Compile, check on fresh inputs (seed), and if correct time the graph and each kernel
     (each with its own `budget_s`)."""
+    check_protocol("run_model", precision, budget_s, seed)
     start = time.perf_counter()
     exe = compile(model, pipeline, backend, dims)
     compile_seconds = time.perf_counter() - start

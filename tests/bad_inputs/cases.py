@@ -379,7 +379,8 @@ def _api(name: str, call: Callable[[], object], says: str) -> tuple[str, Callabl
 
 def api_cases() -> list[tuple[str, Callable[[], object], str]]:
     import irkit
-    from irkit.measure.attribution import attribute
+    from irkit.measure.attribution import attribute, compare_pipelines
+    from irkit.measure.run import run_model
     from irkit.passes.cpu_tile_matmul import CpuTileMatmulPass
     from irkit.pipelines import apply_passes, parse_passes
 
@@ -410,6 +411,15 @@ def api_cases() -> list[tuple[str, Callable[[], object], str]]:
         _api("parse-bad-option", lambda: parse_passes("cpu-tile-matmul{nr=7}"), "option nr=7"),
         _api("apply-bad-option", lambda: apply_passes(_module(), [CpuTileMatmulPass(nr=7)]), "option nr=7"),
         _api("attribute-permutations", lambda: attribute(gemm, "cse", "cpu", "shapley", {"M": 4, "N": 4, "K": 4}, 0.01, 0.1, permutations=0), "permutations must be a positive integer"),
+        _api("attribute-model-int", lambda: attribute(123, "cse", "cpu"), "attribute: model must be a module or a model file path"),  # type: ignore[arg-type]
+        _api("attribute-pipeline-int", lambda: attribute(_module(), 5, "cpu"), "attribute: pipeline must be a pipeline spec"),  # type: ignore[arg-type]
+        _api("compare-pipelines-model", lambda: compare_pipelines(42, "cse", "cse"), "compare_pipelines: model must be"),  # type: ignore[arg-type]
+        _api("compare-pipelines-budget", lambda: compare_pipelines(gemm, "cse", "cse", budget_s=-1.0), "compare_pipelines: budget must be a positive finite number"),
+        _api("run-model-budget", lambda: run_model(gemm, None, "cpu", {"M": 4, "N": 4, "K": 4}, 0, 0.01, float("nan")), "run_model: budget must be a positive finite number"),
+        _api("run-model-seed", lambda: run_model(gemm, None, "cpu", {"M": 4, "N": 4, "K": 4}, -3), "run_model: seed must be"),
+        _api("parse-passes-int", lambda: parse_passes(5), "parse_passes: spec must be a pipeline spec"),  # type: ignore[arg-type]
+        _api("apply-passes-module", lambda: apply_passes("x", []), "apply_passes: module must be a module"),  # type: ignore[arg-type]
+        _api("apply-passes-strings", lambda: apply_passes(_module(), ["cse"]), "apply_passes: passes must be a list of pass instances"),  # type: ignore[list-item]
         _api("attribute-strategy", lambda: attribute(gemm, "cse", "cpu", "banzhaf", {"M": 4, "N": 4, "K": 4}, 0.01, 0.1), "strategy"),
         _api("attribute-budget", lambda: attribute(gemm, "cse", "cpu", "shapley", {"M": 4, "N": 4, "K": 4}, 0.01, float("nan")), "budget"),
         _api("attribute-precision", lambda: attribute(gemm, "cse", "cpu", "shapley", {"M": 4, "N": 4, "K": 4}, -1.0, 1.0), "precision"),
