@@ -44,6 +44,9 @@ class OutputCheck:
     tolerance: float
     bad_nonfinite: int
     """Elements that are NaN/inf in one of output and reference but not both alike."""
+    reference: str = "float64"
+    """Which reference it was held to: "float64" (intermediates unrounded) or "stored"
+    (every intermediate rounded to its type, as an unfused program computes)."""
 
     @property
     def passed(self) -> bool:
@@ -52,9 +55,10 @@ class OutputCheck:
     def describe(self) -> str:
         verdict = "ok" if self.passed else "WRONG"
         extra = f", {self.bad_nonfinite} non-finite mismatches" if self.bad_nonfinite else ""
+        against = ", against the reference with intermediates stored at their types" if self.reference == "stored" else ""  # fmt: skip
         return (
             f"{self.name}: {verdict} (relative error {self.rel_error:.2e}, "
-            f"tolerance {self.tolerance:.0e}, max |error| {self.max_abs_error:.2e}{extra})"
+            f"tolerance {self.tolerance:.0e}, max |error| {self.max_abs_error:.2e}{extra}{against})"
         )
 
     def to_json(self) -> dict:
@@ -62,7 +66,12 @@ class OutputCheck:
 
 
 def compare(
-    name: str, out: np.ndarray, ref: np.ndarray, dtype: np.dtype, tolerance: float | None = None
+    name: str,
+    out: np.ndarray,
+    ref: np.ndarray,
+    dtype: np.dtype,
+    tolerance: float | None = None,
+    reference: str = "float64",
 ) -> OutputCheck:
     """Check one output against the reference. The reference is first rounded to the
     output's element type: storing the result in that type is part of what the model
@@ -81,7 +90,7 @@ def compare(
     err = float(np.linalg.norm(diff)) / (norm if norm > 0 else 1.0)
     max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
     tol = tolerance if tolerance is not None else TOLERANCE.get(str(dtype), 1e-4)
-    return OutputCheck(name, str(dtype), err, max_abs, tol, bad)
+    return OutputCheck(name, str(dtype), err, max_abs, tol, bad, reference)
 
 
 def check(
@@ -102,7 +111,28 @@ def check(
         compare(spec.name, o, r, spec.dtype, tol)
         for spec, o, r in zip(exe.outputs, got, expected_outputs, strict=True)
     ]
+    if not all(c.passed for c in checks) and _has_narrow_values(graph):
+        # Intermediates stored at their types are as correct as intermediates kept wide (a
+        # fused kernel); an ill-conditioned chain (a softmax of a large f16 sum, an f16 dot
+        # product that cancels) tells the two apart by more than the tolerance.
+        stored = reference(graph, *inputs, stored=True)
+        checks = [
+            c if c.passed else _better(c, compare(spec.name, o, r, spec.dtype, tol, "stored"))
+            for c, spec, o, r in zip(checks, exe.outputs, got, stored, strict=True)
+        ]
     return checks, inputs
+
+
+def _better(a: OutputCheck, b: OutputCheck) -> OutputCheck:
+    return b if b.passed or (not a.passed and b.rel_error < a.rel_error) else a
+
+
+def _has_narrow_values(graph: ModuleOp) -> bool:
+    return any(
+        isinstance(t, TensorType) and numpy_dtype(t.element_type) != np.float64
+        for op in graph.walk()
+        for t in op.result_types
+    )
 
 
 def reference_case(graph: ModuleOp, seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -75,8 +75,13 @@ def check_footprint(
         raise IrkitError(e.message, location_of(fn)) from None
 
 
-def reference(module: ModuleOp, *arrays: Any) -> list[np.ndarray]:
-    """Evaluate the module's entry function on `arrays` in float64; returns its outputs."""
+def reference(module: ModuleOp, *arrays: Any, stored: bool = False) -> list[np.ndarray]:
+    """Evaluate the module's entry function on `arrays` in float64; returns its outputs.
+
+    With `stored`, each op's result is rounded to its declared element type before the ops
+    that use it see it: what a program that stores every intermediate at its type computes
+    (an unfused lowering), against the default where intermediates keep float64 (what
+    fusion, keeping values in registers, approaches). Both are the model's meaning."""
     expect("irkit.reference", "module", module, ModuleOp, "a module (irkit.load's result)")
     fn = model_function(module, graph_level=True)
     check_footprint(fn, graph_values(fn), 8, "float64 reference")
@@ -85,19 +90,22 @@ def reference(module: ModuleOp, *arrays: Any) -> list[np.ndarray]:
         for arg, a in zip(fn.body.block.args, check_inputs(fn, arrays), strict=True)
     }
     with np.errstate(all="ignore"):  # inf and NaN are values here, not errors
-        outputs = _evaluate_block(fn.body.block.ops, env)
+        outputs = _evaluate_block(fn.body.block.ops, env, stored)
     if outputs is None:
         raise IrkitError(f"@{fn.sym_name.data} has no func.return")
     return outputs
 
 
-def _evaluate_block(ops: Iterable[Operation], env: dict[SSAValue, np.ndarray]) -> list | None:
-    """Evaluate ops in order into `env`; the terminator's operands, if one is reached."""
+def _evaluate_block(
+    ops: Iterable[Operation], env: dict[SSAValue, np.ndarray], stored: bool = False
+) -> list | None:
+    """Evaluate ops in order into `env`; the terminator's operands, if one is reached.
+    With `stored`, each result is rounded to its element type (see `reference`)."""
     for op in ops:
         if isinstance(op, func.ReturnOp | g.YieldOp):
             return [env[v] for v in op.operands]
         if isinstance(op, g.KernelOp):  # a kernel region computes what its ops compute
-            results = _evaluate_block(op.body.block.ops, env)
+            results = _evaluate_block(op.body.block.ops, env, stored)
             assert results is not None, "graph.kernel verifies that it ends with graph.yield"
             env.update(zip(op.results, results, strict=True))
             continue
@@ -106,7 +114,11 @@ def _evaluate_block(ops: Iterable[Operation], env: dict[SSAValue, np.ndarray]) -
             raise IrkitError(
                 f"the reference cannot evaluate {op.name}; it evaluates graph-dialect ops only"
             )
-        env[op.results[0]] = np.asarray(impl(op, [env[v] for v in op.operands]), dtype=np.float64)
+        value = np.asarray(impl(op, [env[v] for v in op.operands]), dtype=np.float64)
+        t = op.results[0].type
+        if stored and isinstance(t, TensorType) and numpy_dtype(t.element_type) != np.float64:
+            value = value.astype(numpy_dtype(t.element_type)).astype(np.float64)
+        env[op.results[0]] = value
     return None
 
 
