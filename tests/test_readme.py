@@ -1,0 +1,45 @@
+"""The README's pass table is the registry: every irkit pass appears once, with its real
+optionality and its options' real defaults, and nothing else does."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from irkit.passes import IRKIT_PASSES
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_pass_table() -> dict[str, tuple[str, str]]:
+    """pass -> (optional, options) from the table under `### Passes`."""
+    text = README.read_text()
+    section = text.split("### Passes", 1)[1].split("\n### ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        m = re.match(r"\| `([a-z0-9-]+)` \| [^|]+ \| (yes|no) \| (.+) \|$", line)
+        if m:
+            assert m.group(1) not in rows, f"{m.group(1)} appears twice"
+            rows[m.group(1)] = (m.group(2), m.group(3).strip("` "))
+    return rows
+
+
+def registered_options(cls) -> str:
+    opts = []
+    for f in dataclasses.fields(cls):
+        if f.name == "name" or not f.init:
+            continue
+        value = str(f.default).lower() if isinstance(f.default, bool) else f.default
+        opts.append(f"{f.name.replace('_', '-')}={value}")
+    return " ".join(opts) or "none"
+
+
+def test_the_readme_pass_table_matches_the_registry() -> None:
+    rows = readme_pass_table()
+    assert set(rows) == set(IRKIT_PASSES), set(rows) ^ set(IRKIT_PASSES)
+    for name, factory in IRKIT_PASSES.items():
+        cls = factory()
+        optional, options = rows[name]
+        assert optional == ("yes" if getattr(cls, "is_optimization", False) else "no"), name
+        assert options == registered_options(cls), (name, options)
