@@ -10,7 +10,8 @@ pipeline drawn by `pipelines`: the backend's default pipeline with each optional
 or dropped, and each kept pass's options drawn from `OPTION_SPACE` (only combinations its
 `check_options` accepts). The property: the model compiles on the backend and every output
 matches the reference within the dtype's tolerance. Any exception is a finding: a valid
-model and valid options must compile.
+model and valid options must compile; so is a case that runs past its deadline (a hang: a
+campaign found `conv-to-matmul` sinking an identity reshape forever).
 
 A campaign runs hypothesis in rounds until its time is up; a failure is shrunk by hypothesis
 to a small case and written to `--out` as a `.graph` file whose header carries the error and
@@ -264,10 +265,28 @@ def write_reproducer(finding: Finding, out: Path) -> Path:
     return path
 
 
+class CaseTimeout(Exception):
+    """A case ran past its deadline: a hang (a rewrite that never converges, a loop that
+    never ends) is a finding like a wrong result."""
+
+
+def _on_alarm(signum, frame) -> None:
+    raise CaseTimeout("the case ran past its deadline (a hang?)")
+
+
 def fuzz_round(
-    backend: str, examples: int, seed: int, counts: dict[str, int], append: str = ""
+    backend: str,
+    examples: int,
+    seed: int,
+    counts: dict[str, int],
+    append: str = "",
+    case_timeout_s: int = 120,
 ) -> Finding | None:
-    """One hypothesis run of `examples` cases on `backend`; the shrunk failure, if any."""
+    """One hypothesis run of `examples` cases on `backend`; the shrunk failure, if any. A
+    case running past `case_timeout_s` fails (SIGALRM; POSIX, main thread)."""
+    import signal
+
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hseed
 
@@ -279,16 +298,21 @@ def fuzz_round(
     @given(graph_sources(backend), pipelines(backend, append))
     def prop(source: str, pipeline: str) -> None:
         counts[backend] = counts.get(backend, 0) + 1
+        signal.alarm(case_timeout_s)
         try:
             check_case(source, pipeline, backend)
         except BaseException as e:
             last.append(Finding(source, pipeline, backend, f"{type(e).__name__}: {e}"))
             raise
+        finally:
+            signal.alarm(0)
 
     try:
         prop()
     except Exception:  # noqa: BLE001 - hypothesis re-raises the shrunk case's failure last
         return last[-1] if last else None
+    finally:
+        signal.signal(signal.SIGALRM, previous)
     return None
 
 

@@ -109,6 +109,8 @@ class SinkReshape(RewritePattern):
             if isinstance(r := v.owner, g.ReshapeOp) and v.has_one_use()
             and len(_shape(r.input)) == 2 and _shape(r.input)[-1] == _shape(v)[-1]
             and _shape(v) == _shape(op.results[0])
+            and _shape(r.input) != _shape(v)  # an identity reshape splits nothing: sinking
+            # one would build another below it, forever (found by fuzzing)
         ]  # fmt: skip
         if len(found) != 1:
             return
@@ -122,6 +124,8 @@ class SinkReshape(RewritePattern):
                 moved_operands.append(reshape.input)
             elif not _shape(v):
                 moved_operands.append(v)
+            elif _channel_only(v, len(full)) and list(_shape(v)) == [1, _shape(v)[-1]]:
+                moved_operands.append(v)  # already [1, O]
             elif _channel_only(v, len(full)):
                 r = _placed(g.ReshapeOp.build_to(v, [1, _shape(v)[-1]]), op)
                 rewriter.insert(r)
