@@ -37,7 +37,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from irkit.errors import IrkitError
-from irkit.loops import SHARED_SPACE, launch_of
+from irkit.loops import SHARED_SPACE, kernels, launch_of
 
 
 class CPrinter:
@@ -444,15 +444,14 @@ def gpu_kernels(module: ModuleOp) -> list[func.FuncOp]:
     """The GPU-mapped kernels of `module`, in order: none at all for a model whose outputs
     are its inputs or copies of them (that runs too); an error for IR that still holds
     graph ops or loop-level kernels not mapped onto the GPU."""
-    funcs = [op for op in module.ops if isinstance(op, func.FuncOp)]
-    kernels = [f for f in funcs if launch_of(f) is not None]
-    unmapped = [f for f in funcs if "irkit.kernel" in f.attributes and launch_of(f) is None]
+    mapped = [op for op in module.ops if isinstance(op, func.FuncOp) and launch_of(op) is not None]
+    unmapped = [f for f in kernels(module) if launch_of(f) is None]
     if unmapped or any(op.dialect_name() == "graph" for op in module.walk()):
         raise IrkitError(
             "CUDA C needs GPU-mapped IR; lower with -p map-to-gpu (or a pipeline such as "
             "default-cuda)"
         )
-    return kernels
+    return mapped
 
 
 def index_type_for(module: ModuleOp) -> str:

@@ -241,7 +241,7 @@ class LLVMEmitter:
             if isinstance(t, MemRefType):
                 arg.add_attribute("noalias")
         fn.attributes.add("nounwind")
-        if "irkit.kernel" in op.attributes:
+        if KERNEL_ATTR in op.attributes:
             # A kernel is a launch unit, as on a GPU: kept out of line so that the time of
             # a kernel alone is the time it takes inside the driver, and nothing is
             # optimized across kernel boundaries that a GPU launch could not.

@@ -24,7 +24,7 @@ from xdsl.dialects.builtin import ModuleOp
 from irkit.codegen.host import host_target, llvm_ir, optimize
 from irkit.codegen.llvm import RELEASE, linked_constants
 from irkit.ir import entry_function, to_text
-from irkit.loops import KERNEL_ATTR, cpu_threads
+from irkit.loops import cpu_threads, kernels
 from irkit.loops.costs import count_flops, min_bytes
 from irkit.runtime.backend import (
     KernelRecord,
@@ -80,9 +80,7 @@ class CpuExecutable:
         self.entry = entry_function(module)
         self.inputs, self.outputs = driver_specs(self.entry)
         self.driver = self._function(self.entry)
-        self.kernel_functions = [
-            op for op in module.ops if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes
-        ]
+        self.kernel_functions = kernels(module)
         self._natives = {f.sym_name.data: self._function(f) for f in self.kernel_functions}
         self.kernels = [self._record(f) for f in self.kernel_functions]
         # the driver keeps its scratch buffers between calls; free them with the engine
