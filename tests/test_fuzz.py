@@ -57,8 +57,7 @@ def test_past_findings_stay_fixed(path: Path) -> None:
 KNOWN = sorted((ROOT / "tests" / "fuzz_known").glob("*.graph"))
 
 
-@pytest.mark.xfail(strict=True, reason="open: the CPU lowering sums f32 reductions sequentially in "
-                   "f32 (issue 23); a softmax over 9537 elements misses 1e-4 by 2%")  # fmt: skip
+@pytest.mark.xfail(strict=True, reason="an open finding (its header says which issue)")
 @pytest.mark.parametrize("path", KNOWN, ids=lambda p: p.stem)
 def test_open_findings_still_fail(path: Path) -> None:
     """Findings not fixed yet: each must still fail, so that a fix moves it (strict xfail)

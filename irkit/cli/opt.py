@@ -71,7 +71,7 @@ class IrkitOptMain(xDSLOptMain):
 
     def register_all_targets(self) -> None:
         super().register_all_targets()
-        from irkit.codegen.targets import IRKIT_TARGETS
+        from irkit.cli.targets import IRKIT_TARGETS
 
         self.available_targets.update(IRKIT_TARGETS)  # irkit's llvm replaces xDSL's
 

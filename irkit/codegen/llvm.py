@@ -110,6 +110,14 @@ CMPI = {
 }  # fmt: skip
 
 
+def _fastmath(op: Operation) -> tuple[str, ...]:
+    """An arith/math op's fast-math flags as LLVM spells them (the same names as MLIR's)."""
+    attr = op.properties.get("fastmath")
+    if not isinstance(attr, arith.FastMathFlagsAttr):
+        return ()
+    return tuple(sorted(attr.data))
+
+
 def llvm_type(t: Attribute) -> ll.Type:
     """The LLVM type of a loop-level value (memrefs are pointers, bf16 is stored as i16)."""
     if isinstance(t, MemRefType):
@@ -470,12 +478,14 @@ class LLVMEmitter:
         b = self.b
         assert b is not None
         args = [self.values[v] for v in op.operands]
+        flags = _fastmath(op)
         if type(op) in FLOAT_BINARY:
-            out = getattr(b, FLOAT_BINARY[type(op)])(*args)
+            out = getattr(b, FLOAT_BINARY[type(op)])(*args, flags=flags)
         elif type(op) in INT_BINARY:
             out = getattr(b, INT_BINARY[type(op)])(*args)
         elif type(op) in INTRINSICS:
-            out = b.call(self._intrinsic(INTRINSICS[type(op)], args[0].type, len(args)), args)
+            fn = self._intrinsic(INTRINSICS[type(op)], args[0].type, len(args))
+            out = b.call(fn, args, fastmath=flags)
         elif type(op) in LIBM:
             out = b.call(self._libm(LIBM[type(op)], args[0].type), args)
         else:

@@ -22,7 +22,9 @@ trips, bytes) over the same IR.
 
 from __future__ import annotations
 
-from xdsl.dialects import arith, func
+import math
+
+from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import (
     DenseArrayBase,
     DictionaryAttr,
@@ -80,6 +82,35 @@ def constant_int(value: SSAValue) -> int | None:
     if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
         return op.value.value.data
     return None
+
+
+COMBINERS: dict[type[Operation], float] = {
+    arith.AddfOp: 0.0,
+    arith.MulfOp: 1.0,
+    arith.MaximumfOp: -math.inf,
+    arith.MinimumfOp: math.inf,
+    arith.MaxnumfOp: -math.inf,
+    arith.MinnumfOp: math.inf,
+}
+"""Associative, commutative combiners of a reduction loop, and their identities."""
+
+
+def combiner(loop: scf.ForOp, from_identity: bool = True) -> Operation | None:
+    """The op combining `loop`'s single accumulator with each iteration's value, when it is
+    one of COMBINERS and the accumulator has no other use; with `from_identity`, only when the
+    accumulator also starts at the combiner's identity."""
+    if len(loop.iter_args) != 1:
+        return None
+    acc = loop.body.block.args[1]
+    yielded = loop.body.block.last_op
+    assert isinstance(yielded, scf.YieldOp)
+    op = yielded.operands[0].owner
+    if type(op) not in COMBINERS or acc not in op.operands or acc.uses.get_length() != 1:
+        return None
+    if not from_identity:
+        return op  # type: ignore[return-value]
+    init = constant_value(loop.iter_args[0])
+    return op if init is not None and float(init) == COMBINERS[type(op)] else None  # type: ignore[return-value]
 
 
 def launch_of(fn: Operation) -> dict[str, object] | None:

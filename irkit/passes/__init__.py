@@ -90,6 +90,18 @@ def _pad_leading_dims() -> type[ModulePass]:
     return PadLeadingDimsPass
 
 
+def _block_reductions() -> type[ModulePass]:
+    from irkit.passes.reductions import BlockReductionsPass
+
+    return BlockReductionsPass
+
+
+def _reassociate_reductions() -> type[ModulePass]:
+    from irkit.passes.reductions import ReassociateReductionsPass
+
+    return ReassociateReductionsPass
+
+
 IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "decompose-composites": _decompose_composites,
     "lower-graph-to-loops": _lower_graph_to_loops,
@@ -104,6 +116,8 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "conv-layout": _conv_layout,
     "conv-to-matmul": _conv_to_matmul,
     "pad-leading-dims": _pad_leading_dims,
+    "block-reductions": _block_reductions,
+    "reassociate-reductions": _reassociate_reductions,
 }
 
 

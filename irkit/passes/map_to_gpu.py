@@ -56,25 +56,15 @@ from irkit.loops import (
     KERNEL_ATTR,
     LAUNCH_ATTR,
     SHARED_SPACE,
+    combiner,
     constant_value,
     require_loop_level,
 )
 from irkit.loops.costs import count_flops
 from irkit.passes.loop_builder import LoopBuilder
 
-"""NVVM's shared-memory address space: what MLIR's gpu-to-nvvm lowering gives workgroup memory."""
 INDEX = IndexType()
 X = gpu.DimensionAttr(gpu.DimensionEnum.X)
-
-COMBINERS: dict[type[Operation], float] = {
-    arith.AddfOp: 0.0,
-    arith.MulfOp: 1.0,
-    arith.MaximumfOp: -math.inf,
-    arith.MinimumfOp: math.inf,
-    arith.MaxnumfOp: -math.inf,
-    arith.MinnumfOp: math.inf,
-}
-"""Associative, commutative combiners a block may reduce with, and their identities."""
 
 MAX_CHECKED_POINTS = 1 << 24
 """Largest iteration domain the rows-mapping proof evaluates; beyond it, flat mapping."""
@@ -149,21 +139,6 @@ def _depends_on(value: SSAValue, target: SSAValue, seen: set[SSAValue] | None = 
         return False
     seen.add(value)
     return any(_depends_on(v, target, seen) for v in value.owner.operands)
-
-
-def combiner(loop: scf.ForOp) -> Operation | None:
-    """The op combining `loop`'s single accumulator with each iteration's value, when it is
-    one of COMBINERS and the accumulator starts at its identity and has no other use."""
-    if len(loop.iter_args) != 1:
-        return None
-    acc = loop.body.block.args[1]
-    yielded = loop.body.block.last_op
-    assert isinstance(yielded, scf.YieldOp)
-    op = yielded.operands[0].owner
-    if type(op) not in COMBINERS or acc not in op.operands or acc.uses.get_length() != 1:
-        return None
-    init = constant_value(loop.iter_args[0])
-    return op if init is not None and float(init) == COMBINERS[type(op)] else None
 
 
 def _block_reduction(nest: Nest) -> scf.ForOp | None:

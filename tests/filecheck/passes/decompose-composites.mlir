@@ -16,10 +16,13 @@ func.func @softmax(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 
 // -----
 
-// Layer norm is two-pass: the variance is the mean of squared deviations from the mean.
+// Layer norm is two-pass: the variance is the mean of squared deviations from the mean,
+// whose rounding is corrected by the mean of the deviations.
 // CHECK-LABEL: func.func @layer_norm
 // CHECK-NEXT:    %[[M:.*]] = graph.reduce_mean %x axes = [1, 2] keepdims = true
-// CHECK-NEXT:    %[[D:.*]] = graph.sub %x, %[[M]]
+// CHECK-NEXT:    %[[C:.*]] = graph.sub %x, %[[M]]
+// CHECK-NEXT:    %[[CM:.*]] = graph.reduce_mean %[[C]] axes = [1, 2] keepdims = true
+// CHECK-NEXT:    %[[D:.*]] = graph.sub %[[C]], %[[CM]]
 // CHECK-NEXT:    %[[SQ:.*]] = graph.mul %[[D]], %[[D]]
 // CHECK-NEXT:    %[[V:.*]] = graph.reduce_mean %[[SQ]] axes = [1, 2] keepdims = true
 // CHECK-NEXT:    %[[EPS:.*]] = graph.constant dense<1.000000e-03> : tensor<f32>

@@ -1,0 +1,119 @@
+"""f32 reductions on the CPU: accuracy against float64 (block-reductions) and the numeric
+effect of each reduction pass against the reference (real llvmlite JIT)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from xdsl.dialects import arith
+
+import irkit
+from irkit.frontend import parse_source
+from irkit.ir import to_text
+from irkit.pipelines import apply_passes, parse_passes
+from irkit.runtime.check import check
+from irkit.runtime.reference import reference
+
+PIPELINES = ["lower-graph-to-loops", "baseline-cpu", "default-cpu"]
+"""The first leaves block-reductions out: the backend must run it anyway."""
+
+
+def relative_errors(text: str, arrays: list[np.ndarray], spec: str) -> list[float]:
+    module = parse_source(text, "t.graph", ".graph")
+    outs = irkit.compile(module, spec, backend="cpu")(*arrays)
+    refs = reference(module, *arrays)
+    return [
+        float(np.max(np.abs(o.astype(np.float64) - r)) / np.max(np.abs(r)))
+        for o, r in zip(outs, refs, strict=True)
+    ]
+
+
+@pytest.mark.parametrize("n", [10**6, 3 * 10**6 + 7])
+@pytest.mark.parametrize("values", ["uniform", "offset-normal", "constant"])
+@pytest.mark.parametrize("spec", PIPELINES)
+def test_long_f32_sums_stay_within_1e_5_of_float64(n: int, values: str, spec: str) -> None:
+    # a sequential f32 sum of 3M copies of 0.1 is off by 3e-2; of uniform values by 4e-5
+    rng = np.random.default_rng(n)
+    x = {
+        "uniform": lambda: rng.random(n),
+        "offset-normal": lambda: rng.standard_normal(n) + 0.1,
+        "constant": lambda: np.full(n, 0.1),
+    }[values]().astype(np.float32)
+    text = f"model s\ninput x : f32[{n}]\noutput y = reduce_sum(x, axes=[0])\n"
+    text += "output z = reduce_mean(x, axes=[0])\n"
+    assert max(relative_errors(text, [x], spec)) < 1e-5
+
+
+@pytest.mark.parametrize("spread", [1e-2, 1e-3, 1e-4, 1e-5])
+@pytest.mark.parametrize("spec", PIPELINES)
+def test_layer_norm_of_nearly_equal_values(spread: float, spec: str) -> None:
+    # issue 23's case: over axes [0, 1] of a [1024, 33] tensor the mean was summed element
+    # by element, and the normalized values came out far from float64
+    rng = np.random.default_rng(7)
+    x = (3.0 * (1.0 + spread * rng.standard_normal((1024, 33)))).astype(np.float32)
+    gamma, beta = np.ones_like(x), np.zeros_like(x)
+    text = (
+        "model l\ninput x : f32[1024, 33]\nparam g : f32[1024, 33]\nparam b : f32[1024, 33]\n"
+        "output y = layer_norm(x, g, b, axes=[0, 1], eps=0)\n"
+    )
+    assert max(relative_errors(text, [x, gamma, beta], spec)) < 1e-5
+
+
+CASES = {
+    "row-with-rest": "input x : f32[6, 600]\noutput y = reduce_sum(x, axes=[1])",
+    "whole-blocks": "input x : f32[3, 1024]\noutput y = reduce_mean(x, axes=[-1])",
+    "column": "input x : f32[5000, 3]\noutput y = reduce_sum(x, axes=[0])",
+    "two-axes": "input x : f32[300, 33]\noutput y = reduce_mean(x, axes=[0, 1], keepdims=true)",
+    "outer-and-inner": "input x : f32[40, 7, 90]\noutput y = reduce_sum(x, axes=[0, 2])",
+    "softmax": "input x : f32[4, 3001]\noutput y = softmax(x, axis=-1)",
+    "layer-norm": "input x : f32[2, 1500]\nparam g : f32[1500]\nparam b : f32[1500]\n"
+    "output y = layer_norm(x, g, b, axes=[-1], eps=1e-5)",
+    "long-dot": "input a : f32[3, 2000]\nparam w : f32[2000, 5]\noutput y = matmul(a, w)",
+    "max": "input x : f32[4, 5000]\noutput y = reduce_max(x, axes=[1])",
+    "f16": "input x : f16[2, 3000]\noutput y = reduce_sum(x, axes=[1])",
+    "f64": "input x : f64[2, 3000]\noutput y = reduce_sum(x, axes=[1])",
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "lower-graph-to-loops,block-reductions{block=1}",
+        "lower-graph-to-loops,block-reductions{block=7}",
+        "lower-graph-to-loops,block-reductions",
+        "lower-graph-to-loops,block-reductions{block=100000}",
+        "lower-graph-to-loops,reassociate-reductions",
+        "fuse-kernels,lower-graph-to-loops,block-reductions,reassociate-reductions",
+    ],
+)
+def test_reduction_passes_match_the_reference(case: str, spec: str) -> None:
+    module = parse_source(f"model r\n{CASES[case]}\n", "r.graph", ".graph")
+    checks, _ = check(irkit.compile(module, spec, backend="cpu"), module, seed=len(case))
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
+
+
+def test_block_reductions_changes_nothing_run_twice() -> None:
+    module = parse_source(f"model r\n{CASES['outer-and-inner']}\n", "r.graph", ".graph")
+    once = apply_passes(module, parse_passes("lower-graph-to-loops,block-reductions"))
+    twice = apply_passes(once.clone(), parse_passes("block-reductions"))
+    assert to_text(once) == to_text(twice)
+    assert any(str(op.result.type) == "f64" for op in once.walk() if isinstance(op, arith.ExtFOp))
+
+
+def test_reassociate_marks_only_innermost_combiners() -> None:
+    module = parse_source(f"model r\n{CASES['row-with-rest']}\n", "r.graph", ".graph")
+    spec = "lower-graph-to-loops,block-reductions,reassociate-reductions"
+    out = apply_passes(module, parse_passes(spec))
+    adds = [op for op in out.walk() if isinstance(op, arith.AddfOp)]
+    marked = {str(op.result.type) for op in adds if "reassoc" in str(op.fastmath)}
+    assert marked == {"f32"}  # the two f32 block sums; the f64 sum of blocks stays in order
+    assert any("reassoc" not in str(op.fastmath) for op in adds if str(op.result.type) == "f64")
+
+
+def test_block_option_is_checked() -> None:
+    with pytest.raises(irkit.IrkitError, match="block"):
+        apply_passes(
+            parse_source(f"model r\n{CASES['max']}\n", "r.graph", ".graph"),
+            parse_passes("lower-graph-to-loops,block-reductions{block=0}"),
+        )
