@@ -71,6 +71,7 @@ PIPELINES: dict[str, Pipeline] = {
             "pad-leading-dims",
             "cpu-tile-matmul",
             "expand-math",
+            "cpu-fuse-rows",
             "block-reductions",
             "reassociate-reductions",
             "cpu-parallelize",
@@ -81,6 +82,7 @@ PIPELINES: dict[str, Pipeline] = {
                 "pad-leading-dims",
                 "cpu-tile-matmul",
                 "expand-math",
+                "cpu-fuse-rows",
                 "reassociate-reductions",
                 "cpu-parallelize",
             }
@@ -88,7 +90,7 @@ PIPELINES: dict[str, Pipeline] = {
         "the optimized CPU pipeline: graph cleanup, NHWC convolutions as im2col matmuls, "
         "transpose and constant folding, fusion into kernel regions, loops, padded row "
         "strides of intermediates, register-blocked vector matmuls, vectorizable exp, "
-        "f32 sums in blocks added in f64, vectorized reductions, large loops on all CPUs (IRKIT_NUM_THREADS=1 for one thread)",
+        "softmax/layer_norm phases run row by row, f32 sums in blocks added in f64, vectorized reductions, large loops on all CPUs (IRKIT_NUM_THREADS=1 for one thread)",
     ),
     "default-cuda": Pipeline(
         "default-cuda",

@@ -71,7 +71,7 @@ func.func @f(%x: tensor<5x9xf32>, %b: tensor<9xf32>) -> (tensor<5x9xf32>, tensor
 
 def test_a_kernel_region_is_one_kernel_with_scratch_for_its_reductions() -> None:
     module = parse_mlir(FUSED, "fused.mlir")
-    exe = irkit.compile(module, backend="cpu")
+    exe = irkit.compile(module, "lower-graph-to-loops", backend="cpu")
     assert [k.name for k in exe.kernels] == ["k0_add_softmax_reduce_sum"]
     kfn = next(
         op

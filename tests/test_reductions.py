@@ -117,3 +117,33 @@ def test_block_option_is_checked() -> None:
             parse_source(f"model r\n{CASES['max']}\n", "r.graph", ".graph"),
             parse_passes("lower-graph-to-loops,block-reductions{block=0}"),
         )
+
+
+ROW_CASES = {
+    "softmax": "input x : f32[64, 200]\noutput y = softmax(x, axis=-1)",
+    "softmax-3d": "input x : f32[4, 5, 60]\noutput y = softmax(x, axis=-1)",
+    "softmax-axis-0": "input x : f32[64, 20]\noutput y = softmax(x, axis=0)",
+    "layer-norm": "input x : f32[16, 300]\nparam g : f32[300]\nparam b : f32[300]\n"
+    "output y = layer_norm(x, g, b, axes=[-1], eps=1e-5)",
+    "layer-norm-2-axes": "input x : f32[3, 16, 30]\nparam g : f32[16, 30]\nparam b : f32[16, 30]\n"
+    "output y = layer_norm(x, g, b, axes=[-2, -1], eps=1e-5)",
+    "normalize": "input x : f32[8, 9, 70]\n"
+    "output y = x / reduce_sum(x * x, axes=[-1], keepdims=true) + reduce_max(x, axes=[-1], keepdims=true)",
+}
+
+
+@pytest.mark.parametrize("case", sorted(ROW_CASES))
+def test_cpu_fuse_rows_is_bit_identical(case: str) -> None:
+    """Row by row, every element is computed by the same ops in the same order."""
+    module = parse_source(f"model r\n{ROW_CASES[case]}\n", "r.graph", ".graph")
+    base = "fuse-kernels,lower-graph-to-loops"
+    fused = apply_passes(module.clone(), parse_passes(base + ",cpu-fuse-rows"))
+    loops = [o for o in fused.walk() if type(o).__name__ == "ParallelOp"]
+    assert (len(loops) == 1) == (case != "softmax-axis-0"), case
+    inputs = [np.random.default_rng(3).standard_normal(a.type.get_shape()).astype(np.float32)
+              for a in module.body.block.first_op.args]  # fmt: skip
+    outs = [irkit.compile(module, spec, backend="cpu")(*inputs) for spec in (base, base + ",cpu-fuse-rows")]
+    for a, b in zip(*outs, strict=True):
+        assert np.array_equal(a, b, equal_nan=True), case
+    checks, _ = check(irkit.compile(module, base + ",cpu-fuse-rows", backend="cpu"), module, seed=1)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]

@@ -102,6 +102,12 @@ def _reassociate_reductions() -> type[ModulePass]:
     return ReassociateReductionsPass
 
 
+def _cpu_fuse_rows() -> type[ModulePass]:
+    from irkit.passes.cpu_fuse_rows import CpuFuseRowsPass
+
+    return CpuFuseRowsPass
+
+
 IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "decompose-composites": _decompose_composites,
     "lower-graph-to-loops": _lower_graph_to_loops,
@@ -116,6 +122,7 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "conv-layout": _conv_layout,
     "conv-to-matmul": _conv_to_matmul,
     "pad-leading-dims": _pad_leading_dims,
+    "cpu-fuse-rows": _cpu_fuse_rows,
     "block-reductions": _block_reductions,
     "reassociate-reductions": _reassociate_reductions,
 }

@@ -81,8 +81,9 @@ from xdsl.passes import ModulePass
 from irkit.errors import require
 from irkit.loops import KERNEL_ATTR, LAUNCH_ATTR, SHARED_SPACE, require_loop_level
 from irkit.loops.costs import count_flops
+from irkit.loops.rows import nests_of
 from irkit.passes.contraction import MatmulNest, match_matmul
-from irkit.passes.map_to_gpu import X, _Builder, _nests, _new_kernel, launch_attr
+from irkit.passes.map_to_gpu import X, _Builder, _new_kernel, launch_attr
 
 MAX_THREADS = 1024
 VECTOR_BYTES = 16
@@ -118,7 +119,7 @@ class GpuTileMatmulPass(ModulePass):
                 continue
             if LAUNCH_ATTR in fn.attributes:
                 continue
-            constants, nests = _nests(fn)
+            constants, nests = nests_of(fn, "gpu-tile-matmul")
             if len(nests) != 1 or len(nests[0].ops) != 1:
                 continue
             loop = nests[0].ops[0]

@@ -31,9 +31,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import arith, func, gpu, memref, scf
 from xdsl.dialects.builtin import (
@@ -61,241 +60,11 @@ from irkit.loops import (
     require_loop_level,
 )
 from irkit.loops.costs import count_flops
+from irkit.loops.rows import Nest, nests_of, row_prefixes, rows_legal
 from irkit.passes.loop_builder import LoopBuilder
 
 INDEX = IndexType()
 X = gpu.DimensionAttr(gpu.DimensionEnum.X)
-
-MAX_CHECKED_POINTS = 1 << 24
-"""Largest iteration domain the rows-mapping proof evaluates; beyond it, flat mapping."""
-
-
-# --- analysis ------------------------------------------------------------------------------
-
-
-@dataclass
-class Nest:
-    """One unit of a kernel's work: a `scf.parallel` nest, or a run of plain ops (rank 0)."""
-
-    ops: list[Operation]
-    extents: tuple[int, ...] = ()
-    ivs: tuple[SSAValue, ...] = ()
-    body: list[Operation] = field(default_factory=list)
-    reduction: scf.ForOp | None = None
-
-    @property
-    def points(self) -> int:
-        return math.prod(self.extents)
-
-
-def _nests(fn: func.FuncOp) -> tuple[list[arith.ConstantOp], list[Nest]]:
-    constants: list[arith.ConstantOp] = []
-    nests: list[Nest] = []
-    bare: list[Operation] = []
-
-    def flush() -> None:
-        if bare:
-            nests.append(Nest(list(bare), body=list(bare)))
-            bare.clear()
-
-    for op in fn.body.block.ops:
-        if isinstance(op, arith.ConstantOp):
-            constants.append(op)
-        elif isinstance(op, func.ReturnOp):
-            break
-        elif isinstance(op, scf.ParallelOp):
-            flush()
-            bounds = [*op.lowerBound, *op.upperBound, *op.step]
-            values = [constant_value(v) for v in bounds]
-            n = len(op.upperBound)
-            if (
-                any(v is None for v in values)
-                or any(values[i] != 0 for i in range(n))
-                or any(values[2 * n + i] != 1 for i in range(n))
-            ):
-                raise IrkitError(
-                    f"map-to-gpu: @{fn.sym_name.data} has a scf.parallel without constant "
-                    "zero-based unit-step bounds"
-                )
-            body = [o for o in op.body.block.ops if not isinstance(o, scf.ReduceOp)]
-            nests.append(
-                Nest(
-                    [op], tuple(int(v) for v in values[n : 2 * n]), tuple(op.body.block.args), body
-                )  # type: ignore[arg-type]
-            )
-        else:
-            bare.append(op)
-    flush()
-    for nest in nests:
-        nest.reduction = _block_reduction(nest)
-    return constants, nests
-
-
-def _depends_on(value: SSAValue, target: SSAValue, seen: set[SSAValue] | None = None) -> bool:
-    if value is target:
-        return True
-    seen = seen if seen is not None else set()
-    if value in seen or not isinstance(value.owner, Operation):
-        return False
-    seen.add(value)
-    return any(_depends_on(v, target, seen) for v in value.owner.operands)
-
-
-def _block_reduction(nest: Nest) -> scf.ForOp | None:
-    """The nest's reduction loop when a block of threads can share it: the only loop in the
-    nest, zero-based with unit step, combined by a COMBINER, and not a contraction (a loop
-    reading two buffers along its index, like matmul, is better one output per thread)."""
-    loops = [op for op in nest.body if isinstance(op, scf.ForOp)]
-    nested = [o for op in nest.body for o in op.walk() if isinstance(o, scf.ForOp | scf.ParallelOp)]
-    if len(loops) != 1 or len(nested) != 1:
-        return None
-    loop = loops[0]
-    if (
-        constant_value(loop.lb) != 0
-        or constant_value(loop.step) != 1
-        or constant_value(loop.ub) is None
-    ):
-        return None
-    if combiner(loop) is None:
-        return None
-    iv = loop.body.block.args[0]
-    streamed = {
-        o.memref
-        for o in loop.walk()
-        if isinstance(o, memref.LoadOp) and any(_depends_on(i, iv) for i in o.indices)
-    }
-    return loop if len(streamed) <= 1 else None
-
-
-class _NotEvaluable(Exception):
-    pass
-
-
-_INT_OPS = {
-    arith.AddiOp: np.add,
-    arith.SubiOp: np.subtract,
-    arith.MuliOp: np.multiply,
-    arith.DivUIOp: np.floor_divide,
-    arith.RemUIOp: np.remainder,
-    arith.MaxSIOp: np.maximum,
-    arith.MinSIOp: np.minimum,
-}
-
-
-def _evaluate(value: SSAValue, env: dict[SSAValue, np.ndarray]) -> np.ndarray:
-    """An index value over the whole iteration domain (numpy broadcasting)."""
-    if value in env:
-        return env[value]
-    op = value.owner
-    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
-        out = np.array(op.value.value.data, dtype=np.int64)
-    elif type(op) in _INT_OPS:
-        a, b = (_evaluate(v, env) for v in op.operands)
-        out = _INT_OPS[type(op)](a, b)
-    elif isinstance(op, arith.IndexCastOp):
-        out = _evaluate(op.operands[0], env)
-    else:
-        raise _NotEvaluable(getattr(op, "name", "a block argument"))
-    env[value] = out
-    return out
-
-
-def _domain(nest: Nest, op: Operation) -> dict[SSAValue, np.ndarray] | None:
-    """Index arrays for the nest's ivs and the loop ivs around `op`, broadcastable over the
-    domain; None when the domain is too large to evaluate."""
-    loops = []
-    parent = op.parent_op()
-    while parent is not None and parent not in nest.ops:
-        if isinstance(parent, scf.ForOp):
-            lb, ub = constant_value(parent.lb), constant_value(parent.ub)
-            if lb is None or ub is None or constant_value(parent.step) != 1:
-                raise _NotEvaluable("a loop with non-constant bounds")
-            loops.append((parent.body.block.args[0], int(lb), int(ub)))
-        parent = parent.parent_op()
-    axes = [(iv, 0, e) for iv, e in zip(nest.ivs, nest.extents, strict=True)] + loops
-    if math.prod(hi - lo for _, lo, hi in axes) > MAX_CHECKED_POINTS:
-        return None
-    env = {}
-    for k, (iv, lo, hi) in enumerate(axes):
-        shape = [1] * len(axes)
-        shape[k] = hi - lo
-        env[iv] = np.arange(lo, hi, dtype=np.int64).reshape(shape)
-    return env
-
-
-def _rows_legal(nests: Sequence[Nest], prefixes: Sequence[int]) -> bool:
-    """Whether each element of every buffer the kernel writes is written and read by one row
-    only (exactly, over the iteration domain), so blocks need no synchronization."""
-    accesses = [
-        (nest, p, op)
-        for nest, p in zip(nests, prefixes, strict=True)
-        for top in nest.body
-        for op in top.walk()
-        if isinstance(op, memref.LoadOp | memref.StoreOp)
-    ]
-    written = {op.memref for _, _, op in accesses if isinstance(op, memref.StoreOp)}
-    owner: dict[SSAValue, np.ndarray] = {}
-    try:
-        for kind in (memref.StoreOp, memref.LoadOp):
-            for nest, p, op in accesses:
-                if not isinstance(op, kind) or op.memref not in written:
-                    continue
-                env = _domain(nest, op)
-                if env is None:
-                    return False
-                t = op.memref.type
-                assert isinstance(t, MemRefType)
-                shape = t.get_shape()
-                strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
-                flat = sum(
-                    (_evaluate(i, env) * s for i, s in zip(op.indices, strides, strict=True)),
-                    np.zeros((), np.int64),
-                )
-                row = np.zeros((), np.int64)
-                for iv, e in zip(nest.ivs[:p], nest.extents[:p], strict=True):
-                    row = row * e + env[iv]
-                flat, row = np.broadcast_arrays(flat, row)
-                table = owner.setdefault(op.memref, np.full(math.prod(shape), -1, np.int64))
-                if kind is memref.StoreOp:
-                    if np.any((table[flat] != -1) & (table[flat] != row)):
-                        return False
-                    table[flat.ravel()] = row.ravel()
-                    # two rows storing one element in the same nest
-                    if np.any(table[flat] != row):
-                        return False
-                elif np.any((table[flat] != -1) & (table[flat] != row)):
-                    return False
-    except _NotEvaluable:
-        return False
-    return True
-
-
-def _row_prefixes(nests: Sequence[Nest]) -> list[int] | None:
-    """For each nest, how many leading extents make up the row (their product is the same
-    for all nests); None when the nests do not share rows."""
-    reducing = [n for n in nests if n.reduction is not None]
-    if not reducing:
-        return None
-    rows = reducing[0].points
-    prefixes = []
-    for nest in nests:
-        has_loop = any(isinstance(o, scf.ForOp) for top in nest.body for o in top.walk())
-        if nest.reduction is not None:
-            if nest.points != rows:
-                return None
-            prefixes.append(len(nest.extents))
-            continue
-        if has_loop:
-            return None
-        p = next(
-            (k for k in range(len(nest.extents) + 1) if math.prod(nest.extents[:k]) == rows),
-            None,
-        )
-        if p is None:
-            return None
-        prefixes.append(p)
-    return prefixes
-
 
 # --- building ------------------------------------------------------------------------------
 
@@ -594,10 +363,10 @@ def map_kernel(
     fn: func.FuncOp, module: ModuleOp, block_size: int = 256, rows: bool = True
 ) -> list[func.FuncOp]:
     """GPU kernels for one loop-level kernel, in launch order (not yet inserted)."""
-    constants, nests = _nests(fn)
+    constants, nests = nests_of(fn, "map-to-gpu")
     if rows:
-        prefixes = _row_prefixes(nests)
-        if prefixes is not None and _rows_legal(nests, prefixes):
+        prefixes = row_prefixes(nests)
+        if prefixes is not None and rows_legal(nests, prefixes):
             return [_rows_kernel(fn, constants, nests, prefixes, block_size, module)]
     name = fn.sym_name.data
     if len(nests) == 1:
