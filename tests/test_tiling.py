@@ -4,6 +4,8 @@ the lockstep interpretation). Shapes are chosen so that every remainder path run
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from xdsl.dialects import vector
@@ -131,6 +133,44 @@ def test_expanded_exp_is_within_two_ulp_over_the_f32_range() -> None:
     assert np.isnan(y[0]) and y[1] == np.inf and y[2] == 0.0 and y[3] == 1.0 and y[4] == 1.0
 
 
+def f32_samples() -> np.ndarray:
+    """2^20 random f32 bit patterns (every exponent), dense samples in [-5, 5] and near 0,
+    and the special values."""
+    rng = np.random.default_rng(0)
+    patterns = rng.integers(0, 2**32, 1 << 20, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.1754944e-38, 3.4e38,
+                0.625, -0.625, 4.0, -4.0, 1e-4, -1e-4]  # fmt: skip
+    return np.concatenate([
+        patterns, rng.uniform(-5, 5, 1 << 19).astype(np.float32),
+        rng.uniform(-1e-3, 1e-3, 1 << 17).astype(np.float32), np.array(specials, np.float32),
+    ])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "fn,exact,bound",
+    [("tanh", np.tanh, 1), ("erf", np.vectorize(math.erf, otypes=[float]), 7), ("log", np.log, 1)],
+)
+def test_expanded_math_is_within_its_ulp_bound(fn: str, exact, bound: int) -> None:
+    x = f32_samples()
+    module = parse_source(
+        f"model e\ninput x : f32[{len(x)}]\noutput y = {fn}(x)\n", "e.graph", ".graph"
+    )
+    expanded = apply_passes(module.clone(), parse_passes("lower-graph-to-loops,expand-math"))
+    assert not any(op.name == f"math.{fn}" for op in expanded.walk())
+    y = irkit.compile(module, "lower-graph-to-loops,expand-math", backend="cpu")(x)[0]
+    with np.errstate(all="ignore"):
+        wide = exact(x.astype(np.float64))
+        rounded = wide.astype(np.float32)
+    assert np.array_equal(np.isnan(y), np.isnan(rounded))  # NaN in, negatives for log
+    infinite = np.isinf(rounded)
+    assert np.array_equal(y[infinite], rounded[infinite])
+    normal = np.isfinite(rounded) & (np.abs(rounded) >= np.finfo(np.float32).tiny)
+    ulp = np.abs(y[normal].view(np.int32).astype(np.int64) - rounded[normal].view(np.int32))
+    assert ulp.max() <= bound, ulp.max()
+    tiny = np.isfinite(rounded) & ~normal
+    assert not tiny.any() or np.abs(y[tiny] - wide[tiny]).max() < 2e-38
+
+
 def test_expand_math_runs_on_the_gpu_path_too() -> None:
     """The CUDA printer and the lockstep interpretation know the ops the expansion uses."""
     module = irkit.load("examples/softmax.graph", {"R": 4, "C": 40})
@@ -139,6 +179,21 @@ def test_expand_math_runs_on_the_gpu_path_too() -> None:
     source = "".join(kernel_source(mapped, k) for k in gpu_kernels(mapped))
     assert "__int_as_float(" in source and "floorf(" in source and "expf(" not in source
     assert_matches(module, spec, "cuda-sim")
+    # tanh (through GELU), erf and log: bit shifts and masks too
+    module = parse_source(
+        "model m\ninput x : f32[4, 33]\noutput y = gelu(x) + tanh(x) + log(abs(x) + 2)\n",
+        "m.graph", ".graph",
+    )  # fmt: skip
+    mapped = apply_passes(module.clone(), parse_passes(spec))
+    source = "".join(kernel_source(mapped, k) for k in gpu_kernels(mapped))
+    assert ">>" in source and "erff(" not in source and "tanhf(" not in source
+    assert_matches(module, spec, "cuda-sim")
+    for approximate in ("tanh", "none"):
+        gelu = parse_source(
+            f"model g\ninput x : f32[5, 40]\noutput y = gelu(x, approximate=\"{approximate}\")\n",
+            "g.graph", ".graph",
+        )  # fmt: skip
+        assert_matches(gelu, "fuse-kernels,lower-graph-to-loops,expand-math", "cpu")
 
 
 # --- gpu-tile-matmul ---------------------------------------------------------------------

@@ -47,7 +47,7 @@ class CPrinter:
         arith.AddfOp: "+", arith.SubfOp: "-", arith.MulfOp: "*", arith.DivfOp: "/",
         arith.AddiOp: "+", arith.SubiOp: "-", arith.MuliOp: "*", arith.DivSIOp: "/",
         arith.RemSIOp: "%", arith.AndIOp: "&", arith.OrIOp: "|", arith.XOrIOp: "^",
-        arith.ShLIOp: "<<",
+        arith.ShLIOp: "<<", arith.ShRSIOp: ">>",
     }  # fmt: skip
     UNSIGNED_INFIX: dict[type[Operation], str] = {arith.DivUIOp: "/", arith.RemUIOp: "%"}
     CALLS: dict[type[Operation], tuple[str, str]] = {

@@ -77,7 +77,7 @@ BINARY: dict[type[Operation], Callable[[Any, Any], Any]] = {
     arith.RemUIOp: np.remainder, arith.DivSIOp: _divsi, arith.RemSIOp: np.fmod,
     arith.MaxSIOp: np.maximum, arith.MinSIOp: np.minimum, arith.AndIOp: np.bitwise_and,
     arith.OrIOp: np.bitwise_or, arith.XOrIOp: np.bitwise_xor, xmath.PowFOp: np.power,
-    arith.ShLIOp: np.left_shift,
+    arith.ShLIOp: np.left_shift, arith.ShRSIOp: np.right_shift,
 }  # fmt: skip
 UNARY: dict[type[Operation], Callable[[Any], Any]] = {
     xmath.ExpOp: np.exp, xmath.LogOp: np.log, xmath.SqrtOp: np.sqrt, xmath.AbsFOp: np.abs,
