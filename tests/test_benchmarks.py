@@ -32,6 +32,26 @@ def test_cpu_targets_prints_ratios_and_verdicts(tmp_path: Path) -> None:
         assert rec["verdict"] in (("met", "median", "NOT MET") if has_target else ("no target",))
 
 
+@pytest.mark.slow
+def test_cpu_peers_checks_both_then_times_them_against_onnxruntime(tmp_path: Path) -> None:
+    out = tmp_path / "p.jsonl"
+    only = ["--only", "layernorm", "--only", "transformer_block", "--only", "conv_block"]
+    r = subprocess.run(
+        [sys.executable, "benchmarks/cpu_peers.py", "--quick", "--budget", "0.3", *only,
+         "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "ort/irkit > 1 means irkit is faster" in r.stdout
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [rec["workload"] for rec in records] == ["layernorm", "transformer_block", "conv_block"]
+    for rec in records:
+        assert all(c["passed"] for c in rec["checks"])
+        s = rec["speedup_vs_onnxruntime"]
+        assert s["ci_low"] <= s["median"] <= s["ci_high"]
+        assert rec["onnxruntime"] and rec["fingerprint"]["cpu"]
+
+
 def test_gpu_targets_needs_a_device() -> None:
     from irkit.runtime import BACKENDS
 

@@ -1,0 +1,228 @@
+"""irkit's CPU pipeline against onnxruntime on the examples, measured in one run (issue 23).
+
+    pip install -e '.[peers]'
+    python benchmarks/cpu_peers.py [--quick] [--threads 1] [-p default-cpu] [--out FILE]
+
+Each workload is an example `.graph` at issue 23's sizes and the same computation as an ONNX
+graph built here with `onnx.helper` (standard operators: LayerNormalization, Softmax, Gelu,
+Conv, BatchNormalization...), the model's params given to onnxruntime as initializers (how a
+model is deployed: onnxruntime may pre-pack them once) and to irkit as inputs bound once.
+irkit's result is checked against the float64 reference first and onnxruntime's against
+irkit's (a wrong result is never timed); then both run in interleaved, randomly ordered
+rounds on the same inputs, `--threads` each (IRKIT_NUM_THREADS; onnxruntime's intra-op
+pool, inter-op 1). Printed: medians with 95% CIs and the ratio onnxruntime / irkit paired by
+round (> 1: irkit faster) with its CI; `--out` appends one record per workload with the
+host fingerprint. XLA (jax) is not installed here: the issue's XLA column is not measured.
+"""
+
+from __future__ import annotations  # noqa: I001 (cpu_baseline sets thread counts before numpy)
+
+import json
+import sys
+
+from cpu_baseline import THREADS, _ms, benchmark_parser  # sets thread counts before numpy
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import irkit  # noqa: E402
+from irkit.measure.fingerprint import host_fingerprint  # noqa: E402
+from irkit.measure.stats import ratio_ci  # noqa: E402
+from irkit.measure.timers import time_interleaved  # noqa: E402
+from irkit.runtime.check import check  # noqa: E402
+
+OPSET = 20  # Gelu
+
+
+def _node(op: str, inputs: list[str], output: str, **attrs) -> onnx.NodeProto:
+    return helper.make_node(op, inputs, [output], **attrs)
+
+
+def _const(name: str, value: float) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(value, np.float32), name)
+
+
+def softmax(d: dict) -> list:
+    return [_node("Softmax", ["x"], "y", axis=-1)]
+
+
+def layernorm(d: dict) -> list:
+    return [_node("LayerNormalization", ["x", "gamma", "beta"], "y", axis=-1, epsilon=1e-5)]
+
+
+def gemm(d: dict) -> list:
+    return [_node("MatMul", ["a", "b"], "c")]
+
+
+def elementwise_chain(d: dict) -> list:
+    return [
+        _node("Add", ["x", "bias"], "t0"), _node("Mul", ["t0", "y"], "t1"),
+        _node("Relu", ["t1"], "t2"), _node("Sub", ["t2", "x"], "t3"),
+        _node("Sigmoid", ["t3"], "t4"), _node("Mul", ["t4", "two"], "z"),
+    ]  # fmt: skip
+
+
+def mlp(d: dict) -> list:
+    return [
+        _node("MatMul", ["x", "w1"], "h0"), _node("Add", ["h0", "b1"], "h1"),
+        _node("Gelu", ["h1"], "h"), _node("MatMul", ["h", "w2"], "y"),
+    ]  # fmt: skip
+
+
+def conv_block(d: dict) -> list:
+    return [
+        _node("Conv", ["x", "w"], "c", pads=[1, 1, 1, 1], strides=[1, 1]),
+        _node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], "b", epsilon=1e-5),
+        _node("Relu", ["b"], "r"),
+        _node("MaxPool", ["r"], "y", kernel_shape=[2, 2], strides=[2, 2]),
+    ]  # fmt: skip
+
+
+def transformer_block(d: dict) -> list:
+    b, s, dm = d["B"], d["S"], d["D"]
+    shape = lambda name, dims: numpy_helper.from_array(np.array(dims, np.int64), name)  # noqa: E731
+    return [
+        shape("bsd", [b, s, dm]), shape("nd", [b * s, dm]), _const("scale", 0.08838834764831845),
+        _node("LayerNormalization", ["x", "ln1_g", "ln1_b"], "ln1", axis=-1, epsilon=1e-5),
+        _node("Reshape", ["ln1", "nd"], "h"),
+        *(n for w in ("q", "k", "v") for n in (
+            _node("MatMul", ["h", f"w{w}"], f"{w}0"), _node("Reshape", [f"{w}0", "bsd"], w))),
+        _node("Transpose", ["k"], "kt", perm=[0, 2, 1]),
+        _node("MatMul", ["q", "kt"], "s0"), _node("Mul", ["s0", "scale"], "scores"),
+        _node("Softmax", ["scores"], "p", axis=-1), _node("MatMul", ["p", "v"], "a0"),
+        _node("Reshape", ["a0", "nd"], "attn"), _node("MatMul", ["attn", "wo"], "o0"),
+        _node("Reshape", ["o0", "bsd"], "o"), _node("Add", ["x", "o"], "x1"),
+        _node("LayerNormalization", ["x1", "ln2_g", "ln2_b"], "ln2", axis=-1, epsilon=1e-5),
+        _node("Reshape", ["ln2", "nd"], "h2"), _node("MatMul", ["h2", "w1"], "m0"),
+        _node("Add", ["m0", "b1"], "m1"), _node("Gelu", ["m1"], "m"),
+        _node("MatMul", ["m", "w2"], "f0"), _node("Add", ["f0", "b2"], "f1"),
+        _node("Reshape", ["f1", "bsd"], "f"), _node("Add", ["x1", "f"], "y"),
+    ]  # fmt: skip
+
+
+WORKLOADS = {
+    # name: (example, dims, quick dims, ONNX graph, extra constants)
+    "gemm": ("gemm", {"M": 1024, "N": 1024, "K": 1024}, {"M": 128, "N": 128, "K": 128}, gemm, {}),
+    "elementwise_chain": ("elementwise_chain", {"N": 1024, "D": 1024}, {"N": 128, "D": 256},
+                          elementwise_chain, {"two": 2.0}),
+    "conv_block": ("conv_block", {}, {"N": 1, "H": 16}, conv_block, {}),
+    "mlp": ("mlp", {"B": 64, "D": 1024, "F": 4096}, {"B": 8, "D": 64, "F": 256}, mlp, {}),
+    "layernorm": ("layernorm", {"T": 512, "H": 768}, {"T": 32, "H": 96}, layernorm, {}),
+    "transformer_block": ("transformer_block", {}, {"B": 1, "S": 16, "D": 32, "F": 64},
+                          transformer_block, {}),
+    "softmax": ("softmax", {"R": 512, "C": 1024}, {"R": 32, "C": 128}, softmax, {}),
+}  # fmt: skip
+
+
+def onnx_session(name: str, dims: dict, exe, inputs: list[np.ndarray], params: set[str]):
+    """An onnxruntime session for the workload; the model's params as initializers."""
+    import onnxruntime as ort
+
+    _, _, _, build, consts = WORKLOADS[name]
+    nodes = build(dims)
+    initializers = [n for n in nodes if isinstance(n, onnx.TensorProto)]
+    nodes = [n for n in nodes if isinstance(n, onnx.NodeProto)]
+    initializers += [_const(k, v) for k, v in consts.items()]
+    feeds, graph_inputs = {}, []
+    for spec, array in zip(exe.inputs, inputs, strict=True):
+        if spec.name in params:
+            initializers.append(numpy_helper.from_array(array, spec.name))
+        else:
+            feeds[spec.name] = array
+            graph_inputs.append(
+                helper.make_tensor_value_info(spec.name, TensorProto.FLOAT, spec.shape)
+            )
+    outputs = [
+        helper.make_tensor_value_info(s.name, TensorProto.FLOAT, s.shape) for s in exe.outputs
+    ]
+    graph = helper.make_graph(nodes, name, graph_inputs, outputs, initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    onnx.checker.check_model(model)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = THREADS
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    return session, feeds, ort.__version__
+
+
+def measure(name: str, quick: bool, pipeline: str, budget: float) -> dict:
+    example, dims, quick_dims, _, _ = WORKLOADS[name]
+    dims = quick_dims if quick else dims
+    module = irkit.load(f"examples/{example}.graph", dims)
+    exe = irkit.compile(module, pipeline, backend="cpu")
+    checks, inputs = check(exe, module, seed=0)
+    if not all(c.passed for c in checks):
+        raise SystemExit(
+            f"{name}: irkit's result is wrong; not timed: {[c.describe() for c in checks]}"
+        )
+    lines = open(f"examples/{example}.graph").read().splitlines()
+    params = {line.split()[1] for line in lines if line.startswith("param ")}
+    session, feeds, version = onnx_session(name, {**_defaults(lines), **dims}, exe, inputs, params)
+    ours = exe(*inputs)
+    theirs = session.run(None, feeds)
+    for a, b in zip(ours, theirs, strict=True):
+        scale = max(float(np.max(np.abs(a))), 1e-30)
+        if float(np.max(np.abs(a - b))) / scale > 1e-3:
+            raise SystemExit(
+                f"{name}: onnxruntime disagrees with irkit ({np.max(np.abs(a - b)):.3g}); not timed"
+            )
+    bound = exe.bind(*inputs)
+    timings = time_interleaved(
+        {"irkit": bound.run_graph, "onnxruntime": lambda: session.run(None, feeds)}, budget_s=budget
+    )
+    speed = ratio_ci(timings["onnxruntime"].samples, timings["irkit"].samples)
+    return {
+        "kind": "irkit.benchmark", "benchmark": "cpu_peers", "workload": name, "dims": dims,
+        "pipeline": exe.pipeline, "threads": THREADS, "onnxruntime": version,
+        "checks": [c.to_json() for c in checks],
+        "irkit": timings["irkit"].to_json(), "onnxruntime_time": timings["onnxruntime"].to_json(),
+        "speedup_vs_onnxruntime": speed.to_json(),
+        "protocol": f"interleaved randomized rounds, perf_counter_ns, warm caches, {THREADS} "
+                    "thread(s) each (IRKIT_NUM_THREADS; onnxruntime intra-op, inter-op 1, "
+                    "ORT_ENABLE_ALL), params as onnxruntime initializers and bound once in irkit, "
+                    "same inputs, irkit checked against float64 and onnxruntime against irkit first",
+        "fingerprint": host_fingerprint(),
+    }  # fmt: skip
+
+
+def _defaults(lines: list[str]) -> dict:
+    """An example's declared dims (its `dim NAME = VALUE` lines)."""
+    out = {}
+    for line in lines:
+        if line.startswith("dim "):
+            name, value = line[4:].split("#")[0].split("=")
+            out[name.strip()] = int(value)
+    return out
+
+
+def main() -> int:
+    parser = benchmark_parser(__doc__, "default-cpu")
+    parser.add_argument(
+        "--only", action="append", choices=sorted(WORKLOADS), help="workload(s) to run"
+    )
+    args = parser.parse_args()
+    budget = args.budget or (1.0 if args.quick else 10.0)
+    print(f"{'workload':18} {'irkit (median, 95% CI)':>28} {'onnxruntime':>28} {'ort/irkit':>22}")
+    for name in args.only or WORKLOADS:
+        rec = measure(name, args.quick, args.pipeline, budget)
+        it, ort_t, sp = (
+            rec["irkit"]["seconds"],
+            rec["onnxruntime_time"]["seconds"],
+            rec["speedup_vs_onnxruntime"],
+        )
+        print(f"{name:18} {_ms(it):>28} {_ms(ort_t):>28} "
+              f"{sp['median']:6.3f}x [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]", flush=True)  # fmt: skip
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+    print(f"host {host_fingerprint()['cpu']}; {THREADS} thread(s); pipeline {args.pipeline}; "
+          "ort/irkit > 1 means irkit is faster")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
