@@ -82,8 +82,9 @@ def test_cpu_tile_matmul_handles_f64_with_eight_lanes() -> None:
 
 
 def test_cpu_tile_matmul_leaves_other_nests_alone() -> None:
-    """A batched matmul (a 3-D nest) is not the pattern: its nest stays as it was."""
-    text = "model t\ninput a : f32[2, 8, 16]\ninput b : f32[2, 16, 32]\noutput y = batch_matmul(a, b)\n"
+    """A sum of squares (a k loop over one buffer, not A times B) is not the pattern: its nest
+    stays as it was."""
+    text = "model t\ninput a : f32[2, 8, 16]\noutput y = reduce_sum(a * a, axes=[2])\n"
     module = parse_source(text, "t.graph", ".graph")
     spec = "lower-graph-to-loops,cpu-tile-matmul"
     before = apply_passes(module.clone(), parse_passes("lower-graph-to-loops"))
@@ -107,6 +108,34 @@ def test_cpu_tile_matmul_rejects_bad_options(options: str, message: str) -> None
             matmul_model(8, 64, 4),
             parse_passes(f"lower-graph-to-loops,cpu-tile-matmul{{{options}}}"),
         )
+
+
+BATCHED = {
+    "remainders": "input a : f32[2, 13, 7]\ninput b : f32[2, 7, 100]\noutput y = batch_matmul(a, b)",
+    "epilogue": "input a : f32[3, 8, 9]\ninput b : f32[3, 9, 64]\ninput r : f32[3, 8, 64]\n"
+    "output y = relu(batch_matmul(a, b) * 0.5 + r)",
+    "broadcast-a": "input a : f32[1, 13, 7]\ninput b : f32[3, 7, 70]\noutput y = batch_matmul(a, b)",
+    "broadcast-b": "input a : f32[3, 13, 7]\ninput b : f32[1, 7, 70]\noutput y = batch_matmul(a, b)",
+    "unit-batch": "input a : f32[1, 5, 7]\ninput b : f32[4, 7, 33]\noutput y = batch_matmul(a, b)",
+    "rank-4": "input a : f32[2, 3, 9, 5]\ninput b : f32[2, 3, 5, 40]\noutput y = batch_matmul(a, b)",
+    "rank-4-broadcast": "input a : f32[2, 1, 9, 5]\ninput b : f32[1, 3, 5, 40]\n"
+    "output y = batch_matmul(a, b)",
+    "attention": "input q : f32[2, 16, 32]\ninput k : f32[2, 16, 32]\n"
+    "output y = batch_matmul(q, transpose(k, perm=[0, 2, 1])) * 0.17",
+}
+
+
+@pytest.mark.parametrize("case", sorted(BATCHED))
+@pytest.mark.parametrize(
+    "options", ["", "{vector-bits=256 nr=32 mr=4}", "{pack=false}", "{kc=4 min-panels=0}"]
+)
+def test_cpu_tile_matmul_tiles_batch_matmuls(case: str, options: str) -> None:
+    module = parse_source(f"model bm\n{BATCHED[case]}\n", "bm.graph", ".graph")
+    spec = f"fuse-kernels,lower-graph-to-loops,cpu-tile-matmul{options}"
+    tiled = apply_passes(module.clone(), parse_passes(spec))
+    assert any(isinstance(op, vector.FMAOp) for op in tiled.walk())
+    assert_matches(module, spec, "cpu", seed=len(case))
+    assert_matches(module, spec + ",cpu-parallelize{threads=2 min-work=0}", "cpu", seed=len(case))
 
 
 # --- expand-math ---------------------------------------------------------------------------

@@ -15,6 +15,11 @@ epilogue) as
       memref.store %v, %C[%i, %j]
     }
 
+With `batched`, it also matches a batch matmul: leading parallel dims are batch dims, and A,
+B and C are indexed `[batch..., i, k]`, `[batch..., k, j]`, `[batch..., i, j]`, where an
+operand's batch index is a batch iv or a constant 0 (a broadcast batch dim) and C's are the
+batch ivs in order.
+
 `match_matmul` returns that structure or None. It matches only what it can prove the tiling
 passes preserve: one float element type throughout, a constant initial value, the store to
 `C[i, j]` as the nest's only write, and no read of `C` (so the tile passes may use `C` as
@@ -51,6 +56,10 @@ class MatmulNest:
     """The ops after the k loop, the final store included."""
     store: memref.StoreOp
     element_type: Attribute
+    batch: tuple[tuple[SSAValue, int], ...] = ()
+    """Batch ivs and extents, outermost first (empty for a plain matmul)."""
+    prefixes: tuple[tuple[SSAValue, ...], ...] = ((), (), ())
+    """The batch part of A's, B's and C's indices (batch ivs or constant zeros)."""
 
     @property
     def acc(self) -> SSAValue:
@@ -98,9 +107,11 @@ def _reduction(loop: scf.ForOp) -> tuple[memref.LoadOp, memref.LoadOp] | None:
     return x, y
 
 
-def match_matmul(loop: scf.ParallelOp) -> MatmulNest | None:
-    """The matmul structure of `loop` (see the module docstring), or None."""
-    if len(loop.body.block.args) != 2 or loop.initVals:
+def match_matmul(loop: scf.ParallelOp, batched: bool = False) -> MatmulNest | None:
+    """The matmul structure of `loop` (see the module docstring), or None; with `batched`,
+    batch matmuls too."""
+    rank = len(loop.body.block.args)
+    if rank < 2 or (rank > 2 and not batched) or loop.initVals:
         return None
     extents = [
         _unit_range(lb, ub, st)
@@ -108,8 +119,9 @@ def match_matmul(loop: scf.ParallelOp) -> MatmulNest | None:
     ]
     if None in extents:
         return None
-    m, n = extents
-    i, j = loop.body.block.args
+    *batch_extents, m, n = extents
+    *batch_ivs, i, j = loop.body.block.args
+    batch = tuple(zip(batch_ivs, batch_extents, strict=True))
     ops = list(loop.body.block.ops)
     if len(ops) < 3 or not isinstance(ops[0], scf.ForOp) or not isinstance(ops[-1], scf.ReduceOp):
         return None
@@ -121,10 +133,16 @@ def match_matmul(loop: scf.ParallelOp) -> MatmulNest | None:
         return None
     kv = k_loop.body.block.args[0]
 
-    def indexes(load: Operation, *dims: tuple[SSAValue, int]) -> bool:
-        """Whether `load` reads at exactly these (iv, extent) positions; a constant 0 stands
+    def indexes(load: Operation, *dims: tuple[SSAValue, int], exact: bool = False) -> bool:
+        """Whether `load` reads at these (iv, extent) positions after its batch part (batch
+        ivs or constant zeros, in order; with `exact`, the batch ivs); a constant 0 stands
         for an iv whose extent is 1 (how the lowering writes a broadcast dimension)."""
         idx = list(load.indices)  # type: ignore[attr-defined]
+        head, idx = idx[: len(idx) - len(dims)], idx[len(idx) - len(dims) :]
+        if exact and head != list(batch_ivs):
+            return False
+        if not _batch_part(head, batch_ivs):
+            return False
         return len(idx) == len(dims) and all(
             v == iv or (extent == 1 and constant_int(v) == 0)
             for v, (iv, extent) in zip(idx, dims, strict=True)
@@ -137,7 +155,7 @@ def match_matmul(loop: scf.ParallelOp) -> MatmulNest | None:
     else:
         return None
     store = epilogue[-1]
-    if not isinstance(store, memref.StoreOp) or not indexes(store, (i, m), (j, n)):
+    if not isinstance(store, memref.StoreOp) or not indexes(store, (i, m), (j, n), exact=True):
         return None
     a, b, c = a_load.memref, b_load.memref, store.memref
     types = {v.type.element_type for v in (a, b, c) if isinstance(v.type, MemRefType)}  # type: ignore[union-attr]
@@ -151,6 +169,20 @@ def match_matmul(loop: scf.ParallelOp) -> MatmulNest | None:
         for op in epilogue
     ):
         return None
-    return MatmulNest(
-        loop, i, j, m, n, k, k_loop, a, b, c, init, epilogue, store, next(iter(types))
+    prefixes = tuple(
+        tuple(op.indices)[: len(op.indices) - 2]  # type: ignore[attr-defined]
+        for op in (a_load, b_load, store)
     )
+    return MatmulNest(
+        loop, i, j, m, n, k, k_loop, a, b, c, init, epilogue, store, next(iter(types)),
+        batch, prefixes,
+    )  # fmt: skip
+
+
+def _batch_part(head: list[SSAValue], batch_ivs: list[SSAValue]) -> bool:
+    """Whether an operand's leading indices are batch ivs (in order, each at most once) or
+    constant zeros."""
+    order = [batch_ivs.index(v) for v in head if v in batch_ivs]
+    if order != sorted(set(order)):
+        return False
+    return all(v in batch_ivs or constant_int(v) == 0 for v in head)

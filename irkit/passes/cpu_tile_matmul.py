@@ -27,6 +27,9 @@ scheme of BLIS-style microkernels:
 - **remainders**: a row tail gets a microkernel with fewer rows, a column tail of whole
   vectors a microkernel reading B unpacked, and the last columns (fewer than one vector)
   the original nest restricted to them.
+- **batch matmuls** (`batch_matmul`, attention's two): the whole scheme runs once per
+  batch inside one `scf.parallel` over the batch dims (which `cpu-parallelize` threads),
+  each operand indexed at its batch (a broadcast batch dim stays at 0), B packed per batch.
 
 The sum over k runs in the original order for every element, with each multiply-add fused
 (one rounding instead of two): the only numerical difference from the input, and the
@@ -100,7 +103,7 @@ class CpuTileMatmulPass(ModulePass):
             if not isinstance(fn, func.FuncOp) or KERNEL_ATTR not in fn.attributes:
                 continue
             for loop in [o for o in fn.walk() if isinstance(o, scf.ParallelOp)]:
-                nest = match_matmul(loop)
+                nest = match_matmul(loop, batched=True)
                 if nest is not None:
                     _Tiler(self, nest, fn).rewrite()
 
@@ -133,10 +136,36 @@ class _Tiler:
         self.kc = options.kc if 0 < options.kc < nest.k else nest.k
         self.vtype = VectorType(nest.element_type, [self.lanes])
         self.b = LoopBuilder(fn.body.block)
+        self.batch: dict[SSAValue, SSAValue] = {}
+        """The batch loop's ivs, by the original nest's batch ivs."""
+
+    def at(self, operand: int, *tail: SSAValue) -> list[SSAValue]:
+        """The index of A (0), B (1) or C (2) at `tail` in the current batch."""
+        prefix = self.nest.prefixes[operand]
+        return [*(self.batch.get(v, v) for v in prefix), *tail]
 
     def rewrite(self) -> None:
         nest, b = self.nest, self.b
         b.block = Block()
+        if nest.batch:  # the whole scheme once per batch, the batch loop parallel
+            ivs, extents = zip(*nest.batch, strict=True)
+
+            def one(new: list[SSAValue]) -> None:
+                self.batch = dict(zip(ivs, new, strict=True))
+                self._matmul()
+
+            b.parallel(list(extents), one)
+        else:
+            self._matmul()
+        for op in list(b.block.ops):
+            op.detach()
+            nest.loop.parent_block().insert_op_before(op, nest.loop)  # type: ignore[union-attr]
+        nest.loop.detach()
+        nest.loop.erase()
+
+    def _matmul(self) -> None:
+        """One (batch's) matmul: packing, panels, remainders."""
+        nest, b = self.nest, self.b
         panels = nest.n // self.nr
         tail_vectors = (nest.n - panels * self.nr) // self.lanes
         vector_columns = panels * self.nr + tail_vectors * self.lanes
@@ -162,11 +191,6 @@ class _Tiler:
             self._scalar_columns(vector_columns)
         if panels and self.pack:
             b.add(memref.DeallocOp.get(packed))
-        for op in list(b.block.ops):
-            op.detach()
-            nest.loop.parent_block().insert_op_before(op, nest.loop)  # type: ignore[union-attr]
-        nest.loop.detach()
-        nest.loop.erase()
 
     # --- pieces ------------------------------------------------------------------------
 
@@ -202,7 +226,9 @@ class _Tiler:
     def _from_b(self, k: SSAValue, v: int, j0: SSAValue) -> SSAValue:
         """Vector `v` of B's row `k` from column `j0` (unpacked)."""
         b = self.b
-        return b.add(vector.LoadOp(self.nest.b, [k, b.iadd(j0, v * self.lanes)], self.vtype))
+        return b.add(
+            vector.LoadOp(self.nest.b, self.at(1, k, b.iadd(j0, v * self.lanes)), self.vtype)
+        )
 
     def _row_tiles(
         self,
@@ -292,7 +318,7 @@ class _Tiler:
         inits = [init] * (rows * nv)
         if k_block.first is not True:
             held = [
-                b.add(vector.LoadOp(nest.c, [row_index[r], cols[v]], self.vtype))
+                b.add(vector.LoadOp(nest.c, self.at(2, row_index[r], cols[v]), self.vtype))
                 for r in range(rows)
                 for v in range(nv)
             ]
@@ -307,7 +333,7 @@ class _Tiler:
             bs = [source(k, v, panel) for v in range(nv)]
             out = []
             for r in range(rows):
-                a = b.add(memref.LoadOp.get(nest.a, [row_index[r], k]))
+                a = b.add(memref.LoadOp.get(nest.a, self.at(0, row_index[r], k)))
                 a = b.add(vector.BroadcastOp(a, self.vtype))
                 out += [b.add(vector.FMAOp(a, bs[v], accs[r * nv + v])) for v in range(nv)]
             return out
@@ -315,7 +341,7 @@ class _Tiler:
         accs = b.for_range(0, k_block.length, 1, inits, step)
         for r in range(rows):
             for v in range(nv):
-                b.add(vector.StoreOp(accs[r * nv + v], nest.c, [row_index[r], cols[v]]))
+                b.add(vector.StoreOp(accs[r * nv + v], nest.c, self.at(2, row_index[r], cols[v])))
         if nest.trivial_epilogue:
             return []
         if k_block.last is True:
@@ -336,8 +362,8 @@ class _Tiler:
 
         def point(ivs: list[SSAValue], _: list[SSAValue]) -> list[SSAValue]:
             i, j = b.add(arith.AddiOp(i0, ivs[0])), b.add(arith.AddiOp(j0, ivs[1]))
-            acc = b.add(memref.LoadOp.get(nest.c, [i, j]))
-            mapping = {nest.i: i, nest.j: j, nest.acc: acc}
+            acc = b.add(memref.LoadOp.get(nest.c, self.at(2, i, j)))
+            mapping = {**self.batch, nest.i: i, nest.j: j, nest.acc: acc}
             for op in nest.epilogue:
                 b.add(op.clone(value_mapper=mapping))
             return []
@@ -348,5 +374,14 @@ class _Tiler:
         """The original nest over columns `start .. n`, for those no vector covers."""
         nest, b = self.nest, self.b
         loop = nest.loop
-        lbs = [b.index(0), b.index(start)]
-        b.add(scf.ParallelOp(lbs, list(loop.upperBound), list(loop.step), loop.body.clone()))
+        if not nest.batch:
+            lbs = [b.index(0), b.index(start)]
+            b.add(scf.ParallelOp(lbs, list(loop.upperBound), list(loop.step), loop.body.clone()))
+            return
+
+        def point(ivs: list[SSAValue]) -> None:
+            mapping = {**self.batch, nest.i: ivs[0], nest.j: b.iadd(ivs[1], start)}
+            for op in list(loop.body.block.ops)[:-1]:  # all but scf.reduce
+                b.add(op.clone(value_mapper=mapping))
+
+        b.parallel([nest.m, nest.n - start], point)
