@@ -10,7 +10,8 @@ model is deployed: onnxruntime may pre-pack them once) and to irkit as inputs bo
 irkit's result is checked against the float64 reference first and onnxruntime's against
 irkit's (a wrong result is never timed); then both run in interleaved, randomly ordered
 rounds on the same inputs, `--threads` each (IRKIT_NUM_THREADS; onnxruntime's intra-op
-pool, inter-op 1). Printed: medians with 95% CIs and the ratio onnxruntime / irkit paired by
+pool, inter-op 1, its threads sleeping between runs instead of spinning on the cores irkit's
+threads need). Printed: medians with 95% CIs and the ratio onnxruntime / irkit paired by
 round (> 1: irkit faster) with its CI; `--out` appends one record per workload with the
 host fingerprint. XLA (jax) is not installed here: the issue's XLA column is not measured.
 """
@@ -143,6 +144,9 @@ def onnx_session(name: str, dims: dict, exe, inputs: list[np.ndarray], params: s
     options.intra_op_num_threads = THREADS
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # its pool's threads spin after each run; interleaved with irkit's on the same cores
+    # they would slow irkit down (as OpenBLAS's did, see cpu_baseline.py): they sleep
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(
         model.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
@@ -183,7 +187,7 @@ def measure(name: str, quick: bool, pipeline: str, budget: float) -> dict:
         "speedup_vs_onnxruntime": speed.to_json(),
         "protocol": f"interleaved randomized rounds, perf_counter_ns, warm caches, {THREADS} "
                     "thread(s) each (IRKIT_NUM_THREADS; onnxruntime intra-op, inter-op 1, "
-                    "ORT_ENABLE_ALL), params as onnxruntime initializers and bound once in irkit, "
+                    "ORT_ENABLE_ALL, its threads not spinning between runs), params as onnxruntime initializers and bound once in irkit, "
                     "same inputs, irkit checked against float64 and onnxruntime against irkit first",
         "fingerprint": host_fingerprint(),
     }  # fmt: skip

@@ -70,6 +70,7 @@ OPTION_SPACE: dict[str, dict[str, tuple]] = {
                          "max-growth": (0.0, 0.125, 1.0)},
     "cpu-tile-matmul": {"mr": (1, 4, 6, 8), "nr": (16, 32, 64), "pack": (True, False),
                         "kc": (0, 8, 64), "min-panels": (0, 1, 4)},
+    "lower-graph-to-loops": {"keep-transcendentals": (True, False)},
     "block-reductions": {"block": (1, 7, 256, 4096)},
     "cpu-parallelize": {"threads": (1, 2, 3), "min-work": (0, 4096, 1 << 20)},
     "gpu-tile-matmul": {"block-m": (32, 64, 128), "block-n": (32, 64, 128),

@@ -67,7 +67,7 @@ PIPELINES: dict[str, Pipeline] = {
         "default-cpu",
         (
             *GRAPH_OPTIMIZATIONS,
-            "lower-graph-to-loops",
+            "lower-graph-to-loops{keep-transcendentals=true}",
             "pad-leading-dims",
             "cpu-tile-matmul",
             "expand-math",

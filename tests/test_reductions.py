@@ -142,8 +142,31 @@ def test_cpu_fuse_rows_is_bit_identical(case: str) -> None:
     assert (len(loops) == 1) == (case != "softmax-axis-0"), case
     inputs = [np.random.default_rng(3).standard_normal(a.type.get_shape()).astype(np.float32)
               for a in module.body.block.first_op.args]  # fmt: skip
-    outs = [irkit.compile(module, spec, backend="cpu")(*inputs) for spec in (base, base + ",cpu-fuse-rows")]
+    outs = [
+        irkit.compile(module, spec, backend="cpu")(*inputs)
+        for spec in (base, base + ",cpu-fuse-rows")
+    ]
     for a, b in zip(*outs, strict=True):
         assert np.array_equal(a, b, equal_nan=True), case
     checks, _ = check(irkit.compile(module, base + ",cpu-fuse-rows", backend="cpu"), module, seed=1)
     assert all(c.passed for c in checks), [c.describe() for c in checks]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "input x : f32[16, 300]\noutput y = softmax(x, axis=-1)",
+        "input x : f32[8, 50]\noutput y = tanh(x) * reduce_sum(tanh(x), axes=[-1], keepdims=true)",
+        "input x : f32[6, 40]\nt = gelu(x)\noutput y = t * t + sigmoid(x) / reduce_max(sigmoid(x), axes=[1], keepdims=true)",
+    ],
+)
+def test_keep_transcendentals_stores_them_once_and_matches(text: str) -> None:
+    module = parse_source(f"model k\n{text}\n", "k.graph", ".graph")
+    spec = "cse,fuse-kernels,lower-graph-to-loops{keep-transcendentals=true}"
+    kept = apply_passes(module.clone(), parse_passes(spec))
+    plain = apply_passes(module.clone(), parse_passes("cse,fuse-kernels,lower-graph-to-loops"))
+    count = lambda m: sum(op.name.startswith("math.") for op in m.walk())  # noqa: E731
+    assert count(kept) < count(plain)
+    for s in (spec, spec + ",cpu-fuse-rows,block-reductions,reassociate-reductions"):
+        checks, _ = check(irkit.compile(module, s, backend="cpu"), module, seed=4)
+        assert all(c.passed for c in checks), [c.describe() for c in checks]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import cache
 
@@ -28,9 +29,15 @@ class HostTarget:
 
 @cache
 def host_target() -> HostTarget:
+    """The host CPU and its features; on an AVX-512 host, LLVM's vectorizers may use 512-bit
+    vectors (LLVM prefers 256 bits on some such CPUs; a softmax's exp loop then ran at 1.5x the
+    time) unless IRKIT_VECTOR_BITS=256 asks for the narrower ones."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    return HostTarget(llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
+    features = llvm.get_host_cpu_features().flatten()
+    if "+avx512f" in features.split(",") and os.environ.get("IRKIT_VECTOR_BITS", "512") != "256":
+        features += ",-prefer-256-bit"
+    return HostTarget(llvm.get_host_cpu_name(), features)
 
 
 def optimize(text: str) -> llvm.ModuleRef:

@@ -2,7 +2,7 @@
 
 softmax, layer_norm and batch_norm become reductions and elementwise ops:
 
-    softmax(x)      = e / reduce_sum(e)           e = exp(x - reduce_max(x)), keepdims
+    softmax(x)      = e * (1 / reduce_sum(e))     e = exp(x - reduce_max(x)), keepdims
     layer_norm(x)   = d * rsqrt(mean(d * d) + eps) * gamma + beta     d = c - mean(c),
                                                                       c = x - mean(x)
     batch_norm(x)   = (x - mean) * (rsqrt(var + eps) * scale) + bias  per channel
@@ -79,7 +79,8 @@ class DecomposeSoftmaxPattern(RewritePattern):
         peak = b.op(g.ReduceMaxOp, op.input, axes=axes, keepdims=keep)
         e = b.op(g.ExpOp, b.op(g.SubOp, op.input, peak))
         total = b.op(g.ReduceSumOp, e, axes=axes, keepdims=keep)
-        rewriter.replace(op, [], [b.op(g.DivOp, e, total)])
+        inverse = b.op(g.DivOp, b.scalar(1.0), total)  # one division per row, not per element
+        rewriter.replace(op, [], [b.op(g.MulOp, e, inverse)])
 
 
 class DecomposeLayerNormPattern(RewritePattern):

@@ -66,6 +66,11 @@ SMALLEST_NORMAL = 1.17549435e-38
 SQRT_HALF = 0.707106781186547524
 
 
+CONTRACTABLE = (arith.AddfOp, arith.SubfOp, arith.MulfOp)
+CONTRACT = arith.FastMathFlagsAttr(["contract"])
+"""The expansions' multiplies and adds may fuse into FMAs (one rounding instead of two)."""
+
+
 class _Emitter:
     """Inserts ops before one anchor op."""
 
@@ -73,6 +78,8 @@ class _Emitter:
         self.anchor = anchor
 
     def add(self, op: Operation) -> SSAValue:
+        if isinstance(op, CONTRACTABLE):
+            op.properties["fastmath"] = CONTRACT
         self.anchor.parent_block().insert_op_before(op, self.anchor)  # type: ignore[union-attr]
         return op.results[0]
 

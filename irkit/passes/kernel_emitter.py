@@ -71,17 +71,25 @@ def is_view(value: SSAValue, inside: set[Operation]) -> bool:
     return isinstance(op, _VIEW_OPS) and is_view(op.operands[0], inside)
 
 
-def materialized_values(ops: Sequence[Operation], outputs: Sequence[SSAValue]) -> list[SSAValue]:
-    """The values of `ops` the kernel stores, in dataflow order (outputs included)."""
+TRANSCENDENTAL_OPS = (g.ExpOp, g.TanhOp, g.ErfOp, g.LogOp, g.SigmoidOp, g.GeluOp)
+"""Elementwise ops worth storing rather than recomputing when read twice (on the CPU)."""
+
+
+def materialized_values(
+    ops: Sequence[Operation], outputs: Sequence[SSAValue], keep_transcendentals: bool = False
+) -> list[SSAValue]:
+    """The values of `ops` the kernel stores, in dataflow order (outputs included); with
+    `keep_transcendentals`, also a transcendental value read by two or more of its ops."""
     inside = set(ops)
     keep = []
     for op in ops:
         if isinstance(op, g.ConstantOp) or not op.results:
             continue
         v = op.results[0]
+        readers = {u.operation for u in v.uses if u.operation in inside}
         reused = any(
             u.operation in inside and reads_repeatedly(u.operation, u.index) for u in v.uses
-        )
+        ) or (keep_transcendentals and isinstance(op, TRANSCENDENTAL_OPS) and len(readers) > 1)
         if v in outputs or (reused and not is_view(v, inside)):
             keep.append(v)
     return keep

@@ -140,11 +140,13 @@ def _arg_name(value: SSAValue, fallback: str) -> str:
     return re.sub(r"\W", "_", hint)
 
 
-def _build_kernel_function(kernel: Kernel, module: ModuleOp) -> func.FuncOp:
+def _build_kernel_function(
+    kernel: Kernel, module: ModuleOp, keep_transcendentals: bool = False
+) -> func.FuncOp:
     ops, outs = kernel.ops, kernel.inner_outputs
     if any(o.owner not in set(ops) for o in outs):
         raise IrkitError(f"kernel {kernel.name} returns a value it does not compute")
-    stored = materialized_values(ops, outs)
+    stored = materialized_values(ops, outs, keep_transcendentals)
     scratch = [v for v in stored if v not in outs]
     arg_types = (
         [memref_of(v) for v in kernel.inputs]
@@ -296,12 +298,12 @@ def _driver_function(fn: func.FuncOp, block: Block) -> func.FuncOp:
     return driver
 
 
-def lower_function(fn: func.FuncOp, module: ModuleOp) -> None:
+def lower_function(fn: func.FuncOp, module: ModuleOp, keep_transcendentals: bool = False) -> None:
     """Replace graph function `fn` in `module` by its kernel functions and its driver."""
     kernels = []
     for i, (ops, yielded, results) in enumerate(_kernel_groups(fn)):
         kernel = _clone_kernel(i, ops, yielded, results)
-        kernels.append((kernel, _build_kernel_function(kernel, module)))
+        kernels.append((kernel, _build_kernel_function(kernel, module, keep_transcendentals)))
     driver = _build_driver(fn, kernels, module)
     for _, kfn in kernels:
         module.body.block.insert_op_before(kfn, fn)
@@ -325,7 +327,13 @@ class LowerGraphToLoopsPass(ModulePass):
 
     name = "lower-graph-to-loops"
 
+    keep_transcendentals: bool = False
+    """Store a transcendental value (exp, tanh, erf, log, sigmoid, gelu) that two or more ops
+    of its kernel read, instead of computing it again for each: softmax's exponentials, read
+    by the row sum and by the output. A store and a load cost less than an `exp` on the CPU
+    (`default-cpu` sets it); the GPU recomputes cheaply and keeps the default."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in [f for f in op.ops if is_graph_function(f)]:
             assert isinstance(fn, func.FuncOp)
-            lower_function(fn, op)
+            lower_function(fn, op, self.keep_transcendentals)

@@ -1,12 +1,15 @@
 // RUN: irkit-opt %s -p decompose-composites --split-input-file | filecheck %s
 
-// Softmax subtracts the row maximum before exp (never overflows), then divides by the sum.
+// Softmax subtracts the row maximum before exp (never overflows), then multiplies by the
+// reciprocal of the sum (one division per row).
 // CHECK-LABEL: func.func @softmax
 // CHECK-NEXT:    %[[MAX:.*]] = graph.reduce_max %x axes = [1] keepdims = true
 // CHECK-NEXT:    %[[D:.*]] = graph.sub %x, %[[MAX]]
 // CHECK-NEXT:    %[[E:.*]] = graph.exp %[[D]]
 // CHECK-NEXT:    %[[S:.*]] = graph.reduce_sum %[[E]] axes = [1] keepdims = true
-// CHECK-NEXT:    %[[Y:.*]] = graph.div %[[E]], %[[S]]
+// CHECK-NEXT:    %[[ONE:.*]] = graph.constant dense<1.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %[[INV:.*]] = graph.div %[[ONE]], %[[S]]
+// CHECK-NEXT:    %[[Y:.*]] = graph.mul %[[E]], %[[INV]]
 // CHECK-NEXT:    func.return %[[Y]]
 // CHECK-NOT:     graph.softmax
 func.func @softmax(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
