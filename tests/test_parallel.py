@@ -12,6 +12,7 @@ from xdsl.dialects import scf
 from xdsl.dialects.builtin import IntegerAttr
 
 import irkit
+from irkit.codegen import host
 from irkit.errors import IrkitError
 from irkit.loops import THREADS_ATTR
 from irkit.passes.cpu_parallelize import default_threads
@@ -42,13 +43,19 @@ def _marks(module) -> list[int]:
     ]
 
 
+@pytest.mark.parametrize("pool", [True, False], ids=["pool", "pthreads"])
 @pytest.mark.parametrize("base", ["default-cpu", "baseline-cpu"])
-def test_threaded_kernels_match_the_reference_and_the_sequential_bits(example, base) -> None:
+def test_threaded_kernels_match_the_reference_and_the_sequential_bits(
+    example, base, pool, monkeypatch
+) -> None:
+    if pool and not host.thread_pool():
+        pytest.skip("libgomp is not installed: the backend creates threads per loop")
+    monkeypatch.setattr(host, "thread_pool", lambda: pool)
     module = irkit.load(example, ODD[example.stem])
     sequential = irkit.compile(module, base, backend="cpu")
     threaded = irkit.compile(module, f"{base},{FORCED}", backend="cpu")
     assert max((k.launch or {}).get("threads", 1) for k in threaded.kernels) > 1
-    assert "pthread_create" in threaded.llvm_ir
+    assert ("GOMP_parallel" if pool else "pthread_create") in threaded.llvm_ir
     checks, inputs = check(threaded, module, seed=3)
     assert checks and all(c.passed for c in checks), [c.describe() for c in checks]
     # every iteration is independent and runs the same code: the same bits

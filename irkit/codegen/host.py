@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes.util
 import os
 from dataclasses import dataclass
 from functools import cache
@@ -53,10 +54,32 @@ def optimize(text: str) -> llvm.ModuleRef:
     return module
 
 
+@cache
+def thread_pool() -> bool:
+    """Whether threaded loops run on libgomp's persistent thread pool: libgomp is found and
+    loaded for the JIT to resolve (`GOMP_parallel`), and IRKIT_THREAD_POOL is not 0. Without
+    it, each threaded loop creates and joins POSIX threads. The pool's threads spin briefly
+    before they sleep (GOMP_SPINCOUNT=10000 unless set; libgomp's default spins ~100x
+    longer, which takes the cores from other work on a loaded machine). Measured on 2 cores
+    against create/join per loop: layernorm 512x768 63-66 us against 87-125 us, conv_block
+    269-312 us against 329-377 us, softmax and gemm within noise."""
+    if os.environ.get("IRKIT_THREAD_POOL", "1") == "0":
+        return False
+    path = ctypes.util.find_library("gomp")
+    if path is None:
+        return False
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")  # read when libgomp is loaded
+    try:
+        llvm.load_library_permanently(path)
+    except RuntimeError:
+        return False
+    return True
+
+
 def llvm_ir(module: ModuleOp) -> str:
     """The LLVM IR irkit generates for a loop-level module, for the host target."""
     machine = host_target().machine()
-    ir_module = to_llvm(module)
+    ir_module = to_llvm(module, pool=thread_pool())
     ir_module.triple = machine.triple
     ir_module.data_layout = str(machine.target_data)
     return str(ir_module)

@@ -11,8 +11,10 @@ Conventions (the "bare pointer" calling convention):
 - `index` is i64; f16 is `half`; bf16 is stored as i16 and widened/rounded with integer
   operations (round to nearest even, NaN kept quiet);
 - `scf.parallel` becomes sequential nested loops, or, marked `irkit.threads = T` by
-  `cpu-parallelize`, a fork-join over T POSIX threads (`pthread_create`/`pthread_join`,
-  resolved in the running process) with the loop body outlined;
+  `cpu-parallelize`, its first dimension cut into T chunks run by the body outlined: on
+  libgomp's persistent thread pool (`GOMP_parallel`, where `host.thread_pool()` loaded it),
+  else by a fork-join over POSIX threads (`pthread_create`/`pthread_join`), resolved in the
+  running process;
 - `memref.alloc`/`dealloc` call the C library's aligned_alloc/free (the driver's scratch is
   allocated once and kept until `irkit.release()`); `tanh` and `erf` call
   the C math library, which the JIT resolves in the running process;
@@ -171,8 +173,11 @@ def linked_constants(module: ModuleOp) -> dict[str, bytes]:
 class LLVMEmitter:
     """Translates one loop-level module into an llvmlite module."""
 
-    def __init__(self, module: ModuleOp, name: str = "irkit"):
+    def __init__(self, module: ModuleOp, name: str = "irkit", pool: bool = False):
         self.source = module
+        self.pool = pool
+        """Threaded loops run on libgomp's persistent pool (`GOMP_parallel`), not on threads
+        created and joined per loop."""
         self.module = ll.Module(name)
         self.functions: dict[str, ll.Function] = {}
         self.globals: dict[str, ll.GlobalVariable] = {}
@@ -363,15 +368,18 @@ class LLVMEmitter:
         name = f"{fn.name}.par{count}"
         body = self._outline(op, live, name + ".body")
         context = ll.LiteralStructType([x.type for x in live] + [I64, I64])
-        trampoline = ll.Function(self.module, ll.FunctionType(PTR, [PTR]), name)
-        trampoline.linkage = "internal"
-        tb = ll.IRBuilder(trampoline.append_basic_block("entry"))
-        ctx = trampoline.args[0]
-        fields = [
-            tb.load(_field(tb, ctx, context, i), typ=t) for i, t in enumerate(context.elements)
-        ]
-        tb.call(body, fields)
-        tb.ret(ll.Constant(PTR, None))
+        if self.pool:
+            trampoline = self._pool_trampoline(name, body, context, threads)
+        else:
+            trampoline = ll.Function(self.module, ll.FunctionType(PTR, [PTR]), name)
+            trampoline.linkage = "internal"
+            tb = ll.IRBuilder(trampoline.append_basic_block("entry"))
+            ctx = trampoline.args[0]
+            fields = [
+                tb.load(_field(tb, ctx, context, i), typ=t) for i, t in enumerate(context.elements)
+            ]
+            tb.call(body, fields)
+            tb.ret(ll.Constant(PTR, None))
 
         v = self.values
         lb, ub, step = v[op.lowerBound[0]], v[op.upperBound[0]], v[op.step[0]]
@@ -392,6 +400,10 @@ class LLVMEmitter:
             slot = _item(b, contexts, context, t)
             for i, value in enumerate([*live, lo, hi]):
                 b.store(value, _field(b, slot, context, i))
+        if self.pool:
+            run = self._extern("GOMP_parallel", ll.VoidType(), [PTR, PTR, I32, I32])
+            b.call(run, [trampoline, contexts, ll.Constant(I32, threads), ll.Constant(I32, 0)])
+            return
         create = self._extern("pthread_create", I32, [PTR, PTR, PTR, PTR])
         join = self._extern("pthread_join", I32, [I64, PTR])
         for t in range(1, threads):
@@ -408,6 +420,33 @@ class LLVMEmitter:
             with b.if_then(b.load(_item(b, created, I1, t), typ=I1)):
                 handle = b.load(_item(b, handles, I64, t), typ=I64)
                 b.call(join, [handle, ll.Constant(PTR, None)])
+
+    def _pool_trampoline(
+        self, name: str, body: ll.Function, context: ll.LiteralStructType, chunks: int
+    ) -> ll.Function:
+        """`void (ptr contexts)` for `GOMP_parallel`: pool thread t runs chunks t, t + n,
+        ... (n: the threads the pool gave, which may be fewer than asked)."""
+        fn = ll.Function(self.module, ll.FunctionType(ll.VoidType(), [PTR]), name)
+        fn.linkage = "internal"
+        entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
+        tb = ll.IRBuilder(entry)
+        me = tb.zext(tb.call(self._extern("omp_get_thread_num", I32, []), []), I64)
+        team = tb.zext(tb.call(self._extern("omp_get_num_threads", I32, []), []), I64)
+        tb.cbranch(tb.icmp_signed("<", me, ll.Constant(I64, chunks)), loop, done)
+        tb.position_at_end(loop)
+        chunk = tb.phi(I64)
+        chunk.add_incoming(me, entry)
+        slot = tb.gep(fn.args[0], [chunk], source_etype=context)
+        fields = [
+            tb.load(_field(tb, slot, context, i), typ=t) for i, t in enumerate(context.elements)
+        ]
+        tb.call(body, fields)
+        following = tb.add(chunk, team)
+        chunk.add_incoming(following, loop)
+        tb.cbranch(tb.icmp_signed("<", following, ll.Constant(I64, chunks)), loop, done)
+        tb.position_at_end(done)
+        tb.ret_void()
+        return fn
 
     def _live_ins(self, op: Operation) -> list[ll.Value]:
         """The function-local LLVM values `op`'s nested ops read from outside it (constants
@@ -801,6 +840,7 @@ def _sqrt(b: ll.IRBuilder, t: ll.Type) -> ll.Function:
     return module.globals.get(name) or ll.Function(module, ll.FunctionType(t, [t]), name)
 
 
-def to_llvm(module: ModuleOp, name: str = "irkit") -> ll.Module:
-    """Translate a loop-level module into an (unoptimized) llvmlite module."""
-    return LLVMEmitter(module, name).emit()
+def to_llvm(module: ModuleOp, name: str = "irkit", pool: bool = False) -> ll.Module:
+    """Translate a loop-level module into an (unoptimized) llvmlite module; with `pool`,
+    threaded loops run on libgomp's thread pool (the process must have libgomp loaded)."""
+    return LLVMEmitter(module, name, pool).emit()

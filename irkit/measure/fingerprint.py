@@ -37,7 +37,7 @@ def host_fingerprint() -> dict:
     import llvmlite
     import llvmlite.binding as llvm
 
-    from irkit.codegen.host import host_target
+    from irkit.codegen.host import host_target, thread_pool
     from irkit.version import __version__
 
     target = host_target()
@@ -57,5 +57,9 @@ def host_fingerprint() -> dict:
         # unless IRKIT_NUM_THREADS says otherwise
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "irkit_num_threads": os.environ.get("IRKIT_NUM_THREADS"),
+        # threaded loops: libgomp's pool, or threads created per loop; 512- or 256-bit vectors
+        "thread_pool": "libgomp" if thread_pool() else "pthreads",
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT") if thread_pool() else None,
+        "vector_bits_pref": os.environ.get("IRKIT_VECTOR_BITS", "512"),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

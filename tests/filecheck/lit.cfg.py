@@ -1,4 +1,5 @@
 # lit configuration for irkit's FileCheck tests: `lit tests/filecheck` (pytest runs it too).
+import ctypes.util
 import os
 
 import lit.formats
@@ -16,3 +17,5 @@ for tool in ("mlir-opt", "mlir-opt-22"):
         for d in os.environ.get("PATH", "").split(os.pathsep)
     ):
         config.available_features.add("mlir-opt")
+if ctypes.util.find_library("gomp"):
+    config.available_features.add("libgomp")  # the CPU backend's thread pool
