@@ -186,7 +186,12 @@ class _Tiler:
                 b.parallel([panels], lambda ivs: self._panel(ivs[0], source))
         if tail_vectors:
             j0 = b.index(panels * self.nr)
-            self._row_tiles(j0, tail_vectors, j0, self._from_b)
+            if panels:
+                self._row_tiles(j0, tail_vectors, j0, self._from_b)
+            else:  # all columns in the tail (N < nr): the row tiles are the parallel loop
+                self._parallel_rows(lambda i0, rows: self._k_blocks(
+                    lambda k: self._microkernel(i0, rows, j0, tail_vectors, j0, self._from_b, k)
+                ))  # fmt: skip
         if vector_columns < nest.n:
             self._scalar_columns(vector_columns)
         if panels and self.pack:
@@ -279,7 +284,7 @@ class _Tiler:
     ) -> None:
         """The panels' microkernels with the row tiles as the parallel loop: for matmuls with
         too few panels to share among threads (a 64-channel convolution is one panel)."""
-        nest, b = self.nest, self.b
+        b = self.b
         nv = self.nr // self.lanes
 
         def tile(i0: SSAValue, rows: int) -> None:
@@ -291,7 +296,12 @@ class _Tiler:
 
             b.for_range(0, panels, 1, [], panel)
 
-        tiles, rest = divmod(nest.m, self.mr)
+        self._parallel_rows(tile)
+
+    def _parallel_rows(self, tile: Callable[[SSAValue, int], object]) -> None:
+        """`tile(i0, rows)` for every row tile, the whole tiles as a parallel loop."""
+        b = self.b
+        tiles, rest = divmod(self.nest.m, self.mr)
         if tiles:
             b.parallel([tiles], lambda t: tile(b.imul(t[0], self.mr), self.mr))
         if rest:
