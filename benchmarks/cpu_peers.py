@@ -13,7 +13,10 @@ rounds on the same inputs, `--threads` each (IRKIT_NUM_THREADS; onnxruntime's in
 pool, inter-op 1, its threads sleeping between runs instead of spinning on the cores irkit's
 threads need). Printed: medians with 95% CIs and the ratio onnxruntime / irkit paired by
 round (> 1: irkit faster) with its CI; `--out` appends one record per workload with the
-host fingerprint. XLA (jax) is not installed here: the issue's XLA column is not measured.
+host fingerprint. With jax installed, XLA is a second peer: the same computation in
+jax.numpy, jitted (params as arguments), checked against irkit, timed in the same rounds; one
+thread by `--xla_cpu_multi_thread_eigen=false`, else XLA's own pool over the host's cores (on
+this 2-core host, `--threads 2`).
 """
 
 from __future__ import annotations  # noqa: I001 (cpu_baseline sets thread counts before numpy)
@@ -22,6 +25,13 @@ import json
 import sys
 
 from cpu_baseline import THREADS, _ms, benchmark_parser  # sets thread counts before numpy
+
+import os  # noqa: E402
+
+if THREADS == 1:  # XLA's CPU backend: one thread (read when jax is imported)
+    os.environ.setdefault(
+        "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    )
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
@@ -153,6 +163,50 @@ def onnx_session(name: str, dims: dict, exe, inputs: list[np.ndarray], params: s
     return session, feeds, ort.__version__
 
 
+def xla_function(name: str, dims: dict, exe):
+    """The workload in jax.numpy, jitted by XLA for the CPU: a function of the arrays in
+    irkit's input order (params too: how jax models take them); None without jax."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None, None
+    from jax import lax
+
+    def layer_norm(x, g, b):
+        m = x.mean(-1, keepdims=True)
+        v = ((x - m) ** 2).mean(-1, keepdims=True)
+        return (x - m) / jnp.sqrt(v + 1e-5) * g + b
+
+    def gelu(x):
+        return jax.nn.gelu(x, approximate=False)
+
+    def transformer(x, ln1_g, ln1_b, wq, wk, wv, wo, ln2_g, ln2_b, w1, b1, w2, b2):
+        h = layer_norm(x, ln1_g, ln1_b)
+        q, k, v = h @ wq, h @ wk, h @ wv
+        p = jax.nn.softmax(q @ k.transpose(0, 2, 1) * 0.08838834764831845, axis=-1)
+        x1 = x + (p @ v) @ wo
+        return x1 + gelu(layer_norm(x1, ln2_g, ln2_b) @ w1 + b1) @ w2 + b2
+
+    def conv(x, w, scale, shift, mean, var):
+        c = lax.conv_general_dilated(x, w, (1, 1), [(1, 1), (1, 1)],
+                                     dimension_numbers=("NCHW", "OIHW", "NCHW"))  # fmt: skip
+        per = lambda t: t[None, :, None, None]  # noqa: E731
+        r = jnp.maximum((c - per(mean)) / jnp.sqrt(per(var) + 1e-5) * per(scale) + per(shift), 0)
+        return lax.reduce_window(r, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+
+    functions = {
+        "gemm": lambda a, b: a @ b,
+        "elementwise_chain": lambda x, y, bias: jax.nn.sigmoid(jnp.maximum((x + bias) * y, 0) - x) * 2,
+        "conv_block": conv,
+        "mlp": lambda x, w1, b1, w2: gelu(x @ w1 + b1) @ w2,
+        "layernorm": layer_norm,
+        "transformer_block": transformer,
+        "softmax": lambda x: jax.nn.softmax(x, axis=-1),
+    }  # fmt: skip
+    return jax.jit(functions[name]), jax.__version__
+
+
 def measure(name: str, quick: bool, pipeline: str, budget: float) -> dict:
     example, dims, quick_dims, _, _ = WORKLOADS[name]
     dims = quick_dims if quick else dims
@@ -167,19 +221,27 @@ def measure(name: str, quick: bool, pipeline: str, budget: float) -> dict:
     params = {line.split()[1] for line in lines if line.startswith("param ")}
     session, feeds, version = onnx_session(name, {**_defaults(lines), **dims}, exe, inputs, params)
     ours = exe(*inputs)
-    theirs = session.run(None, feeds)
-    for a, b in zip(ours, theirs, strict=True):
-        scale = max(float(np.max(np.abs(a))), 1e-30)
-        if float(np.max(np.abs(a - b))) / scale > 1e-3:
-            raise SystemExit(
-                f"{name}: onnxruntime disagrees with irkit ({np.max(np.abs(a - b)):.3g}); not timed"
-            )
+    _agree(name, "onnxruntime", ours, session.run(None, feeds))
+    peers = {"onnxruntime": lambda: session.run(None, feeds)}
+    xla, xla_version = xla_function(name, dims, exe)
+    if xla is not None:
+        import jax
+
+        args = [jax.device_put(a) for a in inputs]
+        theirs = [np.asarray(xla(*args))]
+        _agree(name, "XLA", ours, theirs)
+        peers["xla"] = lambda: xla(*args).block_until_ready()
     bound = exe.bind(*inputs)
-    timings = time_interleaved(
-        {"irkit": bound.run_graph, "onnxruntime": lambda: session.run(None, feeds)}, budget_s=budget
-    )
+    timings = time_interleaved({"irkit": bound.run_graph, **peers}, budget_s=budget)
     speed = ratio_ci(timings["onnxruntime"].samples, timings["irkit"].samples)
+    xla_record = {}
+    if xla is not None:
+        xla_record = {
+            "xla": xla_version, "xla_time": timings["xla"].to_json(),
+            "speedup_vs_xla": ratio_ci(timings["xla"].samples, timings["irkit"].samples).to_json(),
+        }  # fmt: skip
     return {
+        **xla_record,
         "kind": "irkit.benchmark", "benchmark": "cpu_peers", "workload": name, "dims": dims,
         "pipeline": exe.pipeline, "threads": THREADS, "onnxruntime": version,
         "checks": [c.to_json() for c in checks],
@@ -187,10 +249,22 @@ def measure(name: str, quick: bool, pipeline: str, budget: float) -> dict:
         "speedup_vs_onnxruntime": speed.to_json(),
         "protocol": f"interleaved randomized rounds, perf_counter_ns, warm caches, {THREADS} "
                     "thread(s) each (IRKIT_NUM_THREADS; onnxruntime intra-op, inter-op 1, "
-                    "ORT_ENABLE_ALL, its threads not spinning between runs), params as onnxruntime initializers and bound once in irkit, "
+                    "ORT_ENABLE_ALL, its threads not spinning between runs; XLA: one thread by "
+                    "--xla_cpu_multi_thread_eigen=false, else its default pool over the host's cores), "
+                    "params as onnxruntime initializers, jax arguments, and bound once in irkit, "
                     "same inputs, irkit checked against float64 and onnxruntime against irkit first",
         "fingerprint": host_fingerprint(),
     }  # fmt: skip
+
+
+def _agree(name: str, peer: str, ours: list, theirs: list) -> None:
+    """Refuse to time a peer whose result is not irkit's (which matched float64)."""
+    for a, b in zip(ours, theirs, strict=True):
+        scale = max(float(np.max(np.abs(a))), 1e-30)
+        if float(np.max(np.abs(a - b))) / scale > 1e-3:
+            raise SystemExit(
+                f"{name}: {peer} disagrees with irkit ({np.max(np.abs(a - b)):.3g}); not timed"
+            )
 
 
 def _defaults(lines: list[str]) -> dict:
@@ -210,7 +284,9 @@ def main() -> int:
     )
     args = parser.parse_args()
     budget = args.budget or (1.0 if args.quick else 10.0)
-    print(f"{'workload':18} {'irkit (median, 95% CI)':>28} {'onnxruntime':>28} {'ort/irkit':>22}")
+    print(
+        f"{'workload':18} {'irkit (median, 95% CI)':>28} {'onnxruntime':>28} {'ort/irkit':>22} {'xla/irkit':>22}"
+    )
     for name in args.only or WORKLOADS:
         rec = measure(name, args.quick, args.pipeline, budget)
         it, ort_t, sp = (
@@ -218,13 +294,15 @@ def main() -> int:
             rec["onnxruntime_time"]["seconds"],
             rec["speedup_vs_onnxruntime"],
         )
+        xs = rec.get("speedup_vs_xla")
+        xla = f"{xs['median']:6.3f}x [{xs['ci_low']:.3f}, {xs['ci_high']:.3f}]" if xs else "no jax"
         print(f"{name:18} {_ms(it):>28} {_ms(ort_t):>28} "
-              f"{sp['median']:6.3f}x [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]", flush=True)  # fmt: skip
+              f"{sp['median']:6.3f}x [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}] {xla:>22}", flush=True)  # fmt: skip
         if args.out:
             with open(args.out, "a") as f:
                 f.write(json.dumps(rec) + "\n")
     print(f"host {host_fingerprint()['cpu']}; {THREADS} thread(s); pipeline {args.pipeline}; "
-          "ort/irkit > 1 means irkit is faster")  # fmt: skip
+          "peer/irkit > 1 means irkit is faster")  # fmt: skip
     return 0
 
 
