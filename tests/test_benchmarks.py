@@ -42,7 +42,7 @@ def test_cpu_peers_checks_both_then_times_them_against_onnxruntime(tmp_path: Pat
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert "ort/irkit > 1 means irkit is faster" in r.stdout
+    assert "peer/irkit > 1 means irkit is faster" in r.stdout
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [rec["workload"] for rec in records] == ["layernorm", "transformer_block", "conv_block"]
     for rec in records:
