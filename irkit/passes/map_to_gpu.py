@@ -50,7 +50,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from irkit.errors import IrkitError, require
+from irkit.errors import require
 from irkit.loops import (
     KERNEL_ATTR,
     LAUNCH_ATTR,
@@ -315,6 +315,12 @@ class _RowsKernel:
         first.clone(nest.body[at + 1 :], mapping)
 
 
+def _accumulator_types(nests: Sequence[Nest]) -> set:
+    """The types the nests' shareable reductions accumulate in (an f32 sum fused with an f64
+    layer_norm has two: such a kernel is mapped flat)."""
+    return {n.reduction.iter_args[0].type for n in nests if n.reduction is not None}
+
+
 def _rows_kernel(
     fn: func.FuncOp,
     constants: Sequence[arith.ConstantOp],
@@ -334,10 +340,8 @@ def _rows_kernel(
     builder = _RowsKernel(threads)
     bid = b.add(gpu.BlockIdOp(X))
     tid = b.add(gpu.ThreadIdOp(X))
-    acc_types = {n.reduction.iter_args[0].type for n in nests if n.reduction is not None}
-    if len(acc_types) != 1:
-        raise IrkitError(f"map-to-gpu: @{name} reduces in more than one type")
-    shared_type = MemRefType(acc_types.pop(), [threads], memory_space=SHARED_SPACE)
+    (acc_type,) = _accumulator_types(nests)  # one: checked before choosing this mapping
+    shared_type = MemRefType(acc_type, [threads], memory_space=SHARED_SPACE)
     shared_name = f"{name}_smem"
     module.body.block.insert_op_before(
         memref.GlobalOp.get(
@@ -364,7 +368,7 @@ def map_kernel(
 ) -> list[func.FuncOp]:
     """GPU kernels for one loop-level kernel, in launch order (not yet inserted)."""
     constants, nests = nests_of(fn, "map-to-gpu")
-    if rows:
+    if rows and len(_accumulator_types(nests)) == 1:  # one shared buffer serves every tree
         prefixes = row_prefixes(nests)
         if prefixes is not None and rows_legal(nests, prefixes):
             return [_rows_kernel(fn, constants, nests, prefixes, block_size, module)]
