@@ -6,6 +6,10 @@ and odd ones with odd sizes, so that chunks are uneven."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pytest
 from xdsl.dialects import scf
@@ -147,3 +151,21 @@ def test_a_threaded_kernels_record_and_hash_cover_its_outlined_loop_bodies() -> 
         assert f'@"{kernel.name}.par0' in kernel.source  # the outlined body is in the record
         hashes.append(kernel.hash)
     assert hashes[0] != hashes[1]
+
+
+def test_vector_width_follows_irkit_vector_bits() -> None:
+    """On an AVX-512 host the vectorizers may use 512-bit vectors; IRKIT_VECTOR_BITS=256 asks
+    for 256 (the choice is made once per process, so each runs in its own)."""
+    if "+avx512f" not in host.host_target().features.split(","):
+        pytest.skip("no AVX-512 on this host: vectors are 256 bits or narrower either way")
+    spec = "lower-graph-to-loops,expand-math"
+    asm = {}
+    for bits in ("512", "256"):
+        r = subprocess.run(
+            ["irkit-opt", "examples/elementwise_chain.graph", "-p", spec, "-t", "asm"],
+            capture_output=True, text=True, timeout=300,
+            env={**os.environ, "IRKIT_VECTOR_BITS": bits}, cwd=Path(__file__).parent.parent,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        asm[bits] = r.stdout
+    assert "zmm" in asm["512"] and "zmm" not in asm["256"]
