@@ -108,6 +108,9 @@ class CPrinter:
             name = prefix
         else:
             name = f"{prefix}{self.counter}"
+            while name in taken:  # a parameter may be called `v5` by its model
+                self.counter += 1
+                name = f"{prefix}{self.counter}"
         self.counter += 1
         self.names[value] = name
         return name
