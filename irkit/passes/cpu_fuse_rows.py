@@ -27,28 +27,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import arith, func, scf
-from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp
-from xdsl.ir import Block, Region, SSAValue
+from xdsl.dialects import func, scf
+from xdsl.dialects.builtin import IndexType, ModuleOp
+from xdsl.ir import Block, Region
 from xdsl.passes import ModulePass
 
 from irkit.errors import IrkitError
-from irkit.loops import constant_int, kernels, require_loop_level
+from irkit.loops import kernels, require_loop_level
 from irkit.loops.rows import Nest, nests_of, row_prefixes, rows_legal
+from irkit.passes.loop_builder import FunctionConstants
 
 INDEX = IndexType()
-
-
-def _index(fn: func.FuncOp, n: int) -> SSAValue:
-    """An index constant at the top of `fn`, reused where there is one."""
-    entry = fn.body.block
-    for op in entry.ops:
-        if isinstance(op, arith.ConstantOp) and op.result.type == INDEX:
-            if constant_int(op.result) == n:
-                return op.result
-    new = arith.ConstantOp(IntegerAttr(n, INDEX))
-    entry.insert_op_before(new, entry.first_op)  # type: ignore[arg-type]
-    return new.result
 
 
 def _rows(nests: list[Nest]) -> tuple[list[int], tuple[int, ...]] | None:
@@ -83,7 +72,8 @@ def fuse_rows(fn: func.FuncOp) -> bool:
     prefixes, rows = found
     first = nests[0].ops[0]
     body = Block(arg_types=[INDEX] * len(rows))
-    zero, one = _index(fn, 0), _index(fn, 1)
+    constants = FunctionConstants(fn)
+    zero, one = constants.index(0), constants.index(1)
     for nest, p in zip(nests, prefixes, strict=True):
         fused = iter(body.args)
         for iv, extent in zip(nest.ivs[:p], nest.extents[:p], strict=True):
@@ -91,7 +81,7 @@ def fuse_rows(fn: func.FuncOp) -> bool:
         blocks = [body]
         for iv, extent in zip(nest.ivs[p:], nest.extents[p:], strict=True):
             inner = Block(arg_types=[INDEX])
-            blocks[-1].add_op(scf.ForOp(zero, _index(fn, extent), one, [], inner))
+            blocks[-1].add_op(scf.ForOp(zero, constants.index(extent), one, [], inner))
             iv.replace_all_uses_with(inner.args[0])
             blocks.append(inner)
         for op in nest.body:
@@ -100,7 +90,7 @@ def fuse_rows(fn: func.FuncOp) -> bool:
         for inner in blocks[1:]:
             inner.add_op(scf.YieldOp())
     body.add_op(scf.ReduceOp())
-    bounds = [_index(fn, e) for e in rows]
+    bounds = [constants.index(e) for e in rows]
     loop = scf.ParallelOp([zero] * len(rows), bounds, [one] * len(rows), Region(body))
     fn.body.block.insert_op_before(loop, first)
     for nest in nests:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from xdsl.dialects import arith, memref, scf
+from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
     BFloat16Type,
     Float16Type,
@@ -183,3 +183,27 @@ class LoopBuilder:
             regions.append(Region(self.block))
         self.block = outer
         return self.add(scf.IfOp(cond, [result_type], regions[0], regions[1]))
+
+
+class FunctionConstants:
+    """The constants at the top of a function's body, for a pass that rewrites an existing
+    function: one already there is reused, a new one is added at the top."""
+
+    def __init__(self, fn: func.FuncOp):
+        self.entry = fn.body.block
+        self.known = {
+            (op.value, op.result.type): op.result
+            for op in self.entry.ops
+            if isinstance(op, arith.ConstantOp)
+        }
+
+    def get(self, attr: IntegerAttr | FloatAttr) -> SSAValue:
+        key = (attr, attr.type)
+        if key not in self.known:
+            op = arith.ConstantOp(attr)
+            self.entry.insert_op_before(op, self.entry.first_op)  # type: ignore[arg-type]
+            self.known[key] = op.result
+        return self.known[key]
+
+    def index(self, n: int) -> SSAValue:
+        return self.get(IntegerAttr(n, INDEX))

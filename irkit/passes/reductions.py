@@ -46,7 +46,6 @@ from xdsl.dialects.builtin import (
     Float64Type,
     FloatAttr,
     IndexType,
-    IntegerAttr,
     ModuleOp,
 )
 from xdsl.ir import Block, Operation, SSAValue
@@ -54,16 +53,19 @@ from xdsl.passes import ModulePass
 
 from irkit.errors import require
 from irkit.loops import combiner, constant_int, require_loop_level
+from irkit.loops.costs import static_trips
+from irkit.passes.loop_builder import FunctionConstants
 
 F32, F64, INDEX = Float32Type(), Float64Type(), IndexType()
 REASSOC = arith.FastMathFlagsAttr(["reassoc"])
 
 
 def _trips(loop: scf.ForOp) -> int | None:
-    lb, ub, step = (constant_int(v) for v in (loop.lb, loop.ub, loop.step))
-    if lb is None or ub is None or step is None or step <= 0:
+    """The loop's trip count; None where its bounds are not constants."""
+    try:
+        return static_trips(loop.lb, loop.ub, loop.step)
+    except ValueError:
         return None
-    return max(0, -(-(ub - lb) // step))
 
 
 def _chain(inner: scf.ForOp) -> list[scf.ForOp]:
@@ -115,27 +117,6 @@ class _At:
         return op.results[0] if op.results else None  # type: ignore[return-value]
 
 
-class _Constants:
-    """The constants at the top of a function's body, reused or added there."""
-
-    def __init__(self, fn: func.FuncOp):
-        self.at = _At(fn.body.block, fn.body.block.first_op)
-        self.known = {
-            (op.value, op.result.type): op.result
-            for op in fn.body.block.ops
-            if isinstance(op, arith.ConstantOp)
-        }
-
-    def get(self, attr: IntegerAttr | FloatAttr) -> SSAValue:
-        key = (attr, attr.type)
-        if key not in self.known:
-            self.known[key] = self.at.add(arith.ConstantOp(attr))
-        return self.known[key]
-
-    def index(self, n: int) -> SSAValue:
-        return self.get(IntegerAttr(n, INDEX))
-
-
 def block_nest(chain: list[scf.ForOp], block: int) -> bool:
     """Rewrite one addition nest into blocks summed in f64 (see the module docstring);
     False when it stays as it is: at most `block` elements, or an innermost loop longer than
@@ -157,7 +138,7 @@ def block_nest(chain: list[scf.ForOp], block: int) -> bool:
     fn = top.parent_op()
     while not isinstance(fn, func.FuncOp):
         fn = fn.parent_op()  # type: ignore[union-attr]
-    constants = _Constants(fn)
+    constants = FunctionConstants(fn)
     zero = constants.get(FloatAttr(0.0, F32))
     at = _At(top.parent_block(), top.next_op)  # type: ignore[arg-type]  # a terminator follows
     wide = at.add(arith.ExtFOp(top.iter_args[0], F64))
