@@ -374,11 +374,7 @@ class LLVMEmitter:
             trampoline = ll.Function(self.module, ll.FunctionType(PTR, [PTR]), name)
             trampoline.linkage = "internal"
             tb = ll.IRBuilder(trampoline.append_basic_block("entry"))
-            ctx = trampoline.args[0]
-            fields = [
-                tb.load(_field(tb, ctx, context, i), typ=t) for i, t in enumerate(context.elements)
-            ]
-            tb.call(body, fields)
+            _call_unpacked(tb, body, trampoline.args[0], context)
             tb.ret(ll.Constant(PTR, None))
 
         v = self.values
@@ -436,11 +432,7 @@ class LLVMEmitter:
         tb.position_at_end(loop)
         chunk = tb.phi(I64)
         chunk.add_incoming(me, entry)
-        slot = tb.gep(fn.args[0], [chunk], source_etype=context)
-        fields = [
-            tb.load(_field(tb, slot, context, i), typ=t) for i, t in enumerate(context.elements)
-        ]
-        tb.call(body, fields)
+        _call_unpacked(tb, body, tb.gep(fn.args[0], [chunk], source_etype=context), context)
         following = tb.add(chunk, team)
         chunk.add_incoming(following, loop)
         tb.cbranch(tb.icmp_signed("<", following, ll.Constant(I64, chunks)), loop, done)
@@ -579,6 +571,14 @@ def _item(b: ll.IRBuilder, array: ll.Value, element: ll.Type, n: int) -> ll.Valu
 def _field(b: ll.IRBuilder, record: ll.Value, struct: ll.Type, n: int) -> ll.Value:
     """The address of field `n` of the `struct` at `record`."""
     return b.gep(record, [ll.Constant(I32, 0), ll.Constant(I32, n)], source_etype=struct)
+
+
+def _call_unpacked(
+    b: ll.IRBuilder, body: ll.Function, record: ll.Value, context: ll.LiteralStructType
+) -> None:
+    """Call an outlined loop body with the fields of its `context` record as arguments."""
+    fields = [b.load(_field(b, record, context, i), typ=t) for i, t in enumerate(context.elements)]
+    b.call(body, fields)
 
 
 def _opaque(pointer: ll.Instruction) -> ll.Instruction:
