@@ -137,6 +137,12 @@ def _run(args) -> int:
                   *([""] * (bool(copy_bw) + threaded)),
                   fmt_count(total_flops), "",
                   f"{g.estimate.n}x{g.reps}", g.stop_reason)  # fmt: skip
+    if (r := result.replay) is not None:
+        table.add_row("graph (CUDA graph replay)", fmt_time(r.estimate.median),
+                      f"{fmt_time(r.estimate.low)}-{fmt_time(r.estimate.high)}",
+                      f"{total_flops / r.estimate.median / 1e9:.2f}", "",
+                      *([""] * (bool(copy_bw) + threaded)), fmt_count(total_flops), "",
+                      f"{r.estimate.n}x{r.reps}", r.stop_reason)  # fmt: skip
     console.print(table)
     kernel_sum = sum(k.seconds for k in result.kernels)
     console.print(f"sum of kernel medians {fmt_time(kernel_sum)}; {len(result.kernels)} kernels; "

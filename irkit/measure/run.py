@@ -54,6 +54,7 @@ class RunResult:
     checks: list[OutputCheck]
     kernels: list[KernelTiming] = field(default_factory=list)
     graph: Timing | None = None
+    replay: Timing | None = None  # the driver as one CUDA graph, replayed (GPU backends)
     fingerprint: dict = field(default_factory=dict)
     copy_bandwidth: float | None = None  # bytes/s, read + write: the GPU's measured ceiling
 
@@ -72,6 +73,7 @@ class RunResult:
             "correct": self.passed,
             "checks": [c.to_json() for c in self.checks],
             "graph": self.graph.to_json() if self.graph else None,
+            "graph_replay": self.replay.to_json() if self.replay else None,
             "kernels": [self._kernel_json(k) for k in self.kernels],
             "copy_bandwidth_gbps": self.copy_bandwidth / 1e9 if self.copy_bandwidth else None,
             "fingerprint": self.fingerprint,
@@ -121,6 +123,8 @@ def run_model(
         result.fingerprint["gpu"] = dev.fingerprint()
         result.copy_bandwidth = copy_bandwidth(dev)
     result.graph = time_cpu(timed_graph(bound), precision, budget_s)
+    if hasattr(bound, "timed_replay"):  # the same launches, captured once and replayed
+        result.replay = time_cpu(bound.timed_replay(), precision, budget_s)
     for i, record in enumerate(exe.kernels):
         timing = time_cpu(timed_kernel(bound, i), precision, budget_s)
         result.kernels.append(KernelTiming(record, timing))

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Issue 18's first-light run on a GPU host, in one call of under 10 minutes:
+#
+#   benchmarks/gpu_acceptance.sh OUTDIR [--quick]
+#
+# With ARCHIVE=FILE.tgz set, OUTDIR is re-packed into it after every step, so a call cut off
+# at its time limit still brings back what the finished steps wrote.
+#
+# 1. installs the wheels in .whl, if any (../shared/tools/offline-wheels.sh .whl fetches them,
+#    xdsl pinned as in pyproject.toml), and irkit itself (editable, no index, no deps);
+# 2. records the host: nvidia-smi, python and package versions;
+# 3. runs `pytest -m gpu`;
+# 4. runs `irkit-bench run --backend cuda --json` on every example;
+# 5. runs benchmarks/gpu_targets.py (records appended to OUTDIR/gpu_targets.jsonl);
+# 6. runs `irkit-bench attribute examples/mlp.graph --backend cuda`;
+# 7. probes Nsight Compute (ncu) on one example, for `irkit-bench run --counters`.
+#
+# Every step has its own time limit, writes its log under OUTDIR, and a failing step does not
+# stop the ones after it. The last lines say which steps failed; the exit status is the number
+# of failed steps. OUTDIR/steps.tsv holds step, exit status and seconds.
+set -u
+out=${1:?usage: benchmarks/gpu_acceptance.sh OUTDIR [--quick]}
+quick=${2:-}
+mkdir -p "$out"
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root" || exit 99
+export PYTHONUNBUFFERED=1
+failed=()
+printf 'step\tstatus\tseconds\n' >"$out/steps.tsv"
+
+step() {  # step NAME LIMIT_S COMMAND...: run, log to OUTDIR/NAME.log, note its status
+  local name=$1 limit=$2 start status
+  shift 2
+  start=$(date +%s)
+  echo "== $name ($(date -u +%H:%M:%S), limit ${limit}s): $*"
+  # through bash, so that a step may be one of the functions exported below
+  timeout --kill-after=10 "$limit" bash -c '"$@"' "$name" "$@" >"$out/$name.log" 2>&1
+  status=$?
+  printf '%s\t%s\t%s\n' "$name" "$status" "$(($(date +%s) - start))" >>"$out/steps.tsv"
+  tail -n 25 "$out/$name.log"
+  if [ "$status" -ne 0 ]; then
+    failed+=("$name (exit $status$([ "$status" -eq 124 ] && echo ', timed out'))")
+  fi
+  echo "== $name: exit $status after $(($(date +%s) - start)) s"
+  if [ -n "${ARCHIVE:-}" ]; then
+    tar czf "$ARCHIVE" -C "$(dirname "$out")" "$(basename "$out")"
+  fi
+}
+
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/irkit-site .whl/*.whl || failed+=("wheels")
+  export PYTHONPATH=/tmp/irkit-site:$root${PYTHONPATH:+:$PYTHONPATH}
+else
+  export PYTHONPATH=$root${PYTHONPATH:+:$PYTHONPATH}
+fi
+# irkit-bench on the PATH; where the editable install cannot be made, the module runs instead
+if ! python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1 ||
+  ! command -v irkit-bench >/dev/null; then
+  mkdir -p /tmp/irkit-bin
+  printf '#!/bin/sh\nexec python3 -m irkit.cli.bench "$@"\n' >/tmp/irkit-bin/irkit-bench
+  chmod +x /tmp/irkit-bin/irkit-bench
+  export PATH=/tmp/irkit-bin:$PATH
+fi
+
+host() {
+  nvidia-smi
+  nvidia-smi --query-gpu=name,pci.bus_id,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,pstate --format=csv
+  python3 --version
+  git -C "$root" rev-parse HEAD 2>/dev/null || echo "git: not a checkout"
+  python3 -m pip list 2>/dev/null | grep -iE '^(torch|triton|numpy|xdsl|lark|llvmlite|cuda|nvidia-cuda|onnx|networkx|rich) '
+  python3 -c 'import irkit, sys; from irkit.runtime import BACKENDS; print("irkit", irkit.__file__); print(BACKENDS["cuda"]().available())'
+  command -v ncu nvcc || true
+}
+export -f host
+step host 30 host
+
+budget=0.5
+attribute_budget=20
+targets=(--budget 8)
+if [ "$quick" = "--quick" ]; then
+  budget=0.3
+  attribute_budget=10
+  targets=(--quick --budget 1)
+fi
+
+step pytest_gpu 120 python3 -m pytest -m gpu -p no:cacheprovider -q -rs tests/test_gpu.py \
+  --junitxml="$out/pytest_gpu.xml"
+
+run_examples() {
+  local status=0 f name
+  for f in examples/*.graph; do
+    name=$(basename "$f" .graph)
+    echo "--- $name"
+    irkit-bench run "$f" --backend cuda --budget "$budget" --json "$out/run_$name.json" || status=1
+  done
+  return $status
+}
+export -f run_examples
+export out budget
+step run_examples 90 run_examples
+
+step gpu_targets 220 python3 benchmarks/gpu_targets.py "${targets[@]}" --out "$out/gpu_targets.jsonl"
+
+step attribute_mlp 60 irkit-bench attribute examples/mlp.graph --backend cuda \
+  --budget "$attribute_budget" --json "$out/attribute_mlp.json"
+
+ncu_probe() {
+  command -v ncu || { echo "ncu: not on the PATH"; return 1; }
+  ncu --version
+  ncu --target-processes all --launch-count 6 --csv \
+    --metrics sm__warps_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct \
+    python3 -m irkit.cli.bench run examples/softmax.graph --backend cuda --budget 0.2
+}
+export -f ncu_probe
+step ncu_probe 60 ncu_probe
+
+echo
+echo "== summary: $(($(wc -l <"$out/steps.tsv") - 1)) steps"
+cat "$out/steps.tsv"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED: ${failed[*]}"
+else
+  echo "all steps passed"
+fi
+exit ${#failed[@]}
