@@ -10,10 +10,13 @@
 #    xdsl pinned as in pyproject.toml), and irkit itself (editable, no index, no deps);
 # 2. records the host: nvidia-smi, python and package versions;
 # 3. runs `pytest -m gpu`;
-# 4. runs `irkit-bench run --backend cuda --json` on every example;
+# 4. runs `irkit-bench run --backend cuda --counters --json` on every example (ncu's counters
+#    per kernel where Nsight Compute works, a one-line reason where it does not);
 # 5. runs benchmarks/gpu_targets.py (records appended to OUTDIR/gpu_targets.jsonl);
-# 6. runs `irkit-bench attribute examples/mlp.graph --backend cuda`;
-# 7. probes Nsight Compute (ncu) on one example, for `irkit-bench run --counters`.
+# 6. runs `irkit-bench attribute --backend cuda` on examples/mlp.graph, then on every other
+#    example (one record each, with the A/A noise floor).
+#
+# The commit the tree came from: $IRKIT_SOURCE_SHA where the copy has no .git of its own.
 #
 # Every step has its own time limit, writes its log under OUTDIR, and a failing step does not
 # stop the ones after it. The last lines say which steps failed; the exit status is the number
@@ -76,15 +79,15 @@ export -f host
 step host 30 host
 
 budget=0.5
-attribute_budget=20
+attribute_budget=5
 targets=(--budget 8)
 if [ "$quick" = "--quick" ]; then
   budget=0.3
-  attribute_budget=10
+  attribute_budget=2
   targets=(--quick --budget 1)
 fi
 
-step pytest_gpu 120 python3 -m pytest -m gpu -p no:cacheprovider -q -rs tests/test_gpu.py \
+step pytest_gpu 90 python3 -m pytest -m gpu -p no:cacheprovider -q -rs tests/test_gpu.py \
   --junitxml="$out/pytest_gpu.xml"
 
 run_examples() {
@@ -92,28 +95,31 @@ run_examples() {
   for f in examples/*.graph; do
     name=$(basename "$f" .graph)
     echo "--- $name"
-    irkit-bench run "$f" --backend cuda --budget "$budget" --json "$out/run_$name.json" || status=1
+    irkit-bench run "$f" --backend cuda --counters --budget "$budget" --json "$out/run_$name.json" ||
+      status=1
   done
   return $status
 }
 export -f run_examples
 export out budget
-step run_examples 90 run_examples
+step run_examples 150 run_examples
 
-step gpu_targets 220 python3 benchmarks/gpu_targets.py "${targets[@]}" --out "$out/gpu_targets.jsonl"
+step gpu_targets 150 python3 benchmarks/gpu_targets.py "${targets[@]}" --out "$out/gpu_targets.jsonl"
 
-step attribute_mlp 60 irkit-bench attribute examples/mlp.graph --backend cuda \
-  --budget "$attribute_budget" --json "$out/attribute_mlp.json"
-
-ncu_probe() {
-  command -v ncu || { echo "ncu: not on the PATH"; return 1; }
-  ncu --version
-  ncu --target-processes all --launch-count 6 --csv \
-    --metrics sm__warps_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct \
-    python3 -m irkit.cli.bench run examples/softmax.graph --backend cuda --budget 0.2
+attribute_all() {
+  local status=0 f name
+  for f in examples/mlp.graph examples/*.graph; do
+    name=$(basename "$f" .graph)
+    [ -e "$out/attribute_$name.json" ] && continue
+    echo "--- $name"
+    irkit-bench attribute "$f" --backend cuda --budget "$attribute_budget" \
+      --json "$out/attribute_$name.json" || status=1
+  done
+  return $status
 }
-export -f ncu_probe
-step ncu_probe 60 ncu_probe
+export -f attribute_all
+export attribute_budget
+step attribute 200 attribute_all
 
 echo
 echo "== summary: $(($(wc -l <"$out/steps.tsv") - 1)) steps"

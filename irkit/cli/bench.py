@@ -90,6 +90,8 @@ def _run(args) -> int:
     )
     for c in result.checks:
         console.print(f"  {c.describe()}", style=None if c.passed else "bold red", highlight=False)
+    if args.counters and result.passed:
+        _read_counters(args, result, console)
     if args.json:
         path = _json_path(args.json, result.passed)
         _write_json(path, result.to_json(), args.file)
@@ -149,6 +151,27 @@ def _run(args) -> int:
                   f"host {result.fingerprint.get('cpu')}, git {result.fingerprint.get('git_sha') or 'unknown'}",
                   highlight=False)  # fmt: skip
     return 0
+
+
+def _read_counters(args, result, console) -> None:
+    """ncu's counters into the run's kernel records, or one line saying why there are none."""
+    from irkit.errors import IrkitError
+    from irkit.measure.counters import collect
+
+    if result.backend != "cuda":
+        console.print(f"--counters: the {result.backend} backend has no hardware counters; "
+                      "none read", style="yellow", highlight=False)  # fmt: skip
+        return
+    try:
+        counters = collect(args.file, result.pipeline, dict(args.dim), args.seed, args.plugin)
+    except IrkitError as e:
+        console.print(e.message, style="yellow", highlight=False)
+        return
+    result.counters = counters
+    for name, values in counters.items():
+        shown = ", ".join(f"{k.removesuffix('_pct').replace('_', ' ')} {v:.1f}%"
+                          for k, v in values.items())  # fmt: skip
+        console.print(f"  counters {name}: {shown}", highlight=False)
 
 
 def _progress():
@@ -434,6 +457,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("file", help="a .graph or .mlir model")
     _measure_options(run, budget=1.0)
     run.add_argument("--json", default=None, metavar="OUT", help="write the run's record as JSON")
+    run.add_argument("--counters", action="store_true",
+                     help="cuda: also read each kernel's achieved occupancy, DRAM throughput and "
+                          "L2 hit rate with Nsight Compute (ncu), in a separate run")  # fmt: skip
     att = sub.add_parser(
         "attribute", help="measure what each optional pass of a pipeline buys, with CIs"
     )

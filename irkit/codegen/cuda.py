@@ -414,6 +414,16 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         vector.ExtractOp: extract,
     }
 
+    @staticmethod
+    def restrict(arg: SSAValue, stored: set, loaded: set) -> str:
+        """`__restrict__` on a buffer the kernel only reads or only writes. A buffer it both
+        writes and reads (a scratch row statistic that thread 0 stores and the block reads
+        after `__syncthreads()`) is a channel between threads: under `__restrict__` the
+        compiler may assume the barrier cannot change it and hoist the other threads' load
+        above the barrier (seen on an H100: NVRTC 13 moved softmax's load of the row maximum
+        before the barrier, and every output was NaN). Such a pointer stays plain."""
+        return "*" if arg in stored and arg in loaded else "* __restrict__"
+
     def kernel(self, fn: func.FuncOp) -> str:
         launch = launch_of(fn)
         assert launch is not None
@@ -422,6 +432,8 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         self.names, self.counter = {}, 0  # names are per kernel: as NVRTC compiles each alone
         stored = {o.memref for o in fn.walk() if isinstance(o, memref.StoreOp)}
         stored |= {o.base for o in fn.walk() if isinstance(o, vector.StoreOp)}
+        loaded = {o.memref for o in fn.walk() if isinstance(o, memref.LoadOp)}
+        loaded |= {o.base for o in fn.walk() if isinstance(o, vector.LoadOp)}
         params = []
         for i, arg in enumerate(fn.body.block.args):
             t = arg.type
@@ -429,7 +441,8 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
                 raise IrkitError(f"@{fn.sym_name.data}: kernel arguments must be memrefs")
             name = self.fresh(arg, f"arg{i}", alone=True)
             const = "" if arg in stored else "const "
-            params.append(f"{const}{self.type_name(t.element_type)}* __restrict__ {name}")
+            pointer = self.restrict(arg, stored, loaded)
+            params.append(f"{const}{self.type_name(t.element_type)}{pointer} {name}")
         self.lines = []
         self.indent = 1
         self.block(fn.body.block)

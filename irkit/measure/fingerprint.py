@@ -15,24 +15,26 @@ import numpy as np
 
 @cache
 def git_sha() -> str | None:
-    """The git commit of the irkit source tree (with "-dirty" if modified), if it is one; for
-    a copy of the tree that is no checkout (shipped to a GPU host), `$IRKIT_SOURCE_SHA` as
-    the copier gives it, marked "(copy)"."""
-    root = Path(__file__).resolve().parents[2]
+    """The git commit of the irkit source tree (with "-dirty" if modified), if it is one. A
+    copy of the tree shipped elsewhere (to a GPU host) names its commit in `$IRKIT_SOURCE_SHA`,
+    which wins (the copy's own .git, if any, may be stale), recorded with " (copy)"."""
     copied = os.environ.get("IRKIT_SOURCE_SHA")
+    if copied:
+        return f"{copied} (copy)"
+    root = Path(__file__).resolve().parents[2]
     try:
         sha = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
         )
         if sha.returncode != 0:
-            return f"{copied} (copy)" if copied else None
+            return None
         dirty = subprocess.run(
             ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
             capture_output=True, text=True, timeout=5,
         )  # fmt: skip
         return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
-        return f"{copied} (copy)" if copied else None
+        return None
 
 
 def host_fingerprint() -> dict:

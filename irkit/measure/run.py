@@ -57,6 +57,7 @@ class RunResult:
     replay: Timing | None = None  # the driver as one CUDA graph, replayed (GPU backends)
     fingerprint: dict = field(default_factory=dict)
     copy_bandwidth: float | None = None  # bytes/s, read + write: the GPU's measured ceiling
+    counters: dict[str, dict[str, float]] = field(default_factory=dict)  # ncu's, per kernel name
 
     @property
     def passed(self) -> bool:
@@ -85,7 +86,10 @@ class RunResult:
 
     def _kernel_json(self, kernel: KernelTiming) -> dict:
         fraction = self.copy_fraction(kernel)
-        return kernel.to_json() | ({"copy_bw_fraction": fraction} if fraction is not None else {})
+        record = kernel.to_json() | ({"copy_bw_fraction": fraction} if fraction is not None else {})
+        if kernel.record.name in self.counters:
+            record["counters"] = self.counters[kernel.record.name]
+        return record
 
 
 def run_model(
