@@ -3,6 +3,7 @@
 #
 #   benchmarks/gpu_acceptance.sh OUTDIR [--quick]
 #
+# SKIP="attribute ..." leaves out the steps it names (their logs say so).
 # With ARCHIVE=FILE.tgz set, OUTDIR is re-packed into it after every step, so a call cut off
 # at its time limit still brings back what the finished steps wrote.
 #
@@ -34,6 +35,10 @@ printf 'step\tstatus\tseconds\n' >"$out/steps.tsv"
 step() {  # step NAME LIMIT_S COMMAND...: run, log to OUTDIR/NAME.log, note its status
   local name=$1 limit=$2 start status
   shift 2
+  if [[ " ${SKIP:-} " == *" $name "* ]]; then
+    echo "== $name: skipped (SKIP)" | tee "$out/$name.log"
+    return
+  fi
   start=$(date +%s)
   echo "== $name ($(date -u +%H:%M:%S), limit ${limit}s): $*"
   # through bash, so that a step may be one of the functions exported below

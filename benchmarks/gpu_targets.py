@@ -238,7 +238,7 @@ def _line(rec: dict) -> str:
     replay = ""
     if "irkit_replay" in rec:
         replay = f"  replay {rec['irkit_replay']['seconds']['median'] * 1e3:.3f} ms"
-    return (f"{rec['workload']:18} irkit {it['median'] * 1e3:9.3f} ms{replay}  "
+    return (f"{rec['workload']:24} irkit {it['median'] * 1e3:9.3f} ms{replay}  "
             f"{rec['gflops']:8.1f} GFLOP/s  {rec['fraction_of_copy_bw']:6.1%} of copy BW  {ratios}  "
             f"{rec['target']}: {'met' if rec['verdict'] else 'NOT MET'}")  # fmt: skip
 
@@ -247,7 +247,13 @@ def main() -> int:
     parser = benchmark_parser(__doc__, "default-cuda")
     parser.add_argument("--no-compile", action="store_true", help="no torch.compile peers")
     parser.add_argument("--only", action="append", default=[], help="a workload (repeatable)")
+    parser.add_argument("--tile", action="append", default=[], metavar="OPTIONS",
+                        help="also time the gemm with gpu-tile-matmul{OPTIONS} (repeatable), "
+                             "e.g. --tile block-k=16")  # fmt: skip
     args = parser.parse_args()
+    gemm = WORKLOADS[0]
+    tiled = [Workload(f"gemm[{t}]", gemm.source, gemm.dims, gemm.quick_dims, gemm.peer,
+                      gemm.target, t) for t in args.tile]  # fmt: skip
     try:
         from irkit.runtime.cuda import copy_bandwidth, device
 
@@ -264,8 +270,8 @@ def main() -> int:
     print(f"device {dev.name}; copy bandwidth {copy_bw / 1e9:.0f} GB/s; torch {torch.__version__}",
           flush=True)  # fmt: skip
     failed = []
-    for w in WORKLOADS:
-        if args.only and w.name not in args.only:
+    for w in WORKLOADS + tiled:
+        if args.only and w.name not in args.only and w not in tiled:
             continue
         dims = w.quick_dims if args.quick else w.dims
         try:

@@ -338,7 +338,7 @@ def test_gpu_tile_matmul_warp_tiles_match_under_lockstep(
 
 
 def test_default_tiles_compile_for_hopper_without_spills() -> None:
-    """The default 128x128x8 tile with 8x8 register tiles at 4096^3: what the GPU benchmark
+    """The default 128x128x16 tile with 8x8 register tiles at 4096^3: what the GPU benchmark
     runs. ptxas's report is the evidence available without a GPU."""
     module = irkit.load("examples/gemm.graph", {"M": 4096, "N": 4096, "K": 4096})
     mapped = apply_passes(module.clone(), parse_passes("default-cuda"))
@@ -352,16 +352,17 @@ def test_default_tiles_compile_for_hopper_without_spills() -> None:
         compiled = compile_cuda(source, kernel.sym_name.data, arch)
         r = compiled.resources
         assert r.spill_stores == 0 and r.spill_loads == 0, (arch, r)
-        # two stages (double buffering) of the 8 x (128 + 4) A and B tiles
-        assert r.registers <= 255 and r.shared_bytes == 2 * 4 * 8 * (132 + 132), (arch, r)
-    # 16-byte loads of A and B (in the prologue and in the loop), B's piece stored to shared
-    # memory as one 16-byte store
-    assert source.count("*reinterpret_cast<const float4*>(&a[") == 2
-    assert source.count("*reinterpret_cast<const float4*>(&b[") == 2
+        # two stages (double buffering) of the 16 x (128 + 4) A and B tiles
+        assert r.registers <= 255 and r.shared_bytes == 2 * 4 * 16 * (132 + 132), (arch, r)
+    # 16-byte loads of A and B, two pieces per thread each (128 x 16 elements / 256 threads /
+    # 4 lanes), in the prologue and in the loop; B's pieces stored to shared memory as 16-byte
+    # stores
+    assert source.count("*reinterpret_cast<const float4*>(&a[") == 4
+    assert source.count("*reinterpret_cast<const float4*>(&b[") == 4
     # warp tiling: per k, two 16-byte reads of each shared tile (8 x 8 = 2 x 2 groups of 4)
     for tile in ("a_tile", "b_tile"):
-        assert source.count(f"*reinterpret_cast<const float4*>(&k0_matmul_{tile}[") == 2 * 8
-    assert source.count("*reinterpret_cast<float4*>(&k0_matmul_b_tile") == 2
+        assert source.count(f"*reinterpret_cast<const float4*>(&k0_matmul_{tile}[") == 2 * 16
+    assert source.count("*reinterpret_cast<float4*>(&k0_matmul_b_tile") == 4
 
 
 def test_gpu_tile_matmul_rejects_uneven_tiles() -> None:
@@ -433,3 +434,12 @@ def test_row_parallel_matmuls_give_the_same_bits_on_threads(m: int, n: int, k: i
     np.testing.assert_array_equal(want, exe(*inputs)[0])
     checks, _ = check(exe, module, seed=m)
     assert all(c.passed for c in checks), [c.describe() for c in checks]
+
+
+def test_tiles_past_static_shared_memory_are_refused_naming_the_options() -> None:
+    """128 x 256 tiles, 16 deep, double-buffered, need 50,176 bytes of f32 shared memory:
+    over the 48 KB a kernel declares statically. The pass says so instead of NVRTC failing."""
+    module = irkit.load("examples/gemm.graph", {"M": 256, "N": 256, "K": 64})
+    spec = "lower-graph-to-loops,gpu-tile-matmul{block-k=16 block-n=256 thread-n=16},map-to-gpu"
+    with pytest.raises(IrkitError, match=r"block-k=16: .* need 50176 bytes of shared memory"):
+        irkit.compile(module, spec, backend="cuda-sim")
