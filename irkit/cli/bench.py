@@ -258,8 +258,8 @@ def _suite(args) -> int:
     console.print(f"suite: {len(jobs)} {'quick ' if args.quick else ''}jobs, pipeline {pipeline}, "
                   f"backend {why}; results appended to {out}", highlight=False)  # fmt: skip
     console.print(
-        "GPU peers (cuBLAS, PyTorch) are not in the suite; benchmarks/gpu_targets.py "
-        "measures them (not yet run on a GPU)",
+        "GPU peers (cuBLAS, PyTorch eager, torch.compile) are not in the suite; "
+        "benchmarks/gpu_targets.py measures them",
         style="dim",
     )
 
