@@ -21,6 +21,7 @@ from functools import cache
 from pathlib import Path
 
 from irkit.errors import IrkitError, one_line
+from irkit.loops import STATIC_SHARED_LIMIT
 
 DEFAULT_ARCH = "sm_90"
 """What to compile for when no device says otherwise (Hopper)."""
@@ -38,8 +39,6 @@ ARCH_LIMITS = {
     "sm_100": (1024, 227 * 1024, 65536),
     "sm_120": (1024, 99 * 1024, 65536),
 }
-STATIC_SHARED_LIMIT = 48 * 1024
-"""Static `__shared__` arrays above this need dynamic shared memory and an opt-in attribute."""
 
 
 @dataclass(frozen=True)

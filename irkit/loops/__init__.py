@@ -47,6 +47,10 @@ EXTENT_ATTR = "irkit.extent"
 SHARED_SPACE = IntegerAttr(3, i32)
 """The memory space of GPU workgroup (shared) buffers, as in MLIR's gpu dialect."""
 
+STATIC_SHARED_LIMIT = 48 * 1024
+"""The most bytes of static `__shared__` arrays one CUDA kernel may declare: a GPU-mapping pass
+keeps its shared buffers under it; past it a kernel needs dynamic shared memory and an opt-in."""
+
 
 def is_loop_level(module: ModuleOp) -> bool:
     """Whether no graph-dialect op is left (the module is at the loop level)."""

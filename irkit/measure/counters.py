@@ -88,8 +88,9 @@ def _child() -> int:
     """Compile, bind and run the model once: the process that ncu profiles."""
     import argparse
 
-    import irkit
+    from irkit.frontend import load
     from irkit.plugins import load_plugins
+    from irkit.runtime import compile
     from irkit.runtime.reference import random_inputs
 
     parser = argparse.ArgumentParser()
@@ -101,8 +102,8 @@ def _child() -> int:
     args = parser.parse_args()
     load_plugins(args.plugins)
     dims = {k: int(v) for k, v in (d.split("=", 1) for d in args.dim)}
-    module = irkit.load(args.model, dims)
-    exe = irkit.compile(module, args.pipeline, backend="cuda")
+    module = load(args.model, dims)
+    exe = compile(module, args.pipeline, backend="cuda")
     exe.bind(*random_inputs(module, args.seed)).synchronize()  # bind runs the driver once
     return 0
 

@@ -82,10 +82,15 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, SSAValue
 from xdsl.passes import ModulePass
 
-from irkit.codegen.nvrtc import STATIC_SHARED_LIMIT
 from irkit.dtypes import numpy_dtype
 from irkit.errors import require
-from irkit.loops import KERNEL_ATTR, LAUNCH_ATTR, SHARED_SPACE, require_loop_level
+from irkit.loops import (
+    KERNEL_ATTR,
+    LAUNCH_ATTR,
+    SHARED_SPACE,
+    STATIC_SHARED_LIMIT,
+    require_loop_level,
+)
 from irkit.loops.costs import count_flops
 from irkit.loops.rows import nests_of
 from irkit.passes.contraction import MatmulNest, match_matmul

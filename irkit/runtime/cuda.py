@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from irkit.codegen.nvrtc import STATIC_SHARED_LIMIT
 from irkit.errors import IrkitError
 from irkit.ir import entry_function
+from irkit.loops import STATIC_SHARED_LIMIT
 from irkit.runtime.backend import check_arrays, check_out, driver_plan, driver_specs
 from irkit.runtime.gpu import GpuKernel, build_kernels
 
