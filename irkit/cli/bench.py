@@ -38,6 +38,7 @@ from irkit.cli.views import fmt_count, fmt_signed, fmt_time
 def _reference(args) -> None:
     from rich.console import Console
     from rich.table import Table
+    from xdsl.dialects.builtin import StringAttr
 
     import irkit
     from irkit.ir import entry_function
@@ -48,12 +49,14 @@ def _reference(args) -> None:
     outputs = irkit.reference(module, *inputs)
     seconds = time.perf_counter() - start
     fn = entry_function(module)
-    names = [d.data.get("irkit.name") for d in (fn.res_attrs.data if fn.res_attrs else [])]
+    given = [d.data.get("irkit.name") for d in (fn.res_attrs.data if fn.res_attrs else [])]
+    names = [n if isinstance(n, StringAttr) else None for n in given]
     table = Table(title=f"{args.file}: numpy reference (float64), inputs seed {args.seed}")
     for col in ("output", "shape", "min", "max", "mean", "finite"):
         table.add_column(col, justify="left" if col in ("output", "shape") else "right")
     for i, out in enumerate(outputs):
-        name = names[i].data if i < len(names) and names[i] is not None else f"#{i}"
+        named = names[i] if i < len(names) else None
+        name = named.data if named is not None else f"#{i}"
         finite = bool(np.isfinite(out).all())
         table.add_row(
             name,

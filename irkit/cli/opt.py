@@ -113,7 +113,7 @@ class IrkitOptMain(xDSLOptMain):
 
     # --- the run -----------------------------------------------------------------------------
 
-    def run(self) -> None:  # type: ignore[override]
+    def run(self) -> None:
         from irkit.plugins import load_plugins
 
         load_plugins(self.args.plugin)

@@ -18,6 +18,7 @@ import math
 import re
 import struct
 from collections.abc import Callable
+from typing import ClassVar
 
 from xdsl.dialects import arith, func, gpu, memref, scf, vector
 from xdsl.dialects import math as xmath
@@ -320,7 +321,7 @@ __device__ __forceinline__ double irkit_minimum(double a, double b) { return (a 
 __device__ __forceinline__ float irkit_rsqrtf(float a) { return 1.0f / sqrtf(a); }
 __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); }
 """
-    GEOMETRY = {gpu.ThreadIdOp: ("threadIdx", "tid"), gpu.BlockIdOp: ("blockIdx", "bid"),
+    GEOMETRY: ClassVar[dict[type[Operation], tuple[str, str]]] = {gpu.ThreadIdOp: ("threadIdx", "tid"), gpu.BlockIdOp: ("blockIdx", "bid"),
                 gpu.BlockDimOp: ("blockDim", "ntid"), gpu.GridDimOp: ("gridDim", "nbid")}  # fmt: skip
 
     VECTOR_TYPES = {("f32", 4): "float4", ("f32", 2): "float2", ("f64", 2): "double2"}
@@ -381,7 +382,7 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
     def convert(self, op: Operation) -> None:
         src, dst = op.operands[0].type, op.results[0].type
         x = self.name(op.operands[0])
-        narrow = {Float16Type: ("__half2float({})", "__float2half_rn({})"),
+        narrow: dict[type[Attribute], tuple[str, str]] = {Float16Type: ("__half2float({})", "__float2half_rn({})"),
                   BFloat16Type: ("__bfloat162float({})", "__float2bfloat16_rn({})")}  # fmt: skip
         if type(src) in narrow:
             x = narrow[type(src)][0].format(x)
@@ -428,7 +429,7 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         launch = launch_of(fn)
         assert launch is not None
         block = launch["block"]
-        threads = math.prod(block)  # type: ignore[arg-type]
+        threads = math.prod(block)
         self.names, self.counter = {}, 0  # names are per kernel: as NVRTC compiles each alone
         stored = {o.memref for o in fn.walk() if isinstance(o, memref.StoreOp)}
         stored |= {o.base for o in fn.walk() if isinstance(o, vector.StoreOp)}
@@ -448,7 +449,7 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         self.block(fn.body.block)
         grid = launch["grid"]
         head = (
-            f"// {fn.sym_name.data}: grid {list(grid)}, block {list(block)}, "  # type: ignore[arg-type]
+            f"// {fn.sym_name.data}: grid {list(grid)}, block {list(block)}, "
             f"mapping {launch['mapping']}\n"
             f'extern "C" __global__ void __launch_bounds__({threads})\n'
             f"{fn.sym_name.data}({', '.join(params)}) {{\n"

@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable
+from typing import Any
 
 import llvmlite.ir as ll
 import numpy as np
@@ -64,13 +65,13 @@ PTR = ll.PointerType()
 RELEASE = "irkit.release"
 """The function every translated module has that frees its driver's kept scratch."""
 
-FLOAT_BINARY = {
+FLOAT_BINARY: dict[type[Operation], str] = {
     arith.AddfOp: "fadd",
     arith.SubfOp: "fsub",
     arith.MulfOp: "fmul",
     arith.DivfOp: "fdiv",
 }
-INT_BINARY = {
+INT_BINARY: dict[type[Operation], str] = {
     arith.AddiOp: "add",
     arith.SubiOp: "sub",
     arith.MuliOp: "mul",
@@ -85,7 +86,7 @@ INT_BINARY = {
     arith.ShRSIOp: "ashr",
     arith.ShRUIOp: "lshr",
 }
-INTRINSICS = {
+INTRINSICS: dict[type[Operation], str] = {
     xmath.ExpOp: "llvm.exp",
     xmath.LogOp: "llvm.log",
     xmath.SqrtOp: "llvm.sqrt",
@@ -98,7 +99,7 @@ INTRINSICS = {
     arith.MaxnumfOp: "llvm.maxnum",
     arith.MinnumfOp: "llvm.minnum",
 }
-LIBM = {xmath.TanhOp: "tanh", xmath.ErfOp: "erf"}
+LIBM: dict[type[Operation], str] = {xmath.TanhOp: "tanh", xmath.ErfOp: "erf"}
 CMPF = {
     "oeq": ("==", True), "ogt": (">", True), "oge": (">=", True), "olt": ("<", True),
     "ole": ("<=", True), "one": ("!=", True), "ord": ("ord", True), "ueq": ("==", False),
@@ -640,7 +641,7 @@ def _vector_store(em: LLVMEmitter, op: vector.StoreOp) -> None:
 
 
 def _element_bytes(t: ll.Type) -> int:
-    return {"float": 4, "double": 8, "half": 2, "i16": 2}[str(t.element)]  # type: ignore[attr-defined]
+    return {"float": 4, "double": 8, "half": 2, "i16": 2}[str(t.element)]
 
 
 def _broadcast(em: LLVMEmitter, op: vector.BroadcastOp) -> None:
@@ -797,7 +798,7 @@ def _return(em: LLVMEmitter, op: func.ReturnOp) -> None:
     em.b.ret_void()
 
 
-_HANDLERS: dict[type[Operation], Callable[[LLVMEmitter, Operation], None]] = {
+_HANDLERS: dict[type[Operation], Callable[[LLVMEmitter, Any], None]] = {
     arith.ConstantOp: _constant,
     arith.CmpfOp: _cmpf,
     arith.CmpiOp: _cmpi,
@@ -831,7 +832,7 @@ _HANDLERS: dict[type[Operation], Callable[[LLVMEmitter, Operation], None]] = {
     scf.IfOp: LLVMEmitter._if,
     func.CallOp: _call,
     func.ReturnOp: _return,
-}  # type: ignore[dict-item]
+}
 
 
 def _sqrt(b: ll.IRBuilder, t: ll.Type) -> ll.Function:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from abc import ABC
 from collections.abc import Mapping, Sequence
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self, cast
 
 from xdsl.dialects.builtin import (
     I64,
@@ -93,6 +93,12 @@ def bool_of(props: Props, name: str) -> bool:
 
 def tensor(element_type: Attribute, shape: Sequence[int]) -> TensorType:
     return TensorType(element_type, list(shape))
+
+
+def element_type_of(value: SSAValue) -> Attribute:
+    """The element type of a tensor value."""
+    assert isinstance(value.type, TensorType), value.type
+    return value.type.element_type
 
 
 def _tensor_types(types: Sequence[Attribute]) -> list[TensorType]:
@@ -791,7 +797,7 @@ class TransposeOp(GraphOp):
     @classmethod
     def complete_properties(cls, types: Sequence[TensorType], props: Props) -> dict[str, Attribute]:
         full = dict(props)
-        full.setdefault("perm", int_array(reversed(range(len(types[0].get_shape())))))
+        full.setdefault("perm", int_array(list(reversed(range(len(types[0].get_shape()))))))
         return full
 
     @classmethod
@@ -960,7 +966,9 @@ class ConstantOp(GraphOp):
     def from_values(
         cls, element_type: Attribute, shape: Sequence[int], values: Sequence[float]
     ) -> ConstantOp:
-        value = DenseIntOrFPElementsAttr.from_list(tensor(element_type, shape), list(values))
+        value = DenseIntOrFPElementsAttr.from_list(
+            cast(Any, tensor(element_type, shape)), list(values)
+        )
         return cls.create_inferred([], {"value": value})
 
 

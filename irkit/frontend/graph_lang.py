@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import lark
 import ml_dtypes
@@ -60,7 +60,7 @@ _PARSER = lark.Lark.open(
 )
 
 OPS: dict[str, type[graph.GraphOp]] = {
-    op.name.removeprefix("graph."): op  # type: ignore[misc]
+    op.name.removeprefix("graph."): op
     for op in graph.Graph.operations
     if issubclass(op, graph.GraphOp) and op is not graph.ConstantOp
 }
@@ -122,7 +122,7 @@ def _check_nesting(tree: lark.Tree, filename: str) -> None:
 
 def _syntax_message(e: lark.UnexpectedInput, text: str) -> str:
     if isinstance(e, lark.UnexpectedCharacters):
-        return f"unexpected character {text[e.pos_in_stream]!r}"
+        return f"unexpected character {text[e.pos_in_stream or 0]!r}"
     if isinstance(e, lark.UnexpectedToken):
         token = str(e.token) if len(str(e.token)) <= 40 else str(e.token)[:40] + "..."
         got = "end of file" if e.token.type == "$END" else repr(token)
@@ -259,9 +259,11 @@ class _Builder:
     # --- expressions -------------------------------------------------------------------------
 
     def _expr(self, t: lark.Tree | lark.Token) -> Value:
-        kind = t.data if isinstance(t, lark.Tree) else t.type
+        if not isinstance(t, lark.Tree):
+            self._fail(t, "expected a tensor expression here")
+        kind = t.data
         if kind == "number":
-            return self._literal(t.children[0])
+            return self._literal(_token(t))
         if kind == "var":
             name = str(t.children[0])
             if name not in self.env:
@@ -400,9 +402,11 @@ class _Builder:
     # --- static values (dims and attributes) -------------------------------------------------
 
     def _static(self, t: lark.Tree | lark.Token) -> Any:
-        kind = t.data if isinstance(t, lark.Tree) else t.type
+        if not isinstance(t, lark.Tree):
+            self._fail(t, "expected a static value (number, list, string, dim, dtype) here")
+        kind = t.data
         if kind == "number":
-            return self._literal(t.children[0])
+            return self._literal(_token(t))
         if kind == "string":
             return str(t.children[0])[1:-1]
         if kind == "list":
@@ -500,11 +504,18 @@ class _Builder:
         close = difflib.get_close_matches(name, near, n=1)
         return f"unknown name {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
 
-    def _fail(self, t: lark.Tree | lark.Token, message: str) -> Any:
+    def _fail(self, t: lark.Tree | lark.Token, message: str) -> NoReturn:
         line, col = (
             (t.line, t.column) if isinstance(t, lark.Token) else (t.meta.line, t.meta.column)
         )
-        raise IrkitError(message, SourceLocation(self.filename, line, col))
+        raise IrkitError(message, SourceLocation(self.filename, line or 0, col or 0))
+
+
+def _token(t: lark.Tree) -> lark.Token:
+    """The one token under a rule such as `number`."""
+    token = t.children[0]
+    assert isinstance(token, lark.Token), t
+    return token
 
 
 def _candidate_attrs(value: Any) -> list[Attribute]:

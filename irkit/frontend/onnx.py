@@ -22,6 +22,7 @@ import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -334,9 +335,11 @@ def _array_dtype(array: np.ndarray) -> str | None:
     return {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}.get(name)
 
 
-def _dense(array: np.ndarray, element_type: Attribute) -> DenseIntOrFPElementsAttr:
+def _dense(array: np.ndarray, element_type: Attribute) -> DenseIntOrFPElementsAttr[Any]:
     values = np.asarray(array, dtype=np.float64).reshape(-1).tolist()
-    return DenseIntOrFPElementsAttr.from_list(g.tensor(element_type, array.shape), values)
+    return DenseIntOrFPElementsAttr.from_list(
+        cast(Any, g.tensor(element_type, array.shape)), values
+    )
 
 
 def _ssa_name(name: str) -> str:

@@ -96,8 +96,8 @@ def _pow(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     if name in im.consts and im.consts[name].dtype.kind in "iu":
         exponent = im.add_op(
             g.ConstantOp.from_values(
-                base.type.element_type,
-                im.consts[name].shape,  # type: ignore[attr-defined]
+                g.element_type_of(base),
+                im.consts[name].shape,
                 im.consts[name].astype(np.float64).reshape(-1).tolist(),
             )  # fmt: skip
         )
@@ -258,8 +258,8 @@ def _layer_norm(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
         bias = _broadcast_to(im, im.tensor(node.input[2]), norm)
     else:
         bias = im.add_op(
-            g.ConstantOp.from_values(x.type.element_type, norm, [0.0] * int(np.prod(norm)))
-        )  # type: ignore[attr-defined]
+            g.ConstantOp.from_values(g.element_type_of(x), norm, [0.0] * int(np.prod(norm)))
+        )
     axes = g.int_array(list(range(axis, rank(x))))
     eps = a.get("epsilon", 1e-5)
     if not any(node.output[1:]):

@@ -23,6 +23,7 @@ trips, bytes) over the same IR.
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import (
@@ -109,15 +110,27 @@ def combiner(loop: scf.ForOp, from_identity: bool = True) -> Operation | None:
     yielded = loop.body.block.last_op
     assert isinstance(yielded, scf.YieldOp)
     op = yielded.operands[0].owner
-    if type(op) not in COMBINERS or acc not in op.operands or acc.uses.get_length() != 1:
+    if not isinstance(op, Operation) or type(op) not in COMBINERS:
+        return None
+    if acc not in op.operands or acc.uses.get_length() != 1:
         return None
     if not from_identity:
-        return op  # type: ignore[return-value]
+        return op
     init = constant_value(loop.iter_args[0])
-    return op if init is not None and float(init) == COMBINERS[type(op)] else None  # type: ignore[return-value]
+    return op if init is not None and float(init) == COMBINERS[type(op)] else None
 
 
-def launch_of(fn: Operation) -> dict[str, object] | None:
+class Launch(TypedDict, total=False):
+    """`irkit.launch` read back: what a GPU kernel's launch needs."""
+
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    shared: int
+    mapping: str
+    flops: int
+
+
+def launch_of(fn: Operation) -> Launch | None:
     """A GPU kernel's launch configuration: grid, block (3 ints each), the bytes of dynamic
     shared memory per block (`shared`; 0 where absent) and mapping; None for a function that is
     not GPU-mapped."""
@@ -128,14 +141,15 @@ def launch_of(fn: Operation) -> dict[str, object] | None:
     grid, block, mapping = d["grid"], d["block"], d["mapping"]
     assert isinstance(grid, DenseArrayBase) and isinstance(block, DenseArrayBase)
     assert isinstance(mapping, StringAttr)
-    out: dict[str, object] = {
-        "grid": tuple(grid.get_values()),
-        "block": tuple(block.get_values()),
-        "shared": d["shared"].value.data if isinstance(d.get("shared"), IntegerAttr) else 0,  # type: ignore[union-attr]
-        "mapping": mapping.data,
-    }
-    if isinstance(d.get("flops"), IntegerAttr):
-        out["flops"] = d["flops"].value.data  # type: ignore[union-attr]
+    shared, flops = d.get("shared"), d.get("flops")
+    out = Launch(
+        grid=tuple(int(v) for v in grid.get_values()),
+        block=tuple(int(v) for v in block.get_values()),
+        shared=shared.value.data if isinstance(shared, IntegerAttr) else 0,
+        mapping=mapping.data,
+    )
+    if isinstance(flops, IntegerAttr):
+        out["flops"] = flops.value.data
     return out
 
 

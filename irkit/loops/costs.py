@@ -41,7 +41,7 @@ def _flops_of(op: Operation) -> int:
     lanes = 1
     if isinstance(t, VectorType):
         lanes, t = math.prod(t.get_shape()), t.element_type
-    return per * lanes if t.name in ("f16", "bf16", "f32", "f64") else 0  # type: ignore[attr-defined]
+    return per * lanes if t.name in ("f16", "bf16", "f32", "f64") else 0
 
 
 def static_trips(lb: SSAValue, ub: SSAValue, step: SSAValue) -> int:

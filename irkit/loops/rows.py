@@ -75,8 +75,11 @@ def nests_of(fn: func.FuncOp, what: str) -> tuple[list[arith.ConstantOp], list[N
             body = [o for o in op.body.block.ops if not isinstance(o, scf.ReduceOp)]
             nests.append(
                 Nest(
-                    [op], tuple(int(v) for v in values[n : 2 * n]), tuple(op.body.block.args), body
-                )  # type: ignore[arg-type]
+                    [op],
+                    tuple(int(v or 0) for v in values[n : 2 * n]),
+                    tuple(op.body.block.args),
+                    body,
+                )
             )
         else:
             bare.append(op)
@@ -142,6 +145,8 @@ def _evaluate(value: SSAValue, env: dict[SSAValue, np.ndarray]) -> np.ndarray:
     if value in env:
         return env[value]
     op = value.owner
+    if not isinstance(op, Operation):
+        raise _NotEvaluable("a block argument")
     if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
         out = np.array(op.value.value.data, dtype=np.int64)
     elif type(op) in _INT_OPS:

@@ -101,14 +101,17 @@ class Plan:
             return [t[a] - t[b] for a, b in (self.pair(i) for i in range(self.k))]
         if self.permutations:
             return [
-                sum(t[a] - t[b] for a, b in self.pairs(i)) / len(self.permutations)
+                np.asarray(sum(t[a] - t[b] for a, b in self.pairs(i))) / len(self.permutations)
                 for i in range(self.k)
             ]
         k = self.k
         weight = [
             math.factorial(s) * math.factorial(k - s - 1) / math.factorial(k) for s in range(k)
         ]
-        return [sum(weight[sum(a)] * (t[a] - t[b]) for a, b in self.pairs(i)) for i in range(k)]
+        return [
+            np.asarray(sum(weight[sum(a)] * (t[a] - t[b]) for a, b in self.pairs(i)))
+            for i in range(k)
+        ]
 
     def before(self, i: int) -> Mask:
         """The variant pass i's relative change is taken against."""
@@ -149,11 +152,11 @@ def make_plan(strategy: str, k: int, permutations: int = 64, seed: int = 0) -> P
         return Plan(strategy, k, tuple(itertools.product((False, True), repeat=k)))
     rng = np.random.default_rng(seed)
     orders = tuple(tuple(int(x) for x in rng.permutation(k)) for _ in range(permutations))
-    masks = {empty, full}
+    sampled = {empty, full}
     for order in orders:
         for n in range(k + 1):
-            masks.add(tuple(j in order[:n] for j in range(k)))
-    return Plan(strategy, k, tuple(sorted(masks, key=sum)), orders)
+            sampled.add(tuple(j in order[:n] for j in range(k)))
+    return Plan(strategy, k, tuple(sorted(sampled, key=sum)), orders)
 
 
 # --------------------------------------------------------------------------- variants
@@ -425,17 +428,17 @@ def attribute(
         if key not in programs:
             what = f"the variant with {_describe(steps, optional, mask)} ({vspec})"
             inputs = _checked(exe, graph, seed, case, what)
-            programs[key] = Program(key, exe, exe.bind(*inputs))  # type: ignore[attr-defined]
+            programs[key] = Program(key, exe, exe.bind(*inputs))
         programs[key].masks.append(mask)
         variants.append({"passes": [steps[optional[j]].label for j, m in enumerate(mask) if m],
                          "spec": vspec, "program": key, "compile_s": seconds,
                          "kernels": [k.hash for k in exe.kernels]})  # fmt: skip
     tick("compile", len(plan.masks), len(plan.masks))
 
-    fns: dict[str, Callable[[], None]] = {k: timed_graph(p.bound) for k, p in programs.items()}  # type: ignore[attr-defined]
+    fns: dict[str, Callable[[], None]] = {k: timed_graph(p.bound) for k, p in programs.items()}
     if twin:
         twin_exe = compile(graph, variant_spec(steps, optional, plan.full), chosen.name)
-        twin_bound = twin_exe.bind(*case[0])  # type: ignore[attr-defined]
+        twin_bound = twin_exe.bind(*case[0])
         fns["aa-twin"] = timed_graph(twin_bound)
     rounds_done = [0]
 
@@ -590,7 +593,7 @@ def _time_kernels(
     for p in programs.values():
         for i, record in enumerate(p.exe.kernels):  # type: ignore[attr-defined]
             if record.hash not in fns:
-                fns[record.hash] = timed_kernel(p.bound, i)  # type: ignore[attr-defined]
+                fns[record.hash] = timed_kernel(p.bound, i)
                 records[record.hash] = record
     timings = time_interleaved(fns, precision, budget_s, min_rounds, max_rounds, seed=seed + 1,
                                on_round=lambda r: tick("kernels", r, max_rounds))  # fmt: skip
@@ -664,7 +667,7 @@ def compare_pipelines(
     for name, spec in (("a", a), ("b", b), ("twin", a)):
         exe = compile(graph, spec, backend)
         inputs = _checked(exe, graph, seed, case, f"pipeline '{spec}'")
-        fns[name] = timed_graph(exe.bind(*inputs))  # type: ignore[attr-defined]
+        fns[name] = timed_graph(exe.bind(*inputs))
     timings = time_interleaved(fns, precision, budget_s, min_rounds, seed=seed)
     samples = np.stack([timings[k].samples for k in ("a", "b", "twin")])
     point, boot = _round_bootstrap(samples, resamples, seed)

@@ -235,7 +235,7 @@ def slowing_edits(
         bad = [c for c in check(exe, graph, seed, case)[0] if not c.passed]
         if bad:
             raise IrkitError(f"pipeline '{spec}' computes a wrong result: {bad[0].describe()}; not timed (bisect without --slower-than finds the pass)")  # fmt: skip
-        return exe, timed_graph(exe.bind(*case[0]))  # type: ignore[attr-defined]
+        return exe, timed_graph(exe.bind(*case[0]))
 
     base_exe, base_fn = program(",".join(base_specs))
     base_kernels = {k.name for k in base_exe.kernels}

@@ -113,14 +113,16 @@ def match_matmul(loop: scf.ParallelOp, batched: bool = False) -> MatmulNest | No
     rank = len(loop.body.block.args)
     if rank < 2 or (rank > 2 and not batched) or loop.initVals:
         return None
-    extents = [
+    ranges = [
         _unit_range(lb, ub, st)
         for lb, ub, st in zip(loop.lowerBound, loop.upperBound, loop.step, strict=True)
     ]
-    if None in extents:
+    extents = [e for e in ranges if e is not None]
+    if len(extents) != len(ranges):
         return None
     *batch_extents, m, n = extents
-    *batch_ivs, i, j = loop.body.block.args
+    ivs: list[SSAValue] = list(loop.body.block.args)
+    *batch_ivs, i, j = ivs
     batch = tuple(zip(batch_ivs, batch_extents, strict=True))
     ops = list(loop.body.block.ops)
     if len(ops) < 3 or not isinstance(ops[0], scf.ForOp) or not isinstance(ops[-1], scf.ReduceOp):
@@ -158,7 +160,7 @@ def match_matmul(loop: scf.ParallelOp, batched: bool = False) -> MatmulNest | No
     if not isinstance(store, memref.StoreOp) or not indexes(store, (i, m), (j, n), exact=True):
         return None
     a, b, c = a_load.memref, b_load.memref, store.memref
-    types = {v.type.element_type for v in (a, b, c) if isinstance(v.type, MemRefType)}  # type: ignore[union-attr]
+    types = {v.type.element_type for v in (a, b, c) if isinstance(v.type, MemRefType)}
     types.add(k_loop.iter_args[0].type)
     if len(types) != 1 or not isinstance(next(iter(types)), Float32Type | Float64Type):
         return None
@@ -169,10 +171,7 @@ def match_matmul(loop: scf.ParallelOp, batched: bool = False) -> MatmulNest | No
         for op in epilogue
     ):
         return None
-    prefixes = tuple(
-        tuple(op.indices)[: len(op.indices) - 2]  # type: ignore[attr-defined]
-        for op in (a_load, b_load, store)
-    )
+    prefixes = tuple(tuple(op.indices)[: len(op.indices) - 2] for op in (a_load, b_load, store))
     return MatmulNest(
         loop, i, j, m, n, k, k_loop, a, b, c, init, epilogue, store, next(iter(types)),
         batch, prefixes,

@@ -132,8 +132,9 @@ class SinkReshape(RewritePattern):
                 moved_operands.append(r.results[0])
             else:
                 return
-        element = op.results[0].type.element_type  # type: ignore[attr-defined]
+        element = g.element_type_of(op.results[0])
         m = _shape(reshape.input)
+        moved: Operation
         if isinstance(op, g.BinaryOp):
             moved = type(op).create_inferred(moved_operands, dict(op.properties))
         else:

@@ -170,6 +170,7 @@ class _Tiler:
         tail_vectors = (nest.n - panels * self.nr) // self.lanes
         vector_columns = panels * self.nr + tail_vectors * self.lanes
         if panels:
+            source: Callable[[SSAValue, int, SSAValue], SSAValue]
             if self.pack:
                 packed = self._pack(panels)
 

@@ -36,7 +36,9 @@ Optional, CPU-oriented (the CUDA target has its own fast `expf`); no options.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects import arith
@@ -67,7 +69,7 @@ SQRT_HALF = 0.707106781186547524
 
 
 CONTRACTABLE = (arith.AddfOp, arith.SubfOp, arith.MulfOp)
-CONTRACT = arith.FastMathFlagsAttr(["contract"])
+CONTRACT = arith.FastMathFlagsAttr([arith.FastMathFlag.ALLOW_CONTRACT])
 """The expansions' multiplies and adds may fuse into FMAs (one rounding instead of two)."""
 
 
@@ -187,7 +189,7 @@ def expand_log(op: xmath.LogOp) -> SSAValue:
     return e.select(e.cmp("ult", x, e.f(0.0)), e.f(math.nan), y)
 
 
-EXPANSIONS = {
+EXPANSIONS: dict[type[Operation], Callable[[Any], SSAValue]] = {
     xmath.ExpOp: expand_exp,
     xmath.TanhOp: expand_tanh,
     xmath.ErfOp: expand_erf,

@@ -97,7 +97,7 @@ class TransposeOfUnitAxes(RewritePattern):
         moved = [p for p in _perm(op) if shape[p] != 1]
         if moved != sorted(moved) or _perm(op) == sorted(_perm(op)):
             return
-        rewriter.replace(op, _reshape(op.input, op.result.type.get_shape(), op))  # type: ignore[attr-defined]
+        rewriter.replace(op, _reshape(op.input, op.result.type.get_shape(), op))
 
 
 class ComposeReshapes(RewritePattern):
@@ -109,7 +109,7 @@ class ComposeReshapes(RewritePattern):
         if op.input.type == op.result.type:
             rewriter.replace(op, [], [op.input])
         elif isinstance(inner, g.ReshapeOp):
-            rewriter.replace(op, _reshape(inner.input, op.result.type.get_shape(), op))  # type: ignore[attr-defined]
+            rewriter.replace(op, _reshape(inner.input, op.result.type.get_shape(), op))
             if not inner.result.uses:
                 rewriter.erase(inner)
 
@@ -125,7 +125,7 @@ class SinkThroughUnary(RewritePattern):
         x = t.input
         x_type = x.type
         assert isinstance(x_type, TensorType)
-        element = op.result.type.element_type  # type: ignore[attr-defined]
+        element = op.result.type.element_type
         moved = type(op).create(operands=[x], properties=dict(op.properties),
                                 attributes=dict(op.attributes),
                                 result_types=[g.tensor(element, x_type.get_shape())])  # fmt: skip

@@ -436,10 +436,12 @@ class _TiledKernel:
         for r, c, _ in slots:
             gr, gc = t.add(arith.AddiOp(r0, r)), t.add(arith.AddiOp(c0, c))
             inside = _all(t, [(gr, r_extent, r_tile), (gc, c_extent, c_tile)])
-            each = None
-            if across:
+            each: list[SSAValue] | None = None
+            if across:  # the column extent is then not a multiple of the tile: checked
                 row_inside = _all(t, [(gr, r_extent, r_tile)])
-                each = [_all(t, [(t.iadd(gc, q), c_extent, c_tile)]) for q in range(copy.lanes)]
+                columns = [_all(t, [(t.iadd(gc, q), c_extent, c_tile)]) for q in range(copy.lanes)]
+                each = [c for c in columns if c is not None]
+                assert len(each) == copy.lanes
                 if row_inside is not None:
                     each = [t.add(arith.AndIOp(row_inside, e)) for e in each]
             if inside is not None:  # clamp the address, then use 0 outside: no branch
@@ -538,7 +540,9 @@ def _all(b: _Builder, bounds: list[tuple[SSAValue, int, int]]) -> SSAValue | Non
         for v, extent, tile in bounds
         if extent % tile
     ]
-    out = conds[0] if conds else None
+    if not conds:
+        return None
+    out = conds[0]
     for c in conds[1:]:
         out = b.add(arith.AndIOp(out, c))
     return out

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 from xdsl.dialects import arith
 from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType, i64
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from irkit.dialects import graph as g
 from irkit.passes.loop_builder import LOW_PRECISION, LoopBuilder, compute_type
@@ -40,9 +41,7 @@ def shape_of(value: SSAValue) -> tuple[int, ...]:
     return value.type.get_shape()
 
 
-def dtype_of(value: SSAValue) -> Attribute:
-    assert isinstance(value.type, TensorType)
-    return value.type.element_type
+dtype_of = g.element_type_of
 
 
 # --- what must be materialized ---------------------------------------------------------------
@@ -81,7 +80,7 @@ def materialized_values(
     """The values of `ops` the kernel stores, in dataflow order (outputs included); with
     `keep_transcendentals`, also a transcendental value read by two or more of its ops."""
     inside = set(ops)
-    keep = []
+    keep: list[SSAValue] = []
     for op in ops:
         if isinstance(op, g.ConstantOp) or not op.results:
             continue
@@ -116,10 +115,11 @@ class KernelEmitter:
             if type(op) in FINE_NESTS:
                 self._emit_fine(op, buffer)  # type: ignore[arg-type]
                 continue
-            self.b.parallel(
-                shape_of(value),
-                lambda idx, v=value, buf=buffer: self.b.store(self.compute(v, idx), buf, idx),
-            )
+
+            def body(idx: list[SSAValue], v: SSAValue = value, buf: SSAValue = buffer) -> None:
+                self.b.store(self.compute(v, idx), buf, idx)
+
+            self.b.parallel(shape_of(value), body)
 
     def _emit_fine(self, op: Operation, buffer: SSAValue) -> None:
         """Store `op`'s result from a loop nest over a finer shape whose axes, in groups,
@@ -196,7 +196,7 @@ class KernelEmitter:
 
     def to_float(self, i: SSAValue, like: SSAValue) -> SSAValue:
         as_int = self.b.add(arith.IndexCastOp(i, i64))
-        return self.b.add(arith.SIToFPOp(as_int, like.type))
+        return self.b.add(arith.SIToFPOp(as_int, cast(Any, like.type)))
 
 
 # --- elementwise -------------------------------------------------------------------------------
@@ -258,7 +258,7 @@ def _constant(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
 # --- reductions ------------------------------------------------------------------------------
 
 
-_COMBINE = {
+_COMBINE: dict[type, tuple[float, type[Operation]]] = {
     g.ReduceSumOp: (0.0, arith.AddfOp),
     g.ReduceMeanOp: (0.0, arith.AddfOp),
     g.ReduceMaxOp: (-math.inf, arith.MaximumfOp),

@@ -7,6 +7,7 @@ kernel reads as a short list of constants followed by its loop nests.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
@@ -64,7 +65,7 @@ class LoopBuilder:
     def float(self, x: float, type_: Attribute) -> SSAValue:
         return self._constant(
             (f"f{float(x)!r}", type_),
-            lambda: arith.ConstantOp(FloatAttr(float(x), type_)),  # type: ignore[arg-type]
+            lambda: arith.ConstantOp(FloatAttr(float(x), cast(Any, type_))),
         )
 
     # --- ops ---------------------------------------------------------------------------
@@ -86,7 +87,8 @@ class LoopBuilder:
 
     def convert(self, value: SSAValue, to: Attribute) -> SSAValue:
         """extf or truncf between float types (rounding to nearest even)."""
-        width = {Float16Type: 16, BFloat16Type: 16, Float32Type: 32, Float64Type: 64}
+        width: dict[type[Attribute], int] = {Float16Type: 16, BFloat16Type: 16, Float32Type: 32,
+                                             Float64Type: 64}  # fmt: skip
         src, dst = width[type(value.type)], width[type(to)]
         if value.type == to:
             return value
@@ -149,11 +151,12 @@ class LoopBuilder:
         block.add_op(scf.YieldOp(*body(iv, list(accs))))
         self.block = outer
         bounds = [self.index(x) if isinstance(x, int) else x for x in (lo, hi, step)]
-        loop = scf.ForOp(*bounds, inits, block)
+        lower, upper, step_ = bounds
+        loop = scf.ForOp(lower, upper, step_, inits, block)
         outer.add_op(loop)
         return list(loop.results)
 
-    def parallel(self, extents: Sequence[int], body: Callable[[list[SSAValue]], None]) -> None:
+    def parallel(self, extents: Sequence[int], body: Callable[[list[SSAValue]], object]) -> None:
         """One `scf.parallel` over all `extents` (iterations independent); rank 0 runs once."""
         if not extents:
             body([])
@@ -191,7 +194,7 @@ class FunctionConstants:
 
     def __init__(self, fn: func.FuncOp):
         self.entry = fn.body.block
-        self.known = {
+        self.known: dict[tuple[Attribute, Attribute], SSAValue] = {
             (op.value, op.result.type): op.result
             for op in self.entry.ops
             if isinstance(op, arith.ConstantOp)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from xdsl.context import Context
 from xdsl.dialects import func, memref
@@ -79,7 +80,7 @@ class Kernel:
 
 def _kernel_groups(fn: func.FuncOp) -> list[tuple[list[Operation], list[SSAValue], list[SSAValue]]]:
     """(ops, values yielded inside, results outside) per kernel of `fn`, in program order."""
-    groups = []
+    groups: list[tuple[list[Operation], list[SSAValue], list[SSAValue]]] = []
     for op in fn.body.block.ops:
         if isinstance(op, g.ConstantOp | func.ReturnOp):
             continue
@@ -162,7 +163,7 @@ def _build_kernel_function(
     )
     for arg, name in zip(block.args, names, strict=True):
         arg.name_hint = name
-    buffers = dict(zip(values, block.args, strict=True))
+    buffers: dict[SSAValue, SSAValue] = dict(zip(values, block.args, strict=True))
     KernelEmitter(LoopBuilder(block), buffers).emit(stored)
     block.add_op(func.ReturnOp())
     roles = (
@@ -196,10 +197,12 @@ def _global_for(op: g.ConstantOp, module: ModuleOp) -> memref.GetGlobalOp:
     mtype = memref_of(op.results[0])
     name = f"cst{sum(isinstance(o, memref.GlobalOp) for o in module.ops)}"
     init = DenseIntOrFPElementsAttr.from_list(
-        TensorType(mtype.element_type, mtype.get_shape()), value.get_values()
+        cast(Any, TensorType(mtype.element_type, mtype.get_shape())), value.get_values()
     )
     glob = memref.GlobalOp.get(StringAttr(name), mtype, init, constant=UnitAttr())
-    module.body.block.insert_op_before(glob, module.body.block.first_op)
+    first = module.body.block.first_op
+    assert first is not None, "a module that has a constant has a function"
+    module.body.block.insert_op_before(glob, first)
     return memref.GetGlobalOp(SymbolRefAttr(name), mtype)
 
 
@@ -227,9 +230,9 @@ def _build_driver(fn: func.FuncOp, kernels: list[tuple[Kernel, func.FuncOp]], mo
     block = Block(arg_types=[memref_of(a) for a in graph_args] + [memref_of(v) for v in outputs])
     env: dict[SSAValue, SSAValue] = dict(zip(graph_args, block.args, strict=False))
     out_args = block.args[len(graph_args) :]
-    for arg, name in zip(
-        block.args, [a.name_hint for a in graph_args] + _output_names(fn), strict=True
-    ):
+    hints: list[str | None] = [a.name_hint for a in graph_args]
+    hints.extend(_output_names(fn))
+    for arg, name in zip(block.args, hints, strict=True):
         arg.name_hint = name
     for v, arg in zip(outputs, out_args, strict=True):
         if (
@@ -265,7 +268,8 @@ def _build_driver(fn: func.FuncOp, kernels: list[tuple[Kernel, func.FuncOp]], mo
     return _driver_function(fn, block)
 
 
-def _alloc(t: MemRefType) -> memref.AllocOp:
+def _alloc(t: Attribute) -> memref.AllocOp:
+    assert isinstance(t, MemRefType), t
     return memref.AllocOp.get(t.element_type, alignment=64, shape=t.get_shape())
 
 

@@ -30,8 +30,9 @@ naive mapping; tiling and shared-memory promotion are separate, optional passes.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, gpu, memref, scf
@@ -47,7 +48,7 @@ from xdsl.dialects.builtin import (
     UnitAttr,
     i64,
 )
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irkit.errors import require
@@ -73,12 +74,14 @@ class _Constants(LoopBuilder):
     """Constants of one kernel, at the top of its entry block (LoopBuilder's placement and
     caching), starting from clones of the original kernel's constants."""
 
-    def add(self, op: arith.ConstantOp) -> None:
+    def adopt(self, op: arith.ConstantOp) -> None:
+        """Take `op` (a clone of the old kernel's constant) as the constant for its value."""
         value, t = constant_value(op.result), op.result.type
+        key: tuple[str, Attribute]
         if isinstance(t, IndexType):
             key = (f"i{value}", t)
-        elif isinstance(op.value, FloatAttr):
-            key = (f"f{float(value)!r}", t)  # type: ignore[arg-type]
+        elif isinstance(op.value, FloatAttr) and value is not None:
+            key = (f"f{float(value)!r}", t)
         else:
             key = (repr(op.value), t)
         self._constant(key, lambda: op)
@@ -98,8 +101,10 @@ class _Builder:
     def index(self, n: int) -> SSAValue:
         return self.constants.index(n)
 
-    def binary(self, cls: type[Operation], a: SSAValue, b: int) -> SSAValue:
-        return self.add(cls(a, self.index(b)))  # type: ignore[call-arg]
+    def binary(
+        self, cls: Callable[[SSAValue, SSAValue], Operation], a: SSAValue, b: int
+    ) -> SSAValue:
+        return self.add(cls(a, self.index(b)))
 
     def iadd(self, a: SSAValue, b: int) -> SSAValue:
         return a if b == 0 else self.binary(arith.AddiOp, a, b)
@@ -156,7 +161,7 @@ def _new_kernel(
         new.name_hint = old.name_hint
     table = _Constants(block)
     for c in constants:
-        table.add(c.clone(value_mapper=mapping))
+        table.adopt(c.clone(value_mapper=mapping))
     kernel = func.FuncOp(
         name,
         fn.function_type,
@@ -305,7 +310,8 @@ class _RowsKernel:
             other = inner.add(
                 memref.LoadOp.get(self.shared, [inner.add(arith.AddiOp(tid, b.index(s)))])
             )
-            inner.add(memref.StoreOp.get(inner.add(type(comb)(mine, other)), self.shared, [tid]))
+            combine = cast(Callable[[SSAValue, SSAValue], Operation], type(comb))
+            inner.add(memref.StoreOp.get(inner.add(combine(mine, other)), self.shared, [tid]))
             b.add(gpu.BarrierOp())
             s //= 2
         total = b.add(memref.LoadOp.get(self.shared, [b.index(0)]))
@@ -415,10 +421,10 @@ class MapToGpuPass(ModulePass):
                 op.body.block.insert_op_before(part, fn)
             replaced[fn.sym_name.data] = parts
         for call in [c for c in op.walk() if isinstance(c, func.CallOp)]:
-            parts = replaced.get(call.callee.root_reference.data)
-            if parts is None:
+            mapped = replaced.get(call.callee.root_reference.data)
+            if mapped is None:
                 continue
-            for part in parts:
+            for part in mapped:
                 call.parent_block().insert_op_before(  # type: ignore[union-attr]
                     func.CallOp(part.sym_name.data, list(call.arguments), []), call
                 )

@@ -57,7 +57,7 @@ from irkit.loops.costs import static_trips
 from irkit.passes.loop_builder import FunctionConstants
 
 F32, F64, INDEX = Float32Type(), Float64Type(), IndexType()
-REASSOC = arith.FastMathFlagsAttr(["reassoc"])
+REASSOC = arith.FastMathFlagsAttr([arith.FastMathFlag.REASSOC])
 
 
 def _trips(loop: scf.ForOp) -> int | None:

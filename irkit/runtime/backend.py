@@ -122,7 +122,8 @@ def page_aligned(spec_or_array: TensorSpec | np.ndarray) -> np.ndarray:
 class Bound(Protocol):
     """An Executable with its buffers fixed: what timers call repeatedly."""
 
-    outputs: list[np.ndarray]
+    @property
+    def outputs(self) -> list[np.ndarray]: ...
 
     def run_graph(self) -> None: ...
 
@@ -168,7 +169,8 @@ def driver_specs(fn: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
     from irkit.loops import OUTPUT_ATTR
 
     attrs = fn.arg_attrs.data if fn.arg_attrs else [None] * len(fn.body.block.args)
-    inputs, outputs = [], []
+    inputs: list[TensorSpec] = []
+    outputs: list[TensorSpec] = []
     for i, (arg, d) in enumerate(zip(fn.body.block.args, attrs, strict=True)):
         t = arg.type
         assert isinstance(t, MemRefType)
@@ -194,6 +196,18 @@ class Step:
     shape: tuple[int, ...] = ()
     dtype: np.dtype | None = None
     data: np.ndarray | None = None
+
+    @property
+    def buffer_dtype(self) -> np.dtype:
+        """An "alloc" step's element type."""
+        assert self.dtype is not None, self
+        return self.dtype
+
+    @property
+    def constant(self) -> np.ndarray:
+        """A "global" step's array."""
+        assert self.data is not None, self
+        return self.data
 
 
 def driver_plan(module: ModuleOp) -> list[Step]:

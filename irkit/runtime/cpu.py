@@ -38,7 +38,7 @@ from irkit.runtime.backend import (
 
 
 def _signature(n: int) -> Callable[[int], Callable[..., None]]:
-    return ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n))  # type: ignore[return-value]
+    return ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n))
 
 
 @dataclass
@@ -129,9 +129,9 @@ class CpuExecutable:
         env = dict(zip(self.entry.body.block.args, [*inputs, *outputs], strict=True))
         for step in driver_plan(self.module):
             if step.kind == "alloc":
-                env[step.result] = page_aligned(TensorSpec("", step.shape, step.dtype))
+                env[step.result] = page_aligned(TensorSpec("", step.shape, step.buffer_dtype))
             elif step.kind == "global":
-                env[step.result] = step.data
+                env[step.result] = step.constant
             elif step.kind == "copy":
                 np.copyto(env[step.operands[1]], env[step.operands[0]])
             elif step.kind == "call":

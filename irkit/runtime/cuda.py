@@ -422,11 +422,11 @@ class CudaExecutable:
         steps: list[Launch | Copy] = []
         for step in self.plan:
             if step.kind == "alloc":
-                env[step.result] = DeviceBuffer(step.shape, step.dtype)
+                env[step.result] = DeviceBuffer(step.shape, step.buffer_dtype)
                 env[step.result].poison()
             elif step.kind == "global":
-                buf = DeviceBuffer(step.data.shape, step.data.dtype)  # type: ignore[union-attr]
-                buf.upload(step.data)  # type: ignore[arg-type]
+                buf = DeviceBuffer(step.constant.shape, step.constant.dtype)
+                buf.upload(step.constant)
                 env[step.result] = buf
             elif step.kind == "copy":
                 steps.append(Copy(env[step.operands[0]], env[step.operands[1]]))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
@@ -17,7 +16,7 @@ from xdsl.dialects.builtin import ModuleOp
 from irkit.codegen.cuda import gpu_kernels, kernel_source
 from irkit.codegen.nvrtc import Compiled, check_limits, compile_cuda
 from irkit.ir import to_text
-from irkit.loops import launch_of
+from irkit.loops import Launch, launch_of
 from irkit.loops.costs import count_flops, min_bytes
 from irkit.runtime.backend import KernelRecord
 
@@ -27,7 +26,7 @@ class GpuKernel:
     fn: func.FuncOp
     name: str
     source: str
-    launch: dict[str, Any]
+    launch: Launch
     compiled: Compiled | None
     record: KernelRecord = field(init=False)
 

@@ -143,10 +143,10 @@ class LockstepInterpreter:
         cfg = launch_of(fn)
         if cfg is None:
             raise LockstepError(f"@{name} is not a GPU kernel (no irkit.launch)")
-        grid, block = cfg["grid"], cfg["block"]  # type: ignore[misc]
-        if grid[1:] != (1, 1) or block[1:] != (1, 1):  # type: ignore[index]
+        grid, block = cfg["grid"], cfg["block"]
+        if grid[1:] != (1, 1) or block[1:] != (1, 1):
             raise LockstepError(f"@{name}: only one-dimensional launches are interpreted")
-        self.run = _Launch(name, int(grid[0]), int(block[0]))  # type: ignore[index]
+        self.run = _Launch(name, int(grid[0]), int(block[0]))
         n = self.run.lanes
         self.lane = np.arange(n, dtype=np.int64)
         self.tid = self.lane % self.run.block
@@ -255,12 +255,13 @@ class LockstepInterpreter:
         dim = op.dimension.data  # type: ignore[attr-defined]
         if dim != gpu.DimensionEnum.X:
             return np.int64(0) if isinstance(op, gpu.ThreadIdOp | gpu.BlockIdOp) else np.int64(1)
-        return {
+        values: dict[type[Operation], Any] = {
             gpu.ThreadIdOp: self.tid,
             gpu.BlockIdOp: self.bid,
             gpu.BlockDimOp: np.int64(self.run.block),
             gpu.GridDimOp: np.int64(self.run.grid),
-        }[type(op)]
+        }
+        return values[type(op)]
 
     def _for(self, op: scf.ForOp, mask: np.ndarray) -> None:
         bounds = [self.env[v] for v in (op.lb, op.ub, op.step)]
@@ -416,7 +417,7 @@ class LockstepInterpreter:
 
     def _vector_load(self, op: vector.LoadOp, args: list[Any], mask: np.ndarray) -> np.ndarray:
         buffer, *indices = args
-        lanes = op.result.type.get_shape()[0]  # type: ignore[attr-defined]
+        lanes = op.result.type.get_shape()[0]
         parts = [
             self._load(op.base.type, op.name, [buffer, *indices[:-1], indices[-1] + q], mask)
             for q in range(lanes)
@@ -492,9 +493,9 @@ class LockstepExecutable:
         for step in self.plan:
             if step.kind == "alloc":
                 # fresh device memory holds garbage: NaN makes an unwritten read show
-                env[step.result] = np.full(step.shape, np.nan, step.dtype)
+                env[step.result] = np.full(step.shape, np.nan, step.buffer_dtype)
             elif step.kind == "global":
-                env[step.result] = step.data
+                env[step.result] = step.constant
             elif step.kind == "copy":
                 np.copyto(env[step.operands[1]], env[step.operands[0]])
             elif step.kind == "call":

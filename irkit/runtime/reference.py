@@ -158,12 +158,11 @@ class ReferenceExecutable:
         self.module = module
         self.kernels: list = []
         fn = self.entry = model_function(module, graph_level=True)
-        self.inputs = [
-            TensorSpec(
-                a.name_hint or f"arg{i}", a.type.get_shape(), numpy_dtype(a.type.element_type)
-            )  # type: ignore[attr-defined]
-            for i, a in enumerate(fn.body.block.args)
-        ]
+        self.inputs = []
+        for i, a in enumerate(fn.body.block.args):
+            assert isinstance(a.type, TensorType)
+            shape, dtype = a.type.get_shape(), numpy_dtype(a.type.element_type)
+            self.inputs.append(TensorSpec(a.name_hint or f"arg{i}", shape, dtype))
         self.outputs = [
             TensorSpec(f"out{i}", t.get_shape(), np.dtype(np.float64))  # type: ignore[attr-defined]
             for i, t in enumerate(fn.function_type.outputs.data)
