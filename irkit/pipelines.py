@@ -173,18 +173,24 @@ def _items(spec: str) -> list[tuple[ArgSpec, bool | None]]:
     return out
 
 
-GPU_BACKENDS = frozenset({"cuda", "cuda-sim"})
-
-
-def lower_for_backend(module: ModuleOp, backend: str = "cpu") -> ModuleOp:
-    """Run the required lowerings the pipeline left out: to loops from the graph level, for
-    the CPU f32 sums in blocks (block-reductions, which changes nothing run twice), and for
-    the GPU backends onto the GPU (map-to-gpu with its defaults)."""
+def lower_to_loops(module: ModuleOp) -> ModuleOp:
+    """`lower-graph-to-loops` where the pipeline left the module at the graph level."""
     if not is_loop_level(module):
         module = apply_passes(module, parse_passes("lower-graph-to-loops"))
-    if backend not in GPU_BACKENDS:
-        module = apply_passes(module, parse_passes("block-reductions"))
-    if backend in GPU_BACKENDS and not is_gpu_mapped(module):
+    return module
+
+
+def lower_for_cpu(module: ModuleOp) -> ModuleOp:
+    """What the CPU backends require: loops, and f32 sums in blocks (block-reductions,
+    which changes nothing run twice)."""
+    return apply_passes(lower_to_loops(module), parse_passes("block-reductions"))
+
+
+def lower_for_gpu(module: ModuleOp) -> ModuleOp:
+    """What the GPU backends require: loops mapped onto the GPU (map-to-gpu with its
+    defaults, where the pipeline did not map them)."""
+    module = lower_to_loops(module)
+    if not is_gpu_mapped(module):
         module = apply_passes(module, parse_passes("map-to-gpu"))
     return module
 

@@ -199,14 +199,12 @@ def _progress():
 def attribute_file(args, model: str, dims: dict) -> dict:
     """Run one attribution with the command line's options; returns its record."""
     from irkit.measure.attribution import attribute
-    from irkit.measure.roofline import cpu_ceilings
 
     bar, tick = _progress()
     with bar:
-        ceilings = cpu_ceilings() if args.backend in ("cpu", "auto") else None
         result = attribute(
             model, args.passes, args.backend, args.strategy, dims, args.precision, args.budget,
-            seed=args.seed, permutations=args.permutations, ceilings=ceilings, progress=tick,
+            seed=args.seed, permutations=args.permutations, progress=tick,
             kernel_times=not args.no_kernel_times,
         )  # fmt: skip
     return result.to_json()

@@ -31,10 +31,10 @@ def _require_loop_level(module: ModuleOp, target: str) -> None:
 
 def _cpu_lowered(module: ModuleOp, target: str) -> ModuleOp:
     """The loop-level module as the CPU backend compiles it."""
-    from irkit.pipelines import lower_for_backend
+    from irkit.pipelines import lower_for_cpu
 
     _require_loop_level(module, target)
-    return lower_for_backend(module, "cpu")
+    return lower_for_cpu(module)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
@@ -50,8 +50,9 @@ from irkit.ir import content_hash, model_function
 from irkit.measure import check_protocol
 from irkit.measure.roofline import Ceilings, roof_point
 from irkit.measure.stats import Estimate
-from irkit.measure.timers import time_interleaved, timed_graph, timed_kernel
-from irkit.pipelines import Step, apply_passes, lower_for_backend, parse_passes, pipeline_steps
+from irkit.measure.timers import time_interleaved
+from irkit.pipelines import Step, apply_passes, parse_passes, pipeline_steps
+from irkit.runtime.backend import Bound
 
 STRATEGIES = ("prefix", "ablation", "shapley")
 EXACT_SHAPLEY_MAX = 8
@@ -168,7 +169,7 @@ class Program:
 
     key: str
     exe: object
-    bound: object
+    bound: Bound
     masks: list[Mask] = field(default_factory=list)
 
 
@@ -201,7 +202,18 @@ class _PrefixLowering:
         for n in range(done, len(passes)):
             module = apply_passes(module, parse_passes(passes[n]))
             self.after[tuple(passes[: n + 1])] = module.clone()
-        return lower_for_backend(module, self.backend)
+        from irkit.runtime import lower_for
+
+        return lower_for(module, self.backend)
+
+
+def _flush_bytes(fingerprint: dict) -> int | None:
+    """The bytes the backend overwrites before each sample (a GPU's L2 flush), where its
+    fingerprint says; None for a backend that times warm caches."""
+    for value in fingerprint.values():
+        if isinstance(value, dict) and value.get("l2_flush_bytes"):
+            return int(value["l2_flush_bytes"])
+    return None
 
 
 def program_key(exe) -> str:
@@ -379,13 +391,14 @@ def attribute(
     resamples: int = 2000,
     min_rounds: int = 10,
     max_rounds: int = 200,
-    ceilings: Ceilings | None = None,
+    ceilings: Ceilings | None | Literal["backend"] = "backend",
     progress: Progress | None = None,
     twin: bool = True,
     kernel_times: bool = True,
 ) -> Attribution:
     """Attribute the runtime of `model` under `pipeline` to its optional passes (see the
-    module docstring for the protocol)."""
+    module docstring for the protocol). `ceilings`: the roofline's, by default the backend's
+    own (`Backend.ceilings()`); None for none."""
     from irkit.frontend import load
     from irkit.measure.fingerprint import host_fingerprint
     from irkit.runtime import compile, get_backend
@@ -400,6 +413,9 @@ def attribute(
     chosen, selection = get_backend(backend)
     if chosen.name == "reference":
         raise IrkitError("attribution needs a compiling backend (cpu or cuda), not the reference")
+    if ceilings == "backend":
+        ceilings = chosen.ceilings()
+    device_fingerprint = chosen.fingerprint()
     spec = pipeline if pipeline is not None else chosen.default_pipeline
     steps = pipeline_steps(spec)
     optional = [n for n, s in enumerate(steps) if s.optional]
@@ -435,11 +451,11 @@ def attribute(
                          "kernels": [k.hash for k in exe.kernels]})  # fmt: skip
     tick("compile", len(plan.masks), len(plan.masks))
 
-    fns: dict[str, Callable[[], None]] = {k: timed_graph(p.bound) for k, p in programs.items()}
+    fns: dict[str, Callable[[], None]] = {k: p.bound.timed_graph() for k, p in programs.items()}
     if twin:
         twin_exe = compile(graph, variant_spec(steps, optional, plan.full), chosen.name)
         twin_bound = twin_exe.bind(*case[0])
-        fns["aa-twin"] = timed_graph(twin_bound)
+        fns["aa-twin"] = twin_bound.timed_graph()
     rounds_done = [0]
 
     def on_round(r: int) -> None:
@@ -509,7 +525,7 @@ def attribute(
     rounds = samples.shape[1]
     stop = next(iter(timings.values())).stop_reason
     protocol = {
-        "timer": getattr(chosen, "timer", "perf_counter_ns"),
+        "timer": chosen.timer,
         "sampling": "interleaved, randomized order per round",
         "buffers": "bound once per program, page-aligned (4 KiB)",
         "rounds": rounds,
@@ -524,7 +540,7 @@ def attribute(
         "bootstrap_resamples": resamples,
         "seed": seed,
         "check": "every distinct program against the float64 numpy reference before timing",
-        "l2_flush": None,
+        "l2_flush": _flush_bytes(device_fingerprint),
         "kernel_times": kernel_times,
         "programs_measured": len(programs),
         "variants": len(plan.masks),
@@ -548,7 +564,7 @@ def attribute(
         noise=noise,
         kernels={"baseline": kernels_of(empty_key), "full": kernels_of(full_key)},
         protocol=protocol,
-        fingerprint=host_fingerprint(),
+        fingerprint={**host_fingerprint(), **device_fingerprint},
         ceilings=ceilings,
         dims=dict(dims or {}),
     )
@@ -593,7 +609,7 @@ def _time_kernels(
     for p in programs.values():
         for i, record in enumerate(p.exe.kernels):  # type: ignore[attr-defined]
             if record.hash not in fns:
-                fns[record.hash] = timed_kernel(p.bound, i)
+                fns[record.hash] = p.bound.timed_kernel(i)
                 records[record.hash] = record
     timings = time_interleaved(fns, precision, budget_s, min_rounds, max_rounds, seed=seed + 1,
                                on_round=lambda r: tick("kernels", r, max_rounds))  # fmt: skip
@@ -667,7 +683,7 @@ def compare_pipelines(
     for name, spec in (("a", a), ("b", b), ("twin", a)):
         exe = compile(graph, spec, backend)
         inputs = _checked(exe, graph, seed, case, f"pipeline '{spec}'")
-        fns[name] = timed_graph(exe.bind(*inputs))
+        fns[name] = exe.bind(*inputs).timed_graph()
     timings = time_interleaved(fns, precision, budget_s, min_rounds, seed=seed)
     samples = np.stack([timings[k].samples for k in ("a", "b", "twin")])
     point, boot = _round_bootstrap(samples, resamples, seed)

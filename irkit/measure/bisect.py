@@ -35,8 +35,8 @@ from xdsl.passes import ModulePass
 from irkit.errors import IrkitError
 from irkit.ir import to_text
 from irkit.measure.stats import Estimate, median_ci
-from irkit.measure.timers import Rounds, timed_graph
-from irkit.pipelines import apply_passes, lower_for_backend, parse_passes
+from irkit.measure.timers import Rounds
+from irkit.pipelines import apply_passes, parse_passes
 from irkit.runtime.check import OutputCheck, check, reference_case
 
 # --- wrong results ----------------------------------------------------------------------------
@@ -71,7 +71,7 @@ def first_wrong_pass(
 
     def wrong(k: int) -> list[OutputCheck]:
         if k not in verdicts:
-            exe = chosen.compile(lower_for_backend(modules[k].clone(), chosen.name))
+            exe = chosen.compile(chosen.lower(modules[k].clone()))
             verdicts[k] = [c for c in check(exe, graph, seed, case)[0] if not c.passed]
         return verdicts[k]
 
@@ -235,7 +235,7 @@ def slowing_edits(
         bad = [c for c in check(exe, graph, seed, case)[0] if not c.passed]
         if bad:
             raise IrkitError(f"pipeline '{spec}' computes a wrong result: {bad[0].describe()}; not timed (bisect without --slower-than finds the pass)")  # fmt: skip
-        return exe, timed_graph(exe.bind(*case[0]))
+        return exe, exe.bind(*case[0]).timed_graph()
 
     base_exe, base_fn = program(",".join(base_specs))
     base_kernels = {k.name for k in base_exe.kernels}

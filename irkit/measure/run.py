@@ -15,8 +15,8 @@ from xdsl.dialects.builtin import ModuleOp
 
 from irkit.measure import check_protocol
 from irkit.measure.fingerprint import host_fingerprint
-from irkit.measure.timers import Timing, time_cpu, timed_graph, timed_kernel
-from irkit.runtime import compile
+from irkit.measure.timers import Timing, time_cpu
+from irkit.runtime import compile, get_backend
 from irkit.runtime.backend import KernelRecord
 from irkit.runtime.check import OutputCheck, check
 
@@ -56,6 +56,7 @@ class RunResult:
     graph: Timing | None = None
     replay: Timing | None = None  # the driver as one CUDA graph, replayed (GPU backends)
     fingerprint: dict = field(default_factory=dict)
+    fingerprint_end: dict = field(default_factory=dict)  # the backend's, after timing
     copy_bandwidth: float | None = None  # bytes/s, read + write: the GPU's measured ceiling
     counters: dict[str, dict[str, float]] = field(default_factory=dict)  # ncu's, per kernel name
 
@@ -78,6 +79,7 @@ class RunResult:
             "kernels": [self._kernel_json(k) for k in self.kernels],
             "copy_bandwidth_gbps": self.copy_bandwidth / 1e9 if self.copy_bandwidth else None,
             "fingerprint": self.fingerprint,
+            "fingerprint_end": self.fingerprint_end,
         }
 
     def copy_fraction(self, kernel: KernelTiming) -> float | None:
@@ -120,18 +122,16 @@ def run_model(
     if not result.passed:
         return result
     bound = exe.bind(*inputs)
-    dev = getattr(exe, "dev", None)
-    if dev is not None:  # clocks before and after: a throttled run shows
-        from irkit.runtime.cuda import copy_bandwidth
-
-        result.fingerprint["gpu"] = dev.fingerprint()
-        result.copy_bandwidth = copy_bandwidth(dev)
-    result.graph = time_cpu(timed_graph(bound), precision, budget_s)
-    if hasattr(bound, "timed_replay"):  # the same launches, captured once and replayed
-        result.replay = time_cpu(bound.timed_replay(), precision, budget_s)
+    chosen, _ = get_backend(exe.backend)
+    result.fingerprint.update(chosen.fingerprint())  # the device (clocks now), before timing
+    ceilings = chosen.ceilings()
+    result.copy_bandwidth = ceilings.bandwidth if ceilings else None
+    result.graph = time_cpu(bound.timed_graph(), precision, budget_s)
+    replay = bound.timed_replay()  # CUDA: the same launches as one graph
+    if replay is not None:
+        result.replay = time_cpu(replay, precision, budget_s)
     for i, record in enumerate(exe.kernels):
-        timing = time_cpu(timed_kernel(bound, i), precision, budget_s)
+        timing = time_cpu(bound.timed_kernel(i), precision, budget_s)
         result.kernels.append(KernelTiming(record, timing))
-    if dev is not None:
-        result.fingerprint["gpu"]["clocks_end"] = dev.clocks()
+    result.fingerprint_end = chosen.fingerprint()  # a throttled or reclocked run shows
     return result

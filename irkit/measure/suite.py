@@ -193,13 +193,11 @@ class SuiteOptions:
 def run_job(job: Job, options: SuiteOptions, progress=None) -> dict:
     """One job in this process: its attribution record."""
     from irkit.measure.attribution import attribute
-    from irkit.measure.roofline import cpu_ceilings
 
-    ceilings = cpu_ceilings() if options.backend == "cpu" else None
     result = attribute(job.model, job.pipeline or options.pipeline, options.backend,
                        job.strategy, job.dims, options.precision, options.budget,
                        seed=options.seed, permutations=options.permutations,
-                       ceilings=ceilings, progress=progress)  # fmt: skip
+                       progress=progress)  # fmt: skip
     return result.to_json()
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -147,14 +146,3 @@ def time_interleaved(
         )  # fmt: skip
         for name, s in samples.items()
     }
-
-
-def timed_graph(bound: Any) -> Callable[[], None]:
-    """What to time for the whole graph: the device's own timer where the backend has one."""
-    return bound.timed_graph() if hasattr(bound, "timed_graph") else bound.run_graph
-
-
-def timed_kernel(bound: Any, index: int) -> Callable[[], None]:
-    if hasattr(bound, "timed_kernel"):
-        return bound.timed_kernel(index)
-    return lambda: bound.run_kernel(index)

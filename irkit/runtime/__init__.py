@@ -52,6 +52,21 @@ BACKENDS: dict[str, Callable[[], Backend]] = {
 """Backend name -> factory. `auto` tries cuda, then cpu; cuda-sim is chosen only by name."""
 
 
+def register_backend(name: str, factory: Callable[[], Backend]) -> None:
+    """Make a backend available by name (`--backend NAME`, `irkit.compile(..., backend=NAME)`);
+    a plugin module (`-L`) calls this when it is imported."""
+    if not name or name == "auto":
+        raise IrkitError(f"a backend cannot be called {name!r}")
+    BACKENDS[name] = factory
+
+
+def lower_for(module: ModuleOp, backend: str) -> ModuleOp:
+    """`module` with the lowering `backend` requires run where the pipeline left it out."""
+    if backend not in BACKENDS:
+        raise IrkitError(f"unknown backend '{backend}'; choose from auto, {', '.join(BACKENDS)}")
+    return BACKENDS[backend]().lower(module)
+
+
 def get_backend(name: str) -> tuple[Backend, str]:
     """The backend called `name` ("auto" chooses), and a line saying which and why."""
     if name == "auto":
@@ -92,7 +107,7 @@ def compile(  # noqa: A001 - the verb users expect, as in torch.compile
     from irkit.frontend import load
     from irkit.ir import model_function
     from irkit.loops import is_loop_level
-    from irkit.pipelines import apply_passes, lower_for_backend, parse_passes
+    from irkit.pipelines import apply_passes, parse_passes
     from irkit.runtime.reference import check_footprint, graph_values
 
     expect("irkit.compile", "model", model, ModuleOp | str | Path, "a module or a model file path")
@@ -104,11 +119,7 @@ def compile(  # noqa: A001 - the verb users expect, as in torch.compile
         check_footprint(fn, graph_values(fn), None, "buffers")
     chosen, selection = get_backend(backend)
     spec = pipeline if pipeline is not None else chosen.default_pipeline
-    if chosen.name == "reference":
-        module = graph
-    else:
-        module = apply_passes(graph.clone(), parse_passes(spec) if spec else [])
-        module = lower_for_backend(module, chosen.name)
+    module = chosen.lower(apply_passes(graph.clone(), parse_passes(spec) if spec else []))
     exe = chosen.compile(module)
     exe.graph = graph  # type: ignore[attr-defined]
     exe.pipeline = spec  # type: ignore[attr-defined]
@@ -124,4 +135,6 @@ __all__ = [
     "TensorSpec",
     "compile",
     "get_backend",
+    "lower_for",
+    "register_backend",
 ]

@@ -13,7 +13,7 @@ has the right dtype and layout; `bind` does, into page-aligned buffers (see `pag
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -21,6 +21,7 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
 from irkit.errors import IrkitError
+from irkit.runtime.ceilings import Ceilings
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,39 @@ class Bound(Protocol):
 
     def synchronize(self) -> None: ...
 
+    def timed_graph(self) -> Callable[[], None]:
+        """What a timer calls for one run of the whole graph: `run_graph`, or a callable
+        that also times itself (`sample(reps)`, e.g. with device events)."""
+        ...
+
+    def timed_kernel(self, index: int) -> Callable[[], None]:
+        """The same for one kernel."""
+        ...
+
+    def timed_replay(self) -> Callable[[], None] | None:
+        """The whole graph recorded once and replayed as one launch (a CUDA graph), where
+        the device can; None elsewhere."""
+        ...
+
+
+class BoundDefaults:
+    """`timed_graph`/`timed_kernel` for a Bound timed by the host clock around its calls."""
+
+    def run_graph(self) -> None:
+        raise NotImplementedError
+
+    def run_kernel(self, index: int) -> None:
+        raise NotImplementedError
+
+    def timed_graph(self) -> Callable[[], None]:
+        return self.run_graph
+
+    def timed_kernel(self, index: int) -> Callable[[], None]:
+        return lambda: self.run_kernel(index)
+
+    def timed_replay(self) -> Callable[[], None] | None:
+        return None
+
 
 class Executable(Protocol):
     backend: str
@@ -147,15 +181,33 @@ class Executable(Protocol):
 
 
 class Backend(Protocol):
+    """What irkit needs of a backend. A new one is its codegen and runtime modules and one
+    `irkit.runtime.register_backend` line; nothing else in irkit names it."""
+
     name: str
     default_pipeline: str
     timer: str
+    """How its times are taken, as records say it ("perf_counter_ns", "cuda_events ...")."""
 
     def available(self) -> tuple[bool, str]:
         """Whether the backend can run here, and a one-line description or reason."""
         ...
 
+    def lower(self, module: ModuleOp) -> ModuleOp:
+        """The lowering it requires, run where the pipeline left it out (to loops, onto the
+        GPU, ...): the module `compile` accepts."""
+        ...
+
     def compile(self, module: ModuleOp) -> Executable: ...
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What records carry of the device beyond the host's fingerprint (the GPU, its
+        driver and its clocks now); taken before and after a measurement."""
+        ...
+
+    def ceilings(self) -> Ceilings | None:
+        """The device's roofline ceilings (measured, cached), or None where it has none."""
+        ...
 
 
 # --- the driver: what every backend's host side replays ------------------------------------

@@ -27,6 +27,7 @@ from irkit.ir import entry_function, to_text
 from irkit.loops import cpu_threads, kernels
 from irkit.loops.costs import count_flops, min_bytes
 from irkit.runtime.backend import (
+    BoundDefaults,
     KernelRecord,
     TensorSpec,
     check_arrays,
@@ -35,6 +36,7 @@ from irkit.runtime.backend import (
     driver_specs,
     page_aligned,
 )
+from irkit.runtime.ceilings import Ceilings, cpu_ceilings
 
 
 def _signature(n: int) -> Callable[[int], Callable[..., None]]:
@@ -42,7 +44,7 @@ def _signature(n: int) -> Callable[[int], Callable[..., None]]:
 
 
 @dataclass
-class CpuBound:
+class CpuBound(BoundDefaults):
     """Buffers fixed once; the graph and each kernel callable with no allocation."""
 
     exe: CpuExecutable
@@ -187,6 +189,17 @@ class CpuBackend:
             True,
             f"llvmlite JIT for {target.cpu} (LLVM {'.'.join(map(str, llvm.llvm_version_info))})",
         )
+
+    def lower(self, module: ModuleOp) -> ModuleOp:
+        from irkit.pipelines import lower_for_cpu
+
+        return lower_for_cpu(module)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {}  # the host fingerprint says it all: CPU, features, LLVM, threads
+
+    def ceilings(self) -> Ceilings:
+        return cpu_ceilings()
 
     def compile(self, module: ModuleOp) -> CpuExecutable:
         for symbol, data in linked_constants(module).items():

@@ -26,6 +26,7 @@ from irkit.errors import IrkitError
 from irkit.ir import entry_function
 from irkit.loops import STATIC_SHARED_LIMIT
 from irkit.runtime.backend import check_arrays, check_out, driver_plan, driver_specs
+from irkit.runtime.ceilings import Ceilings
 from irkit.runtime.gpu import GpuKernel, build_kernels
 
 NO_DEVICE = "no CUDA device available"
@@ -148,6 +149,31 @@ def parse_smi(text: str, names: list[str]) -> dict[str, Any]:
             return v
 
     return {n: value(v) for n, v in zip(names, values, strict=True)}
+
+
+def cuda_ceilings(dev: Device) -> Ceilings:
+    """The device's roofline: measured copy bandwidth (`copy_bandwidth`), and the FP32 FMA
+    peak derived from its attributes (SMs x 128 FP32 lanes x 2 FLOPs x the maximum SM clock:
+    Hopper's and Ampere's datasheet formula; not measured, and said so in `method`)."""
+    import time
+
+    if dev.ordinal in _CEILINGS:
+        return _CEILINGS[dev.ordinal]
+    sms = dev.attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
+    clock_khz = dev.attribute("CU_DEVICE_ATTRIBUTE_CLOCK_RATE")
+    _CEILINGS[dev.ordinal] = Ceilings(
+        device=dev.name,
+        bandwidth=copy_bandwidth(dev),
+        flops=sms * 128 * 2 * clock_khz * 1e3,
+        method="copy: 1 GiB device-to-device, median of 20, CUDA events, read + write counted; "
+        f"fp32 peak derived, not measured: {sms} SMs x 128 lanes x 2 x {clock_khz / 1e3:.0f} MHz",
+        measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    )
+    return _CEILINGS[dev.ordinal]
+
+
+_CEILINGS: dict[int, Ceilings] = {}
+"""Per device ordinal, measured once per process."""
 
 
 @cache
@@ -465,6 +491,17 @@ class CudaBackend:
         except IrkitError as e:
             return False, e.message
         return True, f"{dev.name} ({dev.arch}, driver {dev.driver_version})"
+
+    def lower(self, module: ModuleOp) -> ModuleOp:
+        from irkit.pipelines import lower_for_gpu
+
+        return lower_for_gpu(module)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"gpu": device().fingerprint()}
+
+    def ceilings(self) -> Ceilings:
+        return cuda_ceilings(device())
 
     def compile(self, module: ModuleOp) -> CudaExecutable:
         return CudaExecutable(module, device())

@@ -40,6 +40,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from irkit.dtypes import numpy_dtype
 from irkit.errors import IrkitError
 from irkit.loops import SHARED_SPACE, launch_of
+from irkit.runtime.backend import BoundDefaults
 
 
 class LockstepError(IrkitError):
@@ -444,7 +445,7 @@ class LockstepInterpreter:
 
 
 @dataclass
-class LockstepBound:
+class LockstepBound(BoundDefaults):
     exe: LockstepExecutable
     env: dict[SSAValue, np.ndarray]
     outputs: list[np.ndarray]
@@ -531,6 +532,19 @@ class LockstepBackend:
 
     def available(self) -> tuple[bool, str]:
         return True, f"lockstep interpretation of GPU-mapped IR (NVRTC build for {self.arch})"
+
+    def lower(self, module: ModuleOp) -> ModuleOp:
+        from irkit.pipelines import lower_for_gpu
+
+        return lower_for_gpu(module)
+
+    def fingerprint(self) -> dict[str, Any]:
+        from irkit.codegen.nvrtc import nvrtc_version
+
+        return {"cuda_sim": {"arch": self.arch, "nvrtc": nvrtc_version(), "gpu": None}}
+
+    def ceilings(self) -> None:
+        return None  # an interpreter's times have no roofline
 
     def compile(self, module: ModuleOp) -> LockstepExecutable:
         from irkit.runtime.gpu import build_kernels

@@ -20,6 +20,7 @@ from irkit.dtypes import NUMPY, numpy_dtype
 from irkit.errors import IrkitError, expect
 from irkit.ir import location_of, model_function
 from irkit.limits import check_bytes, element_count
+from irkit.runtime.backend import BoundDefaults
 
 
 def check_inputs(fn: func.FuncOp, arrays: Sequence[Any]) -> list[np.ndarray]:
@@ -184,7 +185,7 @@ class ReferenceExecutable:
         return _ReferenceBound(self, list(arrays))
 
 
-class _ReferenceBound:
+class _ReferenceBound(BoundDefaults):
     def __init__(self, exe: ReferenceExecutable, arrays: list):
         self.exe, self.arrays = exe, arrays
         self.outputs = exe(*arrays)
@@ -208,6 +209,15 @@ class ReferenceBackend:
 
     def available(self) -> tuple[bool, str]:
         return True, f"float64 numpy {np.__version__}"
+
+    def lower(self, module: ModuleOp) -> ModuleOp:
+        return module  # it evaluates the graph level
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {}
+
+    def ceilings(self) -> None:
+        return None
 
     def compile(self, module: ModuleOp) -> ReferenceExecutable:
         return ReferenceExecutable(module)
