@@ -94,7 +94,7 @@ from irkit.loops import (
 from irkit.loops.costs import count_flops
 from irkit.loops.rows import nests_of
 from irkit.passes.contraction import MatmulNest, match_matmul
-from irkit.passes.map_to_gpu import X, _Builder, _new_kernel, launch_attr
+from irkit.passes.map_to_gpu import GpuBuilder, X, launch_attr, new_kernel
 
 MAX_THREADS = 1024
 VECTOR_BYTES = 16
@@ -218,7 +218,7 @@ class _TiledKernel:
             and (o.block_n + o.pad) % GROUP == 0
         )
 
-    def _thread_tile(self, b: _Builder, tid: SSAValue) -> tuple[list[SSAValue], list[SSAValue]]:
+    def _thread_tile(self, b: GpuBuilder, tid: SSAValue) -> tuple[list[SSAValue], list[SSAValue]]:
         """The first row (column) of each of this thread's groups in the block tile: groups
         of `GROUP` under warp tiling, single rows (columns) strided by the threads along
         that side otherwise."""
@@ -248,7 +248,7 @@ class _TiledKernel:
         )
 
     def _read(
-        self, t: _Builder, tile: SSAValue, stage: SSAValue, k: SSAValue, firsts: list[SSAValue]
+        self, t: GpuBuilder, tile: SSAValue, stage: SSAValue, k: SSAValue, firsts: list[SSAValue]
     ) -> list[SSAValue]:
         """This thread's values of one k row of a shared tile: a vector per group under
         warp tiling, a word per row (column) otherwise."""
@@ -270,7 +270,7 @@ class _TiledKernel:
     def build(self, constants) -> func.FuncOp:
         o, nest = self.o, self.nest
         name = self.fn.sym_name.data
-        kernel, b, mapping = _new_kernel(self.fn, name, constants)
+        kernel, b, mapping = new_kernel(self.fn, name, constants)
         self.b, self.mapping = b, mapping
         a, bb = mapping[nest.a], mapping[nest.b]
         tiles_n = -(-nest.n // o.block_n)
@@ -294,7 +294,7 @@ class _TiledKernel:
         a_slots = self._slots(tid, o.block_m, o.block_k, a_copy.lanes)
         b_slots = self._slots(tid, o.block_k, o.block_n, b_copy.lanes)
 
-        def fetch(t: _Builder, kt: SSAValue | int) -> list[list[SSAValue]]:
+        def fetch(t: GpuBuilder, kt: SSAValue | int) -> list[list[SSAValue]]:
             """Tile `kt` of A and of B, from global memory into this thread's registers."""
             k0 = (
                 t.index(kt * o.block_k)
@@ -306,12 +306,12 @@ class _TiledKernel:
                 *self._fetch(t, b_slots, b_copy, k0, col0),
             ]
 
-        def stash(t: _Builder, values: list[list[SSAValue]], stage: SSAValue) -> None:
+        def stash(t: GpuBuilder, values: list[list[SSAValue]], stage: SSAValue) -> None:
             """Registers from `fetch` into shared-memory stage `stage`."""
             self._stash(t, a_slots, a_copy, values[: len(a_slots)], stage)
             self._stash(t, b_slots, b_copy, values[len(a_slots) :], stage)
 
-        def compute(t: _Builder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+        def compute(t: GpuBuilder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
             for kk in range(o.block_k):
                 kv = t.index(kk)
                 am = self._read(t, a_tile, stage, kv, row_firsts)
@@ -333,7 +333,7 @@ class _TiledKernel:
             stash(b, fetch(b, 0), b.index(0))
             b.add(gpu.BarrierOp())
 
-            def k_tile(t: _Builder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+            def k_tile(t: GpuBuilder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
                 following = t.add(arith.MinSIOp(t.iadd(kt, 1), t.index(k_tiles - 1)))
                 staged = fetch(t, following)
                 stage = t.binary(arith.RemUIOp, kt, 2)
@@ -343,7 +343,7 @@ class _TiledKernel:
                 return accs
         else:
 
-            def k_tile(t: _Builder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+            def k_tile(t: GpuBuilder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
                 zero = t.index(0)
                 stash(t, fetch(t, kt), zero)
                 t.add(gpu.BarrierOp())
@@ -423,7 +423,7 @@ class _TiledKernel:
         return out
 
     def _fetch(
-        self, t: _Builder, slots: list[_Slot], copy: _Copy, r0: SSAValue, c0: SSAValue
+        self, t: GpuBuilder, slots: list[_Slot], copy: _Copy, r0: SSAValue, c0: SSAValue
     ) -> list[list[SSAValue]]:
         """The pieces of one tile of `copy.src` (from row `r0`, column `c0`) this thread
         copies, loaded: per slot, one vector or the piece's elements."""
@@ -471,7 +471,7 @@ class _TiledKernel:
 
     def _stash(
         self,
-        t: _Builder,
+        t: GpuBuilder,
         slots: list[_Slot],
         copy: _Copy,
         values: list[list[SSAValue]],
@@ -532,7 +532,7 @@ def _fit(block: int, thread: int, extent: int) -> tuple[int, int]:
     return fitted, max(1, fitted // (block // thread))
 
 
-def _all(b: _Builder, bounds: list[tuple[SSAValue, int, int]]) -> SSAValue | None:
+def _all(b: GpuBuilder, bounds: list[tuple[SSAValue, int, int]]) -> SSAValue | None:
     """`v < extent` for each (v, extent, tile) whose extent is not a multiple of its tile
     (the others always hold), combined; None when no check is needed."""
     conds = [
@@ -549,14 +549,14 @@ def _all(b: _Builder, bounds: list[tuple[SSAValue, int, int]]) -> SSAValue | Non
 
 
 def _for(
-    b: _Builder,
+    b: GpuBuilder,
     trips: int,
     inits: list[SSAValue],
-    body: Callable[[_Builder, SSAValue, list[SSAValue]], list[SSAValue]],
+    body: Callable[[GpuBuilder, SSAValue, list[SSAValue]], list[SSAValue]],
 ) -> list[SSAValue]:
     """`scf.for iv = 0 to trips` carrying `inits`."""
     block = Block(arg_types=[b.index(0).type, *(v.type for v in inits)])
-    inner = _Builder(block, b.constants)
+    inner = GpuBuilder(block, b.constants)
     iv, *accs = block.args
     block.add_op(scf.YieldOp(*body(inner, iv, list(accs))))
     loop = scf.ForOp(b.index(0), b.index(trips), b.index(1), inits, block)

@@ -87,7 +87,7 @@ class _Constants(LoopBuilder):
         self._constant(key, lambda: op)
 
 
-class _Builder:
+class GpuBuilder:
     """Appends ops to a block; index arithmetic with constants folded."""
 
     def __init__(self, block: Block | _Before, constants: _Constants):
@@ -124,14 +124,14 @@ class _Builder:
             outermost = False
         return out
 
-    def guarded(self, cond: SSAValue | None) -> _Builder:
+    def guarded(self, cond: SSAValue | None) -> GpuBuilder:
         """A builder inside `scf.if cond` (or this one, when there is no condition)."""
         if cond is None:
             return self
         inner = Block()
         inner.add_op(scf.YieldOp())
         self.add(scf.IfOp(cond, [], Region(inner)))
-        return _Builder(_Before(inner), self.constants)
+        return GpuBuilder(_Before(inner), self.constants)
 
     def clone(self, ops: Sequence[Operation], mapping: dict[SSAValue, SSAValue]) -> None:
         for op in ops:
@@ -150,9 +150,9 @@ class _Before:
         self.real.insert_op_before(op, terminator)
 
 
-def _new_kernel(
+def new_kernel(
     fn: func.FuncOp, name: str, constants: Sequence[arith.ConstantOp]
-) -> tuple[func.FuncOp, _Builder, dict[SSAValue, SSAValue]]:
+) -> tuple[func.FuncOp, GpuBuilder, dict[SSAValue, SSAValue]]:
     """An empty kernel with `fn`'s signature and attributes and its constants cloned; a
     builder at its end and the old->new value map."""
     block = Block(arg_types=fn.function_type.inputs.data)
@@ -170,7 +170,7 @@ def _new_kernel(
         arg_attrs=fn.arg_attrs,
     )
     kernel.attributes[KERNEL_ATTR] = UnitAttr()
-    return kernel, _Builder(block, table), mapping
+    return kernel, GpuBuilder(block, table), mapping
 
 
 def _launch(grid: int, block: int, mapping: str, nests: Sequence[Nest]) -> DictionaryAttr:
@@ -208,7 +208,7 @@ def _flat_kernel(
     n = nest.points
     threads = 1 if not nest.extents else min(limit, _threads(n, limit))
     grid = -(-n // threads)
-    kernel, b, mapping = _new_kernel(fn, name, constants)
+    kernel, b, mapping = new_kernel(fn, name, constants)
     if nest.extents:
         bid = b.add(gpu.BlockIdOp(X))
         tid = b.add(gpu.ThreadIdOp(X))
@@ -233,32 +233,32 @@ class _RowsKernel:
     threads: int
     shared: SSAValue | None = None
 
-    def columns(self, b: _Builder, tid: SSAValue, nest: Nest, p: int, mapping) -> None:
+    def columns(self, b: GpuBuilder, tid: SSAValue, nest: Nest, p: int, mapping) -> None:
         cols = nest.extents[p:]
         n = math.prod(cols)
 
-        def body(inner: _Builder, c: SSAValue) -> None:
+        def body(inner: GpuBuilder, c: SSAValue) -> None:
             m = dict(mapping)
             m.update(zip(nest.ivs[p:], inner.delinearize(c, cols), strict=True))
             inner.clone(nest.body, m)
 
         self._strided(b, tid, n, body)
 
-    def _strided(self, b: _Builder, tid: SSAValue, n: int, body) -> None:
+    def _strided(self, b: GpuBuilder, tid: SSAValue, n: int, body) -> None:
         """`body(builder, c)` for c = tid, tid + T, ... < n (guarded only where needed)."""
         t = self.threads
         if n <= t:
             body(b.guarded(b.add(arith.CmpiOp(tid, b.index(n), "ult")) if n < t else None), tid)
             return
         loop_block = Block(arg_types=[INDEX])
-        lb = _Builder(loop_block, b.constants)
+        lb = GpuBuilder(loop_block, b.constants)
         c = lb.add(arith.AddiOp(loop_block.args[0], tid))
         cond = lb.add(arith.CmpiOp(c, b.index(n), "ult")) if n % t else None
         body(lb.guarded(cond), c)
         lb.add(scf.YieldOp())
         b.add(scf.ForOp(b.index(0), b.index(n), b.index(t), [], loop_block))
 
-    def reduction(self, b: _Builder, tid: SSAValue, nest: Nest, mapping) -> None:
+    def reduction(self, b: GpuBuilder, tid: SSAValue, nest: Nest, mapping) -> None:
         loop = nest.reduction
         assert loop is not None
         at = nest.body.index(loop)
@@ -273,10 +273,10 @@ class _RowsKernel:
         yielded = loop.body.block.last_op.operands[0]  # type: ignore[union-attr]
         t = self.threads
 
-        def step(inner: _Builder, k: SSAValue, current: SSAValue) -> SSAValue:
+        def step(inner: GpuBuilder, k: SSAValue, current: SSAValue) -> SSAValue:
             """current combined with iteration k's value, when k < n."""
             then = Block()
-            tb = _Builder(then, b.constants)
+            tb = GpuBuilder(then, b.constants)
             m = dict(mapping)
             m[iv], m[acc] = k, current
             tb.clone(loop_ops, m)
@@ -295,7 +295,7 @@ class _RowsKernel:
             partial = step(b, tid, init)
         else:
             body = Block(arg_types=[INDEX, acc_type])
-            lb = _Builder(body, b.constants)
+            lb = GpuBuilder(body, b.constants)
             k = lb.add(arith.AddiOp(body.args[0], tid))
             lb.add(scf.YieldOp(step(lb, k, body.args[1])))
             partial = b.add(scf.ForOp(b.index(0), b.index(n), b.index(t), [init], body))
@@ -342,7 +342,7 @@ def _rows_kernel(
         for n, p in zip(nests, prefixes, strict=True)
     ]
     threads = _threads(max(work), limit)
-    kernel, b, mapping = _new_kernel(fn, name, constants)
+    kernel, b, mapping = new_kernel(fn, name, constants)
     builder = _RowsKernel(threads)
     bid = b.add(gpu.BlockIdOp(X))
     tid = b.add(gpu.ThreadIdOp(X))
