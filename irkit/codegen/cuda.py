@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from xdsl.dialects import arith, func, gpu, memref, scf, vector
-from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import (
     BFloat16Type,
     Float16Type,
@@ -39,30 +38,15 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from irkit.errors import IrkitError
 from irkit.loops import SHARED_SPACE, kernels, launch_of
+from irkit.loops.scalar_ops import c_calls, c_infix
 
 
 class CPrinter:
     """C99 from loop-level ops: the base the CUDA printer specializes."""
 
-    INFIX: dict[type[Operation], str] = {
-        arith.AddfOp: "+", arith.SubfOp: "-", arith.MulfOp: "*", arith.DivfOp: "/",
-        arith.AddiOp: "+", arith.SubiOp: "-", arith.MuliOp: "*", arith.DivSIOp: "/",
-        arith.RemSIOp: "%", arith.AndIOp: "&", arith.OrIOp: "|", arith.XOrIOp: "^",
-        arith.ShLIOp: "<<", arith.ShRSIOp: ">>",
-    }  # fmt: skip
-    UNSIGNED_INFIX: dict[type[Operation], str] = {arith.DivUIOp: "/", arith.RemUIOp: "%"}
-    CALLS: dict[type[Operation], tuple[str, str]] = {
-        # op: (f32 function, f64 function)
-        xmath.ExpOp: ("expf", "exp"), xmath.LogOp: ("logf", "log"),
-        xmath.SqrtOp: ("sqrtf", "sqrt"), xmath.AbsFOp: ("fabsf", "fabs"),
-        xmath.TanhOp: ("tanhf", "tanh"), xmath.ErfOp: ("erff", "erf"),
-        xmath.PowFOp: ("powf", "pow"), xmath.FmaOp: ("fmaf", "fma"),
-        xmath.FloorOp: ("floorf", "floor"),
-        arith.MaxnumfOp: ("fmaxf", "fmax"), arith.MinnumfOp: ("fminf", "fmin"),
-        arith.MaximumfOp: ("irkit_maximumf", "irkit_maximum"),
-        arith.MinimumfOp: ("irkit_minimumf", "irkit_minimum"),
-        xmath.RsqrtOp: ("irkit_rsqrtf", "irkit_rsqrt"),
-    }  # fmt: skip
+    INFIX: dict[type[Operation], str] = c_infix(unsigned=False)
+    UNSIGNED_INFIX: dict[type[Operation], str] = c_infix(unsigned=True)
+    CALLS: dict[type[Operation], tuple[str, str]] = c_calls()  # op: (f32 function, f64 function)
     CMPF: dict[str, str] = {
         "oeq": "{a} == {b}", "ogt": "{a} > {b}", "oge": "{a} >= {b}", "olt": "{a} < {b}",
         "ole": "{a} <= {b}", "one": "({a} < {b} || {a} > {b})", "une": "{a} != {b}",
@@ -205,10 +189,13 @@ class CPrinter:
                     "i" if isinstance(op.results[0].type, IndexType) else "v")  # fmt: skip
 
     def unsigned_infix(self, op: Operation) -> None:
+        """divui, remui, shrui: the operands read as the unsigned type of their width."""
         sym = self.UNSIGNED_INFIX[type(op)]
         a, b = (self.name(v) for v in op.operands)
-        self.define(op.results[0], f"(unsigned){a} {sym} (unsigned){b}" if not b.isdigit()
-                    else f"{a} {sym} {b}", "i")  # fmt: skip
+        signed = self.type_name(op.results[0].type)
+        unsigned = "unsigned " + signed.removeprefix("signed ")
+        rhs = b if b.isdigit() else f"({unsigned}){b}"
+        self.define(op.results[0], f"({signed})(({unsigned}){a} {sym} {rhs})", "i")
 
     def cmpf(self, op: arith.CmpfOp) -> None:
         pred = arith.CMPF_COMPARISON_OPERATIONS[op.predicate.value.data]

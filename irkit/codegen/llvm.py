@@ -59,47 +59,17 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from irkit.errors import IrkitError
 from irkit.loops import KERNEL_ATTR, THREADS_ATTR
 from irkit.loops.costs import buffer_bytes
+from irkit.loops.scalar_ops import llvm_builder_ops, llvm_intrinsics, llvm_libm
 
 I1, I16, I32, I64 = ll.IntType(1), ll.IntType(16), ll.IntType(32), ll.IntType(64)
 PTR = ll.PointerType()
 RELEASE = "irkit.release"
 """The function every translated module has that frees its driver's kept scratch."""
 
-FLOAT_BINARY: dict[type[Operation], str] = {
-    arith.AddfOp: "fadd",
-    arith.SubfOp: "fsub",
-    arith.MulfOp: "fmul",
-    arith.DivfOp: "fdiv",
-}
-INT_BINARY: dict[type[Operation], str] = {
-    arith.AddiOp: "add",
-    arith.SubiOp: "sub",
-    arith.MuliOp: "mul",
-    arith.DivUIOp: "udiv",
-    arith.RemUIOp: "urem",
-    arith.DivSIOp: "sdiv",
-    arith.RemSIOp: "srem",
-    arith.AndIOp: "and_",
-    arith.OrIOp: "or_",
-    arith.XOrIOp: "xor",
-    arith.ShLIOp: "shl",
-    arith.ShRSIOp: "ashr",
-    arith.ShRUIOp: "lshr",
-}
-INTRINSICS: dict[type[Operation], str] = {
-    xmath.ExpOp: "llvm.exp",
-    xmath.LogOp: "llvm.log",
-    xmath.SqrtOp: "llvm.sqrt",
-    xmath.AbsFOp: "llvm.fabs",
-    xmath.PowFOp: "llvm.pow",
-    xmath.FmaOp: "llvm.fma",
-    xmath.FloorOp: "llvm.floor",
-    arith.MaximumfOp: "llvm.maximum",  # NaN-propagating, as graph.max and relu require
-    arith.MinimumfOp: "llvm.minimum",
-    arith.MaxnumfOp: "llvm.maxnum",
-    arith.MinnumfOp: "llvm.minnum",
-}
-LIBM: dict[type[Operation], str] = {xmath.TanhOp: "tanh", xmath.ErfOp: "erf"}
+FLOAT_BINARY = llvm_builder_ops(floating=True)
+INT_BINARY = llvm_builder_ops(floating=False)
+INTRINSICS = llvm_intrinsics()
+LIBM = llvm_libm()
 CMPF = {
     "oeq": ("==", True), "ogt": (">", True), "oge": (">=", True), "olt": ("<", True),
     "ole": ("<=", True), "one": ("!=", True), "ord": ("ord", True), "ueq": ("==", False),

@@ -15,27 +15,26 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from xdsl.dialects import arith, func, scf, vector
-from xdsl.dialects import math as xmath
+from xdsl.dialects import func, scf, vector
 from xdsl.dialects.builtin import MemRefType, VectorType
 from xdsl.ir import Operation, SSAValue
 
 from irkit.dtypes import numpy_dtype
 from irkit.loops import SCRATCH_ATTR, constant_int, logical_shape
-
-_ONE_FLOP = (
-    arith.AddfOp, arith.SubfOp, arith.MulfOp, arith.DivfOp, arith.MaximumfOp, arith.MinimumfOp,
-    arith.MaxnumfOp, arith.MinnumfOp,
-)  # fmt: skip
+from irkit.loops.scalar_ops import flops_per_element
 
 
 def _flops_of(op: Operation) -> int:
     """FLOPs of one execution of `op`: per element, times the lanes of a vector result."""
-    if isinstance(op, xmath.FmaOp | vector.FMAOp):
-        per = 2
-    elif isinstance(op, _ONE_FLOP) or (op.dialect_name() == "math" and op.results):
-        per = 1
-    else:
+    per = flops_per_element(op)
+    if per is None:
+        if isinstance(op, vector.FMAOp):
+            per = 2
+        elif op.dialect_name() == "math" and op.results:
+            per = 1
+        else:
+            return 0
+    if per == 0:
         return 0
     t = op.results[0].type
     lanes = 1

@@ -19,13 +19,12 @@ mapping pass needs: a wrong kernel fails, it is never skipped.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from xdsl.dialects import arith, func, gpu, memref, scf, vector
-from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import (
     FloatAttr,
     IndexType,
@@ -40,6 +39,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from irkit.dtypes import numpy_dtype
 from irkit.errors import IrkitError
 from irkit.loops import SHARED_SPACE, launch_of
+from irkit.loops.scalar_ops import numpy_ops
 from irkit.runtime.backend import BoundDefaults
 
 
@@ -58,33 +58,9 @@ def value_dtype(t: Any) -> np.dtype:
     return numpy_dtype(t)
 
 
-_erf = np.frompyfunc(math.erf, 1, 1)
-
-
-def _erf_like(x: np.ndarray) -> np.ndarray:
-    return np.asarray(_erf(x), dtype=np.float64).astype(np.asarray(x).dtype)
-
-
-def _divsi(a, b):
-    q = np.abs(a) // np.abs(b)
-    return np.where((a < 0) != (b < 0), -q, q)
-
-
-BINARY: dict[type[Operation], Callable[[Any, Any], Any]] = {
-    arith.AddfOp: np.add, arith.SubfOp: np.subtract, arith.MulfOp: np.multiply,
-    arith.DivfOp: np.divide, arith.MaximumfOp: np.maximum, arith.MinimumfOp: np.minimum,
-    arith.MaxnumfOp: np.fmax, arith.MinnumfOp: np.fmin, arith.AddiOp: np.add,
-    arith.SubiOp: np.subtract, arith.MuliOp: np.multiply, arith.DivUIOp: np.floor_divide,
-    arith.RemUIOp: np.remainder, arith.DivSIOp: _divsi, arith.RemSIOp: np.fmod,
-    arith.MaxSIOp: np.maximum, arith.MinSIOp: np.minimum, arith.AndIOp: np.bitwise_and,
-    arith.OrIOp: np.bitwise_or, arith.XOrIOp: np.bitwise_xor, xmath.PowFOp: np.power,
-    arith.ShLIOp: np.left_shift, arith.ShRSIOp: np.right_shift,
-}  # fmt: skip
-UNARY: dict[type[Operation], Callable[[Any], Any]] = {
-    xmath.ExpOp: np.exp, xmath.LogOp: np.log, xmath.SqrtOp: np.sqrt, xmath.AbsFOp: np.abs,
-    xmath.TanhOp: np.tanh, xmath.ErfOp: _erf_like, arith.NegfOp: np.negative,
-    xmath.RsqrtOp: lambda x: np.reciprocal(np.sqrt(x)), xmath.FloorOp: np.floor,
-}  # fmt: skip
+BINARY = numpy_ops(2)
+UNARY = numpy_ops(1)
+TERNARY = numpy_ops(3)
 CMP = {
     "eq": np.equal, "ne": np.not_equal, "slt": np.less, "sle": np.less_equal,
     "sgt": np.greater, "sge": np.greater_equal, "ult": np.less, "ule": np.less_equal,
@@ -182,6 +158,8 @@ class LockstepInterpreter:
             out = BINARY[t](args[0], args[1])
         elif t in UNARY:
             out = UNARY[t](args[0])
+        elif t in TERNARY:
+            out = TERNARY[t](*args)
         elif isinstance(op, arith.ConstantOp):
             assert isinstance(op.value, IntegerAttr | FloatAttr)
             out = value_dtype(op.result.type).type(op.value.value.data)
@@ -195,8 +173,6 @@ class LockstepInterpreter:
             out = np.asarray(args[0]).astype(value_dtype(op.results[0].type))
         elif isinstance(op, arith.BitcastOp):
             out = np.asarray(args[0]).view(value_dtype(op.results[0].type))
-        elif isinstance(op, xmath.FmaOp):
-            out = args[0] * args[1] + args[2]
         elif isinstance(op, gpu.ThreadIdOp | gpu.BlockIdOp | gpu.BlockDimOp | gpu.GridDimOp):
             out = self._geometry(op)
         elif isinstance(op, gpu.BarrierOp):
