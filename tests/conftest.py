@@ -39,8 +39,8 @@ def check_every_subset(pipeline_name: str, module, backend: str, seed: int) -> i
     are one (all subsets that reach it continue the same way). The final frontier holds the
     program of every one of the 2^k subsets, each compiled and checked once, as attribution
     measures them; a pass that changes nothing on an example costs nothing."""
-    from irkit.pipelines import PIPELINES, apply_passes, lower_for_backend, parse_passes
-    from irkit.runtime import BACKENDS
+    from irkit.pipelines import PIPELINES, apply_passes, parse_passes
+    from irkit.runtime import BACKENDS, lower_for
     from irkit.runtime.check import check
 
     pipeline = PIPELINES[pipeline_name]
@@ -56,7 +56,7 @@ def check_every_subset(pipeline_name: str, module, backend: str, seed: int) -> i
         frontier = reached
     programs: dict[str, str] = {}
     for m, spec in frontier.values():
-        lowered = lower_for_backend(m, backend)
+        lowered = lower_for(m, backend)
         text = str(lowered)
         if text in programs:
             continue

@@ -51,8 +51,9 @@ Not done: split-K for skinny matmuls, 16-byte stores of C, tensor cores.
 Options (sizes in elements):
 
     block-m=128 block-n=128 block-k=0   the block tile; block-k=0 (auto) is 64 bytes of k
-                                        (16 f32, 8 f64), halved while the tiles would pass
-                                        48 KB of shared memory (16 over 8 for f32: 0.914x
+                                        (16 f32, 8 f64; half that where K is not a multiple),
+                                        halved while the tiles would pass 48 KB of shared
+                                        memory (16 over 8 for f32: 0.914x
                                         cuBLAS against 0.850x on a 4096^3 gemm, H100, one
                                         run; benchmarks/results/gpu_h100_2026-11-22)
     thread-m=8 thread-n=8               the register tile; block-m/thread-m x block-n/thread-n
@@ -170,7 +171,7 @@ class _TiledKernel:
         block_m, thread_m = _fit(o.block_m, o.thread_m, nest.m)
         block_n, thread_n = _fit(o.block_n, o.thread_n, nest.n)
         itemsize = numpy_dtype(nest.element_type).itemsize
-        block_k = o.block_k or self._auto_depth(o, block_m, block_n, itemsize)
+        block_k = o.block_k or self._auto_depth(o, block_m, block_n, nest.k, itemsize)
         self.o = replace(o, block_m=block_m, thread_m=thread_m, block_n=block_n, thread_n=thread_n,
                          block_k=block_k)  # fmt: skip
         self._check_shared(itemsize)
@@ -180,10 +181,14 @@ class _TiledKernel:
         self.warp_tiled = self._warp_tiles()
 
     @staticmethod
-    def _auto_depth(o: GpuTileMatmulPass, block_m: int, block_n: int, itemsize: int) -> int:
-        """block-k=0: 64 bytes of k per tile row, halved until the tiles fit."""
+    def _auto_depth(o: GpuTileMatmulPass, block_m: int, block_n: int, k: int, itemsize: int) -> int:
+        """block-k=0: 64 bytes of k per tile row where K is a multiple of it, else 32 (a
+        ragged K's bounds checks on twice the elements per thread made ptxas spill: 12 spills
+        on a 147-deep im2col matmul at 16 f32), halved until the tiles fit."""
         stages = 2 if o.double_buffer else 1
         depth = max(1, 64 // itemsize)
+        if k % depth:
+            depth = max(1, depth // 2)
         while (
             depth > 1
             and stages * depth * (block_m + block_n + 2 * o.pad) * itemsize > STATIC_SHARED_LIMIT
