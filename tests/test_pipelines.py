@@ -46,11 +46,17 @@ class RaisingPass(ModulePass):
         raise RuntimeError("boom")
 
 
-def test_pass_that_breaks_the_ir_is_named_with_a_reproducer(tmp_path: Path) -> None:
+@pytest.mark.parametrize("verify_each", [True, False])
+def test_pass_that_breaks_the_ir_is_named_with_a_reproducer(
+    tmp_path: Path, verify_each: bool
+) -> None:
+    """Verifying after each pass, or only the result (then the failure is replayed with
+    verification after each pass): the same pass named, the same reproducer."""
     module = irkit.load("examples/softmax.graph", {"R": 2, "C": 3})
     original = to_text(module)
+    passes = [*parse_passes("cse"), BreakSoftmaxPass(), *parse_passes("canonicalize")]
     with pytest.raises(PassFailure) as info:
-        apply_passes(module, [*parse_passes("cse"), BreakSoftmaxPass()], reproducer_dir=tmp_path)
+        apply_passes(module, passes, reproducer_dir=tmp_path, verify_each=verify_each)
     err = info.value
     assert err.pass_name == "test-break-softmax"
     assert "graph.softmax: result 'result' at position 0 does not verify" in str(err)
@@ -63,10 +69,34 @@ def test_pass_that_breaks_the_ir_is_named_with_a_reproducer(tmp_path: Path) -> N
     assert to_text(parse_mlir(body, "repro.mlir")) == original  # the IR the pass was given
 
 
-def test_pass_that_raises_is_named(tmp_path: Path) -> None:
+@pytest.mark.parametrize("verify_each", [True, False])
+def test_pass_that_raises_is_named(tmp_path: Path, verify_each: bool) -> None:
     module = irkit.load("examples/gemm.graph", {"M": 2, "N": 2, "K": 2})
-    with pytest.raises(PassFailure, match="pass 'test-raise' failed: boom"):
-        apply_passes(module, [RaisingPass()], reproducer_dir=tmp_path)
+    original = to_text(module)
+    passes = [*parse_passes("cse"), RaisingPass()]
+    with pytest.raises(PassFailure, match="pass 'test-raise' failed: boom") as info:
+        apply_passes(module, passes, reproducer_dir=tmp_path, verify_each=verify_each)
+    text = Path(info.value.reproducer).read_text()
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("//")) + "\n"
+    assert to_text(parse_mlir(body, "repro.mlir")) == original  # what the pass was given
+
+
+def test_only_the_result_is_verified_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without verify-each, the IR is verified once, at the end (IRKIT_VERIFY_EACH=1 or
+    verify_each=True: after every pass), and the result is the same."""
+    import irkit.pipelines as pipelines
+
+    calls: list[int] = []
+    real = pipelines.verify
+    monkeypatch.setattr(pipelines, "verify", lambda m: (calls.append(1), real(m))[1])
+    monkeypatch.delenv("IRKIT_VERIFY_EACH", raising=False)
+    module = irkit.load("examples/mlp.graph", {"B": 2})
+    fast = to_text(apply_passes(module.clone(), parse_passes("default-cpu")))
+    assert len(calls) == 1
+    monkeypatch.setenv("IRKIT_VERIFY_EACH", "1")
+    calls.clear()
+    slow = to_text(apply_passes(module.clone(), parse_passes("default-cpu")))
+    assert len(calls) == len(parse_passes("default-cpu")) and slow == fast
 
 
 def test_after_pass_callback_sees_each_pass() -> None:

@@ -106,6 +106,12 @@ class IrkitOptMain(xDSLOptMain):
             help="import a module (or .py file) that registers passes first (repeatable)",
         )
         arg_parser.add_argument(
+            "--no-verify-each",
+            action="store_true",
+            help="verify only the pipeline's result (faster); a failure is replayed with "
+            "verification after each pass, so it still names the pass",
+        )
+        arg_parser.add_argument(
             "--reproducer-dir",
             default=None,
             help="where a failing pass leaves its reproducer (default: the system temp dir)",
@@ -127,7 +133,8 @@ class IrkitOptMain(xDSLOptMain):
         path = self.args.input_file
         if path and Path(path).suffix.lower() == ".onnx":  # binary: the ONNX frontend reads it
             module = load(path, dict(self.args.dim))
-            apply_passes(module, passes, self.ctx, self._after_pass, self.args.reproducer_dir)
+            apply_passes(module, passes, self.ctx, self._after_pass, self.args.reproducer_dir,
+                         verify_each=not self.args.no_verify_each)  # fmt: skip
             self._write(self.output_resulting_program(module))
             return
         text, filename, kind = self._read_input()
@@ -136,7 +143,8 @@ class IrkitOptMain(xDSLOptMain):
         for chunk in chunks:
             try:
                 module = parse_source(chunk, filename, kind, dict(self.args.dim))
-                apply_passes(module, passes, self.ctx, self._after_pass, self.args.reproducer_dir)
+                apply_passes(module, passes, self.ctx, self._after_pass, self.args.reproducer_dir,
+                         verify_each=not self.args.no_verify_each)  # fmt: skip
                 outputs.append(self.output_resulting_program(module))
             except IrkitError as e:
                 if not self.args.verify_diagnostics:
