@@ -10,6 +10,7 @@ from functools import cache
 import llvmlite.binding as llvm
 from xdsl.dialects.builtin import ModuleOp
 
+from irkit.codegen.disk_cache import cache_key, read, write
 from irkit.codegen.llvm import to_llvm
 
 
@@ -39,6 +40,33 @@ def host_target() -> HostTarget:
     if "+avx512f" in features.split(",") and os.environ.get("IRKIT_VECTOR_BITS", "512") != "256":
         features += ",-prefer-256-bit"
     return HostTarget(llvm.get_host_cpu_name(), features)
+
+
+OPTIMIZATION = "O3, loop and SLP vectorization, loop unrolling"
+"""What `optimize` runs: part of the machine-code cache's key."""
+
+
+def jit(source: str) -> llvm.ExecutionEngine:
+    """An MCJIT engine for LLVM IR text, optimized by `optimize` for the host, its machine
+    code cached on disk (`disk_cache`, kind "llvm") under a key of the IR, LLVM's version, the
+    host CPU and features, and the optimization: a module compiled before, in any process,
+    skips optimization and code generation (its IR is still parsed). Symbols (libm,
+    libgomp, linked constants) are resolved when the engine is finalized, as for a fresh
+    compile."""
+    target = host_target()
+    key = cache_key(source, llvm.llvm_version_info, target.cpu, target.features, OPTIMIZATION)
+    name = f"{key}.o"
+    cached = read("llvm", name)
+    module = llvm.parse_assembly(source) if cached is not None else optimize(source)
+    engine = llvm.create_mcjit_compiler(module, target.machine())
+
+    def notify(_module: llvm.ModuleRef, data: bytes) -> None:
+        if cached is None:
+            write("llvm", name, data)
+
+    engine.set_object_cache(notify, lambda _module: cached)
+    engine.finalize_object()
+    return engine
 
 
 def optimize(text: str) -> llvm.ModuleRef:

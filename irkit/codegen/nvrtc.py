@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 
+from irkit.codegen import disk_cache
 from irkit.errors import IrkitError, one_line
 from irkit.loops import STATIC_SHARED_LIMIT
 
@@ -94,8 +95,7 @@ def _check(err: object, what: str) -> None:
 
 
 def cache_dir() -> Path:
-    root = Path(os.environ.get("IRKIT_CACHE", Path.home() / ".cache" / "irkit"))
-    return root / "nvrtc"
+    return disk_cache.cache_dir("nvrtc")
 
 
 @cache

@@ -21,7 +21,7 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
-from irkit.codegen.host import host_target, llvm_ir, optimize
+from irkit.codegen.host import host_target, jit, llvm_ir
 from irkit.codegen.llvm import RELEASE, linked_constants
 from irkit.ir import entry_function, to_text
 from irkit.loops import cpu_threads, kernels
@@ -205,7 +205,4 @@ class CpuBackend:
         for symbol, data in linked_constants(module).items():
             _link(symbol, data)
         source = llvm_ir(module)
-        optimized = optimize(source)
-        engine = llvm.create_mcjit_compiler(optimized, host_target().machine())
-        engine.finalize_object()
-        return CpuExecutable(module, engine, source)
+        return CpuExecutable(module, jit(source), source)
