@@ -62,9 +62,11 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 else
   export PYTHONPATH=$root${PYTHONPATH:+:$PYTHONPATH}
 fi
-# irkit-bench on the PATH; where the editable install cannot be made, the module runs instead
-if ! python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1 ||
-  ! command -v irkit-bench >/dev/null; then
+# irkit-bench on the PATH: installed (editable) where it is missing; where that cannot be
+# done, the module runs instead
+if ! command -v irkit-bench >/dev/null &&
+  ! { python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1 &&
+    command -v irkit-bench >/dev/null; }; then
   mkdir -p /tmp/irkit-bin
   printf '#!/bin/sh\nexec python3 -m irkit.cli.bench "$@"\n' >/tmp/irkit-bin/irkit-bench
   chmod +x /tmp/irkit-bin/irkit-bench

@@ -63,3 +63,45 @@ def test_gpu_targets_needs_a_device() -> None:
     )  # fmt: skip
     assert r.returncode == 1
     assert r.stderr.strip() == "gpu_targets: error: no CUDA device available"
+
+
+@pytest.mark.slow
+def test_compile_speed_records_chains_and_examples_cold_and_warm(tmp_path: Path) -> None:
+    out = tmp_path / "c.jsonl"
+    r = subprocess.run(
+        [sys.executable, "benchmarks/compile_speed.py", "--quick", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [c["ops"] > 0 for c in rec["chains"]] == [True, True]
+    assert rec["chains"][0]["ops"] < rec["chains"][1]["ops"]
+    assert all("lower-graph-to-loops" in c["passes"] for c in rec["chains"])
+    assert set(rec["examples"]) == {p.stem for p in (ROOT / "examples").glob("*.graph")}
+    assert all(e["cold_s"] > 0 and e["warm_s"] > 0 for e in rec["examples"].values())
+
+
+@pytest.mark.slow
+def test_gpu_acceptance_keeps_going_past_failing_steps(tmp_path: Path) -> None:
+    """Without a GPU every device step fails, and the script still runs each, logs each,
+    and ends by naming the failed ones (its exit status is their number)."""
+    from irkit.runtime import BACKENDS
+
+    if BACKENDS["cuda"]().available()[0]:
+        pytest.skip("a CUDA device is present: the script would run in full")
+    out = tmp_path / "acc"
+    r = subprocess.run(["bash", "benchmarks/gpu_acceptance.sh", str(out), "--quick"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    steps = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()[1:]]
+    assert [s[0] for s in steps] == [
+        "host",
+        "pytest_gpu",
+        "run_examples",
+        "gpu_targets",
+        "attribute",
+    ]
+    failed = [s[0] for s in steps if s[1] != "0"]
+    assert {"run_examples", "gpu_targets", "attribute"} <= set(failed)
+    assert "FAILED:" in r.stdout and all(name in r.stdout for name in failed)
+    assert r.returncode >= len(failed)
+    assert all((out / f"{s[0]}.log").exists() for s in steps)
