@@ -125,7 +125,8 @@ def show_roofline(console: Console, rec: dict) -> None:
     title = "kernels of the full pipeline"
     if ceilings:
         title += (f" on the roofline: {ceilings['device']}, copy {ceilings['bandwidth'] / 1e9:.1f} GB/s, "
-                  f"fma {ceilings['flops'] / 1e9:.0f} GFLOP/s (measured)")  # fmt: skip
+                  f"fma {ceilings['flops'] / 1e9:.0f} GFLOP/s "
+                  f"({ceilings.get('flops_source', 'measured')})")  # fmt: skip
     table = Table(title=title, title_justify="left")
     for col in ("kernel", "time", "GFLOP/s", "GB/s", "FLOP/byte", "% of roof", "bound"):
         table.add_column(col, justify="left" if col in ("kernel", "bound") else "right")

@@ -35,6 +35,8 @@ class Ceilings:
     """FLOPs per second, FMA (fp32)."""
     method: str
     measured_at: str
+    flops_source: str = "measured"
+    """How the FLOP ceiling was had: "measured", or "derived" (from the device's attributes)."""
 
     @property
     def ridge(self) -> float:

@@ -168,6 +168,7 @@ def cuda_ceilings(dev: Device) -> Ceilings:
         method="copy: 1 GiB device-to-device, median of 20, CUDA events, read + write counted; "
         f"fp32 peak derived, not measured: {sms} SMs x 128 lanes x 2 x {clock_khz / 1e3:.0f} MHz",
         measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        flops_source="derived",
     )
     return _CEILINGS[dev.ordinal]
 
