@@ -182,8 +182,9 @@ def lower_to_loops(module: ModuleOp) -> ModuleOp:
 
 def lower_for_cpu(module: ModuleOp) -> ModuleOp:
     """What the CPU backends require: loops, and f32 sums in blocks (block-reductions,
-    which changes nothing run twice)."""
-    return apply_passes(lower_to_loops(module), parse_passes("block-reductions"))
+    which changes nothing run twice); one run of the passes, verified once."""
+    spec = "block-reductions" if is_loop_level(module) else "lower-graph-to-loops,block-reductions"
+    return apply_passes(module, parse_passes(spec))
 
 
 def lower_for_gpu(module: ModuleOp) -> ModuleOp:

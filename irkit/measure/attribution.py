@@ -199,9 +199,16 @@ class _PrefixLowering:
         while tuple(passes[:done]) not in self.after:
             done -= 1
         module = self.after[tuple(passes[:done])].clone()
-        for n in range(done, len(passes)):
-            module = apply_passes(module, parse_passes(passes[n]))
-            self.after[tuple(passes[: n + 1])] = module.clone()
+        specs = passes[done:]
+        ran = [p for spec in specs for p in parse_passes(spec)]
+        count = iter(range(done + 1, len(passes) + 1))
+
+        def keep(_pass: object, after: ModuleOp, _seconds: float) -> None:
+            self.after[tuple(passes[: next(count)])] = after.clone()
+
+        # one run over the remaining passes, verified once at its end (a failure is replayed
+        # with verification after each pass, which names the pass)
+        module = apply_passes(module, ran, after_pass=keep if len(ran) == len(specs) else None)
         from irkit.runtime import lower_for
 
         return lower_for(module, self.backend)
