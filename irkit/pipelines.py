@@ -310,11 +310,13 @@ def apply_passes(
     if verify_each if verify_each is not None else verify_each_default():
         return _apply_verifying_each(module, passes, ctx, after_pass, reproducer_dir)
     original = module.clone()
+    failed: ModulePass | None = None
     for p in passes:
         start = time.perf_counter()
         try:
             p.apply(ctx, module)
         except Exception:  # noqa: BLE001 - replayed below, where it is reported by name
+            failed = p
             break
         if after_pass is not None:
             after_pass(p, module, time.perf_counter() - start)
@@ -325,7 +327,11 @@ def apply_passes(
         except Exception:  # noqa: BLE001 - replayed below to name the pass
             pass
     _apply_verifying_each(original, passes, ctx, None, reproducer_dir)
-    raise AssertionError("a pass failed once and not when replayed: it is not deterministic")
+    if failed is not None:
+        raise PassFailure(failed.name, "it raised, and not when the pipeline was replayed: "
+                          "it is not deterministic")  # fmt: skip
+    raise IrkitError("the pipeline's result did not verify, and did when it was replayed with "
+                     "verification after each pass: a pass is not deterministic")  # fmt: skip
 
 
 def _apply_verifying_each(

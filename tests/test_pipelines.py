@@ -106,3 +106,22 @@ def test_after_pass_callback_sees_each_pass() -> None:
         module, parse_passes("graph-cleanup"), after_pass=lambda p, m, s: seen.append(p.name)
     )
     assert seen == ["canonicalize", "cse"]
+
+
+def test_a_pass_that_fails_only_once_is_named_as_not_deterministic() -> None:
+    """Without verify-each a failure is replayed; a pass that raised and then did not is
+    named, in one line, not turned into an internal error."""
+    from irkit.errors import PassFailure
+
+    class FlakyPass(ModulePass):
+        name = "test-flaky"
+        calls = 0
+
+        def apply(self, ctx: Context, op: ModuleOp) -> None:
+            FlakyPass.calls += 1
+            if FlakyPass.calls == 1:
+                raise RuntimeError("first time only")
+
+    module = irkit.load("examples/gemm.graph", {"M": 2, "N": 2, "K": 2})
+    with pytest.raises(PassFailure, match="pass 'test-flaky' failed: .*not deterministic"):
+        apply_passes(module, [FlakyPass()], verify_each=False)

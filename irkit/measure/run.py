@@ -57,7 +57,7 @@ class RunResult:
     replay: Timing | None = None  # the driver as one CUDA graph, replayed (GPU backends)
     fingerprint: dict = field(default_factory=dict)
     fingerprint_end: dict = field(default_factory=dict)  # the backend's, after timing
-    copy_bandwidth: float | None = None  # bytes/s, read + write: the GPU's measured ceiling
+    copy_bandwidth: float | None = None  # bytes/s, read + write: the backend's copy ceiling
     counters: dict[str, dict[str, float]] = field(default_factory=dict)  # ncu's, per kernel name
 
     @property
