@@ -25,7 +25,7 @@ from xdsl.utils.arg_spec import ArgSpec, _convert_arg_to_type, parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError
 
 from irkit.errors import IrkitError, OptionError, PassFailure, expect, one_line
-from irkit.ir import content_hash, make_context, to_text, verify
+from irkit.ir import content_hash, make_context, structure_key, to_text, verify
 from irkit.loops import is_gpu_mapped, is_loop_level
 from irkit.passes import available_passes
 
@@ -182,9 +182,15 @@ def lower_to_loops(module: ModuleOp) -> ModuleOp:
 
 def lower_for_cpu(module: ModuleOp) -> ModuleOp:
     """What the CPU backends require: loops, and f32 sums in blocks (block-reductions,
-    which changes nothing run twice); one run of the passes, verified once."""
-    spec = "block-reductions" if is_loop_level(module) else "lower-graph-to-loops,block-reductions"
-    return apply_passes(module, parse_passes(spec))
+    which changes nothing run twice); one run of the passes, verified once. A module that
+    needs neither is returned as it is, neither copied nor verified again."""
+    from irkit.passes.reductions import needs_blocking
+
+    if not is_loop_level(module):
+        return apply_passes(module, parse_passes("lower-graph-to-loops,block-reductions"))
+    if not needs_blocking(module):
+        return module
+    return apply_passes(module, parse_passes("block-reductions"))
 
 
 def lower_for_gpu(module: ModuleOp) -> ModuleOp:
@@ -361,6 +367,114 @@ def _apply_verifying_each(
         if after_pass is not None:
             after_pass(p, module, seconds)
     return module
+
+
+T = typing.TypeVar("T")
+
+
+@dataclass
+class SharedRun(typing.Generic[T]):
+    """What `apply_pipelines` did: each pipeline's result, and the work it shared."""
+
+    results: list[T]
+    pass_runs: int
+    """Passes applied (a pipeline applied alone would have run all of its own)."""
+    states: int
+    """Distinct IR states the passes went through."""
+    finished: int
+    """Distinct final states, each verified once and given to `finish` once."""
+
+
+def apply_pipelines(
+    module: ModuleOp,
+    pipelines: Sequence[Sequence[str]],
+    finish: Callable[[ModuleOp], T],
+    ctx: Context | None = None,
+    on_result: Callable[[int], None] | None = None,
+) -> SharedRun[T]:
+    """Run many pipelines over copies of `module` (left unmodified), sharing their work:
+    `results[i]` is `finish(apply_passes(module.clone(), <pipelines[i]'s passes>))` as if
+    each ran alone, where each pipeline is a list of `-p` items.
+
+    The pipelines run as one walk of the tree of their common prefixes (a prefix's passes
+    run once, the IR is copied where pipelines part), and IR states are told apart by
+    `structure_key`: a state reached along two routes (a pass that changed nothing, two
+    orders that meet) continues once per remaining suffix, and a final state reached by
+    several pipelines is verified and finished once. Attribution's variants (subsets of
+    one pipeline's optional passes) are where this pays. Passes must be deterministic, as
+    `apply_passes` assumes. A failure is reported as `apply_passes` reports it: the failing
+    pipeline is replayed from the input with verification after each pass, which names the
+    pass. `on_result(n)` is called as the number of resolved pipelines grows."""
+    expect("apply_pipelines", "module", module, ModuleOp, "a module")
+    ctx = ctx or make_context()
+    parsed: dict[str, list[ModulePass]] = {}
+    for pipeline in pipelines:
+        for spec in pipeline:
+            if spec not in parsed:
+                parsed[spec] = parse_passes(spec)
+                for p in parsed[spec]:
+                    check_options(p)
+    results: list[typing.Any] = [None] * len(pipelines)
+    state_ids: dict[tuple[int, int], int] = {}
+    memo: dict[tuple[int, tuple[str, ...]], int] = {}  # (state, suffix) -> final state
+    finals: dict[int, T] = {}
+    counts = {"passes": 0, "resolved": 0}
+
+    def state_of(m: ModuleOp) -> int:
+        return state_ids.setdefault(structure_key(m), len(state_ids))
+
+    def replay(index: int) -> typing.NoReturn:
+        passes = [p for spec in pipelines[index] for p in parsed[spec]]
+        _apply_verifying_each(module.clone(), passes, ctx, None, None)
+        raise IrkitError(f"pipeline '{','.join(pipelines[index])}' failed when run with others "
+                         "sharing its passes, and not when replayed alone: a pass is not "
+                         "deterministic")  # fmt: skip
+
+    def resolve(indices: list[int], final: int) -> None:
+        for i in indices:
+            results[i] = finals[final]
+        counts["resolved"] += len(indices)
+        if on_result is not None:
+            on_result(counts["resolved"])
+
+    def walk(m: ModuleOp, state: int, groups: dict[tuple[str, ...], list[int]]) -> None:
+        branches: dict[str, dict[tuple[str, ...], list[int]]] = {}
+        ending: list[int] = []
+        for suffix, indices in groups.items():
+            if (state, suffix) in memo:
+                resolve(indices, memo[state, suffix])
+            elif suffix:
+                branches.setdefault(suffix[0], {})[suffix[1:]] = indices
+            else:
+                ending = indices
+        if ending:  # a final state: verified and finished once, whoever reaches it
+            if state not in finals:
+                try:
+                    verify(m)
+                except IrkitError:
+                    replay(ending[0])
+                finals[state] = finish(m.clone() if branches else m)
+            memo[state, ()] = state
+            resolve(ending, state)
+        for n, (spec, sub) in enumerate(branches.items()):
+            child = m if n == len(branches) - 1 else m.clone()
+            try:
+                for p in parsed[spec]:
+                    p.apply(ctx, child)
+                    counts["passes"] += 1
+            except Exception:  # noqa: BLE001 - replayed, where it is reported by name
+                replay(next(iter(sub.values()))[0])
+            after = state_of(child)
+            walk(child, after, sub)
+            for suffix in sub:
+                memo[state, (spec, *suffix)] = memo[after, suffix]
+
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for i, pipeline in enumerate(pipelines):
+        groups.setdefault(tuple(pipeline), []).append(i)
+    work = module.clone()
+    walk(work, state_of(work), groups)
+    return SharedRun(results, counts["passes"], len(state_ids), len(finals))
 
 
 def _check_reproducer_dir(directory: str | Path) -> None:

@@ -1,5 +1,6 @@
-"""The CPU backend's machine-code cache (`irkit.codegen.host.jit`): a module compiled once is
-not optimized or code-generated again, in any process; a damaged entry is compiled afresh."""
+"""The CPU backend's machine-code cache (`irkit.codegen.host.jit_program`): each kernel is
+its own module, named by its code; a kernel compiled once, in any program or process, is not
+optimized or code-generated again; a damaged entry is compiled afresh."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from irkit.runtime.reference import random_inputs
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("IRKIT_CACHE", str(tmp_path))
+    host.forget_compiled()  # as a new process: nothing compiled in memory
     return tmp_path / "llvm"
 
 
@@ -24,13 +26,16 @@ def test_a_cached_module_skips_optimization_and_computes_the_same(
 ) -> None:
     module = irkit.load("examples/mlp.graph", {"B": 4, "D": 32, "F": 64})
     inputs = random_inputs(module, seed=3)
-    first = irkit.compile(module, backend="cpu")(*inputs)
+    exe = irkit.compile(module, backend="cpu")
+    first = exe(*inputs)
     entries = list(cache.iterdir())
-    assert len(entries) == 1 and entries[0].suffix == ".o"
+    distinct = {k.hash for k in exe.kernels}
+    assert len(entries) == 1 + len(distinct) and {e.suffix for e in entries} == {".o"}
 
     def no_optimizing(text: str):
         raise AssertionError("optimized although cached")
 
+    host.forget_compiled()  # a new process: only the disk cache
     monkeypatch.setattr(host, "optimize", no_optimizing)
     again = irkit.compile(module, backend="cpu")(*inputs)
     for a, b in zip(first, again, strict=True):
@@ -41,13 +46,41 @@ def test_a_damaged_entry_is_compiled_again(cache: Path) -> None:
     module = irkit.load("examples/softmax.graph", {"R": 4, "C": 16})
     inputs = random_inputs(module, seed=1)
     expected = irkit.compile(module, backend="cpu")(*inputs)
-    (entry,) = cache.iterdir()
-    data = bytearray(entry.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    entry.write_bytes(bytes(data))
+    entries = list(cache.iterdir())
+    for entry in entries:  # the driver's and the kernel's
+        data = bytearray(entry.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        entry.write_bytes(bytes(data))
+    host.forget_compiled()
     again = irkit.compile(module, backend="cpu")(*inputs)
     np.testing.assert_array_equal(expected[0], again[0])
-    assert host.read("llvm", entry.name) is not None  # rewritten whole
+    for entry in entries:
+        assert host.read("llvm", entry.name) is not None  # rewritten whole
+
+
+def test_a_kernel_is_compiled_once_whatever_program_or_position_it_is_in(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformer_block's four projections are the same matmul: one object. A second
+    pipeline that changes only some kernels compiles only those (attribution's variants
+    share most of their kernels)."""
+    module = irkit.load("examples/transformer_block.graph")
+    optimized: list[str] = []
+    real = host.optimize
+    monkeypatch.setattr(host, "optimize", lambda text: optimized.append(text) or real(text))
+    full = irkit.compile(module, "default-cpu", backend="cpu")
+    hashes = [k.hash for k in full.kernels]
+    assert len(set(hashes)) < len(hashes)  # equal kernels in several positions
+    assert len(optimized) == 1 + len(set(hashes))  # the driver and each distinct kernel once
+    symbols = {full.program.symbol(k.name) for k in full.kernels}
+    assert len(symbols) == len(set(hashes))
+    optimized.clear()
+    other = irkit.compile(module, "default-cpu,cpu-parallelize{threads=1}", backend="cpu")
+    new = {k.hash for k in other.kernels} - set(hashes)
+    assert len(optimized) <= 1 + len(new) < 1 + len(set(hashes))
+    inputs = random_inputs(module, seed=2)
+    for a, b in zip(full(*inputs), other(*inputs), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_the_cache_stays_under_its_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,8 +16,9 @@ import irkit
 from irkit.dialects import graph as g
 from irkit.errors import PassFailure
 from irkit.frontend.mlir import parse_mlir
-from irkit.ir import to_text
-from irkit.pipelines import apply_passes, parse_passes
+from irkit.ir import content_hash, structure_key, to_text
+from irkit.passes import register_pass
+from irkit.pipelines import apply_passes, apply_pipelines, parse_passes, pipeline_steps
 
 
 @dataclass(frozen=True)
@@ -125,3 +127,83 @@ def test_a_pass_that_fails_only_once_is_named_as_not_deterministic() -> None:
     module = irkit.load("examples/gemm.graph", {"M": 2, "N": 2, "K": 2})
     with pytest.raises(PassFailure, match="pass 'test-flaky' failed: .*not deterministic"):
         apply_passes(module, [FlakyPass()], verify_each=False)
+
+
+# --------------------------------------------------------------------------- shared runs
+
+
+@register_pass
+@dataclass(frozen=True)
+class SharedRaisingPass(ModulePass):
+    """Test-only: raises, for apply_pipelines (which parses passes by name)."""
+
+    name = "test-shared-raise"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        raise RuntimeError("boom")
+
+
+def _subsets(spec: str, count: int, seed: int) -> list[list[str]]:
+    """`count` pipelines: `spec`'s required steps with random subsets of its optional ones
+    (attribution's variants), the full one and the bare one included."""
+    steps = pipeline_steps(spec)
+    rng = random.Random(seed)
+    keep = [[True] * len(steps), [False] * len(steps)]
+    keep += [[rng.random() < 0.5 for _ in steps] for _ in range(count - 2)]
+    return [
+        [s.spec for s, k in zip(steps, mask, strict=True) if k or not s.optional] for mask in keep
+    ]
+
+
+@pytest.mark.parametrize("model", ["mlp", "conv_block", "transformer_block"])
+def test_shared_pipelines_give_what_each_gives_alone(model: str) -> None:
+    """apply_pipelines is apply_passes run once per pipeline, with the work shared: the same
+    IR for every pipeline, fewer passes run, the input untouched."""
+    module = irkit.load(f"examples/{model}.graph")
+    before = to_text(module)
+    pipelines = _subsets("default-cpu", 14, seed=len(model))
+    shared = apply_pipelines(module, pipelines, content_hash)
+    alone = [content_hash(apply_passes(module.clone(), [p for s in pipe for p in parse_passes(s)]))
+             for pipe in pipelines]  # fmt: skip
+    assert shared.results == alone
+    assert shared.pass_runs < sum(len(p) for p in pipelines)
+    assert shared.finished == len(set(alone)) <= shared.states
+    assert to_text(module) == before
+
+
+def test_a_final_state_reached_twice_is_finished_once() -> None:
+    """Two pipelines that differ only by a pass that changes nothing meet in one state:
+    verified and finished once, both given the same result."""
+    module = irkit.load("examples/gemm.graph", {"M": 4, "N": 4, "K": 4})
+    finished: list[str] = []
+    shared = apply_pipelines(module, [["conv-layout", "lower-graph-to-loops"],
+                                      ["lower-graph-to-loops"]],
+                             lambda m: finished.append(content_hash(m)) or len(finished))  # fmt: skip
+    assert finished and len(finished) == 1 and shared.results == [1, 1]
+
+
+def test_a_shared_run_names_the_failing_pass() -> None:
+    """A pass that raises while the pipelines share work is reported as apply_passes
+    reports it: replayed alone with verification after each pass, named."""
+    module = irkit.load("examples/gemm.graph", {"M": 2, "N": 2, "K": 2})
+    with pytest.raises(PassFailure, match="pass 'test-shared-raise' failed: boom"):
+        apply_pipelines(module, [["cse"], ["cse", "test-shared-raise"]], content_hash)
+
+
+def test_structure_key_tells_apart_what_printing_does() -> None:
+    """Equal for a copy; different for a changed constant (-0.0 against 0.0 too), a changed
+    type (f32 and f64 have equal hashes in xDSL: a kernel of one was once given the other's
+    code), or operands swapped."""
+    text = """func.func @f(%a: f32, %b: f32) -> f32 {
+  %c = arith.constant 0.0 : f32
+  %s = arith.subf %a, %b : f32
+  %t = arith.addf %s, %c : f32
+  func.return %t : f32
+}
+"""
+    base = parse_mlir(text, "k.mlir")
+    assert structure_key(base) == structure_key(base.clone())
+    for changed in (text.replace("0.0 : f32", "-0.0 : f32"), text.replace("%a, %b", "%b, %a"),
+                    text.replace("subf", "mulf"), text.replace("%s, %c", "%c, %s"),
+                    text.replace("f32", "f64")):  # fmt: skip
+        assert structure_key(parse_mlir(changed, "k.mlir")) != structure_key(base)

@@ -101,6 +101,26 @@ def test_block_reductions_changes_nothing_run_twice() -> None:
     assert any(str(op.result.type) == "f64" for op in once.walk() if isinstance(op, arith.ExtFOp))
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("block", [1, 7, 256, 100000])
+def test_needs_blocking_says_whether_block_reductions_would_change_the_module(
+    case: str, block: int
+) -> None:
+    """The query the CPU backend asks before running block-reductions (a module that needs
+    nothing is neither copied nor verified again): true exactly where the pass changes the
+    IR, and false after it."""
+    from irkit.passes.reductions import needs_blocking
+    from irkit.pipelines import lower_for_cpu
+
+    module = parse_source(f"model r\n{CASES[case]}\n", "r.graph", ".graph")
+    loops = apply_passes(module, parse_passes("lower-graph-to-loops"))
+    blocked = apply_passes(loops.clone(), parse_passes(f"block-reductions{{block={block}}}"))
+    assert needs_blocking(loops, block) == (to_text(blocked) != to_text(loops))
+    assert not needs_blocking(blocked, block)
+    if block == 256:
+        assert lower_for_cpu(blocked) is blocked
+
+
 def test_reassociate_marks_only_innermost_combiners() -> None:
     module = parse_source(f"model r\n{CASES['row-with-rest']}\n", "r.graph", ".graph")
     spec = "lower-graph-to-loops,block-reductions,reassociate-reductions"

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import ctypes.util
+import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
 import llvmlite.binding as llvm
+from xdsl.dialects import func, memref
 from xdsl.dialects.builtin import ModuleOp
 
 from irkit.codegen.disk_cache import cache_key, read, write
-from irkit.codegen.llvm import to_llvm
+from irkit.codegen.llvm import LLVMEmitter, to_llvm
+from irkit.ir import structure_key
+from irkit.loops import kernels
 
 
 @dataclass(frozen=True)
@@ -46,27 +51,137 @@ OPTIMIZATION = "O3, loop and SLP vectorization, loop unrolling"
 """What `optimize` runs: part of the machine-code cache's key."""
 
 
-def jit(source: str) -> llvm.ExecutionEngine:
+def jit(source: str, objects: Sequence[bytes] = ()) -> llvm.ExecutionEngine:
     """An MCJIT engine for LLVM IR text, optimized by `optimize` for the host, its machine
     code cached on disk (`disk_cache`, kind "llvm") under a key of the IR, LLVM's version, the
     host CPU and features, and the optimization: a module compiled before, in any process,
     skips optimization and code generation (its IR is still parsed). Symbols (libm,
-    libgomp, linked constants) are resolved when the engine is finalized, as for a fresh
-    compile."""
-    target = host_target()
-    key = cache_key(source, llvm.llvm_version_info, target.cpu, target.features, OPTIMIZATION)
-    name = f"{key}.o"
-    cached = read("llvm", name)
+    libgomp, linked constants, and the symbols of `objects`: machine code compiled apart)
+    are resolved when the engine is finalized, as for a fresh compile."""
+    name, cached = _cached_object(source)
     module = llvm.parse_assembly(source) if cached is not None else optimize(source)
-    engine = llvm.create_mcjit_compiler(module, target.machine())
+    engine = llvm.create_mcjit_compiler(module, host_target().machine())
 
     def notify(_module: llvm.ModuleRef, data: bytes) -> None:
         if cached is None:
             write("llvm", name, data)
 
     engine.set_object_cache(notify, lambda _module: cached)
+    for data in objects:  # machine code compiled apart (kernels), linked before finalizing
+        engine.add_object_file(llvm.ObjectFileRef.from_data(data))
     engine.finalize_object()
     return engine
+
+
+KERNEL_PLACEHOLDER = "irkit.kernel"
+"""The name a kernel is emitted under before its text names its symbol."""
+
+
+@dataclass(frozen=True)
+class KernelCode:
+    """One kernel as its own LLVM module: named by the hash of its text, so that a kernel
+    with the same code in another program (or position, or process) is the same symbol,
+    compiled once and found in the machine-code cache."""
+
+    symbol: str
+    text: str
+    hash: str
+
+
+@dataclass
+class HostProgram:
+    """A loop-level module JIT-compiled as a driver module plus one object per distinct
+    kernel, all in one MCJIT engine."""
+
+    engine: llvm.ExecutionEngine
+    driver: str
+    """The LLVM IR of everything but the kernels."""
+    kernels: dict[str, KernelCode]
+    """By kernel (`func.func`) name."""
+
+    def symbol(self, name: str) -> str:
+        """The native symbol of the function called `name` in the module."""
+        return self.kernels[name].symbol if name in self.kernels else name
+
+    def text(self) -> str:
+        """The program's LLVM IR: the driver module, then each distinct kernel's."""
+        distinct = {k.symbol: k.text for k in self.kernels.values()}
+        return "\n".join([self.driver, *distinct.values()])
+
+
+_KERNELS: dict[tuple, KernelCode] = {}
+"""Kernel code by kernel structure, in this process: a kernel shared by many programs (the
+variants attribution compiles) is translated to LLVM IR once."""
+_OBJECTS: dict[str, bytes] = {}
+"""Machine code by kernel symbol, in this process."""
+
+
+def forget_compiled() -> None:
+    """Drop this process's kernel code and machine code (the disk cache stays): the next
+    compile starts as a new process would."""
+    _KERNELS.clear()
+    _OBJECTS.clear()
+
+
+def _kernel_code(module: ModuleOp, fn: func.FuncOp, pool: bool) -> KernelCode:
+    read_globals = {
+        op.name_.root_reference.data for op in fn.walk() if isinstance(op, memref.GetGlobalOp)
+    }
+    emitter = LLVMEmitter(module, "kernel", pool, names=False)
+    key = (
+        structure_key(fn),
+        pool,
+        *[structure_key(emitter.global_ops[g]) for g in sorted(read_globals)],
+    )
+    if key not in _KERNELS:
+        ir_module = emitter.emit_kernel(fn, KERNEL_PLACEHOLDER)
+        _target_module(ir_module)
+        text = str(ir_module)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        symbol = f"irkit.k.{digest}"
+        _KERNELS[key] = KernelCode(
+            symbol, text.replace(f'@"{KERNEL_PLACEHOLDER}', f'@"{symbol}'), digest
+        )
+    return _KERNELS[key]
+
+
+def _target_module(ir_module) -> None:
+    machine = host_target().machine()
+    ir_module.triple = machine.triple
+    ir_module.data_layout = str(machine.target_data)
+
+
+def _cached_object(text: str) -> tuple[str, bytes | None]:
+    target = host_target()
+    name = cache_key(text, llvm.llvm_version_info, target.cpu, target.features, OPTIMIZATION)
+    return f"{name}.o", read("llvm", f"{name}.o")
+
+
+def _kernel_object(code: KernelCode) -> bytes:
+    """The kernel's machine code: from this process, the disk cache, or compiled now."""
+    if code.symbol not in _OBJECTS:
+        name, data = _cached_object(code.text)
+        if data is None:
+            data = bytes(host_target().machine().emit_object(optimize(code.text)))
+            write("llvm", name, data)
+        _OBJECTS[code.symbol] = data
+    return _OBJECTS[code.symbol]
+
+
+def jit_program(module: ModuleOp) -> HostProgram:
+    """JIT-compile a loop-level module for the host: each kernel as its own module, named
+    and cached by its code (`KernelCode`), the driver as another, linked in one engine.
+    A kernel compiled before, in this process or any other, costs a lookup."""
+    pool = thread_pool()
+    codes = {fn.sym_name.data: _kernel_code(module, fn, pool) for fn in kernels(module)}
+    ir_module = LLVMEmitter(module, "irkit", pool, names=False).emit_driver(
+        {name: code.symbol for name, code in codes.items()}
+    )
+    _target_module(ir_module)
+    driver = str(ir_module)
+    distinct = {c.symbol: c for c in codes.values()}
+    engine = jit(driver, [_kernel_object(code) for code in distinct.values()])
+    return HostProgram(engine, driver, codes)
 
 
 def optimize(text: str) -> llvm.ModuleRef:

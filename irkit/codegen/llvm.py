@@ -144,9 +144,15 @@ def linked_constants(module: ModuleOp) -> dict[str, bytes]:
 class LLVMEmitter:
     """Translates one loop-level module into an llvmlite module."""
 
-    def __init__(self, module: ModuleOp, name: str = "irkit", pool: bool = False):
+    def __init__(self, module: ModuleOp, name: str = "irkit", pool: bool = False,
+                 names: bool = True):  # fmt: skip
         self.source = module
         self.pool = pool
+        self.names = names
+        """Values take their IR name hints (off for code compiled by content, whose text
+        should not change with a name)."""
+        self.global_ops = {op.sym_name.data: op for op in module.ops
+                           if isinstance(op, memref.GlobalOp)}  # fmt: skip
         """Threaded loops run on libgomp's persistent pool (`GOMP_parallel`), not on threads
         created and joined per loop."""
         self.module = ll.Module(name)
@@ -174,6 +180,34 @@ class LLVMEmitter:
                 self._define(op)
         self._release_function()
         return self.module
+
+    def emit_kernel(self, op: func.FuncOp, symbol: str) -> ll.Module:
+        """One kernel alone, defined as `@symbol` (the functions outlined from it with it),
+        with the globals it reads: a module compiled and cached by its own content."""
+        self._declare(op, symbol)
+        self._define(op)
+        return self.module
+
+    def emit_driver(self, symbols: dict[str, str]) -> ll.Module:
+        """Everything but the kernels: the driver, calling each kernel by its symbol in
+        `symbols` (kernel name -> symbol; kernels with equal code share one), and
+        `irkit.release`."""
+        ops = [op for op in self.source.ops if not isinstance(op, memref.GlobalOp)]
+        for op in ops:
+            if not isinstance(op, func.FuncOp):
+                raise IrkitError(f"the llvm target cannot translate top-level {op.name}")
+            self._declare(op, symbols.get(op.sym_name.data))
+        for op in ops:
+            if isinstance(op, func.FuncOp) and op.body.blocks and op.sym_name.data not in symbols:
+                self._define(op)
+        self._release_function()
+        return self.module
+
+    def global_value(self, name: str) -> ll.GlobalVariable:
+        """The global `@name`, defined in this module when first used."""
+        if name not in self.globals:
+            self._global(self.global_ops[name])
+        return self.globals[name]
 
     def _release_function(self) -> None:
         """`irkit.release()`: free the driver's kept scratch buffers (null pointers are fine)."""
@@ -214,13 +248,17 @@ class LLVMEmitter:
         gv.align = 64
         self.globals[op.sym_name.data] = gv
 
-    def _declare(self, op: func.FuncOp) -> None:
+    def _declare(self, op: func.FuncOp, symbol: str | None = None) -> None:
         if op.function_type.outputs.data:
             raise IrkitError(
                 f"@{op.sym_name.data}: the llvm target expects functions with no results"
             )
+        symbol = symbol or op.sym_name.data
+        if symbol in self.module.globals:  # a kernel whose code another one shares
+            self.functions[op.sym_name.data] = self.module.globals[symbol]
+            return
         args = [llvm_type(t) for t in op.function_type.inputs.data]
-        fn = ll.Function(self.module, ll.FunctionType(ll.VoidType(), args), op.sym_name.data)
+        fn = ll.Function(self.module, ll.FunctionType(ll.VoidType(), args), symbol)
         for arg, t in zip(fn.args, op.function_type.inputs.data, strict=True):
             if isinstance(t, MemRefType):
                 arg.add_attribute("noalias")
@@ -237,7 +275,7 @@ class LLVMEmitter:
         self.b = ll.IRBuilder(self.fn.append_basic_block("entry"))
         block = op.body.block
         for arg, value in zip(block.args, self.fn.args, strict=True):
-            value.name = arg.name_hint or ""
+            value.name = (arg.name_hint or "") if self.names else ""
             self.values[arg] = value
         self._block(block)
 
@@ -754,7 +792,7 @@ def _copy(em: LLVMEmitter, op: memref.CopyOp) -> None:
 
 
 def _get_global(em: LLVMEmitter, op: memref.GetGlobalOp) -> None:
-    em.values[op.memref] = em.globals[op.name_.root_reference.data]
+    em.values[op.memref] = em.global_value(op.name_.root_reference.data)
 
 
 def _call(em: LLVMEmitter, op: func.CallOp) -> None:

@@ -33,6 +33,7 @@ Protocol:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import math
 import time
@@ -43,15 +44,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from irkit.errors import IrkitError, expect
-from irkit.ir import content_hash, model_function
+from irkit.ir import model_function, structure_key, to_text
 from irkit.measure import check_protocol
 from irkit.measure.roofline import Ceilings, roof_point
 from irkit.measure.stats import Estimate
 from irkit.measure.timers import time_interleaved
-from irkit.pipelines import Step, apply_passes, parse_passes, pipeline_steps
+from irkit.pipelines import Step, apply_pipelines, pipeline_steps
 from irkit.runtime.backend import Bound
 
 STRATEGIES = ("prefix", "ablation", "shapley")
@@ -185,35 +187,6 @@ def variant_spec(steps: list[Step], optional: list[int], mask: Mask) -> str:
     return ",".join(variant_steps(steps, optional, mask))
 
 
-class _PrefixLowering:
-    """Lowers variants, keeping the module after every prefix of passes it has run: variants
-    share prefixes (2^k subsets have at most 2^(k+1) distinct prefixes where running each
-    separately is k+1 passes apiece), so each pass runs once per distinct prefix."""
-
-    def __init__(self, graph: ModuleOp, backend: str):
-        self.backend = backend
-        self.after: dict[tuple[str, ...], ModuleOp] = {(): graph}
-
-    def __call__(self, passes: list[str]) -> ModuleOp:
-        done = len(passes)
-        while tuple(passes[:done]) not in self.after:
-            done -= 1
-        module = self.after[tuple(passes[:done])].clone()
-        specs = passes[done:]
-        ran = [p for spec in specs for p in parse_passes(spec)]
-        count = iter(range(done + 1, len(passes) + 1))
-
-        def keep(_pass: object, after: ModuleOp, _seconds: float) -> None:
-            self.after[tuple(passes[: next(count)])] = after.clone()
-
-        # one run over the remaining passes, verified once at its end (a failure is replayed
-        # with verification after each pass, which names the pass)
-        module = apply_passes(module, ran, after_pass=keep if len(ran) == len(specs) else None)
-        from irkit.runtime import lower_for
-
-        return lower_for(module, self.backend)
-
-
 def _flush_bytes(fingerprint: dict) -> int | None:
     """The bytes the backend overwrites before each sample (a GPU's L2 flush), where its
     fingerprint says; None for a backend that times warm caches."""
@@ -224,13 +197,21 @@ def _flush_bytes(fingerprint: dict) -> int | None:
 
 
 def program_key(exe) -> str:
-    """What identifies a compiled program: its loop-level module, or else its kernels."""
-    from irkit.ir import content_hash
-
+    """What identifies a compiled program: its kernels' code hashes in order, and its
+    loop-level module's other ops (the driver, globals) as text. Two programs with equal keys
+    run the same code; cheaper than hashing the whole module's text, which printed every
+    kernel again."""
+    kernels = getattr(exe, "kernels", [])
+    names = {k.name for k in kernels}
+    digest = hashlib.sha256()
+    for k in kernels:
+        digest.update(f"{k.name}:{k.hash};".encode())
     module = getattr(exe, "module", None)
     if isinstance(module, ModuleOp):
-        return content_hash(module)
-    return "+".join(k.hash for k in exe.kernels)
+        for op in module.ops:
+            if not (isinstance(op, func.FuncOp) and op.sym_name.data in names):
+                digest.update(to_text(op, generic=True).encode())
+    return digest.hexdigest()[:16]
 
 
 def _describe(steps: list[Step], optional: list[int], mask: Mask) -> str:
@@ -434,19 +415,24 @@ def attribute(
     programs: dict[str, Program] = {}
     key_of: dict[Mask, str] = {}
     variants: list[dict] = []
-    compiled: dict[str, tuple[Any, str]] = {}  # lowered IR's hash -> (executable, program key)
-    lower = _PrefixLowering(graph, chosen.name)
-    for n, mask in enumerate(plan.masks):
-        tick("compile", n, len(plan.masks))
-        vspec = variant_spec(steps, optional, mask)
-        start = time.perf_counter()
-        lowered = lower(variant_steps(steps, optional, mask))
-        ir_key = content_hash(lowered)
+    compiled: dict[tuple[int, int], tuple[Any, str]] = {}  # lowered IR -> (exe, program key)
+
+    def finish(module: ModuleOp) -> tuple[Any, str]:
+        """A distinct pipeline result: lowered for the backend and compiled, unless an
+        equal lowered module was already."""
+        lowered = chosen.lower(module)
+        ir_key = structure_key(lowered)
         if ir_key not in compiled:
             exe = chosen.compile(lowered)
             compiled[ir_key] = (exe, program_key(exe))
-        exe, key = compiled[ir_key]
-        seconds = time.perf_counter() - start
+        return compiled[ir_key]
+
+    started = time.perf_counter()
+    shared = apply_pipelines(graph, [variant_steps(steps, optional, m) for m in plan.masks],
+                             finish, on_result=lambda n: tick("compile", n, len(plan.masks)))  # fmt: skip
+    compile_seconds = time.perf_counter() - started
+    for mask, (exe, key) in zip(plan.masks, shared.results, strict=True):
+        vspec = variant_spec(steps, optional, mask)
         key_of[mask] = key
         if key not in programs:
             what = f"the variant with {_describe(steps, optional, mask)} ({vspec})"
@@ -454,7 +440,7 @@ def attribute(
             programs[key] = Program(key, exe, exe.bind(*inputs))
         programs[key].masks.append(mask)
         variants.append({"passes": [steps[optional[j]].label for j, m in enumerate(mask) if m],
-                         "spec": vspec, "program": key, "compile_s": seconds,
+                         "spec": vspec, "program": key,
                          "kernels": [k.hash for k in exe.kernels]})  # fmt: skip
     tick("compile", len(plan.masks), len(plan.masks))
 
@@ -550,6 +536,14 @@ def attribute(
         "l2_flush": _flush_bytes(device_fingerprint),
         "kernel_times": kernel_times,
         "programs_measured": len(programs),
+        "compile": {
+            "seconds": compile_seconds,
+            "pass_runs": shared.pass_runs,
+            "ir_states": shared.states,
+            "pipeline_results": shared.finished,
+            "method": "one walk of the variants' common prefixes; IR states that "
+            "meet continue once (apply_pipelines)",
+        },
         "variants": len(plan.masks),
         "permutations": len(plan.permutations) or None,
         "selection": selection,

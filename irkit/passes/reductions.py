@@ -117,21 +117,38 @@ class _At:
         return op.results[0] if op.results else None  # type: ignore[return-value]
 
 
-def block_nest(chain: list[scf.ForOp], block: int) -> bool:
-    """Rewrite one addition nest into blocks summed in f64 (see the module docstring);
-    False when it stays as it is: at most `block` elements, or an innermost loop longer than
-    a block that does not start at 0 with step 1."""
+def _block_plan(chain: list[scf.ForOp], block: int) -> tuple[list[int], int, bool] | None:
+    """How `block_nest` cuts the nest: its trip counts, the first loop of the block, and
+    whether the innermost loop alone is longer than a block (and is split); None where the
+    nest stays as it is."""
     trips = [_trips(loop) or 0 for loop in chain]
     if math.prod(trips) <= block:
-        return False
-    top, inner = chain[0], chain[-1]
+        return None
     # the block: the innermost loops whose trips multiply to at most `block` (k: the first)
     k = len(chain)
     while k > 0 and math.prod(trips[k - 1 :]) <= block:
         k -= 1
-    split = k == len(chain)  # the innermost loop alone is longer than a block
+    split = k == len(chain)
+    inner = chain[-1]
     if split and (constant_int(inner.lb) != 0 or constant_int(inner.step) != 1):
+        return None
+    return trips, k, split
+
+
+def needs_blocking(module: ModuleOp, block: int = 256) -> bool:
+    """Whether `block-reductions{block}` would change `module` (a query; nothing changes)."""
+    return any(_block_plan(chain, block) is not None for chain in additive_nests(module))
+
+
+def block_nest(chain: list[scf.ForOp], block: int) -> bool:
+    """Rewrite one addition nest into blocks summed in f64 (see the module docstring);
+    False when it stays as it is: at most `block` elements, or an innermost loop longer than
+    a block that does not start at 0 with step 1."""
+    plan = _block_plan(chain, block)
+    if plan is None:
         return False
+    trips, k, split = plan
+    top, inner = chain[0], chain[-1]
     head = inner if split else chain[k]
     uses = list(top.results[0].uses)
 

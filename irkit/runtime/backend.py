@@ -24,15 +24,13 @@ from irkit.errors import IrkitError
 from irkit.runtime.ceilings import Ceilings
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class KernelRecord:
     """What a backend knows about one kernel before it runs."""
 
     name: str
     source: str
     """The generated code: LLVM IR for the CPU, CUDA C for CUDA."""
-    ir: str
-    """The kernel's loop-level function, as irkit printed it."""
     hash: str
     """Content hash of the generated code, the kernel's own name left out: equal hashes
     mean the same kernel, whatever position it has in its program."""
@@ -40,6 +38,35 @@ class KernelRecord:
     min_bytes: int
     launch: dict[str, Any] | None = None
     resources: dict[str, Any] = field(default_factory=dict)
+    _ir: str | Callable[[], str] = field(default="", repr=False, compare=False)
+
+    def __init__(
+        self,
+        name: str,
+        source: str,
+        ir: str | Callable[[], str],
+        hash: str,  # noqa: A002 - the record's field
+        flops: int,
+        min_bytes: int,
+        launch: dict[str, Any] | None = None,
+        resources: dict[str, Any] | None = None,
+    ):
+        """`ir`: the kernel's loop-level text, or a function that prints it when first
+        asked (printing every kernel of every program attribution compiles was a tenth of
+        its compile time)."""
+        for key, value in (("name", name), ("source", source), ("_ir", ir), ("hash", hash),
+                           ("flops", flops), ("min_bytes", min_bytes), ("launch", launch),
+                           ("resources", {} if resources is None else resources)):  # fmt: skip
+            object.__setattr__(self, key, value)
+
+    @property
+    def ir(self) -> str:
+        """The kernel's loop-level function, as irkit printed it."""
+        text = self._ir
+        if callable(text):
+            text = text()
+            object.__setattr__(self, "_ir", text)
+        return text
 
     @property
     def intensity(self) -> float:

@@ -9,8 +9,7 @@ Python replay of the driver's plan so each kernel can be called, and timed, on i
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import re
+import functools
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
-from irkit.codegen.host import host_target, jit, llvm_ir
+from irkit.codegen.host import HostProgram, host_target, jit_program
 from irkit.codegen.llvm import RELEASE, linked_constants
 from irkit.ir import entry_function, to_text
 from irkit.loops import cpu_threads, kernels
@@ -75,10 +74,11 @@ class CpuExecutable:
 
     backend = "cpu"
 
-    def __init__(self, module: ModuleOp, engine: llvm.ExecutionEngine, source: str):
+    def __init__(self, module: ModuleOp, program: HostProgram):
         self.module = module
-        self.engine = engine  # owns the machine code; must outlive the function pointers
-        self.llvm_ir = source
+        self.program = program
+        self.engine = program.engine  # owns the machine code; outlives the function pointers
+        self.llvm_ir = program.text()
         self.entry = entry_function(module)
         self.inputs, self.outputs = driver_specs(self.entry)
         self.driver = self._function(self.entry)
@@ -86,21 +86,21 @@ class CpuExecutable:
         self._natives = {f.sym_name.data: self._function(f) for f in self.kernel_functions}
         self.kernels = [self._record(f) for f in self.kernel_functions]
         # the driver keeps its scratch buffers between calls; free them with the engine
-        release = ctypes.CFUNCTYPE(None)(engine.get_function_address(RELEASE))
-        weakref.finalize(self, _release, release, engine)
+        release = ctypes.CFUNCTYPE(None)(self.engine.get_function_address(RELEASE))
+        weakref.finalize(self, _release, release, self.engine)
 
     def _function(self, fn: func.FuncOp) -> Callable[..., None]:
-        address = self.engine.get_function_address(fn.sym_name.data)
+        address = self.engine.get_function_address(self.program.symbol(fn.sym_name.data))
         return _signature(len(fn.body.block.args))(address)
 
     def _record(self, fn: func.FuncOp) -> KernelRecord:
         name = fn.sym_name.data
-        source = _function_text(self.llvm_ir, name)
+        code = self.program.kernels[name]
         return KernelRecord(
             name=name,
-            source=source,
-            ir=to_text(fn),
-            hash=_code_hash(source, name),
+            source=code.text,
+            ir=functools.partial(to_text, fn),
+            hash=code.hash,
             flops=count_flops(fn),
             min_bytes=min_bytes(fn),
             launch={"threads": cpu_threads(fn)},
@@ -145,26 +145,6 @@ class CpuExecutable:
         return bound
 
 
-def _code_hash(source: str, name: str) -> str:
-    """A hash of a kernel's LLVM IR (outlined loop bodies included) with its own name and
-    its value names left out."""
-    numbers: dict[str, str] = {}
-    body = re.sub(r'%"[^"]*"', lambda m: numbers.setdefault(m.group(0), f"%v{len(numbers)}"),
-                  source.replace(f'@"{name}', '@"kernel'))  # fmt: skip
-    return hashlib.sha256(body.encode()).hexdigest()[:16]
-
-
-def _function_text(llvm_text: str, name: str) -> str:
-    """The definition of @name in LLVM IR text, followed by those of the functions the
-    LLVM target outlined from it (`@name.par0`...: the bodies of its threaded loops, where
-    its work is)."""
-    parts = []
-    for m in re.finditer(rf'^define [^@\n]*@"{re.escape(name)}(\.par[^"]*)?"\(', llvm_text, re.M):
-        end = llvm_text.find("\n}\n", m.start())
-        parts.append(llvm_text[m.start() : end + 2])
-    return "\n".join(parts)
-
-
 _LINKED: dict[str, np.ndarray] = {}
 
 
@@ -204,5 +184,4 @@ class CpuBackend:
     def compile(self, module: ModuleOp) -> CpuExecutable:
         for symbol, data in linked_constants(module).items():
             _link(symbol, data)
-        source = llvm_ir(module)
-        return CpuExecutable(module, jit(source), source)
+        return CpuExecutable(module, jit_program(module))
