@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 from functools import cache
 
 from xdsl.context import Context
@@ -96,6 +97,13 @@ def structure_key(module: Operation) -> tuple[int, int]:
         for r in op.results:
             number(r, len(numbers))
     return hash(tuple(items)), count
+
+
+def ssa_name(name: str) -> str:
+    """`name` as an SSA name hint xDSL accepts ([A-Za-z0-9_$.-], not starting with a digit):
+    an ONNX tensor called `gpu_0/softmax_1` becomes `gpu_0_softmax_1`."""
+    cleaned = re.sub(r"\W", "_", name).strip("_")
+    return cleaned if cleaned and not cleaned[0].isdigit() else f"v_{cleaned}"
 
 
 def entry_function(module: ModuleOp) -> func.FuncOp:

@@ -24,7 +24,7 @@ from xdsl.passes import ModulePass
 from xdsl.utils.arg_spec import ArgSpec, _convert_arg_to_type, parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError
 
-from irkit.errors import IrkitError, OptionError, PassFailure, expect, one_line
+from irkit.errors import IrkitError, OptionError, PassFailure, expect, one_line, require
 from irkit.ir import content_hash, make_context, structure_key, to_text, verify
 from irkit.loops import is_gpu_mapped, is_loop_level
 from irkit.passes import available_passes
@@ -387,94 +387,82 @@ class SharedRun(typing.Generic[T]):
 
 def apply_pipelines(
     module: ModuleOp,
-    pipelines: Sequence[Sequence[str]],
+    steps: Sequence[str],
+    masks: Sequence[Sequence[bool]],
     finish: Callable[[ModuleOp], T],
     ctx: Context | None = None,
     on_result: Callable[[int], None] | None = None,
 ) -> SharedRun[T]:
-    """Run many pipelines over copies of `module` (left unmodified), sharing their work:
-    `results[i]` is `finish(apply_passes(module.clone(), <pipelines[i]'s passes>))` as if
-    each ran alone, where each pipeline is a list of `-p` items.
+    """Run many pipelines that choose among one list of `-p` items over copies of `module`
+    (left unmodified), sharing their work: pipeline i keeps `steps[j]` where `masks[i][j]`,
+    and `results[i]` is `finish(apply_passes(module.clone(), <its passes>))`, as if each ran
+    alone. Attribution's variants (subsets of one pipeline's optional passes) are this.
 
-    The pipelines run as one walk of the tree of their common prefixes (a prefix's passes
-    run once, the IR is copied where pipelines part), and IR states are told apart by
-    `structure_key`: a state reached along two routes (a pass that changed nothing, two
-    orders that meet) continues once per remaining suffix, and a final state reached by
-    several pipelines is verified and finished once. Attribution's variants (subsets of
-    one pipeline's optional passes) are where this pays. Passes must be deterministic, as
-    `apply_passes` assumes. A failure is reported as `apply_passes` reports it: the failing
-    pipeline is replayed from the input with verification after each pass, which names the
-    pass. `on_result(n)` is called as the number of resolved pipelines grows."""
+    The pipelines advance together, one step at a time, and IR states are told apart by
+    `structure_key`: at each step the pass runs once per distinct state that keeps it, and
+    pipelines whose states meet (a pass that changed nothing, two routes to one IR) go on as
+    one. A final state is verified and finished once, whichever pipelines reach it. Passes
+    must be deterministic, as `apply_passes` assumes. A failure is reported as
+    `apply_passes` reports it: the failing pipeline is replayed from the input with
+    verification after each pass, which names the pass. `on_result(n)` is called as the
+    number of finished pipelines grows."""
     expect("apply_pipelines", "module", module, ModuleOp, "a module")
+    for mask in masks:
+        require(len(mask) == len(steps), "masks", len(mask), f"{len(steps)} choices per mask")
     ctx = ctx or make_context()
-    parsed: dict[str, list[ModulePass]] = {}
-    for pipeline in pipelines:
-        for spec in pipeline:
-            if spec not in parsed:
-                parsed[spec] = parse_passes(spec)
-                for p in parsed[spec]:
-                    check_options(p)
-    results: list[typing.Any] = [None] * len(pipelines)
+    parsed = {spec: parse_passes(spec) for spec in dict.fromkeys(steps)}
+    for passes in parsed.values():
+        for p in passes:
+            check_options(p)
     state_ids: dict[tuple[int, int], int] = {}
-    memo: dict[tuple[int, tuple[str, ...]], int] = {}  # (state, suffix) -> final state
-    finals: dict[int, T] = {}
-    counts = {"passes": 0, "resolved": 0}
+    pass_runs = 0
 
     def state_of(m: ModuleOp) -> int:
         return state_ids.setdefault(structure_key(m), len(state_ids))
 
     def replay(index: int) -> typing.NoReturn:
-        passes = [p for spec in pipelines[index] for p in parsed[spec]]
+        passes = [p for j, spec in enumerate(steps) if masks[index][j] for p in parsed[spec]]
         _apply_verifying_each(module.clone(), passes, ctx, None, None)
-        raise IrkitError(f"pipeline '{','.join(pipelines[index])}' failed when run with others "
-                         "sharing its passes, and not when replayed alone: a pass is not "
-                         "deterministic")  # fmt: skip
+        raise IrkitError(f"pipeline '{','.join(s for j, s in enumerate(steps) if masks[index][j])}' "
+                         "failed when run with others sharing its passes, and not when "
+                         "replayed alone: a pass is not deterministic")  # fmt: skip
 
-    def resolve(indices: list[int], final: int) -> None:
-        for i in indices:
-            results[i] = finals[final]
-        counts["resolved"] += len(indices)
-        if on_result is not None:
-            on_result(counts["resolved"])
-
-    def walk(m: ModuleOp, state: int, groups: dict[tuple[str, ...], list[int]]) -> None:
-        branches: dict[str, dict[tuple[str, ...], list[int]]] = {}
-        ending: list[int] = []
-        for suffix, indices in groups.items():
-            if (state, suffix) in memo:
-                resolve(indices, memo[state, suffix])
-            elif suffix:
-                branches.setdefault(suffix[0], {})[suffix[1:]] = indices
-            else:
-                ending = indices
-        if ending:  # a final state: verified and finished once, whoever reaches it
-            if state not in finals:
-                try:
-                    verify(m)
-                except IrkitError:
-                    replay(ending[0])
-                finals[state] = finish(m.clone() if branches else m)
-            memo[state, ()] = state
-            resolve(ending, state)
-        for n, (spec, sub) in enumerate(branches.items()):
-            child = m if n == len(branches) - 1 else m.clone()
-            try:
-                for p in parsed[spec]:
-                    p.apply(ctx, child)
-                    counts["passes"] += 1
-            except Exception:  # noqa: BLE001 - replayed, where it is reported by name
-                replay(next(iter(sub.values()))[0])
-            after = state_of(child)
-            walk(child, after, sub)
-            for suffix in sub:
-                memo[state, (spec, *suffix)] = memo[after, suffix]
-
-    groups: dict[tuple[str, ...], list[int]] = {}
-    for i, pipeline in enumerate(pipelines):
-        groups.setdefault(tuple(pipeline), []).append(i)
     work = module.clone()
-    walk(work, state_of(work), groups)
-    return SharedRun(results, counts["passes"], len(state_ids), len(finals))
+    frontier: dict[int, tuple[ModuleOp, list[int]]] = {
+        state_of(work): (work, list(range(len(masks))))
+    }
+    for j, spec in enumerate(steps):
+        after: dict[int, tuple[ModuleOp, list[int]]] = {}
+        for state, (m, indices) in frontier.items():
+            keep = [i for i in indices if masks[i][j]]
+            skip = [i for i in indices if not masks[i][j]]
+            if skip:  # where states meet (a pass that changed nothing...), one goes on
+                if state not in after:
+                    after[state] = (m.clone() if keep else m, [])
+                after[state][1].extend(skip)
+            if keep:
+                try:
+                    for p in parsed[spec]:
+                        p.apply(ctx, m)
+                        pass_runs += 1
+                except Exception:  # noqa: BLE001 - replayed, where it is reported by name
+                    replay(keep[0])
+                after.setdefault(state_of(m), (m, []))[1].extend(keep)
+        frontier = after
+    results: list[typing.Any] = [None] * len(masks)
+    done = 0
+    for m, indices in frontier.values():
+        try:
+            verify(m)
+        except IrkitError:
+            replay(indices[0])
+        result = finish(m)
+        for i in indices:
+            results[i] = result
+        done += len(indices)
+        if on_result is not None:
+            on_result(done)
+    return SharedRun(results, pass_runs, len(state_ids), len(frontier))
 
 
 def _check_reproducer_dir(directory: str | Path) -> None:

@@ -46,6 +46,24 @@ def test_a_helper_built_model_imports_compiles_and_matches_onnx(tmp_path: Path) 
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
+def test_tensor_names_that_are_not_ssa_names_compile(tmp_path: Path) -> None:
+    """ONNX names inputs and outputs freely (the model zoo's resnet50 ends in
+    `gpu_0/softmax_1`); the names become valid SSA name hints at every level."""
+    nodes = [helper.make_node("Relu", ["data/0"], ["gpu_0/relu:1"]),
+             helper.make_node("Softmax", ["gpu_0/relu:1"], ["gpu_0/softmax_1"], axis=-1)]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "names",
+        [helper.make_tensor_value_info("data/0", TensorProto.FLOAT, [2, 5])],
+        [helper.make_tensor_value_info("gpu_0/softmax_1", TensorProto.FLOAT, [2, 5])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, tmp_path / "names.onnx")
+    exe = irkit.compile(tmp_path / "names.onnx", "default-cpu", backend="cpu")
+    x = np.random.default_rng(2).uniform(-1, 1, (2, 5)).astype(np.float32)
+    (theirs,) = ReferenceEvaluator(model).run(None, {"data/0": x})
+    np.testing.assert_allclose(exe(x)[0], theirs, rtol=1e-5, atol=1e-6)
+
+
 def test_symbolic_dims_need_a_size(tmp_path: Path) -> None:
     path = tmp_path / "dyn.onnx"
     onnx.save(mlp_model("N"), path)

@@ -143,16 +143,15 @@ class SharedRaisingPass(ModulePass):
         raise RuntimeError("boom")
 
 
-def _subsets(spec: str, count: int, seed: int) -> list[list[str]]:
-    """`count` pipelines: `spec`'s required steps with random subsets of its optional ones
-    (attribution's variants), the full one and the bare one included."""
+def _subsets(spec: str, count: int, seed: int) -> tuple[list[str], list[list[bool]]]:
+    """`spec`'s steps, and `count` choices among them: its required steps with random
+    subsets of its optional ones (attribution's variants), the full and bare ones included."""
     steps = pipeline_steps(spec)
     rng = random.Random(seed)
     keep = [[True] * len(steps), [False] * len(steps)]
     keep += [[rng.random() < 0.5 for _ in steps] for _ in range(count - 2)]
-    return [
-        [s.spec for s, k in zip(steps, mask, strict=True) if k or not s.optional] for mask in keep
-    ]
+    return [s.spec for s in steps], [[k or not s.optional for s, k in zip(steps, m, strict=True)]
+                                     for m in keep]  # fmt: skip
 
 
 @pytest.mark.parametrize("model", ["mlp", "conv_block", "transformer_block"])
@@ -161,25 +160,27 @@ def test_shared_pipelines_give_what_each_gives_alone(model: str) -> None:
     IR for every pipeline, fewer passes run, the input untouched."""
     module = irkit.load(f"examples/{model}.graph")
     before = to_text(module)
-    pipelines = _subsets("default-cpu", 14, seed=len(model))
-    shared = apply_pipelines(module, pipelines, content_hash)
-    alone = [content_hash(apply_passes(module.clone(), [p for s in pipe for p in parse_passes(s)]))
-             for pipe in pipelines]  # fmt: skip
+    steps, masks = _subsets("default-cpu", 14, seed=len(model))
+    shared = apply_pipelines(module, steps, masks, content_hash)
+    alone = [content_hash(apply_passes(module.clone(), [p for s, k in zip(steps, mask, strict=True)
+                                                        if k for p in parse_passes(s)]))
+             for mask in masks]  # fmt: skip
     assert shared.results == alone
-    assert shared.pass_runs < sum(len(p) for p in pipelines)
+    assert shared.pass_runs < sum(sum(m) for m in masks)
     assert shared.finished == len(set(alone)) <= shared.states
     assert to_text(module) == before
 
 
 def test_a_final_state_reached_twice_is_finished_once() -> None:
-    """Two pipelines that differ only by a pass that changes nothing meet in one state:
-    verified and finished once, both given the same result."""
+    """Two pipelines that differ only by a pass that changes nothing meet in one state: the
+    next pass runs once, and the result is verified and finished once, for both."""
     module = irkit.load("examples/gemm.graph", {"M": 4, "N": 4, "K": 4})
     finished: list[str] = []
-    shared = apply_pipelines(module, [["conv-layout", "lower-graph-to-loops"],
-                                      ["lower-graph-to-loops"]],
+    shared = apply_pipelines(module, ["conv-layout", "lower-graph-to-loops"],
+                             [[True, True], [False, True]],
                              lambda m: finished.append(content_hash(m)) or len(finished))  # fmt: skip
-    assert finished and len(finished) == 1 and shared.results == [1, 1]
+    assert len(finished) == 1 and shared.results == [1, 1]
+    assert shared.pass_runs == 2  # conv-layout, then lower-graph-to-loops once
 
 
 def test_a_shared_run_names_the_failing_pass() -> None:
@@ -187,7 +188,8 @@ def test_a_shared_run_names_the_failing_pass() -> None:
     reports it: replayed alone with verification after each pass, named."""
     module = irkit.load("examples/gemm.graph", {"M": 2, "N": 2, "K": 2})
     with pytest.raises(PassFailure, match="pass 'test-shared-raise' failed: boom"):
-        apply_pipelines(module, [["cse"], ["cse", "test-shared-raise"]], content_hash)
+        apply_pipelines(module, ["cse", "test-shared-raise"], [[True, False], [True, True]],
+                        content_hash)  # fmt: skip
 
 
 def test_structure_key_tells_apart_what_printing_does() -> None:

@@ -472,7 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="sampled orders for shapley beyond 8 passes (default 64)")  # fmt: skip
     att.add_argument("--json", default=None, metavar="OUT", help="write the record as JSON")
     att.add_argument("--no-kernel-times", action="store_true",
-                     help="skip timing each kernel alone (up to half the budget); passes still "
+                     help="skip timing each kernel alone (a third of the budget); passes still "
                           "list the kernels they removed and added")  # fmt: skip
     suite = sub.add_parser("suite", help="run the pass-impact suite (resumable)")
     suite.add_argument(

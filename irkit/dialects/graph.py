@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from abc import ABC
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Self, cast
+from typing import ClassVar, Self
 
+import numpy as np
 from xdsl.dialects.builtin import (
     I64,
     BFloat16Type,
@@ -966,9 +967,9 @@ class ConstantOp(GraphOp):
     def from_values(
         cls, element_type: Attribute, shape: Sequence[int], values: Sequence[float]
     ) -> ConstantOp:
-        value = DenseIntOrFPElementsAttr.from_list(
-            cast(Any, tensor(element_type, shape)), list(values)
-        )
+        from irkit.dtypes import dense_attr
+
+        value = dense_attr(tensor(element_type, shape), np.asarray(values, np.float64))
         return cls.create_inferred([], {"value": value})
 
 

@@ -18,7 +18,7 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation
 
 from irkit.dialects import graph as g
-from irkit.dtypes import numpy_dtype
+from irkit.dtypes import dense_array, numpy_dtype
 
 _erf = np.frompyfunc(math.erf, 1, 1)
 
@@ -181,7 +181,7 @@ def cast(x: np.ndarray, element_type: Any) -> np.ndarray:
 
 def constant_value(op: g.ConstantOp) -> np.ndarray:
     """A graph.constant's value as a float64 array of its shape."""
-    return np.array(op.value.get_values(), dtype=np.float64).reshape(_out_shape(op))
+    return dense_array(op.value).astype(np.float64).reshape(_out_shape(op))
 
 
 def _out_shape(op: Operation) -> tuple[int, ...]:

@@ -18,11 +18,10 @@ opset) where one is involved.
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import onnx
@@ -39,10 +38,11 @@ from xdsl.ir import Attribute, Block, Region, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from irkit.dialects import graph as g
-from irkit.dtypes import DTYPES
+from irkit.dtypes import DTYPES, dense_attr
 from irkit.errors import IrkitError
 from irkit.frontend.files import check_model_file
 from irkit.frontend.onnx_ops import ONNX_DTYPES
+from irkit.ir import ssa_name
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -188,7 +188,7 @@ class OnnxImporter:
                     f"input '{inp.name}' is empty (shape {shape}); irkit needs non-empty tensors"
                 )
             arg = self.block.insert_arg(g.tensor(DTYPES[dtype], shape), len(self.block.args))
-            arg.name_hint = _ssa_name(inp.name)
+            arg.name_hint = ssa_name(inp.name)
             self.values[inp.name] = arg
         for node in self.graph.node:
             self.node = node
@@ -209,14 +209,14 @@ class OnnxImporter:
                 if name:
                     self.values[name] = value
                     if value.name_hint is None:
-                        value.name_hint = _ssa_name(name)
+                        value.name_hint = ssa_name(name)
         self.node = None
         return self._module()
 
     def _module(self) -> ModuleOp:
         outputs = [self.tensor(o.name) for o in self.graph.output]
         self.block.add_op(func.ReturnOp(*outputs))
-        name = _ssa_name(self.graph.name or Path(self.path).stem) or "main"
+        name = ssa_name(self.graph.name or Path(self.path).stem) or "main"
         fn = func.FuncOp(
             name,
             ([a.type for a in self.block.args], [v.type for v in outputs]),
@@ -272,7 +272,7 @@ class OnnxImporter:
             op = g.ConstantOp.create_inferred([], {"value": _dense(array, DTYPES[dtype])})
             self.block.add_op(op)
             self.values[name] = op.results[0]
-            op.results[0].name_hint = _ssa_name(name)
+            op.results[0].name_hint = ssa_name(name)
             return op.results[0]
         raise self.error(f"input '{name}' is not defined before this node")
 
@@ -336,12 +336,4 @@ def _array_dtype(array: np.ndarray) -> str | None:
 
 
 def _dense(array: np.ndarray, element_type: Attribute) -> DenseIntOrFPElementsAttr[Any]:
-    values = np.asarray(array, dtype=np.float64).reshape(-1).tolist()
-    return DenseIntOrFPElementsAttr.from_list(
-        cast(Any, g.tensor(element_type, array.shape)), values
-    )
-
-
-def _ssa_name(name: str) -> str:
-    cleaned = re.sub(r"\W", "_", name).strip("_")
-    return cleaned if cleaned and not cleaned[0].isdigit() else f"v_{cleaned}"
+    return dense_attr(g.tensor(element_type, array.shape), np.asarray(array, np.float64))

@@ -21,13 +21,16 @@ Protocol:
    pass that changes no code gets exactly zero.
 3. All distinct programs, plus an A/A twin (the full pipeline compiled a second time), are
    timed in interleaved rounds in a fresh random order per round until every median's 95%
-   CI half-width is under `precision` or the budget is spent.
+   CI half-width is under `precision` or their share of the budget is spent (`budget_s`
+   is all the measuring: two thirds for the programs, one third for the kernels of step 5;
+   all of it for the programs without kernel times).
 4. CIs come from one bootstrap over rounds (the same resampled rounds for every variant,
    so the pairing by round is kept). The A/A ratio twin/full gives the noise floor: a
    contribution is significant only when its CI excludes zero *and* it exceeds the floor.
-5. Each distinct kernel (by hash) is then timed alone, on the real intermediate data of
-   its program; each pass's kernel view lists the kernels it removed and added, with the
-   time they account for, and where they sit on the roofline.
+5. The kernels shown (the baseline's, the full pipeline's, and those each pass removed or
+   added) are then timed alone, each once by hash, on the real intermediate data of its
+   program; each pass's kernel view lists the kernels it removed and added, with the time
+   they account for, and where they sit on the roofline.
 """
 
 from __future__ import annotations
@@ -385,8 +388,9 @@ def attribute(
     kernel_times: bool = True,
 ) -> Attribution:
     """Attribute the runtime of `model` under `pipeline` to its optional passes (see the
-    module docstring for the protocol). `ceilings`: the roofline's, by default the backend's
-    own (`Backend.ceilings()`); None for none."""
+    module docstring for the protocol). `budget_s`: seconds of measuring in all, a third of
+    it for the kernels unless `kernel_budget_s` says. `ceilings`: the roofline's, by default
+    the backend's own (`Backend.ceilings()`); None for none."""
     from irkit.frontend import load
     from irkit.measure.fingerprint import host_fingerprint
     from irkit.runtime import compile, get_backend
@@ -428,8 +432,10 @@ def attribute(
         return compiled[ir_key]
 
     started = time.perf_counter()
-    shared = apply_pipelines(graph, [variant_steps(steps, optional, m) for m in plan.masks],
-                             finish, on_result=lambda n: tick("compile", n, len(plan.masks)))  # fmt: skip
+    choices = [[not s.optional or m[optional.index(n)] for n, s in enumerate(steps)]
+               for m in plan.masks]  # fmt: skip
+    shared = apply_pipelines(graph, [s.spec for s in steps], choices, finish,
+                             on_result=lambda n: tick("compile", n, len(plan.masks)))  # fmt: skip
     compile_seconds = time.perf_counter() - started
     for mask, (exe, key) in zip(plan.masks, shared.results, strict=True):
         vspec = variant_spec(steps, optional, mask)
@@ -455,7 +461,9 @@ def attribute(
         rounds_done[0] = r
         tick("measure", r, max_rounds)
 
-    timings = time_interleaved(fns, precision, budget_s, min_rounds, max_rounds, seed=seed,
+    kernel_share = (kernel_budget_s or budget_s / 3) if kernel_times else 0.0
+    program_budget = max(budget_s - kernel_share, budget_s / 3)
+    timings = time_interleaved(fns, precision, program_budget, min_rounds, max_rounds, seed=seed,
                                on_round=on_round)  # fmt: skip
     tick("measure", max_rounds, max_rounds)
     keys = list(fns)
@@ -479,14 +487,18 @@ def attribute(
     contributions_point = plan.contributions(t_point)
     contributions_boot = plan.contributions(t_boot)
 
+    # the kernels are known by their code; those the result shows are timed alone: the
+    # baseline's, the full pipeline's, and what each pass removed or added
+    kernel_times_by_hash = {
+        r.hash: KernelTime(r.name, r.hash, None, None, r.flops, r.min_bytes, None)
+        for p in programs.values() for r in p.exe.kernels  # type: ignore[attr-defined]
+    }  # fmt: skip
+    shown = _shown_kernels(programs, [key_of[m] for i in range(plan.k) for m in plan.pair(i)],
+                           (empty_key, full_key))  # fmt: skip
     if kernel_times:
-        kernel_times_by_hash = _time_kernels(programs, precision, kernel_budget_s or budget_s / 2,
-                                             min_rounds, max_rounds, seed, ceilings, tick)  # fmt: skip
-    else:  # the kernels are still known by their code: what each pass removed and added
-        kernel_times_by_hash = {
-            r.hash: KernelTime(r.name, r.hash, None, None, r.flops, r.min_bytes, None)
-            for p in programs.values() for r in p.exe.kernels  # type: ignore[attr-defined]
-        }  # fmt: skip
+        kernel_times_by_hash.update(_time_kernels(programs, shown, precision,
+                                                  kernel_share, min_rounds,
+                                                  max_rounds, seed, ceilings, tick))  # fmt: skip
 
     def kernels_of(key: str) -> list[KernelTime]:
         """The program's kernels in order, under their own names, with the time measured
@@ -525,6 +537,7 @@ def attribute(
         "stop_reason": stop,
         "precision": precision,
         "budget_s": budget_s,
+        "budget_split_s": {"programs": program_budget, "kernels": kernel_share},
         "min_rounds": min_rounds,
         "max_rounds": max_rounds,
         "reps_per_sample": {k: timings[k].reps for k in keys},
@@ -535,6 +548,8 @@ def attribute(
         "check": "every distinct program against the float64 numpy reference before timing",
         "l2_flush": _flush_bytes(device_fingerprint),
         "kernel_times": kernel_times,
+        "kernels_timed": len(shown) if kernel_times else 0,
+        "kernels_distinct": len(kernel_times_by_hash),
         "programs_measured": len(programs),
         "compile": {
             "seconds": compile_seconds,
@@ -594,8 +609,26 @@ def _checked(exe, graph: ModuleOp, seed: int, case, what: str) -> list:
     return inputs
 
 
+def _shown_kernels(
+    programs: dict[str, Program], pairs: list[str], whole: tuple[str, ...]
+) -> set[str]:
+    """The hashes of the kernels an attribution shows: every kernel of the programs in
+    `whole`, and those that differ between the programs of each pair (`pairs` flattened:
+    before, after, before, after...)."""
+
+    def kernels(key: str) -> list[Any]:
+        return programs[key].exe.kernels  # type: ignore[attr-defined]
+
+    shown = {k.hash for key in whole for k in kernels(key)}
+    for before, after in zip(pairs[::2], pairs[1::2], strict=True):
+        a, b = Counter(k.hash for k in kernels(before)), Counter(k.hash for k in kernels(after))
+        shown |= set((a - b) + (b - a))
+    return shown
+
+
 def _time_kernels(
     programs: dict[str, Program],
+    hashes: set[str],
     precision: float,
     budget_s: float,
     min_rounds: int,
@@ -604,12 +637,12 @@ def _time_kernels(
     ceilings: Ceilings | None,
     tick: Progress,
 ) -> dict[str, KernelTime]:
-    """Time every distinct kernel (by hash) once, alone, on its own program's data."""
+    """Time each kernel of `hashes` once, alone, on the data of a program that has it."""
     fns: dict[str, Callable[[], None]] = {}
     records = {}
     for p in programs.values():
         for i, record in enumerate(p.exe.kernels):  # type: ignore[attr-defined]
-            if record.hash not in fns:
+            if record.hash in hashes and record.hash not in fns:
                 fns[record.hash] = p.bound.timed_kernel(i)
                 records[record.hash] = record
     timings = time_interleaved(fns, precision, budget_s, min_rounds, max_rounds, seed=seed + 1,

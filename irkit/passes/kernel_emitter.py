@@ -24,12 +24,14 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
+import numpy as np
 from xdsl.dialects import arith
 from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType, i64
 from xdsl.ir import Operation, SSAValue
 
 from irkit.dialects import graph as g
+from irkit.dtypes import dense_array
 from irkit.passes.loop_builder import LOW_PRECISION, LoopBuilder, compute_type
 
 Index = list[SSAValue]
@@ -248,9 +250,9 @@ def _cast(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
 def _constant(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
     value = op.value  # type: ignore[attr-defined]
     assert isinstance(value, DenseIntOrFPElementsAttr)
-    values = value.get_values()
+    values = dense_array(value)
     ct = compute_type(dtype_of(op.results[0]))
-    if len(set(values)) > 1:
+    if values.size > 1 and not bool(np.all(values == values[0])):
         raise AssertionError("non-splat constants are given buffers by the lowering")
     return em.b.float(float(values[0]), ct)
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
 
+import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func, memref
 from xdsl.dialects.builtin import (
@@ -44,8 +44,9 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from irkit.dialects import graph as g
+from irkit.dtypes import dense_array, dense_attr
 from irkit.errors import IrkitError
-from irkit.ir import location_of
+from irkit.ir import location_of, ssa_name
 from irkit.loops import KERNEL_ATTR, OUTPUT_ATTR, SCRATCH_ATTR
 from irkit.passes.decompose_composites import decompose
 from irkit.passes.kernel_emitter import KernelEmitter, materialized_values
@@ -187,7 +188,10 @@ def _build_kernel_function(
 
 def _is_global(op: Operation) -> bool:
     """Whether `op` is a constant kept in a `memref.global` (any with two distinct values)."""
-    return isinstance(op, g.ConstantOp) and len(set(op.value.get_values())) > 1
+    if not isinstance(op, g.ConstantOp):
+        return False
+    values = dense_array(op.value)
+    return values.size > 1 and not bool(np.all(values == values[0]))
 
 
 def _global_for(op: g.ConstantOp, module: ModuleOp) -> memref.GetGlobalOp:
@@ -196,9 +200,7 @@ def _global_for(op: g.ConstantOp, module: ModuleOp) -> memref.GetGlobalOp:
     assert isinstance(value, DenseIntOrFPElementsAttr)
     mtype = memref_of(op.results[0])
     name = f"cst{sum(isinstance(o, memref.GlobalOp) for o in module.ops)}"
-    init = DenseIntOrFPElementsAttr.from_list(
-        cast(Any, TensorType(mtype.element_type, mtype.get_shape())), value.get_values()
-    )
+    init = dense_attr(TensorType(mtype.element_type, mtype.get_shape()), dense_array(value))
     glob = memref.GlobalOp.get(StringAttr(name), mtype, init, constant=UnitAttr())
     first = module.body.block.first_op
     assert first is not None, "a module that has a constant has a function"
@@ -233,7 +235,7 @@ def _build_driver(fn: func.FuncOp, kernels: list[tuple[Kernel, func.FuncOp]], mo
     hints: list[str | None] = [a.name_hint for a in graph_args]
     hints.extend(_output_names(fn))
     for arg, name in zip(block.args, hints, strict=True):
-        arg.name_hint = name
+        arg.name_hint = ssa_name(name) if name else None  # an output named by its ONNX name
     for v, arg in zip(outputs, out_args, strict=True):
         if (
             v not in env

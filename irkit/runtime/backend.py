@@ -294,7 +294,7 @@ def driver_plan(module: ModuleOp) -> list[Step]:
     from xdsl.dialects import func, memref
     from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType
 
-    from irkit.dtypes import numpy_dtype
+    from irkit.dtypes import dense_array, numpy_dtype
     from irkit.ir import entry_function
 
     entry = entry_function(module)
@@ -311,7 +311,7 @@ def driver_plan(module: ModuleOp) -> list[Step]:
             t = g.type
             assert isinstance(g.initial_value, DenseIntOrFPElementsAttr)
             assert isinstance(t, MemRefType)
-            values = np.array(g.initial_value.get_values(), dtype=np.float64)
+            values = dense_array(g.initial_value).astype(np.float64)
             data = values.astype(numpy_dtype(t.element_type)).reshape(t.get_shape())
             steps.append(Step("global", op.memref, data=data))
         elif isinstance(op, memref.CopyOp):
