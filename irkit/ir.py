@@ -10,7 +10,14 @@ from functools import cache
 
 from xdsl.context import Context
 from xdsl.dialects import func, get_all_dialects
-from xdsl.dialects.builtin import FileLineColLoc, MemRefType, ModuleOp, TensorType
+from xdsl.dialects.builtin import (
+    FileLineColLoc,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    SymbolRefAttr,
+    TensorType,
+)
 from xdsl.ir import Attribute, Operation
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
@@ -44,14 +51,55 @@ def location_of(op: Operation) -> SourceLocation | None:
     return None
 
 
-def verify(module: ModuleOp) -> None:
-    """Verify every op; the first failure becomes an IrkitError at its source location."""
-    for op in module.walk():
-        try:
-            op.verify(verify_nested_ops=False)
-        except (VerifyException, ValueError) as e:
-            msg = one_line(e, type(e).__name__)  # xDSL puts the reason on line 2
-            raise IrkitError(f"{op.name}: {msg}", location_of(op)) from None
+def verify(module: ModuleOp, verified: set[tuple] | None = None) -> None:
+    """Verify every op; the first failure becomes an IrkitError at its source location.
+
+    `verified`: keys of functions verified before (by `function_key`, which covers what
+    their validity depends on outside them), skipped here; the keys of the functions this
+    call verifies are added. Many modules that share most functions (attribution's variants
+    share most kernels) are then verified for what differs."""
+    seen: set[tuple] = verified if verified is not None else set()
+    for top in module.ops if verified is not None else [module]:
+        key = function_key(top, module) if verified is not None else None
+        if key is not None and key in seen:
+            continue
+        for op in top.walk():
+            try:
+                op.verify(verify_nested_ops=False)
+            except (VerifyException, ValueError) as e:
+                msg = one_line(e, type(e).__name__)  # xDSL puts the reason on line 2
+                raise IrkitError(f"{op.name}: {msg}", location_of(op)) from None
+        if key is not None:
+            seen.add(key)
+    if verified is not None:
+        module.verify(verify_nested_ops=False)
+
+
+def function_key(op: Operation, module: ModuleOp) -> tuple | None:
+    """What a `func.func`'s validity depends on: its structure, and the top-level ops it
+    names (`memref.get_global`'s global, a call's callee: by their structure). None for
+    other ops, and for a function naming a symbol the module does not hold."""
+    if not isinstance(op, func.FuncOp):
+        return None
+    table = {
+        o.sym_name.data: o
+        for o in module.ops
+        if isinstance(getattr(o, "sym_name", None), StringAttr)
+    }
+    named: dict[str, object] = {}
+    for inner in op.walk():
+        for value in (*inner.properties.values(), *inner.attributes.values()):
+            if isinstance(value, SymbolRefAttr) and inner is not op:
+                target = table.get(value.root_reference.data)
+                if target is None:
+                    return None
+                if value.root_reference.data not in named:
+                    named[value.root_reference.data] = (
+                        target.function_type
+                        if isinstance(target, func.FuncOp)
+                        else structure_key(target)
+                    )
+    return (structure_key(op), tuple(sorted(named.items())))
 
 
 def to_text(module: Operation, generic: bool = False) -> str:

@@ -451,9 +451,10 @@ def apply_pipelines(
         frontier = after
     results: list[typing.Any] = [None] * len(masks)
     done = 0
+    verified: set[tuple] = set()  # functions verified in one final state, not again
     for m, indices in frontier.values():
         try:
-            verify(m)
+            verify(m, verified)
         except IrkitError:
             replay(indices[0])
         result = finish(m)

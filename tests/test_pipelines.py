@@ -209,3 +209,34 @@ def test_structure_key_tells_apart_what_printing_does() -> None:
                     text.replace("subf", "mulf"), text.replace("%s, %c", "%c, %s"),
                     text.replace("f32", "f64")):  # fmt: skip
         assert structure_key(parse_mlir(changed, "k.mlir")) != structure_key(base)
+
+
+def test_verifying_many_modules_skips_only_functions_already_verified_in_their_context() -> None:
+    """verify(module, verified) skips a function verified before in an equal context, and
+    still catches a function that changed, or a callee of it that changed or went."""
+    from irkit.errors import IrkitError
+    from irkit.ir import verify
+
+    def module(callee: str) -> ModuleOp:
+        return parse_mlir(f"""
+func.func private @{callee}
+func.func @f(%x: f32) {{
+  func.call @k(%x) : (f32) -> ()
+  func.return
+}}
+""", "g.mlir")  # fmt: skip
+
+    seen: set[tuple] = set()
+    verify(module("k(%a: f32)"), seen)
+    assert len(seen) == 2  # @k and @f
+    verify(module("k(%a: f32)"), seen)  # the same functions in the same context: skipped
+    with pytest.raises(IrkitError, match="operand type mismatch"):
+        verify(module("k(%a: f64)"), seen)  # the same @f, calling a callee that changed
+    with pytest.raises(IrkitError, match="could not be found"):
+        verify(module("kk(%a: f32)"), seen)
+    softmax = irkit.load("examples/softmax.graph", {"R": 2, "C": 3})
+    verify(softmax, seen)
+    broken = softmax.clone()
+    BreakSoftmaxPass().apply(Context(), broken)
+    with pytest.raises(IrkitError, match="graph.softmax"):
+        verify(broken, seen)
