@@ -392,6 +392,7 @@ def apply_pipelines(
     finish: Callable[[ModuleOp], T],
     ctx: Context | None = None,
     on_result: Callable[[int], None] | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> SharedRun[T]:
     """Run many pipelines that choose among one list of `-p` items over copies of `module`
     (left unmodified), sharing their work: pipeline i keeps `steps[j]` where `masks[i][j]`,
@@ -405,7 +406,7 @@ def apply_pipelines(
     must be deterministic, as `apply_passes` assumes. A failure is reported as
     `apply_passes` reports it: the failing pipeline is replayed from the input with
     verification after each pass, which names the pass. `on_result(n)` is called as the
-    number of finished pipelines grows."""
+    number of finished pipelines grows, `on_step(j)` after the j-th step."""
     expect("apply_pipelines", "module", module, ModuleOp, "a module")
     for mask in masks:
         require(len(mask) == len(steps), "masks", len(mask), f"{len(steps)} choices per mask")
@@ -449,6 +450,8 @@ def apply_pipelines(
                     replay(keep[0])
                 after.setdefault(state_of(m), (m, []))[1].extend(keep)
         frontier = after
+        if on_step is not None:
+            on_step(j + 1)
     results: list[typing.Any] = [None] * len(masks)
     done = 0
     verified: set[tuple] = set()  # functions verified in one final state, not again

@@ -180,13 +180,21 @@ def _read_counters(args, result, console) -> None:
 def _progress():
     """A transient progress bar on stderr, and the callback that drives it."""
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                   TimeElapsedColumn(), console=Console(stderr=True), transient=True)  # fmt: skip
+                   TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+                   console=Console(stderr=True), transient=True)  # fmt: skip
     tasks: dict[str, int] = {}
-    labels = {"compile": "compiling and checking variants", "measure": "timing variants (rounds)",
-              "kernels": "timing kernels alone (rounds)"}  # fmt: skip
+    labels = {"passes": "running passes (steps, shared by the variants)",
+              "compile": "compiling variants' distinct programs", "measure": "timing variants (rounds, at most)",
+              "kernels": "timing kernels alone (rounds, at most)"}  # fmt: skip
 
     def tick(phase: str, done: int, total: int) -> None:
         if phase not in tasks:

@@ -435,7 +435,8 @@ def attribute(
     choices = [[not s.optional or m[optional.index(n)] for n, s in enumerate(steps)]
                for m in plan.masks]  # fmt: skip
     shared = apply_pipelines(graph, [s.spec for s in steps], choices, finish,
-                             on_result=lambda n: tick("compile", n, len(plan.masks)))  # fmt: skip
+                             on_result=lambda n: tick("compile", n, len(plan.masks)),
+                             on_step=lambda j: tick("passes", j, len(steps)))  # fmt: skip
     compile_seconds = time.perf_counter() - started
     for mask, (exe, key) in zip(plan.masks, shared.results, strict=True):
         vspec = variant_spec(steps, optional, mask)
