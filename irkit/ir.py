@@ -58,34 +58,43 @@ def verify(module: ModuleOp, verified: set[tuple] | None = None) -> None:
     their validity depends on outside them), skipped here; the keys of the functions this
     call verifies are added. Many modules that share most functions (attribution's variants
     share most kernels) are then verified for what differs."""
-    seen: set[tuple] = verified if verified is not None else set()
-    for top in module.ops if verified is not None else [module]:
-        key = function_key(top, module) if verified is not None else None
-        if key is not None and key in seen:
+    if verified is None:
+        for op in module.walk():
+            _verify_op(op)
+        return
+    _verify_op(module)
+    table = symbol_table(module)
+    for top in module.ops:
+        key = function_key(top, table)
+        if key is not None and key in verified:
             continue
         for op in top.walk():
-            try:
-                op.verify(verify_nested_ops=False)
-            except (VerifyException, ValueError) as e:
-                msg = one_line(e, type(e).__name__)  # xDSL puts the reason on line 2
-                raise IrkitError(f"{op.name}: {msg}", location_of(op)) from None
+            _verify_op(op)
         if key is not None:
-            seen.add(key)
-    if verified is not None:
-        module.verify(verify_nested_ops=False)
+            verified.add(key)
 
 
-def function_key(op: Operation, module: ModuleOp) -> tuple | None:
+def _verify_op(op: Operation) -> None:
+    """Verify one op (not what it nests); a failure becomes an IrkitError at its location."""
+    try:
+        op.verify(verify_nested_ops=False)
+    except (VerifyException, ValueError) as e:
+        msg = one_line(e, type(e).__name__)  # xDSL puts the reason on line 2
+        raise IrkitError(f"{op.name}: {msg}", location_of(op)) from None
+
+
+def symbol_table(module: ModuleOp) -> dict[str, Operation]:
+    """The module's top-level ops that have a symbol name, by name."""
+    return {o.sym_name.data: o for o in module.ops
+            if isinstance(getattr(o, "sym_name", None), StringAttr)}  # fmt: skip
+
+
+def function_key(op: Operation, table: dict[str, Operation]) -> tuple | None:
     """What a `func.func`'s validity depends on: its structure, and the top-level ops it
-    names (`memref.get_global`'s global, a call's callee: by their structure). None for
-    other ops, and for a function naming a symbol the module does not hold."""
+    names in `table` (`symbol_table`): a callee by its type, anything else by its
+    structure. None for other ops, and for a function naming a symbol not in the table."""
     if not isinstance(op, func.FuncOp):
         return None
-    table = {
-        o.sym_name.data: o
-        for o in module.ops
-        if isinstance(getattr(o, "sym_name", None), StringAttr)
-    }
     named: dict[str, object] = {}
     for inner in op.walk():
         for value in (*inner.properties.values(), *inner.attributes.values()):

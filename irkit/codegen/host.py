@@ -14,7 +14,7 @@ from xdsl.dialects import func, memref
 from xdsl.dialects.builtin import ModuleOp
 
 from irkit.codegen.disk_cache import cache_key, read, write
-from irkit.codegen.llvm import LLVMEmitter, to_llvm
+from irkit.codegen.llvm import LLVMEmitter, global_ops, to_llvm
 from irkit.ir import structure_key
 from irkit.loops import kernels
 
@@ -123,18 +123,19 @@ def forget_compiled() -> None:
     _OBJECTS.clear()
 
 
-def _kernel_code(module: ModuleOp, fn: func.FuncOp, pool: bool) -> KernelCode:
+def _kernel_code(
+    module: ModuleOp, fn: func.FuncOp, pool: bool, globals_: dict[str, memref.GlobalOp]
+) -> KernelCode:
+    """The kernel's code, translated unless a kernel of the same structure, reading globals
+    of the same structure, was translated before in this process."""
     read_globals = {
         op.name_.root_reference.data for op in fn.walk() if isinstance(op, memref.GetGlobalOp)
     }
-    emitter = LLVMEmitter(module, "kernel", pool, names=False)
-    key = (
-        structure_key(fn),
-        pool,
-        *[structure_key(emitter.global_ops[g]) for g in sorted(read_globals)],
-    )
+    key = (structure_key(fn), pool, *[structure_key(globals_[g]) for g in sorted(read_globals)])
     if key not in _KERNELS:
-        ir_module = emitter.emit_kernel(fn, KERNEL_PLACEHOLDER)
+        ir_module = LLVMEmitter(module, "kernel", pool, names=False).emit_kernel(
+            fn, KERNEL_PLACEHOLDER
+        )
         _target_module(ir_module)
         text = str(ir_module)
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -173,7 +174,8 @@ def jit_program(module: ModuleOp) -> HostProgram:
     and cached by its code (`KernelCode`), the driver as another, linked in one engine.
     A kernel compiled before, in this process or any other, costs a lookup."""
     pool = thread_pool()
-    codes = {fn.sym_name.data: _kernel_code(module, fn, pool) for fn in kernels(module)}
+    globals_ = global_ops(module)
+    codes = {fn.sym_name.data: _kernel_code(module, fn, pool, globals_) for fn in kernels(module)}
     ir_module = LLVMEmitter(module, "irkit", pool, names=False).emit_driver(
         {name: code.symbol for name, code in codes.items()}
     )

@@ -141,6 +141,11 @@ def linked_constants(module: ModuleOp) -> dict[str, bytes]:
     return out
 
 
+def global_ops(module: ModuleOp) -> dict[str, memref.GlobalOp]:
+    """The module's `memref.global`s by name."""
+    return {op.sym_name.data: op for op in module.ops if isinstance(op, memref.GlobalOp)}
+
+
 class LLVMEmitter:
     """Translates one loop-level module into an llvmlite module."""
 
@@ -148,13 +153,12 @@ class LLVMEmitter:
                  names: bool = True):  # fmt: skip
         self.source = module
         self.pool = pool
+        """Threaded loops run on libgomp's persistent pool (`GOMP_parallel`), not on threads
+        created and joined per loop."""
         self.names = names
         """Values take their IR name hints (off for code compiled by content, whose text
         should not change with a name)."""
-        self.global_ops = {op.sym_name.data: op for op in module.ops
-                           if isinstance(op, memref.GlobalOp)}  # fmt: skip
-        """Threaded loops run on libgomp's persistent pool (`GOMP_parallel`), not on threads
-        created and joined per loop."""
+        self.global_ops = global_ops(module)
         self.module = ll.Module(name)
         self.functions: dict[str, ll.Function] = {}
         self.globals: dict[str, ll.GlobalVariable] = {}
