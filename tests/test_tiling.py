@@ -81,6 +81,40 @@ def test_cpu_tile_matmul_handles_f64_with_eight_lanes() -> None:
     assert_matches(module, spec, "cpu")
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_weights_are_packed_once_per_bind(threads: int) -> None:
+    """A param B is packed by an irkit.once kernel: a bound executable runs it at bind and
+    its graph reads the packed copy (changing the bound weight afterwards changes nothing;
+    clearing the packed buffer does), while a plain call packs the weights it is given."""
+    module = matmul_model(13, 128, 7)  # two whole panels: no tail columns read w itself
+    spec = f"fuse-kernels,lower-graph-to-loops,cpu-tile-matmul,cpu-parallelize{{threads={threads} min-work=0}}"
+    exe = irkit.compile(module, spec, backend="cpu")
+    assert [k.once for k in exe.kernels] == [True, False]
+    rng = np.random.default_rng(0)
+    a, w, bias = (rng.standard_normal(s).astype(np.float32) for s in ((13, 7), (7, 128), (128,)))
+    r = rng.standard_normal((13, 128)).astype(np.float32)
+    expected = np.maximum(a.astype(np.float64) @ w + bias, 0)
+    (y,) = exe(a, w, bias, r)
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+    (y2,) = exe(a, -w, bias, r)  # the plain call packs the weights of this call
+    np.testing.assert_allclose(
+        y2, np.maximum(a.astype(np.float64) @ -w + bias, 0), rtol=1e-5, atol=1e-5
+    )
+
+    bound = exe.bind(a, w, bias, r)
+    arrays = {x.ctypes.data: x for x in bound.keep}
+    bound.run_graph()
+    np.testing.assert_array_equal(bound.outputs[0], y)
+    arrays[bound.args[1]][...] = 0  # the bound copy of w: already packed
+    bound.run_graph()
+    np.testing.assert_array_equal(bound.outputs[0], y)
+    (packed,) = [arrays[p] for p in bound.args[len(exe.inputs) + len(exe.outputs) :]]
+    assert packed.shape == (2, 7, 64)
+    packed[...] = 0  # the packed panel: the graph reads it
+    bound.run_graph()
+    assert not np.array_equal(bound.outputs[0], y)
+
+
 def test_cpu_tile_matmul_leaves_other_nests_alone() -> None:
     """A sum of squares (a k loop over one buffer, not A times B) is not the pattern: its nest
     stays as it was."""

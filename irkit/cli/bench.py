@@ -129,12 +129,13 @@ def _run(args) -> int:
         fraction = result.copy_fraction(k)
         bw = [f"{100 * fraction:.1f}%"] if fraction is not None else []
         bw += [str(t or 1)] if threaded else []
-        table.add_row(k.record.name, fmt_time(e.median), f"{fmt_time(e.low)}-{fmt_time(e.high)}",
+        name = f"{k.record.name} (once per bind)" if k.record.once else k.record.name
+        table.add_row(name, fmt_time(e.median), f"{fmt_time(e.low)}-{fmt_time(e.high)}",
                       f"{k.gflops:.2f}", f"{k.gbps:.2f}", *bw, fmt_count(k.record.flops),
                       fmt_count(k.record.min_bytes), f"{e.n}x{k.timing.reps}", k.timing.stop_reason)  # fmt: skip
     g = result.graph
     assert g is not None
-    total_flops = sum(k.record.flops for k in result.kernels)
+    total_flops = sum(k.record.flops for k in result.kernels if not k.record.once)
     table.add_section()
     table.add_row("graph (driver, one call)", fmt_time(g.estimate.median),
                   f"{fmt_time(g.estimate.low)}-{fmt_time(g.estimate.high)}",
@@ -149,8 +150,14 @@ def _run(args) -> int:
                       *([""] * (bool(copy_bw) + threaded)), fmt_count(total_flops), "",
                       f"{r.estimate.n}x{r.reps}", r.stop_reason)  # fmt: skip
     console.print(table)
-    kernel_sum = sum(k.seconds for k in result.kernels)
-    console.print(f"sum of kernel medians {fmt_time(kernel_sum)}; {len(result.kernels)} kernels; "
+    per_call = [k for k in result.kernels if not k.record.once]
+    once = len(result.kernels) - len(per_call)
+    kernel_sum = sum(k.seconds for k in per_call)
+    if once:
+        console.print(f"{once} once-per-bind kernel{'s' * (once > 1)} (weight packing) ran when "
+                      "the inputs were bound; the graph's time leaves them out, the sum below too",
+                      highlight=False)  # fmt: skip
+    console.print(f"sum of kernel medians {fmt_time(kernel_sum)}; {len(per_call)} kernels; "
                   f"host {result.fingerprint.get('cpu')}, git {result.fingerprint.get('git_sha') or 'unknown'}",
                   highlight=False)  # fmt: skip
     return 0

@@ -57,7 +57,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from irkit.errors import IrkitError
-from irkit.loops import KERNEL_ATTR, THREADS_ATTR
+from irkit.loops import KERNEL_ATTR, THREADS_ATTR, once_calls, prepared_buffers
 from irkit.loops.costs import buffer_bytes
 from irkit.loops.scalar_ops import llvm_builder_ops, llvm_intrinsics, llvm_libm
 
@@ -65,6 +65,11 @@ I1, I16, I32, I64 = ll.IntType(1), ll.IntType(16), ll.IntType(32), ll.IntType(64
 PTR = ll.PointerType()
 RELEASE = "irkit.release"
 """The function every translated module has that frees its driver's kept scratch."""
+STEADY = ".steady"
+"""The suffix of a driver's steady-state form, `@<driver>.steady`, which a driver that calls
+once-per-bind kernels also gets: the same calls without those, and each of their prepared
+buffers (`irkit.loops.prepared_buffers`, in order) an extra pointer argument after the
+driver's own."""
 
 FLOAT_BINARY = llvm_builder_ops(floating=True)
 INT_BINARY = llvm_builder_ops(floating=False)
@@ -166,8 +171,9 @@ class LLVMEmitter:
         self.b: ll.IRBuilder | None = None
         self.fn: ll.Function | None = None
         self.outlined: dict[str, int] = {}
-        self.scratch: list[ll.GlobalVariable] = []
-        """The driver's kept scratch buffers (see `_alloc`)."""
+        self.scratch: dict[memref.AllocOp, ll.GlobalVariable] = {}
+        """The driver's kept scratch buffers, by allocation (see `_alloc`): the driver and its
+        steady form share them."""
         self.kept: set[SSAValue] = set()
 
     def emit(self) -> ll.Module:
@@ -182,6 +188,7 @@ class LLVMEmitter:
         for op in ops:
             if isinstance(op, func.FuncOp) and op.body.blocks:
                 self._define(op)
+                self._define_steady(op)
         self._release_function()
         return self.module
 
@@ -204,6 +211,7 @@ class LLVMEmitter:
         for op in ops:
             if isinstance(op, func.FuncOp) and op.body.blocks and op.sym_name.data not in symbols:
                 self._define(op)
+                self._define_steady(op)
         self._release_function()
         return self.module
 
@@ -218,7 +226,7 @@ class LLVMEmitter:
         fn = ll.Function(self.module, ll.FunctionType(ll.VoidType(), []), RELEASE)
         b = ll.IRBuilder(fn.append_basic_block("entry"))
         free = self._extern("free", ll.VoidType(), [PTR])
-        for slot in self.scratch:
+        for slot in self.scratch.values():
             b.call(free, [b.load(slot, typ=PTR)])
             b.store(ll.Constant(PTR, None), slot)
         b.ret_void()
@@ -282,6 +290,30 @@ class LLVMEmitter:
             value.name = (arg.name_hint or "") if self.names else ""
             self.values[arg] = value
         self._block(block)
+
+    def _define_steady(self, op: func.FuncOp) -> None:
+        """`@<driver>.steady` (see STEADY) for a driver that calls once-per-bind kernels."""
+        if KERNEL_ATTR in op.attributes:
+            return
+        skip: set[Operation] = set(once_calls(self.source, op))
+        if not skip:
+            return
+        prepared = prepared_buffers(self.source, op)
+        for v in prepared:  # their allocations and deallocations: the caller's now
+            skip.add(v.owner)  # type: ignore[arg-type]
+            skip.update(u.operation for u in v.uses if isinstance(u.operation, memref.DeallocOp))
+        inputs = [llvm_type(t) for t in op.function_type.inputs.data] + [PTR] * len(prepared)
+        self.fn = ll.Function(self.module, ll.FunctionType(ll.VoidType(), inputs),
+                              op.sym_name.data + STEADY)  # fmt: skip
+        self.fn.attributes.add("nounwind")
+        for arg in self.fn.args:
+            if arg.type == PTR:
+                arg.add_attribute("noalias")
+        self.b = ll.IRBuilder(self.fn.append_basic_block("entry"))
+        self.values.update(zip([*op.body.block.args, *prepared], self.fn.args, strict=True))
+        for o in op.body.block.ops:
+            if o not in skip:
+                self._op(o)
 
     # --- blocks and structured control flow ------------------------------------------------
 
@@ -768,10 +800,12 @@ def _alloc(em: LLVMEmitter, op: memref.AllocOp) -> None:
     # fill them (measured: an im2col matrix of 58 MB, 2.5 ms to fill, ~25 ms of faults).
     # `<driver>.release` frees them; the executable calls it when it is dropped. One
     # consequence: a driver is not reentrant (two threads must not call it at once).
-    slot = ll.GlobalVariable(em.module, PTR, f"{driver.sym_name.data}.scratch{len(em.scratch)}")
-    slot.linkage = "internal"
-    slot.initializer = ll.Constant(PTR, None)
-    em.scratch.append(slot)
+    slot = em.scratch.get(op)
+    if slot is None:
+        slot = ll.GlobalVariable(em.module, PTR, f"{driver.sym_name.data}.scratch{len(em.scratch)}")
+        slot.linkage = "internal"
+        slot.initializer = ll.Constant(PTR, None)
+        em.scratch[op] = slot
     with em.b.if_then(
         em.b.icmp_unsigned("==", em.b.load(slot, typ=PTR), ll.Constant(PTR, None)), likely=False
     ):

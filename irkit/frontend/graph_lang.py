@@ -53,6 +53,7 @@ from irkit.dialects import graph
 from irkit.dtypes import DTYPES, numpy_dtype
 from irkit.errors import IrkitError, SourceLocation
 from irkit.limits import INT64_MAX, MAX_NESTING, check_extents
+from irkit.loops import PARAM_ATTR
 
 _GRAMMAR = Path(__file__).with_name("graph.lark")
 _PARSER = lark.Lark.open(
@@ -66,7 +67,6 @@ OPS: dict[str, type[graph.GraphOp]] = {
 }
 """Op names in the language are the dialect's op names."""
 
-PARAM_ATTR = "irkit.param"
 NAME_ATTR = "irkit.name"
 
 _ARITH: dict[str, tuple[type[graph.GraphOp], Callable[[float, float], float]]] = {

@@ -14,6 +14,12 @@
   in memory space 3 (`SHARED_SPACE`).
 - **Padded buffers**: a kernel argument whose allocation `pad-leading-dims` padded carries
   `irkit.extent` (`EXTENT_ATTR`), its logical shape; `logical_shape` reads it.
+- **Once-per-bind kernels**: a kernel marked `irkit.once` (`ONCE_ATTR`) reads only the
+  driver's params and constants and writes only driver allocations no other kernel writes
+  (its *prepared buffers*, e.g. a weight matrix packed into panels). The driver still
+  calls it, so running the driver computes everything; a runtime whose params are fixed
+  (a bound executable) may run it once at bind and leave it out of every later call.
+  `prepared_buffers` lists the buffers that then live from one call to the next.
 
 This module sits below passes, codegen and runtime: they import the contract from here and
 nothing from each other. `irkit/loops/costs.py` holds the static cost analysis (FLOPs,
@@ -39,12 +45,15 @@ from xdsl.ir import Operation, SSAValue
 
 from irkit.errors import IrkitError
 
+PARAM_ATTR = "irkit.param"
+"""A driver (model function) argument that is a weight, not an activation."""
 KERNEL_ATTR = "irkit.kernel"
 OUTPUT_ATTR = "irkit.output"
 SCRATCH_ATTR = "irkit.scratch"
 THREADS_ATTR = "irkit.threads"
 LAUNCH_ATTR = "irkit.launch"
 EXTENT_ATTR = "irkit.extent"
+ONCE_ATTR = "irkit.once"
 SHARED_SPACE = IntegerAttr(3, i32)
 """The memory space of GPU workgroup (shared) buffers, as in MLIR's gpu dialect."""
 
@@ -71,6 +80,32 @@ def require_loop_level(module: ModuleOp, what: str, cpu: bool = False) -> None:
 def kernels(module: ModuleOp) -> list[func.FuncOp]:
     """The module's kernel functions, in order."""
     return [op for op in module.ops if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes]
+
+
+def is_once(fn: Operation) -> bool:
+    """Whether `fn` is a once-per-bind kernel (see the module docstring)."""
+    return KERNEL_ATTR in fn.attributes and ONCE_ATTR in fn.attributes
+
+
+def once_calls(module: ModuleOp, driver: func.FuncOp) -> list[func.CallOp]:
+    """The driver's calls of once-per-bind kernels, in order."""
+    once = {op.sym_name.data for op in module.ops if isinstance(op, func.FuncOp) and is_once(op)}
+    return [
+        op
+        for op in driver.body.block.ops
+        if isinstance(op, func.CallOp) and op.callee.root_reference.data in once
+    ]
+
+
+def prepared_buffers(module: ModuleOp, driver: func.FuncOp) -> list[SSAValue]:
+    """The driver's allocations that once-per-bind kernels write (every one of their
+    operands that the driver allocates), in the order of the allocations."""
+    written = {v for call in once_calls(module, driver) for v in call.arguments}
+    return [
+        op.results[0]
+        for op in driver.body.block.ops
+        if op.name == "memref.alloc" and op.results[0] in written
+    ]
 
 
 def constant_value(value: SSAValue) -> int | float | None:

@@ -41,7 +41,8 @@ class KernelTiming:
     def to_json(self) -> dict:
         r = self.record
         return {"name": r.name, "hash": r.hash, "flops": r.flops, "min_bytes": r.min_bytes,
-                "gflops": self.gflops, "gbps": self.gbps, **self.timing.to_json()}  # fmt: skip
+                "once_per_bind": r.once, "gflops": self.gflops, "gbps": self.gbps,
+                **self.timing.to_json()}  # fmt: skip
 
 
 @dataclass

@@ -6,7 +6,13 @@ the core's peak. This pass rewrites every matmul nest `match_matmul` recognizes 
 scheme of BLIS-style microkernels:
 
 - **packing**: B is copied once into panels of `nr` columns laid out `[panel][k][nr]`, so
-  the microkernel streams it contiguously (no 4 KiB-strided rows aliasing in the L1 sets);
+  the microkernel streams it contiguously (no 4 KiB-strided rows aliasing in the L1 sets).
+  Where B is a weight (a param or constant of the driver, read by a kernel with one call
+  site), the copy is its own kernel, marked `irkit.once`: a bound executable packs the
+  weights once, when they are bound, not on every call (mlp's 64-row batch reuses each
+  element of B only 64 times, which never paid for packing it per call). Otherwise the
+  kernel packs B on every call, into a buffer the driver allocates and keeps (a fresh
+  multi-megabyte buffer per call cost its page faults every time);
 - **register blocking**: a microkernel keeps an `mr x nr` tile of C in vector registers
   (`mr * nr / lanes` accumulators of `vector<lanes x f32>`), and for each k loads `nr/lanes`
   vectors of the B panel, broadcasts `mr` elements of A and issues `mr * nr / lanes` vector
@@ -60,14 +66,14 @@ from typing import NamedTuple
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf, vector
-from xdsl.dialects.builtin import MemRefType, ModuleOp, VectorType
-from xdsl.ir import Block, Region, SSAValue
+from xdsl.dialects.builtin import MemRefType, ModuleOp, UnitAttr, VectorType
+from xdsl.ir import Block, BlockArgument, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irkit.errors import IrkitError, require
-from irkit.loops import KERNEL_ATTR
+from irkit.loops import KERNEL_ATTR, ONCE_ATTR, PARAM_ATTR, SCRATCH_ATTR
 from irkit.passes.contraction import MatmulNest, match_matmul
-from irkit.passes.loop_builder import LoopBuilder
+from irkit.passes.loop_builder import LoopBuilder, add_kernel_buffer
 
 ALIGNMENT = 64
 
@@ -99,13 +105,58 @@ class CpuTileMatmulPass(ModulePass):
         require(self.min_panels >= 0, "min-panels", self.min_panels, "must be non-negative")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for fn in op.ops:
+        callers = _Callers(op)
+        for fn in list(op.ops):
             if not isinstance(fn, func.FuncOp) or KERNEL_ATTR not in fn.attributes:
                 continue
             for loop in [o for o in fn.walk() if isinstance(o, scf.ParallelOp)]:
                 nest = match_matmul(loop, batched=True)
                 if nest is not None:
-                    _Tiler(self, nest, fn).rewrite()
+                    _Tiler(self, nest, fn, callers).rewrite()
+
+
+class _Callers:
+    """Each kernel's call sites in the module's other functions (the driver), kept current
+    as calls are replaced by ones passing more buffers."""
+
+    def __init__(self, module: ModuleOp):
+        self.module = module
+        self.calls: dict[str, list[func.CallOp]] = {}
+        for fn in module.ops:
+            if isinstance(fn, func.FuncOp) and KERNEL_ATTR not in fn.attributes:
+                for call in fn.walk():
+                    if isinstance(call, func.CallOp):
+                        name = call.callee.root_reference.data
+                        self.calls.setdefault(name, []).append(call)
+
+    def only(self, kernel: func.FuncOp) -> func.CallOp | None:
+        """The kernel's one call site, if it has exactly one, in the driver's top block."""
+        calls = self.calls.get(kernel.sym_name.data, [])
+        if len(calls) != 1 or not isinstance(calls[0].parent_op(), func.FuncOp):
+            return None
+        return calls[0]
+
+    def replace(self, kernel: func.FuncOp, call: func.CallOp) -> None:
+        self.calls[kernel.sym_name.data] = [call]
+
+    def fresh_name(self, base: str) -> str:
+        taken = {o.sym_name.data for o in self.module.ops if isinstance(o, func.FuncOp)}
+        name, n = base, 1
+        while name in taken:
+            name, n = f"{base}{n}", n + 1
+        return name
+
+
+def _is_weight(value: SSAValue) -> bool:
+    """Whether a driver value is a param (argument marked irkit.param) or a constant."""
+    if isinstance(value.owner, memref.GetGlobalOp):
+        return True
+    if not isinstance(value, BlockArgument):
+        return False
+    fn = value.block.parent_op()
+    if not isinstance(fn, func.FuncOp) or fn.arg_attrs is None:
+        return False
+    return PARAM_ATTR in fn.arg_attrs.data[value.index].data
 
 
 class _KBlock(NamedTuple):
@@ -122,8 +173,10 @@ class _KBlock(NamedTuple):
 class _Tiler:
     """Builds the replacement of one matmul nest, before it, then erases it."""
 
-    def __init__(self, options: CpuTileMatmulPass, nest: MatmulNest, fn: func.FuncOp):
-        self.nest = nest
+    def __init__(
+        self, options: CpuTileMatmulPass, nest: MatmulNest, fn: func.FuncOp, callers: _Callers
+    ):
+        self.nest, self.fn, self.callers = nest, fn, callers
         width = nest.element_type.bitwidth  # type: ignore[attr-defined]
         self.lanes = options.vector_bits // width
         if options.nr % self.lanes or options.nr <= 0:
@@ -172,11 +225,10 @@ class _Tiler:
         if panels:
             source: Callable[[SSAValue, int, SSAValue], SSAValue]
             if self.pack:
-                packed = self._pack(panels)
+                packed, index = self._packed_b(panels)
 
                 def from_packed(k: SSAValue, v: int, p: SSAValue) -> SSAValue:
-                    idx = [p, k, b.index(v * self.lanes)]
-                    return b.add(vector.LoadOp(packed, idx, self.vtype))
+                    return b.add(vector.LoadOp(packed, index(p, k, v), self.vtype))
 
                 source = from_packed
             else:
@@ -195,7 +247,7 @@ class _Tiler:
                 ))  # fmt: skip
         if vector_columns < nest.n:
             self._scalar_columns(vector_columns)
-        if panels and self.pack:
+        if panels and self.pack and isinstance(packed.owner, memref.AllocOp):
             b.add(memref.DeallocOp.get(packed))
 
     # --- pieces ------------------------------------------------------------------------
@@ -214,20 +266,96 @@ class _Tiler:
         j0 = self.b.imul(p, self.nr)
         return j0, p if self.pack else j0
 
-    def _pack(self, panels: int) -> SSAValue:
-        """B's first `panels * nr` columns copied to a `[panel][k][nr]` buffer."""
+    def _packed_b(
+        self, panels: int
+    ) -> tuple[SSAValue, Callable[[SSAValue, SSAValue, int], list[SSAValue]]]:
+        """B's first `panels * nr` columns packed `[panel][k][nr]`, and the index of vector
+        `v` of row `k` of panel `p` in it: packed once per bind by a kernel of its own where
+        B is a weight, else by this kernel into a buffer its caller keeps (one per batch
+        in a batch matmul), else (a kernel with no single caller) into one it allocates."""
         nest, b = self.nest, self.b
-        packed_type = MemRefType(nest.element_type, [panels, nest.k, self.nr])
-        packed = b.add(memref.AllocOp.get(nest.element_type, ALIGNMENT, packed_type.get_shape()))
+        call = self.callers.only(self.fn)
+        if call is None:
+            shape = [panels, nest.k, self.nr]
+            packed = b.add(memref.AllocOp.get(nest.element_type, ALIGNMENT, shape))
+
+            def own(p: SSAValue, k: SSAValue, v: int) -> list[SSAValue]:
+                return [p, k, b.index(v * self.lanes)]
+
+            self._pack_loop(b, panels, self._from_b, packed, own)
+            return packed, own
+        ivs = [self.batch[iv] for iv, _ in nest.batch]
+        shape = [*(e for _, e in nest.batch), panels, nest.k, self.nr]
+        b_arg = nest.b if isinstance(nest.b, BlockArgument) else None
+        weight = None
+        if not nest.batch and b_arg is not None and b_arg.block is self.fn.body.block:
+            weight = (
+                call.arguments[b_arg.index] if _is_weight(call.arguments[b_arg.index]) else None
+            )
+        # packed weights are what the kernel reads in place of B (minimum traffic, like
+        # B), packed activations a copy of B it reads too (scratch)
+        attrs = {} if weight is not None else {SCRATCH_ATTR: UnitAttr()}
+        mtype = MemRefType(nest.element_type, shape)
+        packed, buffer, call = add_kernel_buffer(self.fn, call, mtype, attrs, "packed")
+        self.callers.replace(self.fn, call)
+
+        def index(p: SSAValue, k: SSAValue, v: int) -> list[SSAValue]:
+            return [*ivs, p, k, b.index(v * self.lanes)]
+
+        if weight is not None:
+            self._pack_kernel(panels, weight, buffer, call)
+        else:
+            self._pack_loop(b, panels, self._from_b, packed, index)
+        return packed, index
+
+    def _pack_loop(
+        self,
+        b: LoopBuilder,
+        panels: int,
+        load: Callable[[SSAValue, int, SSAValue], SSAValue],
+        packed: SSAValue,
+        index: Callable[[SSAValue, SSAValue, int], list[SSAValue]],
+    ) -> None:
+        """`panels` panels of B (`load(k, v, j0)`: vector `v` of row `k` from column `j0`)
+        stored in `packed` at `index(p, k, v)`, the panels a parallel loop."""
 
         def row(p: SSAValue, k: SSAValue) -> list[SSAValue]:
             for v in range(self.nr // self.lanes):
-                vec = self._from_b(k, v, b.imul(p, self.nr))
-                b.add(vector.StoreOp(vec, packed, [p, k, b.index(v * self.lanes)]))
+                vec = load(k, v, b.imul(p, self.nr))
+                b.add(vector.StoreOp(vec, packed, index(p, k, v)))
             return []
 
-        b.parallel([panels], lambda p: b.for_range(0, nest.k, 1, [], lambda k, _: row(p[0], k)))
-        return packed
+        b.parallel(
+            [panels], lambda p: b.for_range(0, self.nest.k, 1, [], lambda k, _: row(p[0], k))
+        )
+
+    def _pack_kernel(
+        self, panels: int, weight: SSAValue, buffer: SSAValue, call: func.CallOp
+    ) -> None:
+        """A once-per-bind kernel packing the weight `weight` into `buffer`, called just
+        before `call`."""
+        nest = self.nest
+        name = self.callers.fresh_name(f"{self.fn.sym_name.data}_pack")
+        block = Block(arg_types=[weight.type, buffer.type])
+        source, target = block.args
+        source.name_hint, target.name_hint = "weight", "packed"
+        pb = LoopBuilder(block)
+
+        def load(k: SSAValue, v: int, j0: SSAValue) -> SSAValue:
+            idx = [k, pb.iadd(j0, v * self.lanes)]
+            return pb.add(vector.LoadOp(source, idx, self.vtype))
+
+        self._pack_loop(pb, panels, load, target,
+                        lambda p, k, v: [p, k, pb.index(v * self.lanes)])  # fmt: skip
+        block.add_op(func.ReturnOp())
+        kernel = func.FuncOp(name, ([weight.type, buffer.type], []), Region(block),
+                             visibility="private")  # fmt: skip
+        kernel.attributes[KERNEL_ATTR] = UnitAttr()
+        kernel.attributes[ONCE_ATTR] = UnitAttr()
+        self.fn.parent_block().insert_op_before(kernel, self.fn)  # type: ignore[union-attr]
+        driver = call.parent_block()
+        assert driver is not None and nest.k > 0
+        driver.insert_op_before(func.CallOp(name, [weight, buffer], []), call)
 
     def _from_b(self, k: SSAValue, v: int, j0: SSAValue) -> SSAValue:
         """Vector `v` of B's row `k` from column `j0` (unpacked)."""

@@ -6,12 +6,14 @@ kernel reads as a short list of constants followed by its loop nests.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     BFloat16Type,
+    DictionaryAttr,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -210,3 +212,34 @@ class FunctionConstants:
 
     def index(self, n: int) -> SSAValue:
         return self.get(IntegerAttr(n, INDEX))
+
+
+def add_kernel_buffer(
+    kernel: func.FuncOp,
+    call: func.CallOp,
+    mtype: MemRefType,
+    attrs: Mapping[str, Attribute],
+    name: str,
+) -> tuple[SSAValue, SSAValue, func.CallOp]:
+    """A new last parameter of `kernel` named `name`, of type `mtype` with the argument
+    attributes `attrs`, and its buffer: allocated in the caller just before `call` (which is replaced
+    by one passing it) and freed just before the caller returns. Returns the parameter, the
+    caller's buffer and the new call."""
+    block = kernel.body.block
+    arg = block.insert_arg(mtype, len(block.args))
+    arg.name_hint = name
+    roles = list(kernel.arg_attrs.data) if kernel.arg_attrs else []
+    roles += [DictionaryAttr({})] * (len(block.args) - 1 - len(roles))
+    kernel.arg_attrs = ArrayAttr([*roles, DictionaryAttr(attrs)])
+    kernel.update_function_type()
+    caller = call.parent_block()
+    assert caller is not None
+    alloc = memref.AllocOp.get(mtype.element_type, 64, mtype.get_shape())
+    new = func.CallOp(call.callee, [*call.arguments, alloc.memref], [])
+    caller.insert_ops_before([alloc, new], call)
+    call.detach()
+    call.erase()
+    last = caller.last_op
+    assert isinstance(last, func.ReturnOp)
+    caller.insert_op_before(memref.DeallocOp.get(alloc.memref), last)
+    return arg, alloc.memref, new

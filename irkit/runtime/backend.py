@@ -38,6 +38,9 @@ class KernelRecord:
     min_bytes: int
     launch: dict[str, Any] | None = None
     resources: dict[str, Any] = field(default_factory=dict)
+    once: bool = False
+    """A once-per-bind kernel (`irkit.once`, e.g. weight packing): a bound executable runs
+    it when its params are bound, and the graph's time per call leaves it out."""
     _ir: str | Callable[[], str] = field(default="", repr=False, compare=False)
 
     def __init__(
@@ -50,13 +53,15 @@ class KernelRecord:
         min_bytes: int,
         launch: dict[str, Any] | None = None,
         resources: dict[str, Any] | None = None,
+        once: bool = False,
     ):
         """`ir`: the kernel's loop-level text, or a function that prints it when first
         asked (printing every kernel of every program attribution compiles was a tenth of
         its compile time)."""
         for key, value in (("name", name), ("source", source), ("_ir", ir), ("hash", hash),
                            ("flops", flops), ("min_bytes", min_bytes), ("launch", launch),
-                           ("resources", {} if resources is None else resources)):  # fmt: skip
+                           ("resources", {} if resources is None else resources),
+                           ("once", once)):  # fmt: skip
             object.__setattr__(self, key, value)
 
     @property
@@ -266,7 +271,7 @@ class Step:
 
     kind: "alloc" (a buffer of `shape`/`dtype` for `result`), "global" (`result` is the
     constant array `data`), "copy" (operands: source, destination), "call" (kernel `callee`
-    on `operands`), "free" (operand 0 is dead)."""
+    on `operands`; `once`: a once-per-bind kernel), "free" (operand 0 is dead)."""
 
     kind: str
     result: Any = None
@@ -275,6 +280,7 @@ class Step:
     shape: tuple[int, ...] = ()
     dtype: np.dtype | None = None
     data: np.ndarray | None = None
+    once: bool = False
 
     @property
     def buffer_dtype(self) -> np.dtype:
@@ -296,9 +302,11 @@ def driver_plan(module: ModuleOp) -> list[Step]:
 
     from irkit.dtypes import dense_array, numpy_dtype
     from irkit.ir import entry_function
+    from irkit.loops import once_calls
 
     entry = entry_function(module)
     globals_ = {op.sym_name.data: op for op in module.ops if isinstance(op, memref.GlobalOp)}
+    once = set(once_calls(module, entry))
     steps = []
     for op in entry.body.block.ops:
         if isinstance(op, memref.AllocOp):
@@ -318,7 +326,7 @@ def driver_plan(module: ModuleOp) -> list[Step]:
             steps.append(Step("copy", operands=(op.source, op.destination)))
         elif isinstance(op, func.CallOp):
             steps.append(Step("call", operands=tuple(op.arguments),
-                              callee=op.callee.root_reference.data))  # fmt: skip
+                              callee=op.callee.root_reference.data, once=op in once))  # fmt: skip
         elif isinstance(op, memref.DeallocOp):
             steps.append(Step("free", operands=(op.memref,)))
         elif not isinstance(op, func.ReturnOp):

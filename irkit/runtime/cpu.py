@@ -19,11 +19,12 @@ import llvmlite.binding as llvm
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
 
 from irkit.codegen.host import HostProgram, host_target, jit_program
-from irkit.codegen.llvm import RELEASE, linked_constants
+from irkit.codegen.llvm import RELEASE, STEADY, linked_constants
 from irkit.ir import entry_function, to_text
-from irkit.loops import cpu_threads, kernels
+from irkit.loops import cpu_threads, is_once, kernels, once_calls, prepared_buffers
 from irkit.loops.costs import count_flops, min_bytes
 from irkit.runtime.backend import (
     BoundDefaults,
@@ -53,7 +54,7 @@ class CpuBound(BoundDefaults):
     calls: list[tuple[Callable[..., None], tuple[int, ...]]] = field(default_factory=list)
 
     def run_graph(self) -> None:
-        self.exe.driver(*self.args)
+        self.exe.steady(*self.args)
 
     def run_kernel(self, index: int) -> None:
         fn, args = self.calls[index]
@@ -82,6 +83,12 @@ class CpuExecutable:
         self.entry = entry_function(module)
         self.inputs, self.outputs = driver_specs(self.entry)
         self.driver = self._function(self.entry)
+        self.prepared = prepared_buffers(module, self.entry)
+        self.steady = self.driver
+        """What a bound executable calls: the driver, or where it calls once-per-bind kernels,
+        its steady form (`@<driver>.steady`), given the buffers they prepared at bind."""
+        if once_calls(module, self.entry):
+            self.steady = self._function(self.entry, STEADY, len(self.prepared))
         self.kernel_functions = kernels(module)
         self._natives = {f.sym_name.data: self._function(f) for f in self.kernel_functions}
         self.kernels = [self._record(f) for f in self.kernel_functions]
@@ -89,9 +96,10 @@ class CpuExecutable:
         release = ctypes.CFUNCTYPE(None)(self.engine.get_function_address(RELEASE))
         weakref.finalize(self, _release, release, self.engine)
 
-    def _function(self, fn: func.FuncOp) -> Callable[..., None]:
-        address = self.engine.get_function_address(self.program.symbol(fn.sym_name.data))
-        return _signature(len(fn.body.block.args))(address)
+    def _function(self, fn: func.FuncOp, suffix: str = "", extra: int = 0) -> Callable[..., None]:
+        symbol = self.program.symbol(fn.sym_name.data) + suffix
+        address = self.engine.get_function_address(symbol)
+        return _signature(len(fn.body.block.args) + extra)(address)
 
     def _record(self, fn: func.FuncOp) -> KernelRecord:
         name = fn.sym_name.data
@@ -104,6 +112,7 @@ class CpuExecutable:
             flops=count_flops(fn),
             min_bytes=min_bytes(fn),
             launch={"threads": cpu_threads(fn)},
+            once=is_once(fn),
         )
 
     def _prepare(self, arrays: Sequence[Any], out: Sequence[np.ndarray] | None):
@@ -123,12 +132,15 @@ class CpuExecutable:
     def bind(self, *arrays: Any) -> CpuBound:
         """Fix the buffers (page-aligned copies of the inputs, page-aligned outputs and
         intermediates) and replay the driver's plan once, so that every intermediate holds
-        real data before a kernel is timed alone."""
+        real data before a kernel is timed alone. Once-per-bind kernels run here, and only
+        here: the bound graph is the driver's steady form, given their prepared buffers."""
         checked = check_arrays(f"@{self.entry.sym_name.data}", self.inputs, arrays)
         inputs = [page_aligned(a) for a in checked]
         outputs = [page_aligned(s) for s in self.outputs]
         bound = CpuBound(self, [a.ctypes.data for a in [*inputs, *outputs]], outputs, [])
-        env = dict(zip(self.entry.body.block.args, [*inputs, *outputs], strict=True))
+        env: dict[SSAValue, np.ndarray] = dict(
+            zip(self.entry.body.block.args, [*inputs, *outputs], strict=True)
+        )
         for step in driver_plan(self.module):
             if step.kind == "alloc":
                 env[step.result] = page_aligned(TensorSpec("", step.shape, step.buffer_dtype))
@@ -141,6 +153,7 @@ class CpuExecutable:
                 args = tuple(env[v].ctypes.data for v in step.operands)
                 bound.calls.append((native, args))
                 native(*args)
+        bound.args += [env[v].ctypes.data for v in self.prepared]
         bound.keep.extend(env.values())
         return bound
 

@@ -365,7 +365,7 @@ class CudaBound:
     launches: list[Launch]  # the kernel calls, in the order of exe.kernels
     host_outputs: list[np.ndarray]
     keep: list[DeviceBuffer] = field(default_factory=list)
-    steps: list[Launch | Copy] = field(default_factory=list)  # the whole driver, in order
+    steps: list[Launch | Copy] = field(default_factory=list)  # the driver less once-per-bind calls
     _replay: CapturedGraph | None = None
 
     @property
@@ -461,7 +461,10 @@ class CudaExecutable:
                 kernel = self._by_name[step.callee]
                 launches.append(Launch(kernel, self.functions[step.callee],
                                        [env[v] for v in step.operands]))  # fmt: skip
-                steps.append(launches[-1])
+                if step.once:  # reads only params and constants, uploaded above: run it now
+                    launches[-1](self.dev.stream)
+                else:
+                    steps.append(launches[-1])
         host = [np.empty(s.shape, s.dtype) for s in self.outputs]
         bound = CudaBound(self, buffers, launches, host, list(env.values()), steps)
         bound.run_graph()

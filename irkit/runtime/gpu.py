@@ -16,7 +16,7 @@ from xdsl.dialects.builtin import ModuleOp
 from irkit.codegen.cuda import gpu_kernels, kernel_source
 from irkit.codegen.nvrtc import Compiled, check_limits, compile_cuda
 from irkit.ir import to_text
-from irkit.loops import Launch, launch_of
+from irkit.loops import Launch, is_once, launch_of
 from irkit.loops.costs import count_flops, min_bytes
 from irkit.runtime.backend import KernelRecord
 
@@ -43,6 +43,7 @@ class GpuKernel:
             min_bytes=min_bytes(self.fn),
             launch={k: v for k, v in self.launch.items() if k != "flops"},
             resources=resources,
+            once=is_once(self.fn),
         )
 
     @property
