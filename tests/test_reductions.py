@@ -154,20 +154,27 @@ ROW_CASES = {
 
 @pytest.mark.parametrize("case", sorted(ROW_CASES))
 def test_cpu_fuse_rows_is_bit_identical(case: str) -> None:
-    """Row by row, every element is computed by the same ops in the same order."""
+    """Row by row, every element is computed by the same ops in the same order; the row
+    statistics become per-row stack buffers (per thread, on two threads)."""
     module = parse_source(f"model r\n{ROW_CASES[case]}\n", "r.graph", ".graph")
     base = "fuse-kernels,lower-graph-to-loops"
     fused = apply_passes(module.clone(), parse_passes(base + ",cpu-fuse-rows"))
     loops = [o for o in fused.walk() if type(o).__name__ == "ParallelOp"]
-    assert (len(loops) == 1) == (case != "softmax-axis-0"), case
+    rows = case != "softmax-axis-0"
+    assert (len(loops) == 1) == rows, case
+    allocas = [o for o in fused.walk() if o.name == "memref.alloca"]
+    assert bool(allocas) == rows and all(loops[0].is_ancestor(o) for o in allocas), case
+    assert ("irkit.scratch" in str(fused)) != rows, case
     inputs = [np.random.default_rng(3).standard_normal(a.type.get_shape()).astype(np.float32)
               for a in module.body.block.first_op.args]  # fmt: skip
+    threads = ",cpu-parallelize{threads=2 min-work=0}"
     outs = [
         irkit.compile(module, spec, backend="cpu")(*inputs)
-        for spec in (base, base + ",cpu-fuse-rows")
+        for spec in (base, base + ",cpu-fuse-rows", base + ",cpu-fuse-rows" + threads)
     ]
-    for a, b in zip(*outs, strict=True):
+    for a, b, c in zip(*outs, strict=True):
         assert np.array_equal(a, b, equal_nan=True), case
+        assert np.array_equal(a, c, equal_nan=True), case
     checks, _ = check(irkit.compile(module, base + ",cpu-fuse-rows", backend="cpu"), module, seed=1)
     assert all(c.passed for c in checks), [c.describe() for c in checks]
 

@@ -814,6 +814,21 @@ def _alloc(em: LLVMEmitter, op: memref.AllocOp) -> None:
     em.kept.add(op.memref)
 
 
+def _alloca(em: LLVMEmitter, op: memref.AllocaOp) -> None:
+    """A stack buffer, allocated once in the entry block of the function being emitted (an
+    outlined loop body's, so each thread has its own), however deep the op is in loops."""
+    b, fn = em.b, em.fn
+    assert b is not None and fn is not None
+    mtype = op.memref.type
+    assert isinstance(mtype, MemRefType)
+    here = b.block
+    b.position_at_start(fn.entry_basic_block)
+    slot = b.alloca(ll.ArrayType(ll.IntType(8), buffer_bytes(mtype)))
+    slot.align = 64
+    b.position_at_end(here)
+    em.values[op.memref] = _opaque(slot)
+
+
 def _dealloc(em: LLVMEmitter, op: memref.DeallocOp) -> None:
     assert em.b is not None
     if op.memref not in em.kept:
@@ -870,6 +885,7 @@ _HANDLERS: dict[type[Operation], Callable[[LLVMEmitter, Any], None]] = {
     vector.BroadcastOp: _broadcast,
     vector.FMAOp: _vector_fma,
     memref.AllocOp: _alloc,
+    memref.AllocaOp: _alloca,
     memref.DeallocOp: _dealloc,
     memref.CopyOp: _copy,
     memref.GetGlobalOp: _get_global,

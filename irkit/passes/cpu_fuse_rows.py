@@ -17,6 +17,12 @@ order; a phase's remaining extents become `scf.for` loops:
       scf.for %j = 0 to 1024 { ... memref.store ..., %y[%r, %j] }    its output
     }
 
+A scratch buffer (`irkit.scratch`) whose every access in the row loop is at the row's own
+indices is then one row's private workspace: it becomes a `memref.alloca` of one row inside
+the loop body (each thread has its own, on its stack, at most `ROW_BUFFER_BYTES`), and the
+kernel parameter and the driver's allocation go. softmax's stored exponentials were a
+second 2 MB array at 512x1024 written back to memory; as a 4 KB row they stay in L1.
+
 Every element is computed by the same ops in the same order, so the result is bit-identical.
 `cpu-parallelize` then splits the row loop over threads. Optional; no options. It needs the
 nests as `lower-graph-to-loops` writes them: run it before `block-reductions`.
@@ -27,17 +33,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import func, scf
-from xdsl.dialects.builtin import IndexType, ModuleOp
-from xdsl.ir import Block, Region
+from xdsl.dialects import func, memref, scf
+from xdsl.dialects.builtin import IndexType, MemRefType, ModuleOp
+from xdsl.ir import Block, BlockArgument, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irkit.errors import IrkitError
-from irkit.loops import kernels, require_loop_level
+from irkit.loops import SCRATCH_ATTR, constant_int, kernels, require_loop_level
+from irkit.loops.costs import buffer_bytes
 from irkit.loops.rows import Nest, nests_of, row_prefixes, rows_legal
-from irkit.passes.loop_builder import FunctionConstants
+from irkit.passes.loop_builder import FunctionConstants, drop_kernel_arg
 
 INDEX = IndexType()
+ROW_BUFFER_BYTES = 64 * 1024
+"""The largest scratch row made a per-thread stack buffer (a pool thread's stack is 2 MiB
+or more)."""
 
 
 def _rows(nests: list[Nest]) -> tuple[list[int], tuple[int, ...]] | None:
@@ -59,16 +69,16 @@ def _rows(nests: list[Nest]) -> tuple[list[int], tuple[int, ...]] | None:
     return prefixes, rows
 
 
-def fuse_rows(fn: func.FuncOp) -> bool:
-    """Rewrite one kernel's nests into one row loop (see the module docstring); False when
-    they may not (or there is one nest only)."""
+def fuse_rows(fn: func.FuncOp) -> scf.ParallelOp | None:
+    """Rewrite one kernel's nests into one row loop (see the module docstring) and return
+    it; None when they may not (or there is one nest only)."""
     try:
         _, nests = nests_of(fn, "cpu-fuse-rows")
     except IrkitError:  # a tiled nest (steps, offsets): not rows this pass knows
-        return False
+        return None
     found = _rows(nests)
     if found is None:
-        return False
+        return None
     prefixes, rows = found
     first = nests[0].ops[0]
     body = Block(arg_types=[INDEX] * len(rows))
@@ -97,7 +107,69 @@ def fuse_rows(fn: func.FuncOp) -> bool:
         for op in nest.ops:
             op.detach()
             op.erase(safe_erase=False)
-    return True
+    return loop
+
+
+def _row_slab(buffer: SSAValue, loop: scf.ParallelOp) -> int | None:
+    """How many leading dimensions of `buffer` its accesses index by the row alone, when
+    every use is a load or store inside `loop` whose leading indices are the row loop's
+    ivs (each in one fixed position, all of them) or zero in unit dimensions: then each
+    iteration reads and writes its own slab, and no other. None otherwise."""
+    rows = set(loop.body.block.args)
+    shape = buffer.type.get_shape()  # type: ignore[attr-defined]
+    prefix: list[SSAValue | None] | None = None
+    for use in buffer.uses:
+        op = use.operation
+        if not isinstance(op, memref.LoadOp | memref.StoreOp) or not loop.is_ancestor(op):
+            return None
+        if use.index != (0 if isinstance(op, memref.LoadOp) else 1):  # stored, not the target
+            return None
+        lead: list[SSAValue | None] = []
+        for i, index in enumerate(op.indices):
+            if index in rows:
+                lead.append(index)
+            elif shape[i] == 1 and constant_int(index) == 0:
+                lead.append(None)
+            else:
+                break
+            if rows <= set(lead):
+                break
+        if prefix is None:
+            prefix = lead
+        if lead != prefix or not rows <= set(lead):
+            return None
+    return len(prefix) if prefix else None
+
+
+def privatize_rows(module: ModuleOp, fn: func.FuncOp, loop: scf.ParallelOp) -> None:
+    """Each scratch buffer of `fn` that is per-row workspace in the row loop `loop` becomes a
+    one-row stack buffer inside it (see the module docstring)."""
+    block = fn.body.block
+    attrs = fn.arg_attrs.data if fn.arg_attrs else []
+    zero = FunctionConstants(fn).index(0)
+    for arg in reversed(list(block.args)):
+        if not attrs or SCRATCH_ATTR not in attrs[arg.index].data or not arg.uses:
+            continue
+        lead = _row_slab(arg, loop)
+        t = arg.type
+        assert isinstance(t, MemRefType)
+        if lead is None:
+            continue
+        row = MemRefType(t.element_type, [1] * lead + list(t.get_shape()[lead:]))
+        if buffer_bytes(row) > ROW_BUFFER_BYTES:
+            continue
+        local = memref.AllocaOp.get(t.element_type, 64, row.get_shape())
+        body = loop.body.block
+        body.insert_op_before(local, body.first_op)  # type: ignore[arg-type]
+        for use in list(arg.uses):
+            op = use.operation
+            assert isinstance(op, memref.LoadOp | memref.StoreOp)
+            head = list(op.operands[: use.index])
+            indices = [zero] * lead + list(op.indices[lead:])
+            op.operands = [*head, local.memref, *indices]
+        assert isinstance(arg, BlockArgument)
+        drop_kernel_arg(module, fn, arg.index)
+        attrs = fn.arg_attrs.data if fn.arg_attrs else []
 
 
 @dataclass(frozen=True)
@@ -110,4 +182,6 @@ class CpuFuseRowsPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require_loop_level(op, "cpu-fuse-rows", cpu=True)
         for fn in kernels(op):
-            fuse_rows(fn)
+            loop = fuse_rows(fn)
+            if loop is not None:
+                privatize_rows(op, fn, loop)

@@ -243,3 +243,35 @@ def add_kernel_buffer(
     assert isinstance(last, func.ReturnOp)
     caller.insert_op_before(memref.DeallocOp.get(alloc.memref), last)
     return arg, alloc.memref, new
+
+
+def drop_kernel_arg(module: Operation, kernel: func.FuncOp, index: int) -> None:
+    """Remove `kernel`'s unused parameter `index` and the operand every call passes for it;
+    a caller's allocation nothing else reads is removed with its deallocation."""
+    block = kernel.body.block
+    assert not block.args[index].uses, "the parameter is still used"
+    name = kernel.sym_name.data
+    calls = [op for op in module.walk() if isinstance(op, func.CallOp)
+             and op.callee.root_reference.data == name]  # fmt: skip
+    block.erase_arg(block.args[index])
+    if kernel.arg_attrs is not None:
+        roles = list(kernel.arg_attrs.data)
+        kernel.arg_attrs = ArrayAttr(roles[:index] + roles[index + 1 :])
+    kernel.update_function_type()
+    for call in calls:
+        args = list(call.arguments)
+        buffer = args.pop(index)
+        caller = call.parent_block()
+        assert caller is not None
+        caller.insert_op_before(func.CallOp(call.callee, args, []), call)
+        call.detach()
+        call.erase()
+        owner = buffer.owner
+        if isinstance(owner, memref.AllocOp) and all(
+            isinstance(u.operation, memref.DeallocOp) for u in buffer.uses
+        ):
+            for use in list(buffer.uses):
+                use.operation.detach()
+                use.operation.erase()
+            owner.detach()
+            owner.erase()
