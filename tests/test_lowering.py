@@ -233,3 +233,44 @@ def test_driver_scratch_is_allocated_once_and_released() -> None:
         assert checks and all(c.passed for c in checks), [c.describe() for c in checks]
     del exe
     gc.collect()
+
+
+ONCE_MODEL = """model once
+input x : f32[4, 8]
+param w : f32[6, 8]
+output y = matmul(x, transpose(w, perm=[1, 0]) * 2.0)
+output z = w + 1.0
+"""
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda-sim"])
+def test_weight_only_kernels_run_once_per_bind(backend: str) -> None:
+    """The transposed, scaled weight is prepared at bind: the bound graph keeps using it
+    when the bound copy of w changes afterwards, while z = w + 1, a per-call kernel that
+    reads w itself, follows. A plain call computes everything from what it is given."""
+    from irkit.frontend import parse_source
+
+    module = parse_source(ONCE_MODEL, "once.graph", ".graph")
+    cpu = backend == "cpu"  # unfused on the CPU: transpose, then scale; fused under default-cuda
+    exe = irkit.compile(module, "lower-graph-to-loops" if cpu else None, backend=backend)
+    assert [k.once for k in exe.kernels] == (
+        [True, True, False, False] if cpu else [True, False, False]
+    )
+    checks, _ = check(exe, module, seed=2)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
+    if backend != "cpu":
+        return
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((4, 8), np.float32), rng.standard_normal((6, 8), np.float32)
+    y, z = exe(x, w)
+    np.testing.assert_allclose(y, x @ (2 * w.T), rtol=1e-5, atol=1e-5)
+    bound = exe.bind(x, w)
+    bound.run_graph()
+    np.testing.assert_array_equal(bound.outputs[0], y)
+    bound_w = next(a for a in bound.keep if a.ctypes.data == bound.args[1])
+    bound_w += 1.0
+    bound.run_graph()
+    np.testing.assert_array_equal(bound.outputs[0], y)  # prepared at bind
+    np.testing.assert_array_equal(bound.outputs[1], z + 1.0)  # read per call
+    y2, _ = exe(x, w + 1.0)  # a plain call prepares the weights it is given
+    np.testing.assert_allclose(y2, x @ (2 * (w + 1.0).T), rtol=1e-5, atol=1e-5)

@@ -154,7 +154,7 @@ def _run(args) -> int:
     once = len(result.kernels) - len(per_call)
     kernel_sum = sum(k.seconds for k in per_call)
     if once:
-        console.print(f"{once} once-per-bind kernel{'s' * (once > 1)} (weight packing) ran when "
+        console.print(f"{once} once-per-bind kernel{'s' * (once > 1)} (weights transposed or packed) ran when "
                       "the inputs were bound; the graph's time leaves them out, the sum below too",
                       highlight=False)  # fmt: skip
     console.print(f"sum of kernel medians {fmt_time(kernel_sum)}; {len(per_call)} kernels; "

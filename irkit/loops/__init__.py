@@ -15,8 +15,10 @@
 - **Padded buffers**: a kernel argument whose allocation `pad-leading-dims` padded carries
   `irkit.extent` (`EXTENT_ATTR`), its logical shape; `logical_shape` reads it.
 - **Once-per-bind kernels**: a kernel marked `irkit.once` (`ONCE_ATTR`) reads only the
-  driver's params and constants and writes only driver allocations no other kernel writes
-  (its *prepared buffers*, e.g. a weight matrix packed into panels). The driver still
+  driver's params, constants and earlier once kernels' buffers, and writes only driver
+  allocations no other kernel writes (its *prepared buffers*: a weight matrix packed into
+  panels by `cpu-tile-matmul`, a filter transposed for a convolution, which
+  `lower-graph-to-loops` marks). The driver still
   calls it, so running the driver computes everything; a runtime whose params are fixed
   (a bound executable) may run it once at bind and leave it out of every later call.
   `prepared_buffers` lists the buffers that then live from one call to the next.

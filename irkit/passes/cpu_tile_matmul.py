@@ -71,7 +71,7 @@ from xdsl.ir import Block, BlockArgument, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irkit.errors import IrkitError, require
-from irkit.loops import KERNEL_ATTR, ONCE_ATTR, PARAM_ATTR, SCRATCH_ATTR
+from irkit.loops import KERNEL_ATTR, ONCE_ATTR, PARAM_ATTR, SCRATCH_ATTR, is_once
 from irkit.passes.contraction import MatmulNest, match_matmul
 from irkit.passes.loop_builder import LoopBuilder, add_kernel_buffer
 
@@ -147,10 +147,17 @@ class _Callers:
         return name
 
 
-def _is_weight(value: SSAValue) -> bool:
-    """Whether a driver value is a param (argument marked irkit.param) or a constant."""
+def _is_weight(value: SSAValue, module: ModuleOp) -> bool:
+    """Whether a driver value is a param (argument marked irkit.param), a constant, or a
+    buffer a once-per-bind kernel prepares (computed from those alone)."""
     if isinstance(value.owner, memref.GetGlobalOp):
         return True
+    if isinstance(value.owner, memref.AllocOp):
+        once = {o.sym_name.data for o in module.ops if isinstance(o, func.FuncOp) and is_once(o)}
+        return any(
+            isinstance(u.operation, func.CallOp) and u.operation.callee.root_reference.data in once
+            for u in value.uses
+        )
     if not isinstance(value, BlockArgument):
         return False
     fn = value.block.parent_op()
@@ -290,7 +297,9 @@ class _Tiler:
         weight = None
         if not nest.batch and b_arg is not None and b_arg.block is self.fn.body.block:
             weight = (
-                call.arguments[b_arg.index] if _is_weight(call.arguments[b_arg.index]) else None
+                call.arguments[b_arg.index]
+                if _is_weight(call.arguments[b_arg.index], self.callers.module)
+                else None
             )
         # packed weights are what the kernel reads in place of B (minimum traffic, like
         # B), packed activations a copy of B it reads too (scratch)

@@ -47,7 +47,7 @@ from irkit.dialects import graph as g
 from irkit.dtypes import dense_array, dense_attr
 from irkit.errors import IrkitError
 from irkit.ir import location_of, ssa_name
-from irkit.loops import KERNEL_ATTR, OUTPUT_ATTR, SCRATCH_ATTR
+from irkit.loops import KERNEL_ATTR, ONCE_ATTR, OUTPUT_ATTR, PARAM_ATTR, SCRATCH_ATTR
 from irkit.passes.decompose_composites import decompose
 from irkit.passes.kernel_emitter import KernelEmitter, materialized_values
 from irkit.passes.loop_builder import LoopBuilder, compute_type
@@ -244,7 +244,16 @@ def _build_driver(fn: func.FuncOp, kernels: list[tuple[Kernel, func.FuncOp]], mo
         ):
             env[v] = arg  # the kernel writes the output buffer directly
     allocated = []
+    # weight-only values: params, constants, and what kernels compute from those alone
+    weights: set[SSAValue] = {
+        a for a, d in zip(graph_args, _arg_attrs(fn), strict=True) if PARAM_ATTR in d.data
+    }
     for kernel, kfn in kernels:
+        if all(v in weights or isinstance(v.owner, g.ConstantOp) for v in kernel.inputs) and all(
+            env.get(v) not in out_args for v in kernel.outputs
+        ):  # a weight's layout (conv_block's transposed filter): once per bind, not per call
+            kfn.attributes[ONCE_ATTR] = UnitAttr()
+            weights.update(kernel.outputs)
         for v in kernel.outputs:
             if v not in env:
                 env[v] = _append(block, _alloc(memref_of(v)))
@@ -270,6 +279,11 @@ def _build_driver(fn: func.FuncOp, kernels: list[tuple[Kernel, func.FuncOp]], mo
     return _driver_function(fn, block)
 
 
+def _arg_attrs(fn: func.FuncOp) -> list[DictionaryAttr]:
+    n = len(fn.body.block.args)
+    return list(fn.arg_attrs.data) if fn.arg_attrs else [DictionaryAttr({})] * n
+
+
 def _alloc(t: Attribute) -> memref.AllocOp:
     assert isinstance(t, MemRefType), t
     return memref.AllocOp.get(t.element_type, alignment=64, shape=t.get_shape())
@@ -291,8 +305,7 @@ def _free_after_last_use(block: Block, buffers: Sequence[SSAValue]) -> None:
 
 
 def _driver_function(fn: func.FuncOp, block: Block) -> func.FuncOp:
-    n_in = len(fn.body.block.args)
-    in_attrs = list(fn.arg_attrs.data) if fn.arg_attrs else [DictionaryAttr({})] * n_in
+    in_attrs = _arg_attrs(fn)
     out_attrs = [DictionaryAttr({OUTPUT_ATTR: StringAttr(n)}) for n in _output_names(fn)]
     types = [a.type for a in block.args]
     driver = func.FuncOp(

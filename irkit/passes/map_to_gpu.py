@@ -169,6 +169,7 @@ def new_kernel(
         visibility="private",
         arg_attrs=fn.arg_attrs,
     )
+    kernel.attributes.update(fn.attributes)  # irkit.kernel, irkit.once
     kernel.attributes[KERNEL_ATTR] = UnitAttr()
     return kernel, GpuBuilder(block, table), mapping
 
