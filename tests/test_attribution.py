@@ -170,3 +170,20 @@ def test_a_variant_with_a_wrong_result_is_never_timed(capsys) -> None:
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1
     assert "the variant with all optional passes" in err[0] and "not timed" in err[0]
+
+
+def test_once_per_bind_kernels_are_not_counted_per_call() -> None:
+    """A pass that adds a weight-packing kernel (run once per bind) is not charged its time
+    per call in the kernels' sum, and the record says which kernels those are."""
+    from irkit.measure.attribution import Interval, KernelTime, PassResult
+
+    def kernel(name: str, seconds: float, once: bool = False) -> KernelTime:
+        return KernelTime(name, name, seconds, (seconds, seconds), 10, 10, None, once)
+
+    one = Interval(1.0, 0.9, 1.1)
+    result = PassResult("cpu-tile-matmul", "cpu-tile-matmul", one, one, 0.5, True, True,
+                        removed=[kernel("naive", 5e-3)],
+                        added=[kernel("tiled", 1e-3), kernel("pack", 4e-3, once=True)])  # fmt: skip
+    assert result.kernel_delta == pytest.approx(4e-3)
+    added = result.to_json()["kernels"]["added"]
+    assert [k["once_per_bind"] for k in added] == [False, True]

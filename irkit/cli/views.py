@@ -102,11 +102,16 @@ def show_attribution(console: Console, rec: dict) -> None:
         for sign, ks in (("-", k["removed"]), ("+", k["added"])):
             for kk, count in _collapse(ks):
                 roof = kk.get("roofline") or {}
-                kt.add_row(sign, kk["name"], str(count), fmt_time(kk["seconds"]) if timed else "",
+                kt.add_row(sign, _kernel_name(kk), str(count), fmt_time(kk["seconds"]) if timed else "",
                            f"{roof['percent_of_roof']:.1f}%" if roof else "",
                            roof.get("bound", ""))  # fmt: skip
         console.print(kt)
     show_roofline(console, rec)
+
+
+def _kernel_name(kernel: dict) -> str:
+    """A kernel's name, marked where it runs once per bind, not per call."""
+    return kernel["name"] + (" (once per bind)" if kernel.get("once_per_bind") else "")
 
 
 def _collapse(kernels: list[dict]) -> list[tuple[dict, int]]:
@@ -133,7 +138,7 @@ def show_roofline(console: Console, rec: dict) -> None:
     for k in kernels:
         roof = k.get("roofline") or {}
         table.add_row(
-            k["name"], fmt_time(k["seconds"]), f"{k['flops'] / k['seconds'] / 1e9:.2f}",
+            _kernel_name(k), fmt_time(k["seconds"]), f"{k['flops'] / k['seconds'] / 1e9:.2f}",
             f"{k['min_bytes'] / k['seconds'] / 1e9:.2f}",
             f"{k['flops'] / k['min_bytes']:.2f}" if k["min_bytes"] else "",
             f"{roof['percent_of_roof']:.1f}%" if roof else "", roof.get("bound", ""),

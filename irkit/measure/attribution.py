@@ -257,12 +257,15 @@ class KernelTime:
     flops: int
     min_bytes: int
     roof: dict | None
+    once: bool = False
+    """A once-per-bind kernel (weight layout or packing): not in the time per call."""
 
     def to_json(self) -> dict:
         low, high = self.ci if self.ci is not None else (None, None)
         return {"name": self.name, "hash": self.hash, "seconds": self.seconds,
                 "ci_low": low, "ci_high": high, "flops": self.flops,
-                "min_bytes": self.min_bytes, "roofline": self.roof}  # fmt: skip
+                "min_bytes": self.min_bytes, "roofline": self.roof,
+                "once_per_bind": self.once}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -281,11 +284,13 @@ class PassResult:
 
     @property
     def kernel_delta(self) -> float | None:
-        """Seconds saved summed over the kernels this pass changed, each timed alone (None
-        when kernels were not timed)."""
-        if any(k.seconds is None for k in [*self.removed, *self.added]):
+        """Seconds saved per call summed over the kernels this pass changed, each timed
+        alone (None when kernels were not timed); once-per-bind kernels are not per call."""
+        removed = [k for k in self.removed if not k.once]
+        added = [k for k in self.added if not k.once]
+        if any(k.seconds is None for k in [*removed, *added]):
             return None
-        return sum(k.seconds for k in self.removed) - sum(k.seconds for k in self.added)  # type: ignore[misc]
+        return sum(k.seconds for k in removed) - sum(k.seconds for k in added)  # type: ignore[misc]
 
     def to_json(self) -> dict:
         return {
@@ -425,6 +430,9 @@ def attribute(
         """A distinct pipeline result: lowered for the backend and compiled, unless an
         equal lowered module was already."""
         lowered = chosen.lower(module)
+        if lowered is module:  # a final state, which apply_pipelines finishes once each
+            exe = chosen.compile(lowered)
+            return exe, program_key(exe)
         ir_key = structure_key(lowered)
         if ir_key not in compiled:
             exe = chosen.compile(lowered)
@@ -493,7 +501,7 @@ def attribute(
     # the kernels are known by their code; those the result shows are timed alone: the
     # baseline's, the full pipeline's, and what each pass removed or added
     kernel_times_by_hash = {
-        r.hash: KernelTime(r.name, r.hash, None, None, r.flops, r.min_bytes, None)
+        r.hash: KernelTime(r.name, r.hash, None, None, r.flops, r.min_bytes, None, r.once)
         for p in programs.values() for r in p.exe.kernels  # type: ignore[attr-defined]
     }  # fmt: skip
     shown = _shown_kernels(programs, [key_of[m] for i in range(plan.k) for m in plan.pair(i)],
@@ -656,7 +664,8 @@ def _time_kernels(
     for h, t in timings.items():
         r, e = records[h], t.estimate
         roof = roof_point(r.flops, r.min_bytes, e.median, ceilings).to_json() if ceilings else None
-        out[h] = KernelTime(r.name, h, e.median, (e.low, e.high), r.flops, r.min_bytes, roof)
+        out[h] = KernelTime(r.name, h, e.median, (e.low, e.high), r.flops, r.min_bytes, roof,
+                            r.once)  # fmt: skip
     return out
 
 
