@@ -451,6 +451,28 @@ def test_cpu_k_blocking_gives_the_same_bits(m: int, n: int, k: int, kc: int) -> 
     np.testing.assert_array_equal(want, got)
 
 
+@pytest.mark.parametrize("k,blocked", [(2000, False), (2100, True)])
+def test_cpu_k_blocking_by_default_where_a_panel_outgrows_its_share_of_l2(
+    k: int, blocked: bool
+) -> None:
+    """kc=-1 (the default) blocks K by 512 once a packed panel (K x 64 f32) passes 512 KiB
+    (K > 2048), with the bits of the unblocked form."""
+    from irkit.passes.cpu_tile_matmul import AUTO_KC_PANEL_BYTES
+    from irkit.runtime.reference import random_inputs
+
+    assert (k * 64 * 4 > AUTO_KC_PANEL_BYTES) == blocked
+    module = matmul_model(3, 64, k, "plain")
+    spec = "fuse-kernels,lower-graph-to-loops,cpu-tile-matmul"
+    tiled = apply_passes(module.clone(), parse_passes(spec))
+    loads_of_c = [
+        op for op in tiled.walk() if isinstance(op, vector.LoadOp) and op.base.name_hint == "y"
+    ]
+    assert bool(loads_of_c) == blocked
+    inputs = random_inputs(module, seed=1)
+    want = irkit.compile(module, spec + "{kc=0}", backend="cpu")(*inputs)[0]
+    np.testing.assert_array_equal(want, irkit.compile(module, spec, backend="cpu")(*inputs)[0])
+
+
 @pytest.mark.parametrize("m,n,k", [(37, 64, 9), (40, 150, 5), (7, 200, 12), (5, 16, 3)])
 def test_row_parallel_matmuls_give_the_same_bits_on_threads(m: int, n: int, k: int) -> None:
     """Fewer panels than min-panels: the row tiles are the parallel loop. On 3 forced

@@ -48,11 +48,15 @@ Options:
     vector-bits=512   vector register width (512 for AVX-512; 256 for AVX2)
     pack=true         pack B into contiguous panels before the microkernels run
     min-panels=4      with fewer panels, the row tiles are the parallel loop (0: never)
-    kc=0              the k steps per block of a panel; 0, or K <= kc: K in one block.
-                      Off by default: on znver4, kc = 128, 256 and 512 measured the same as
-                      unblocked, within noise (gemm 1024^3, 384x512x8192, 96x2048x4096, mlp;
-                      one thread): the microkernel needs ~10 B/cycle of B, which L2 and
-                      the prefetched L3 supply
+    kc=-1             the k steps per block of a panel; 0, or K <= kc: K in one block;
+                      -1 (auto): 512 where a whole panel (K x nr) would take more than
+                      AUTO_KC_PANEL_BYTES (512 KiB, a quarter of a 2 MiB L2), else 0.
+                      Measured on a 2-core Sapphire Rapids VM (2 MiB L2), interleaved against
+                      onnxruntime: mlp (64 x 4096 x 1024, a 1 MiB panel) 0.89x -> 0.95x
+                      onnxruntime with kc=512; gemm 1024^3 (256 KiB panels) 1.28x -> 1.16x,
+                      so it stays unblocked; on znver4 (1 MiB L2), kc = 128, 256 and 512
+                      measured the same as unblocked on gemm 1024^3, 384x512x8192,
+                      96x2048x4096 and mlp, within noise
 
 With 32 vector registers (AVX-512), mr * nr / lanes accumulators plus nr / lanes B vectors
 plus one broadcast must stay at most 32: the defaults use 24 + 4 + 1.
@@ -76,6 +80,9 @@ from irkit.passes.contraction import MatmulNest, match_matmul
 from irkit.passes.loop_builder import LoopBuilder, add_kernel_buffer
 
 ALIGNMENT = 64
+AUTO_KC = 512
+AUTO_KC_PANEL_BYTES = 512 * 1024
+"""kc=-1 (auto) blocks K by AUTO_KC where a whole packed panel would be larger than this."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +97,7 @@ class CpuTileMatmulPass(ModulePass):
     nr: int = 64
     vector_bits: int = 512
     pack: bool = True
-    kc: int = 0
+    kc: int = -1
     min_panels: int = 4
 
     def check_options(self) -> None:
@@ -101,7 +108,8 @@ class CpuTileMatmulPass(ModulePass):
         require(0 < self.nr <= 1024 and self.nr % lanes == 0, "nr", self.nr,
                 f"must be a positive multiple of the {lanes} f32 lanes of a "
                 f"{self.vector_bits}-bit vector, at most 1024")  # fmt: skip
-        require(self.kc >= 0, "kc", self.kc, "must be 0 (no K blocking) or positive")
+        require(self.kc >= -1, "kc", self.kc,
+                "must be -1 (auto), 0 (no K blocking) or positive")  # fmt: skip
         require(self.min_panels >= 0, "min-panels", self.min_panels, "must be non-negative")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
@@ -193,7 +201,11 @@ class _Tiler:
             )
         self.mr, self.nr, self.pack = options.mr, options.nr, options.pack
         self.min_panels = options.min_panels
-        self.kc = options.kc if 0 < options.kc < nest.k else nest.k
+        kc = options.kc
+        if kc < 0:
+            panel = nest.k * self.nr * width // 8
+            kc = AUTO_KC if panel > AUTO_KC_PANEL_BYTES else 0
+        self.kc = kc if 0 < kc < nest.k else nest.k
         self.vtype = VectorType(nest.element_type, [self.lanes])
         self.b = LoopBuilder(fn.body.block)
         self.batch: dict[SSAValue, SSAValue] = {}
