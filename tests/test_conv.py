@@ -105,6 +105,35 @@ def test_the_conv_block_becomes_one_matmul_with_its_epilogue() -> None:
     assert _count(fused, g.Conv2dOp) == 0 and _count(fused, g.BatchNormOp) == 0
 
 
+@pytest.mark.parametrize(
+    "pool",
+    [
+        "max_pool2d(r, kernel=[2, 2], strides=[2, 2])",
+        "avg_pool2d(r, kernel=[3, 3], strides=[2, 1], padding=[1, 1, 1, 0])",
+    ],
+)
+@pytest.mark.parametrize("backend", ["cpu", "cuda-sim"])
+def test_a_conv_block_pools_channels_last_bit_for_bit(
+    tmp_path: Path, pool: str, backend: str
+) -> None:
+    """After conv-layout, the transpose back to NCHW sinks below the pool (an NHWC pool,
+    fold-transposes); the pool, fused with the view that feeds it, gives the bits of the
+    NCHW pool, and both match the reference."""
+    path = tmp_path / "cb.graph"
+    path.write_text("model cb\ninput x : f32[2, 5, 9, 11]\nparam w : f32[6, 5, 3, 3]\n"
+                    "r = relu(conv2d(x, w, padding=[1, 1, 1, 1]))\n"
+                    f"output y = {pool}\n")  # fmt: skip
+    module = irkit.load(path)
+    graph = "canonicalize,cse,conv-layout,fold-transposes,conv-to-matmul,fuse-kernels"
+    nhwc = apply_passes(module.clone(), parse_passes(graph))
+    pools = [op for op in nhwc.walk() if isinstance(op, g.Pool2dOp)]
+    assert [g.pool_layout(p.properties) for p in pools] == ["nhwc"]
+    lowered = "lower-graph-to-loops" if backend == "cpu" else "lower-graph-to-loops,map-to-gpu"
+    a = _outputs(module, f"conv-layout,conv-to-matmul,{lowered}", backend)
+    b = _outputs(module, f"{graph},{lowered}", backend)
+    np.testing.assert_array_equal(a[0], b[0])
+
+
 def test_conv_layout_on_the_exported_cnn() -> None:
     """An ONNX CNN (two conv blocks, one grouped, pools, a classifier head): the default
     pipeline keeps its result."""

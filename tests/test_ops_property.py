@@ -173,8 +173,11 @@ def pool_case(draw, op: str) -> str:
     (h, kh, sh, _, t, b), (w, kw, sw, _, left, r) = draw(window()), draw(window())
     h, w = max(h, kh - t - b), max(w, kw - left - r)
     extra = f", count_include_pad={str(draw(st.booleans())).lower()}" if op == "avg_pool2d" else ""
+    nhwc = draw(st.booleans())
+    extra += ', layout="nhwc"' if nhwc else ""
     expr = f"{op}(x, kernel={fmt([kh, kw])}, strides={fmt([sh, sw])}, padding={fmt([t, left, b, r])}{extra})"
-    return model({"x": [2, draw(DIM), h, w]}, expr, draw(DTYPES))
+    c = draw(DIM)
+    return model({"x": [2, h, w, c] if nhwc else [2, c, h, w]}, expr, draw(DTYPES))
 
 
 @st.composite

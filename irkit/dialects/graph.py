@@ -351,12 +351,21 @@ def window_output(props: Props, size: Sequence[int], kernel: Sequence[int]) -> t
 
 def conv_layout(props: Props) -> str:
     """A conv2d's `layout`, checked: "nchw" or "nhwc"."""
+    return layout_of(props, "conv2d", Conv2dOp.LAYOUTS)
+
+
+def pool_layout(props: Props) -> str:
+    """A pooling op's `layout`, checked: "nchw" or "nhwc"."""
+    return layout_of(props, "pooling", Pool2dOp.LAYOUTS)
+
+
+def layout_of(props: Props, what: str, layouts: Sequence[str]) -> str:
+    """The `layout` property (default "nchw"), checked against `layouts`."""
     attr = props.get("layout")
     layout = attr.data if isinstance(attr, StringAttr) else "nchw"
-    if layout not in Conv2dOp.LAYOUTS:
-        raise ShapeError(
-            f"conv2d layout must be one of {', '.join(Conv2dOp.LAYOUTS)}, got {layout!r}"
-        )
+    if layout not in layouts:
+        what = what.removeprefix("graph.")
+        raise ShapeError(f"{what} layout must be one of {', '.join(layouts)}, got {layout!r}")
     return layout
 
 
@@ -707,20 +716,25 @@ class BatchNormOp(GraphOp):
 
 
 class Pool2dOp(GraphOp, ABC):
-    """Sliding-window pooling over the last two axes of an NCHW input (floor mode);
-    `padding` is [top, left, bottom, right]."""
+    """Sliding-window pooling over the two spatial axes (floor mode), per channel: of an
+    NCHW input with `layout = "nchw"` (the default, ONNX's), of an NHWC one with
+    `layout = "nhwc"`; `padding` is [top, left, bottom, right]."""
 
+    LAYOUTS: ClassVar[tuple[str, ...]] = ("nchw", "nhwc")
     input = operand_def(TensorType)
     kernel = prop_def(DenseArrayBase[I64])
     strides = prop_def(DenseArrayBase[I64], default_value=int_array([1, 1]))
     padding = prop_def(DenseArrayBase[I64], default_value=int_array([0, 0, 0, 0]))
+    layout = prop_def(StringAttr, default_value=StringAttr("nchw"))
     result = result_def(TensorType)
 
     @classmethod
     def infer(cls, types: Sequence[TensorType], props: Props) -> TensorType:
         x = types[0].get_shape()
+        nhwc = layout_of(props, cls.name, cls.LAYOUTS) == "nhwc"
         if len(x) != 4:
-            raise ShapeError(f"{cls.name} takes a rank-4 NCHW input, got {list(x)}")
+            form = "NHWC" if nhwc else "NCHW"
+            raise ShapeError(f"{cls.name} takes a rank-4 {form} input, got {list(x)}")
         kernel, strides, pad = ints(props, "kernel"), ints(props, "strides"), ints(props, "padding")
         shapes.check_length(kernel, 2, "kernel")
         shapes.check_length(strides, 2, "strides")
@@ -736,9 +750,11 @@ class Pool2dOp(GraphOp, ABC):
             raise ShapeError(
                 f"padding {list(pad)} must be >= 0 and smaller than the kernel {list(kernel)}"
             )
-        h = shapes.window_output_size(x[2], kernel[0], strides[0], pad[0], pad[2])
-        w = shapes.window_output_size(x[3], kernel[1], strides[1], pad[1], pad[3])
-        return tensor(types[0].element_type, (x[0], x[1], h, w))
+        hy, wx = (1, 2) if nhwc else (2, 3)
+        h = shapes.window_output_size(x[hy], kernel[0], strides[0], pad[0], pad[2])
+        w = shapes.window_output_size(x[wx], kernel[1], strides[1], pad[1], pad[3])
+        shape = (x[0], h, w, x[3]) if nhwc else (x[0], x[1], h, w)
+        return tensor(types[0].element_type, shape)
 
 
 @irdl_op_definition
@@ -747,8 +763,8 @@ class MaxPool2dOp(Pool2dOp):
 
     name = "graph.max_pool2d"
     assembly_format = (
-        "$input `kernel` `=` $kernel (`strides` `=` $strides^)? (`padding` `=` $padding^)? attr-dict "
-        "`:` type($input) `->` type($result)"
+        "$input `kernel` `=` $kernel (`strides` `=` $strides^)? (`padding` `=` $padding^)? "
+        "(`layout` `=` $layout^)? attr-dict `:` type($input) `->` type($result)"
     )
 
 
@@ -761,7 +777,8 @@ class AvgPool2dOp(Pool2dOp):
     count_include_pad = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
     assembly_format = (
         "$input `kernel` `=` $kernel (`strides` `=` $strides^)? (`padding` `=` $padding^)? "
-        "(`count_include_pad` `=` $count_include_pad^)? attr-dict `:` type($input) `->` type($result)"
+        "(`count_include_pad` `=` $count_include_pad^)? (`layout` `=` $layout^)? attr-dict "
+        "`:` type($input) `->` type($result)"
     )
 
 

@@ -184,6 +184,17 @@ def constant_value(op: g.ConstantOp) -> np.ndarray:
     return dense_array(op.value).astype(np.float64).reshape(_out_shape(op))
 
 
+def _channels_first(
+    op: Operation, x: np.ndarray, pool: Callable[[np.ndarray, tuple[int, ...]], np.ndarray]
+) -> np.ndarray:
+    """`pool(x, result shape)` on the NCHW form of a pooling op's input, its result in the
+    op's layout (an NHWC pool is an NCHW pool between two transposes)."""
+    if g.pool_layout(op.properties) == "nchw":
+        return pool(x, _out_shape(op))
+    n, h, w, c = _out_shape(op)
+    return pool(x.transpose(0, 3, 1, 2), (n, c, h, w)).transpose(0, 2, 3, 1)
+
+
 def _out_shape(op: Operation) -> tuple[int, ...]:
     t = op.results[0].type
     assert isinstance(t, TensorType)
@@ -221,8 +232,8 @@ IMPLS: dict[type[Operation], Callable[[Any, list[np.ndarray]], np.ndarray]] = {
     g.SoftmaxOp: lambda op, a: softmax(a[0], g.int_of(op.properties, "axis")),
     g.LayerNormOp: lambda op, a: layer_norm(a[0], a[1], a[2], tuple(range(a[0].ndim - a[1].ndim, a[0].ndim)), g.float_of(op.properties, "eps")),
     g.BatchNormOp: lambda op, a: batch_norm(a[0], a[1], a[2], a[3], a[4], g.float_of(op.properties, "eps")),
-    g.MaxPool2dOp: lambda op, a: max_pool2d(a[0], g.ints(op.properties, "kernel"), g.ints(op.properties, "strides"), g.ints(op.properties, "padding"), _out_shape(op)),
-    g.AvgPool2dOp: lambda op, a: avg_pool2d(a[0], g.ints(op.properties, "kernel"), g.ints(op.properties, "strides"), g.ints(op.properties, "padding"), g.bool_of(op.properties, "count_include_pad"), _out_shape(op)),
+    g.MaxPool2dOp: lambda op, a: _channels_first(op, a[0], lambda x, shape: max_pool2d(x, g.ints(op.properties, "kernel"), g.ints(op.properties, "strides"), g.ints(op.properties, "padding"), shape)),
+    g.AvgPool2dOp: lambda op, a: _channels_first(op, a[0], lambda x, shape: avg_pool2d(x, g.ints(op.properties, "kernel"), g.ints(op.properties, "strides"), g.ints(op.properties, "padding"), g.bool_of(op.properties, "count_include_pad"), shape)),
     g.GlobalAvgPoolOp: lambda op, a: np.mean(a[0], axis=tuple(range(2, a[0].ndim)), keepdims=True),
     g.TransposeOp: lambda op, a: np.transpose(a[0], g.ints(op.properties, "perm")),
     g.ReshapeOp: lambda op, a: a[0].reshape(_out_shape(op)),

@@ -11,8 +11,12 @@ weight transposed back. This pass
 - with `sink=true` (the default), moves a transpose below the elementwise op that is its
   only user: unary ops and casts, and binary ops whose operands are both transposed by the
   same permutation of the same shape, or whose other operand broadcasts (a scalar, a
-  per-channel vector: it is permuted the other way to match). Sinking changes
-  no work by itself; it brings transposes together so that they compose and cancel.
+  per-channel vector: it is permuted the other way to match), and below a pooling op whose
+  input it turns from the other layout into the pool's (an NCHW pool of an NHWC tensor
+  transposed becomes an NHWC pool, transposed after: conv_block's channels-last conv block
+  then pools in NHWC, and only the pooled result, a quarter of the data, is transposed).
+  Sinking changes no work by itself; it brings transposes together so that they compose
+  and cancel.
 
 Transposes of constants are fold-constants' work. Options: `sink` (bool). Purely a
 reordering of exact data movement: semantics-preserving bit for bit.
@@ -25,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -170,6 +174,32 @@ class SinkThroughBinary(RewritePattern):
             rewriter.erase(t)
 
 
+class SinkThroughPool(RewritePattern):
+    """pool(transpose(x, NHWC -> NCHW)) -> transpose(pool{layout=nhwc}(x), NHWC -> NCHW),
+    and the same from NCHW into an NHWC pool: the pool reads the same window of the same
+    channel, in the same order."""
+
+    TO_NCHW, TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.Pool2dOp, rewriter: PatternRewriter) -> None:
+        t = _sole_transpose(op.input)
+        if t is None:
+            return
+        layout = g.pool_layout(op.properties)
+        perm = _perm(t)
+        if perm != (self.TO_NCHW if layout == "nchw" else self.TO_NHWC):
+            return
+        props = dict(op.properties)
+        props["layout"] = StringAttr("nhwc" if layout == "nchw" else "nchw")
+        moved = type(op).create_inferred([t.input], props)
+        moved.attributes.update(op.attributes)
+        moved.location = op.location
+        rewriter.replace(op, [moved, after := _transpose(moved.results[0], perm, op)],
+                            [after.result])  # fmt: skip
+        rewriter.erase(t)
+
+
 def inverse_perm(perm: Sequence[int]) -> list[int]:
     """q with transpose(transpose(x, perm), q) == x."""
     inverse = [0] * len(perm)
@@ -217,5 +247,5 @@ class FoldTransposesPass(ModulePass):
             ComposeReshapes(),
         ]
         if self.sink:
-            patterns += [SinkThroughUnary(), SinkThroughBinary()]
+            patterns += [SinkThroughUnary(), SinkThroughBinary(), SinkThroughPool()]
         PatternRewriteWalker(GreedyRewritePatternApplier(patterns)).rewrite_module(op)

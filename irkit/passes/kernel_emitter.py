@@ -423,10 +423,12 @@ def _im2col(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
 
 def _pool(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
     x = op.operands[0]
-    n, c, oy, ox = idx
-    _, _, h, wd = shape_of(x)
+    nhwc = g.pool_layout(op.properties) == "nhwc"
+    (n, oy, ox, c), (_, h, wd, _) = (idx, shape_of(x)) if nhwc else (
+        [idx[0], idx[2], idx[3], idx[1]], [shape_of(x)[i] for i in (0, 2, 3, 1)]
+    )  # fmt: skip
     kh, kw = g.ints(op.properties, "kernel")
-    oh, ow = shape_of(op.results[0])[2:]
+    oh, ow = shape_of(op.results[0])[1:3] if nhwc else shape_of(op.results[0])[2:]
     strides, pad = g.ints(op.properties, "strides"), g.ints(op.properties, "padding")
     ct = compute_type(dtype_of(x))
     is_max = isinstance(op, g.MaxPool2dOp)
@@ -436,7 +438,7 @@ def _pool(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
         ky, kx = ivs
         iy, vy = _window_index(em, oy, ky, (strides[0], 1, pad[0], h, oh, kh))
         ix, vx = _window_index(em, ox, kx, (strides[1], 1, pad[1], wd, ow, kw))
-        v = em.value_at(x, [n, c, iy, ix])
+        v = em.value_at(x, [n, iy, ix, c] if nhwc else [n, c, iy, ix])
         checks = [cond for cond in (vy, vx) if cond is not None]
         if checks:
             v = em.select(em.all_of(checks), v, neutral)

@@ -104,6 +104,16 @@ func.func @pooling(%x: tensor<2x3x8x8xf32>) -> (tensor<2x3x4x4xf32>, tensor<2x3x
   func.return %0, %1, %2 : tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32>, tensor<2x3x1x1xf32>
 }
 
+// Channels last: the window runs over axes 1 and 2, the channels are the last axis.
+// CHECK-LABEL: func.func @pooling_nhwc
+func.func @pooling_nhwc(%x: tensor<2x8x8x3xf32>) -> (tensor<2x4x4x3xf32>, tensor<2x4x4x3xf32>) {
+  // CHECK: graph.max_pool2d %{{.*}} kernel = [2, 2] strides = [2, 2] layout = "nhwc" : tensor<2x8x8x3xf32> -> tensor<2x4x4x3xf32>
+  %0 = graph.max_pool2d %x kernel = [2, 2] strides = [2, 2] layout = "nhwc" : tensor<2x8x8x3xf32> -> tensor<2x4x4x3xf32>
+  // CHECK: graph.avg_pool2d %{{.*}} kernel = [3, 3] strides = [2, 2] padding = [1, 1, 0, 0] count_include_pad = true layout = "nhwc" : tensor<2x8x8x3xf32> -> tensor<2x4x4x3xf32>
+  %1 = graph.avg_pool2d %x kernel = [3, 3] strides = [2, 2] padding = [1, 1, 0, 0] count_include_pad = true layout = "nhwc" : tensor<2x8x8x3xf32> -> tensor<2x4x4x3xf32>
+  func.return %0, %1 : tensor<2x4x4x3xf32>, tensor<2x4x4x3xf32>
+}
+
 // CHECK-LABEL: func.func @layout
 func.func @layout(%a: tensor<4x8xbf16>) -> (tensor<8x4xbf16>, tensor<2x16xbf16>, tensor<4x24xbf16>, tensor<2x3xbf16>, tensor<2xbf16>) {
   // CHECK: graph.transpose %{{.*}} perm = [1, 0] : tensor<4x8xbf16> -> tensor<8x4xbf16>

@@ -58,6 +58,13 @@ func.func @f(%x: tensor<1x3x8x8xf32>) -> tensor<1x3x4x4xf32> {
 }
 
 // -----
+func.func @f(%x: tensor<1x8x8x3xf32>) -> tensor<1x4x4x3xf32> {
+  %0 = graph.avg_pool2d %x kernel = [2, 2] strides = [2, 2] layout = "hwcn" : tensor<1x8x8x3xf32> -> tensor<1x4x4x3xf32>
+// CHECK: graph_verify.mlir:[[# @LINE - 1]]:3: error: graph.avg_pool2d: avg_pool2d layout must be one of nchw, nhwc, got 'hwcn'
+  func.return %0 : tensor<1x4x4x3xf32>
+}
+
+// -----
 func.func @f(%x: tensor<4x8xf32>, %g: tensor<4xf32>) -> tensor<4x8xf32> {
   %0 = graph.layer_norm %x, %g, %g : (tensor<4x8xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4x8xf32>
 // CHECK: graph_verify.mlir:[[# @LINE - 1]]:3: error: graph.layer_norm: layer_norm gamma [4] must have shape [8]

@@ -82,3 +82,24 @@ func.func @no_cycle(%x: tensor<4x4xf32>, %w: tensor<4x4xf32>) -> (tensor<4x4xf32
   %c = graph.add %m, %a : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
   func.return %c, %a : tensor<4x4xf32>, tensor<4x4xf32>
 }
+
+// -----
+
+// A view feeding a pool joins the pool's kernel (the pool reads the matmul's [pixels,
+// channels] result as NHWC, with no reshaped copy); the matmul does not take the reshape
+// as an epilogue, and the transpose after the pool stays out of its kernel.
+// CHECK-LABEL: func.func @pool_view
+// CHECK:         graph.matmul
+// CHECK:         %[[K:.*]] = graph.kernel : tensor<2x2x2x4xf32> {
+// CHECK-NEXT:      %[[V:.*]] = graph.reshape
+// CHECK-NEXT:      %[[P:.*]] = graph.max_pool2d %[[V]]
+// CHECK-NEXT:      graph.yield %[[P]]
+// CHECK-NEXT:    }
+// CHECK-NEXT:    graph.transpose %[[K]]
+func.func @pool_view(%x: tensor<32x8xf32>, %w: tensor<8x4xf32>) -> tensor<2x4x2x2xf32> {
+  %m = graph.matmul %x, %w : (tensor<32x8xf32>, tensor<8x4xf32>) -> tensor<32x4xf32>
+  %v = graph.reshape %m : tensor<32x4xf32> -> tensor<2x4x4x4xf32>
+  %p = graph.max_pool2d %v kernel = [2, 2] strides = [2, 2] layout = "nhwc" : tensor<2x4x4x4xf32> -> tensor<2x2x2x4xf32>
+  %t = graph.transpose %p perm = [0, 3, 1, 2] : tensor<2x2x2x4xf32> -> tensor<2x4x2x2xf32>
+  func.return %t : tensor<2x4x2x2xf32>
+}
