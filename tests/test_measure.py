@@ -71,3 +71,39 @@ def test_interleaved_timing_samples_every_variant_in_every_round() -> None:
     t = time_interleaved({"small": lambda: small.sum(), "big": lambda: big.sum()}, budget_s=0.2)
     assert t["small"].stop_reason == t["big"].stop_reason
     assert t["small"].estimate.n == t["big"].estimate.n
+
+
+def test_a_kernel_is_placed_under_the_roof_of_the_level_its_working_set_fits() -> None:
+    """A working set that fits L2 is held to L2's bandwidth, one past every cache to
+    memory's; a kernel on two threads gets twice the FMA rate and private-cache bandwidth,
+    not twice the shared L3's."""
+    from irkit.measure.roofline import roof_point
+    from irkit.runtime.ceilings import Ceilings
+
+    ceilings = Ceilings("cpu", bandwidth=20e9, flops=100e9, method="test", measured_at="now",
+                        levels=({"name": "L1d", "bytes": 48 << 10, "bandwidth": 200e9, "private": True},
+                                {"name": "L2", "bytes": 2 << 20, "bandwidth": 80e9, "private": True},
+                                {"name": "L3", "bytes": 32 << 20, "bandwidth": 30e9, "private": False}))  # fmt: skip
+    copy_l2 = roof_point(0, 1 << 20, (1 << 20) / 40e9, ceilings)
+    assert (copy_l2.level, copy_l2.bound) == ("L2", "memory")
+    assert copy_l2.percent_of_roof == pytest.approx(50.0)
+    big = roof_point(0, 1 << 30, (1 << 30) / 10e9, ceilings)
+    assert big.level == "memory" and big.percent_of_roof == pytest.approx(50.0)
+    two = roof_point(0, 1 << 20, (1 << 20) / 80e9, ceilings, threads=2)
+    assert two.percent_of_roof == pytest.approx(50.0)  # 2 x 80 GB/s
+    shared = roof_point(0, 8 << 20, (8 << 20) / 15e9, ceilings, threads=2)
+    assert (shared.level, shared.percent_of_roof) == ("L3", pytest.approx(50.0))
+    gemm = roof_point(2 * 64**3, 3 * 4 * 64**2, 2 * 64**3 / 100e9, ceilings, threads=2)
+    assert (gemm.bound, gemm.percent_of_roof) == ("compute", pytest.approx(50.0))
+
+
+def test_the_cpu_ceilings_measure_each_cache_level() -> None:
+    """Levels from sysfs, smallest first, each with a positive copy bandwidth."""
+    from irkit.runtime.ceilings import _cache_sizes, cpu_ceilings
+
+    ceilings = cpu_ceilings()
+    names = [level["name"] for level in ceilings.levels]
+    assert names == [n for n in ("L1d", "L2", "L3") if n in _cache_sizes()][: len(names)]
+    sizes = [level["bytes"] for level in ceilings.levels]
+    assert sizes == sorted(sizes)
+    assert all(level["bandwidth"] > 0 for level in ceilings.levels)

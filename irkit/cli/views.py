@@ -104,9 +104,16 @@ def show_attribution(console: Console, rec: dict) -> None:
                 roof = kk.get("roofline") or {}
                 kt.add_row(sign, _kernel_name(kk), str(count), fmt_time(kk["seconds"]) if timed else "",
                            f"{roof['percent_of_roof']:.1f}%" if roof else "",
-                           roof.get("bound", ""))  # fmt: skip
+                           _bound(roof))  # fmt: skip
         console.print(kt)
     show_roofline(console, rec)
+
+
+def _bound(roof: dict) -> str:
+    """ "compute", or "memory" with the level the working set came from ("memory (L2)")."""
+    bound = roof.get("bound", "")
+    level = roof.get("level")
+    return f"{bound} ({level})" if bound == "memory" and level and level != "memory" else bound
 
 
 def _kernel_name(kernel: dict) -> str:
@@ -141,12 +148,21 @@ def show_roofline(console: Console, rec: dict) -> None:
             _kernel_name(k), fmt_time(k["seconds"]), f"{k['flops'] / k['seconds'] / 1e9:.2f}",
             f"{k['min_bytes'] / k['seconds'] / 1e9:.2f}",
             f"{k['flops'] / k['min_bytes']:.2f}" if k["min_bytes"] else "",
-            f"{roof['percent_of_roof']:.1f}%" if roof else "", roof.get("bound", ""),
+            f"{roof['percent_of_roof']:.1f}%" if roof else "", _bound(roof),
         )  # fmt: skip
     console.print(table)
+    levels = ", ".join(f"{lv['name']} {lv['bandwidth'] / 1e9:.0f} GB/s"
+                       for lv in (ceilings or {}).get("levels", ()))  # fmt: skip
+    if levels and ceilings:
+        console.print(
+            f"memory roofs by where a kernel's working set fits (timed warm, back to back): "
+            f"{levels}, memory {ceilings['bandwidth'] / 1e9:.1f} GB/s; one core's, times the "
+            "kernel's threads for the FMA rate and the private caches",
+            style="dim",
+        )
     if any((k.get("roofline") or {}).get("percent_of_roof", 0) > 100 for k in kernels):
         console.print(
-            "above 100%: the kernel's data was served from cache (kernels are timed warm, "
-            "back to back); the roof is the measured DRAM copy bandwidth",
+            "above 100%: faster than the roof measured for its level (a working set split "
+            "between levels, or a roof measured on a busier machine)",
             style="dim",
         )

@@ -663,7 +663,9 @@ def _time_kernels(
     out = {}
     for h, t in timings.items():
         r, e = records[h], t.estimate
-        roof = roof_point(r.flops, r.min_bytes, e.median, ceilings).to_json() if ceilings else None
+        threads = int((r.launch or {}).get("threads", 1))  # CPU kernels; a GPU launch has none
+        roof = (roof_point(r.flops, r.min_bytes, e.median, ceilings, threads).to_json()
+                if ceilings else None)  # fmt: skip
         out[h] = KernelTime(r.name, h, e.median, (e.low, e.high), r.flops, r.min_bytes, roof,
                             r.once)  # fmt: skip
     return out
