@@ -310,7 +310,11 @@ class LLVMEmitter:
             if arg.type == PTR:
                 arg.add_attribute("noalias")
         self.b = ll.IRBuilder(self.fn.append_basic_block("entry"))
-        self.values.update(zip([*op.body.block.args, *prepared], self.fn.args, strict=True))
+        values = [*op.body.block.args, *prepared]
+        for i, (value, arg) in enumerate(zip(values, self.fn.args, strict=True)):
+            if self.names:
+                arg.name = value.name_hint or f"prepared{i - len(op.body.block.args)}"
+            self.values[value] = arg
         for o in op.body.block.ops:
             if o not in skip:
                 self._op(o)
