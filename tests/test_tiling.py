@@ -194,6 +194,15 @@ def test_expanded_exp_is_within_two_ulp_over_the_f32_range() -> None:
     overflow = np.isfinite(x) & np.isinf(rounded)
     assert overflow.any() and np.all(y[overflow] == np.inf)
     assert np.isnan(y[0]) and y[1] == np.inf and y[2] == 0.0 and y[3] == 1.0 and y[4] == 1.0
+    # every exponent: the overflow to +inf, the underflow to 0 and NaN come out right
+    samples = f32_samples()
+    z = exe(np.resize(samples, 1 << 20).astype(np.float32))[0]
+    xs = np.resize(samples, 1 << 20)
+    with np.errstate(all="ignore"):
+        want = np.exp(xs.astype(np.float64)).astype(np.float32)
+    assert np.array_equal(np.isnan(z), np.isnan(want))
+    assert np.all(z[np.isinf(want)] == np.inf)
+    assert np.all(z[want == 0] == 0)
 
 
 def f32_samples() -> np.ndarray:
