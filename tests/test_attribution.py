@@ -187,3 +187,18 @@ def test_once_per_bind_kernels_are_not_counted_per_call() -> None:
     assert result.kernel_delta == pytest.approx(4e-3)
     added = result.to_json()["kernels"]["added"]
     assert [k["once_per_bind"] for k in added] == [False, True]
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda-sim"])
+def test_a_variant_that_computes_a_wrong_result_is_refused_before_timing(backend: str) -> None:
+    """Each distinct program is checked on the call that binds it (its outputs start as
+    NaN): the variant with the planted miscompile is named, and nothing is timed."""
+    import tests.broken  # noqa: F401  (registers break-add)
+    from irkit.errors import IrkitError
+
+    pipeline = "fuse-kernels,lower-graph-to-loops,break-add"
+    if backend == "cuda-sim":
+        pipeline += ",map-to-gpu"
+    with pytest.raises(IrkitError, match=r"break-add.*computes a wrong result"):
+        attribute("examples/elementwise_chain.graph", pipeline, backend=backend,
+                  strategy="prefix", dims={"N": 64, "D": 64}, budget_s=0.5)  # fmt: skip

@@ -451,8 +451,7 @@ def attribute(
         key_of[mask] = key
         if key not in programs:
             what = f"the variant with {_describe(steps, optional, mask)} ({vspec})"
-            inputs = _checked(exe, graph, seed, case, what)
-            programs[key] = Program(key, exe, exe.bind(*inputs))
+            programs[key] = Program(key, exe, _checked_bound(exe, graph, case, what))
         programs[key].masks.append(mask)
         variants.append({"passes": [steps[optional[j]].label for j, m in enumerate(mask) if m],
                          "spec": vspec, "program": key,
@@ -609,16 +608,17 @@ def _round_bootstrap(
     return np.median(samples, axis=1), np.median(samples[:, idx], axis=2)
 
 
-def _checked(exe, graph: ModuleOp, seed: int, case, what: str) -> list:
-    """Check `exe` against the reference case; the inputs it ran on, or an error naming
-    `what` (a variant or a pipeline). Nothing wrong is ever timed."""
-    from irkit.runtime.check import check
+def _checked_bound(exe, graph: ModuleOp, case, what: str):
+    """`exe` bound to the reference case's inputs, its outputs from binding checked against
+    the reference (one call, not a check and a bind: a slow variant's call takes seconds);
+    an error naming `what` (a variant or a pipeline) if wrong. Nothing wrong is ever timed."""
+    from irkit.runtime.check import check_bound
 
-    checks, inputs = check(exe, graph, seed, case)
+    checks, bound = check_bound(exe, graph, case)
     bad = [c for c in checks if not c.passed]
     if bad:
         raise IrkitError(f"{what} computes a wrong result: {bad[0].describe()}; not timed")
-    return inputs
+    return bound
 
 
 def _shown_kernels(
@@ -731,8 +731,7 @@ def compare_pipelines(
     fns = {}
     for name, spec in (("a", a), ("b", b), ("twin", a)):
         exe = compile(graph, spec, backend)
-        inputs = _checked(exe, graph, seed, case, f"pipeline '{spec}'")
-        fns[name] = exe.bind(*inputs).timed_graph()
+        fns[name] = _checked_bound(exe, graph, case, f"pipeline '{spec}'").timed_graph()
     timings = time_interleaved(fns, precision, budget_s, min_rounds, seed=seed)
     samples = np.stack([timings[k].samples for k in ("a", "b", "twin")])
     point, boot = _round_bootstrap(samples, resamples, seed)

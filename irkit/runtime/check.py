@@ -9,13 +9,14 @@ non-finite reference values must be matched exactly.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp, TensorType
 
 from irkit.dtypes import numpy_dtype
-from irkit.runtime.backend import Executable
+from irkit.runtime.backend import Bound, Executable
 from irkit.runtime.reference import random_inputs, reference
 
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "float16": 5e-3, "bfloat16": 3e-2}
@@ -106,6 +107,31 @@ def check(
     inputs, expected_outputs = expected or reference_case(graph, seed)
     poisoned = [np.full(s.shape, np.nan, dtype=s.dtype) for s in exe.outputs]
     got = exe(*inputs, out=poisoned)
+    return compare_outputs(exe, graph, inputs, got, expected_outputs), inputs
+
+
+def check_bound(
+    exe: Executable,
+    graph: ModuleOp,
+    expected: tuple[list[np.ndarray], list[np.ndarray]],
+) -> tuple[list[OutputCheck], Bound]:
+    """`check` on the call that binding makes: bind `exe` to the reference case's inputs
+    (a bound executable's outputs start poisoned, and binding runs the graph once) and
+    check what it wrote. One call of the program instead of two, where a program that
+    takes seconds is then timed on those buffers (attribution's slow variants)."""
+    inputs, expected_outputs = expected
+    bound = exe.bind(*inputs)
+    return compare_outputs(exe, graph, inputs, bound.outputs, expected_outputs), bound
+
+
+def compare_outputs(
+    exe: Executable,
+    graph: ModuleOp,
+    inputs: list[np.ndarray],
+    got: Sequence[np.ndarray],
+    expected_outputs: list[np.ndarray],
+) -> list[OutputCheck]:
+    """One check per output of `exe`: what it computed from `inputs` against the reference."""
     tol = model_tolerance(graph)
     checks = [
         compare(spec.name, o, r, spec.dtype, tol)
@@ -120,7 +146,7 @@ def check(
             c if c.passed else _better(c, compare(spec.name, o, r, spec.dtype, tol, "stored"))
             for c, spec, o, r in zip(checks, exe.outputs, got, stored, strict=True)
         ]
-    return checks, inputs
+    return checks
 
 
 def _better(a: OutputCheck, b: OutputCheck) -> OutputCheck:

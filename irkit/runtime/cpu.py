@@ -137,6 +137,8 @@ class CpuExecutable:
         checked = check_arrays(f"@{self.entry.sym_name.data}", self.inputs, arrays)
         inputs = [page_aligned(a) for a in checked]
         outputs = [page_aligned(s) for s in self.outputs]
+        for o in outputs:  # an output the graph does not write reads as NaN, not as garbage
+            o[...] = np.nan
         bound = CpuBound(self, [a.ctypes.data for a in [*inputs, *outputs]], outputs, [])
         env: dict[SSAValue, np.ndarray] = dict(
             zip(self.entry.body.block.args, [*inputs, *outputs], strict=True)
