@@ -308,11 +308,8 @@ class _Tiler:
         b_arg = nest.b if isinstance(nest.b, BlockArgument) else None
         weight = None
         if not nest.batch and b_arg is not None and b_arg.block is self.fn.body.block:
-            weight = (
-                call.arguments[b_arg.index]
-                if _is_weight(call.arguments[b_arg.index], self.callers.module)
-                else None
-            )
+            operand = call.arguments[b_arg.index]
+            weight = operand if _is_weight(operand, self.callers.module) else None
         # packed weights are what the kernel reads in place of B (minimum traffic, like
         # B), packed activations a copy of B it reads too (scratch)
         attrs = {} if weight is not None else {SCRATCH_ATTR: UnitAttr()}
