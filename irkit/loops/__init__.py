@@ -89,9 +89,14 @@ def is_once(fn: Operation) -> bool:
     return KERNEL_ATTR in fn.attributes and ONCE_ATTR in fn.attributes
 
 
+def once_kernels(module: ModuleOp) -> set[str]:
+    """The names of the module's once-per-bind kernels."""
+    return {op.sym_name.data for op in module.ops if isinstance(op, func.FuncOp) and is_once(op)}
+
+
 def once_calls(module: ModuleOp, driver: func.FuncOp) -> list[func.CallOp]:
     """The driver's calls of once-per-bind kernels, in order."""
-    once = {op.sym_name.data for op in module.ops if isinstance(op, func.FuncOp) and is_once(op)}
+    once = once_kernels(module)
     return [
         op
         for op in driver.body.block.ops

@@ -151,10 +151,10 @@ def privatize_rows(module: ModuleOp, fn: func.FuncOp, loop: scf.ParallelOp) -> N
         if not attrs or SCRATCH_ATTR not in attrs[arg.index].data or not arg.uses:
             continue
         lead = _row_slab(arg, loop)
-        t = arg.type
-        assert isinstance(t, MemRefType)
         if lead is None:
             continue
+        t = arg.type
+        assert isinstance(t, MemRefType)
         row = MemRefType(t.element_type, [1] * lead + list(t.get_shape()[lead:]))
         if buffer_bytes(row) > ROW_BUFFER_BYTES:
             continue
@@ -168,8 +168,7 @@ def privatize_rows(module: ModuleOp, fn: func.FuncOp, loop: scf.ParallelOp) -> N
             indices = [zero] * lead + list(op.indices[lead:])
             op.operands = [*head, local.memref, *indices]
         assert isinstance(arg, BlockArgument)
-        drop_kernel_arg(module, fn, arg.index)
-        attrs = fn.arg_attrs.data if fn.arg_attrs else []
+        drop_kernel_arg(module, fn, arg.index)  # later (lower) indices keep their attributes
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ from xdsl.ir import Block, BlockArgument, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irkit.errors import IrkitError, require
-from irkit.loops import KERNEL_ATTR, ONCE_ATTR, PARAM_ATTR, SCRATCH_ATTR, is_once
+from irkit.loops import KERNEL_ATTR, ONCE_ATTR, PARAM_ATTR, SCRATCH_ATTR, once_kernels
 from irkit.passes.contraction import MatmulNest, match_matmul
 from irkit.passes.loop_builder import LoopBuilder, add_kernel_buffer
 
@@ -161,7 +161,7 @@ def _is_weight(value: SSAValue, module: ModuleOp) -> bool:
     if isinstance(value.owner, memref.GetGlobalOp):
         return True
     if isinstance(value.owner, memref.AllocOp):
-        once = {o.sym_name.data for o in module.ops if isinstance(o, func.FuncOp) and is_once(o)}
+        once = once_kernels(module)
         return any(
             isinstance(u.operation, func.CallOp) and u.operation.callee.root_reference.data in once
             for u in value.uses
@@ -352,7 +352,6 @@ class _Tiler:
     ) -> None:
         """A once-per-bind kernel packing the weight `weight` into `buffer`, called just
         before `call`."""
-        nest = self.nest
         name = self.callers.fresh_name(f"{self.fn.sym_name.data}_pack")
         block = Block(arg_types=[weight.type, buffer.type])
         source, target = block.args
@@ -372,7 +371,7 @@ class _Tiler:
         kernel.attributes[ONCE_ATTR] = UnitAttr()
         self.fn.parent_block().insert_op_before(kernel, self.fn)  # type: ignore[union-attr]
         driver = call.parent_block()
-        assert driver is not None and nest.k > 0
+        assert driver is not None
         driver.insert_op_before(func.CallOp(name, [weight, buffer], []), call)
 
     def _from_b(self, k: SSAValue, v: int, j0: SSAValue) -> SSAValue:
