@@ -40,6 +40,44 @@ from irkit.errors import IrkitError
 from irkit.loops import SHARED_SPACE, kernels, launch_of
 from irkit.loops.scalar_ops import c_calls, c_infix
 
+C_RESERVED = frozenset(
+    """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
+    char32_t class compl concept const consteval constexpr constinit const_cast continue
+    co_await co_return co_yield decltype default delete do double dynamic_cast else enum
+    explicit export extern false float for friend goto if inline int long mutable namespace new
+    noexcept not not_eq nullptr operator or or_eq private protected public register
+    reinterpret_cast requires restrict return short signed sizeof static static_assert
+    static_cast struct switch template this thread_local throw true try typedef typeid typename
+    union unsigned using virtual void volatile wchar_t while xor xor_eq main std
+    NULL NAN INFINITY HUGE_VAL HUGE_VALF HUGE_VALL FP_NAN FP_INFINITE FP_ZERO FP_SUBNORMAL
+    FP_NORMAL FP_ILOGB0 FP_ILOGBNAN MATH_ERRNO MATH_ERREXCEPT math_errhandling errno assert
+    EOF EXIT_SUCCESS EXIT_FAILURE RAND_MAX MB_CUR_MAX""".split()
+)
+"""C and C++ keywords, and the macros and names the C and math headers define (a host
+build of the CUDA C includes them): never a local's name."""
+
+CUDA_RESERVED = frozenset(
+    """threadIdx blockIdx blockDim gridDim warpSize dim3 float2 float4 double2 half
+    half2 nv_bfloat16 nv_bfloat162""".split()
+)
+"""CUDA's built-in variables and types."""
+
+_CALLED = frozenset(fn for pair in c_calls().values() for fn in pair)
+"""Functions a kernel may call: the math table's (irkit's helpers are `irkit_` names)."""
+
+
+def reserved(name: str) -> bool:
+    """Whether a C name could mean something else in a kernel: a keyword, a built-in, a
+    function the printer calls (its math table, irkit's helpers), or a name C++ keeps for
+    the implementation (`__x`, `_X`)."""
+    return (
+        name in C_RESERVED
+        or name in CUDA_RESERVED
+        or name in _CALLED
+        or name.startswith(("__", "irkit_"))
+        or (name.startswith("_") and name[1:2].isupper())
+    )
+
 
 class CPrinter:
     """C99 from loop-level ops: the base the CUDA printer specializes."""
@@ -63,6 +101,8 @@ class CPrinter:
         self.lines: list[str] = []
         self.indent = 1
         self.names: dict[SSAValue, str] = {}
+        self.taken: set[str] = set()
+        """Every name in the function: locals, parameters, shared arrays."""
         self.counter = 0
 
     # --- names and types --------------------------------------------------------------------
@@ -86,8 +126,8 @@ class CPrinter:
         """A C name for `value`: its IR name hint, else `prefix` alone where `alone` and it
         is free (thread geometry, kernel parameters), else `prefix` with a number."""
         hint = re.sub(r"\W", "_", value.name_hint or "")
-        taken = set(self.names.values())
-        if hint and not hint[0].isdigit() and hint not in taken:
+        taken = self.taken
+        if hint and not hint[0].isdigit() and hint not in taken and not reserved(hint):
             name = hint
         elif alone and prefix not in taken:
             name = prefix
@@ -98,6 +138,7 @@ class CPrinter:
                 name = f"{prefix}{self.counter}"
         self.counter += 1
         self.names[value] = name
+        taken.add(name)
         return name
 
     def name(self, value: SSAValue) -> str:
@@ -261,9 +302,14 @@ class CPrinter:
         if len(targets) > 1:  # through temporaries: a yield may swap accumulators
             temps = []
             for v, n in zip(values, names, strict=True):
-                temps.append(f"next{self.counter}")
+                temp = f"next{self.counter}"
+                while temp in self.taken:
+                    self.counter += 1
+                    temp = f"next{self.counter}"
                 self.counter += 1
-                self.emit(f"const {self.type_name(v.type)} {temps[-1]} = {n};")
+                self.taken.add(temp)
+                temps.append(temp)
+                self.emit(f"const {self.type_name(v.type)} {temp} = {n};")
             names = temps
         for t, n in zip(targets, names, strict=True):
             if t != n:
@@ -418,6 +464,9 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         block = launch["block"]
         threads = math.prod(block)
         self.names, self.counter = {}, 0  # names are per kernel: as NVRTC compiles each alone
+        # shared arrays keep their global's name: no parameter or local may take it
+        self.taken = {op.name_.root_reference.data for op in fn.walk()
+                      if isinstance(op, memref.GetGlobalOp)}  # fmt: skip
         stored = {o.memref for o in fn.walk() if isinstance(o, memref.StoreOp)}
         stored |= {o.base for o in fn.walk() if isinstance(o, vector.StoreOp)}
         loaded = {o.memref for o in fn.walk() if isinstance(o, memref.LoadOp)}

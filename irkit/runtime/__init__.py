@@ -43,13 +43,21 @@ def _cuda_sim() -> Backend:
     return LockstepBackend()
 
 
+def _cuda_host() -> Backend:
+    from irkit.runtime.cuda_host import CudaHostBackend
+
+    return CudaHostBackend()
+
+
 BACKENDS: dict[str, Callable[[], Backend]] = {
     "cpu": _cpu,
     "cuda": _cuda,
     "cuda-sim": _cuda_sim,
+    "cuda-host": _cuda_host,
     "reference": _reference,
 }
-"""Backend name -> factory. `auto` tries cuda, then cpu; cuda-sim is chosen only by name."""
+"""Backend name -> factory. `auto` tries cuda, then cpu; cuda-sim and cuda-host are chosen
+only by name."""
 
 
 def register_backend(name: str, factory: Callable[[], Backend]) -> None:

@@ -8,17 +8,21 @@ GPU's). Both compile every kernel with NVRTC, so resources and compile errors ar
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
 
 from irkit.codegen.cuda import gpu_kernels, kernel_source
 from irkit.codegen.nvrtc import Compiled, check_limits, compile_cuda
 from irkit.ir import to_text
 from irkit.loops import Launch, is_once, launch_of
 from irkit.loops.costs import count_flops, min_bytes
-from irkit.runtime.backend import KernelRecord
+from irkit.runtime.backend import BoundDefaults, KernelRecord, Step
 
 
 @dataclass
@@ -70,3 +74,95 @@ def build_kernels(
                          device_limits)  # fmt: skip
         kernels.append(kernel)
     return kernels
+
+
+# --- GPU kernels run on the host: the driver's plan, a launcher per backend -----------------
+
+
+class Launcher(Protocol):
+    """What runs one GPU kernel's grid on the host (the lockstep interpretation, or the
+    kernel's CUDA C compiled for the host)."""
+
+    def launch(self, name: str, buffers: Sequence[np.ndarray]) -> None: ...
+
+
+@dataclass
+class SimulatedBound(BoundDefaults):
+    exe: SimulatedExecutable
+    env: dict[SSAValue, np.ndarray]
+    outputs: list[np.ndarray]
+    calls: list[tuple[str, list[np.ndarray]]]
+
+    def run_graph(self) -> None:
+        self.exe.run_plan(self.env)
+
+    def run_kernel(self, index: int) -> None:
+        name, buffers = self.calls[index]
+        self.exe.launcher.launch(name, buffers)
+
+    def synchronize(self) -> None:
+        pass
+
+
+class SimulatedExecutable:
+    """A GPU-mapped program whose driver runs on the host and whose kernels `launcher` runs:
+    correct answers, host times (not a GPU's). Once-per-bind kernels run on every call."""
+
+    backend = "simulated"
+
+    def __init__(self, module: ModuleOp, kernels: list[GpuKernel], launcher: Launcher):
+        from irkit.ir import entry_function
+        from irkit.runtime.backend import driver_plan, driver_specs
+
+        self.module = module
+        self.entry = entry_function(module)
+        self.inputs, self.outputs = driver_specs(self.entry)
+        self.plan = driver_plan(module)
+        self.gpu_kernels = kernels
+        self.kernels = [k.record for k in kernels]
+        self.launcher = launcher
+
+    def buffer(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """A fresh buffer: NaN, as fresh device memory holds garbage and an unwritten read
+        must show."""
+        return np.full(shape, np.nan, dtype)
+
+    def constant(self, step: Step) -> np.ndarray:
+        """A "global" step's array, as kernels read it."""
+        return step.constant
+
+    def _env(self, arrays: Sequence[Any], out: Sequence[np.ndarray] | None):
+        from irkit.runtime.backend import check_arrays, check_out
+
+        name = f"@{self.entry.sym_name.data}"
+        inputs = check_arrays(name, self.inputs, arrays)
+        outputs = check_out(name, self.outputs, out) if out is not None else [
+            self.buffer(s.shape, s.dtype) for s in self.outputs
+        ]  # fmt: skip
+        env = dict(zip(self.entry.body.block.args, [*inputs, *outputs], strict=True))
+        return env, outputs
+
+    def run_plan(self, env: dict[SSAValue, np.ndarray], calls: list | None = None) -> None:
+        for step in self.plan:
+            if step.kind == "alloc":
+                env[step.result] = self.buffer(step.shape, step.buffer_dtype)
+            elif step.kind == "global":
+                env[step.result] = self.constant(step)
+            elif step.kind == "copy":
+                np.copyto(env[step.operands[1]], env[step.operands[0]])
+            elif step.kind == "call":
+                buffers = [env[v] for v in step.operands]
+                self.launcher.launch(step.callee, buffers)
+                if calls is not None:
+                    calls.append((step.callee, buffers))
+
+    def __call__(self, *arrays: Any, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        env, outputs = self._env(arrays, out)
+        self.run_plan(env)
+        return outputs
+
+    def bind(self, *arrays: Any) -> SimulatedBound:
+        env, outputs = self._env(arrays, None)
+        calls: list = []
+        self.run_plan(env, calls)
+        return SimulatedBound(self, env, outputs, calls)

@@ -40,7 +40,7 @@ from irkit.dtypes import numpy_dtype
 from irkit.errors import IrkitError
 from irkit.loops import SHARED_SPACE, launch_of
 from irkit.loops.scalar_ops import numpy_ops
-from irkit.runtime.backend import BoundDefaults
+from irkit.runtime.gpu import SimulatedExecutable
 
 
 class LockstepError(IrkitError):
@@ -420,77 +420,13 @@ class LockstepInterpreter:
 # --- the cuda-sim backend --------------------------------------------------------------------
 
 
-@dataclass
-class LockstepBound(BoundDefaults):
-    exe: LockstepExecutable
-    env: dict[SSAValue, np.ndarray]
-    outputs: list[np.ndarray]
-    calls: list[tuple[str, list[np.ndarray]]]
-
-    def run_graph(self) -> None:
-        self.exe.run_plan(self.env)
-
-    def run_kernel(self, index: int) -> None:
-        name, buffers = self.calls[index]
-        self.exe.interpreter.launch(name, buffers)
-
-    def synchronize(self) -> None:
-        pass
-
-
-class LockstepExecutable:
+class LockstepExecutable(SimulatedExecutable):
     """GPU-mapped IR run by the lockstep interpretation: correct answers, interpreter times."""
 
     backend = "cuda-sim"
 
     def __init__(self, module: ModuleOp, kernels: list[Any], check_races: bool = True):
-        from irkit.ir import entry_function
-        from irkit.runtime.backend import driver_plan, driver_specs
-
-        self.module = module
-        self.entry = entry_function(module)
-        self.inputs, self.outputs = driver_specs(self.entry)
-        self.plan = driver_plan(module)
-        self.gpu_kernels = kernels
-        self.kernels = [k.record for k in kernels]
-        self.interpreter = LockstepInterpreter(module, check_races)
-
-    def _env(self, arrays: Sequence[Any], out: Sequence[np.ndarray] | None):
-        from irkit.runtime.backend import check_arrays, check_out
-
-        inputs = check_arrays(f"@{self.entry.sym_name.data}", self.inputs, arrays)
-        name = f"@{self.entry.sym_name.data}"
-        outputs = check_out(name, self.outputs, out) if out is not None else [
-            np.full(s.shape, np.nan, s.dtype) for s in self.outputs
-        ]  # fmt: skip
-        env = dict(zip(self.entry.body.block.args, [*inputs, *outputs], strict=True))
-        return env, outputs
-
-    def run_plan(self, env: dict[SSAValue, np.ndarray], calls: list | None = None) -> None:
-        for step in self.plan:
-            if step.kind == "alloc":
-                # fresh device memory holds garbage: NaN makes an unwritten read show
-                env[step.result] = np.full(step.shape, np.nan, step.buffer_dtype)
-            elif step.kind == "global":
-                env[step.result] = step.constant
-            elif step.kind == "copy":
-                np.copyto(env[step.operands[1]], env[step.operands[0]])
-            elif step.kind == "call":
-                buffers = [env[v] for v in step.operands]
-                self.interpreter.launch(step.callee, buffers)
-                if calls is not None:
-                    calls.append((step.callee, buffers))
-
-    def __call__(self, *arrays: Any, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
-        env, outputs = self._env(arrays, out)
-        self.run_plan(env)
-        return outputs
-
-    def bind(self, *arrays: Any) -> LockstepBound:
-        env, outputs = self._env(arrays, None)
-        calls: list = []
-        self.run_plan(env, calls)
-        return LockstepBound(self, env, outputs, calls)
+        super().__init__(module, kernels, LockstepInterpreter(module, check_races))
 
 
 class LockstepBackend:

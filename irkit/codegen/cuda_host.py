@@ -1,0 +1,152 @@
+"""The printed CUDA C compiled for the host: the `cuda-host` backend's code generator.
+
+The translation unit is exactly what `-t cuda` prints and NVRTC compiles (`cuda_source`),
+compiled by the host C++ compiler with `cuda_host_include/irkit_cuda_host.h` force-included:
+that header defines the CUDA built-ins (thread geometry, `__syncthreads`, `__shared__`, the
+half types, the vector types, bit casts) and runs each block's threads as fibers with a real
+barrier. After the kernels come one small launcher per kernel (`irkit_host_<name>`), which
+casts the argument pointers to the kernel's parameter types and runs the grid. A printer
+bug that NVRTC accepts (a wrong index, a precedence slip, a missing barrier in the text)
+computes a wrong answer here, which the reference catches: a second check of the GPU path,
+independent of the lockstep interpretation of the IR.
+
+Shared libraries are cached on disk (kind "cuda-host") under a key of the source, the
+header, the compiler's version and its flags.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from xdsl.dialects import func, gpu
+from xdsl.dialects.builtin import MemRefType, ModuleOp
+
+from irkit.codegen import disk_cache
+from irkit.codegen.cuda import CudaPrinter, cuda_source, gpu_kernels, index_type_for
+from irkit.errors import IrkitError
+
+INCLUDE = Path(__file__).parent / "cuda_host_include"
+HEADER = INCLUDE / "irkit_cuda_host.h"
+FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-fno-strict-aliasing", "-w")
+"""No -ffast-math and no -march: the host's code keeps IEEE semantics, as NVRTC's does
+(except the contraction of a*b+c into an FMA, which both may do)."""
+
+STATUS = {
+    1: "a barrier reached by only some threads of a block (or threads waiting at different "
+    "barriers)",
+    2: "no memory for the fibers of a block",
+    3: "a barrier outside a fiber (irkit thought the kernel had none)",
+}
+
+
+def compiler() -> str | None:
+    """The host C++ compiler: $CXX, else g++, else c++ (None where there is none)."""
+    for candidate in (os.environ.get("CXX"), "g++", "c++"):
+        if candidate and shutil.which(candidate):
+            return candidate
+    return None
+
+
+@cache
+def compiler_version(cxx: str) -> str:
+    out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False)
+    return out.stdout.splitlines()[0].strip() if out.stdout else cxx
+
+
+def launcher(name: str, fn: func.FuncOp, printer: CudaPrinter) -> str:
+    """`irkit_host_<name>(args, geometry, fibers)`: the kernel on the argument pointers."""
+    casts = []
+    for i, t in enumerate(fn.function_type.inputs):
+        assert isinstance(t, MemRefType)
+        casts.append(f"({printer.type_name(t.element_type)}*)a[{i}]")
+    return (
+        f"\nstatic void irkit_body_{name}(void* p) {{\n"
+        f"  void** a = (void**)p;\n  (void)a;\n  {name}({', '.join(casts)});\n}}\n"
+        f'extern "C" int irkit_host_{name}(void** args, const unsigned* geometry, int fibers) {{\n'
+        f"  return irkit_host::launch(geometry, fibers, irkit_body_{name}, args);\n}}\n"
+    )
+
+
+def host_source(module: ModuleOp) -> str:
+    """The CUDA C of every kernel (as `-t cuda` prints it), then the launchers."""
+    printer = CudaPrinter(index_type_for(module))
+    launchers = "".join(launcher(fn.sym_name.data, fn, printer) for fn in gpu_kernels(module))
+    return cuda_source(module) + "\n// --- cuda-host launchers ---" + launchers
+
+
+def has_barrier(fn: func.FuncOp) -> bool:
+    return any(isinstance(op, gpu.BarrierOp) for op in fn.walk())
+
+
+@dataclass
+class HostLibrary:
+    """A compiled program: one launcher per kernel, called through ctypes (which lets go of
+    the GIL while a kernel runs)."""
+
+    path: str
+    library: ctypes.CDLL
+
+    def launcher(self, name: str):
+        fn = getattr(self.library, f"irkit_host_{name}")
+        fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint),
+                       ctypes.c_int]  # fmt: skip
+        fn.restype = ctypes.c_int
+        return fn
+
+
+_LOADED: dict[str, HostLibrary] = {}
+"""Libraries loaded by this process, by cache key: a program compiled again (attribution's
+variants often share one) is loaded once."""
+
+
+def compile_host(source: str) -> HostLibrary:
+    """`source` compiled to a shared library and loaded; one-line IrkitError naming the
+    kernel and line where the compiler refuses it."""
+    cxx = compiler()
+    if cxx is None:
+        raise IrkitError("cuda-host needs a host C++ compiler (g++, or $CXX); none was found")
+    key = disk_cache.cache_key(source, HEADER.read_text(), compiler_version(cxx), FLAGS)
+    if key in _LOADED:
+        return _LOADED[key]
+    folder = Path(tempfile.mkdtemp(prefix="irkit-cuda-host-"))
+    so = folder / f"{key}.so"
+    cached = disk_cache.read("cuda-host", key)
+    if cached is not None:
+        so.write_bytes(cached)
+    else:
+        cu = folder / "program.cu"
+        cu.write_text(source)
+        command = [cxx, *FLAGS, "-include", str(HEADER), "-I", str(INCLUDE), "-x", "c++",
+                   str(cu), "-o", str(so)]  # fmt: skip
+        out = subprocess.run(command, capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            raise IrkitError(_error_line(out.stderr, source, cxx))
+        disk_cache.write("cuda-host", key, so.read_bytes())
+    library = HostLibrary(str(so), ctypes.CDLL(str(so)))
+    _LOADED[key] = library
+    return library
+
+
+def _error_line(log: str, source: str, cxx: str) -> str:
+    """The compiler's first error as one line: the kernel, the source line and the message."""
+    match = re.search(r"program\.cu:(\d+):(?:\d+:)?\s*(?:fatal )?error:\s*(.*)", log)
+    if match is None:
+        first = next((ln for ln in log.splitlines() if ln.strip()), "no message")
+        return f"{cxx} could not compile the CUDA C for the host: {first.strip()}"
+    line = int(match.group(1))
+    lines = source.splitlines()
+    kernel = "the prelude"
+    for text in lines[:line]:
+        head = re.match(r"// (\w+): grid", text)
+        if head:
+            kernel = head.group(1)
+    code = lines[line - 1].strip() if line <= len(lines) else ""
+    return f"{cxx} could not compile {kernel} for the host: line {line}: {match.group(2)} | {code}"

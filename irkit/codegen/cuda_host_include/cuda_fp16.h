@@ -1,0 +1,2 @@
+// cuda-host: the f16 type is in irkit_cuda_host.h (force-included).
+#pragma once

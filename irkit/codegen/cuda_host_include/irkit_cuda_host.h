@@ -1,0 +1,227 @@
+// irkit's CUDA built-ins for the host: what the `cuda-host` backend force-includes so that
+// the very CUDA C that NVRTC compiles is compiled by the host C++ compiler and run.
+//
+// Threads of a block are fibers (ucontext), run one after another in a fixed order; a
+// kernel that has no barrier runs each thread to its end in turn. __syncthreads() hands
+// control back to the block's scheduler, which resumes every fiber before any passes the
+// barrier, as a GPU's barrier does. The order alternates (first to last thread, then last
+// to first) between blocks and between barrier phases, so a missing barrier shows whichever
+// thread reads first: on a GPU the order is unspecified, here each block takes one of the
+// two extremes. Blocks run one after another; __shared__ arrays are one per host thread, as
+// one block is live at a time. Shared memory starts each launch as left by the last one, not
+// zeroed (on a GPU it is undefined too).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __launch_bounds__(...)
+#define __restrict__ __restrict
+#define __shared__ static thread_local
+#define __align__(n) __attribute__((aligned(n)))
+
+struct dim3 {
+  unsigned x, y, z;
+};
+
+thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
+static const int warpSize = 32;
+
+// --- bit reinterpretation -----------------------------------------------------------------
+
+inline float __int_as_float(int v) { float f; std::memcpy(&f, &v, 4); return f; }
+inline int __float_as_int(float v) { int i; std::memcpy(&i, &v, 4); return i; }
+inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
+inline long long __double_as_longlong(double v) { long long i; std::memcpy(&i, &v, 8); return i; }
+
+// --- vector types (CUDA's alignment: 8 or 16 bytes) ---------------------------------------
+
+struct __attribute__((aligned(16))) float4 { float x, y, z, w; };
+struct __attribute__((aligned(8))) float2 { float x, y; };
+struct __attribute__((aligned(16))) double2 { double x, y; };
+
+// --- f16 and bf16: storage types, converted with round-to-nearest-even ----------------------
+
+struct __half { unsigned short bits; };
+struct __nv_bfloat16 { unsigned short bits; };
+
+inline float __half2float(__half h) {
+  unsigned sign = (h.bits & 0x8000u) << 16, exp = (h.bits >> 10) & 0x1f, man = h.bits & 0x3ffu;
+  unsigned out;
+  if (exp == 0x1f) {
+    out = sign | 0x7f800000u | (man << 13);  // inf, NaN
+  } else if (exp != 0) {
+    out = sign | ((exp + 112) << 23) | (man << 13);  // normal: rebias 15 -> 127
+  } else if (man == 0) {
+    out = sign;  // zero
+  } else {  // subnormal: normalize
+    int e = -1;
+    do { man <<= 1; e++; } while (!(man & 0x400u));
+    out = sign | ((unsigned)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+  }
+  return __int_as_float((int)out);
+}
+
+inline __half __float2half_rn(float f) {
+  unsigned x = (unsigned)__float_as_int(f);
+  unsigned short sign = (unsigned short)((x >> 16) & 0x8000u);
+  unsigned exp = (x >> 23) & 0xffu, man = x & 0x7fffffu;
+  if (exp == 0xff) return {(unsigned short)(sign | 0x7c00u | (man ? 0x200u : 0))};
+  int e = (int)exp - 127 + 15;
+  if (e >= 0x1f) return {(unsigned short)(sign | 0x7c00u)};  // overflow: inf
+  if (e <= 0) {  // subnormal or zero in f16
+    if (e < -10) return {sign};
+    man |= 0x800000u;
+    unsigned shift = (unsigned)(14 - e);
+    unsigned half = man >> shift, rest = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rest > mid || (rest == mid && (half & 1u))) half++;
+    return {(unsigned short)(sign | half)};
+  }
+  unsigned half = ((unsigned)e << 10) | (man >> 13), rest = man & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) half++;  // may carry into inf
+  return {(unsigned short)(sign | half)};
+}
+
+inline float __bfloat162float(__nv_bfloat16 b) { return __int_as_float((int)((unsigned)b.bits << 16)); }
+
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  unsigned x = (unsigned)__float_as_int(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return {(unsigned short)((x >> 16) | 0x40u)};  // quiet NaN
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return {(unsigned short)(x >> 16)};
+}
+
+// --- the block scheduler ------------------------------------------------------------------
+
+namespace irkit_host {
+
+enum State { RUNNABLE, AT_BARRIER, DONE };
+
+struct Fiber {
+  ucontext_t context;
+  State state;
+  int barrier;  // the source line of the barrier it waits at
+};
+
+constexpr size_t STACK = 256 * 1024;  // per thread; a guard page below each
+constexpr size_t PAGE = 4096;
+
+thread_local ucontext_t scheduler;
+thread_local Fiber* current = nullptr;
+thread_local bool in_fiber = false;
+thread_local bool stray_barrier = false;
+thread_local void (*body)(void*) = nullptr;
+thread_local void* body_args = nullptr;
+thread_local char* stacks = nullptr;
+thread_local size_t stacks_held = 0;
+
+inline void fiber_main() {
+  body(body_args);
+  current->state = DONE;  // returning resumes the scheduler (uc_link)
+}
+
+inline bool reserve_stacks(size_t n) {
+  if (n <= stacks_held) return true;
+  if (stacks) munmap(stacks, stacks_held * (STACK + PAGE));
+  void* p = mmap(nullptr, n * (STACK + PAGE), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) { stacks = nullptr; stacks_held = 0; return false; }
+  stacks = (char*)p;
+  stacks_held = n;
+  for (size_t i = 0; i < n; i++) mprotect(stacks + i * (STACK + PAGE), PAGE, PROT_NONE);
+  return true;
+}
+
+inline void set_thread(unsigned t) {
+  threadIdx = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
+}
+
+enum Status { OK = 0, DIVERGENT_BARRIER = 1, NO_MEMORY = 2, BARRIER_WITHOUT_FIBERS = 3 };
+
+// One launch: geometry = grid x, y, z, block x, y, z. `fibers`: the kernel has a barrier.
+inline int launch(const unsigned* geometry, int fibers, void (*fn)(void*), void* args) {
+  gridDim = {geometry[0], geometry[1], geometry[2]};
+  blockDim = {geometry[3], geometry[4], geometry[5]};
+  const unsigned threads = blockDim.x * blockDim.y * blockDim.z;
+  const unsigned blocks = gridDim.x * gridDim.y * gridDim.z;
+  body = fn;
+  body_args = args;
+  stray_barrier = false;
+  Fiber* pool = nullptr;
+  if (fibers) {
+    if (!reserve_stacks(threads)) return NO_MEMORY;
+    pool = (Fiber*)std::calloc(threads, sizeof(Fiber));
+    if (!pool) return NO_MEMORY;
+  }
+  int status = OK;
+  for (unsigned b = 0; b < blocks && status == OK; b++) {
+    blockIdx = {b % gridDim.x, b / gridDim.x % gridDim.y, b / (gridDim.x * gridDim.y)};
+    if (!fibers) {
+      for (unsigned i = 0; i < threads; i++) {
+        set_thread(b & 1 ? threads - 1 - i : i);
+        fn(args);
+      }
+      if (stray_barrier) status = BARRIER_WITHOUT_FIBERS;
+      continue;
+    }
+    for (unsigned t = 0; t < threads; t++) {
+      Fiber& f = pool[t];
+      getcontext(&f.context);
+      f.context.uc_stack.ss_sp = stacks + t * (STACK + PAGE) + PAGE;
+      f.context.uc_stack.ss_size = STACK;
+      f.context.uc_link = &scheduler;
+      makecontext(&f.context, fiber_main, 0);
+      f.state = RUNNABLE;
+    }
+    for (unsigned phase = 0;; phase++) {
+      const bool reverse = (b + phase) & 1;
+      unsigned done = 0;
+      int line = -1;
+      bool divergent = false;
+      for (unsigned i = 0; i < threads; i++) {
+        const unsigned t = reverse ? threads - 1 - i : i;
+        Fiber& f = pool[t];
+        if (f.state == DONE) continue;
+        f.state = RUNNABLE;
+        set_thread(t);
+        current = &f;
+        in_fiber = true;
+        swapcontext(&scheduler, &f.context);
+        in_fiber = false;
+      }
+      for (unsigned t = 0; t < threads; t++) {
+        if (pool[t].state == DONE) { done++; continue; }
+        divergent |= line >= 0 && pool[t].barrier != line;
+        line = pool[t].barrier;
+      }
+      if (done == threads) break;
+      // some threads exited while others wait, or threads wait at different barriers: on a
+      // GPU such a barrier is undefined behaviour (a hang or a wrong result)
+      if (done || divergent) { status = DIVERGENT_BARRIER; break; }
+    }
+  }
+  std::free(pool);
+  return status;
+}
+
+}  // namespace irkit_host
+
+namespace irkit_host {
+inline void barrier(int line) {
+  if (!in_fiber) { stray_barrier = true; return; }
+  current->state = AT_BARRIER;
+  current->barrier = line;
+  swapcontext(&current->context, &scheduler);
+}
+}  // namespace irkit_host
+
+// the call site's line tells the barriers of a kernel apart (the printer puts one per line)
+#define __syncthreads() irkit_host::barrier(__LINE__)

@@ -1,0 +1,252 @@
+"""`cuda-host`: the CUDA C that NVRTC compiles, compiled by the host C++ compiler with
+irkit's header of CUDA built-ins and run on the CPU (threads of a block as fibers with a
+real barrier), checked against the float64 reference. The second check of the GPU path:
+lockstep interprets the IR, this runs the text, so a printer slip fails here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from xdsl.dialects import gpu, scf
+
+import irkit
+from irkit.codegen.cuda import CudaPrinter, gpu_kernels, reserved
+from irkit.codegen.cuda_host import compile_host, compiler
+from irkit.errors import IrkitError
+from irkit.frontend import parse_source
+from irkit.pipelines import apply_passes, parse_passes
+from irkit.runtime import lower_for
+from irkit.runtime.check import check
+from irkit.runtime.cuda_host import CudaHostBackend, guarded
+from tests.conftest import SMALL, check_every_subset
+from tests.test_cuda_path import _softmax_buffers, mapped
+
+pytestmark = pytest.mark.skipif(compiler() is None, reason="no host C++ compiler")
+
+
+def _passes(exe, module, seed: int = 5) -> bool:
+    checks, _ = check(exe, module, seed=seed)
+    return bool(checks) and all(c.passed for c in checks)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["default-cuda", "baseline-cuda", "fuse-kernels,lower-graph-to-loops,map-to-gpu{rows=false}"],
+)
+def test_every_example_matches_the_reference_on_the_host(example: Path, spec: str) -> None:
+    module = irkit.load(example, SMALL[example.stem])
+    exe = irkit.compile(module, spec, backend="cuda-host")
+    assert exe.backend == "cuda-host" and exe.kernels
+    checks, _ = check(exe, module, seed=5)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
+
+
+@pytest.mark.slow
+def test_every_subset_of_default_cuda_matches_the_reference_on_the_host(example: Path) -> None:
+    module = irkit.load(example, SMALL[example.stem])
+    assert check_every_subset("default-cuda", module, "cuda-host", seed=4) >= 1
+
+
+def _host(module):
+    """A GPU-mapped module (perhaps with a planted fault) compiled for the host."""
+    return CudaHostBackend().compile(module)
+
+
+def _launch(module, name: str, buffers) -> None:
+    _host(module).launcher.launch(name, [guarded(b.shape, b.dtype, b) for b in buffers])
+
+
+def test_a_missing_barrier_gives_a_wrong_answer() -> None:
+    """The barrier between the first two levels of softmax's shared-memory sum dropped: the
+    fibers' alternating order lets a thread read its partner's slot before the partner
+    wrote it. (The max tree's barriers would not do: any max keeps softmax exact.)"""
+    text = "model s\ninput x : f32[32, 100]\noutput y = softmax(x, axis=-1)\n"
+    graph = parse_source(text, "s.graph", ".graph")
+    module = lower_for(apply_passes(graph.clone(), parse_passes("default-cuda")), "cuda-host")
+    (fn,) = gpu_kernels(module)
+    barriers = [op for op in fn.walk() if isinstance(op, gpu.BarrierOp)]
+    first_level = barriers[len(barriers) // 2 + 1]  # the sum tree's half: its store, level 1
+    first_level.detach()
+    first_level.erase()
+    exe = _host(module)
+    assert not _passes(exe, graph)
+
+
+def test_a_barrier_in_divergent_code_is_refused() -> None:
+    module = mapped("examples/softmax.graph")
+    fn = gpu_kernels(module)[0]
+    guard = next(op for op in fn.walk() if isinstance(op, scf.IfOp))
+    guard.true_region.block.insert_op_before(gpu.BarrierOp(), guard.true_region.block.last_op)
+    with pytest.raises(IrkitError, match="barrier reached by only some threads"):
+        _launch(module, fn.sym_name.data, _softmax_buffers(np.random.default_rng(0)))
+
+
+def test_a_store_out_of_bounds_is_named() -> None:
+    """gemm with C's store guard dropped: M = N = 10 overhang the 16 x 16 tile."""
+    module = mapped("examples/gemm.graph", dims={"M": 10, "N": 10, "K": 4})
+    fn = gpu_kernels(module)[0]
+    guard = [op for op in fn.walk() if isinstance(op, scf.IfOp)][-1]
+    for op in list(guard.true_region.block.ops)[:-1]:
+        op.detach()
+        guard.parent_block().insert_op_before(op, guard)
+    guard.detach()
+    guard.erase()
+    a, b = np.ones((10, 4), np.float32), np.ones((4, 10), np.float32)
+    with pytest.raises(IrkitError, match=f"{fn.sym_name.data} wrote outside its argument 2"):
+        _launch(module, fn.sym_name.data, [a, b, np.zeros((10, 10), np.float32)])
+
+
+def test_a_printer_slip_that_nvrtc_accepts_is_caught(monkeypatch) -> None:
+    """A subtraction printed with its operands swapped compiles everywhere; lockstep, which
+    interprets the IR, still agrees with the reference, and only cuda-host sees the text."""
+    from xdsl.dialects import arith
+
+    text = "model d\ninput x : f32[16, 40]\ninput y : f32[16, 40]\noutput z = x - y\n"
+    graph = parse_source(text, "d.graph", ".graph")
+    original = CudaPrinter.infix
+
+    def slipped(self, op):
+        if isinstance(op, arith.SubfOp):
+            b, a = (self.name(v) for v in op.operands)
+            return self.define(op.results[0], f"{a} - {b}")
+        return original(self, op)
+
+    monkeypatch.setitem(CudaPrinter.HANDLERS, arith.SubfOp, slipped)
+    assert _passes(irkit.compile(graph, "default-cuda", "cuda-sim"), graph)
+    assert not _passes(irkit.compile(graph, "default-cuda", "cuda-host"), graph)
+
+
+NAMES = [
+    # the printer's own local names, geometry and temporaries
+    "v7", "i3", "k0", "acc1", "p2", "r1", "next0", "tid", "bid", "arg0", "out0",
+    # CUDA built-ins, C++ keywords and the math library's names and macros
+    "threadIdx", "blockDim", "int", "float", "for", "return", "expf", "fmaxf", "NAN", "errno",
+    # names C++ keeps, irkit's helpers, and the shared array the softmax kernel declares
+    "_X", "irkit_maximumf", "k0_softmax_smem", "kernel",
+]  # fmt: skip
+
+
+def _colliding_model() -> str:
+    """Every name above as an input, through exp, max and a softmax (shared memory and
+    barriers), and as the output."""
+    lines = ["model collide"] + [f"input {n} : f32[8, 40]" for n in NAMES]
+    lines.append("t = " + " + ".join(NAMES))
+    lines.append("output float4 = softmax(max(exp(t * 0.01), v7), axis=-1)")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda-sim", "cuda-host"])
+def test_user_names_never_collide_with_the_printers(backend: str) -> None:
+    assert all(reserved(n) for n in ("threadIdx", "int", "expf", "NAN", "_X", "irkit_maximumf"))
+    graph = parse_source(_colliding_model(), "collide.graph", ".graph")
+    exe = irkit.compile(graph, "default-cuda" if backend != "cpu" else None, backend)
+    assert _passes(exe, graph)
+    if backend != "cpu":
+        source = "".join(k.source for k in exe.kernels)
+        assert "const float* __restrict__ threadIdx" not in source
+        assert "(int)threadIdx.x" in source
+
+
+ZERO_KERNELS = {
+    "identity": "model z\ninput x : f32[4, 8]\noutput y = x\n",
+    "transposes": "model z\ninput x : f32[4, 8]\n"
+    "output y = transpose(transpose(x, perm=[1, 0]), perm=[1, 0])\n",
+    "two outputs": "model z\ninput x : f32[4, 8]\noutput y = x\noutput w = x\n",
+}
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda-sim", "cuda-host"])
+@pytest.mark.parametrize("model", sorted(ZERO_KERNELS))
+def test_a_model_with_no_kernel_runs_on_every_backend(backend: str, model: str) -> None:
+    graph = parse_source(ZERO_KERNELS[model], "z.graph", ".graph")
+    pipeline = None if backend == "cpu" else "default-cuda"
+    exe = irkit.compile(graph, pipeline, backend)
+    if model != "two outputs":  # the second output is a copy: still no kernel
+        assert exe.kernels == []
+    assert _passes(exe, graph)
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    for out in exe(x):
+        np.testing.assert_array_equal(out, x)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_types_run_on_the_host(dtype: str) -> None:
+    text = (
+        f"model h\ninput x : {dtype}[8, 40]\ninput b : {dtype}[40]\n"
+        "output y = softmax(relu(x + b), axis=-1)\n"
+    )
+    graph = parse_source(text, "h.graph", ".graph")
+    exe = irkit.compile(graph, "default-cuda", "cuda-host")
+    assert all("#include <cuda_fp16.h>" in k.source for k in exe.kernels)
+    assert _passes(exe, graph)
+
+
+CONVERT = """
+extern "C" __global__ void convert(const __half* h, float* f, const float* g, __half* back,
+                                   const __nv_bfloat16* b, float* bf, __nv_bfloat16* bback) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  f[i] = __half2float(h[i]);
+  back[i] = __float2half_rn(g[i]);
+  bf[i] = __bfloat162float(b[i]);
+  bback[i] = __float2bfloat16_rn(g[i]);
+}
+static void body(void* p) {
+  void** a = (void**)p;
+  convert((const __half*)a[0], (float*)a[1], (const float*)a[2], (__half*)a[3],
+          (const __nv_bfloat16*)a[4], (float*)a[5], (__nv_bfloat16*)a[6]);
+}
+extern "C" int irkit_host_convert(void** args, const unsigned* geometry, int fibers) {
+  return irkit_host::launch(geometry, fibers, body, args);
+}
+"""
+
+
+def test_half_conversions_round_to_nearest_even_for_every_f16() -> None:
+    """The header's f16 conversions against numpy's, over all 65536 f16 values and f32
+    values around every f16 rounding boundary; bf16 on its ties, NaN and infinities."""
+    import ctypes
+
+    n = 1 << 16
+    h = np.arange(n, dtype=np.uint32).astype(np.uint16)
+    as_f16 = h.view(np.float16)
+    finite = as_f16[np.isfinite(as_f16)].astype(np.float32)
+    mids = (finite[:-1] + finite[1:]) / 2  # ties, and their neighbours either side
+    g = np.concatenate([finite, mids, np.nextafter(mids, 0), np.nextafter(mids, np.inf),
+                        np.float32([np.inf, -np.inf, np.nan, 1e6, -1e6, 1e-9])])  # fmt: skip
+    g = np.resize(g, n).astype(np.float32)
+    bf_bits = np.resize(np.uint16([0x3F80, 0x7F80, 0xFF80, 0x7FC0, 0x0001, 0x8000]), n)
+    ties = np.float32([1.00390625, 1.01171875, -1.00390625, np.inf, np.nan, 3.0])
+    g[: ties.size] = ties
+    f, back, bf, bback = (np.zeros(n, t) for t in (np.float32, np.uint16, np.float32, np.uint16))
+    library = compile_host(CONVERT)
+    buffers = [h, f, g, back, bf_bits, bf, bback]
+    args = (ctypes.c_void_p * 7)(*[b.ctypes.data for b in buffers])
+    assert library.launcher("convert")(args, (ctypes.c_uint * 6)(n // 256, 1, 1, 256, 1, 1), 0) == 0
+    np.testing.assert_array_equal(f, as_f16.astype(np.float32))  # NaN == NaN here
+    expected = g.astype(np.float16)
+    same = (back == expected.view(np.uint16)) | (np.isnan(expected) & np.isnan(back.view(np.float16)))  # fmt: skip
+    assert same.all(), g[~same][:5]
+    np.testing.assert_array_equal(bf, (bf_bits.astype(np.uint32) << 16).view(np.float32))
+    assert list(bback[:6]) == [0x3F80, 0x3F82, 0xBF80, 0x7F80, bback[4], 0x4040]
+    assert bback[4] & 0x7F80 == 0x7F80 and bback[4] & 0x7F  # NaN stays NaN
+
+
+def test_compile_errors_name_the_kernel_and_line() -> None:
+    source = (
+        "// k9_bad: grid [1, 1, 1], block [32, 1, 1], mapping flat\n"
+        'extern "C" __global__ void k9_bad(float* x) {\n  x[0] = undefined_name;\n}\n'
+    )
+    with pytest.raises(
+        IrkitError, match=r"could not compile k9_bad for the host: line 3: .*undefined_name"
+    ):
+        compile_host(source)
+
+
+def test_the_backend_says_what_it_is() -> None:
+    backend = CudaHostBackend()
+    ok, why = backend.available()
+    assert ok and "compiled for the host" in why
+    assert "not a GPU time" in backend.timer
+    assert backend.fingerprint()["cuda_host"]["gpu"] is None
