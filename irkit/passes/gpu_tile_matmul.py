@@ -44,9 +44,21 @@ two-level tiling, before `map-to-gpu` sees it:
 Each output is still `init + sum over k in order` with one add per k, as in the untiled
 nest: the same arithmetic, and the same values under the lockstep interpretation.
 
+- **split-K** (`split-k`): where the grid of C tiles would leave most of the device's
+  `sms` multiprocessors idle (mlp at B=64: 32 and 8 blocks on a 132-SM H100), the k tiles
+  are split into `s` equal ranges and the grid is `s` times larger: each block sums its
+  range from zero into a partial buffer `[s, M, N]` the driver allocates, and a second
+  kernel (`<kernel>_splitk`, a plain loop nest `map-to-gpu` maps) adds the `s` partials in
+  order to the initial value and runs the epilogue. The reduction is deterministic (no
+  atomics; the same order every run), and each output is a sum of the same products in
+  another association, within the element type's tolerance of the unsplit sum. `s` is the
+  smallest divisor of the k tiles that fills `sms` blocks while every range keeps at least
+  4 k tiles (or the largest such divisor, where it fills at least half of them; else no
+  split).
+
 The kernel carries `irkit.launch` with `mapping = "tiled"`, so `map-to-gpu` leaves it alone.
 Kernels with more than one nest (a matmul fused with other loops) are left to `map-to-gpu`.
-Not done: split-K for skinny matmuls, 16-byte stores of C, tensor cores.
+Not done: 16-byte stores of C, tensor cores.
 
 Options (sizes in elements):
 
@@ -62,6 +74,9 @@ Options (sizes in elements):
     double-buffer=true                  two shared-memory stages, one barrier per k tile
     vector-loads=true                   16-byte global loads (and B's shared stores)
     warp-tile=true                      warp sub-tiles with vector reads of shared memory
+    split-k=0                           k ranges per C tile: 0 (auto, see above), 1 (never),
+                                        or at most this many (a divisor of the k tiles)
+    sms=132                             multiprocessors the grid should fill (H100 SXM: 132)
 """
 
 from __future__ import annotations
@@ -88,6 +103,7 @@ from irkit.errors import require
 from irkit.loops import (
     KERNEL_ATTR,
     LAUNCH_ATTR,
+    SCRATCH_ATTR,
     SHARED_SPACE,
     STATIC_SHARED_LIMIT,
     require_loop_level,
@@ -95,9 +111,15 @@ from irkit.loops import (
 from irkit.loops.costs import count_flops
 from irkit.loops.rows import nests_of
 from irkit.passes.contraction import MatmulNest, match_matmul
+from irkit.passes.loop_builder import add_kernel_buffer
 from irkit.passes.map_to_gpu import GpuBuilder, X, launch_attr, new_kernel
 
 MAX_THREADS = 1024
+REDUCE_THREADS = 256
+"""Threads per block of split-K's second kernel (one per element of C)."""
+MIN_SPLIT_TILES = 4
+"""The fewest k tiles auto split-K leaves each range (below it the partials' traffic and
+the second kernel outweigh the blocks gained)."""
 VECTOR_BYTES = 16
 WARP_LANES = (4, 8)
 """A warp's 32 lanes as rows x columns of its sub-tile under `warp-tile`."""
@@ -123,6 +145,8 @@ class GpuTileMatmulPass(ModulePass):
     vector_loads: bool = True
     double_buffer: bool = True
     warp_tile: bool = True
+    split_k: int = 0  # 0: auto (fill `sms`), 1: never, n: at most n ranges
+    sms: int = 132
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require_loop_level(op, "gpu-tile-matmul")
@@ -138,7 +162,10 @@ class GpuTileMatmulPass(ModulePass):
             nest = match_matmul(loop) if isinstance(loop, scf.ParallelOp) else None
             if nest is None:
                 continue
-            kernel = _TiledKernel(self, fn, nest, op).build(constants)
+            tiled = _TiledKernel(self, fn, nest, op)
+            if tiled.splits > 1:
+                _split_k(op, fn, nest, tiled.splits, constants)
+            kernel = tiled.build(constants)
             op.body.block.insert_op_before(kernel, fn)
             fn.detach()
             fn.erase()
@@ -163,6 +190,8 @@ class GpuTileMatmulPass(ModulePass):
                 f"thread-n={self.thread_n} the tiles give {threads} threads per block; "
                 f"32 to {MAX_THREADS} are allowed")  # fmt: skip
         require(0 <= self.pad <= 64, "pad", self.pad, "must be from 0 to 64")
+        require(0 <= self.split_k <= 4096, "split-k", self.split_k, "must be from 0 to 4096")
+        require(1 <= self.sms <= 4096, "sms", self.sms, "must be from 1 to 4096")
 
 
 class _TiledKernel:
@@ -179,6 +208,31 @@ class _TiledKernel:
         self.cols_t = block_n // thread_n  # threads along n
         self.threads = self.rows_t * self.cols_t
         self.warp_tiled = self._warp_tiles()
+        self.tiles = -(-nest.m // block_m) * -(-nest.n // block_n)
+        self.k_tiles = -(-nest.k // block_k)
+        self.splits = self._splits(module) if not nest.batch else 1
+
+    def _splits(self, module: ModuleOp) -> int:
+        """How many k ranges each C tile's sum is split into (see split-K above): a divisor
+        of the k tiles, so every range has the same trip count (lockstep needs uniform loop
+        bounds; a GPU likes them too). 1 where the kernel is called other than once."""
+        o, k_tiles = self.o, self.k_tiles
+        name = self.fn.sym_name.data
+        calls = [c for c in module.walk() if isinstance(c, func.CallOp)
+                 and c.callee.root_reference.data == name]  # fmt: skip
+        if o.split_k == 1 or len(calls) != 1:
+            return 1
+        divisors = [d for d in range(1, k_tiles + 1) if k_tiles % d == 0]
+        if o.split_k:
+            return max(d for d in divisors if d <= o.split_k)
+        if 2 * self.tiles > o.sms:  # at least half the multiprocessors busy already
+            return 1
+        need = -(-o.sms // self.tiles)
+        deep = [d for d in divisors if k_tiles // d >= MIN_SPLIT_TILES]
+        best = next((d for d in deep if d >= need), max(deep, default=1))
+        # a split that still leaves most multiprocessors idle costs a second launch and the
+        # partials' traffic for little: not done
+        return best if 2 * self.tiles * best >= o.sms else 1
 
     @staticmethod
     def _auto_depth(o: GpuTileMatmulPass, block_m: int, block_n: int, k: int, itemsize: int) -> int:
@@ -279,16 +333,24 @@ class _TiledKernel:
         self.b, self.mapping = b, mapping
         a, bb = mapping[nest.a], mapping[nest.b]
         tiles_n = -(-nest.n // o.block_n)
-        grid = -(-nest.m // o.block_m) * tiles_n
+        grid = self.tiles * self.splits
         stages = 2 if o.double_buffer else 1
         a_tile = self._shared(f"{name}_a_tile", [stages, o.block_k, o.block_m + o.pad])
         b_tile = self._shared(f"{name}_b_tile", [stages, o.block_k, o.block_n + o.pad])
 
         bid = b.add(gpu.BlockIdOp(X))
         tid = b.add(gpu.ThreadIdOp(X))
-        row0 = b.binary(arith.MuliOp, b.binary(arith.DivUIOp, bid, tiles_n), o.block_m)
-        col0 = b.binary(arith.MuliOp, b.binary(arith.RemUIOp, bid, tiles_n), o.block_n)
+        tile, split, k_base = bid, None, None
+        k_tiles = self.k_tiles // self.splits  # this block's k range
+        if self.splits > 1:  # block = split * tiles + tile; the split's first k tile
+            tile = b.binary(arith.RemUIOp, bid, self.tiles)
+            split = b.binary(arith.DivUIOp, bid, self.tiles)
+            k_base = b.binary(arith.MuliOp, split, k_tiles)
+        row0 = b.binary(arith.MuliOp, b.binary(arith.DivUIOp, tile, tiles_n), o.block_m)
+        col0 = b.binary(arith.MuliOp, b.binary(arith.RemUIOp, tile, tiles_n), o.block_n)
         init = mapping.get(nest.k_loop.iter_args[0], nest.k_loop.iter_args[0])
+        if self.splits > 1:  # each range sums from zero; the second kernel adds the init
+            init = b.constants.float(0.0, nest.acc.type)
         # loop-invariant: this thread's rows and columns in the tile, and its copy slots
         row_firsts, col_firsts = self._thread_tile(b, tid)
         group = GROUP if self.warp_tiled else 1
@@ -300,7 +362,14 @@ class _TiledKernel:
         b_slots = self._slots(tid, o.block_k, o.block_n, b_copy.lanes)
 
         def fetch(t: GpuBuilder, kt: SSAValue | int) -> list[list[SSAValue]]:
-            """Tile `kt` of A and of B, from global memory into this thread's registers."""
+            """Tile `kt` of A and of B (of this block's range), from global memory into this
+            thread's registers."""
+            if k_base is not None:
+                kt = (
+                    t.add(arith.AddiOp(k_base, t.index(kt)))
+                    if isinstance(kt, int)
+                    else t.add(arith.AddiOp(k_base, kt))
+                )
             k0 = (
                 t.index(kt * o.block_k)
                 if isinstance(kt, int)
@@ -328,7 +397,6 @@ class _TiledKernel:
                 ]
             return accs
 
-        k_tiles = -(-nest.k // o.block_k)
         if o.double_buffer:
             # Register-staged double buffering: tile kt+1's global loads are issued before
             # the FMAs on tile kt (which sits in stage kt % 2), and stored into the other
@@ -363,8 +431,13 @@ class _TiledKernel:
                 j = b.add(arith.AddiOp(col0, my_cols[c]))
                 inside = _all(b, [(i, nest.m, o.block_m), (j, nest.n, o.block_n)])
                 inner = b.guarded(inside)
+                acc = accs[r * o.thread_n + c]
+                if split is not None:  # the partial sum, for the second kernel
+                    partials = kernel.body.block.args[-1]
+                    inner.add(memref.StoreOp.get(acc, partials, [split, i, j]))
+                    continue
                 m = dict(mapping)
-                m.update({nest.i: i, nest.j: j, nest.acc: accs[r * o.thread_n + c]})
+                m.update({nest.i: i, nest.j: j, nest.acc: acc})
                 inner.clone(nest.epilogue, m)
         b.add(func.ReturnOp())
         flops = count_flops(nest.loop)
@@ -500,6 +573,45 @@ class _TiledKernel:
                         [stage, column, r] if copy.transpose else [stage, r, column],
                     )
                 )
+
+
+def _split_k(module: ModuleOp, fn: func.FuncOp, nest: MatmulNest, splits: int, constants) -> None:
+    """Give `fn` (about to be tiled with `splits` k ranges) its partial-sum buffer, and add
+    the kernel that reduces the partials and runs the epilogue, called right after it."""
+    name = fn.sym_name.data
+    (call,) = [c for c in module.walk() if isinstance(c, func.CallOp)
+               and c.callee.root_reference.data == name]  # fmt: skip
+    acc_type = nest.acc.type
+    partials_type = MemRefType(acc_type, [splits, nest.m, nest.n])
+    _, _, call = add_kernel_buffer(fn, call, partials_type, {SCRATCH_ATTR: UnitAttr()}, "partials")
+
+    # the second kernel, mapped flat here: one thread per element of C
+    reduce, b, mapping = new_kernel(fn, f"{name}_splitk", constants)
+    reduce.attributes.pop(LAUNCH_ATTR, None)
+    partials = reduce.body.block.args[-1]
+    elements = nest.m * nest.n
+    index = b.add(arith.AddiOp(b.binary(arith.MuliOp, b.add(gpu.BlockIdOp(X)), REDUCE_THREADS),
+                               b.add(gpu.ThreadIdOp(X))))  # fmt: skip
+    inside = (
+        b.add(arith.CmpiOp(index, b.index(elements), "ult")) if elements % REDUCE_THREADS else None
+    )
+    t = b.guarded(inside)
+    i, j = t.binary(arith.DivUIOp, index, nest.n), t.binary(arith.RemUIOp, index, nest.n)
+
+    def add(u: GpuBuilder, s: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+        return [u.add(arith.AddfOp(accs[0], u.add(memref.LoadOp.get(partials, [s, i, j]))))]
+
+    (acc,) = _for(t, splits, [t.constants.float(nest.init, acc_type)], add)
+    m = dict(mapping)
+    m.update({nest.i: i, nest.j: j, nest.acc: acc})
+    t.clone(nest.epilogue, m)
+    b.add(func.ReturnOp())
+    grid = -(-elements // REDUCE_THREADS)
+    reduce.attributes[LAUNCH_ATTR] = launch_attr(grid, REDUCE_THREADS, "flat", elements * splits)
+    module.body.block.insert_op_after(reduce, fn)
+    caller = call.parent_block()
+    assert caller is not None
+    caller.insert_op_after(func.CallOp(reduce.sym_name.data, list(call.arguments), []), call)
 
 
 class _Copy(NamedTuple):
