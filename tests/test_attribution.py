@@ -202,3 +202,55 @@ def test_a_variant_that_computes_a_wrong_result_is_refused_before_timing(backend
     with pytest.raises(IrkitError, match=r"break-add.*computes a wrong result"):
         attribute("examples/elementwise_chain.graph", pipeline, backend=backend,
                   strategy="prefix", dims={"N": 64, "D": 64}, budget_s=0.5)  # fmt: skip
+
+
+def test_cross_backend_attribution_compares_passes_on_cpu_and_cuda_host(tmp_path, capsys) -> None:
+    """One pipeline attributed on two backends in one record; passes that change no code
+    agree exactly, fuse-kernels changes code on both, and the host-run CUDA C is labelled
+    as such (its times are not a GPU's)."""
+    out = tmp_path / "cross.json"
+    code = bench(["attribute", CHAIN, "--backend", "cpu,cuda-host", "--dim", "N=16",
+                  "--dim", "D=64", "--budget", "1", "--no-kernel-times", "--json", str(out)])  # fmt: skip
+    assert code == 0
+    record = json.loads(out.read_text())
+    assert record["kind"] == "irkit.attribution.cross_backend"
+    assert record["backends"] == ["cpu", "cuda-host"]
+    assert [r["backend"] for r in record["records"]] == ["cpu", "cuda-host"]
+    assert "not a GPU time" in record["timers"]["cuda-host"]
+    assert all(r["pipeline"] == record["pipeline"] for r in record["records"])
+    rows = {row["pass"]: row for row in record["comparison"]}
+    assert rows["cse"]["verdict"] == "agree: no code change on any"
+    fuse = rows["fuse-kernels"]["effects"]
+    assert fuse["cpu"]["changes_code"] and fuse["cuda-host"]["changes_code"]
+    assert rows["fuse-kernels"]["verdict"].split(":")[0] in ("agree", "differ", "differ in size")
+    shown = capsys.readouterr().out
+    assert "cross-backend attribution" in shown and "cuda-host: times are" in shown
+
+
+def test_cross_backend_verdicts() -> None:
+    from irkit.measure.cross import common_pipeline, verdict
+
+    def effect(value: float, low: float, high: float, significant=True, changes=True) -> dict:
+        return {"speedup": {"value": value, "ci_low": low, "ci_high": high},
+                "significant": significant, "changes_code": changes}  # fmt: skip
+
+    fast, faster, slow = effect(1.2, 1.1, 1.3), effect(2.0, 1.9, 2.1), effect(0.8, 0.7, 0.9)
+    noise = effect(1.0, 0.99, 1.01, significant=False)
+    assert verdict({"a": fast, "b": effect(1.25, 1.2, 1.3)}) == "agree: faster on all, CIs overlap"
+    assert verdict({"a": fast, "b": faster}) == "differ in size: faster on all, CIs apart"
+    assert verdict({"a": fast, "b": slow}) == "differ: faster on a, slower on b"
+    assert verdict({"a": fast, "b": noise}) == "differ: an effect on a only"
+    assert verdict({"a": noise, "b": noise}) == "agree: within noise on all"
+    assert (
+        verdict({"a": fast, "b": effect(1, 1, 1, False, False)}) == "differ: changes code on a only"
+    )
+    assert verdict({"a": fast, "b": None}) == "not in the pipeline on b"
+    shared = common_pipeline(["cpu", "cuda-host"])
+    assert "fuse-kernels" in shared and "cpu-tile-matmul" not in shared
+    assert "gpu-tile-matmul" not in shared
+
+
+def test_cross_backend_needs_two_different_backends(capsys) -> None:
+    code = bench(["attribute", CHAIN, "--backend", "cpu,cpu"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and "two or more different backends" in err and len(err.splitlines()) == 1

@@ -1,14 +1,17 @@
 """irkit-bench: run, measure, attribute, compare and report.
 
-    irkit-bench run FILE [-p PIPELINE] [--backend cpu|cuda|cuda-sim|auto] [--dim N=V] [--json OUT]
+    irkit-bench run FILE [-p PIPELINE] [--backend BACKEND] [--dim N=V] [--json OUT]
+    irkit-bench attribute [FILE] [-p PIPELINE] [--backend BACKEND[,BACKEND...]] [--strategy S]
+    irkit-bench suite | compare | bisect | slower | report ...
     irkit-bench reference FILE [--dim NAME=VALUE ...] [--seed N]
 
 `run` compiles a model, checks every output against the float64 reference on fresh random
 inputs, and only then times the whole graph and each kernel (median with a 95% bootstrap
 CI), with GFLOP/s and GB/s from each kernel's static FLOPs and minimum bytes. A wrong result
-is reported as such, never timed, and exits 1. `reference` evaluates a model with the numpy
-reference and summarises each output. (attribute, suite, compare and report arrive with the
-measurement engine.)
+is reported as such, never timed, and exits 1. `attribute` measures what each optional
+pass buys (on two backends at once with `--backend cpu,cuda-host`, pass by pass where the
+effects agree). `reference` evaluates a model with the numpy reference and summarises each
+output.
 """
 
 from __future__ import annotations
@@ -33,6 +36,11 @@ from irkit.cli.common import (
     write_output,
 )
 from irkit.cli.views import fmt_count, fmt_signed, fmt_time
+
+BACKEND_HELP = (
+    "cpu, cuda, cuda-sim (GPU-mapped IR run by the lockstep interpreter), cuda-host (the "
+    "printed CUDA C compiled and run on the host), or auto (default)"
+)
 
 
 def _reference(args) -> None:
@@ -228,13 +236,33 @@ def attribute_file(args, model: str, dims: dict) -> dict:
 def _attribute(args) -> int:
     from rich.console import Console
 
-    from irkit.cli.views import show_attribution
+    from irkit.cli.views import show_attribution, show_cross_backend
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.json:
         check_output(args.json, [args.file], "--json", "json")
-    record = attribute_file(args, args.file, dict(args.dim))
-    show_attribution(console, record)
+    if "," in args.backend:
+        from argparse import Namespace
+
+        from irkit.measure.cross import attribute_across, common_pipeline
+        from irkit.pipelines import parse_passes
+
+        backends = [b.strip() for b in args.backend.split(",")]
+        pipeline = args.passes or common_pipeline(backends)
+        parse_passes(pipeline)
+
+        def one(backend: str) -> dict:
+            console.print(f"attributing on {backend} ...", style="dim", highlight=False)
+            return attribute_file(Namespace(**{**vars(args), "backend": backend, "passes": pipeline}),
+                                  args.file, dict(args.dim))  # fmt: skip
+
+        record = attribute_across(backends, one, pipeline)
+        for r in record["records"]:
+            show_attribution(console, r)
+        show_cross_backend(console, record)
+    else:
+        record = attribute_file(args, args.file, dict(args.dim))
+        show_attribution(console, record)
     if args.json:
         _write_json(args.json, record, args.file)
         console.print(f"record written to {args.json}", highlight=False)
@@ -481,7 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     att.add_argument("file", nargs="?", default=None,
                      help=f"a .graph, .mlir or .onnx model (default: the embedded {DEFAULT_MODEL})")  # fmt: skip
-    _measure_options(att, budget=30.0)
+    _measure_options(att, budget=30.0, several=True)
     att.add_argument("--strategy", default="shapley", choices=("prefix", "ablation", "shapley"))
     att.add_argument("--permutations", type=bounded_int(1, 100_000), default=64,
                      help="sampled orders for shapley beyond 8 passes (default 64)")  # fmt: skip
@@ -498,7 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     suite.add_argument(
         "--backend",
         default="auto",
-        help="cpu, cuda, cuda-sim (GPU-mapped IR run by the lockstep interpreter) or auto (default)",
+        help=BACKEND_HELP,
     )
     suite.add_argument("--out", default="results.jsonl", help="JSON Lines results (appended)")
     suite.add_argument("--precision", type=fraction, default=0.01)
@@ -524,7 +552,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bis.add_argument("file", help="a model (.graph, .mlir, .onnx), or a results file with --slower-than BASE.jsonl")  # fmt: skip
     bis.add_argument("-p", "--passes", default=None, metavar="PIPELINE",
                      help="the pipeline to bisect (default: the backend's own)")  # fmt: skip
-    bis.add_argument("--backend", default="auto", help="cpu, cuda, cuda-sim or auto (default)")
+    bis.add_argument("--backend", default="auto", help=BACKEND_HELP)
     bis.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
     bis.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
     bis.add_argument("--slower-than", default=None, metavar="BASE",
@@ -571,14 +599,13 @@ def default_model():
     return Path(__file__).resolve().parents[1] / "examples" / DEFAULT_MODEL
 
 
-def _measure_options(p, budget: float) -> None:
+def _measure_options(p, budget: float, several: bool = False) -> None:
     p.add_argument("-p", "--passes", default=None, metavar="PIPELINE",
                    help="pass pipeline or named pipeline (default: the backend's own)")  # fmt: skip
-    p.add_argument(
-        "--backend",
-        default="auto",
-        help="cpu, cuda, cuda-sim (GPU-mapped IR run by the lockstep interpreter) or auto (default)",
-    )
+    across = ("; two or more, comma-separated (cpu,cuda-host), attribute one pipeline on each "
+              "and compare the passes' effects (default pipeline: the passes their own "
+              "pipelines share)") if several else ""  # fmt: skip
+    p.add_argument("--backend", default="auto", help=BACKEND_HELP + across)
     p.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
     p.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
     p.add_argument("--precision", type=fraction, default=0.01,

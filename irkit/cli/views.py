@@ -166,3 +166,36 @@ def show_roofline(console: Console, rec: dict) -> None:
             "between levels, or a roof measured on a busier machine)",
             style="dim",
         )
+
+
+def show_cross_backend(console: Console, rec: dict) -> None:
+    """Pass by pass, each backend's speedup and where the effects agree or differ."""
+    backends = rec["backends"]
+    console.print(
+        f"[bold]cross-backend attribution[/]  pipeline: {rec['pipeline']}  backends: "
+        f"{', '.join(backends)}",
+        highlight=False,
+    )
+    for b, timer in rec["timers"].items():
+        if "not a GPU" in timer or "interpreter" in timer:
+            console.print(f"  {b}: times are {timer}", style="yellow", highlight=False)
+    table = Table(title="speedup of each pass (T without / T with it), 95% CI; * significant")
+    table.add_column("pass")
+    for b in backends:
+        table.add_column(b, justify="right")
+    table.add_column("effects")
+    for row in rec["comparison"]:
+        cells = []
+        for b in backends:
+            e = row["effects"][b]
+            if e is None:
+                cells.append("absent")
+            elif not e["changes_code"]:
+                cells.append("no code change")
+            else:
+                x = e["speedup"]
+                star = "*" if e["significant"] else " "
+                cells.append(f"{x['value']:.3f}x{star} [{x['ci_low']:.3f}, {x['ci_high']:.3f}]")
+        agree = row["verdict"].startswith("agree")
+        table.add_row(row["pass"], *cells, row["verdict"], style=None if agree else "bold")
+    console.print(table)
