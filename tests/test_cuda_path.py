@@ -356,7 +356,7 @@ SPLIT_MODELS = {
 
 
 @pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
-@pytest.mark.parametrize("dtype", ["f32", "f64"])  # gpu-tile-matmul leaves f16/bf16 alone
+@pytest.mark.parametrize("dtype", ["f32", "f64", "f16", "bf16"])
 @pytest.mark.parametrize("model", sorted(SPLIT_MODELS))
 def test_split_k_matches_the_reference(model: str, dtype: str, backend: str) -> None:
     """Split-K at test size (sms=8 asks of these shapes what sms=132 asks of mlp at B=64):

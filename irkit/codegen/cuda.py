@@ -373,6 +373,17 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
             return self.VECTOR_TYPES[key]
         return super().type_name(t)
 
+    def literal(self, op: arith.ConstantOp) -> str:
+        """f16 and bf16 constants as conversions of the f32 literal (`0.0f` beside an
+        `__half` in `c ? x : 0.0f` is ambiguous to NVRTC)."""
+        text = super().literal(op)
+        t = op.result.type
+        if isinstance(t, Float16Type):
+            return f"__float2half_rn({text})"
+        if isinstance(t, BFloat16Type):
+            return f"__float2bfloat16_rn({text})"
+        return text
+
     def vector_load(self, op: vector.LoadOp) -> None:
         """One 8- or 16-byte access: the address must be aligned to the vector's size (the
         pass that builds it checks the shapes; the runtime's buffers are 256-byte aligned)."""

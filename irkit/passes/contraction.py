@@ -31,7 +31,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.dialects import arith, memref, scf
-from xdsl.dialects.builtin import Float32Type, Float64Type, FloatAttr, MemRefType
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    MemRefType,
+)
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from irkit.loops import constant_int
@@ -86,30 +93,45 @@ def _unit_range(lb: SSAValue, ub: SSAValue, step: SSAValue) -> int | None:
     return constant_int(ub)
 
 
-def _reduction(loop: scf.ForOp) -> tuple[memref.LoadOp, memref.LoadOp] | None:
-    """The two loads of `s + x * y` when that is the whole body of `loop`."""
+def _reduction(loop: scf.ForOp, widen: bool = False) -> tuple[memref.LoadOp, memref.LoadOp] | None:
+    """The two loads of `s + x * y` when that is the whole body of `loop`; with `widen`, the
+    loads may be extended (`extf`) to the accumulator's type first (an f16 matmul summed in
+    f32)."""
     ops = list(loop.body.block.ops)
-    if len(ops) != 5 or len(loop.iter_args) != 1:
+    if len(ops) < 5 or len(loop.iter_args) != 1:
         return None
-    x, y, mul, add, yield_ = ops
+    *feeds, mul, add, yield_ = ops
     acc = loop.body.block.args[1]
     if not (
-        isinstance(x, memref.LoadOp)
-        and isinstance(y, memref.LoadOp)
-        and isinstance(mul, arith.MulfOp)
+        isinstance(mul, arith.MulfOp)
         and isinstance(add, arith.AddfOp)
         and isinstance(yield_, scf.YieldOp)
-        and set(mul.operands) == {x.res, y.res}
         and set(add.operands) == {acc, mul.result}
         and list(yield_.operands) == [add.result]
     ):
         return None
-    return x, y
+    loads: list[memref.LoadOp] = []
+    used: list[Operation] = []
+    for value in mul.operands:
+        owner = value.owner
+        if widen and isinstance(owner, arith.ExtFOp):
+            used.append(owner)
+            owner = owner.input.owner
+        if not isinstance(owner, memref.LoadOp):
+            return None
+        used.append(owner)
+        loads.append(owner)
+    if len(feeds) != len(used) or {id(o) for o in feeds} != {id(o) for o in used}:
+        return None
+    return loads[0], loads[1]
 
 
-def match_matmul(loop: scf.ParallelOp, batched: bool = False) -> MatmulNest | None:
+def match_matmul(
+    loop: scf.ParallelOp, batched: bool = False, half: bool = False
+) -> MatmulNest | None:
     """The matmul structure of `loop` (see the module docstring), or None; with `batched`,
-    batch matmuls too."""
+    batch matmuls too; with `half`, f16 and bf16 matmuls summed in f32 too (their
+    `element_type` is the operands' type, the accumulator's is `acc.type`)."""
     rank = len(loop.body.block.args)
     if rank < 2 or (rank > 2 and not batched) or loop.initVals:
         return None
@@ -130,7 +152,7 @@ def match_matmul(loop: scf.ParallelOp, batched: bool = False) -> MatmulNest | No
     k_loop, epilogue = ops[0], ops[1:-1]
     k = _unit_range(k_loop.lb, k_loop.ub, k_loop.step)
     init = _constant_float(k_loop.iter_args[0]) if k_loop.iter_args else None
-    loads = _reduction(k_loop)
+    loads = _reduction(k_loop, widen=half)
     if k is None or init is None or loads is None:
         return None
     kv = k_loop.body.block.args[0]
@@ -161,9 +183,14 @@ def match_matmul(loop: scf.ParallelOp, batched: bool = False) -> MatmulNest | No
         return None
     a, b, c = a_load.memref, b_load.memref, store.memref
     types = {v.type.element_type for v in (a, b, c) if isinstance(v.type, MemRefType)}
-    types.add(k_loop.iter_args[0].type)
-    if len(types) != 1 or not isinstance(next(iter(types)), Float32Type | Float64Type):
+    accumulator = k_loop.iter_args[0].type
+    narrow = half and len(types) == 1 and isinstance(next(iter(types)), Float16Type | BFloat16Type)
+    if narrow and not isinstance(accumulator, Float32Type):
         return None
+    if not narrow:
+        types.add(accumulator)
+        if len(types) != 1 or not isinstance(next(iter(types)), Float32Type | Float64Type):
+            return None
     if c in (a, b) or any(
         op.regions
         or (isinstance(op, memref.StoreOp) and op is not store)

@@ -159,7 +159,7 @@ class GpuTileMatmulPass(ModulePass):
             if len(nests) != 1 or len(nests[0].ops) != 1:
                 continue
             loop = nests[0].ops[0]
-            nest = match_matmul(loop) if isinstance(loop, scf.ParallelOp) else None
+            nest = match_matmul(loop, half=True) if isinstance(loop, scf.ParallelOp) else None
             if nest is None:
                 continue
             tiled = _TiledKernel(self, fn, nest, op)
@@ -326,6 +326,13 @@ class _TiledKernel:
             out += [t.add(vector.ExtractOp(v, [q], self.nest.element_type)) for q in range(GROUP)]
         return out
 
+    def _widen(self, t: GpuBuilder, values: list[SSAValue]) -> list[SSAValue]:
+        """f16/bf16 values from the shared tiles, extended to the accumulator's f32."""
+        acc_type = self.nest.acc.type
+        if self.nest.element_type == acc_type:
+            return values
+        return [t.add(arith.ExtFOp(v, acc_type)) for v in values]
+
     def build(self, constants) -> func.FuncOp:
         o, nest = self.o, self.nest
         name = self.fn.sym_name.data
@@ -388,8 +395,8 @@ class _TiledKernel:
         def compute(t: GpuBuilder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
             for kk in range(o.block_k):
                 kv = t.index(kk)
-                am = self._read(t, a_tile, stage, kv, row_firsts)
-                bn = self._read(t, b_tile, stage, kv, col_firsts)
+                am = self._widen(t, self._read(t, a_tile, stage, kv, row_firsts))
+                bn = self._widen(t, self._read(t, b_tile, stage, kv, col_firsts))
                 accs = [
                     t.add(arith.AddfOp(accs[r * o.thread_n + c], t.add(arith.MulfOp(am[r], bn[c]))))
                     for r in range(o.thread_m)
