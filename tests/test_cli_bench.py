@@ -105,7 +105,7 @@ def test_run_errors_are_one_line() -> None:
     assert r.returncode == 1
     assert (
         r.stderr.strip()
-        == "irkit-bench: error: unknown backend 'tpu'; choose from auto, cpu, cuda, cuda-sim, reference"
+        == "irkit-bench: error: unknown backend 'tpu'; choose from auto, cpu, cuda, cuda-sim, cuda-host, reference"
     )
 
 

@@ -347,7 +347,7 @@ def _default_cuda_with(matmul: str) -> str:
 
 SPLIT_MODELS = {
     # ragged M, N and K (none a multiple of its tile), a bias and an activation after the sum
-    "ragged": "model s\ninput a : {t}[10, 100]\nparam w : {t}[100, 20]\nparam bias : {t}[20]\n"
+    "ragged": "model s\ninput a : {t}[10, 88]\nparam w : {t}[88, 20]\nparam bias : {t}[20]\n"
     "output y = relu(matmul(a, w) + bias)\n",
     # mlp's shape at test size: GELU after the first split matmul, a plain second one
     "mlp": "model s\ninput x : {t}[4, 64]\nparam w1 : {t}[64, 256]\nparam w2 : {t}[256, 64]\n"
@@ -359,12 +359,13 @@ SPLIT_MODELS = {
 @pytest.mark.parametrize("dtype", ["f32", "f64", "f16", "bf16"])
 @pytest.mark.parametrize("model", sorted(SPLIT_MODELS))
 def test_split_k_matches_the_reference(model: str, dtype: str, backend: str) -> None:
-    """Split-K at test size (sms=8 asks of these shapes what sms=132 asks of mlp at B=64):
-    each matmul becomes a tiled kernel over k ranges and a flat reduction of its partials,
-    built by NVRTC without spills, equal to the reference on both host paths, and
-    bit-identical from run to run (the reduction has a fixed order)."""
+    """Split-K in two ranges (f16 and bf16 through tensor cores): each matmul becomes a
+    tiled kernel over k ranges and a flat reduction of its partials, built by NVRTC without
+    spills, equal to the reference on both host paths, and bit-identical from run to run
+    (the reduction has a fixed order). (When split-K is chosen: the MLP and SPLIT checks.)"""
     graph = parse_source(SPLIT_MODELS[model].format(t=dtype), "s.graph", ".graph")
-    spec = _default_cuda_with("gpu-tile-matmul{split-k=0 sms=8 block-k=4}")
+    depth = 16 if dtype in ("f16", "bf16") else 4  # an mma's k, or the f32 spill-free depth
+    spec = _default_cuda_with(f"gpu-tile-matmul{{split-k=2 block-k={depth}}}")
     exe = irkit.compile(graph, spec, backend)
     names = [k.name for k in exe.kernels]
     split = [n for n in names if n.endswith("_splitk")]
@@ -399,3 +400,85 @@ def test_split_k_options_are_checked() -> None:
         parse_passes("gpu-tile-matmul{split-k=-1}")
     with pytest.raises(IrkitError, match="sms"):
         parse_passes("gpu-tile-matmul{sms=0}")
+
+
+def test_mma_fragment_layout_is_ptxs() -> None:
+    """The m16n8k16 fragment coordinates against PTX's figures (lane 0 and lane 5, g=1 t=1),
+    and each of A, B and C covered once by the warp's 32 lanes."""
+    from irkit.dialects.warp import a_coordinates, b_coordinates, c_coordinates
+
+    assert [a_coordinates(0, i) for i in range(8)] == [(0, 0), (0, 1), (8, 0), (8, 1), (0, 8), (0, 9), (8, 8), (8, 9)]  # fmt: skip
+    assert [a_coordinates(5, i) for i in range(8)] == [(1, 2), (1, 3), (9, 2), (9, 3), (1, 10), (1, 11), (9, 10), (9, 11)]  # fmt: skip
+    assert [b_coordinates(5, i) for i in range(4)] == [(2, 1), (3, 1), (10, 1), (11, 1)]
+    assert [c_coordinates(5, i) for i in range(4)] == [(1, 2), (1, 3), (9, 2), (9, 3)]
+    for where, count, shape in ((a_coordinates, 8, (16, 16)), (b_coordinates, 4, (16, 8)),
+                                (c_coordinates, 4, (16, 8))):  # fmt: skip
+        cells = [where(lane, i) for lane in range(32) for i in range(count)]
+        assert sorted(cells) == [(r, c) for r in range(shape[0]) for c in range(shape[1])]
+
+
+HALF_GEMM = "model g\ninput a : {t}[{m}, {k}]\ninput b : {t}[{k}, {n}]\noutput c = matmul(a, b)\n"
+
+
+@pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("dims", [(100, 72, 40), (128, 128, 64), (16, 8, 16), (5, 300, 33)])
+def test_half_gemm_runs_on_tensor_cores(dims, dtype: str, backend: str) -> None:
+    """f16 and bf16 gemms under default-cuda: mma.sync in the PTX NVRTC builds, and equal to
+    the reference through lockstep (which interprets the fragment layout over whole warps)
+    and through cuda-host (which runs the printed C with an emulated mma); ragged shapes,
+    one warp and several warps along each side."""
+    m, n, k = dims
+    graph = parse_source(HALF_GEMM.format(t=dtype, m=m, n=n, k=k), "g.graph", ".graph")
+    exe = irkit.compile(graph, "default-cuda", backend)
+    (kernel,) = [r for r in exe.kernels if r.launch["mapping"] == "tiled"]  # type: ignore[index]
+    assert f"irkit_mma_m16n8k16_{dtype}(" in kernel.source
+    assert kernel.resources["spill_stores"] == 0, kernel.resources
+    from irkit.codegen.nvrtc import compile_ptx
+
+    ptx = compile_ptx(kernel.source, kernel.name)
+    assert f"mma.sync.aligned.m16n8k16.row.col.f32.{dtype}.{dtype}.f32" in ptx
+    checks, _ = check(exe, graph, seed=3)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
+
+
+def test_tensor_cores_can_be_turned_off() -> None:
+    graph = parse_source(HALF_GEMM.format(t="f16", m=32, n=32, k=32), "g.graph", ".graph")
+    exe = irkit.compile(
+        graph, _default_cuda_with("gpu-tile-matmul{tensor-cores=false}"), "cuda-sim"
+    )
+    assert all("mma" not in k.source for k in exe.kernels)
+    assert [k.launch["mapping"] for k in exe.kernels] == ["tiled"]  # type: ignore[index]
+    checks, _ = check(exe, graph, seed=3)
+    assert all(c.passed for c in checks)
+
+
+def test_lockstep_refuses_an_mma_some_lanes_skip() -> None:
+    graph = parse_source(HALF_GEMM.format(t="f16", m=16, n=8, k=16), "g.graph", ".graph")
+    module = apply_passes(graph, parse_passes("default-cuda"))
+    from irkit.dialects.warp import MmaM16n8k16Op
+
+    fn = gpu_kernels(module)[0]
+    mma = next(op for op in fn.walk() if isinstance(op, MmaM16n8k16Op))
+    block = mma.parent_block()
+    tid = next(op for op in fn.walk() if isinstance(op, gpu.ThreadIdOp)).result
+    from xdsl.dialects import arith
+
+    c16 = arith.ConstantOp.from_int_and_width(16, tid.type)
+    cond = arith.CmpiOp(tid, c16.result, "ult")
+    block.insert_ops_before([c16, cond], mma)
+    mma.detach()
+    if_ = scf.IfOp(cond.result, list(mma.result_types), [mma, scf.YieldOp(*mma.results)],
+                   [scf.YieldOp(*mma.inputs[12:])])  # fmt: skip
+    block.insert_op_before(if_, next(o for o in block.ops if o is cond).next_op)  # type: ignore[arg-type]
+    for old, new in zip(mma.results, if_.results, strict=True):
+        for use in list(old.uses):
+            if use.operation is not if_.true_region.block.last_op:
+                use.operation.operands[use.index] = new
+    x = np.ones((16, 16), np.float16)
+    with pytest.raises(LockstepError, match="only some lanes of a warp"):
+        _run(
+            module,
+            fn.sym_name.data,
+            [x, np.ones((16, 8), np.float16), np.zeros((16, 8), np.float16)],
+        )

@@ -36,6 +36,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
+from irkit.dialects.warp import MmaM16n8k16Op
 from irkit.errors import IrkitError
 from irkit.loops import SHARED_SPACE, kernels, launch_of
 from irkit.loops.scalar_ops import c_calls, c_infix
@@ -447,8 +448,18 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
             raise IrkitError(f"the CUDA printer cannot bitcast {src} to {dst}")
         self.define(op.results[0], f"{fn}({self.name(op.operands[0])})")
 
+    def mma(self, op: Operation) -> None:
+        """A warp's tensor-core multiply-accumulate: the prelude's helper (inline PTX on the
+        GPU; an emulation on cuda-host) writes the lane's 4 results."""
+        assert isinstance(op, MmaM16n8k16Op)
+        names = [self.fresh(r, "d") for r in op.outputs]
+        self.emit(f"float {', '.join(names)};")
+        args = ", ".join([*(self.name(v) for v in op.inputs), *(f"&{n}" for n in names)])
+        self.emit(f"irkit_mma_m16n8k16_{op.narrow_type}({args});")
+
     HANDLERS = {
         **dict.fromkeys(GEOMETRY, geometry),
+        MmaM16n8k16Op: mma,
         arith.BitcastOp: bitcast,
         gpu.BarrierOp: barrier,
         memref.GetGlobalOp: get_global,
@@ -529,8 +540,35 @@ def index_type_for(module: ModuleOp) -> str:
     return "int" if max(sizes, default=0) < 2**31 - 1 else "long long"
 
 
+def _mma_helper(kind: str) -> str:
+    """`irkit_mma_m16n8k16_<kind>`: PTX's mma.sync m16n8k16 with f32 accumulators, the
+    operands in `irkit.dialects.warp`'s order (two 16-bit values per 32-bit register, the
+    lower-indexed one in the low half). Guarded so that a host build (cuda-host, whose
+    header defines IRKIT_CUDA_HOST and its own) never sees the PTX."""
+    t = "__half" if kind == "f16" else "__nv_bfloat16"
+    bits = "__half_as_ushort" if kind == "f16" else "__bfloat16_as_ushort"
+    a = ", ".join(f"{t} a{i}" for i in range(8))
+    b = ", ".join(f"{t} b{i}" for i in range(4))
+    c = ", ".join(f"float c{i}" for i in range(4))
+    d = ", ".join(f"float* d{i}" for i in range(4))
+    pack = [f"irkit_pack_{kind}({x}{2 * i}, {x}{2 * i + 1})" for x, n in (("a", 4), ("b", 2)) for i in range(n)]  # fmt: skip
+    regs = ", ".join(f'"r"({r})' for r in pack)
+    return (
+        "#ifndef IRKIT_CUDA_HOST\n"
+        f"__device__ __forceinline__ unsigned irkit_pack_{kind}({t} lo, {t} hi) "
+        f"{{ return (unsigned){bits}(lo) | ((unsigned){bits}(hi) << 16); }}\n"
+        f"__device__ __forceinline__ void irkit_mma_m16n8k16_{kind}({a}, {b}, {c}, {d}) {{\n"
+        f'  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 '
+        '{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\\n"\n'
+        '      : "=f"(*d0), "=f"(*d1), "=f"(*d2), "=f"(*d3)\n'
+        f'      : {regs}, "f"(c0), "f"(c1), "f"(c2), "f"(c3));\n'
+        "}\n#endif\n"
+    )
+
+
 def _prelude(kernels: list[func.FuncOp]) -> str:
-    """The helpers, and cuda_fp16.h/cuda_bf16.h only where a kernel touches f16 or bf16."""
+    """The helpers, cuda_fp16.h/cuda_bf16.h only where a kernel touches f16 or bf16, and the
+    tensor-core helpers only where a kernel uses them."""
     narrow = any(
         isinstance(t, Float16Type | BFloat16Type)
         for fn in kernels
@@ -540,7 +578,10 @@ def _prelude(kernels: list[func.FuncOp]) -> str:
         ]
         for t in ([t.element_type] if isinstance(t, MemRefType) else [t])
     )
-    return (CudaPrinter.HALF_HEADERS if narrow else "") + CudaPrinter.PRELUDE
+    kinds = sorted({op.narrow_type for fn in kernels for op in fn.walk()
+                    if isinstance(op, MmaM16n8k16Op)})  # fmt: skip
+    helpers = "".join(_mma_helper(k) for k in kinds)
+    return (CudaPrinter.HALF_HEADERS if narrow else "") + CudaPrinter.PRELUDE + helpers
 
 
 def kernel_source(module: ModuleOp, fn: func.FuncOp) -> str:

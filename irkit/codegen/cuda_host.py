@@ -83,7 +83,11 @@ def host_source(module: ModuleOp) -> str:
 
 
 def has_barrier(fn: func.FuncOp) -> bool:
-    return any(isinstance(op, gpu.BarrierOp) for op in fn.walk())
+    """Whether the kernel's threads must meet: a barrier, or a warp-collective op (an mma,
+    whose host emulation waits for every lane)."""
+    from irkit.dialects.warp import MmaM16n8k16Op
+
+    return any(isinstance(op, gpu.BarrierOp | MmaM16n8k16Op) for op in fn.walk())
 
 
 @dataclass

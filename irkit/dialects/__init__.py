@@ -13,5 +13,11 @@ def _graph() -> Dialect:
     return Graph
 
 
-IRKIT_DIALECTS: dict[str, Callable[[], Dialect]] = {"graph": _graph}
+def _warp() -> Dialect:
+    from irkit.dialects.warp import Warp
+
+    return Warp
+
+
+IRKIT_DIALECTS: dict[str, Callable[[], Dialect]] = {"graph": _graph, "irkit_warp": _warp}
 """irkit's dialects by name, loaded lazily (for contexts and xDSL's universe)."""

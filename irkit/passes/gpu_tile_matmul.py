@@ -88,6 +88,8 @@ from typing import NamedTuple
 from xdsl.context import Context
 from xdsl.dialects import arith, func, gpu, memref, scf, vector
 from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
     Float32Type,
     MemRefType,
     ModuleOp,
@@ -115,6 +117,11 @@ from irkit.passes.loop_builder import add_kernel_buffer
 from irkit.passes.map_to_gpu import GpuBuilder, X, launch_attr, new_kernel
 
 MAX_THREADS = 1024
+MMA_M, MMA_N, MMA_K = 16, 8, 16
+"""One tensor-core instruction's tile (mma.sync m16n8k16)."""
+MMA_WARP = (64, 32)
+"""A warp's tile of C under tensor cores: 4 x 4 instructions per k step, 64 f32 accumulators
+per lane (the register budget of the f32 path's 8 x 8)."""
 REDUCE_THREADS = 256
 """Threads per block of split-K's second kernel (one per element of C)."""
 MIN_SPLIT_TILES = 4
@@ -147,6 +154,7 @@ class GpuTileMatmulPass(ModulePass):
     warp_tile: bool = True
     split_k: int = 0  # 0: auto (fill `sms`), 1: never, n: at most n ranges
     sms: int = 132
+    tensor_cores: bool = True  # f16/bf16: mma.sync m16n8k16 (sm_80 and later)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require_loop_level(op, "gpu-tile-matmul")
@@ -197,10 +205,15 @@ class GpuTileMatmulPass(ModulePass):
 class _TiledKernel:
     def __init__(self, o: GpuTileMatmulPass, fn: func.FuncOp, nest: MatmulNest, module: ModuleOp):
         self.fn, self.nest, self.module = fn, nest, module
+        self.mma = o.tensor_cores and isinstance(nest.element_type, Float16Type | BFloat16Type)
         block_m, thread_m = _fit(o.block_m, o.thread_m, nest.m)
         block_n, thread_n = _fit(o.block_n, o.thread_n, nest.n)
         itemsize = numpy_dtype(nest.element_type).itemsize
+        if self.mma:  # whole m16n8k16 tiles: the block at least 16 x 8, k in steps of 16
+            block_m, block_n = max(block_m, MMA_M), max(block_n, MMA_N)
         block_k = o.block_k or self._auto_depth(o, block_m, block_n, nest.k, itemsize)
+        if self.mma:
+            block_k = -(-block_k // MMA_K) * MMA_K
         self.o = replace(o, block_m=block_m, thread_m=thread_m, block_n=block_n, thread_n=thread_n,
                          block_k=block_k)  # fmt: skip
         self._check_shared(itemsize)
@@ -208,6 +221,14 @@ class _TiledKernel:
         self.cols_t = block_n // thread_n  # threads along n
         self.threads = self.rows_t * self.cols_t
         self.warp_tiled = self._warp_tiles()
+        if self.mma:  # warps of 64 x 32 (fewer where the block is smaller), 32 lanes each
+            self.warps = (max(1, block_m // MMA_WARP[0]), max(1, block_n // MMA_WARP[1]))
+            self.threads = 32 * self.warps[0] * self.warps[1]
+            whole = (block_m % (self.warps[0] * MMA_M) == 0 and block_n % (self.warps[1] * MMA_N) == 0
+                     and block_k % MMA_K == 0)  # fmt: skip
+            if not whole:  # block options that do not cut into instruction tiles: no mma
+                self.mma = False
+                self.threads = self.rows_t * self.cols_t
         self.tiles = -(-nest.m // block_m) * -(-nest.n // block_n)
         self.k_tiles = -(-nest.k // block_k)
         self.splits = self._splits(module) if not nest.batch else 1
@@ -333,6 +354,87 @@ class _TiledKernel:
             return values
         return [t.add(arith.ExtFOp(v, acc_type)) for v in values]
 
+    def _simt(self, b: GpuBuilder, tid: SSAValue, a_tile: SSAValue, b_tile: SSAValue):
+        """The f32 (and f64, and tensor-core-less f16) inner product: each thread's
+        `thread-m x thread-n` register tile, one multiply-add per element per k. Returns the
+        k-tile step and, per accumulator, its row and column in the block tile."""
+        o = self.o
+        row_firsts, col_firsts = self._thread_tile(b, tid)
+        group = GROUP if self.warp_tiled else 1
+        my_rows = [b.iadd(r, q) for r in row_firsts for q in range(group)]
+        my_cols = [b.iadd(c, q) for c in col_firsts for q in range(group)]
+
+        def compute(t: GpuBuilder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+            for kk in range(o.block_k):
+                kv = t.index(kk)
+                am = self._widen(t, self._read(t, a_tile, stage, kv, row_firsts))
+                bn = self._widen(t, self._read(t, b_tile, stage, kv, col_firsts))
+                accs = [
+                    t.add(arith.AddfOp(accs[r * o.thread_n + c], t.add(arith.MulfOp(am[r], bn[c]))))
+                    for r in range(o.thread_m)
+                    for c in range(o.thread_n)
+                ]
+            return accs
+
+        return compute, [(r, c) for r in my_rows for c in my_cols]
+
+    def _mma(self, b: GpuBuilder, tid: SSAValue, a_tile: SSAValue, b_tile: SSAValue):
+        """The tensor-core inner product: each warp a `64 x 32` (or smaller) tile of C as
+        m16n8k16 instructions; per 16 of k, a lane reads its 8 values of A per 16 rows and 4
+        of B per 8 columns from the shared tiles (at the fragment coordinates of
+        `irkit.dialects.warp`) and issues one `irkit_warp.mma_m16n8k16` per 16 x 8 piece.
+        Returns the k-tile step and each accumulator's row and column in the block tile."""
+        from irkit.dialects.warp import MmaM16n8k16Op, a_coordinates, b_coordinates, c_coordinates
+
+        o = self.o
+        warps_n = self.warps[1]
+        warp_m, warp_n = o.block_m // self.warps[0], o.block_n // warps_n
+        tiles_m, tiles_n = warp_m // MMA_M, warp_n // MMA_N
+        warp, lane = b.binary(arith.DivUIOp, tid, 32), b.binary(arith.RemUIOp, tid, 32)
+        g, t4 = b.binary(arith.DivUIOp, lane, 4), b.binary(arith.RemUIOp, lane, 4)
+        two_t = b.binary(arith.MuliOp, t4, 2)
+        rows = b.add(
+            arith.AddiOp(b.binary(arith.MuliOp, b.binary(arith.DivUIOp, warp, warps_n), warp_m), g)
+        )
+        cols = b.binary(arith.MuliOp, b.binary(arith.RemUIOp, warp, warps_n), warp_n)
+        b_cols = b.add(arith.AddiOp(cols, g))  # B's column (n) of this lane
+        c_cols = b.add(arith.AddiOp(cols, two_t))  # C's first column of this lane
+        # a lane's coordinates are (g or 2t) + a constant: the constants, from the layout
+        a_at = [a_coordinates(0, i) for i in range(8)]  # (row - g, column - 2t)
+        b_at = [b_coordinates(0, i) for i in range(4)]  # (k - 2t, n - g)
+        c_at = [c_coordinates(0, i) for i in range(4)]  # (row - g, column - 2t)
+
+        def compute(t: GpuBuilder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+            accs = list(accs)
+            for kk in range(0, o.block_k, MMA_K):
+                a_frags = [
+                    [t.add(memref.LoadOp.get(a_tile, [stage, t.iadd(two_t, kk + dk),
+                                                      t.iadd(rows, mi * MMA_M + dm)]))
+                     for dm, dk in a_at]
+                    for mi in range(tiles_m)
+                ]  # fmt: skip
+                b_frags = [
+                    [t.add(memref.LoadOp.get(b_tile, [stage, t.iadd(two_t, kk + dk),
+                                                      t.iadd(b_cols, ni * MMA_N)]))
+                     for dk, _ in b_at]
+                    for ni in range(tiles_n)
+                ]  # fmt: skip
+                for mi in range(tiles_m):
+                    for ni in range(tiles_n):
+                        at = (mi * tiles_n + ni) * 4
+                        op = MmaM16n8k16Op(a_frags[mi], b_frags[ni], accs[at : at + 4])
+                        t.add(op)
+                        accs[at : at + 4] = list(op.outputs)
+            return accs
+
+        outputs = [
+            (b.iadd(rows, mi * MMA_M + dm), b.iadd(c_cols, ni * MMA_N + dn))
+            for mi in range(tiles_m)
+            for ni in range(tiles_n)
+            for dm, dn in c_at
+        ]
+        return compute, outputs
+
     def build(self, constants) -> func.FuncOp:
         o, nest = self.o, self.nest
         name = self.fn.sym_name.data
@@ -359,10 +461,10 @@ class _TiledKernel:
         if self.splits > 1:  # each range sums from zero; the second kernel adds the init
             init = b.constants.float(0.0, nest.acc.type)
         # loop-invariant: this thread's rows and columns in the tile, and its copy slots
-        row_firsts, col_firsts = self._thread_tile(b, tid)
-        group = GROUP if self.warp_tiled else 1
-        my_rows = [b.iadd(r, q) for r in row_firsts for q in range(group)]
-        my_cols = [b.iadd(c, q) for c in col_firsts for q in range(group)]
+        if self.mma:
+            compute, outputs = self._mma(b, tid, a_tile, b_tile)
+        else:
+            compute, outputs = self._simt(b, tid, a_tile, b_tile)
         a_copy = _Copy(a, a_tile, (nest.m, o.block_m), (nest.k, o.block_k), True, self._lanes_a())
         b_copy = _Copy(bb, b_tile, (nest.k, o.block_k), (nest.n, o.block_n), False, self._lanes_b())
         a_slots = self._slots(tid, o.block_m, o.block_k, a_copy.lanes)
@@ -392,18 +494,6 @@ class _TiledKernel:
             self._stash(t, a_slots, a_copy, values[: len(a_slots)], stage)
             self._stash(t, b_slots, b_copy, values[len(a_slots) :], stage)
 
-        def compute(t: GpuBuilder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
-            for kk in range(o.block_k):
-                kv = t.index(kk)
-                am = self._widen(t, self._read(t, a_tile, stage, kv, row_firsts))
-                bn = self._widen(t, self._read(t, b_tile, stage, kv, col_firsts))
-                accs = [
-                    t.add(arith.AddfOp(accs[r * o.thread_n + c], t.add(arith.MulfOp(am[r], bn[c]))))
-                    for r in range(o.thread_m)
-                    for c in range(o.thread_n)
-                ]
-            return accs
-
         if o.double_buffer:
             # Register-staged double buffering: tile kt+1's global loads are issued before
             # the FMAs on tile kt (which sits in stage kt % 2), and stored into the other
@@ -431,21 +521,18 @@ class _TiledKernel:
                 t.add(gpu.BarrierOp())
                 return accs
 
-        accs = _for(b, k_tiles, [init] * (o.thread_m * o.thread_n), k_tile)
-        for r in range(o.thread_m):
-            i = b.add(arith.AddiOp(row0, my_rows[r]))
-            for c in range(o.thread_n):
-                j = b.add(arith.AddiOp(col0, my_cols[c]))
-                inside = _all(b, [(i, nest.m, o.block_m), (j, nest.n, o.block_n)])
-                inner = b.guarded(inside)
-                acc = accs[r * o.thread_n + c]
-                if split is not None:  # the partial sum, for the second kernel
-                    partials = kernel.body.block.args[-1]
-                    inner.add(memref.StoreOp.get(acc, partials, [split, i, j]))
-                    continue
-                m = dict(mapping)
-                m.update({nest.i: i, nest.j: j, nest.acc: acc})
-                inner.clone(nest.epilogue, m)
+        accs = _for(b, k_tiles, [init] * len(outputs), k_tile)
+        for acc, (row, col) in zip(accs, outputs, strict=True):
+            i, j = b.add(arith.AddiOp(row0, row)), b.add(arith.AddiOp(col0, col))
+            inside = _all(b, [(i, nest.m, o.block_m), (j, nest.n, o.block_n)])
+            inner = b.guarded(inside)
+            if split is not None:  # the partial sum, for the second kernel
+                partials = kernel.body.block.args[-1]
+                inner.add(memref.StoreOp.get(acc, partials, [split, i, j]))
+                continue
+            m = dict(mapping)
+            m.update({nest.i: i, nest.j: j, nest.acc: acc})
+            inner.clone(nest.epilogue, m)
         b.add(func.ReturnOp())
         flops = count_flops(nest.loop)
         kernel.attributes[LAUNCH_ATTR] = launch_attr(grid, self.threads, "tiled", flops)

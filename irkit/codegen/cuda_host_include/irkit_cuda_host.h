@@ -11,6 +11,7 @@
 // one block is live at a time. Shared memory starts each launch as left by the last one, not
 // zeroed (on a GPU it is undefined too).
 #pragma once
+#define IRKIT_CUDA_HOST 1  // the printed prelude leaves its PTX helpers to this header
 
 #include <cmath>
 #include <cstdint>
@@ -144,6 +145,29 @@ inline void set_thread(unsigned t) {
   threadIdx = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
 }
 
+// Tensor-core emulation state: per warp two staging areas (used alternately, so a lane that
+// runs ahead into the next mma never overwrites what a slower lane still reads), and per
+// thread the parity of its next mma.
+struct MmaStage {
+  float a[32][8], b[32][4], c[32][4];
+};
+thread_local MmaStage* mma_stages = nullptr;
+thread_local unsigned char* mma_parity = nullptr;
+thread_local size_t mma_held = 0;
+
+inline bool mma_reset(unsigned threads) {
+  if (threads > mma_held) {
+    std::free(mma_stages);
+    std::free(mma_parity);
+    mma_stages = (MmaStage*)std::malloc(sizeof(MmaStage) * 2 * (threads / 32 + 1));
+    mma_parity = (unsigned char*)std::malloc(threads);
+    mma_held = mma_stages && mma_parity ? threads : 0;
+    if (!mma_held) return false;
+  }
+  std::memset(mma_parity, 0, threads);
+  return true;
+}
+
 enum Status { OK = 0, DIVERGENT_BARRIER = 1, NO_MEMORY = 2, BARRIER_WITHOUT_FIBERS = 3 };
 
 // One launch: geometry = grid x, y, z, block x, y, z. `fibers`: the kernel has a barrier.
@@ -172,6 +196,7 @@ inline int launch(const unsigned* geometry, int fibers, void (*fn)(void*), void*
       if (stray_barrier) status = BARRIER_WITHOUT_FIBERS;
       continue;
     }
+    if (!mma_reset(threads)) { status = NO_MEMORY; break; }
     for (unsigned t = 0; t < threads; t++) {
       Fiber& f = pool[t];
       getcontext(&f.context);
@@ -225,3 +250,46 @@ inline void barrier(int line) {
 
 // the call site's line tells the barriers of a kernel apart (the printer puts one per line)
 #define __syncthreads() irkit_host::barrier(__LINE__)
+
+// --- tensor cores: mma.sync m16n8k16 (see irkit/dialects/warp.py for the fragment layout) -
+
+namespace irkit_host {
+// Each lane leaves its fragments in its warp's staging area and waits at a block-wide
+// barrier (every lane of every warp reaches the mma together, as the GPU requires of a
+// warp); then each lane computes its 4 results from the whole tiles, C first, then the 16
+// products in k order, in f32.
+inline void mma(const float* a, const float* b, const float* c, float* d, int line) {
+  const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned warp = linear / 32, lane = linear % 32;
+  MmaStage& s = mma_stages[2 * warp + (mma_parity[linear]++ & 1u)];
+  for (int i = 0; i < 8; i++) s.a[lane][i] = a[i];
+  for (int i = 0; i < 4; i++) { s.b[lane][i] = b[i]; s.c[lane][i] = c[i]; }
+  barrier(line);
+  const unsigned g = lane / 4, t = lane % 4;
+  for (unsigned i = 0; i < 4; i++) {
+    const unsigned row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    float sum = s.c[(row % 8) * 4 + col / 2][col % 2 + 2 * (row / 8)];
+    for (unsigned k = 0; k < 16; k++) {
+      const float x = s.a[(row % 8) * 4 + (k % 8) / 2][k % 2 + 2 * (row / 8) + 4 * (k / 8)];
+      const float y = s.b[col * 4 + (k % 8) / 2][k % 2 + 2 * (k / 8)];
+      sum += x * y;
+    }
+    d[i] = sum;
+  }
+}
+}  // namespace irkit_host
+
+#define IRKIT_MMA_HOST(KIND, T, TO_FLOAT)                                                     \
+  inline void irkit_mma_m16n8k16_##KIND(T a0, T a1, T a2, T a3, T a4, T a5, T a6, T a7, T b0, \
+                                        T b1, T b2, T b3, float c0, float c1, float c2,       \
+                                        float c3, float* d0, float* d1, float* d2, float* d3) { \
+    const float a[8] = {TO_FLOAT(a0), TO_FLOAT(a1), TO_FLOAT(a2), TO_FLOAT(a3),               \
+                        TO_FLOAT(a4), TO_FLOAT(a5), TO_FLOAT(a6), TO_FLOAT(a7)};              \
+    const float b[4] = {TO_FLOAT(b0), TO_FLOAT(b1), TO_FLOAT(b2), TO_FLOAT(b3)};              \
+    const float c[4] = {c0, c1, c2, c3};                                                      \
+    float d[4];                                                                               \
+    irkit_host::mma(a, b, c, d, __LINE__);                                                    \
+    *d0 = d[0]; *d1 = d[1]; *d2 = d[2]; *d3 = d[3];                                           \
+  }
+IRKIT_MMA_HOST(f16, __half, __half2float)
+IRKIT_MMA_HOST(bf16, __nv_bfloat16, __bfloat162float)

@@ -1,0 +1,84 @@
+"""`irkit_warp`: warp-level ops of the GPU-mapped loop level that upstream dialects lack
+in xDSL (MLIR's `nvgpu.mma.sync` is the upstream counterpart; xDSL has no nvgpu dialect).
+
+`irkit_warp.mma_m16n8k16`: one tensor-core multiply-accumulate of a warp, `D = A B + C`
+with A 16x16 (f16 or bf16, row-major), B 16x8 (same type, column-major), C and D 16x8
+(f32), exactly PTX's `mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32`.
+Each of the 32 lanes of a warp gives 8 values of A, 4 of B and 4 of C, and receives 4 of D,
+at these coordinates (g = lane / 4, t = lane % 4):
+
+    A operand i (0..7):  row g + 8 * (i // 2 % 2),   column 2t + i % 2 + 8 * (i // 4)
+    B operand i (0..3):  row (k) 2t + i % 2 + 8 * (i // 2),   column (n) g
+    C operand / D result i (0..3):  row g + 8 * (i // 2),   column 2t + i % 2
+
+Every lane of the warp must execute it together (no divergence), as on the GPU. It is
+printed as a call of `irkit_mma_m16n8k16_{f16,bf16}` (inline PTX on the GPU, an emulation
+through the fiber scheduler on `cuda-host`), and interpreted by lockstep over whole warps.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type
+from xdsl.ir import Dialect, SSAValue
+from xdsl.irdl import IRDLOperation, irdl_op_definition, var_operand_def, var_result_def
+from xdsl.utils.exceptions import VerifyException
+
+A_COUNT, B_COUNT, C_COUNT = 8, 4, 4
+
+
+def a_coordinates(lane: int, i: int) -> tuple[int, int]:
+    g, t = divmod(lane, 4)
+    return g + 8 * (i // 2 % 2), 2 * t + i % 2 + 8 * (i // 4)
+
+
+def b_coordinates(lane: int, i: int) -> tuple[int, int]:
+    g, t = divmod(lane, 4)
+    return 2 * t + i % 2 + 8 * (i // 2), g
+
+
+def c_coordinates(lane: int, i: int) -> tuple[int, int]:
+    g, t = divmod(lane, 4)
+    return g + 8 * (i // 2), 2 * t + i % 2
+
+
+@irdl_op_definition
+class MmaM16n8k16Op(IRDLOperation):
+    """A warp's m16n8k16 tensor-core multiply-accumulate (see the module docstring):
+    operands a0..a7, b0..b3 (f16 or bf16, one type), c0..c3 (f32); results d0..d3 (f32)."""
+
+    name = "irkit_warp.mma_m16n8k16"
+
+    inputs = var_operand_def()
+    outputs = var_result_def()
+
+    def __init__(self, a: list[SSAValue], b: list[SSAValue], c: list[SSAValue]):
+        super().__init__(operands=[[*a, *b, *c]], result_types=[[Float32Type()] * C_COUNT])
+
+    @property
+    def a(self) -> list[SSAValue]:
+        return list(self.inputs[:A_COUNT])
+
+    @property
+    def b(self) -> list[SSAValue]:
+        return list(self.inputs[A_COUNT : A_COUNT + B_COUNT])
+
+    @property
+    def c(self) -> list[SSAValue]:
+        return list(self.inputs[A_COUNT + B_COUNT :])
+
+    @property
+    def narrow_type(self) -> str:
+        """ "f16" or "bf16": the type of A and B."""
+        return "bf16" if isinstance(self.inputs[0].type, BFloat16Type) else "f16"
+
+    def verify_(self) -> None:
+        if len(self.inputs) != A_COUNT + B_COUNT + C_COUNT or len(self.outputs) != C_COUNT:
+            raise VerifyException(f"{self.name} takes 8 + 4 + 4 operands and gives 4 results")
+        narrow = {v.type for v in [*self.a, *self.b]}
+        if len(narrow) != 1 or not isinstance(next(iter(narrow)), Float16Type | BFloat16Type):
+            raise VerifyException(f"{self.name}: A and B are all f16 or all bf16")
+        if any(not isinstance(v.type, Float32Type) for v in [*self.c, *self.outputs]):
+            raise VerifyException(f"{self.name}: C and D are f32")
+
+
+Warp = Dialect("irkit_warp", [MmaM16n8k16Op], [])
