@@ -171,3 +171,50 @@ def test_the_cli_runs_a_backend_from_a_plugin(tmp_path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "out0: ok" in done.stdout and "k0_softmax" in done.stdout
+
+
+REPLAYS: list[int] = []
+
+
+class ReplayingBound(NumpyOpsBound):
+    """A bound program that can replay itself as one recorded launch (as a CUDA graph does):
+    here, the same ops, counted."""
+
+    def timed_replay(self):
+        def replay() -> None:
+            REPLAYS.append(1)
+            self.run_graph()
+
+        return replay
+
+
+class ReplayingExecutable(NumpyOpsExecutable):
+    def bind(self, *arrays: Any) -> NumpyOpsBound:
+        return ReplayingBound(self, check_arrays("numpy-ops", self.inputs, arrays))
+
+
+class ReplayingBackend(NumpyOpsBackend):
+    def compile(self, module: ModuleOp) -> NumpyOpsExecutable:
+        return ReplayingExecutable(module)
+
+
+def test_attribute_times_replayed_graphs_with_timer_graph() -> None:
+    """--timer graph: every program (and the A/A twin) is timed through its replay, and the
+    record says so; a backend that cannot replay refuses in one line."""
+    from irkit.errors import IrkitError
+    from irkit.measure.attribution import attribute
+
+    register_backend(NAME, ReplayingBackend)
+    try:
+        REPLAYS.clear()
+        record = attribute("examples/elementwise_chain.graph", None, NAME, "prefix",
+                           {"N": 4, "D": 8}, budget_s=0.2, timer="graph").to_json()  # fmt: skip
+        assert REPLAYS and record["protocol"]["graph_replay"] is True
+        assert record["protocol"]["timer"].endswith("replayed as one CUDA graph")
+    finally:
+        BACKENDS.pop(NAME, None)
+    with pytest.raises(IrkitError, match="the cpu backend cannot replay a graph"):
+        attribute("examples/elementwise_chain.graph", None, "cpu", "prefix", {"N": 4, "D": 8},
+                  budget_s=0.2, timer="graph")  # fmt: skip
+    with pytest.raises(IrkitError, match="unknown timer"):
+        attribute("examples/elementwise_chain.graph", None, "cpu", timer="events")

@@ -228,7 +228,7 @@ def attribute_file(args, model: str, dims: dict) -> dict:
         result = attribute(
             model, args.passes, args.backend, args.strategy, dims, args.precision, args.budget,
             seed=args.seed, permutations=args.permutations, progress=tick,
-            kernel_times=not args.no_kernel_times,
+            kernel_times=not args.no_kernel_times, timer=args.timer,
         )  # fmt: skip
     return result.to_json()
 
@@ -514,6 +514,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     att.add_argument("--permutations", type=bounded_int(1, 100_000), default=64,
                      help="sampled orders for shapley beyond 8 passes (default 64)")  # fmt: skip
     att.add_argument("--json", default=None, metavar="OUT", help="write the record as JSON")
+    att.add_argument("--timer", default="launches", choices=("launches", "graph"),
+                     help="launches: the driver's launches as they run (default); graph: the "
+                          "driver captured once as a CUDA graph and replayed as one launch "
+                          "(microsecond kernels without the host's launch cost; --backend cuda)")  # fmt: skip
     att.add_argument("--no-kernel-times", action="store_true",
                      help="skip timing each kernel alone (a third of the budget); passes still "
                           "list the kernels they removed and added")  # fmt: skip

@@ -352,6 +352,19 @@ class Attribution:
 
 # --------------------------------------------------------------------------- the engine
 
+TIMERS = ("launches", "graph")
+
+
+def _timed(bound: Any, timer: str, backend: str) -> Callable[[], None]:
+    """What a round calls for one program: its launches, or its replayed graph."""
+    if timer == "launches":
+        return bound.timed_graph()
+    replay = bound.timed_replay()
+    if replay is None:
+        raise IrkitError(f"--timer graph: the {backend} backend cannot replay a graph (CUDA graphs: --backend cuda)")  # fmt: skip
+    return replay
+
+
 Progress = Callable[[str, int, int], None]
 """Called as progress(phase, done, total) while compiling and measuring."""
 
@@ -391,17 +404,23 @@ def attribute(
     progress: Progress | None = None,
     twin: bool = True,
     kernel_times: bool = True,
+    timer: str = "launches",
 ) -> Attribution:
     """Attribute the runtime of `model` under `pipeline` to its optional passes (see the
     module docstring for the protocol). `budget_s`: seconds of measuring in all, a third of
     it for the kernels unless `kernel_budget_s` says. `ceilings`: the roofline's, by default
-    the backend's own (`Backend.ceilings()`); None for none."""
+    the backend's own (`Backend.ceilings()`); None for none. `timer`: "launches" (the
+    driver's launches, timed by the backend's timer) or "graph" (the driver recorded once as
+    a CUDA graph and replayed as one launch: microsecond kernels without the host's launch
+    cost; backends that can replay only)."""
     from irkit.frontend import load
     from irkit.measure.fingerprint import host_fingerprint
     from irkit.runtime import compile, get_backend
     from irkit.runtime.check import reference_case
 
     _check_arguments(strategy, precision, budget_s, kernel_budget_s, permutations, seed)
+    if timer not in TIMERS:
+        raise IrkitError(f"attribute: unknown timer {timer!r}; choose from {', '.join(TIMERS)}")
     expect("attribute", "model", model, ModuleOp | str | Path, "a module or a model file path")
     expect("attribute", "pipeline", pipeline, str | None, "a pipeline spec")
     tick = progress or (lambda *_: None)
@@ -458,11 +477,11 @@ def attribute(
                          "kernels": [k.hash for k in exe.kernels]})  # fmt: skip
     tick("compile", len(plan.masks), len(plan.masks))
 
-    fns: dict[str, Callable[[], None]] = {k: p.bound.timed_graph() for k, p in programs.items()}
+    fns = {k: _timed(p.bound, timer, chosen.name) for k, p in programs.items()}
     if twin:
         twin_exe = compile(graph, variant_spec(steps, optional, plan.full), chosen.name)
         twin_bound = twin_exe.bind(*case[0])
-        fns["aa-twin"] = twin_bound.timed_graph()
+        fns["aa-twin"] = _timed(twin_bound, timer, chosen.name)
     rounds_done = [0]
 
     def on_round(r: int) -> None:
@@ -540,7 +559,9 @@ def attribute(
     rounds = samples.shape[1]
     stop = next(iter(timings.values())).stop_reason
     protocol = {
-        "timer": chosen.timer,
+        "timer": chosen.timer
+        + (", the driver replayed as one CUDA graph" if timer == "graph" else ""),
+        "graph_replay": timer == "graph",
         "sampling": "interleaved, randomized order per round",
         "buffers": "bound once per program, page-aligned (4 KiB)",
         "rounds": rounds,
