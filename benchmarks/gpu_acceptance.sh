@@ -3,7 +3,10 @@
 #
 #   benchmarks/gpu_acceptance.sh OUTDIR [--quick]
 #
-# SKIP="attribute ..." leaves out the steps it names (their logs say so).
+# SKIP="attribute ..." leaves out the steps it names (their logs say so; "wheels": no install).
+# BACKEND=cuda-host (or cuda-sim) runs the same steps without a GPU, to test the script
+# itself: the examples and attributions on that backend (host times, not GPU times), the
+# gpu tests skipping, and the device-only steps (counters, GPU peers, graph replay) left out.
 # With ARCHIVE=FILE.tgz set, OUTDIR is re-packed into it after every step, so a call cut off
 # at its time limit still brings back what the finished steps wrote.
 #
@@ -29,6 +32,8 @@ mkdir -p "$out"
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 99
 export PYTHONUNBUFFERED=1
+backend=${BACKEND:-cuda}
+export backend
 failed=()
 printf 'step\tstatus\tseconds\n' >"$out/steps.tsv"
 
@@ -55,7 +60,7 @@ step() {  # step NAME LIMIT_S COMMAND...: run, log to OUTDIR/NAME.log, note its 
   fi
 }
 
-if compgen -G ".whl/*.whl" >/dev/null; then
+if [[ " ${SKIP:-} " != *" wheels "* ]] && compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/irkit-site .whl/*.whl || failed+=("wheels")
   export PYTHONPATH=/tmp/irkit-site:$root${PYTHONPATH:+:$PYTHONPATH}
@@ -85,6 +90,20 @@ host() {
 export -f host
 step host 30 host
 
+dims_for() {  # the --dim options an example runs with: its own on a GPU, test sizes on a host
+  [ "$backend" = cuda ] && return
+  case $1 in
+    conv_block) echo --dim N=1 --dim H=12 ;;
+    elementwise_chain) echo --dim N=64 --dim D=96 ;;
+    gemm) echo --dim M=64 --dim N=48 --dim K=80 ;;
+    layernorm) echo --dim T=16 --dim H=96 ;;
+    mlp) echo --dim B=4 --dim D=64 --dim F=256 ;;
+    softmax) echo --dim R=32 --dim C=100 ;;
+    transformer_block) echo --dim B=1 --dim S=16 --dim D=32 --dim F=64 ;;
+  esac
+}
+export -f dims_for
+
 budget=0.5
 attribute_budget=5
 targets=(--budget 8)
@@ -102,8 +121,14 @@ run_examples() {
   for f in examples/*.graph; do
     name=$(basename "$f" .graph)
     echo "--- $name"
-    irkit-bench run "$f" --backend cuda --counters --budget "$budget" --json "$out/run_$name.json" ||
-      status=1
+    if [ "$backend" = cuda ]; then
+      irkit-bench run "$f" --backend cuda --counters --budget "$budget" --json "$out/run_$name.json" ||
+        status=1
+    else
+      # shellcheck disable=SC2046
+      irkit-bench run "$f" --backend "$backend" $(dims_for "$name") --budget "$budget" \
+        --json "$out/run_$name.json" || status=1
+    fi
   done
   return $status
 }
@@ -111,7 +136,11 @@ export -f run_examples
 export out budget
 step run_examples 150 run_examples
 
-step gpu_targets 150 python3 benchmarks/gpu_targets.py "${targets[@]}" --out "$out/gpu_targets.jsonl"
+if [ "$backend" = cuda ]; then
+  step gpu_targets 150 python3 benchmarks/gpu_targets.py "${targets[@]}" --out "$out/gpu_targets.jsonl"
+else
+  SKIP="${SKIP:-} gpu_targets" step gpu_targets 1 true  # GPU peers: on a GPU only
+fi
 
 attribute_all() {
   local status=0 f name
@@ -119,9 +148,19 @@ attribute_all() {
     name=$(basename "$f" .graph)
     [ -e "$out/attribute_$name.json" ] && continue
     echo "--- $name"
-    irkit-bench attribute "$f" --backend cuda --budget "$attribute_budget" \
-      --json "$out/attribute_$name.json" || status=1
+    # shellcheck disable=SC2046
+    irkit-bench attribute "$f" --backend "$backend" $(dims_for "$name") \
+      --budget "$attribute_budget" --json "$out/attribute_$name.json" || status=1
   done
+  if [ "$backend" = cuda ]; then  # microsecond kernels without the launch cost
+    echo "--- softmax, --timer graph"
+    irkit-bench attribute examples/softmax.graph --backend cuda --timer graph \
+      --budget "$attribute_budget" --json "$out/attribute_softmax_graph.json" || status=1
+  fi
+  echo "--- mlp, cpu and $backend side by side"
+  # shellcheck disable=SC2046
+  irkit-bench attribute examples/mlp.graph --backend "cpu,$backend" $(dims_for mlp) \
+    --budget "$attribute_budget" --no-kernel-times --json "$out/attribute_mlp_cross.json" || status=1
   return $status
 }
 export -f attribute_all

@@ -105,3 +105,27 @@ def test_gpu_acceptance_keeps_going_past_failing_steps(tmp_path: Path) -> None:
     assert "FAILED:" in r.stdout and all(name in r.stdout for name in failed)
     assert r.returncode >= len(failed)
     assert all((out / f"{s[0]}.log").exists() for s in steps)
+
+
+@pytest.mark.slow
+def test_gpu_acceptance_runs_in_full_on_cuda_host(tmp_path: Path) -> None:
+    """BACKEND=cuda-host: the acceptance script's own steps, without a GPU, through the
+    printed CUDA C run on the host (examples at test sizes): every step passes and writes
+    its records; the device-only steps are left out and say so."""
+    import os
+
+    out = tmp_path / "acc"
+    env = {**os.environ, "BACKEND": "cuda-host", "SKIP": "wheels"}
+    r = subprocess.run(["bash", "benchmarks/gpu_acceptance.sh", str(out), "--quick"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:]
+    steps = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()[1:]]
+    assert [s[0] for s in steps] == ["host", "pytest_gpu", "run_examples", "attribute"]
+    assert all(s[1] == "0" for s in steps)
+    assert "skipped" in (out / "gpu_targets.log").read_text()
+    for example in sorted(p.stem for p in (ROOT / "examples").glob("*.graph")):
+        run = json.loads((out / f"run_{example}.json").read_text())
+        assert run["backend"] == "cuda-host" and run["correct"] is True
+        assert json.loads((out / f"attribute_{example}.json").read_text())["backend"] == "cuda-host"
+    cross = json.loads((out / "attribute_mlp_cross.json").read_text())
+    assert cross["backends"] == ["cpu", "cuda-host"]

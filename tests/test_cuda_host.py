@@ -250,3 +250,13 @@ def test_the_backend_says_what_it_is() -> None:
     assert ok and "compiled for the host" in why
     assert "not a GPU time" in backend.timer
     assert backend.fingerprint()["cuda_host"]["gpu"] is None
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "gemm"])
+def test_the_portable_fiber_switch_runs_too(name: str) -> None:
+    """IRKIT_UCONTEXT: ucontext fibers instead of the x86-64 stack switch (what other hosts
+    use), on kernels with barriers."""
+    module = irkit.load(f"examples/{name}.graph", SMALL[name])
+    lowered = lower_for(apply_passes(module.clone(), parse_passes("default-cuda")), "cuda-host")
+    exe = CudaHostBackend(defines=("IRKIT_UCONTEXT",)).compile(lowered)
+    assert _passes(exe, module)

@@ -111,13 +111,15 @@ _LOADED: dict[str, HostLibrary] = {}
 variants often share one) is loaded once."""
 
 
-def compile_host(source: str) -> HostLibrary:
+def compile_host(source: str, defines: tuple[str, ...] = ()) -> HostLibrary:
     """`source` compiled to a shared library and loaded; one-line IrkitError naming the
-    kernel and line where the compiler refuses it."""
+    kernel and line where the compiler refuses it. `defines`: macros for the header (e.g.
+    IRKIT_UCONTEXT, the portable fiber switch)."""
     cxx = compiler()
     if cxx is None:
         raise IrkitError("cuda-host needs a host C++ compiler (g++, or $CXX); none was found")
-    key = disk_cache.cache_key(source, HEADER.read_text(), compiler_version(cxx), FLAGS)
+    flags = (*FLAGS, *(f"-D{d}" for d in defines))
+    key = disk_cache.cache_key(source, HEADER.read_text(), compiler_version(cxx), flags)
     if key in _LOADED:
         return _LOADED[key]
     folder = Path(tempfile.mkdtemp(prefix="irkit-cuda-host-"))
@@ -128,7 +130,7 @@ def compile_host(source: str) -> HostLibrary:
     else:
         cu = folder / "program.cu"
         cu.write_text(source)
-        command = [cxx, *FLAGS, "-include", str(HEADER), "-I", str(INCLUDE), "-x", "c++",
+        command = [cxx, *flags, "-include", str(HEADER), "-I", str(INCLUDE), "-x", "c++",
                    str(cu), "-o", str(so)]  # fmt: skip
         out = subprocess.run(command, capture_output=True, text=True, check=False)
         if out.returncode != 0:

@@ -131,8 +131,9 @@ class CudaHostBackend:
     default_pipeline = "default-cuda"
     timer = "perf_counter_ns (CUDA C run on the host CPU: not a GPU time)"
 
-    def __init__(self, arch: str | None = "sm_90"):
+    def __init__(self, arch: str | None = "sm_90", defines: tuple[str, ...] = ()):
         self.arch = arch
+        self.defines = defines
 
     def available(self) -> tuple[bool, str]:
         from irkit.codegen.cuda_host import compiler, compiler_version
@@ -164,5 +165,5 @@ class CudaHostBackend:
         from irkit.runtime.gpu import build_kernels
 
         kernels = build_kernels(module, self.arch)
-        library = compile_host(host_source(module))
+        library = compile_host(host_source(module), self.defines)
         return CudaHostExecutable(module, kernels, library)

@@ -1,7 +1,8 @@
 // irkit's CUDA built-ins for the host: what the `cuda-host` backend force-includes so that
 // the very CUDA C that NVRTC compiles is compiled by the host C++ compiler and run.
 //
-// Threads of a block are fibers (ucontext), run one after another in a fixed order; a
+// Threads of a block are fibers (on x86-64 a stack switch of a dozen instructions, elsewhere
+// or with IRKIT_UCONTEXT defined ucontext), run one after another in a fixed order; a
 // kernel that has no barrier runs each thread to its end in turn. __syncthreads() hands
 // control back to the block's scheduler, which resumes every fiber before any passes the
 // barrier, as a GPU's barrier does. The order alternates (first to last thread, then last
@@ -102,12 +103,37 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {
 
 // --- the block scheduler ------------------------------------------------------------------
 
+#if defined(__x86_64__) && !defined(IRKIT_UCONTEXT)
+#define IRKIT_FAST_SWITCH 1
+// irkit_fiber_switch(save, load): callee-saved registers pushed, the stack pointer stored in
+// *save, `load` made the stack pointer, its registers popped, and return into it. A local
+// symbol of this program's object (no .globl): every program has its own.
+extern "C" void irkit_fiber_switch(void** save, void* load);
+__asm__(
+    ".text\n"
+    ".p2align 4\n"
+    ".type irkit_fiber_switch,@function\n"
+    "irkit_fiber_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size irkit_fiber_switch, .-irkit_fiber_switch\n");
+#else
+#define IRKIT_FAST_SWITCH 0
+#endif
+
 namespace irkit_host {
 
 enum State { RUNNABLE, AT_BARRIER, DONE };
 
 struct Fiber {
+#if IRKIT_FAST_SWITCH
+  void* sp;  // the saved stack pointer (callee-saved registers on the stack below it)
+#else
   ucontext_t context;
+#endif
   State state;
   int barrier;  // the source line of the barrier it waits at
 };
@@ -115,7 +141,6 @@ struct Fiber {
 constexpr size_t STACK = 256 * 1024;  // per thread; a guard page below each
 constexpr size_t PAGE = 4096;
 
-thread_local ucontext_t scheduler;
 thread_local Fiber* current = nullptr;
 thread_local bool in_fiber = false;
 thread_local bool stray_barrier = false;
@@ -124,10 +149,52 @@ thread_local void* body_args = nullptr;
 thread_local char* stacks = nullptr;
 thread_local size_t stacks_held = 0;
 
-inline void fiber_main() {
+#if IRKIT_FAST_SWITCH
+// x86-64: a switch saves the callee-saved registers on the current stack, stores the stack
+// pointer, loads the other one and pops its registers: no system call (glibc's swapcontext
+// saves the signal mask with one, and was most of a barrier-heavy kernel's time).
+thread_local void* scheduler_sp = nullptr;
+
+inline void fiber_exit();
+
+inline void fiber_entry() {
+  body(body_args);
+  fiber_exit();
+}
+
+inline void fiber_prepare(Fiber& f, char* stack, size_t size) {
+  // stack top, 16-byte aligned: [0 (the entry's return address), fiber_entry, 6 registers]
+  void** top = (void**)(((uintptr_t)(stack + size)) & ~(uintptr_t)15);
+  *--top = nullptr;
+  *--top = (void*)&fiber_entry;
+  for (int i = 0; i < 6; i++) *--top = nullptr;
+  f.sp = top;
+}
+inline void fiber_resume(Fiber& f) { irkit_fiber_switch(&scheduler_sp, f.sp); }
+inline void fiber_yield() { irkit_fiber_switch(&current->sp, scheduler_sp); }
+inline void fiber_exit() {
+  current->state = DONE;
+  void* unused;
+  irkit_fiber_switch(&unused, scheduler_sp);  // never resumed
+}
+#else
+thread_local ucontext_t scheduler;
+
+inline void fiber_entry() {
   body(body_args);
   current->state = DONE;  // returning resumes the scheduler (uc_link)
 }
+
+inline void fiber_prepare(Fiber& f, char* stack, size_t size) {
+  getcontext(&f.context);
+  f.context.uc_stack.ss_sp = stack;
+  f.context.uc_stack.ss_size = size;
+  f.context.uc_link = &scheduler;
+  makecontext(&f.context, fiber_entry, 0);
+}
+inline void fiber_resume(Fiber& f) { swapcontext(&scheduler, &f.context); }
+inline void fiber_yield() { swapcontext(&current->context, &scheduler); }
+#endif
 
 inline bool reserve_stacks(size_t n) {
   if (n <= stacks_held) return true;
@@ -199,11 +266,7 @@ inline int launch(const unsigned* geometry, int fibers, void (*fn)(void*), void*
     if (!mma_reset(threads)) { status = NO_MEMORY; break; }
     for (unsigned t = 0; t < threads; t++) {
       Fiber& f = pool[t];
-      getcontext(&f.context);
-      f.context.uc_stack.ss_sp = stacks + t * (STACK + PAGE) + PAGE;
-      f.context.uc_stack.ss_size = STACK;
-      f.context.uc_link = &scheduler;
-      makecontext(&f.context, fiber_main, 0);
+      fiber_prepare(f, stacks + t * (STACK + PAGE) + PAGE, STACK);
       f.state = RUNNABLE;
     }
     for (unsigned phase = 0;; phase++) {
@@ -219,7 +282,7 @@ inline int launch(const unsigned* geometry, int fibers, void (*fn)(void*), void*
         set_thread(t);
         current = &f;
         in_fiber = true;
-        swapcontext(&scheduler, &f.context);
+        fiber_resume(f);
         in_fiber = false;
       }
       for (unsigned t = 0; t < threads; t++) {
@@ -244,7 +307,7 @@ inline void barrier(int line) {
   if (!in_fiber) { stray_barrier = true; return; }
   current->state = AT_BARRIER;
   current->barrier = line;
-  swapcontext(&current->context, &scheduler);
+  fiber_yield();
 }
 }  // namespace irkit_host
 
