@@ -399,6 +399,29 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
             f"*reinterpret_cast<{t}*>(&{self.element(op.base, list(op.indices))}) = {self.name(op.vector)};"
         )
 
+    def broadcast(self, op: vector.BroadcastOp) -> None:
+        """A vector of one value: CUDA's make_<type>, in a local the inserts that follow
+        fill in place."""
+        t = self.type_name(op.vector.type)
+        lanes = op.vector.type.get_shape()[0]  # type: ignore[attr-defined]
+        x = self.name(op.source)
+        name = self.fresh(op.vector, "v")
+        self.emit(f"{t} {name} = make_{t}({', '.join([x] * lanes)});")
+
+    def insert(self, op: vector.InsertOp) -> None:
+        """One lane replaced: in place where the old vector has no other use, else a copy."""
+        position = op.static_position.get_values()
+        if op.dynamic_position or len(position) != 1:
+            raise IrkitError("the CUDA printer inserts vector elements at one static position")
+        old = self.name(op.dest)
+        if sum(1 for _ in op.dest.uses) == 1:
+            self.names[op.result] = old
+            name = old
+        else:
+            name = self.fresh(op.result, "v")
+            self.emit(f"{self.type_name(op.result.type)} {name} = {old};")
+        self.emit(f"{name}.{'xyzw'[position[0]]} = {self.name(op.source)};")
+
     def extract(self, op: vector.ExtractOp) -> None:
         position = op.static_position.get_values()
         if op.dynamic_position or len(position) != 1:
@@ -468,6 +491,8 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         vector.LoadOp: vector_load,
         vector.StoreOp: vector_store,
         vector.ExtractOp: extract,
+        vector.BroadcastOp: broadcast,
+        vector.InsertOp: insert,
     }
 
     @staticmethod

@@ -38,6 +38,11 @@ two-level tiling, before `map-to-gpu` sees it:
   into shared memory as one 16-byte store too where its copy needs no bounds check, A's is
   stored element by element (its tile is transposed);
 - the **epilogue** (bias, activation, residual) runs on the registers before the one store;
+  under warp tiling an f32 C whose rows are whole groups of 4 gets a thread's 4
+  consecutive columns as one 16-byte store (`vector-stores`);
+- **tensor cores** (`tensor-cores`, f16 and bf16): each warp computes a 64 x 32 tile of C
+  (smaller where the block is) as `irkit_warp.mma_m16n8k16` instructions, its lanes'
+  fragments read from the shared tiles (see `irkit.dialects.warp`), f32 accumulators;
 - bounds: where M, N or K is not a multiple of its tile, loads clamp their index and use 0
   outside, and stores are guarded; where they are multiples, the kernel has no guards.
 
@@ -58,7 +63,7 @@ nest: the same arithmetic, and the same values under the lockstep interpretation
 
 The kernel carries `irkit.launch` with `mapping = "tiled"`, so `map-to-gpu` leaves it alone.
 Kernels with more than one nest (a matmul fused with other loops) are left to `map-to-gpu`.
-Not done: 16-byte stores of C, tensor cores.
+Not done: TF32 for f32 inputs, 8-byte stores of the tensor-core path's C.
 
 Options (sizes in elements):
 
@@ -73,6 +78,8 @@ Options (sizes in elements):
     pad=4                               words added to each shared-memory row
     double-buffer=true                  two shared-memory stages, one barrier per k tile
     vector-loads=true                   16-byte global loads (and B's shared stores)
+    vector-stores=true                  16-byte stores of C (f32, warp tiling, N a multiple
+                                        of 4)
     warp-tile=true                      warp sub-tiles with vector reads of shared memory
     split-k=0                           k ranges per C tile: 0 (auto, see above), 1 (never),
                                         or at most this many (a divisor of the k tiles)
@@ -155,6 +162,7 @@ class GpuTileMatmulPass(ModulePass):
     split_k: int = 0  # 0: auto (fill `sms`), 1: never, n: at most n ranges
     sms: int = 132
     tensor_cores: bool = True  # f16/bf16: mma.sync m16n8k16 (sm_80 and later)
+    vector_stores: bool = True  # f32 C: a thread's 4 consecutive columns as one float4
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require_loop_level(op, "gpu-tile-matmul")
@@ -522,6 +530,9 @@ class _TiledKernel:
                 return accs
 
         accs = _for(b, k_tiles, [init] * len(outputs), k_tile)
+        if split is None and self._store_lanes() > 1:
+            self._vector_epilogue(b, accs, outputs, row0, col0, mapping)
+            outputs, accs = [], []
         for acc, (row, col) in zip(accs, outputs, strict=True):
             i, j = b.add(arith.AddiOp(row0, row)), b.add(arith.AddiOp(col0, col))
             inside = _all(b, [(i, nest.m, o.block_m), (j, nest.n, o.block_n)])
@@ -537,6 +548,46 @@ class _TiledKernel:
         flops = count_flops(nest.loop)
         kernel.attributes[LAUNCH_ATTR] = launch_attr(grid, self.threads, "tiled", flops)
         return kernel
+
+    def _store_lanes(self) -> int:
+        """Columns of C one store writes: 4 (a 16-byte `float4`) where `vector-stores` is on,
+        C is f32, a thread's columns come in groups of 4 (warp tiling), and every row of C
+        starts 16-byte aligned with N whole groups (so a group is wholly inside N or wholly
+        outside, and one bounds check on its first column holds for all four)."""
+        o, nest = self.o, self.nest
+        c_type = nest.c.type
+        ok = (
+            o.vector_stores
+            and not self.mma
+            and self.warp_tiled
+            and isinstance(c_type, MemRefType)
+            and isinstance(c_type.element_type, Float32Type)
+            and nest.n % GROUP == 0
+            and _row_length(nest.c) % GROUP == 0
+            and not nest.batch
+        )
+        return GROUP if ok else 1
+
+    def _vector_epilogue(self, b: GpuBuilder, accs, outputs, row0, col0, mapping) -> None:
+        """The epilogue for groups of 4 consecutive columns: each column's ops as they are,
+        the 4 results gathered into a vector and stored as one 16-byte store."""
+        o, nest = self.o, self.nest
+        c = mapping[nest.c]
+        vtype = VectorType(Float32Type(), [GROUP])
+        for start in range(0, len(outputs), GROUP):
+            row, col = outputs[start]
+            i, j = b.add(arith.AddiOp(row0, row)), b.add(arith.AddiOp(col0, col))
+            inner = b.guarded(_all(b, [(i, nest.m, o.block_m), (j, nest.n, o.block_n)]))
+            values = []
+            for q in range(GROUP):
+                m = dict(mapping)
+                m.update({nest.i: i, nest.j: inner.iadd(j, q), nest.acc: accs[start + q]})
+                inner.clone(nest.epilogue[:-1], m)
+                values.append(m.get(nest.store.value, nest.store.value))
+            vec = inner.add(vector.BroadcastOp(values[0], vtype))
+            for q in range(1, GROUP):
+                vec = inner.add(vector.InsertOp(values[q], vec, [q], vtype))
+            inner.add(vector.StoreOp(vec, c, [i, j]))
 
     def _vector_lanes(self) -> int:
         """Elements per 16-byte access (f32 only), or 1 when `vector-loads` is off."""

@@ -193,6 +193,13 @@ class LockstepInterpreter:
             return
         elif isinstance(op, vector.ExtractOp):
             out = self._extract(op, args[0])
+        elif isinstance(op, vector.BroadcastOp):  # a vector per lane: a trailing axis
+            lanes = op.vector.type.get_shape()[0]  # type: ignore[attr-defined]
+            out = np.repeat(np.asarray(args[0])[..., None], lanes, axis=-1)
+        elif isinstance(op, vector.InsertOp):
+            (position,) = op.static_position.get_values()
+            out = np.array(args[1], copy=True)
+            out[..., position] = args[0]
         elif isinstance(op, MmaM16n8k16Op):
             self._mma(op, args, mask)
             return

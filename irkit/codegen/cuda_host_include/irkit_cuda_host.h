@@ -49,6 +49,9 @@ inline long long __double_as_longlong(double v) { long long i; std::memcpy(&i, &
 struct __attribute__((aligned(16))) float4 { float x, y, z, w; };
 struct __attribute__((aligned(8))) float2 { float x, y; };
 struct __attribute__((aligned(16))) double2 { double x, y; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline double2 make_double2(double x, double y) { return {x, y}; }
 
 // --- f16 and bf16: storage types, converted with round-to-nearest-even ----------------------
 
