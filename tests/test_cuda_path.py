@@ -505,3 +505,33 @@ def test_vector_stores_of_c_match_the_reference(dims, backend: str) -> None:
     inputs = irkit.random_inputs(graph, seed=2)
     for a, b in zip(exe(*inputs), scalar(*inputs), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
+@pytest.mark.parametrize("dims", [(70, 52, 40), (128, 64, 96)])
+def test_tf32_is_opt_in_and_held_to_its_tolerance(dims, backend: str) -> None:
+    """gpu-tile-matmul{tf32=true}: f32 matmuls on TF32 mma.sync m16n8k8 (cvt.rna in the
+    PTX), the inputs really rounded (the result misses f32's 1e-4 and meets TF32's 2e-3,
+    which the check applies because the program holds a TF32 op); off by default."""
+    from irkit.dialects.warp import a_coordinates_tf32, b_coordinates_tf32
+    from irkit.runtime.check import compare, reference_case
+
+    assert [a_coordinates_tf32(5, i) for i in range(4)] == [(1, 1), (9, 1), (1, 5), (9, 5)]
+    assert [b_coordinates_tf32(5, i) for i in range(2)] == [(1, 1), (5, 1)]
+    m, n, k = dims
+    graph = irkit.load("examples/gemm.graph", {"M": m, "N": n, "K": k})
+    exe = irkit.compile(graph, _default_cuda_with("gpu-tile-matmul{tf32=true}"), backend)
+    (kernel,) = exe.kernels
+    from irkit.codegen.nvrtc import compile_ptx
+
+    ptx = compile_ptx(kernel.source, kernel.name)
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx and "cvt.rna.tf32.f32" in ptx
+    checks, _ = check(exe, graph, seed=6)
+    assert all(c.passed and c.tolerance == 2e-3 for c in checks), [c.describe() for c in checks]
+    inputs, expected = reference_case(graph, 6)
+    (got,) = exe(*inputs)
+    assert not compare("c", got, expected[0], np.dtype(np.float32), 1e-4).passed
+    default = irkit.compile(graph, "default-cuda", backend)
+    assert all("mma" not in r.source for r in default.kernels)
+    checks, _ = check(default, graph, seed=6)
+    assert all(c.passed and c.tolerance == 1e-4 for c in checks)

@@ -36,7 +36,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
-from irkit.dialects.warp import MmaM16n8k16Op
+from irkit.dialects.warp import MMA_OPS, MmaM16n8k16Op
 from irkit.errors import IrkitError
 from irkit.loops import SHARED_SPACE, kernels, launch_of
 from irkit.loops.scalar_ops import c_calls, c_infix
@@ -474,15 +474,14 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
     def mma(self, op: Operation) -> None:
         """A warp's tensor-core multiply-accumulate: the prelude's helper (inline PTX on the
         GPU; an emulation on cuda-host) writes the lane's 4 results."""
-        assert isinstance(op, MmaM16n8k16Op)
-        names = [self.fresh(r, "d") for r in op.outputs]
+        names = [self.fresh(r, "d") for r in op.results]
         self.emit(f"float {', '.join(names)};")
-        args = ", ".join([*(self.name(v) for v in op.inputs), *(f"&{n}" for n in names)])
-        self.emit(f"irkit_mma_m16n8k16_{op.narrow_type}({args});")
+        args = ", ".join([*(self.name(v) for v in op.operands), *(f"&{n}" for n in names)])
+        self.emit(f"{_mma_function(op)}({args});")
 
     HANDLERS = {
         **dict.fromkeys(GEOMETRY, geometry),
-        MmaM16n8k16Op: mma,
+        **dict.fromkeys(MMA_OPS, mma),
         arith.BitcastOp: bitcast,
         gpu.BarrierOp: barrier,
         memref.GetGlobalOp: get_global,
@@ -565,6 +564,26 @@ def index_type_for(module: ModuleOp) -> str:
     return "int" if max(sizes, default=0) < 2**31 - 1 else "long long"
 
 
+def _mma_function(op: Operation) -> str:
+    """The prelude helper an mma op is printed as."""
+    if isinstance(op, MmaM16n8k16Op):
+        return f"irkit_mma_m16n8k16_{op.narrow_type}"
+    return "irkit_mma_m16n8k8_tf32"
+
+
+TF32_HELPER = """\
+#ifndef IRKIT_CUDA_HOST
+__device__ __forceinline__ unsigned irkit_tf32(float x) { unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r; }
+__device__ __forceinline__ void irkit_mma_m16n8k8_tf32(float a0, float a1, float a2, float a3, float b0, float b1, float c0, float c1, float c2, float c3, float* d0, float* d1, float* d2, float* d3) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\\n"
+      : "=f"(*d0), "=f"(*d1), "=f"(*d2), "=f"(*d3)
+      : "r"(irkit_tf32(a0)), "r"(irkit_tf32(a1)), "r"(irkit_tf32(a2)), "r"(irkit_tf32(a3)), "r"(irkit_tf32(b0)), "r"(irkit_tf32(b1)), "f"(c0), "f"(c1), "f"(c2), "f"(c3));
+}
+#endif
+"""
+"""`irkit_mma_m16n8k8_tf32`: PTX's TF32 mma.sync, each input rounded by cvt.rna.tf32.f32."""
+
+
 def _mma_helper(kind: str) -> str:
     """`irkit_mma_m16n8k16_<kind>`: PTX's mma.sync m16n8k16 with f32 accumulators, the
     operands in `irkit.dialects.warp`'s order (two 16-bit values per 32-bit register, the
@@ -603,9 +622,10 @@ def _prelude(kernels: list[func.FuncOp]) -> str:
         ]
         for t in ([t.element_type] if isinstance(t, MemRefType) else [t])
     )
-    kinds = sorted({op.narrow_type for fn in kernels for op in fn.walk()
-                    if isinstance(op, MmaM16n8k16Op)})  # fmt: skip
-    helpers = "".join(_mma_helper(k) for k in kinds)
+    functions = sorted({_mma_function(op) for fn in kernels for op in fn.walk()
+                        if isinstance(op, MMA_OPS)})  # fmt: skip
+    helpers = "".join(TF32_HELPER if f.endswith("tf32") else _mma_helper(f.rsplit("_", 1)[1])
+                      for f in functions)  # fmt: skip
     return (CudaPrinter.HALF_HEADERS if narrow else "") + CudaPrinter.PRELUDE + helpers
 
 

@@ -85,9 +85,9 @@ def host_source(module: ModuleOp) -> str:
 def has_barrier(fn: func.FuncOp) -> bool:
     """Whether the kernel's threads must meet: a barrier, or a warp-collective op (an mma,
     whose host emulation waits for every lane)."""
-    from irkit.dialects.warp import MmaM16n8k16Op
+    from irkit.dialects.warp import MMA_OPS
 
-    return any(isinstance(op, gpu.BarrierOp | MmaM16n8k16Op) for op in fn.walk())
+    return any(isinstance(op, (gpu.BarrierOp, *MMA_OPS)) for op in fn.walk())
 
 
 @dataclass

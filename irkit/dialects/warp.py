@@ -11,12 +11,22 @@ at these coordinates (g = lane / 4, t = lane % 4):
     B operand i (0..3):  row (k) 2t + i % 2 + 8 * (i // 2),   column (n) g
     C operand / D result i (0..3):  row g + 8 * (i // 2),   column 2t + i % 2
 
-Every lane of the warp must execute it together (no divergence), as on the GPU. It is
-printed as a call of `irkit_mma_m16n8k16_{f16,bf16}` (inline PTX on the GPU, an emulation
-through the fiber scheduler on `cuda-host`), and interpreted by lockstep over whole warps.
+`irkit_warp.mma_m16n8k8_tf32`: the same for f32 inputs through TF32 (an opt-in precision:
+each input rounded to 10 mantissa bits, to nearest with ties away from zero, as PTX's
+`cvt.rna.tf32.f32`), A 16x8 and B 8x8:
+
+    A operand i (0..3):  row g + 8 * (i % 2),   column t + 4 * (i // 2)
+    B operand i (0..1):  row (k) t + 4 * i,   column (n) g
+    C operand / D result: as above
+
+Every lane of the warp must execute them together (no divergence), as on the GPU. They are
+printed as calls of `irkit_mma_<shape>_<type>` (inline PTX on the GPU, an emulation through
+the fiber scheduler on `cuda-host`), and interpreted by lockstep over whole warps.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type
 from xdsl.ir import Dialect, SSAValue
@@ -39,6 +49,27 @@ def b_coordinates(lane: int, i: int) -> tuple[int, int]:
 def c_coordinates(lane: int, i: int) -> tuple[int, int]:
     g, t = divmod(lane, 4)
     return g + 8 * (i // 2), 2 * t + i % 2
+
+
+def a_coordinates_tf32(lane: int, i: int) -> tuple[int, int]:
+    g, t = divmod(lane, 4)
+    return g + 8 * (i % 2), t + 4 * (i // 2)
+
+
+def b_coordinates_tf32(lane: int, i: int) -> tuple[int, int]:
+    g, t = divmod(lane, 4)
+    return t + 4 * i, g
+
+
+def round_tf32(x):
+    """f32 values (a numpy array) rounded to TF32 as `cvt.rna.tf32.f32` does: 10 mantissa
+    bits, to nearest, ties away from zero; NaN and infinities kept."""
+    import numpy as np
+
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    finite = (bits & 0x7F800000) != 0x7F800000
+    rounded = np.where(finite, (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000), bits)
+    return rounded.astype(np.uint32).view(np.float32)
 
 
 @irdl_op_definition
@@ -81,4 +112,38 @@ class MmaM16n8k16Op(IRDLOperation):
             raise VerifyException(f"{self.name}: C and D are f32")
 
 
-Warp = Dialect("irkit_warp", [MmaM16n8k16Op], [])
+@irdl_op_definition
+class MmaM16n8k8Tf32Op(IRDLOperation):
+    """A warp's m16n8k8 TF32 multiply-accumulate (see the module docstring): operands
+    a0..a3, b0..b1, c0..c3 (f32; A and B are rounded to TF32); results d0..d3 (f32)."""
+
+    name = "irkit_warp.mma_m16n8k8_tf32"
+    PRECISION: ClassVar[str] = "tfloat32"
+    """Results carry TF32's rounding: a check holds a program with this op to TF32's
+    tolerance (`irkit.runtime.check.TOLERANCE`)."""
+
+    inputs = var_operand_def()
+    outputs = var_result_def()
+
+    def __init__(self, a: list[SSAValue], b: list[SSAValue], c: list[SSAValue]):
+        super().__init__(operands=[[*a, *b, *c]], result_types=[[Float32Type()] * C_COUNT])
+
+    def verify_(self) -> None:
+        if len(self.inputs) != 4 + 2 + C_COUNT or len(self.outputs) != C_COUNT:
+            raise VerifyException(f"{self.name} takes 4 + 2 + 4 operands and gives 4 results")
+        if any(not isinstance(v.type, Float32Type) for v in [*self.inputs, *self.outputs]):
+            raise VerifyException(f"{self.name}: every operand and result is f32")
+
+
+MMA_OPS = (MmaM16n8k16Op, MmaM16n8k8Tf32Op)
+
+
+def mma_layout(op: IRDLOperation):
+    """(A count, B count, k, A's coordinates, B's coordinates, whether inputs round to TF32)
+    of an mma op."""
+    if isinstance(op, MmaM16n8k8Tf32Op):
+        return 4, 2, 8, a_coordinates_tf32, b_coordinates_tf32, True
+    return A_COUNT, B_COUNT, 16, a_coordinates, b_coordinates, False
+
+
+Warp = Dialect("irkit_warp", [MmaM16n8k16Op, MmaM16n8k8Tf32Op], [])

@@ -81,6 +81,10 @@ Options (sizes in elements):
     vector-stores=true                  16-byte stores of C (f32, warp tiling, N a multiple
                                         of 4)
     warp-tile=true                      warp sub-tiles with vector reads of shared memory
+    tensor-cores=true                   f16/bf16 matmuls on mma.sync m16n8k16 (sm_80+)
+    tf32=false                          f32 matmuls on TF32 mma.sync m16n8k8 (opt-in: inputs
+                                        rounded to 10 mantissa bits; checks use TF32's
+                                        tolerance, 2e-3)
     split-k=0                           k ranges per C tile: 0 (auto, see above), 1 (never),
                                         or at most this many (a divisor of the k tiles)
     sms=132                             multiprocessors the grid should fill (H100 SXM: 132)
@@ -126,6 +130,8 @@ from irkit.passes.map_to_gpu import GpuBuilder, X, launch_attr, new_kernel
 MAX_THREADS = 1024
 MMA_M, MMA_N, MMA_K = 16, 8, 16
 """One tensor-core instruction's tile (mma.sync m16n8k16)."""
+MMA_K_TF32 = 8
+"""k of the TF32 instruction (mma.sync m16n8k8)."""
 MMA_WARP = (64, 32)
 """A warp's tile of C under tensor cores: 4 x 4 instructions per k step, 64 f32 accumulators
 per lane (the register budget of the f32 path's 8 x 8)."""
@@ -162,6 +168,7 @@ class GpuTileMatmulPass(ModulePass):
     split_k: int = 0  # 0: auto (fill `sms`), 1: never, n: at most n ranges
     sms: int = 132
     tensor_cores: bool = True  # f16/bf16: mma.sync m16n8k16 (sm_80 and later)
+    tf32: bool = False  # f32 through TF32 tensor cores (opt-in: 10-bit mantissa products)
     vector_stores: bool = True  # f32 C: a thread's 4 consecutive columns as one float4
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
@@ -213,7 +220,10 @@ class GpuTileMatmulPass(ModulePass):
 class _TiledKernel:
     def __init__(self, o: GpuTileMatmulPass, fn: func.FuncOp, nest: MatmulNest, module: ModuleOp):
         self.fn, self.nest, self.module = fn, nest, module
-        self.mma = o.tensor_cores and isinstance(nest.element_type, Float16Type | BFloat16Type)
+        narrow = isinstance(nest.element_type, Float16Type | BFloat16Type)
+        self.tf32 = o.tf32 and isinstance(nest.element_type, Float32Type)
+        self.mma = (o.tensor_cores and narrow) or self.tf32
+        self.mma_k = MMA_K_TF32 if self.tf32 else MMA_K
         block_m, thread_m = _fit(o.block_m, o.thread_m, nest.m)
         block_n, thread_n = _fit(o.block_n, o.thread_n, nest.n)
         itemsize = numpy_dtype(nest.element_type).itemsize
@@ -221,7 +231,7 @@ class _TiledKernel:
             block_m, block_n = max(block_m, MMA_M), max(block_n, MMA_N)
         block_k = o.block_k or self._auto_depth(o, block_m, block_n, nest.k, itemsize)
         if self.mma:
-            block_k = -(-block_k // MMA_K) * MMA_K
+            block_k = -(-block_k // self.mma_k) * self.mma_k
         self.o = replace(o, block_m=block_m, thread_m=thread_m, block_n=block_n, thread_n=thread_n,
                          block_k=block_k)  # fmt: skip
         self._check_shared(itemsize)
@@ -233,9 +243,9 @@ class _TiledKernel:
             self.warps = (max(1, block_m // MMA_WARP[0]), max(1, block_n // MMA_WARP[1]))
             self.threads = 32 * self.warps[0] * self.warps[1]
             whole = (block_m % (self.warps[0] * MMA_M) == 0 and block_n % (self.warps[1] * MMA_N) == 0
-                     and block_k % MMA_K == 0)  # fmt: skip
+                     and block_k % self.mma_k == 0)  # fmt: skip
             if not whole:  # block options that do not cut into instruction tiles: no mma
-                self.mma = False
+                self.mma = self.tf32 = False
                 self.threads = self.rows_t * self.cols_t
         self.tiles = -(-nest.m // block_m) * -(-nest.n // block_n)
         self.k_tiles = -(-nest.k // block_k)
@@ -392,7 +402,15 @@ class _TiledKernel:
         of B per 8 columns from the shared tiles (at the fragment coordinates of
         `irkit.dialects.warp`) and issues one `irkit_warp.mma_m16n8k16` per 16 x 8 piece.
         Returns the k-tile step and each accumulator's row and column in the block tile."""
-        from irkit.dialects.warp import MmaM16n8k16Op, a_coordinates, b_coordinates, c_coordinates
+        from irkit.dialects.warp import (
+            MmaM16n8k8Tf32Op,
+            MmaM16n8k16Op,
+            a_coordinates,
+            a_coordinates_tf32,
+            b_coordinates,
+            b_coordinates_tf32,
+            c_coordinates,
+        )
 
         o = self.o
         warps_n = self.warps[1]
@@ -408,21 +426,27 @@ class _TiledKernel:
         b_cols = b.add(arith.AddiOp(cols, g))  # B's column (n) of this lane
         c_cols = b.add(arith.AddiOp(cols, two_t))  # C's first column of this lane
         # a lane's coordinates are (g or 2t) + a constant: the constants, from the layout
-        a_at = [a_coordinates(0, i) for i in range(8)]  # (row - g, column - 2t)
-        b_at = [b_coordinates(0, i) for i in range(4)]  # (k - 2t, n - g)
+        if self.tf32:  # lanes' k offsets are t, not 2t
+            op_class, step, a_of, b_of, na, nb = MmaM16n8k8Tf32Op, MMA_K_TF32, a_coordinates_tf32, b_coordinates_tf32, 4, 2  # fmt: skip
+            k_lane = t4
+        else:
+            op_class, step, a_of, b_of, na, nb = MmaM16n8k16Op, MMA_K, a_coordinates, b_coordinates, 8, 4  # fmt: skip
+            k_lane = two_t
+        a_at = [a_of(0, i) for i in range(na)]  # (row - g, k - k_lane)
+        b_at = [b_of(0, i) for i in range(nb)]  # (k - k_lane, n - g)
         c_at = [c_coordinates(0, i) for i in range(4)]  # (row - g, column - 2t)
 
         def compute(t: GpuBuilder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
             accs = list(accs)
-            for kk in range(0, o.block_k, MMA_K):
+            for kk in range(0, o.block_k, step):
                 a_frags = [
-                    [t.add(memref.LoadOp.get(a_tile, [stage, t.iadd(two_t, kk + dk),
+                    [t.add(memref.LoadOp.get(a_tile, [stage, t.iadd(k_lane, kk + dk),
                                                       t.iadd(rows, mi * MMA_M + dm)]))
                      for dm, dk in a_at]
                     for mi in range(tiles_m)
                 ]  # fmt: skip
                 b_frags = [
-                    [t.add(memref.LoadOp.get(b_tile, [stage, t.iadd(two_t, kk + dk),
+                    [t.add(memref.LoadOp.get(b_tile, [stage, t.iadd(k_lane, kk + dk),
                                                       t.iadd(b_cols, ni * MMA_N)]))
                      for dk, _ in b_at]
                     for ni in range(tiles_n)
@@ -430,7 +454,7 @@ class _TiledKernel:
                 for mi in range(tiles_m):
                     for ni in range(tiles_n):
                         at = (mi * tiles_n + ni) * 4
-                        op = MmaM16n8k16Op(a_frags[mi], b_frags[ni], accs[at : at + 4])
+                        op = op_class(a_frags[mi], b_frags[ni], accs[at : at + 4])
                         t.add(op)
                         accs[at : at + 4] = list(op.outputs)
             return accs

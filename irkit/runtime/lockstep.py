@@ -36,7 +36,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Block, Operation, SSAValue
 
-from irkit.dialects.warp import MmaM16n8k16Op
+from irkit.dialects.warp import MMA_OPS
 from irkit.dtypes import numpy_dtype
 from irkit.errors import IrkitError
 from irkit.loops import SHARED_SPACE, launch_of
@@ -200,7 +200,7 @@ class LockstepInterpreter:
             (position,) = op.static_position.get_values()
             out = np.array(args[1], copy=True)
             out[..., position] = args[0]
-        elif isinstance(op, MmaM16n8k16Op):
+        elif isinstance(op, MMA_OPS):
             self._mma(op, args, mask)
             return
         elif isinstance(op, scf.ForOp):
@@ -282,31 +282,36 @@ class LockstepInterpreter:
             b = else_vals[k] if else_vals is not None else a
             self.env[r] = np.asarray(np.where(cond, a, b)).astype(value_dtype(r.type), copy=False)
 
-    def _mma(self, op: MmaM16n8k16Op, args: list[Any], mask: np.ndarray) -> None:
-        """A warp's m16n8k16 multiply-accumulate over whole warps: each warp's A, B and C
-        gathered from its lanes' operands at the fragment coordinates, D = A B + C in f32
-        (each f16 or bf16 product is exact in f32), scattered back to the lanes."""
-        from irkit.dialects.warp import a_coordinates, b_coordinates, c_coordinates
+    def _mma(self, op: Operation, args: list[Any], mask: np.ndarray) -> None:
+        """A warp's tensor-core multiply-accumulate over whole warps: each warp's A, B and C
+        gathered from its lanes' operands at the fragment coordinates (`mma_layout`), A and
+        B rounded to TF32 for the TF32 op, D = A B + C in f32 (each f16, bf16 or TF32
+        product is exact in f32), scattered back to the lanes."""
+        from irkit.dialects.warp import c_coordinates, mma_layout, round_tf32
 
         if self.run.block % 32:
             raise LockstepError(f"@{self.run.name}: {op.name} in a block of {self.run.block} threads (not whole warps)")  # fmt: skip
         warps = mask.reshape(-1, 32)
         if (warps.any(axis=1) & ~warps.all(axis=1)).any():
             raise LockstepError(f"@{self.run.name}: {op.name} reached by only some lanes of a warp")  # fmt: skip
+        a_count, b_count, k, a_at, b_at, tf32 = mma_layout(op)  # type: ignore[arg-type]
         n = self.run.lanes
         lanes = [np.broadcast_to(np.asarray(a, np.float32), (n,)).reshape(-1, 32) for a in args]
+        if tf32:
+            lanes[: a_count + b_count] = [round_tf32(v) for v in lanes[: a_count + b_count]]
         count = n // 32
-        a = np.zeros((count, 16, 16), np.float32)
-        b = np.zeros((count, 16, 8), np.float32)
+        a = np.zeros((count, 16, k), np.float32)
+        b = np.zeros((count, k, 8), np.float32)
         c = np.zeros((count, 16, 8), np.float32)
         for lane in range(32):
-            for i in range(8):
-                a[(slice(None), *a_coordinates(lane, i))] = lanes[i][:, lane]
+            for i in range(a_count):
+                a[(slice(None), *a_at(lane, i))] = lanes[i][:, lane]
+            for i in range(b_count):
+                b[(slice(None), *b_at(lane, i))] = lanes[a_count + i][:, lane]
             for i in range(4):
-                b[(slice(None), *b_coordinates(lane, i))] = lanes[8 + i][:, lane]
-                c[(slice(None), *c_coordinates(lane, i))] = lanes[12 + i][:, lane]
+                c[(slice(None), *c_coordinates(lane, i))] = lanes[a_count + b_count + i][:, lane]
         d = np.matmul(a, b) + c
-        for i, result in enumerate(op.outputs):
+        for i, result in enumerate(op.results):
             out = np.empty((count, 32), np.float32)
             for lane in range(32):
                 out[:, lane] = d[(slice(None), *c_coordinates(lane, i))]

@@ -359,3 +359,43 @@ inline void mma(const float* a, const float* b, const float* c, float* d, int li
   }
 IRKIT_MMA_HOST(f16, __half, __half2float)
 IRKIT_MMA_HOST(bf16, __nv_bfloat16, __bfloat162float)
+
+namespace irkit_host {
+// TF32: the input rounded to 10 mantissa bits, to nearest with ties away (cvt.rna.tf32.f32).
+inline float tf32(float x) {
+  unsigned bits = (unsigned)__float_as_int(x);
+  if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & 0xffffe000u;
+  return __int_as_float((int)bits);
+}
+
+// mma.sync m16n8k8 TF32: A 16 x 8 (4 values a lane), B 8 x 8 (2), C and D as m16n8k16's.
+inline void mma_tf32(const float* a, const float* b, const float* c, float* d, int line) {
+  const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned warp = linear / 32, lane = linear % 32;
+  MmaStage& s = mma_stages[2 * warp + (mma_parity[linear]++ & 1u)];
+  for (int i = 0; i < 4; i++) s.a[lane][i] = tf32(a[i]);
+  for (int i = 0; i < 2; i++) s.b[lane][i] = tf32(b[i]);
+  for (int i = 0; i < 4; i++) s.c[lane][i] = c[i];
+  barrier(line);
+  const unsigned g = lane / 4, t = lane % 4;
+  for (unsigned i = 0; i < 4; i++) {
+    const unsigned row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    float sum = s.c[(row % 8) * 4 + col / 2][col % 2 + 2 * (row / 8)];
+    for (unsigned k = 0; k < 8; k++) {
+      const float x = s.a[(row % 8) * 4 + k % 4][row / 8 + 2 * (k / 4)];
+      const float y = s.b[col * 4 + k % 4][k / 4];
+      sum += x * y;
+    }
+    d[i] = sum;
+  }
+}
+}  // namespace irkit_host
+
+inline void irkit_mma_m16n8k8_tf32(float a0, float a1, float a2, float a3, float b0, float b1,
+                                   float c0, float c1, float c2, float c3, float* d0, float* d1,
+                                   float* d2, float* d3) {
+  const float a[4] = {a0, a1, a2, a3}, b[2] = {b0, b1}, c[4] = {c0, c1, c2, c3};
+  float d[4];
+  irkit_host::mma_tf32(a, b, c, d, __LINE__);
+  *d0 = d[0]; *d1 = d[1]; *d2 = d[2]; *d3 = d[3];
+}
