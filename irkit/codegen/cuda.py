@@ -403,7 +403,7 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         """A vector of one value: CUDA's make_<type>, in a local the inserts that follow
         fill in place."""
         t = self.type_name(op.vector.type)
-        lanes = op.vector.type.get_shape()[0]  # type: ignore[attr-defined]
+        lanes = op.vector.type.get_shape()[0]
         x = self.name(op.source)
         name = self.fresh(op.vector, "v")
         self.emit(f"{t} {name} = make_{t}({', '.join([x] * lanes)});")

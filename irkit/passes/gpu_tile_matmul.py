@@ -426,6 +426,7 @@ class _TiledKernel:
         b_cols = b.add(arith.AddiOp(cols, g))  # B's column (n) of this lane
         c_cols = b.add(arith.AddiOp(cols, two_t))  # C's first column of this lane
         # a lane's coordinates are (g or 2t) + a constant: the constants, from the layout
+        op_class: type[MmaM16n8k16Op] | type[MmaM16n8k8Tf32Op]
         if self.tf32:  # lanes' k offsets are t, not 2t
             op_class, step, a_of, b_of, na, nb = MmaM16n8k8Tf32Op, MMA_K_TF32, a_coordinates_tf32, b_coordinates_tf32, 4, 2  # fmt: skip
             k_lane = t4

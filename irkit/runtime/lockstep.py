@@ -194,7 +194,7 @@ class LockstepInterpreter:
         elif isinstance(op, vector.ExtractOp):
             out = self._extract(op, args[0])
         elif isinstance(op, vector.BroadcastOp):  # a vector per lane: a trailing axis
-            lanes = op.vector.type.get_shape()[0]  # type: ignore[attr-defined]
+            lanes = op.vector.type.get_shape()[0]
             out = np.repeat(np.asarray(args[0])[..., None], lanes, axis=-1)
         elif isinstance(op, vector.InsertOp):
             (position,) = op.static_position.get_values()
