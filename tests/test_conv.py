@@ -112,7 +112,7 @@ def test_the_conv_block_becomes_one_matmul_with_its_epilogue() -> None:
         "avg_pool2d(r, kernel=[3, 3], strides=[2, 1], padding=[1, 1, 1, 0])",
     ],
 )
-@pytest.mark.parametrize("backend", ["cpu", "cuda-sim"])
+@pytest.mark.parametrize("backend", ["cpu", "cuda-sim", "cuda-host"])
 def test_a_conv_block_pools_channels_last_bit_for_bit(
     tmp_path: Path, pool: str, backend: str
 ) -> None:
