@@ -480,6 +480,54 @@ def _json_path(path: str, passed: bool) -> str:
     return str(p.with_name(f"{p.stem}.wrong{p.suffix or '.json'}"))
 
 
+def _snapshot(args) -> int:
+    from irkit.measure.snapshot import take_snapshot
+
+    check_output(args.output, [args.file], "-o", "snapshot")
+    snap = take_snapshot(args.file, args.kernel, args.passes, args.backend, dict(args.dim) or None,
+                         args.seed)  # fmt: skip
+    snap.save(args.output)
+    meta = snap.meta
+    written = sum(a["written"] for a in meta["arguments"])
+    size = sum(a.nbytes for a in [*snap.before, *snap.after])
+    print(f"{meta['kernel']} ({meta['backend']}, code {meta['hash']}): {len(meta['arguments'])} "
+          f"arguments ({written} written), {size / 2**20:.1f} MiB of data before and after its call; "
+          f"written to {args.output}")  # fmt: skip
+    return 0
+
+
+def _replay(args) -> int:
+    import json
+
+    from irkit.measure.snapshot import Snapshot, replay
+
+    if args.json:
+        check_output(args.json, [args.snapshot], "--json", "json")
+    snap = Snapshot.load(args.snapshot)
+    result = replay(snap, args.backend, args.precision, args.budget, args.against_current)
+    held = "bit-identical to" if result.exact else "within tolerance of"
+    verdict = (f"{held} the recorded outputs" if result.identical
+               else f"not {held} the recorded outputs: {', '.join(result.mismatches)}")  # fmt: skip
+    code = "the recorded code" if result.same_code else "code other than the recorded"
+    print(f"{result.kernel} on {result.backend} ({code}): {verdict}")
+    s = result.seconds
+    print(f"  alone: {fmt_time(s.median)} [{fmt_time(s.low)}, {fmt_time(s.high)}] (median, 95% CI)")
+    if result.compare is not None:
+        c = result.compare
+        x = c["speedup"]
+        same = "the same code" if c["same_code"] else "different code"
+        print(f"  current commit's {result.kernel} ({same}, "
+              f"{'bit-identical' if c['current_bit_identical'] else 'DIFFERENT outputs'}): "
+              f"{fmt_time(c['current_s']['median'])}; recorded / current = {x['median']:.3f}x "
+              f"[{x['ci_low']:.3f}, {x['ci_high']:.3f}]")  # fmt: skip
+    for note in result.notes:
+        print(f"  note: {note}")
+    if args.json:
+        write_output(args.json, json.dumps(result.to_json(), indent=2) + "\n", [args.snapshot],
+                     "--json", "json")  # fmt: skip
+    return 0 if result.identical else 1
+
+
 def _write_json(path: str, record: dict, model: str) -> None:
     import json
 
@@ -568,6 +616,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="seconds of sampling per sequential test at most (default 30)")  # fmt: skip
     bis.add_argument("--diff-lines", type=positive_int, default=80,
                      help="lines of the culprit's IR diff to print (default 80)")  # fmt: skip
+    snap = sub.add_parser(
+        "snapshot", help="keep one kernel's code, launch and real data for replay"
+    )
+    snap.add_argument("file", help="a .graph, .mlir or .onnx model")
+    snap.add_argument("--kernel", required=True, help="the kernel's name, as `run` lists it")
+    snap.add_argument("-o", "--output", required=True, metavar="K.snap")
+    snap.add_argument("-p", "--passes", default=None, metavar="PIPELINE",
+                      help="pipeline (default: the backend's own)")  # fmt: skip
+    snap.add_argument("--backend", default="cpu", help="cpu (default), cuda-sim or cuda-host")
+    snap.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
+    snap.add_argument("--seed", type=seed, default=0, help="seed of the model's random inputs")
+    rpl = sub.add_parser("replay", help="run, check and time a snapshot's kernel alone")
+    rpl.add_argument("snapshot", help="a .snap file from `irkit-bench snapshot`")
+    rpl.add_argument("--backend", default=None, help="where to run it (default: the snapshot's)")
+    rpl.add_argument("--against-current", action="store_true",
+                     help="also rebuild the kernel from the model at this commit and time both")  # fmt: skip
+    rpl.add_argument("--precision", type=fraction, default=0.01)
+    rpl.add_argument("--budget", type=positive_float, default=2.0)
+    rpl.add_argument("--json", default=None, metavar="OUT", help="write the result as JSON")
     rep = sub.add_parser("report", help="write a self-contained HTML report of results")
     rep.add_argument("results", help="a results .jsonl (or one attribute --json record)")
     rep.add_argument("-o", "--output", default="report.html")
@@ -582,7 +649,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "attribute" and args.file is None:
         args.file = str(default_model())
     commands = {"suite": _suite, "compare": _compare, "report": _report, "bisect": _bisect,
-                "run": _run, "attribute": _attribute, "reference": _reference}  # fmt: skip
+                "run": _run, "attribute": _attribute, "reference": _reference,
+                "snapshot": _snapshot, "replay": _replay}  # fmt: skip
 
     def body() -> int | None:
         from irkit.plugins import load_plugins

@@ -145,6 +145,7 @@ def same_file(a: str | Path, b: str | Path) -> bool:
 _KINDS = {
     "json": ("a JSON record", lambda head: head[:1] in (b"{", b"[")),
     "html": ("an HTML report", lambda head: head[:1] == b"<"),
+    "snapshot": ("a snapshot (a zip archive)", lambda head: head[:4] == b"PK\x03\x04"),
     "text": ("a text file", lambda head: b"\x00" not in head and _utf8(head)),
 }
 """What an existing output file must already look like to be replaced: a typo that names a

@@ -124,6 +124,10 @@ class CpuExecutable:
             outputs = check_out(name, self.outputs, out)
         return inputs, outputs
 
+    def launch(self, name: str, buffers: Sequence[np.ndarray]) -> None:
+        """Run one kernel on host buffers (its arguments, in order): a driver step alone."""
+        self._natives[name](*(b.ctypes.data for b in buffers))
+
     def __call__(self, *arrays: Any, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         inputs, outputs = self._prepare(arrays, out)
         self.driver(*(a.ctypes.data for a in [*inputs, *outputs]))

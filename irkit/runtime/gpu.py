@@ -156,6 +156,10 @@ class SimulatedExecutable:
                 if calls is not None:
                     calls.append((step.callee, buffers))
 
+    def launch(self, name: str, buffers: Sequence[np.ndarray]) -> None:
+        """Run one kernel's grid on host buffers (its arguments, in order)."""
+        self.launcher.launch(name, buffers)
+
     def __call__(self, *arrays: Any, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         env, outputs = self._env(arrays, out)
         self.run_plan(env)
