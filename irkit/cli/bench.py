@@ -480,6 +480,56 @@ def _json_path(path: str, passed: bool) -> str:
     return str(p.with_name(f"{p.stem}.wrong{p.suffix or '.json'}"))
 
 
+def _tune(args) -> int:
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from irkit.measure.tune import tune
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    if args.json:
+        check_output(args.json, [args.file], "--json", "json")
+    bar, tick = _progress()
+    with bar:
+        result = tune(args.file, args.space, args.passes, args.backend, dict(args.dim) or None,
+                      args.precision, args.budget, args.seed, store=not args.no_store,
+                      progress=tick)  # fmt: skip
+    p = result.protocol
+    console.print(f"[bold]{args.file}[/]  pipeline: {result.base}  backend: {result.backend}; "
+                  f"{p['candidates']} candidates, {p['programs']} distinct programs "
+                  f"({p['wrong']} wrong, never timed), each checked against the float64 "
+                  f"reference; {p['search']}", highlight=False)  # fmt: skip
+    table = Table(title="candidates (distinct programs), time per call, 95% CI")
+    for col in ("options", "median", "95% CI", "vs default"):
+        table.add_column(col, justify="left" if col == "options" else "right")
+    base = next(x for x in result.programs if x.key == result.default_key).seconds
+    for prog in sorted(
+        result.programs, key=lambda x: (x.seconds or {}).get("median", float("inf"))
+    ):
+        label = "; ".join(", ".join(f"{k}={v}" for k, v in c.items()) for c in prog.choices[:3])
+        label += f" (+{len(prog.choices) - 3} more)" if len(prog.choices) > 3 else ""
+        if prog.wrong:
+            table.add_row(label, "wrong", "", "not timed", style="red")
+        elif prog.seconds is None:
+            table.add_row(label, "", "", "dropped by halving", style="dim")
+        else:
+            sec = prog.seconds
+            rel = f"{base['median'] / sec['median']:.3f}x" if base else ""
+            table.add_row(label, fmt_time(sec["median"]),
+                          f"[{fmt_time(sec['ci_low'])}, {fmt_time(sec['ci_high'])}]", rel)  # fmt: skip
+    console.print(table)
+    console.print(result.verdict, style="bold" if result.declared else None, highlight=False)
+    if result.database:
+        console.print(f"recorded in the tuning database: {result.database} "
+                      "(irkit.compile(..., tuned=True) reads it)", style="dim", highlight=False)  # fmt: skip
+    if args.json:
+        write_output(args.json, json.dumps(result.to_json(), indent=2) + "\n", [args.file],
+                     "--json", "json")  # fmt: skip
+    return 0
+
+
 def _snapshot(args) -> int:
     from irkit.measure.snapshot import take_snapshot
 
@@ -616,6 +666,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="seconds of sampling per sequential test at most (default 30)")  # fmt: skip
     bis.add_argument("--diff-lines", type=positive_int, default=80,
                      help="lines of the culprit's IR diff to print (default 80)")  # fmt: skip
+    tun = sub.add_parser(
+        "tune", help="search pass options; a winner only with a CI over the default"
+    )
+    tun.add_argument("file", help="a .graph, .mlir or .onnx model")
+    tun.add_argument("--space", required=True, metavar="SPACE",
+                     help="pass options and the values to try, e.g. "
+                          "'cpu-tile-matmul{mr=4,6,8;nr=32,48,64}'")  # fmt: skip
+    _measure_options(tun, budget=30.0)
+    tun.add_argument("--json", default=None, metavar="OUT", help="write the record as JSON")
+    tun.add_argument("--no-store", action="store_true",
+                     help="do not record the result in the tuning database")  # fmt: skip
     snap = sub.add_parser(
         "snapshot", help="keep one kernel's code, launch and real data for replay"
     )
@@ -650,7 +711,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.file = str(default_model())
     commands = {"suite": _suite, "compare": _compare, "report": _report, "bisect": _bisect,
                 "run": _run, "attribute": _attribute, "reference": _reference,
-                "snapshot": _snapshot, "replay": _replay}  # fmt: skip
+                "snapshot": _snapshot, "replay": _replay, "tune": _tune}  # fmt: skip
 
     def body() -> int | None:
         from irkit.plugins import load_plugins

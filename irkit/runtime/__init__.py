@@ -99,18 +99,30 @@ def get_backend(name: str) -> tuple[Backend, str]:
     return backend, f"{name}: {why}"
 
 
+def device_name(backend: Backend) -> str | None:
+    """The name of the backend's device, where its fingerprint has one (a GPU's)."""
+    for value in backend.fingerprint().values():
+        if isinstance(value, dict) and isinstance(value.get("name"), str):
+            return value["name"]
+    return None
+
+
 def compile(  # noqa: A001 - the verb users expect, as in torch.compile
     model: ModuleOp | str | Path,
     pipeline: str | None = None,
     backend: str = "auto",
     dims: Mapping[str, int] | None = None,
+    tuned: bool = False,
 ) -> Executable:
     """Compile a model (a module or a model file) for a backend.
 
     `pipeline` is a `-p` spec or a named pipeline (default: the backend's own); the
     backend's required lowering runs after it when the pipeline did not lower to loops.
-    The input module is not modified. The Executable carries `graph` (the graph-level
-    module, for the reference), `pipeline` and `selection` (which backend, and why)."""
+    With `tuned`, the tuning database (`irkit-bench tune`) is consulted: where it holds a
+    winner for this workload, pipeline and machine, its pipeline is used instead (and
+    `selection` says so). The input module is not modified. The Executable carries `graph`
+    (the graph-level module, for the reference), `pipeline` and `selection` (which backend,
+    and why)."""
     from irkit.errors import expect
     from irkit.frontend import load
     from irkit.ir import model_function
@@ -127,6 +139,16 @@ def compile(  # noqa: A001 - the verb users expect, as in torch.compile
         check_footprint(fn, graph_values(fn), None, "buffers")
     chosen, selection = get_backend(backend)
     spec = pipeline if pipeline is not None else chosen.default_pipeline
+    if tuned:
+        from irkit import tuning
+
+        entry = tuning.lookup(graph, spec, tuning.machine(chosen.name, device_name(chosen)))
+        if entry is not None and entry.get("declared"):
+            chose = ", ".join(f"{k}={v}" for k, v in entry["choice"].items())
+            selection += f"; tuned: {chose} (irkit-bench tune, {entry['speedup']['median']:.3f}x)"
+            spec = entry["pipeline"]
+        else:
+            selection += "; tuned: no winner recorded for this workload, pipeline and machine"
     module = chosen.lower(apply_passes(graph.clone(), parse_passes(spec) if spec else []))
     exe = chosen.compile(module)
     exe.graph = graph  # type: ignore[attr-defined]

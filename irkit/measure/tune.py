@@ -1,0 +1,264 @@
+"""Search pass options, and declare a winner only with a CI that excludes the default.
+
+    result = tune("gemm.graph", "cpu-tile-matmul{mr=4,6,8;nr=32,48,64}", dims={"M": 512, ...})
+    result.declared, result.choice, result.speedup        # or "default kept"
+
+The space names passes of the pipeline and, per option, the values to try (xDSL's pipeline
+syntax, where a comma-separated value is a list; options may be separated by `;` too). Every
+combination is a candidate pipeline: the base pipeline with those options set. Candidates are
+compiled, and those that compile to the same kernels are one program (timed once, the
+default's own included). Every program is checked against the float64 reference before it is
+timed; a wrong one is reported and never timed. Small spaces (at most `race` programs) are
+timed all together, interleaved; larger ones by successive halving (rounds with part of the
+budget; the slower half dropped each time, the default always kept). The fastest program wins
+only if its speedup over the default, paired by round, has a CI above 1 at a confidence
+corrected for the number of programs compared (Bonferroni): otherwise the default is kept
+and the output says why. The result goes to the tuning database (`irkit.tuning`), which
+`irkit.compile(..., tuned=True)` reads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xdsl.dialects.builtin import ModuleOp
+
+from irkit.errors import IrkitError
+
+MAX_CANDIDATES = 4096
+RACE = 8
+"""At most this many distinct programs are timed together from the start; more go through
+successive halving first."""
+
+
+@dataclass(frozen=True)
+class Dimension:
+    pass_name: str
+    option: str
+    values: tuple[Any, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.pass_name}.{self.option}"
+
+
+def parse_space(space: str) -> list[Dimension]:
+    """`pass{option=v1,v2;other=v3,...},...` (or with spaces between options) as dimensions;
+    one-line IrkitError naming the pass or option that is not one."""
+    from xdsl.utils.arg_spec import parse_pipeline
+    from xdsl.utils.exceptions import ArgSpecParseError
+
+    from irkit.passes import available_passes
+
+    text = re.sub(r";\s*", " ", space)
+    try:
+        items = list(parse_pipeline(text))
+    except ArgSpecParseError as e:
+        raise IrkitError(f"--space: {str(e).splitlines()[0]}") from None
+    dims = []
+    for item in items:
+        factory = available_passes().get(item.name)
+        if factory is None:
+            raise IrkitError(f"--space: unknown pass '{item.name}'")
+        fields = {f.replace("_", "-") for f in factory().__dataclass_fields__}
+        if not item.parameters:
+            raise IrkitError(f"--space: {item.name} lists no option to tune")
+        for option, values in item.parameters.items():
+            if option not in fields:
+                raise IrkitError(f"--space: pass '{item.name}' has no option '{option}' (it has {', '.join(sorted(fields)) or 'none'})")  # fmt: skip
+            dims.append(Dimension(item.name, option, tuple(values)))
+    return dims
+
+
+def candidates(base: str, dims: list[Dimension]) -> list[tuple[dict[str, Any], str]]:
+    """(choice, pipeline spec) for every combination of the dimensions' values: the base
+    pipeline's passes with those options set (on every instance of a pass)."""
+    from xdsl.utils.arg_spec import ArgSpec
+
+    from irkit.pipelines import parse_passes
+
+    passes = parse_passes(base)
+    present = {p.name for p in passes}
+    for d in dims:
+        if d.pass_name not in present:
+            raise IrkitError(f"--space: {d.pass_name} is not in the pipeline '{base}'")
+    count = 1
+    for d in dims:
+        count *= len(d.values)
+    if count > MAX_CANDIDATES:
+        raise IrkitError(f"--space: {count} combinations; at most {MAX_CANDIDATES}")
+    out = []
+    for combo in itertools.product(*(d.values for d in dims)):
+        choice = {d.label: v for d, v in zip(dims, combo, strict=True)}
+        specs = []
+        for p in passes:
+            spec = p.pipeline_pass_spec(include_default=False)
+            params = dict(spec.parameters)
+            for d, v in zip(dims, combo, strict=True):
+                if d.pass_name == p.name:
+                    params[d.option] = (v,)
+            specs.append(str(ArgSpec(p.name, params)))
+        spec_text = ",".join(specs)
+        parse_passes(spec_text)  # a value the option refuses: one line, naming it
+        out.append((choice, spec_text))
+    return out
+
+
+@dataclass
+class Program:
+    key: tuple[str, ...]
+    spec: str
+    choices: list[dict[str, Any]] = field(default_factory=list)
+    bound: Any = None
+    wrong: str | None = None
+    seconds: dict[str, float] | None = None
+
+
+@dataclass
+class TuneResult:
+    model: str
+    base: str
+    backend: str
+    space: str
+    dims: list[Dimension]
+    programs: list[Program]
+    default_key: tuple[str, ...]
+    declared: bool
+    verdict: str
+    choice: dict[str, Any] | None
+    pipeline: str
+    speedup: dict[str, float] | None
+    confidence: float
+    protocol: dict[str, Any]
+    fingerprint: dict[str, Any]
+    database: str | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "kind": "irkit.tune", "schema": 1, "model": self.model, "base_pipeline": self.base,
+            "backend": self.backend, "space": self.space,
+            "dimensions": [{"option": d.label, "values": list(d.values)} for d in self.dims],
+            "programs": [{"spec": p.spec, "choices": p.choices, "is_default": p.key == self.default_key,
+                          "wrong": p.wrong, "seconds": p.seconds} for p in self.programs],
+            "declared": self.declared, "verdict": self.verdict, "choice": self.choice,
+            "pipeline": self.pipeline, "speedup": self.speedup, "confidence": self.confidence,
+            "protocol": self.protocol, "fingerprint": self.fingerprint, "database": self.database,
+        }  # fmt: skip
+
+
+def tune(
+    model: ModuleOp | str | Path,
+    space: str,
+    pipeline: str | None = None,
+    backend: str = "cpu",
+    dims: dict[str, int] | None = None,
+    precision: float = 0.01,
+    budget_s: float = 30.0,
+    seed: int = 0,
+    race: int = RACE,
+    store: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> TuneResult:
+    """Search `space` over `pipeline` (see the module docstring)."""
+    from irkit.frontend import load
+    from irkit.measure.fingerprint import host_fingerprint
+    from irkit.measure.stats import ratio_ci
+    from irkit.measure.timers import time_interleaved
+    from irkit.runtime import compile, get_backend
+    from irkit.runtime.check import check_bound, reference_case
+
+    tick = progress or (lambda *_: None)
+    graph = load(model, dims) if isinstance(model, str | Path) else model
+    chosen, _ = get_backend(backend)
+    base = pipeline if pipeline is not None else chosen.default_pipeline
+    dimensions = parse_space(space)
+    cands = candidates(base, dimensions)
+    case = reference_case(graph, seed)
+    programs: dict[tuple[str, ...], Program] = {}
+
+    def program_of(spec: str) -> Program:
+        exe = compile(graph, spec, chosen.name)
+        key = tuple(k.hash for k in exe.kernels)
+        if key not in programs:
+            checks, bound = check_bound(exe, graph, case)
+            wrong = None if all(c.passed for c in checks) else "; ".join(c.describe() for c in checks if not c.passed)  # fmt: skip
+            programs[key] = Program(key, spec, [], None if wrong else bound, wrong)
+        return programs[key]
+
+    default = program_of(base)
+    default.choices.append({"default": base})
+    if default.wrong:
+        raise IrkitError(f"the default pipeline '{base}' computes a wrong result: {default.wrong}")
+    for n, (choice, spec) in enumerate(cands):
+        program_of(spec).choices.append(choice)
+        tick("compile", n + 1, len(cands))
+    timed = [p for p in programs.values() if p.wrong is None]
+    others = [p for p in timed if p is not default]
+    confidence = 1 - 0.05 / max(1, len(others))
+    protocol: dict[str, Any] = {
+        "timer": chosen.timer, "candidates": len(cands), "programs": len(programs),
+        "wrong": sum(p.wrong is not None for p in programs.values()),
+        "search": "all together" if len(timed) <= race else "successive halving, then a race",
+        "comparison": "speedup over the default paired by round; declared when its CI is above 1",
+        "confidence": confidence, "precision": precision, "budget_s": budget_s, "seed": seed,
+        "check": "every distinct program against the float64 reference before timing",
+    }  # fmt: skip
+    result_args = dict(model=str(model), base=base, backend=chosen.name, space=space,
+                       dims=dimensions, programs=list(programs.values()), default_key=default.key,
+                       confidence=confidence, protocol=protocol, fingerprint=host_fingerprint())  # fmt: skip
+    if not others:
+        why = ("every candidate compiles to the default's code" if not protocol["wrong"]
+               else "no candidate that compiles to other code is correct")  # fmt: skip
+        return _finish(TuneResult(**result_args, declared=False, verdict=f"default kept: {why}",
+                                  choice=None, pipeline=base, speedup=None), graph, store)  # fmt: skip
+    survivors = list(others)
+    rung_budget = budget_s / 3
+    rung = 0
+    while len(survivors) + 1 > race:  # successive halving: the slower half out
+        rung += 1
+        fns = {p.spec: p.bound.timed_graph() for p in [default, *survivors]}
+        t = time_interleaved(fns, precision, rung_budget / rung, min_rounds=5, seed=seed + rung)
+        survivors.sort(key=lambda p: t[p.spec].estimate.median)
+        survivors = survivors[: max(race - 1, len(survivors) // 2)]
+        tick("halving", rung, rung)
+    fns = {p.spec: p.bound.timed_graph() for p in [default, *survivors]}
+    timings = time_interleaved(fns, precision, budget_s - rung_budget * bool(rung), seed=seed)
+    for p in [default, *survivors]:
+        e = timings[p.spec].estimate
+        p.seconds = {"median": e.median, "ci_low": e.low, "ci_high": e.high}
+    best = min(survivors, key=lambda p: timings[p.spec].estimate.median)
+    ratio = ratio_ci(timings[default.spec].samples, timings[best.spec].samples, confidence)
+    speedup = {"median": ratio.median, "ci_low": ratio.low, "ci_high": ratio.high}
+    choice = best.choices[0]
+    described = ", ".join(f"{k}={v}" for k, v in choice.items())
+    if ratio.low > 1:
+        verdict = (f"winner: {described}, {ratio.median:.3f}x the default "
+                   f"[{ratio.low:.3f}, {ratio.high:.3f}] ({confidence:.1%} CI)")  # fmt: skip
+        res = TuneResult(**result_args, declared=True, verdict=verdict, choice=choice,
+                         pipeline=best.spec, speedup=speedup)  # fmt: skip
+    else:
+        verdict = (f"default kept: the fastest candidate ({described}) is {ratio.median:.3f}x the "
+                   f"default [{ratio.low:.3f}, {ratio.high:.3f}] ({confidence:.1%} CI), not beyond it")  # fmt: skip
+        res = TuneResult(**result_args, declared=False, verdict=verdict, choice=None,
+                         pipeline=base, speedup=speedup)  # fmt: skip
+    return _finish(res, graph, store)
+
+
+def _finish(result: TuneResult, graph: ModuleOp, store: bool) -> TuneResult:
+    """Record the result in the tuning database (winner or default kept)."""
+    if store:
+        from irkit import tuning
+        from irkit.runtime import device_name, get_backend
+
+        chosen, _ = get_backend(result.backend)
+        where = tuning.machine(chosen.name, device_name(chosen))
+        entry = {"declared": result.declared, "choice": result.choice, "pipeline": result.pipeline,
+                 "speedup": result.speedup, "verdict": result.verdict, "space": result.space,
+                 "git_sha": result.fingerprint.get("git_sha"), "time": result.fingerprint.get("time")}  # fmt: skip
+        result.database = str(tuning.store(graph, result.base, where, entry))
+    return result
