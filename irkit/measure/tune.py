@@ -128,14 +128,15 @@ class TuneResult:
     dims: list[Dimension]
     programs: list[Program]
     default_key: tuple[str, ...]
-    declared: bool
-    verdict: str
-    choice: dict[str, Any] | None
-    pipeline: str
-    speedup: dict[str, float] | None
     confidence: float
     protocol: dict[str, Any]
     fingerprint: dict[str, Any]
+    pipeline: str
+    """The pipeline to use: the winner's, or the base where the default is kept."""
+    declared: bool = False
+    verdict: str = ""
+    choice: dict[str, Any] | None = None
+    speedup: dict[str, float] | None = None
     database: str | None = None
 
     def to_json(self) -> dict:
@@ -208,14 +209,13 @@ def tune(
         "confidence": confidence, "precision": precision, "budget_s": budget_s, "seed": seed,
         "check": "every distinct program against the float64 reference before timing",
     }  # fmt: skip
-    result_args = dict(model=str(model), base=base, backend=chosen.name, space=space,
-                       dims=dimensions, programs=list(programs.values()), default_key=default.key,
-                       confidence=confidence, protocol=protocol, fingerprint=host_fingerprint())  # fmt: skip
+    res = TuneResult(str(model), base, chosen.name, space, dimensions, list(programs.values()),
+                     default.key, confidence, protocol, host_fingerprint(), base)  # fmt: skip
     if not others:
         why = ("every candidate compiles to the default's code" if not protocol["wrong"]
                else "no candidate that compiles to other code is correct")  # fmt: skip
-        return _finish(TuneResult(**result_args, declared=False, verdict=f"default kept: {why}",
-                                  choice=None, pipeline=base, speedup=None), graph, store)  # fmt: skip
+        res.verdict = f"default kept: {why}"
+        return _finish(res, graph, store)
     survivors = list(others)
     rung_budget = budget_s / 3
     rung = 0
@@ -233,19 +233,17 @@ def tune(
         p.seconds = {"median": e.median, "ci_low": e.low, "ci_high": e.high}
     best = min(survivors, key=lambda p: timings[p.spec].estimate.median)
     ratio = ratio_ci(timings[default.spec].samples, timings[best.spec].samples, confidence)
-    speedup = {"median": ratio.median, "ci_low": ratio.low, "ci_high": ratio.high}
+    res.speedup = {"median": ratio.median, "ci_low": ratio.low, "ci_high": ratio.high}
     choice = best.choices[0]
     described = ", ".join(f"{k}={v}" for k, v in choice.items())
     if ratio.low > 1:
-        verdict = (f"winner: {described}, {ratio.median:.3f}x the default "
-                   f"[{ratio.low:.3f}, {ratio.high:.3f}] ({confidence:.1%} CI)")  # fmt: skip
-        res = TuneResult(**result_args, declared=True, verdict=verdict, choice=choice,
-                         pipeline=best.spec, speedup=speedup)  # fmt: skip
+        res.declared, res.choice, res.pipeline = True, choice, best.spec
+        res.verdict = (f"winner: {described}, {ratio.median:.3f}x the default "
+                       f"[{ratio.low:.3f}, {ratio.high:.3f}] ({confidence:.1%} CI)")  # fmt: skip
     else:
-        verdict = (f"default kept: the fastest candidate ({described}) is {ratio.median:.3f}x the "
-                   f"default [{ratio.low:.3f}, {ratio.high:.3f}] ({confidence:.1%} CI), not beyond it")  # fmt: skip
-        res = TuneResult(**result_args, declared=False, verdict=verdict, choice=None,
-                         pipeline=base, speedup=speedup)  # fmt: skip
+        res.verdict = (f"default kept: the fastest candidate ({described}) is {ratio.median:.3f}x "
+                       f"the default [{ratio.low:.3f}, {ratio.high:.3f}] ({confidence:.1%} CI), "
+                       "not beyond it")  # fmt: skip
     return _finish(res, graph, store)
 
 
