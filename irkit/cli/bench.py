@@ -309,15 +309,26 @@ def _suite(args) -> int:
 
     options = SuiteOptions(pipeline, backend.name, args.precision, args.budget, args.seed,
                            timeout_s=args.job_timeout)  # fmt: skip
+    from functools import partial
+
+    from irkit.measure.executors import get_executor
+
+    executor = get_executor(args.executor, out, args.ray_address, args.slurm_partition,
+                            args.slurm_cluster)  # fmt: skip
     if args.in_process:
-        runner = lambda job: run_job(job, options)  # noqa: E731
+        if args.executor != "local":
+            from irkit.errors import IrkitError
+
+            raise IrkitError("--in-process runs jobs in this process; it needs --executor local")
+        runner = partial(run_job, options=options)
     else:
-        runner = lambda job: run_isolated(job, options)  # noqa: E731
-        console.print(f"each job in its own worker process (deadline {options.deadline():g} s); "
-                      "a crash or a hang is a failure record, and the suite goes on", style="dim")  # fmt: skip
+        runner = partial(run_isolated, options=options)
+        console.print(f"each job in its own worker process (deadline {options.deadline():g} s), "
+                      f"executor {args.executor}; a crash or a hang is a failure record, and "
+                      "the suite goes on", style="dim")  # fmt: skip
     failed = 0
     for job, record, status in run_suite(out, jobs, runner, backend.name, pipeline,
-                                         args.retry_failed):  # fmt: skip
+                                         args.retry_failed, executor):  # fmt: skip
         if record is None:
             failed += status.startswith("failed")
             style = "dim" if status.startswith("skipped") else "bold red"
@@ -642,6 +653,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="a job's deadline (default 30 x budget + 300 s)")  # fmt: skip
     suite.add_argument("--retry-failed", action="store_true",
                        help="run again the jobs whose failure is recorded (default: skip them)")  # fmt: skip
+    suite.add_argument("--executor", default="local", choices=("local", "ray", "slurm"),
+                       help="where jobs run: here one after another (default), Ray tasks "
+                            "(pip install -e '.[ray]'), or Slurm jobs through submitit "
+                            "('.[slurm]'); one timing job per node at a time")  # fmt: skip
+    suite.add_argument("--ray-address", default=None, metavar="ADDR",
+                       help="a running Ray cluster (default: start one on this machine)")  # fmt: skip
+    suite.add_argument("--slurm-partition", default=None, metavar="NAME")
+    suite.add_argument("--slurm-cluster", default=None, choices=("local",),
+                       help="local: submitit's local executor instead of Slurm (testing)")  # fmt: skip
     suite.add_argument("--in-process", action="store_true",
                        help="run jobs in this process (no crash isolation; for debugging)")  # fmt: skip
     cmp_ = sub.add_parser("compare", help="exit 1 when NEW significantly regresses from BASE")

@@ -25,6 +25,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from irkit.errors import IrkitError, one_line
 from irkit.measure.records import (
@@ -35,6 +36,9 @@ from irkit.measure.records import (
     read_records,
     repair_torn_tail,
 )
+
+if TYPE_CHECKING:
+    from irkit.measure.executors import Executor
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -97,40 +101,44 @@ def run_suite(
     backend: str,
     pipeline: str,
     retry_failed: bool = False,
+    executor: Executor | None = None,
 ) -> Iterator[tuple[Job, dict | None, str]]:
-    """Run the jobs not yet in `out`, appending a record per job. Yields (job, record,
-    status) with status "done", "skipped" (already recorded), "skipped: failed before" (a
-    failure record is there; `retry_failed` runs such a job again) or "failed: why"."""
+    """Run the jobs not yet in `out` on `executor` (default: here, one after another),
+    appending one record per job as each finishes. Yields (job, record, status) with status
+    "done", "skipped" (already recorded), "skipped: failed before" (a failure record is
+    there; `retry_failed` runs such a job again) or "failed: why". `run_job` must be
+    picklable for an executor that runs jobs elsewhere (`functools.partial(run_isolated,
+    options=...)` is)."""
+    from irkit.measure.executors import LocalExecutor
+
     check_appendable(out)
     repair_torn_tail(out)
     done = done_keys(out)
     failed = set() if retry_failed else done_keys(out, "irkit.attribution.failed")
+    pending = []
     for job in jobs:
         if job.key(backend, pipeline) in done:
             yield job, None, "skipped"
-            continue
-        if job.key(backend, pipeline) in failed:
+        elif job.key(backend, pipeline) in failed:
             yield job, None, "skipped: failed before (--retry-failed runs it again)"
+        else:
+            pending.append(job)
+    written: set[str] = set()
+    for job, (tag, record) in (executor or LocalExecutor()).map(run_job, pending):
+        key = job.key(backend, pipeline)
+        if key in written:  # a job run twice (a lost worker retried) counts once
             continue
-        start = time.perf_counter()
-        try:
-            record = run_job(job)
-            record["workload"] = job.workload
-            record["suite_seconds"] = time.perf_counter() - start
+        written.add(key)
+        record["workload"] = job.workload
+        if tag == "ok":
+            record["suite_seconds"] = record.get("worker", {}).get("seconds")
             append_record(out, record)
             yield job, record, "done"
-        except JobFailed as e:  # an isolated job: its failure record is made already
-            append_record(out, e.record)
-            yield job, None, f"failed: {e.record['error']}"
-        except IrkitError as e:
-            why = str(e)
-            append_record(out, _failure(job, backend, job.pipeline or pipeline, why))
-            yield job, None, f"failed: {why}"
-        except Exception as e:  # an internal error in one job must not end the suite
-            why = f"internal error: {type(e).__name__}: {one_line(e)}"
-            failure = _failure(job, backend, job.pipeline or pipeline, why, traceback.format_exc())
-            append_record(out, failure)
-            yield job, None, f"failed: {why}"
+            continue
+        record["backend"] = record.get("backend") or backend
+        record["pipeline"] = record.get("pipeline") or job.pipeline or pipeline
+        append_record(out, record)
+        yield job, None, f"failed: {record['error']}"
 
 
 def _failure(
