@@ -138,3 +138,12 @@ def test_a_lost_ray_worker_is_retried_and_counted_once(tmp_path) -> None:
     assert [s for _, _, s in results] == ["done"] and (tmp_path / "died").exists()
     (record,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert record["worker"]["executor"] == "ray"
+
+
+def test_the_report_lists_the_workers(tmp_path, local_records) -> None:
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in local_records))
+    page = tmp_path / "report.html"
+    assert bench(["report", str(results), "-o", str(page)]) == 0
+    html = page.read_text()
+    assert "<h2>workers</h2>" in html and "<td>local</td>" in html

@@ -137,3 +137,15 @@ def test_the_default_must_be_correct() -> None:
     with pytest.raises(IrkitError, match="the default pipeline .* computes a wrong result"):
         tune("examples/elementwise_chain.graph", "test-knob{level=1,2}",
              "default-cpu,test-knob{wrong=true}", "cpu", CHAIN, budget_s=1)  # fmt: skip
+
+
+def test_the_report_shows_the_option_space_as_a_heatmap(tmp_path) -> None:
+    out = tmp_path / "tune.json"
+    assert bench(["tune", "examples/gemm.graph", "--backend", "cpu", "--dim", "M=32", "--dim", "N=64",
+                  "--dim", "K=32", "--space", "cpu-tile-matmul{mr=4,6;nr=32,64}", "--budget", "1",
+                  "--json", str(out)]) == 0  # fmt: skip
+    page = tmp_path / "report.html"
+    assert bench(["report", str(out), "-o", str(page)]) == 0
+    html = page.read_text()
+    assert "tuning: gemm" in html and "data:image/png;base64," in html
+    assert json.loads(out.read_text())["verdict"] in html

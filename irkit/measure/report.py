@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+from pathlib import Path
 
 from irkit.errors import IrkitError
 from irkit.measure.records import read_attributions, read_records
@@ -148,6 +149,86 @@ speedup {t["speedup"]["value"]:.3f}x [{t["speedup"]["ci_low"]:.3f}, {t["speedup"
 """
 
 
+def tuning_heatmap(plt, rec: dict):
+    """A tune record's option space as a heatmap: each cell the speedup over the default of
+    the program that combination compiled to (grey where it was wrong or dropped by
+    halving); the first two options as axes, the best over any others."""
+    import numpy as np
+
+    dims = rec["dimensions"]
+    default = next((p for p in rec["programs"] if p["is_default"]), None)
+    base = default["seconds"]["median"] if default and default["seconds"] else None
+    speed: dict[tuple, float] = {}
+    for prog in rec["programs"]:
+        value = base / prog["seconds"]["median"] if base and prog["seconds"] else float("nan")
+        for choice in prog["choices"]:
+            if "default" in choice:
+                continue
+            cell = tuple(choice.get(d["option"]) for d in dims[:2])
+            old = speed.get(cell, float("nan"))
+            speed[cell] = value if np.isnan(old) else max(old, value)
+    xs = dims[0]["values"]
+    ys = dims[1]["values"] if len(dims) > 1 else [None]
+    grid = np.array(
+        [[speed.get((x, y) if len(dims) > 1 else (x,), np.nan) for x in xs] for y in ys]
+    )
+    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(xs), 1.2 + 0.6 * len(ys)))
+    cmap = plt.get_cmap("RdYlGn").with_extremes(bad="lightgrey")  # wrong, or dropped
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=min(0.8, np.nanmin(grid, initial=1)),
+                      vmax=max(1.2, np.nanmax(grid, initial=1)), aspect="auto")  # fmt: skip
+    ax.set_xticks(range(len(xs)), [str(x) for x in xs])
+    ax.set_xlabel(dims[0]["option"])
+    if len(dims) > 1:
+        ax.set_yticks(range(len(ys)), [str(y) for y in ys])
+        ax.set_ylabel(dims[1]["option"])
+    else:
+        ax.set_yticks([])
+    for (i, j), v in np.ndenumerate(grid):
+        if not np.isnan(v):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8)
+    fig.colorbar(image, ax=ax, label="speedup over the default")
+    rest = f" (best over {', '.join(d['option'] for d in dims[2:])})" if len(dims) > 2 else ""
+    ax.set_title(f"{Path(rec['model']).stem}: {rec['verdict'][:60]}{rest}", fontsize=9)
+    return fig
+
+
+def _tuning_section(plt, rec: dict) -> str:
+    fig = tuning_heatmap(plt, rec)
+    image = _png(fig)
+    plt.close(fig)
+    s = rec["speedup"]
+    ci = f" [{s['ci_low']:.3f}, {s['ci_high']:.3f}]" if s else ""
+    return f"""
+<h2>tuning: {html.escape(Path(rec["model"]).stem)} <small class='dim'>{html.escape(rec["space"])}</small></h2>
+<p>base pipeline <code>{html.escape(rec["base_pipeline"])}</code>, backend {html.escape(rec["backend"])};
+{rec["protocol"]["candidates"]} candidates, {rec["protocol"]["programs"]} distinct programs,
+{rec["protocol"]["wrong"]} wrong (never timed); {html.escape(rec["protocol"]["search"])}.<br>
+<b>{html.escape(rec["verdict"])}</b>{ci}</p>
+<img src='{image}'>
+"""
+
+
+def _workers_section(records: list[dict]) -> str:
+    """Which workers produced the records (a distributed suite's)."""
+    rows: dict[tuple, list[float]] = {}
+    for r in records:
+        w = r.get("worker") or {}
+        fp = r.get("fingerprint") or {}
+        key = (w.get("executor", "local"), w.get("host") or fp.get("host"), fp.get("cpu"))
+        rows.setdefault(key, []).append(float(w.get("seconds") or r.get("suite_seconds") or 0))
+    if len(rows) < 2 and not any(r.get("worker") for r in records):
+        return ""
+    body = "".join(
+        f"<tr><td>{html.escape(str(e))}</td><td>{html.escape(str(h))}</td><td>{html.escape(str(c))}</td>"
+        f"<td>{len(t)}</td><td>{sum(t):.1f} s</td></tr>"
+        for (e, h, c), t in sorted(rows.items(), key=str)
+    )
+    return (
+        "<h2>workers</h2><table><tr><th>executor</th><th>host</th><th>cpu</th><th>jobs</th>"
+        f"<th>time</th></tr>{body}</table>"
+    )
+
+
 def render_report(results: str) -> tuple[str, int]:
     """The self-contained HTML report of every attribution record in `results`, and how
     many workloads it shows."""
@@ -157,14 +238,16 @@ def render_report(results: str) -> tuple[str, int]:
         for r in read_records(results)
         if r.get("kind") == "irkit.attribution.failed" and isinstance(r.get("workload"), str)
     ]
-    if not records:
-        raise IrkitError("no attribution records to report", results)
+    tunes = [r for r in read_records(results) if r.get("kind") == "irkit.tune"]
+    if not records and not tunes:
+        raise IrkitError("no attribution or tuning records to report", results)
     plt = _pyplot()
     latest: dict[str, dict] = {}
     for r in records:
         latest[f"{r['workload']}|{r['backend']}|{r['pipeline']}|{r['dims']}"] = r
-    fp = records[-1].get("fingerprint", {})
-    body = "".join(_section(plt, r) for r in latest.values())
+    fp = (records or tunes)[-1].get("fingerprint", {})
+    body = _workers_section(records) + "".join(_section(plt, r) for r in latest.values())
+    body += "".join(_tuning_section(plt, r) for r in tunes)
     failures = "".join(
         f"<li class='bad'>{html.escape(r['workload'])}: {html.escape(str(r.get('error', 'no reason recorded')))}</li>"
         for r in failed
@@ -181,4 +264,4 @@ contribution counts as significant only outside both its CI and the run's A/A no
 {body}
 </body></html>
 """
-    return page, len(latest)
+    return page, len(latest) + len(tunes)
