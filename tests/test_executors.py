@@ -147,3 +147,25 @@ def test_the_report_lists_the_workers(tmp_path, local_records) -> None:
     assert bench(["report", str(results), "-o", str(page)]) == 0
     html = page.read_text()
     assert "<h2>workers</h2>" in html and "<td>local</td>" in html
+
+
+@pytest.mark.slow
+def test_tune_runs_on_an_executor_and_records_here(tmp_path, monkeypatch) -> None:
+    """`tune --executor slurm` (submitit's local executor): the whole search is one job on a
+    worker; its record comes back stamped with the worker and lands in this machine's
+    tuning database for the machine it was measured on."""
+    pytest.importorskip("submitit")
+    import irkit
+    from irkit import tuning
+
+    monkeypatch.setenv("IRKIT_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "tune.json"
+    code = bench(["tune", "examples/gemm.graph", "--backend", "cpu", "--dim", "M=32", "--dim", "N=64",
+                  "--dim", "K=32", "--space", "cpu-tile-matmul{mr=4,6;nr=32,64}", "--budget", "1",
+                  "--executor", "slurm", "--slurm-cluster", "local", "--json", str(out)])  # fmt: skip
+    assert code == 0
+    record = json.loads(out.read_text())
+    assert record["worker"]["executor"] == "slurm" and record["machine"]["backend"] == "cpu"
+    graph = irkit.load("examples/gemm.graph", {"M": 32, "N": 64, "K": 32})
+    entry = tuning.lookup(graph, "default-cpu", record["machine"])
+    assert entry is not None and entry["verdict"] == record["verdict"]

@@ -493,51 +493,61 @@ def _json_path(path: str, passed: bool) -> str:
 
 def _tune(args) -> int:
     import json
+    from pathlib import Path
 
     from rich.console import Console
     from rich.table import Table
 
-    from irkit.measure.tune import tune
+    from irkit.measure.executors import get_executor
+    from irkit.measure.tune import TuneJob, tune, tune_on
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.json:
         check_output(args.json, [args.file], "--json", "json")
-    bar, tick = _progress()
-    with bar:
-        result = tune(args.file, args.space, args.passes, args.backend, dict(args.dim) or None,
-                      args.precision, args.budget, args.seed, store=not args.no_store,
-                      progress=tick)  # fmt: skip
-    p = result.protocol
-    console.print(f"[bold]{args.file}[/]  pipeline: {result.base}  backend: {result.backend}; "
-                  f"{p['candidates']} candidates, {p['programs']} distinct programs "
-                  f"({p['wrong']} wrong, never timed), each checked against the float64 "
+    dims = dict(args.dim) or None
+    if args.executor == "local":
+        bar, tick = _progress()
+        with bar:
+            record = tune(args.file, args.space, args.passes, args.backend, dims, args.precision,
+                          args.budget, args.seed, store=not args.no_store, progress=tick).to_json()  # fmt: skip
+    else:
+        job = TuneJob(args.file, args.space, args.passes, args.backend, dims, args.precision,
+                      args.budget, args.seed)  # fmt: skip
+        where = Path(args.json or "tune.json")
+        executor = get_executor(args.executor, where, args.ray_address, args.slurm_partition,
+                                args.slurm_cluster)  # fmt: skip
+        console.print(f"tuning as one job on the {args.executor} executor ...", style="dim")
+        record = tune_on(executor, job, store=not args.no_store)
+    p = record["protocol"]
+    console.print(f"[bold]{args.file}[/]  pipeline: {record['base_pipeline']}  backend: "
+                  f"{record['backend']}; {p['candidates']} candidates, {p['programs']} distinct "
+                  f"programs ({p['wrong']} wrong, never timed), each checked against the float64 "
                   f"reference; {p['search']}", highlight=False)  # fmt: skip
     table = Table(title="candidates (distinct programs), time per call, 95% CI")
     for col in ("options", "median", "95% CI", "vs default"):
         table.add_column(col, justify="left" if col == "options" else "right")
-    base = next(x for x in result.programs if x.key == result.default_key).seconds
+    base = next(x for x in record["programs"] if x["is_default"])["seconds"]
     for prog in sorted(
-        result.programs, key=lambda x: (x.seconds or {}).get("median", float("inf"))
+        record["programs"], key=lambda x: (x["seconds"] or {}).get("median", float("inf"))
     ):
-        label = "; ".join(", ".join(f"{k}={v}" for k, v in c.items()) for c in prog.choices[:3])
-        label += f" (+{len(prog.choices) - 3} more)" if len(prog.choices) > 3 else ""
-        if prog.wrong:
+        label = "; ".join(", ".join(f"{k}={v}" for k, v in c.items()) for c in prog["choices"][:3])
+        label += f" (+{len(prog['choices']) - 3} more)" if len(prog["choices"]) > 3 else ""
+        if prog["wrong"]:
             table.add_row(label, "wrong", "", "not timed", style="red")
-        elif prog.seconds is None:
+        elif prog["seconds"] is None:
             table.add_row(label, "", "", "dropped by halving", style="dim")
         else:
-            sec = prog.seconds
+            sec = prog["seconds"]
             rel = f"{base['median'] / sec['median']:.3f}x" if base else ""
             table.add_row(label, fmt_time(sec["median"]),
                           f"[{fmt_time(sec['ci_low'])}, {fmt_time(sec['ci_high'])}]", rel)  # fmt: skip
     console.print(table)
-    console.print(result.verdict, style="bold" if result.declared else None, highlight=False)
-    if result.database:
-        console.print(f"recorded in the tuning database: {result.database} "
+    console.print(record["verdict"], style="bold" if record["declared"] else None, highlight=False)
+    if record.get("database"):
+        console.print(f"recorded in the tuning database: {record['database']} "
                       "(irkit.compile(..., tuned=True) reads it)", style="dim", highlight=False)  # fmt: skip
     if args.json:
-        write_output(args.json, json.dumps(result.to_json(), indent=2) + "\n", [args.file],
-                     "--json", "json")  # fmt: skip
+        write_output(args.json, json.dumps(record, indent=2) + "\n", [args.file], "--json", "json")
     return 0
 
 
@@ -653,15 +663,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="a job's deadline (default 30 x budget + 300 s)")  # fmt: skip
     suite.add_argument("--retry-failed", action="store_true",
                        help="run again the jobs whose failure is recorded (default: skip them)")  # fmt: skip
-    suite.add_argument("--executor", default="local", choices=("local", "ray", "slurm"),
-                       help="where jobs run: here one after another (default), Ray tasks "
-                            "(pip install -e '.[ray]'), or Slurm jobs through submitit "
-                            "('.[slurm]'); one timing job per node at a time")  # fmt: skip
-    suite.add_argument("--ray-address", default=None, metavar="ADDR",
-                       help="a running Ray cluster (default: start one on this machine)")  # fmt: skip
-    suite.add_argument("--slurm-partition", default=None, metavar="NAME")
-    suite.add_argument("--slurm-cluster", default=None, choices=("local",),
-                       help="local: submitit's local executor instead of Slurm (testing)")  # fmt: skip
+    _executor_options(suite)
     suite.add_argument("--in-process", action="store_true",
                        help="run jobs in this process (no crash isolation; for debugging)")  # fmt: skip
     cmp_ = sub.add_parser("compare", help="exit 1 when NEW significantly regresses from BASE")
@@ -697,6 +699,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tun.add_argument("--json", default=None, metavar="OUT", help="write the record as JSON")
     tun.add_argument("--no-store", action="store_true",
                      help="do not record the result in the tuning database")  # fmt: skip
+    _executor_options(tun)
     snap = sub.add_parser(
         "snapshot", help="keep one kernel's code, launch and real data for replay"
     )
@@ -750,6 +753,18 @@ def default_model():
     from pathlib import Path
 
     return Path(__file__).resolve().parents[1] / "examples" / DEFAULT_MODEL
+
+
+def _executor_options(p) -> None:
+    p.add_argument("--executor", default="local", choices=("local", "ray", "slurm"),
+                   help="where jobs run: here (default), Ray tasks (pip install -e '.[ray]'), "
+                        "or Slurm jobs through submitit ('.[slurm]'); one timing job per node "
+                        "at a time")  # fmt: skip
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="a running Ray cluster (default: start one on this machine)")  # fmt: skip
+    p.add_argument("--slurm-partition", default=None, metavar="NAME")
+    p.add_argument("--slurm-cluster", default=None, choices=("local",),
+                   help="local: submitit's local executor instead of Slurm (testing)")  # fmt: skip
 
 
 def _measure_options(p, budget: float, several: bool = False) -> None:

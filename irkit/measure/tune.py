@@ -138,6 +138,7 @@ class TuneResult:
     choice: dict[str, Any] | None = None
     speedup: dict[str, float] | None = None
     database: str | None = None
+    machine: dict[str, Any] | None = None
 
     def to_json(self) -> dict:
         return {
@@ -149,6 +150,7 @@ class TuneResult:
             "declared": self.declared, "verdict": self.verdict, "choice": self.choice,
             "pipeline": self.pipeline, "speedup": self.speedup, "confidence": self.confidence,
             "protocol": self.protocol, "fingerprint": self.fingerprint, "database": self.database,
+            "machine": self.machine,
         }  # fmt: skip
 
 
@@ -248,15 +250,60 @@ def tune(
 
 
 def _finish(result: TuneResult, graph: ModuleOp, store: bool) -> TuneResult:
-    """Record the result in the tuning database (winner or default kept)."""
-    if store:
-        from irkit import tuning
-        from irkit.runtime import device_name, get_backend
+    """Note the machine the result holds for, and record it in the tuning database (winner
+    or default kept)."""
+    from irkit import tuning
+    from irkit.runtime import device_name, get_backend
 
-        chosen, _ = get_backend(result.backend)
-        where = tuning.machine(chosen.name, device_name(chosen))
-        entry = {"declared": result.declared, "choice": result.choice, "pipeline": result.pipeline,
-                 "speedup": result.speedup, "verdict": result.verdict, "space": result.space,
-                 "git_sha": result.fingerprint.get("git_sha"), "time": result.fingerprint.get("time")}  # fmt: skip
-        result.database = str(tuning.store(graph, result.base, where, entry))
+    chosen, _ = get_backend(result.backend)
+    result.machine = tuning.machine(chosen.name, device_name(chosen))
+    if store:
+        result.database = str(store_result(graph, result.to_json()))
     return result
+
+
+def store_result(graph: ModuleOp, record: dict) -> Path:
+    """A tune record's entry in this machine's tuning database, for the machine it was
+    measured on (a record from a remote worker carries that worker's)."""
+    from irkit import tuning
+
+    fp = record["fingerprint"]
+    entry = {"declared": record["declared"], "choice": record["choice"],
+             "pipeline": record["pipeline"], "speedup": record["speedup"],
+             "verdict": record["verdict"], "space": record["space"],
+             "git_sha": fp.get("git_sha"), "time": fp.get("time")}  # fmt: skip
+    return tuning.store(graph, record["base_pipeline"], record["machine"], entry)
+
+
+@dataclass(frozen=True)
+class TuneJob:
+    """A whole tuning run as one job for an executor (it holds a timing slot where it runs)."""
+
+    model: str
+    space: str
+    pipeline: str | None
+    backend: str
+    dims: dict[str, int] | None
+    precision: float
+    budget_s: float
+    seed: int
+    workload: str = "tune"
+    strategy: str = "tune"
+
+
+def _run_tune_job(job: TuneJob) -> dict:  # pragma: no cover - runs on a worker
+    return tune(job.model, job.space, job.pipeline, job.backend, job.dims, job.precision,
+                job.budget_s, job.seed, store=False).to_json()  # fmt: skip
+
+
+def tune_on(executor: Any, job: TuneJob, store: bool = True) -> dict:
+    """Run a tuning job on `executor` (a suite executor: local, ray or slurm) and record its
+    result here, for the machine it ran on. Returns the record."""
+    from irkit.frontend import load
+
+    ((_, (tag, record)),) = executor.map(_run_tune_job, [job])
+    if tag != "ok":
+        raise IrkitError(f"the tuning job failed on its worker: {record.get('error')}")
+    if store:
+        record["database"] = str(store_result(load(job.model, job.dims), record))
+    return record
