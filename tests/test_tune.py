@@ -149,3 +149,15 @@ def test_the_report_shows_the_option_space_as_a_heatmap(tmp_path) -> None:
     html = page.read_text()
     assert "tuning: gemm" in html and "data:image/png;base64," in html
     assert json.loads(out.read_text())["verdict"] in html
+
+
+def test_run_tuned_uses_the_recorded_winner(tmp_path) -> None:
+    graph = irkit.load("examples/gemm.graph", GEMM)
+    winner = "default-cpu,cpu-tile-matmul{mr=4 nr=32}"
+    tuning.store(graph, "default-cpu", tuning.machine("cpu", None), {"declared": True,
+                 "pipeline": winner, "choice": {"cpu-tile-matmul.mr": 4}, "speedup": {"median": 1.1}})  # fmt: skip
+    out = tmp_path / "run.json"
+    assert bench(["run", "examples/gemm.graph", "--backend", "cpu", "--dim", "M=64", "--dim", "N=64",
+                  "--dim", "K=64", "--tuned", "--budget", "0.05", "--json", str(out)]) == 0  # fmt: skip
+    record = json.loads(out.read_text())
+    assert record["pipeline"] == winner and "tuned: cpu-tile-matmul.mr=4" in record["selection"]

@@ -90,9 +90,8 @@ def _run(args) -> int:
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.json:
         check_output(args.json, [args.file], "--json", "json")
-    result = run_model(
-        args.file, args.passes, args.backend, dict(args.dim), args.seed, args.precision, args.budget
-    )
+    result = run_model(args.file, args.passes, args.backend, dict(args.dim), args.seed,
+                       args.precision, args.budget, tuned=args.tuned)  # fmt: skip
     console.print(
         f"[bold]{args.file}[/]  pipeline: {result.pipeline or '(none)'}  backend: {result.selection}"
     )
@@ -617,6 +616,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ref.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
     ref.add_argument("--seed", type=seed, default=0)
     run = sub.add_parser("run", help="compile, check against the reference, then time each kernel")
+    run.add_argument("--tuned", action="store_true",
+                     help="use the tuning database's winner for this workload, pipeline and "
+                          "machine, where `tune` recorded one (the header says which)")  # fmt: skip
     run.add_argument("file", help="a .graph or .mlir model")
     _measure_options(run, budget=1.0)
     run.add_argument("--json", default=None, metavar="OUT", help="write the run's record as JSON")

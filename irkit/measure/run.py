@@ -103,12 +103,14 @@ def run_model(
     seed: int = 0,
     precision: float = 0.01,
     budget_s: float = 1.0,
+    tuned: bool = False,
 ) -> RunResult:
     """Compile, check on fresh inputs (seed), and if correct time the graph and each kernel
-    (each with its own `budget_s`)."""
+    (each with its own `budget_s`); `tuned`: the tuning database's winner for this
+    workload, pipeline and machine where it has one (`irkit.compile(..., tuned=True)`)."""
     check_protocol("run_model", precision, budget_s, seed)
     start = time.perf_counter()
-    exe = compile(model, pipeline, backend, dims)
+    exe = compile(model, pipeline, backend, dims, tuned=tuned)
     compile_seconds = time.perf_counter() - start
     checks, inputs = check(exe, exe.graph, seed)  # type: ignore[attr-defined]
     result = RunResult(
