@@ -21,7 +21,7 @@ from irkit.runtime import lower_for
 from irkit.runtime.check import check
 from irkit.runtime.cuda_host import CudaHostBackend, guarded
 from tests.conftest import SMALL, check_every_subset
-from tests.test_cuda_path import _softmax_buffers, mapped
+from tests.test_cuda_path import _softmax_buffers, gemm_without_store_guard, mapped
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no host C++ compiler")
 
@@ -85,17 +85,9 @@ def test_a_barrier_in_divergent_code_is_refused() -> None:
 
 def test_a_store_out_of_bounds_is_named() -> None:
     """gemm with C's store guard dropped: M = N = 10 overhang the 16 x 16 tile."""
-    module = mapped("examples/gemm.graph", dims={"M": 10, "N": 10, "K": 4})
-    fn = gpu_kernels(module)[0]
-    guard = [op for op in fn.walk() if isinstance(op, scf.IfOp)][-1]
-    for op in list(guard.true_region.block.ops)[:-1]:
-        op.detach()
-        guard.parent_block().insert_op_before(op, guard)
-    guard.detach()
-    guard.erase()
-    a, b = np.ones((10, 4), np.float32), np.ones((4, 10), np.float32)
-    with pytest.raises(IrkitError, match=f"{fn.sym_name.data} wrote outside its argument 2"):
-        _launch(module, fn.sym_name.data, [a, b, np.zeros((10, 10), np.float32)])
+    module, name, buffers = gemm_without_store_guard()
+    with pytest.raises(IrkitError, match=f"{name} wrote outside its argument 2"):
+        _launch(module, name, buffers)
 
 
 def test_a_printer_slip_that_nvrtc_accepts_is_caught(monkeypatch) -> None:

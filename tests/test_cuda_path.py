@@ -239,20 +239,27 @@ def test_lockstep_detects_a_barrier_in_divergent_code() -> None:
         _run(module, "k0_softmax", _softmax_buffers(np.random.default_rng(0)))
 
 
-def test_lockstep_detects_out_of_bounds_when_a_guard_is_dropped() -> None:
+def gemm_without_store_guard():
+    """A 10 x 10 x 4 gemm mapped onto the GPU with C's store guard dropped (M = N = 10
+    overhang the 16 x 16 tile; the first guards guard the copies of pieces fewer than the
+    threads, and dropping one is a race instead): the module, the kernel's name, buffers."""
     module = mapped("examples/gemm.graph", dims={"M": 10, "N": 10, "K": 4})
     fn = gpu_kernels(module)[0]
-    # the last guard: C's store, where M = N = 10 overhang the 16 x 16 tile (the first ones
-    # guard the copies of pieces fewer than the threads; dropping one is a race instead)
     guard = [op for op in fn.walk() if isinstance(op, scf.IfOp)][-1]
     for op in list(guard.true_region.block.ops)[:-1]:
         op.detach()
         guard.parent_block().insert_op_before(op, guard)
     guard.detach()
     guard.erase()
-    a, b = np.ones((10, 4), np.float32), np.ones((4, 10), np.float32)
+    buffers = [np.ones((10, 4), np.float32), np.ones((4, 10), np.float32),
+               np.zeros((10, 10), np.float32)]  # fmt: skip
+    return module, fn.sym_name.data, buffers
+
+
+def test_lockstep_detects_out_of_bounds_when_a_guard_is_dropped() -> None:
+    module, name, buffers = gemm_without_store_guard()
     with pytest.raises(LockstepError, match="out of bounds"):
-        _run(module, fn.sym_name.data, [a, b, np.zeros((10, 10), np.float32)])
+        _run(module, name, buffers)
 
 
 def test_lockstep_rejects_ops_it_does_not_know() -> None:

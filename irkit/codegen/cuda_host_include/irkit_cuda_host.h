@@ -324,10 +324,16 @@ namespace irkit_host {
 // barrier (every lane of every warp reaches the mma together, as the GPU requires of a
 // warp); then each lane computes its 4 results from the whole tiles, C first, then the 16
 // products in k order, in f32.
-inline void mma(const float* a, const float* b, const float* c, float* d, int line) {
+// The calling lane's staging area for its next mma (its warp's, alternating), and its lane.
+inline MmaStage& mma_stage(unsigned& lane) {
   const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-  const unsigned warp = linear / 32, lane = linear % 32;
-  MmaStage& s = mma_stages[2 * warp + (mma_parity[linear]++ & 1u)];
+  lane = linear % 32;
+  return mma_stages[2 * (linear / 32) + (mma_parity[linear]++ & 1u)];
+}
+
+inline void mma(const float* a, const float* b, const float* c, float* d, int line) {
+  unsigned lane;
+  MmaStage& s = mma_stage(lane);
   for (int i = 0; i < 8; i++) s.a[lane][i] = a[i];
   for (int i = 0; i < 4; i++) { s.b[lane][i] = b[i]; s.c[lane][i] = c[i]; }
   barrier(line);
@@ -370,9 +376,8 @@ inline float tf32(float x) {
 
 // mma.sync m16n8k8 TF32: A 16 x 8 (4 values a lane), B 8 x 8 (2), C and D as m16n8k16's.
 inline void mma_tf32(const float* a, const float* b, const float* c, float* d, int line) {
-  const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-  const unsigned warp = linear / 32, lane = linear % 32;
-  MmaStage& s = mma_stages[2 * warp + (mma_parity[linear]++ & 1u)];
+  unsigned lane;
+  MmaStage& s = mma_stage(lane);
   for (int i = 0; i < 4; i++) s.a[lane][i] = tf32(a[i]);
   for (int i = 0; i < 2; i++) s.b[lane][i] = tf32(b[i]);
   for (int i = 0; i < 4; i++) s.c[lane][i] = c[i];
