@@ -254,3 +254,22 @@ def test_cross_backend_needs_two_different_backends(capsys) -> None:
     code = bench(["attribute", CHAIN, "--backend", "cpu,cpu"])
     err = capsys.readouterr().err.strip()
     assert code == 1 and "two or more different backends" in err and len(err.splitlines()) == 1
+
+
+def test_records_say_whether_the_machine_was_loaded(capsys) -> None:
+    """Issue 24: the load around the timings is in the protocol, and a loaded machine is
+    named beside the noise floor."""
+    from rich.console import Console
+
+    from irkit.cli.views import show_attribution
+    from irkit.measure.fingerprint import load_record
+
+    assert load_record(3.2, 0.4)["loaded"] and not load_record(0.9, 1.4)["loaded"]
+    assert not load_record(None, None)["loaded"]
+    record = attribute(CHAIN, "cse,fuse-kernels,lower-graph-to-loops", "cpu", "prefix",
+                       {"N": 8, "D": 16}, budget_s=0.3).to_json()  # fmt: skip
+    load = record["protocol"]["load"]
+    assert set(load) >= {"load_1min_start", "load_1min_end", "cpus", "loaded", "rule"}
+    record["protocol"]["load"] = load_record(4.7, 3.9)
+    show_attribution(Console(width=200), record)
+    assert "the machine was loaded: 1-minute load 4.70 at the start" in capsys.readouterr().out

@@ -54,6 +54,15 @@ def show_attribution(console: Console, rec: dict) -> None:
         f"[{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]",
         highlight=False,
     )
+    load = proto.get("load")
+    if load and load.get("loaded"):
+        console.print(
+            f"the machine was loaded: 1-minute load {load['load_1min_start']:.2f} at the start, "
+            f"{load['load_1min_end']:.2f} at the end, on {load['cpus']} CPUs; expect a wider "
+            "noise floor and copy-to-copy offsets (run again on a quiet machine to confirm)",
+            style="yellow",
+            highlight=False,
+        )
     if "aa_ratio" in noise:
         aa = noise["aa_ratio"]
         console.print(

@@ -414,7 +414,7 @@ def attribute(
     a CUDA graph and replayed as one launch: microsecond kernels without the host's launch
     cost; backends that can replay only)."""
     from irkit.frontend import load
-    from irkit.measure.fingerprint import host_fingerprint
+    from irkit.measure.fingerprint import host_fingerprint, load_average, load_record
     from irkit.runtime import compile, get_backend
     from irkit.runtime.check import reference_case
 
@@ -492,6 +492,7 @@ def attribute(
     program_budget = max(budget_s - kernel_share, budget_s / 3)
     # no separate warm-up call: binding ran every program once, and calibration calls each
     # at least once more before its first sample (a slow variant's call can take seconds)
+    load_start = load_average()
     timings = time_interleaved(fns, precision, program_budget, min_rounds, max_rounds, warmup=0,
                                seed=seed, on_round=on_round)  # fmt: skip
     tick("measure", max_rounds, max_rounds)
@@ -594,6 +595,7 @@ def attribute(
         "variants": len(plan.masks),
         "permutations": len(plan.permutations) or None,
         "selection": selection,
+        "load": load_record(load_start, load_average()),
     }
     for v in variants:
         v["seconds"] = timings[v["program"]].estimate.to_json()

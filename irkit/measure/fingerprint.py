@@ -68,3 +68,28 @@ def host_fingerprint() -> dict:
         "vector_bits_pref": os.environ.get("IRKIT_VECTOR_BITS", "512"),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+def load_average() -> float | None:
+    """The host's 1-minute load average (None where the OS has none)."""
+    import os
+
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def load_record(start: float | None, end: float | None) -> dict:
+    """The machine's load around a measurement, and whether it was loaded: more than half
+    a core busy beyond the measuring process itself at the start or the end (a loaded
+    machine widens copy-to-copy and round-to-round spread; records say so)."""
+    import os
+
+    cpus = os.cpu_count() or 1
+    busy = [x for x in (start, end) if x is not None]
+    return {
+        "load_1min_start": start, "load_1min_end": end, "cpus": cpus,
+        "loaded": bool(busy) and max(busy) - 1 > 0.5,
+        "rule": "1-minute load average minus the measuring process above 0.5 at the start or end",
+    }  # fmt: skip
