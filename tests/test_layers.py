@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
     {"irkit.loops"},
     {"irkit.frontend"},
     {"irkit.passes", "irkit.codegen"},
-    {"irkit.pipelines"},
+    {"irkit.pipelines", "irkit.tuning"},
     {"irkit.runtime"},
     {"irkit.measure"},
     {"irkit"},  # the package's API facade (irkit.load, irkit.compile, ...)

@@ -35,6 +35,23 @@ RETRIES = 2
 Outcome = tuple[str, dict]
 
 
+class JobFailed(Exception):
+    def __init__(self, record: dict):
+        super().__init__(record["error"])
+        self.record = record
+
+
+def failure_record(
+    job: Any, backend: str, pipeline: str, why: str, traceback_text: str | None = None
+) -> dict:
+    record = {"kind": "irkit.attribution.failed", "workload": job.workload, "model": job.model,
+              "dims": job.dims, "backend": backend, "pipeline": pipeline,
+              "strategy": job.strategy, "error": why}  # fmt: skip
+    if traceback_text:
+        record["traceback"] = traceback_text
+    return record
+
+
 class Executor(Protocol):
     name: str
 
@@ -46,8 +63,6 @@ class Executor(Protocol):
 def call(fn: Callable[[Any], dict], job: Any, executor: str) -> Outcome:
     """What a worker runs: `fn(job)`, its record stamped with the worker, or the failure
     record; never an exception (a tagged tuple crosses any process boundary)."""
-    from irkit.measure.suite import JobFailed, _failure
-
     worker: dict[str, Any] = {
         "executor": executor,
         "host": socket.gethostname(),
@@ -62,9 +77,9 @@ def call(fn: Callable[[Any], dict], job: Any, executor: str) -> Outcome:
     except JobFailed as e:
         return "failed", {**e.record, "worker": worker}
     except IrkitError as e:
-        return "failed", {**_failure(job, "", "", str(e)), "worker": worker}
+        return "failed", {**failure_record(job, "", "", str(e)), "worker": worker}
     except Exception as e:  # noqa: BLE001 - reported as the job's failure
-        failure = _failure(job, "", "", f"internal error: {type(e).__name__}: {one_line(e)}",
+        failure = failure_record(job, "", "", f"internal error: {type(e).__name__}: {one_line(e)}",
                            traceback.format_exc())  # fmt: skip
         return "failed", {**failure, "worker": worker}
 
@@ -114,9 +129,10 @@ class RayExecutor:
                 try:
                     yield job, ray.get(ref)
                 except ray.exceptions.RayError as e:  # retries spent: the job's failure
-                    from irkit.measure.suite import _failure
-
-                    yield job, ("failed", _failure(job, "", "", f"lost by Ray: {one_line(e)}"))
+                    yield (
+                        job,
+                        ("failed", failure_record(job, "", "", f"lost by Ray: {one_line(e)}")),
+                    )
 
 
 class SlurmExecutor:
@@ -154,14 +170,12 @@ class SlurmExecutor:
             yield job, self._result(fn, job, handle)
 
     def _result(self, fn, job, handle) -> Outcome:
-        from irkit.measure.suite import _failure
-
         for attempt in range(RETRIES + 1):
             try:
                 return handle.result()
             except self.submitit.core.utils.UncompletedJobError as e:  # the node was lost
                 if attempt == RETRIES:
-                    return "failed", _failure(job, "", "", f"lost by Slurm: {one_line(e)}")
+                    return "failed", failure_record(job, "", "", f"lost by Slurm: {one_line(e)}")
                 handle = self._submit(fn, job)
         raise AssertionError("unreachable")
 

@@ -159,13 +159,13 @@ def take_snapshots(
     seed: int = 0,
 ) -> list[Snapshot]:
     """`take_snapshot` for several kernels (None: every kernel) from one compile and run."""
-    import irkit
+    from irkit.frontend import load
     from irkit.measure.fingerprint import host_fingerprint
-    from irkit.runtime import get_backend
+    from irkit.runtime import compile, get_backend
     from irkit.runtime.reference import random_inputs
 
-    graph = irkit.load(model, dims)
-    exe = irkit.compile(graph, pipeline, backend)
+    graph = load(model, dims)
+    exe = compile(graph, pipeline, backend)
     names = [k.name for k in exe.kernels]
     wanted = list(names if kernels is None else kernels)
     for kernel in wanted:
@@ -358,13 +358,13 @@ def replay(
 def rebuilt_module(snap: Snapshot) -> ModuleOp:
     """The kernel of the same name, rebuilt from the snapshot's model with the current
     commit's passes, as a one-kernel module on the snapshot's arguments."""
-    import irkit
-    from irkit.runtime import get_backend
+    from irkit.frontend import load
+    from irkit.runtime import compile, get_backend
 
     meta = snap.meta
     chosen, _ = get_backend(meta["backend"])
-    graph = irkit.load(meta["model"], meta["dims"] or None)
-    exe = irkit.compile(graph, meta["pipeline"], chosen.name)
+    graph = load(meta["model"], meta["dims"] or None)
+    exe = compile(graph, meta["pipeline"], chosen.name)
     fn = next((f for f in exe.module.ops if isinstance(f, func.FuncOp)
                and f.sym_name.data == snap.kernel), None)  # fmt: skip
     if fn is None:

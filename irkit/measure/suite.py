@@ -25,9 +25,9 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from irkit.errors import IrkitError, one_line
+from irkit.measure.executors import Executor, JobFailed, LocalExecutor, failure_record
 from irkit.measure.records import (
     append_record,
     check_appendable,
@@ -37,8 +37,7 @@ from irkit.measure.records import (
     repair_torn_tail,
 )
 
-if TYPE_CHECKING:
-    from irkit.measure.executors import Executor
+_failure = failure_record
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -109,8 +108,6 @@ def run_suite(
     there; `retry_failed` runs such a job again) or "failed: why". `run_job` must be
     picklable for an executor that runs jobs elsewhere (`functools.partial(run_isolated,
     options=...)` is)."""
-    from irkit.measure.executors import LocalExecutor
-
     check_appendable(out)
     repair_torn_tail(out)
     done = done_keys(out)
@@ -139,17 +136,6 @@ def run_suite(
         record["pipeline"] = record.get("pipeline") or job.pipeline or pipeline
         append_record(out, record)
         yield job, None, f"failed: {record['error']}"
-
-
-def _failure(
-    job: Job, backend: str, pipeline: str, why: str, traceback_text: str | None = None
-) -> dict:
-    record = {"kind": "irkit.attribution.failed", "workload": job.workload, "model": job.model,
-              "dims": job.dims, "backend": backend, "pipeline": pipeline,
-              "strategy": job.strategy, "error": why}  # fmt: skip
-    if traceback_text:
-        record["traceback"] = traceback_text
-    return record
 
 
 def read_jobs(path: str | Path) -> tuple[Job, ...]:
@@ -267,12 +253,6 @@ def run_isolated(job: Job, options: SuiteOptions) -> dict:
     proc.join(10)
     why = f"crashed: {_signal_name(proc.exitcode)}{_during(stage)}"
     raise JobFailed(_crash_record(job, options, why, stage))
-
-
-class JobFailed(Exception):
-    def __init__(self, record: dict):
-        super().__init__(record["error"])
-        self.record = record
 
 
 def _during(stage: tuple | None) -> str:

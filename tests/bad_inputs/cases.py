@@ -334,7 +334,7 @@ CASES: list[Case] = [
     Case("compare-missing-file", bench("compare", "a.jsonl", "nope.jsonl"), {"a.jsonl": record()}, where="nope.jsonl", says="no such file"),
     Case("report-missing-kernels", bench("report", "r.jsonl", "-o", "r.html"), {"r.jsonl": record().replace('"kernels"', '"kernelz"')}, where="r.jsonl:1", says="field kernels is missing"),
     Case("report-nan-median", bench("report", "r.jsonl", "-o", "r.html"), {"r.jsonl": record(median=float("nan")).replace("NaN", "NaN")}, where="r.jsonl:1", says="positive number"),
-    Case("report-no-records", bench("report", "r.jsonl", "-o", "r.html"), {"r.jsonl": '{"kind": "irkit.other"}\n'}, where="r.jsonl", says="no attribution records"),
+    Case("report-no-records", bench("report", "r.jsonl", "-o", "r.html"), {"r.jsonl": '{"kind": "irkit.other"}\n'}, where="r.jsonl", says="no attribution or tuning records"),
     Case("report-directory-input", bench("report", "d", "-o", "r.html"), {"d": _dir}, where="d", says="not a regular file"),
     # --- pass pipelines and options: checked when parsed, naming pass and option ---------------------------
     Case("option-nr-lanes", opt("m.graph", "-p", "cpu-tile-matmul{nr=7}"), {"m.graph": G}, where="-p", says="pass 'cpu-tile-matmul': option nr=7: must be a positive multiple"),
