@@ -273,3 +273,16 @@ def test_records_say_whether_the_machine_was_loaded(capsys) -> None:
     record["protocol"]["load"] = load_record(4.7, 3.9)
     show_attribution(Console(width=200), record)
     assert "the machine was loaded: 1-minute load 4.70 at the start" in capsys.readouterr().out
+
+
+def test_one_significance_rule_in_seconds_with_a_minimum_detectable_effect() -> None:
+    """Issue 24: a saving and the A/A floor on one base (seconds per call); the minimum
+    detectable effect is the larger of the floor and the CI's half-width."""
+    from irkit.measure.attribution import Interval, significance
+
+    saving = Interval(2e-6, 1e-6, 3e-6)
+    assert significance(saving, True, 5e-6) == (False, 5e-6)  # inside the floor
+    assert significance(saving, True, 0.5e-6) == (True, pytest.approx(1e-6))  # beyond it
+    assert significance(Interval(2e-6, -1e-6, 5e-6), True, 0.0) == (False, pytest.approx(3e-6))
+    assert significance(Interval(-4e-6, -5e-6, -3e-6), True, 1e-6)[0]  # a slowdown counts too
+    assert significance(saving, False, 0.0) == (False, None)  # no code change: exactly zero

@@ -66,28 +66,36 @@ def show_attribution(console: Console, rec: dict) -> None:
     if "aa_ratio" in noise:
         aa = noise["aa_ratio"]
         console.print(
-            f"A/A noise floor: ±{noise['floor']:.2%} (full pipeline compiled twice: ratio "
+            f"A/A noise floor: ±{noise['floor']:.2%}"
+            + (f" = ±{fmt_time(noise['floor_s'])} per call" if "floor_s" in noise else "")
+            + " (full pipeline compiled twice: ratio "
             f"{aa['value']:.4f} [{aa['ci_low']:.4f}, {aa['ci_high']:.4f}])",
             highlight=False,
         )
-    table = Table(title="per-pass contribution: time saved per call (negative = slower), 95% CI")
+    table = Table(
+        title="per-pass contribution: time saved per call (negative = slower), 95% CI; "
+        "significant: CI excludes 0 and beyond the A/A floor; detectable: the "
+        "smallest effect this run could call"
+    )
     for col in ("pass", "saved", "95% CI", "speedup", "95% CI ", "of total", "significant",
-                "kernels changed"):  # fmt: skip
+                "detectable", "kernels changed"):  # fmt: skip
         table.add_column(col, justify="left" if col in ("pass", "kernels changed") else "right")
     saved_total = total["saved_s"]["value"]
     for p in rec["passes"]:
         s, x = p["saved_s"], p["speedup"]
         k = p["kernels"]
         if not p["changes_code"]:
-            table.add_row(p["pass"], "0", "", "1x", "", "", "no", "none: no code change")
+            table.add_row(p["pass"], "0", "", "1x", "", "", "no", "", "none: no code change")
             continue
+        mde = p.get("min_detectable_s")
+        detectable = f"±{fmt_time(mde)}" if mde is not None else ""
         share = f"{s['value'] / saved_total:.0%}" if saved_total else ""
         verdict = "yes" if p["significant"] else "no (within noise)"
         alone = fmt_signed(k["saved_s"]) if k["saved_s"] is not None else "not timed"
         changed = f"-{len(k['removed'])} +{len(k['added'])}; alone: {alone}"
         table.add_row(p["pass"], fmt_signed(s["value"]), fmt_ci(s, fmt_signed),
                       f"{x['value']:.3f}x", f"[{x['ci_low']:.3f}, {x['ci_high']:.3f}]", share,
-                      verdict, changed, style=None if p["significant"] else "dim")  # fmt: skip
+                      verdict, detectable, changed, style=None if p["significant"] else "dim")  # fmt: skip
     table.add_section()
     gap = saved_total - total["sum_of_contributions_s"]
     note = (
@@ -96,7 +104,7 @@ def show_attribution(console: Console, rec: dict) -> None:
         else f"sum + {fmt_signed(gap)} interaction"
     )
     table.add_row("total", fmt_signed(saved_total), fmt_ci(total["saved_s"], fmt_signed),
-                  f"{sp['value']:.3f}x", f"[{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]", note, "", "")  # fmt: skip
+                  f"{sp['value']:.3f}x", f"[{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]", note, "", "", "")  # fmt: skip
     console.print(table)
     for p in rec["passes"]:
         k = p["kernels"]

@@ -25,8 +25,12 @@ Protocol:
    is all the measuring: two thirds for the programs, one third for the kernels of step 5;
    all of it for the programs without kernel times).
 4. CIs come from one bootstrap over rounds (the same resampled rounds for every variant,
-   so the pairing by round is kept). The A/A ratio twin/full gives the noise floor: a
-   contribution is significant only when its CI excludes zero *and* it exceeds the floor.
+   so the pairing by round is kept). The A/A ratio twin/full gives the noise floor, in
+   seconds at the scale it was measured on (its fraction times the full pipeline's median):
+   a contribution, in seconds saved per call, is significant only when its CI excludes zero
+   *and* its size exceeds that floor. One base for both sides, whatever context a strategy
+   measures the pass in. Each pass also gets its minimum detectable effect: the larger of
+   the floor and its CI's half-width (an effect smaller than that could not be called).
 5. The kernels shown (the baseline's, the full pipeline's, and those each pass removed or
    added) are then timed alone, each once by hash, on the real intermediate data of its
    program; each pass's kernel view lists the kernels it removed and added, with the time
@@ -281,6 +285,9 @@ class PassResult:
     changes_code: bool
     removed: list[KernelTime]
     added: list[KernelTime]
+    min_detectable: float | None = None
+    """Seconds: the smallest saving this run could call significant for this pass (the A/A
+    floor in seconds, or the CI's half-width, whichever is larger)."""
 
     @property
     def kernel_delta(self) -> float | None:
@@ -297,6 +304,7 @@ class PassResult:
             "pass": self.label, "spec": self.spec, "saved_s": self.saved.to_json(),
             "speedup": self.speedup.to_json(), "relative": self.relative,
             "significant": self.significant, "changes_code": self.changes_code,
+            "min_detectable_s": self.min_detectable,
             "kernels": {"removed": [k.to_json() for k in self.removed],
                         "added": [k.to_json() for k in self.added],
                         "saved_s": self.kernel_delta},
@@ -351,6 +359,18 @@ class Attribution:
 
 
 # --------------------------------------------------------------------------- the engine
+
+
+def significance(saved: Interval, changes: bool, floor_s: float) -> tuple[bool, float | None]:
+    """The rule every pass is judged by (module docstring, step 4): significant when the
+    pass changes code, its saving's CI excludes zero and the saving is larger than the A/A
+    floor in seconds; and its minimum detectable effect, the larger of the floor and the
+    CI's half-width (None for a pass that changes no code: exactly zero)."""
+    if not changes:
+        return False, None
+    return (saved.excludes(0.0) and abs(saved.value) > floor_s,
+            max(floor_s, (saved.high - saved.low) / 2))  # fmt: skip
+
 
 TIMERS = ("launches", "graph")
 
@@ -513,6 +533,10 @@ def attribute(
                            "the farthest end of the ratio's 95% CI from 1"}  # fmt: skip
     else:
         floor, noise = 0.0, {"floor": 0.0, "method": "none (no A/A twin measured)"}
+    floor_s = floor * float(point[row[full_key]])
+    noise["floor_s"] = floor_s
+    noise["base"] = ("seconds per call: the floor is its fraction times the full pipeline's "
+                     "median, the scale the A/A pair was measured on")  # fmt: skip
 
     contributions_point = plan.contributions(t_point)
     contributions_boot = plan.contributions(t_boot)
@@ -549,9 +573,10 @@ def attribute(
         changes = any(key_of[a] != key_of[b] for a, b in plan.pairs(i))
         a, b = plan.pair(i)
         removed, added = _kernel_diff(kernels_of(key_of[a]), kernels_of(key_of[b]))
-        significant = bool(changes and saved.excludes(0.0) and abs(relative) > floor)
+        significant, mde = significance(saved, changes, floor_s)
         results.append(PassResult(steps[optional[i]].label, steps[optional[i]].spec, saved,
-                                  speedup, relative, significant, changes, removed, added))  # fmt: skip
+                                  speedup, relative, significant, changes, removed, added,
+                                  mde))  # fmt: skip
 
     total_point = t_point[plan.empty] - t_point[plan.full]
     total = Interval.of(total_point, t_boot[plan.empty] - t_boot[plan.full])
