@@ -286,3 +286,39 @@ def test_one_significance_rule_in_seconds_with_a_minimum_detectable_effect() -> 
     assert significance(Interval(2e-6, -1e-6, 5e-6), True, 0.0) == (False, pytest.approx(3e-6))
     assert significance(Interval(-4e-6, -5e-6, -3e-6), True, 1e-6)[0]  # a slowdown counts too
     assert significance(saving, False, 0.0) == (False, None)  # no code change: exactly zero
+
+
+def test_a_change_llvm_folds_away_is_no_code_change() -> None:
+    """Issue 24: identity by compiled code. `dead-add` adds an unused addition to every
+    kernel: the loop-level IR differs, the code after O3 does not, so the pass changes no
+    program and gets exactly zero."""
+    from dataclasses import dataclass
+
+    from xdsl.dialects import arith, func
+    from xdsl.dialects.builtin import FloatAttr, f32
+    from xdsl.passes import ModulePass
+
+    from irkit.loops import KERNEL_ATTR
+    from irkit.passes import register_pass
+
+    @register_pass
+    @dataclass(frozen=True)
+    class DeadAddPass(ModulePass):
+        name = "dead-add"
+        is_optimization = True
+
+        def apply(self, ctx, op) -> None:
+            for fn in op.ops:
+                if isinstance(fn, func.FuncOp) and KERNEL_ATTR in fn.attributes:
+                    one = arith.ConstantOp(FloatAttr(1.0, f32))
+                    block = fn.body.block
+                    block.insert_ops_before([one, arith.AddfOp(one, one)], block.first_op)
+
+    exe = compile(CHAIN, "cse,fuse-kernels,lower-graph-to-loops,dead-add", "cpu", SMALL)
+    plain = compile(CHAIN, "cse,fuse-kernels,lower-graph-to-loops", "cpu", SMALL)
+    assert [k.hash for k in exe.kernels] != [k.hash for k in plain.kernels]  # the IR differs
+    assert [k.code_hash for k in exe.kernels] == [k.code_hash for k in plain.kernels]
+    result = attribute(CHAIN, "cse,fuse-kernels,lower-graph-to-loops,dead-add", "cpu", "prefix",
+                       SMALL, budget_s=0.3)  # fmt: skip
+    dead = next(p for p in result.passes if p.label == "dead-add")
+    assert not dead.changes_code and dead.saved.value == 0 and not dead.significant

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes.util
 import hashlib
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -114,6 +115,12 @@ _KERNELS: dict[tuple, KernelCode] = {}
 variants attribution compiles) is translated to LLVM IR once."""
 _OBJECTS: dict[str, bytes] = {}
 """Machine code by kernel symbol, in this process."""
+MACHINE_ENTRY = "optimized-v1"
+"""The disk cache's entry beside a kernel's object holding `_optimized_hash` (versioned: a
+change to the hash's definition must not reuse old entries)."""
+_MACHINE: dict[str, str] = {}
+"""By kernel symbol, a hash of the kernel after O3 (its own symbol left out): kernels whose
+optimized IR is equal get the same machine code, whatever IR they started from."""
 
 
 def forget_compiled() -> None:
@@ -121,6 +128,7 @@ def forget_compiled() -> None:
     compile starts as a new process would."""
     _KERNELS.clear()
     _OBJECTS.clear()
+    _MACHINE.clear()
 
 
 def _kernel_code(
@@ -159,14 +167,39 @@ def _cached_object(text: str) -> tuple[str, bytes | None]:
 
 
 def _kernel_object(code: KernelCode) -> bytes:
-    """The kernel's machine code: from this process, the disk cache, or compiled now."""
+    """The kernel's machine code: from this process, the disk cache, or compiled now (with
+    its optimized IR's hash, `_MACHINE`, cached beside it)."""
     if code.symbol not in _OBJECTS:
         name, data = _cached_object(code.text)
-        if data is None:
-            data = bytes(host_target().machine().emit_object(optimize(code.text)))
-            write("llvm", name, data)
+        machine = read("llvm", f"{name}.{MACHINE_ENTRY}")
+        if data is None or machine is None:
+            optimized = optimize(code.text)
+            machine = _optimized_hash(optimized, code.symbol).encode()
+            if data is None:
+                data = bytes(host_target().machine().emit_object(optimized))
+                write("llvm", name, data)
+            write("llvm", f"{name}.{MACHINE_ENTRY}", machine)
         _OBJECTS[code.symbol] = data
+        _MACHINE[code.symbol] = machine.decode()
     return _OBJECTS[code.symbol]
+
+
+def _optimized_hash(module: llvm.ModuleRef, symbol: str) -> str:
+    """The optimized kernel's identity: its IR after O3, its own symbol and the module's
+    name left out (the machine code follows from it and the target)."""
+    text = str(module).replace(symbol, "irkit.kernel")
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("; ModuleID"))
+    names: dict[str, str] = {}  # local values renumbered by first use: names carry no code
+    text = _LOCAL.sub(lambda m: names.setdefault(m.group(0), f"%v{len(names)}"), text)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+_LOCAL = re.compile(r"%[-a-zA-Z$._0-9]+")
+
+
+def machine_hash(symbol: str) -> str:
+    """The kernel's optimized-code identity (`_optimized_hash`), once it was compiled."""
+    return _MACHINE[symbol]
 
 
 def jit_program(module: ModuleOp) -> HostProgram:

@@ -204,15 +204,16 @@ def _flush_bytes(fingerprint: dict) -> int | None:
 
 
 def program_key(exe) -> str:
-    """What identifies a compiled program: its kernels' code hashes in order, and its
-    loop-level module's other ops (the driver, globals) as text. Two programs with equal keys
-    run the same code; cheaper than hashing the whole module's text, which printed every
-    kernel again."""
+    """What identifies a compiled program: its kernels' compiled-code identities in order
+    (`KernelRecord.code_hash`: on the CPU the kernel after O3, so a pass whose change LLVM
+    folds away makes no new program and gets exactly zero), and its loop-level module's
+    other ops (the driver, globals) as text. Two programs with equal keys run the same
+    code; cheaper than hashing the whole module's text, which printed every kernel again."""
     kernels = getattr(exe, "kernels", [])
     names = {k.name for k in kernels}
     digest = hashlib.sha256()
     for k in kernels:
-        digest.update(f"{k.name}:{k.hash};".encode())
+        digest.update(f"{k.name}:{getattr(k, 'code_hash', '') or k.hash};".encode())
     module = getattr(exe, "module", None)
     if isinstance(module, ModuleOp):
         for op in module.ops:

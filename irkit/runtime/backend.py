@@ -41,6 +41,10 @@ class KernelRecord:
     once: bool = False
     """A once-per-bind kernel (`irkit.once`, e.g. weight packing): a bound executable runs
     it when its params are bound, and the graph's time per call leaves it out."""
+    code_hash: str = ""
+    """The compiled code's identity where the backend knows it (the CPU: the kernel's IR
+    after O3, from which its machine code follows), else `hash`: kernels whose code is equal
+    are one kernel to attribution, whatever IR they came from."""
     _ir: str | Callable[[], str] = field(default="", repr=False, compare=False)
 
     def __init__(
@@ -54,6 +58,7 @@ class KernelRecord:
         launch: dict[str, Any] | None = None,
         resources: dict[str, Any] | None = None,
         once: bool = False,
+        code_hash: str = "",
     ):
         """`ir`: the kernel's loop-level text, or a function that prints it when first
         asked (printing every kernel of every program attribution compiles was a tenth of
@@ -61,7 +66,7 @@ class KernelRecord:
         for key, value in (("name", name), ("source", source), ("_ir", ir), ("hash", hash),
                            ("flops", flops), ("min_bytes", min_bytes), ("launch", launch),
                            ("resources", {} if resources is None else resources),
-                           ("once", once)):  # fmt: skip
+                           ("once", once), ("code_hash", code_hash or hash)):  # fmt: skip
             object.__setattr__(self, key, value)
 
     @property

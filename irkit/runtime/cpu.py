@@ -21,7 +21,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
-from irkit.codegen.host import HostProgram, host_target, jit_program
+from irkit.codegen.host import HostProgram, host_target, jit_program, machine_hash
 from irkit.codegen.llvm import RELEASE, STEADY, linked_constants
 from irkit.ir import entry_function, to_text
 from irkit.loops import cpu_threads, is_once, kernels, once_calls, prepared_buffers
@@ -113,6 +113,7 @@ class CpuExecutable:
             min_bytes=min_bytes(fn),
             launch={"threads": cpu_threads(fn)},
             once=is_once(fn),
+            code_hash=machine_hash(code.symbol),
         )
 
     def _prepare(self, arrays: Sequence[Any], out: Sequence[np.ndarray] | None):
