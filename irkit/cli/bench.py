@@ -512,7 +512,14 @@ def _tune(args) -> int:
     else:
         job = TuneJob(args.file, args.space, args.passes, args.backend, dims, args.precision,
                       args.budget, args.seed)  # fmt: skip
-        where = Path(args.json or "tune.json")
+        import tempfile
+
+        # submitit's logs go beside the record, or to a temporary folder (not the cwd)
+        where = (
+            Path(args.json)
+            if args.json
+            else Path(tempfile.mkdtemp(prefix="irkit-tune-")) / "tune.json"
+        )
         executor = get_executor(args.executor, where, args.ray_address, args.slurm_partition,
                                 args.slurm_cluster)  # fmt: skip
         console.print(f"tuning as one job on the {args.executor} executor ...", style="dim")
