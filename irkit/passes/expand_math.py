@@ -39,14 +39,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from xdsl.context import Context
-from xdsl.dialects import arith
+from xdsl.dialects import arith, func
 from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import Float32Type, FloatAttr, IntegerAttr, ModuleOp, i32
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
+
+from irkit.passes.loop_builder import FunctionConstants
 
 F32 = Float32Type()
 LOG2E = 1.44269504088896341
@@ -75,10 +76,13 @@ CONTRACT = arith.FastMathFlagsAttr([arith.FastMathFlag.ALLOW_CONTRACT])
 
 
 class _Emitter:
-    """Inserts ops before one anchor op."""
+    """Inserts ops before one anchor op; constants go to the function's entry, once each
+    (`constants`), where one is given: 750 expansions of a long chain made 17,000 constant
+    ops, a third of what the pass built."""
 
-    def __init__(self, anchor: Operation):
+    def __init__(self, anchor: Operation, constants: FunctionConstants | None = None):
         self.anchor = anchor
+        self.constants = constants
 
     def add(self, op: Operation) -> SSAValue:
         if isinstance(op, CONTRACTABLE):
@@ -87,9 +91,13 @@ class _Emitter:
         return op.results[0]
 
     def f(self, x: float) -> SSAValue:
+        if self.constants is not None and not math.isnan(x):
+            return self.constants.get(FloatAttr(x, F32))
         return self.add(arith.ConstantOp(FloatAttr(x, F32)))
 
     def i(self, x: int) -> SSAValue:
+        if self.constants is not None:
+            return self.constants.get(IntegerAttr(x, i32))
         return self.add(arith.ConstantOp(IntegerAttr(x, i32)))
 
     def select(self, cond: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
@@ -129,15 +137,15 @@ def _exp(e: _Emitter, x: SSAValue) -> SSAValue:
     return e.select(e.cmp("olt", x, e.f(UNDERFLOW)), e.f(0.0), y)
 
 
-def expand_exp(op: xmath.ExpOp) -> SSAValue:
+def expand_exp(op: xmath.ExpOp, constants: FunctionConstants | None = None) -> SSAValue:
     """The arithmetic replacing one f32 `math.exp` (inserted before it); its result."""
-    return _exp(_Emitter(op), op.operand)
+    return _exp(_Emitter(op, constants), op.operand)
 
 
-def expand_tanh(op: xmath.TanhOp) -> SSAValue:
+def expand_tanh(op: xmath.TanhOp, constants: FunctionConstants | None = None) -> SSAValue:
     """Cephes' tanhf: 1 - 2 / (exp(2|x|) + 1) with x's sign for |x| >= 0.625, an odd
     polynomial x + x^3 P(x^2) below (where the first form cancels)."""
-    e = _Emitter(op)
+    e = _Emitter(op, constants)
     x = op.operand
     z = e.add(xmath.AbsFOp(x))
     s = _exp(e, e.add(arith.AddfOp(z, z)))
@@ -151,11 +159,11 @@ def expand_tanh(op: xmath.TanhOp) -> SSAValue:
     return e.select(e.cmp("oge", z, e.f(0.625)), big, small)  # NaN: the polynomial's NaN
 
 
-def expand_erf(op: xmath.ErfOp) -> SSAValue:
+def expand_erf(op: xmath.ErfOp, constants: FunctionConstants | None = None) -> SSAValue:
     """erf as x P(x^2) / Q(x^2) on x clamped to [-4, 4] (Eigen's and XLA's f32 erf: beyond 4,
     erf is +-1 in f32), and 2/sqrt(pi) x for |x| < 1e-4 (where the ratio's leading
     coefficient is a few ulp off)."""
-    e = _Emitter(op)
+    e = _Emitter(op, constants)
     x = op.operand
     c = e.add(arith.MinimumfOp(e.add(arith.MaximumfOp(x, e.f(-4.0))), e.f(4.0)))  # keeps NaN
     c2 = e.add(arith.MulfOp(c, c))
@@ -166,11 +174,11 @@ def expand_erf(op: xmath.ErfOp) -> SSAValue:
     return e.select(tiny, e.add(arith.MulfOp(x, e.f(TWO_OVER_SQRT_PI))), ratio)
 
 
-def expand_log(op: xmath.LogOp) -> SSAValue:
+def expand_log(op: xmath.LogOp, constants: FunctionConstants | None = None) -> SSAValue:
     """Cephes' logf: x = m 2^k with m in [sqrt(1/2), sqrt(2)) read from the bits (subnormals
     scaled by 2^23 first), log(m) = f - f^2/2 + f^3 P(f) for f = m - 1, plus k ln 2 in two
     parts; log(0) = -inf, log(+inf) = +inf, negative or NaN gives NaN."""
-    e = _Emitter(op)
+    e = _Emitter(op, constants)
     x = op.operand
     sub = e.cmp("olt", x, e.f(SMALLEST_NORMAL))
     xs = e.select(sub, e.add(arith.MulfOp(x, e.f(2.0**23))), x)
@@ -193,7 +201,7 @@ def expand_log(op: xmath.LogOp) -> SSAValue:
     return e.select(e.cmp("ult", x, e.f(0.0)), e.f(math.nan), y)
 
 
-EXPANSIONS: dict[type[Operation], Callable[[Any], SSAValue]] = {
+EXPANSIONS: dict[type[Operation], Callable[..., SSAValue]] = {
     xmath.ExpOp: expand_exp,
     xmath.TanhOp: expand_tanh,
     xmath.ErfOp: expand_erf,
@@ -211,8 +219,21 @@ class ExpandMathPass(ModulePass):
     is_optimization = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        tables: dict[func.FuncOp, FunctionConstants] = {}
         for math_op in [o for o in op.walk() if type(o) in EXPANSIONS]:
             if math_op.results[0].type == F32:
-                math_op.results[0].replace_all_uses_with(EXPANSIONS[type(math_op)](math_op))
+                fn = _function_of(math_op)
+                table = None
+                if fn is not None:
+                    table = tables.setdefault(fn, FunctionConstants(fn))
+                expanded = EXPANSIONS[type(math_op)](math_op, table)
+                math_op.results[0].replace_all_uses_with(expanded)
                 math_op.detach()
                 math_op.erase()
+
+
+def _function_of(op: Operation) -> func.FuncOp | None:
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, func.FuncOp):
+        parent = parent.parent_op()
+    return parent
