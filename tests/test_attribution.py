@@ -322,3 +322,15 @@ def test_a_change_llvm_folds_away_is_no_code_change() -> None:
                        SMALL, budget_s=0.3)  # fmt: skip
     dead = next(p for p in result.passes if p.label == "dead-add")
     assert not dead.changes_code and dead.saved.value == 0 and not dead.significant
+
+
+def test_the_noise_floor_is_measured_at_both_ends_of_the_contexts() -> None:
+    """Issue 24: an A/A twin of the full pipeline and of the program without optional passes;
+    significance is judged beyond the larger floor, each in seconds at its own scale."""
+    record = attribute(CHAIN, "cse,fuse-kernels,lower-graph-to-loops", "cpu", "prefix",
+                       {"N": 8, "D": 16}, budget_s=0.3).to_json()  # fmt: skip
+    noise = record["noise_floor"]
+    assert {"aa_ratio", "aa_ratio_baseline", "floor_full_s", "floor_baseline_s"} <= set(noise)
+    assert noise["floor_s"] == max(noise["floor_full_s"], noise["floor_baseline_s"])
+    base = record["total"]["baseline_s"]["median"]
+    assert noise["floor_baseline_s"] == pytest.approx(noise["floor_baseline"] * base, rel=0.2)
