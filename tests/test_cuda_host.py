@@ -252,3 +252,11 @@ def test_the_portable_fiber_switch_runs_too(name: str) -> None:
     lowered = lower_for(apply_passes(module.clone(), parse_passes("default-cuda")), "cuda-host")
     exe = CudaHostBackend(defines=("IRKIT_UCONTEXT",)).compile(lowered)
     assert _passes(exe, module)
+
+
+def test_run_says_its_times_are_not_a_gpus(capsys) -> None:
+    from irkit.cli.bench import main as bench
+
+    code = bench(["run", "examples/softmax.graph", "--backend", "cuda-host", "--dim", "R=8",
+                  "--dim", "C=40", "--budget", "0.05"])  # fmt: skip
+    assert code == 0 and "the times below are the host's, not a GPU's" in capsys.readouterr().out

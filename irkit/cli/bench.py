@@ -115,6 +115,9 @@ def _run(args) -> int:
     if result.backend == "cuda-sim":
         console.print("[yellow]cuda-sim: the kernels ran in the lockstep interpreter on the CPU; "
                       "the times below are the interpreter's, not a GPU's[/]")  # fmt: skip
+    elif result.backend == "cuda-host":
+        console.print("[yellow]cuda-host: the CUDA C ran on the host CPU, each block's threads as "
+                      "fibers; the times below are the host's, not a GPU's[/]")  # fmt: skip
     copy_bw = result.copy_bandwidth
     if copy_bw:
         console.print(f"device copy bandwidth (1 GiB device-to-device, read + write): "
