@@ -37,7 +37,6 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     DictionaryAttr,
     FunctionType,
-    MemRefType,
     ModuleOp,
     StringAttr,
     UnitAttr,
@@ -61,6 +60,11 @@ class Snapshot:
     @property
     def kernel(self) -> str:
         return self.meta["kernel"]
+
+    @property
+    def written(self) -> list[int]:
+        """Positions of the arguments the kernel writes."""
+        return [i for i, a in enumerate(self.meta["arguments"]) if a["written"]]
 
     def save(self, path: str | Path) -> None:
         """Write the archive atomically (a temporary file renamed into place)."""
@@ -104,31 +108,19 @@ class Snapshot:
 def run_plan(
     exe: Any,
     inputs: Sequence[np.ndarray],
-    on_call: Callable[[int, str, list[np.ndarray], bool], None],
+    on_call: Callable[[str, list[np.ndarray], bool], None],
 ) -> list[np.ndarray]:
     """Run `exe`'s driver plan step by step on host buffers (fresh buffers poisoned with
-    NaN), each kernel through `exe.launch(name, buffers)`; `on_call(index, name, buffers,
-    after)` before and after each call. Returns the outputs."""
-    from irkit.runtime.backend import driver_plan
+    NaN), each kernel through `exe.launch(name, buffers)`; `on_call(name, buffers, after)`
+    before and after each call. Returns the outputs."""
+    from irkit.runtime.backend import driver_plan, run_steps
 
     if not hasattr(exe, "launch"):
         raise IrkitError(f"the {exe.backend} backend cannot run its kernels one by one on the host (snapshot needs cpu, cuda-sim or cuda-host)")  # fmt: skip
     outputs = [_fresh(s.shape, s.dtype) for s in exe.outputs]
     env = dict(zip(exe.entry.body.block.args, [*inputs, *outputs], strict=True))
-    calls = 0
-    for step in driver_plan(exe.module):
-        if step.kind == "alloc":
-            env[step.result] = _fresh(step.shape, step.buffer_dtype)
-        elif step.kind == "global":
-            env[step.result] = np.array(step.constant)
-        elif step.kind == "copy":
-            np.copyto(env[step.operands[1]], env[step.operands[0]])
-        elif step.kind == "call":
-            buffers = [env[v] for v in step.operands]
-            on_call(calls, step.callee, buffers, False)
-            exe.launch(step.callee, buffers)
-            on_call(calls, step.callee, buffers, True)
-            calls += 1
+    run_steps(driver_plan(exe.module), env, _fresh, lambda step: np.array(step.constant),
+              exe.launch, on_call)  # fmt: skip
     return outputs
 
 
@@ -173,7 +165,7 @@ def take_snapshots(
             raise IrkitError(f"--kernel: no kernel {kernel!r} in this program; it has {', '.join(names) or 'none'}")  # fmt: skip
     captured: dict[str, dict[str, list[np.ndarray]]] = {k: {} for k in wanted}
 
-    def on_call(_: int, name: str, buffers: list[np.ndarray], after: bool) -> None:
+    def on_call(name: str, buffers: list[np.ndarray], after: bool) -> None:
         if name in captured and "after" not in captured[name]:
             captured[name]["after" if after else "before"] = [np.array(b) for b in buffers]
 
@@ -239,10 +231,9 @@ def replay_module(snap: Snapshot) -> ModuleOp:
     module = parse_source(snap.meta["module"], f"{snap.kernel}.snap", ".mlir")
     fn = next(f for f in module.ops if isinstance(f, func.FuncOp))
     types = list(fn.function_type.inputs.data)
-    written = [i for i, a in enumerate(snap.meta["arguments"]) if a["written"]]
-    inputs = types
+    written = snap.written
     outputs = [types[i] for i in written]
-    block = Block(arg_types=[*inputs, *outputs])
+    block = Block(arg_types=[*types, *outputs])
     args = list(block.args)[: len(types)]
     for n, i in enumerate(written):
         out = block.args[len(types) + n]
@@ -250,15 +241,13 @@ def replay_module(snap: Snapshot) -> ModuleOp:
         args[i] = out
     block.add_op(func.CallOp(fn.sym_name.data, args, []))
     block.add_op(func.ReturnOp())
-    attrs = [DictionaryAttr({})] * len(inputs) + [
+    attrs = [DictionaryAttr({})] * len(types) + [
         DictionaryAttr({"irkit.output": StringAttr(snap.meta["arguments"][i]["name"])}) for i in written
     ]  # fmt: skip
-    driver = func.FuncOp("replay", FunctionType.from_lists([*inputs, *outputs], []),
+    driver = func.FuncOp("replay", FunctionType.from_lists([*types, *outputs], []),
                          Region(block), arg_attrs=ArrayAttr(attrs))  # fmt: skip
     fn.attributes.setdefault("irkit.kernel", UnitAttr())
     module.body.block.add_op(driver)
-    for t in types:
-        assert isinstance(t, MemRefType)
     return module
 
 
@@ -294,12 +283,10 @@ def _bound_kernel(snap: Snapshot, module: ModuleOp, backend: str):
 
     chosen, _ = get_backend(backend)
     exe = chosen.compile(chosen.lower(module))
-    written = [i for i, a in enumerate(snap.meta["arguments"]) if a["written"]]
-    inputs = [np.array(b) for b in snap.before]
-    got = exe(*inputs)
+    bound = exe.bind(*[np.array(b) for b in snap.before])  # binding runs it once: checked
     exact = chosen.name == snap.meta["backend"]
     mismatches = []
-    for i, out in zip(written, got, strict=True):
+    for i, out in zip(snap.written, bound.outputs, strict=True):
         want = np.ascontiguousarray(snap.after[i])
         name = snap.meta["arguments"][i]["name"]
         if exact:
@@ -309,7 +296,6 @@ def _bound_kernel(snap: Snapshot, module: ModuleOp, backend: str):
             same = compare(name, out, want.astype(np.float64), want.dtype, tol).passed
         if not same:
             mismatches.append(name)
-    bound = exe.bind(*inputs)
     return exe, bound, mismatches
 
 

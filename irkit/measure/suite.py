@@ -238,7 +238,7 @@ def run_isolated(job: Job, options: SuiteOptions) -> dict:
                 proc.join(10)
                 if message[0] == "done":
                     return message[1]
-                raise JobFailed(_failure(job, options.backend, job.pipeline or options.pipeline,
+                raise JobFailed(failure_record(job, options.backend, job.pipeline or options.pipeline,
                                          message[1], traceback_text=message[2] if len(message) > 2 else None))  # fmt: skip
             if time.monotonic() >= deadline:
                 proc.kill()
@@ -277,7 +277,7 @@ def _signal_name(code: int | None) -> str:
 
 def _crash_record(job: Job, options: SuiteOptions, why: str, stage: tuple | None) -> dict:
     pipeline = job.pipeline or options.pipeline
-    record = _failure(job, options.backend, pipeline, why)
+    record = failure_record(job, options.backend, pipeline, why)
     record["reproducer"] = reproducer(job, options, stage)
     return record
 

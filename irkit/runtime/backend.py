@@ -337,3 +337,31 @@ def driver_plan(module: ModuleOp) -> list[Step]:
         elif not isinstance(op, func.ReturnOp):
             raise IrkitError(f"the driver cannot run {op.name} on the host")
     return steps
+
+
+def run_steps(
+    steps: Sequence[Step],
+    env: dict[Any, np.ndarray],
+    buffer: Callable[[tuple[int, ...], np.dtype], np.ndarray],
+    constant: Callable[[Step], np.ndarray],
+    launch: Callable[[str, list[np.ndarray]], None],
+    on_call: Callable[[str, list[np.ndarray], bool], None] | None = None,
+) -> None:
+    """Replay a driver's plan on host buffers: `env` maps the driver's values to arrays
+    (its arguments already there); an "alloc" gets `buffer(shape, dtype)`, a "global"
+    `constant(step)`, a "call" runs `launch(callee, buffers)`, with `on_call(callee,
+    buffers, after)` before and after it."""
+    for step in steps:
+        if step.kind == "alloc":
+            env[step.result] = buffer(step.shape, step.buffer_dtype)
+        elif step.kind == "global":
+            env[step.result] = constant(step)
+        elif step.kind == "copy":
+            np.copyto(env[step.operands[1]], env[step.operands[0]])
+        elif step.kind == "call":
+            buffers = [env[v] for v in step.operands]
+            if on_call is not None:
+                on_call(step.callee, buffers, False)
+            launch(step.callee, buffers)
+            if on_call is not None:
+                on_call(step.callee, buffers, True)

@@ -35,6 +35,7 @@ from irkit.runtime.backend import (
     driver_plan,
     driver_specs,
     page_aligned,
+    run_steps,
 )
 from irkit.runtime.ceilings import Ceilings, cpu_ceilings
 
@@ -148,18 +149,15 @@ class CpuExecutable:
         env: dict[SSAValue, np.ndarray] = dict(
             zip(self.entry.body.block.args, [*inputs, *outputs], strict=True)
         )
-        for step in driver_plan(self.module):
-            if step.kind == "alloc":
-                env[step.result] = page_aligned(TensorSpec("", step.shape, step.buffer_dtype))
-            elif step.kind == "global":
-                env[step.result] = step.constant
-            elif step.kind == "copy":
-                np.copyto(env[step.operands[1]], env[step.operands[0]])
-            elif step.kind == "call":
-                native = self._natives[step.callee]
-                args = tuple(env[v].ctypes.data for v in step.operands)
-                bound.calls.append((native, args))
-                native(*args)
+
+        def launch(name: str, buffers: list[np.ndarray]) -> None:
+            native, args = self._natives[name], tuple(b.ctypes.data for b in buffers)
+            bound.calls.append((native, args))
+            native(*args)
+
+        run_steps(driver_plan(self.module), env,
+                  lambda shape, dtype: page_aligned(TensorSpec("", shape, dtype)),
+                  lambda step: step.constant, launch)  # fmt: skip
         bound.args += [env[v].ctypes.data for v in self.prepared]
         bound.keep.extend(env.values())
         return bound

@@ -22,7 +22,7 @@ from irkit.codegen.nvrtc import Compiled, check_limits, compile_cuda
 from irkit.ir import to_text
 from irkit.loops import Launch, is_once, launch_of
 from irkit.loops.costs import count_flops, min_bytes
-from irkit.runtime.backend import BoundDefaults, KernelRecord, Step
+from irkit.runtime.backend import BoundDefaults, KernelRecord, Step, run_steps
 
 
 @dataclass
@@ -143,18 +143,13 @@ class SimulatedExecutable:
         return env, outputs
 
     def run_plan(self, env: dict[SSAValue, np.ndarray], calls: list | None = None) -> None:
-        for step in self.plan:
-            if step.kind == "alloc":
-                env[step.result] = self.buffer(step.shape, step.buffer_dtype)
-            elif step.kind == "global":
-                env[step.result] = self.constant(step)
-            elif step.kind == "copy":
-                np.copyto(env[step.operands[1]], env[step.operands[0]])
-            elif step.kind == "call":
-                buffers = [env[v] for v in step.operands]
-                self.launcher.launch(step.callee, buffers)
-                if calls is not None:
-                    calls.append((step.callee, buffers))
+        """The driver's plan on host buffers; each call's (kernel, buffers) kept in `calls`."""
+
+        def keep(name: str, buffers: list[np.ndarray], after: bool) -> None:
+            if after and calls is not None:
+                calls.append((name, buffers))
+
+        run_steps(self.plan, env, self.buffer, self.constant, self.launcher.launch, keep)
 
     def launch(self, name: str, buffers: Sequence[np.ndarray]) -> None:
         """Run one kernel's grid on host buffers (its arguments, in order)."""
