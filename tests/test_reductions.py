@@ -179,6 +179,47 @@ def test_cpu_fuse_rows_is_bit_identical(case: str) -> None:
     assert all(c.passed for c in checks), [c.describe() for c in checks]
 
 
+KEPT_CASES = {
+    "softmax-kept": "input x : f32[16, 300]\noutput y = softmax(x, axis=-1)",
+    "softmax-3d-kept": "input x : f32[4, 5, 60]\noutput y = softmax(x, axis=-1)",
+    "tanh-sum-kept": "input x : f32[8, 50]\n"
+    "output y = tanh(x) * reduce_sum(tanh(x), axes=[-1], keepdims=true)",
+    "two-outputs-kept": "input x : f32[8, 50]\noutput y = softmax(x, axis=-1)\n"
+    "output z = exp(x) / reduce_sum(exp(x), axes=[-1], keepdims=true)",
+}
+
+
+@pytest.mark.parametrize("case", sorted(KEPT_CASES))
+def test_cpu_fuse_rows_on_kept_transcendentals_is_bit_identical(case: str) -> None:
+    """Stored transcendentals held in the output's row, and summed in the loop computing
+    them: the same ops on the same values in the same order, so the same bits."""
+    module = parse_source(f"model r\n{KEPT_CASES[case]}\n", "r.graph", ".graph")
+    base = "cse,fuse-kernels,lower-graph-to-loops{keep-transcendentals=true}"
+    fused = apply_passes(module.clone(), parse_passes(base + ",cpu-fuse-rows"))
+    assert "irkit.scratch" not in str(fused), case
+    inputs = [np.random.default_rng(5).standard_normal(a.type.get_shape()).astype(np.float32)
+              for a in module.body.block.first_op.args]  # fmt: skip
+    outs = [irkit.compile(module, spec, backend="cpu")(*inputs)
+            for spec in (base, base + ",cpu-fuse-rows")]  # fmt: skip
+    for a, b in zip(*outs, strict=True):
+        assert np.array_equal(a, b, equal_nan=True), case
+
+
+def test_cpu_fuse_rows_keeps_apart_what_it_may_not_merge() -> None:
+    """The loop-level kernels of cpu-fuse-rows-limits.mlir (a sum reading back to front, an
+    output phase reading another column): the same bits with the pass as without."""
+    module = irkit.load("tests/filecheck/passes/cpu-fuse-rows-limits.mlir")
+    x = np.random.default_rng(6).standard_normal((4, 8)).astype(np.float32)
+    plain = irkit.compile(module, "", backend="cpu")(x)
+    fused = irkit.compile(module, "cpu-fuse-rows", backend="cpu")(x)
+    for a, b in zip(plain, fused, strict=True):
+        assert np.array_equal(a, b)
+    e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    want = e / e.sum(axis=1, keepdims=True)
+    assert np.allclose(plain[0], want, rtol=1e-5)
+    assert np.allclose(plain[1], np.roll(want, -1, axis=1), rtol=1e-5)
+
+
 @pytest.mark.parametrize(
     "text",
     [

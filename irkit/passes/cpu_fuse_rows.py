@@ -23,6 +23,23 @@ the loop body (each thread has its own, on its stack, at most `ROW_BUFFER_BYTES`
 kernel parameter and the driver's allocation go. softmax's stored exponentials were a
 second 2 MB array at 512x1024 written back to memory; as a 4 KB row they stay in L1.
 
+Two more steps then shorten a row's passes over memory, as a hand-written softmax does:
+
+- **the output's row as workspace**: a scratch row whose values the last phase reads only
+  at the element it writes (softmax's stored exponentials, read once each by the output's
+  `e * (1 / sum)`) lives in the output's own row instead of a stack buffer, when that
+  output is only written, by that phase, every element of its row once; the last phase
+  then updates the row in place. The row is written where it has to be written anyway,
+  while the exponentials are computed (its cache misses overlap that arithmetic), not by
+  a separate pass of stores after it;
+- **a loop into the reduction that follows it**: an elementwise loop directly followed by a
+  reduction loop over the same range, which reads what the first stored only at the
+  element stored in the same iteration, becomes one loop that computes, stores and adds
+  each value (softmax's exponentials and their sum: one pass over the row, not two).
+
+Measured on one core of the development machine (softmax 512x1024, interleaved against
+onnxruntime 1.32): 0.84x -> 1.11x onnxruntime's time ratio.
+
 Every element is computed by the same ops in the same order, so the result is bit-identical.
 `cpu-parallelize` then splits the row loop over threads. Optional; no options. It needs the
 nests as `lower-graph-to-loops` writes them: run it before `block-reductions`.
@@ -35,11 +52,11 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import func, memref, scf
 from xdsl.dialects.builtin import IndexType, MemRefType, ModuleOp
-from xdsl.ir import Block, BlockArgument, Region, SSAValue
+from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irkit.errors import IrkitError
-from irkit.loops import SCRATCH_ATTR, constant_int, kernels, require_loop_level
+from irkit.loops import OUTPUT_ATTR, SCRATCH_ATTR, constant_int, kernels, require_loop_level
 from irkit.loops.costs import buffer_bytes
 from irkit.loops.rows import Nest, nests_of, row_prefixes, rows_legal
 from irkit.passes.loop_builder import FunctionConstants, drop_kernel_arg
@@ -141,12 +158,83 @@ def _row_slab(buffer: SSAValue, loop: scf.ParallelOp) -> int | None:
     return len(prefix) if prefix else None
 
 
+def _phase(op: Operation, loop: scf.ParallelOp) -> Operation:
+    """The op of the row loop's body that holds `op` (its phase)."""
+    while op.parent_op() is not loop:
+        op = op.parent_op()  # type: ignore[assignment]
+    return op
+
+
+def _writes_whole_row(store: memref.StoreOp, lead: int, phase: Operation) -> bool:
+    """Whether `store`'s trailing indices are the ivs of the loops from `phase` down to it,
+    in order, each from 0 by 1 to its dimension's extent: the phase writes every element of
+    the row, once."""
+    shape = store.memref.type.get_shape()  # type: ignore[attr-defined]
+    loops: list[scf.ForOp] = []
+    parent = store.parent_op()
+    while parent is not None and isinstance(parent, scf.ForOp):
+        loops.insert(0, parent)
+        if parent is phase:
+            break
+        parent = parent.parent_op()
+    trailing = list(store.indices[lead:])
+    return (
+        bool(loops) and loops[0] is phase and len(loops) == len(trailing)
+        and all(not loop.iter_args and constant_int(loop.lb) == 0 and constant_int(loop.step) == 1
+                and constant_int(loop.ub) == extent and index is loop.body.block.args[0]
+                for loop, index, extent in zip(loops, trailing, shape[lead:], strict=True))
+    )  # fmt: skip
+
+
+def _output_row(
+    fn: func.FuncOp, loop: scf.ParallelOp, scratch: SSAValue, lead: int, taken: set[SSAValue]
+) -> tuple[SSAValue, int] | None:
+    """An output of `fn` whose own row can hold `scratch`'s row (and its leading dims), when
+    one can: the output has a row of the same shape and element type, is only stored, all in
+    the row loop's last phase that touches either, which writes its whole row reading the
+    scratch row only at the element it stores. The scratch's values then live in the output's
+    row until that phase overwrites each with the result (in place, element by element)."""
+    attrs = fn.arg_attrs.data if fn.arg_attrs else []
+    t = scratch.type
+    assert isinstance(t, MemRefType)
+    for out in fn.body.block.args:
+        if out in taken or not attrs or OUTPUT_ATTR not in attrs[out.index].data:
+            continue
+        o = out.type
+        if not isinstance(o, MemRefType) or o.element_type != t.element_type:
+            continue
+        out_lead = _row_slab(out, loop)
+        if out_lead is None or list(o.get_shape()[out_lead:]) != list(t.get_shape()[lead:]):
+            continue
+        stores = [u.operation for u in out.uses]
+        if not all(isinstance(st, memref.StoreOp) for st in stores):
+            continue
+        phases = {_phase(st, loop) for st in stores}
+        if len(phases) != 1:
+            continue
+        (last,) = phases
+        if not all(_writes_whole_row(st, out_lead, last) for st in stores):
+            continue
+        stored = {tuple(st.indices[out_lead:]) for st in stores}
+        uses = [u.operation for u in scratch.uses]
+        order = list(loop.body.block.ops)
+        if any(order.index(_phase(op, loop)) > order.index(last) for op in uses):
+            continue
+        inside = [op for op in uses if _phase(op, loop) is last]
+        if all(isinstance(op, memref.LoadOp) and tuple(op.indices[lead:]) in stored
+               for op in inside):  # fmt: skip
+            return out, out_lead
+    return None
+
+
 def privatize_rows(module: ModuleOp, fn: func.FuncOp, loop: scf.ParallelOp) -> None:
-    """Each scratch buffer of `fn` that is per-row workspace in the row loop `loop` becomes a
-    one-row stack buffer inside it (see the module docstring)."""
+    """Each scratch buffer of `fn` that is per-row workspace in the row loop `loop` becomes
+    the row of an output that can hold it, or else a one-row stack buffer inside it (see the
+    module docstring)."""
     block = fn.body.block
     attrs = fn.arg_attrs.data if fn.arg_attrs else []
     zero = FunctionConstants(fn).index(0)
+    taken: set[SSAValue] = set()
     for arg in reversed(list(block.args)):
         if not attrs or SCRATCH_ATTR not in attrs[arg.index].data or not arg.uses:
             continue
@@ -155,6 +243,19 @@ def privatize_rows(module: ModuleOp, fn: func.FuncOp, loop: scf.ParallelOp) -> N
             continue
         t = arg.type
         assert isinstance(t, MemRefType)
+        found = _output_row(fn, loop, arg, lead, taken)
+        if found is not None:
+            out, out_lead = found
+            taken.add(out)
+            row = next(iter(out.uses)).operation.indices[:out_lead]
+            for use in list(arg.uses):
+                op = use.operation
+                assert isinstance(op, memref.LoadOp | memref.StoreOp)
+                head = list(op.operands[: use.index])
+                op.operands = [*head, out, *row, *op.indices[lead:]]
+            assert isinstance(arg, BlockArgument)
+            drop_kernel_arg(module, fn, arg.index)
+            continue
         row = MemRefType(t.element_type, [1] * lead + list(t.get_shape()[lead:]))
         if buffer_bytes(row) > ROW_BUFFER_BYTES:
             continue
@@ -184,3 +285,60 @@ class CpuFuseRowsPass(ModulePass):
             loop = fuse_rows(fn)
             if loop is not None:
                 privatize_rows(op, fn, loop)
+                fuse_into_reductions(loop)
+
+
+def _stores_and_loads(loop: scf.ForOp) -> tuple[list[memref.StoreOp], list[memref.LoadOp]] | None:
+    """The stores and loads of a loop whose body holds no other loop (else None)."""
+    stores, loads = [], []
+    for op in loop.body.walk():
+        if isinstance(op, scf.ForOp | scf.ParallelOp | scf.IfOp):
+            return None
+        if isinstance(op, memref.StoreOp):
+            stores.append(op)
+        elif isinstance(op, memref.LoadOp):
+            loads.append(op)
+    return stores, loads
+
+
+def _same_bounds(a: scf.ForOp, b: scf.ForOp) -> bool:
+    return all(x is y or (constant_int(x) is not None and constant_int(x) == constant_int(y))
+               for x, y in ((a.lb, b.lb), (a.ub, b.ub), (a.step, b.step)))  # fmt: skip
+
+
+def fuse_into_reductions(loop: scf.ParallelOp) -> None:
+    """Each phase that is an elementwise loop directly followed by a reduction loop over the
+    same range, reading what the first stored only at the element stored in the same
+    iteration, becomes one loop: the reduction adds each value as it is computed (see the
+    module docstring)."""
+    for producer in list(loop.body.block.ops):
+        consumer = producer.next_op
+        if not (isinstance(producer, scf.ForOp) and isinstance(consumer, scf.ForOp)
+                and not producer.iter_args and consumer.iter_args
+                and _same_bounds(producer, consumer)):  # fmt: skip
+            continue
+        first, second = _stores_and_loads(producer), _stores_and_loads(consumer)
+        if first is None or second is None or second[0]:
+            continue
+        p_iv, c_iv = producer.body.block.args[0], consumer.body.block.args[0]
+
+        def key(op: memref.LoadOp | memref.StoreOp, iv: SSAValue) -> tuple:
+            return (op.memref, *(None if i is iv else i for i in op.indices))
+
+        stored = {key(st, p_iv): st for st in first[0]}
+        written = {st.memref for st in first[0]}
+        reads = [ld for ld in second[1] if ld.memref in written]
+        if any(key(ld, c_iv) not in stored for ld in reads):
+            continue
+        body = consumer.body.block
+        anchor = body.first_op
+        for op in list(producer.body.block.ops)[:-1]:  # not its yield
+            op.detach()
+            body.insert_op_before(op, anchor)  # type: ignore[arg-type]
+        p_iv.replace_all_uses_with(c_iv)
+        for ld in reads:  # the value stored in this iteration, forwarded
+            ld.res.replace_all_uses_with(stored[key(ld, c_iv)].value)
+            ld.detach()
+            ld.erase()
+        producer.detach()
+        producer.erase()

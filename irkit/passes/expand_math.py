@@ -4,18 +4,21 @@ The llvm target turns `math.exp` into `llvm.exp.f32`, and `tanh`/`erf`/`log` int
 LLVM lowers to one scalar call to the C library per element: a loop holding one cannot be
 vectorized, and a sigmoid, softmax or GELU then runs at the speed of that call, not of memory
 (a GELU matmul epilogue took 13x the time of the same matmul with a bias). This pass replaces
-every f32 `math.exp` with Cephes' `expf`, written in `arith`/`math` ops:
+every f32 `math.exp` with Cephes' `expf`, written in `arith` ops:
 
-    n = clamp(floor(x * log2(e) + 0.5), -254, 254)      range reduction
-    r = x - n * C1 - n * C2                              (C1 + C2 = ln 2, split for accuracy)
-    p = polynomial of degree 5 in r (Cephes' minimax coefficients)
-    y = p * r^2 + r + 1                                  exp(r) on |r| <= ln(2)/2
-    exp(x) = y * 2^h * 2^(n-h), h = n >> 1 (an i32)       two exact powers of two (no overflow
-                                                         in the exponent field, gradual underflow)
+    x = clamp(x, -104, 88.75)                 NaN kept (exp is +0 below, +inf above)
+    s = x * log2(e) + 1.5 * 2^23              rounds x log2(e) to an integer n, which is then
+    n = s - 1.5 * 2^23                        also the low bits of s's bit pattern
+    r = x - n * C1 - n * C2                   (C1 + C2 = ln 2, split for accuracy)
+    y = 1 + r + r^2 P(r)                      Cephes' degree-5 minimax P, all by Horner's rule
+    exp(x) = y * 2^h * 2^(n-h), h = n >> 1    two exact powers of two built in the exponent
+                                              field from s's bits (no overflow of the field;
+                                              gradual underflow, -inf gives +0, past
+                                              ln(FLT_MAX) ~ 88.72 the product is +inf)
 
-with `x < -104` giving +0 (-inf included) and `x > 88.72` overflowing to +inf by itself
-(tested over every exponent); NaN stays NaN (the clamp keeps the integer conversion
-defined). Measured error against float64
+(tested over every exponent). 22 vector instructions per 16 elements with AVX-512, where the
+earlier form (`math.floor`, a float-to-int conversion, clamps of n and a final select)
+took 27: a softmax 512x1024 on one core 10% faster. Measured error against float64
 `exp` over the f32 range: at most 2 ulp on normal results (tested), where `expf` of glibc
 has at most 1: the one deliberate numerical change, which the reference checks tolerate.
 
@@ -55,6 +58,14 @@ C1, C2 = 0.693359375, -2.12194440e-4
 POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
         1.6666665459e-1, 5.0000001201e-1)  # fmt: skip
 UNDERFLOW = -104.0
+"""exp(x) rounds to +0 in f32 below this."""
+OVERFLOW = 88.75
+"""exp(x) overflows f32 above ln(FLT_MAX) ~ 88.7228; clamped here, n = 128 still overflows."""
+ROUNDING = 12582912.0
+"""1.5 * 2^23: v + ROUNDING - ROUNDING rounds v to an integer, and the sum's bit pattern holds
+it in its low bits (for |v| < 2^22)."""
+ROUNDING_BITS = 0x4B400000
+"""ROUNDING's bit pattern: the sum's bits minus these are the integer."""
 TANH_POLY = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
              -3.33332819422e-1)  # fmt: skip
 ERF_NUMERATOR = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
@@ -121,20 +132,23 @@ class _Emitter:
 
 def _exp(e: _Emitter, x: SSAValue) -> SSAValue:
     """Cephes' expf of `x` (see the module docstring)."""
-    n = e.add(xmath.FloorOp(e.add(arith.AddfOp(e.add(arith.MulfOp(x, e.f(LOG2E))), e.f(0.5)))))
-    n = e.add(arith.MinnumfOp(e.add(arith.MaxnumfOp(n, e.f(-254.0))), e.f(254.0)))
+    # x clamped (NaN kept: each select passes an unordered x through) to where the result is
+    # +0 or +inf anyway, so n = round(x * log2(e)) is in [-150, 128]; rounded by adding
+    # 1.5 * 2^23, which leaves n in the low bits of the sum's bit pattern
+    x = e.select(e.cmp("olt", x, e.f(UNDERFLOW)), e.f(UNDERFLOW), x)
+    x = e.select(e.cmp("ogt", x, e.f(OVERFLOW)), e.f(OVERFLOW), x)
+    shifted = e.add(arith.AddfOp(e.add(arith.MulfOp(x, e.f(LOG2E))), e.f(ROUNDING)))
+    n = e.add(arith.SubfOp(shifted, e.f(ROUNDING)))
     r = e.add(arith.SubfOp(x, e.add(arith.MulfOp(n, e.f(C1)))))
     r = e.add(arith.SubfOp(r, e.add(arith.MulfOp(n, e.f(C2)))))
-    p = e.poly(r, POLY)
-    r2 = e.add(arith.MulfOp(r, r))
-    y = e.add(arith.AddfOp(e.add(arith.AddfOp(e.add(arith.MulfOp(p, r2)), r)), e.f(1.0)))
-    ni = e.add(arith.FPToSIOp(n, i32))  # exact: n is an integer in [-254, 254]
+    y = e.poly(r, (*POLY, 1.0, 1.0))  # 1 + r + r^2 P(r), by Horner's rule
+    ni = e.add(arith.SubiOp(e.add(arith.BitcastOp(shifted, i32)), e.i(ROUNDING_BITS)))
     h = e.add(arith.ShRSIOp(ni, e.i(1)))  # floor(n / 2)
-    y = e.add(arith.MulfOp(e.add(arith.MulfOp(y, e.pow2i(h))), e.pow2i(e.add(arith.SubiOp(ni, h)))))
-    # past ln(FLT_MAX) ~ 88.72 the product overflows to +inf by itself (n is clamped, and with
-    # Cephes' positive coefficients y >= 1 wherever n is); below UNDERFLOW r and the
-    # polynomial may be inf - inf (x = -inf), so the result is chosen
-    return e.select(e.cmp("olt", x, e.f(UNDERFLOW)), e.f(0.0), y)
+    # two exact powers of two: each exponent stays in the normal range, and the second
+    # product rounds once into the subnormals (gradual underflow) or overflows to +inf
+    return e.add(
+        arith.MulfOp(e.add(arith.MulfOp(y, e.pow2i(h))), e.pow2i(e.add(arith.SubiOp(ni, h))))
+    )
 
 
 def expand_exp(op: xmath.ExpOp, constants: FunctionConstants | None = None) -> SSAValue:
