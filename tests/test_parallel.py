@@ -6,6 +6,8 @@ and odd ones with odd sizes, so that chunks are uneven."""
 
 from __future__ import annotations
 
+import ctypes.util
+import functools
 import os
 import subprocess
 from pathlib import Path
@@ -17,6 +19,7 @@ from xdsl.dialects.builtin import IntegerAttr
 
 import irkit
 from irkit.codegen import host
+from irkit.codegen import pool as pool_runtime
 from irkit.errors import IrkitError
 from irkit.loops import THREADS_ATTR
 from irkit.passes.cpu_parallelize import default_threads
@@ -47,19 +50,30 @@ def _marks(module) -> list[int]:
     ]
 
 
-@pytest.mark.parametrize("pool", [True, False], ids=["pool", "pthreads"])
+CALLS = {"irkit": "irkit_pool_run", "gomp": "GOMP_parallel", "": "pthread_create"}
+
+
+def _available(pool: str) -> bool:
+    if pool == "irkit":
+        return pool_runtime.supported()
+    return pool != "gomp" or ctypes.util.find_library("gomp") is not None
+
+
+@pytest.mark.parametrize("pool", ["irkit", "gomp", ""], ids=["irkit-pool", "gomp", "pthreads"])
 @pytest.mark.parametrize("base", ["default-cpu", "baseline-cpu"])
 def test_threaded_kernels_match_the_reference_and_the_sequential_bits(
     example, base, pool, monkeypatch
 ) -> None:
-    if pool and not host.thread_pool():
-        pytest.skip("libgomp is not installed: the backend creates threads per loop")
-    monkeypatch.setattr(host, "thread_pool", lambda: pool)
+    if not _available(pool):
+        pytest.skip(f"no {pool} pool on this machine")
+    monkeypatch.setenv("IRKIT_THREAD_POOL", pool or "0")
+    host.thread_pool.cache_clear()
+    monkeypatch.setattr(host, "thread_pool", functools.cache(host.thread_pool.__wrapped__))
     module = irkit.load(example, ODD[example.stem])
     sequential = irkit.compile(module, base, backend="cpu")
     threaded = irkit.compile(module, f"{base},{FORCED}", backend="cpu")
     assert max((k.launch or {}).get("threads", 1) for k in threaded.kernels) > 1
-    assert ("GOMP_parallel" if pool else "pthread_create") in threaded.llvm_ir
+    assert CALLS[pool] in threaded.llvm_ir
     checks, inputs = check(threaded, module, seed=3)
     assert checks and all(c.passed for c in checks), [c.describe() for c in checks]
     # every iteration is independent and runs the same code: the same bits

@@ -132,7 +132,7 @@ def forget_compiled() -> None:
 
 
 def _kernel_code(
-    module: ModuleOp, fn: func.FuncOp, pool: bool, globals_: dict[str, memref.GlobalOp]
+    module: ModuleOp, fn: func.FuncOp, pool: str, globals_: dict[str, memref.GlobalOp]
 ) -> KernelCode:
     """The kernel's code, translated unless a kernel of the same structure, reading globals
     of the same structure, was translated before in this process."""
@@ -233,25 +233,37 @@ def optimize(text: str) -> llvm.ModuleRef:
 
 
 @cache
-def thread_pool() -> bool:
-    """Whether threaded loops run on libgomp's persistent thread pool: libgomp is found and
-    loaded for the JIT to resolve (`GOMP_parallel`), and IRKIT_THREAD_POOL is not 0. Without
-    it, each threaded loop creates and joins POSIX threads. The pool's threads spin briefly
-    before they sleep (GOMP_SPINCOUNT=10000 unless set; libgomp's default spins ~100x
-    longer, which takes the cores from other work on a loaded machine). Measured on 2 cores
-    against create/join per loop: layernorm 512x768 63-66 us against 87-125 us, conv_block
-    269-312 us against 329-377 us, softmax and gemm within noise."""
-    if os.environ.get("IRKIT_THREAD_POOL", "1") == "0":
-        return False
+def thread_pool() -> str:
+    """Where threaded loops run (`LLVMEmitter.pool`), by IRKIT_THREAD_POOL:
+
+    - "irkit" (the default, on Linux x86-64 and AArch64): irkit's own pool
+      (`irkit.codegen.pool`), whose caller claims chunks with its workers and never waits
+      for one that has not woken. On the 2-core development VM, interleaved with
+      onnxruntime's calls, a 512x1024 softmax on two threads took 0.58-0.76 ms on libgomp's
+      pool (every call waited for a sleeping worker to wake) against 0.30 ms on one thread;
+    - "gomp": libgomp's persistent pool (`GOMP_parallel`), where libgomp is found; its
+      threads spin briefly before they sleep (GOMP_SPINCOUNT=10000 unless set; libgomp's
+      default spins ~100x longer, which takes the cores from other work on a loaded
+      machine). Measured on 2 cores against create/join per loop: layernorm 512x768 63-66
+      us against 87-125 us, conv_block 269-312 us against 329-377 us;
+    - "0" (or a pool this machine lacks): "", POSIX threads created and joined per loop."""
+    from irkit.codegen import pool
+
+    asked = os.environ.get("IRKIT_THREAD_POOL", "irkit")
+    if asked in ("irkit", "1") and pool.supported():
+        pool.install()
+        return "irkit"
+    if asked not in ("gomp", "irkit", "1"):
+        return ""
     path = ctypes.util.find_library("gomp")
     if path is None:
-        return False
+        return ""
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")  # read when libgomp is loaded
     try:
         llvm.load_library_permanently(path)
     except RuntimeError:
-        return False
-    return True
+        return ""
+    return "gomp"
 
 
 def llvm_ir(module: ModuleOp) -> str:

@@ -11,10 +11,11 @@ Conventions (the "bare pointer" calling convention):
 - `index` is i64; f16 is `half`; bf16 is stored as i16 and widened/rounded with integer
   operations (round to nearest even, NaN kept quiet);
 - `scf.parallel` becomes sequential nested loops, or, marked `irkit.threads = T` by
-  `cpu-parallelize`, its first dimension cut into T chunks run by the body outlined: on
-  libgomp's persistent thread pool (`GOMP_parallel`, where `host.thread_pool()` loaded it),
-  else by a fork-join over POSIX threads (`pthread_create`/`pthread_join`), resolved in the
-  running process;
+  `cpu-parallelize`, its first dimension cut into chunks run by the body outlined: claimed
+  one at a time by the caller and the workers of irkit's own pool (`irkit_pool_run`,
+  `irkit.codegen.pool`: up to 4T chunks, nobody waits for a worker that wakes late), or T
+  chunks on libgomp's pool (`GOMP_parallel`) or on POSIX threads created and joined per loop,
+  whichever `host.thread_pool()` chose; resolved in the running process;
 - `memref.alloc`/`dealloc` call the C library's aligned_alloc/free (the driver's scratch is
   allocated once and kept until `irkit.release()`); `tanh` and `erf` call
   the C math library, which the JIT resolves in the running process;
@@ -154,12 +155,12 @@ def global_ops(module: ModuleOp) -> dict[str, memref.GlobalOp]:
 class LLVMEmitter:
     """Translates one loop-level module into an llvmlite module."""
 
-    def __init__(self, module: ModuleOp, name: str = "irkit", pool: bool = False,
+    def __init__(self, module: ModuleOp, name: str = "irkit", pool: str = "",
                  names: bool = True):  # fmt: skip
         self.source = module
         self.pool = pool
-        """Threaded loops run on libgomp's persistent pool (`GOMP_parallel`), not on threads
-        created and joined per loop."""
+        """Where threaded loops run: "irkit" (`irkit.codegen.pool`), "gomp" (libgomp's
+        `GOMP_parallel`), or "" (threads created and joined per loop)."""
         self.names = names
         """Values take their IR name hints (off for code compiled by content, whose text
         should not change with a name)."""
@@ -416,6 +417,9 @@ class LLVMEmitter:
         count = self.outlined[fn.name] = self.outlined.get(fn.name, -1) + 1
         name = f"{fn.name}.par{count}"
         body = self._outline(op, live, name + ".body")
+        if self.pool == "irkit":
+            self._claimed(op, name, body, live, threads)
+            return
         context = ll.LiteralStructType([x.type for x in live] + [I64, I64])
         if self.pool:
             trampoline = self._pool_trampoline(name, body, context, threads)
@@ -465,6 +469,45 @@ class LLVMEmitter:
             with b.if_then(b.load(_item(b, created, I1, t), typ=I1)):
                 handle = b.load(_item(b, handles, I64, t), typ=I64)
                 b.call(join, [handle, ll.Constant(PTR, None)])
+
+    def _claimed(self, op: scf.ParallelOp, name: str, body: ll.Function, live: list[ll.Value],
+                 threads: int) -> None:  # fmt: skip
+        """`op` on irkit's pool: one context (the live-ins, the first dimension's lower bound,
+        step and trip count, and the number of chunks), a `void (ptr, i64 chunk)` trampoline
+        running chunk c's contiguous share of the trips, and one `irkit_pool_run` call with
+        min(trips, CHUNKS_PER_THREAD * threads) chunks."""
+        from irkit.codegen.pool import CHUNKS_PER_THREAD, RUN
+
+        b, fn = self.b, self.fn
+        assert b is not None and fn is not None
+        context = ll.LiteralStructType([x.type for x in live] + [I64] * 4)
+        trampoline = ll.Function(self.module, ll.FunctionType(ll.VoidType(), [PTR, I64]), name)
+        trampoline.linkage = "internal"
+        tb = ll.IRBuilder(trampoline.append_basic_block("entry"))
+        ctx, chunk = trampoline.args
+        fields = [tb.load(_field(tb, ctx, context, i), typ=t)
+                  for i, t in enumerate(context.elements)]  # fmt: skip
+        *values, lb, step, trips, chunks = fields
+        start = tb.sdiv(tb.mul(trips, chunk), chunks)
+        end = tb.sdiv(tb.mul(trips, tb.add(chunk, ll.Constant(I64, 1))), chunks)
+        lo, hi = tb.add(lb, tb.mul(start, step)), tb.add(lb, tb.mul(end, step))
+        tb.call(body, [*values, lo, hi])
+        tb.ret_void()
+
+        v = self.values
+        lb, ub, step = v[op.lowerBound[0]], v[op.upperBound[0]], v[op.step[0]]
+        span = b.sub(ub, lb)
+        trips = b.sdiv(b.add(span, b.sub(step, ll.Constant(I64, 1))), step)
+        most = ll.Constant(I64, CHUNKS_PER_THREAD * threads)
+        chunks = b.select(b.icmp_signed("<", trips, most), trips, most)
+        here = b.block
+        b.position_at_start(fn.entry_basic_block)  # a static alloca, in the entry block
+        slot = _opaque(b.alloca(context, name="context"))
+        b.position_at_end(here)
+        for i, value in enumerate([*live, lb, step, trips, chunks]):
+            b.store(value, _field(b, slot, context, i))
+        run = self._extern(RUN, ll.VoidType(), [PTR, PTR, I64, I32])
+        b.call(run, [trampoline, slot, chunks, ll.Constant(I32, threads)])
 
     def _pool_trampoline(
         self, name: str, body: ll.Function, context: ll.LiteralStructType, chunks: int
@@ -907,7 +950,7 @@ def _sqrt(b: ll.IRBuilder, t: ll.Type) -> ll.Function:
     return module.globals.get(name) or ll.Function(module, ll.FunctionType(t, [t]), name)
 
 
-def to_llvm(module: ModuleOp, name: str = "irkit", pool: bool = False) -> ll.Module:
-    """Translate a loop-level module into an (unoptimized) llvmlite module; with `pool`,
-    threaded loops run on libgomp's thread pool (the process must have libgomp loaded)."""
+def to_llvm(module: ModuleOp, name: str = "irkit", pool: str = "") -> ll.Module:
+    """Translate a loop-level module into an (unoptimized) llvmlite module; threaded loops
+    run on `pool` (see `LLVMEmitter.pool`; the process must have it installed or loaded)."""
     return LLVMEmitter(module, name, pool).emit()

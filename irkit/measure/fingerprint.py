@@ -63,8 +63,8 @@ def host_fingerprint() -> dict:
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "irkit_num_threads": os.environ.get("IRKIT_NUM_THREADS"),
         # threaded loops: libgomp's pool, or threads created per loop; 512- or 256-bit vectors
-        "thread_pool": "libgomp" if thread_pool() else "pthreads",
-        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT") if thread_pool() else None,
+        "thread_pool": {"irkit": "irkit", "gomp": "libgomp"}.get(thread_pool(), "pthreads"),
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT") if thread_pool() == "gomp" else None,
         "vector_bits_pref": os.environ.get("IRKIT_VECTOR_BITS", "512"),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

@@ -1,6 +1,8 @@
 # lit configuration for irkit's FileCheck tests: `lit tests/filecheck` (pytest runs it too).
 import ctypes.util
 import os
+import platform
+import sys
 
 import lit.formats
 
@@ -17,5 +19,7 @@ for tool in ("mlir-opt", "mlir-opt-22"):
         for d in os.environ.get("PATH", "").split(os.pathsep)
     ):
         config.available_features.add("mlir-opt")
+if sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64"):
+    config.available_features.add("irkit-pool")  # irkit.codegen.pool (futex)
 if ctypes.util.find_library("gomp"):
     config.available_features.add("libgomp")  # the CPU backend's thread pool
