@@ -4,6 +4,7 @@ chunk, and a forked child whose pool has no workers at all."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 
@@ -13,7 +14,7 @@ import pytest
 
 import irkit
 from irkit.codegen import pool
-from irkit.codegen.host import host_target, optimize
+from irkit.codegen.host import host_target, install_pool, optimize
 from irkit.runtime.check import check
 
 pytestmark = pytest.mark.skipif(not pool.supported(), reason="irkit's pool needs Linux futexes")
@@ -40,9 +41,16 @@ define void @nested(ptr %counts, i64 %chunk) {
 """
 
 
+def run(fn: int, ctx: int, chunks: int, threads: int) -> None:
+    """`irkit_pool_run(fn, ctx, chunks, threads)`, called from Python."""
+    signature = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                 ctypes.c_int32)  # fmt: skip
+    signature(install_pool())(fn, ctx, chunks, threads)
+
+
 @pytest.fixture(scope="module")
 def functions() -> dict[str, int]:
-    pool.install()
+    install_pool()
     engine = llvm.create_mcjit_compiler(optimize(MARK), host_target().machine())
     engine.finalize_object()
     functions.engine = engine  # type: ignore[attr-defined]  # kept alive with the module
@@ -54,7 +62,7 @@ def functions() -> dict[str, int]:
 def test_every_chunk_runs_exactly_once(functions, chunks: int, threads: int) -> None:
     counts = np.zeros(max(chunks, 1), np.int64)
     for _ in range(200):
-        pool.run(functions["mark"], counts.ctypes.data, chunks, threads)
+        run(functions["mark"], counts.ctypes.data, chunks, threads)
     assert np.all(counts[:chunks] == 200), (counts.min(), counts.max())
     assert np.all(counts[chunks:] == 0)  # none beyond: 0 chunks runs nothing
 
@@ -65,7 +73,7 @@ def test_callers_on_several_threads_each_get_all_their_chunks(functions) -> None
 
     def call(c: np.ndarray) -> None:
         for _ in range(2000):
-            pool.run(functions["mark"], c.ctypes.data, 16, 3)
+            run(functions["mark"], c.ctypes.data, 16, 3)
 
     threads = [threading.Thread(target=call, args=(c,)) for c in counts]
     for t in threads:
@@ -79,21 +87,21 @@ def test_callers_on_several_threads_each_get_all_their_chunks(functions) -> None
 def test_a_job_started_inside_a_chunk_runs_on_its_caller(functions) -> None:
     counts = np.zeros(8 + 3 * 8, np.int64)
     for _ in range(100):
-        pool.run(functions["nested"], counts.ctypes.data, 8, 2)
+        run(functions["nested"], counts.ctypes.data, 8, 2)
     assert np.all(counts == 100)
 
 
 def test_a_forked_child_without_workers_runs_every_chunk(functions) -> None:
     """The caller never waits for a worker that has not claimed a chunk: in a child forked
     after the workers started, it has none and runs the whole job alone."""
-    pool.run(functions["mark"], np.zeros(4, np.int64).ctypes.data, 4, 2)  # workers exist
+    run(functions["mark"], np.zeros(4, np.int64).ctypes.data, 4, 2)  # workers exist
     counts = np.zeros(50, np.int64)
     pid = os.fork()
     if pid == 0:  # pragma: no cover (the child)
         ok = False
         try:
             for _ in range(10):
-                pool.run(functions["mark"], counts.ctypes.data, 50, 4)
+                run(functions["mark"], counts.ctypes.data, 50, 4)
             ok = bool(np.all(counts == 10))
         finally:
             os._exit(0 if ok else 1)

@@ -14,6 +14,7 @@ import llvmlite.binding as llvm
 from xdsl.dialects import func, memref
 from xdsl.dialects.builtin import ModuleOp
 
+from irkit.codegen import pool
 from irkit.codegen.disk_cache import cache_key, read, write
 from irkit.codegen.llvm import LLVMEmitter, global_ops, to_llvm
 from irkit.ir import structure_key
@@ -232,6 +233,22 @@ def optimize(text: str) -> llvm.ModuleRef:
     return module
 
 
+_POOL_ENGINE: list[llvm.ExecutionEngine] = []
+"""irkit's thread pool's engine, kept for the life of the process (its workers run its code)."""
+
+
+@cache
+def install_pool() -> int:
+    """JIT-compile irkit's thread pool (`irkit.codegen.pool`) once per process and make
+    `pool.RUN` a symbol every later engine resolves; its address."""
+    engine = llvm.create_mcjit_compiler(optimize(pool.runtime_ir()), host_target().machine())
+    engine.finalize_object()
+    _POOL_ENGINE.append(engine)
+    address = engine.get_function_address(pool.RUN)
+    llvm.add_symbol(pool.RUN, address)
+    return address
+
+
 @cache
 def thread_pool() -> str:
     """Where threaded loops run (`LLVMEmitter.pool`), by IRKIT_THREAD_POOL:
@@ -247,11 +264,9 @@ def thread_pool() -> str:
       machine). Measured on 2 cores against create/join per loop: layernorm 512x768 63-66
       us against 87-125 us, conv_block 269-312 us against 329-377 us;
     - "0" (or a pool this machine lacks): "", POSIX threads created and joined per loop."""
-    from irkit.codegen import pool
-
     asked = os.environ.get("IRKIT_THREAD_POOL", "irkit")
     if asked in ("irkit", "1") and pool.supported():
-        pool.install()
+        install_pool()
         return "irkit"
     if asked not in ("gomp", "irkit", "1"):
         return ""

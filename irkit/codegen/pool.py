@@ -40,13 +40,9 @@ cycles) before it sleeps (default `SPIN`).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import platform
 import sys
-from functools import cache
-
-import llvmlite.binding as llvm
 
 RUN = "irkit_pool_run"
 """`void irkit_pool_run(void (*fn)(void *ctx, i64 chunk), void *ctx, i64 chunks, i32 threads)`:
@@ -231,29 +227,3 @@ exit:
   ret void
 }}
 """
-
-
-_ENGINE: list[llvm.ExecutionEngine] = []
-"""The pool's engine, kept for the life of the process (its workers run its code)."""
-
-
-@cache
-def install() -> int:
-    """JIT-compile the pool once per process and make `RUN` a symbol every later engine
-    resolves; its address."""
-    from irkit.codegen.host import host_target, optimize
-
-    module = optimize(runtime_ir())
-    engine = llvm.create_mcjit_compiler(module, host_target().machine())
-    engine.finalize_object()
-    _ENGINE.append(engine)
-    address = engine.get_function_address(RUN)
-    llvm.add_symbol(RUN, address)
-    return address
-
-
-def run(fn: int, ctx: int, chunks: int, threads: int) -> None:
-    """Call the pool from Python (tests): `fn` is the address of a `void (void*, i64)`."""
-    call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                            ctypes.c_int32)(install())  # fmt: skip
-    call(fn, ctx, chunks, threads)
