@@ -175,11 +175,16 @@ def test_cpu_tile_matmul_tiles_batch_matmuls(case: str, options: str) -> None:
 # --- expand-math ---------------------------------------------------------------------------
 
 
-def test_expanded_exp_is_within_two_ulp_over_the_f32_range() -> None:
+@pytest.mark.parametrize("scale", ["bits", "ldexp"])
+def test_expanded_exp_is_within_two_ulp_over_the_f32_range(scale: str) -> None:
     module = parse_source(
         "model e\ndim N = 1048576\ninput x : f32[N]\noutput y = exp(x)\n", "e.graph", ".graph"
     )
-    exe = irkit.compile(module, "lower-graph-to-loops,expand-math", backend="cpu")
+    spec = f"lower-graph-to-loops,expand-math{{scale={scale}}}"
+    assert ("irkit_math.ldexp" in str(apply_passes(module.clone(), parse_passes(spec)))) == (
+        scale == "ldexp"
+    )
+    exe = irkit.compile(module, spec, backend="cpu")
     x = np.linspace(-110.0, 95.0, 1 << 20, dtype=np.float32)
     x[:6] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 88.72]
     y = exe(x)[0]
@@ -218,18 +223,20 @@ def f32_samples() -> np.ndarray:
     ])  # fmt: skip
 
 
+@pytest.mark.parametrize("scale", ["bits", "ldexp"])
 @pytest.mark.parametrize(
     "fn,exact,bound",
     [("tanh", np.tanh, 1), ("erf", np.vectorize(math.erf, otypes=[float]), 7), ("log", np.log, 1)],
 )
-def test_expanded_math_is_within_its_ulp_bound(fn: str, exact, bound: int) -> None:
+def test_expanded_math_is_within_its_ulp_bound(fn: str, exact, bound: int, scale: str) -> None:
     x = f32_samples()
     module = parse_source(
         f"model e\ninput x : f32[{len(x)}]\noutput y = {fn}(x)\n", "e.graph", ".graph"
     )
-    expanded = apply_passes(module.clone(), parse_passes("lower-graph-to-loops,expand-math"))
+    spec = f"lower-graph-to-loops,expand-math{{scale={scale}}}"
+    expanded = apply_passes(module.clone(), parse_passes(spec))
     assert not any(op.name == f"math.{fn}" for op in expanded.walk())
-    y = irkit.compile(module, "lower-graph-to-loops,expand-math", backend="cpu")(x)[0]
+    y = irkit.compile(module, spec, backend="cpu")(x)[0]
     with np.errstate(all="ignore"):
         wide = exact(x.astype(np.float64))
         rounded = wide.astype(np.float32)
@@ -246,11 +253,16 @@ def test_expanded_math_is_within_its_ulp_bound(fn: str, exact, bound: int) -> No
 def test_expand_math_runs_on_the_gpu_path_too() -> None:
     """The CUDA printer and the lockstep interpretation know the ops the expansion uses."""
     module = irkit.load("examples/softmax.graph", {"R": 4, "C": 40})
-    spec = "fuse-kernels,lower-graph-to-loops,expand-math,map-to-gpu"
+    spec = "fuse-kernels,lower-graph-to-loops,expand-math{scale=bits},map-to-gpu"
     mapped = apply_passes(module.clone(), parse_passes(spec))
     source = "".join(kernel_source(mapped, k) for k in gpu_kernels(mapped))
     assert "__int_as_float(" in source and "__float_as_int(" in source and "expf(" not in source
     assert_matches(module, spec, "cuda-sim")
+    ldexp = spec.replace("scale=bits", "scale=ldexp")  # C's ldexpf, numpy's ldexp in lockstep
+    source = "".join(kernel_source(m, k) for m in [apply_passes(module.clone(), parse_passes(ldexp))]
+                     for k in gpu_kernels(m))  # fmt: skip
+    assert "ldexpf(" in source
+    assert_matches(module, ldexp, "cuda-sim")
     # tanh (through GELU), erf and log: bit shifts and masks too
     module = parse_source(
         "model m\ninput x : f32[4, 33]\noutput y = gelu(x) + tanh(x) + log(abs(x) + 2)\n",

@@ -57,6 +57,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
+from irkit.dialects.math_ext import LdexpOp
 from irkit.errors import IrkitError
 from irkit.loops import KERNEL_ATTR, THREADS_ATTR, once_calls, prepared_buffers
 from irkit.loops.costs import buffer_bytes
@@ -906,6 +907,16 @@ def _return(em: LLVMEmitter, op: func.ReturnOp) -> None:
     em.b.ret_void()
 
 
+def _ldexp(em: LLVMEmitter, op: LdexpOp) -> None:
+    """`llvm.ldexp` (one `vscalefps` a vector with AVX-512)."""
+    x, n = em.values[op.x], em.values[op.n]
+    name = f"llvm.ldexp.{_suffix(x.type)}.i32"
+    fn = em.module.globals.get(name) or ll.Function(
+        em.module, ll.FunctionType(x.type, [x.type, I32]), name
+    )
+    em.values[op.result] = em.b.call(fn, [x, n])  # type: ignore[union-attr]
+
+
 _HANDLERS: dict[type[Operation], Callable[[LLVMEmitter, Any], None]] = {
     arith.ConstantOp: _constant,
     arith.CmpfOp: _cmpf,
@@ -925,6 +936,7 @@ _HANDLERS: dict[type[Operation], Callable[[LLVMEmitter, Any], None]] = {
         )
     ),  # noqa: E501
     xmath.RsqrtOp: _unary(lambda b, x, t: b.fdiv(ll.Constant(t, 1.0), b.call(_sqrt(b, t), [x]))),
+    LdexpOp: _ldexp,
     memref.LoadOp: _load,
     memref.StoreOp: _store,
     vector.LoadOp: _vector_load,

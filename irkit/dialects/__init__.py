@@ -19,5 +19,13 @@ def _warp() -> Dialect:
     return Warp
 
 
-IRKIT_DIALECTS: dict[str, Callable[[], Dialect]] = {"graph": _graph, "irkit_warp": _warp}
+def _math_ext() -> Dialect:
+    from irkit.dialects.math_ext import MathExt
+
+    return MathExt
+
+
+IRKIT_DIALECTS: dict[str, Callable[[], Dialect]] = {
+    "graph": _graph, "irkit_warp": _warp, "irkit_math": _math_ext,
+}  # fmt: skip
 """irkit's dialects by name, loaded lazily (for contexts and xDSL's universe)."""

@@ -20,6 +20,8 @@ from xdsl.dialects import arith
 from xdsl.dialects import math as xmath
 from xdsl.ir import Operation
 
+from irkit.dialects.math_ext import LdexpOp
+
 
 def _divsi(a: Any, b: Any) -> Any:
     """Signed division rounding toward zero (C's and LLVM's sdiv), elementwise."""
@@ -84,6 +86,7 @@ SCALAR_OPS: dict[type[Operation], Scalar] = {
     xmath.TanhOp: Scalar(np.tanh, "libm:tanh", ("tanhf", "tanh")),
     xmath.ErfOp: Scalar(_erf_like, "libm:erf", ("erff", "erf")),
     xmath.RsqrtOp: Scalar(lambda x: np.reciprocal(np.sqrt(x)), None, ("irkit_rsqrtf", "irkit_rsqrt")),
+    LdexpOp: Scalar(np.ldexp, None, ("ldexpf", "ldexp")),
     # integer and index arithmetic
     arith.AddiOp: Scalar(np.add, "add", "+", floating=False),
     arith.SubiOp: Scalar(np.subtract, "sub", "-", floating=False),

@@ -34,7 +34,16 @@ over 2^20 random f32 bit patterns plus dense samples near 0 and in [-5, 5] (test
 
 Sigmoid and GELU are built from these, so they vectorize too. f64 ops stay library calls.
 
-Optional, CPU-oriented (the CUDA target has its own fast `expf`); no options.
+Options:
+
+    scale=auto        how exp scales by 2^n: "bits" (the two powers of two above, 9 integer
+                      and float ops), "ldexp" (one `irkit_math.ldexp`: `vscalefps` with
+                      AVX-512, exact into the subnormals and to infinity, 3 ops with the
+                      conversions: 16 vector ops per 16 elements instead of 22), or "auto":
+                      ldexp where this host's LLVM target has AVX-512F, else bits (LLVM
+                      calls the C library's ldexpf once per element without it)
+
+Optional, CPU-oriented (the CUDA target has its own fast `expf`).
 """
 
 from __future__ import annotations
@@ -50,6 +59,8 @@ from xdsl.dialects.builtin import Float32Type, FloatAttr, IntegerAttr, ModuleOp,
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
+from irkit.dialects.math_ext import LdexpOp
+from irkit.errors import require
 from irkit.passes.loop_builder import FunctionConstants
 
 F32 = Float32Type()
@@ -130,7 +141,7 @@ class _Emitter:
         return self.add(arith.BitcastOp(self.add(arith.ShLIOp(bits, self.i(23))), F32))
 
 
-def _exp(e: _Emitter, x: SSAValue) -> SSAValue:
+def _exp(e: _Emitter, x: SSAValue, ldexp: bool = False) -> SSAValue:
     """Cephes' expf of `x` (see the module docstring)."""
     # x clamped (NaN kept: each select passes an unordered x through) to where the result is
     # +0 or +inf anyway, so n = round(x * log2(e)) is in [-150, 128]; rounded by adding
@@ -143,6 +154,8 @@ def _exp(e: _Emitter, x: SSAValue) -> SSAValue:
     r = e.add(arith.SubfOp(r, e.add(arith.MulfOp(n, e.f(C2)))))
     y = e.poly(r, (*POLY, 1.0, 1.0))  # 1 + r + r^2 P(r), by Horner's rule
     ni = e.add(arith.SubiOp(e.add(arith.BitcastOp(shifted, i32)), e.i(ROUNDING_BITS)))
+    if ldexp:  # y * 2^n in one exact scaling (vscalefps on AVX-512)
+        return e.add(LdexpOp(y, ni))
     h = e.add(arith.ShRSIOp(ni, e.i(1)))  # floor(n / 2)
     # two exact powers of two: each exponent stays in the normal range, and the second
     # product rounds once into the subnormals (gradual underflow) or overflows to +inf
@@ -151,18 +164,22 @@ def _exp(e: _Emitter, x: SSAValue) -> SSAValue:
     )
 
 
-def expand_exp(op: xmath.ExpOp, constants: FunctionConstants | None = None) -> SSAValue:
+def expand_exp(
+    op: xmath.ExpOp, constants: FunctionConstants | None = None, ldexp: bool = False
+) -> SSAValue:
     """The arithmetic replacing one f32 `math.exp` (inserted before it); its result."""
-    return _exp(_Emitter(op, constants), op.operand)
+    return _exp(_Emitter(op, constants), op.operand, ldexp)
 
 
-def expand_tanh(op: xmath.TanhOp, constants: FunctionConstants | None = None) -> SSAValue:
+def expand_tanh(
+    op: xmath.TanhOp, constants: FunctionConstants | None = None, ldexp: bool = False
+) -> SSAValue:
     """Cephes' tanhf: 1 - 2 / (exp(2|x|) + 1) with x's sign for |x| >= 0.625, an odd
     polynomial x + x^3 P(x^2) below (where the first form cancels)."""
     e = _Emitter(op, constants)
     x = op.operand
     z = e.add(xmath.AbsFOp(x))
-    s = _exp(e, e.add(arith.AddfOp(z, z)))
+    s = _exp(e, e.add(arith.AddfOp(z, z)), ldexp)
     big = e.add(
         arith.SubfOp(e.f(1.0), e.add(arith.DivfOp(e.f(2.0), e.add(arith.AddfOp(s, e.f(1.0))))))
     )
@@ -173,7 +190,9 @@ def expand_tanh(op: xmath.TanhOp, constants: FunctionConstants | None = None) ->
     return e.select(e.cmp("oge", z, e.f(0.625)), big, small)  # NaN: the polynomial's NaN
 
 
-def expand_erf(op: xmath.ErfOp, constants: FunctionConstants | None = None) -> SSAValue:
+def expand_erf(
+    op: xmath.ErfOp, constants: FunctionConstants | None = None, ldexp: bool = False
+) -> SSAValue:
     """erf as x P(x^2) / Q(x^2) on x clamped to [-4, 4] (Eigen's and XLA's f32 erf: beyond 4,
     erf is +-1 in f32), and 2/sqrt(pi) x for |x| < 1e-4 (where the ratio's leading
     coefficient is a few ulp off)."""
@@ -188,7 +207,9 @@ def expand_erf(op: xmath.ErfOp, constants: FunctionConstants | None = None) -> S
     return e.select(tiny, e.add(arith.MulfOp(x, e.f(TWO_OVER_SQRT_PI))), ratio)
 
 
-def expand_log(op: xmath.LogOp, constants: FunctionConstants | None = None) -> SSAValue:
+def expand_log(
+    op: xmath.LogOp, constants: FunctionConstants | None = None, ldexp: bool = False
+) -> SSAValue:
     """Cephes' logf: x = m 2^k with m in [sqrt(1/2), sqrt(2)) read from the bits (subnormals
     scaled by 2^23 first), log(m) = f - f^2/2 + f^3 P(f) for f = m - 1, plus k ln 2 in two
     parts; log(0) = -inf, log(+inf) = +inf, negative or NaN gives NaN."""
@@ -232,7 +253,14 @@ class ExpandMathPass(ModulePass):
     name = "expand-math"
     is_optimization = True
 
+    scale: str = "auto"
+
+    def check_options(self) -> None:
+        require(self.scale in SCALES, "scale", self.scale, f"must be one of {', '.join(SCALES)}")
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        self.check_options()
+        ldexp = self.scale == "ldexp" or (self.scale == "auto" and host_has_scalef())
         tables: dict[func.FuncOp, FunctionConstants] = {}
         for math_op in [o for o in op.walk() if type(o) in EXPANSIONS]:
             if math_op.results[0].type == F32:
@@ -240,10 +268,28 @@ class ExpandMathPass(ModulePass):
                 table = None
                 if fn is not None:
                     table = tables.setdefault(fn, FunctionConstants(fn))
-                expanded = EXPANSIONS[type(math_op)](math_op, table)
+                expanded = EXPANSIONS[type(math_op)](math_op, table, ldexp)
                 math_op.results[0].replace_all_uses_with(expanded)
                 math_op.detach()
                 math_op.erase()
+
+
+SCALES = ("auto", "bits", "ldexp")
+
+
+def host_has_scalef() -> bool:
+    """Whether this host's LLVM target has AVX-512F, whose `vscalefps` is `llvm.ldexp` on a
+    vector (elsewhere LLVM calls the C library once per element)."""
+    import platform
+
+    import llvmlite.binding as llvm
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    try:
+        return bool(llvm.get_host_cpu_features().get("avx512f", False))
+    except RuntimeError:
+        return False
 
 
 def _function_of(op: Operation) -> func.FuncOp | None:
