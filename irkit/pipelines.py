@@ -72,6 +72,7 @@ PIPELINES: dict[str, Pipeline] = {
             "cpu-tile-matmul",
             "expand-math",
             "cpu-fuse-rows",
+            "interchange-matmul",
             "block-reductions",
             "reassociate-reductions",
             "cpu-parallelize",
@@ -115,10 +116,11 @@ PIPELINES: dict[str, Pipeline] = {
     ),
     "baseline-cpu": Pipeline(
         "baseline-cpu",
-        ("lower-graph-to-loops", "block-reductions"),
+        ("lower-graph-to-loops", "interchange-matmul", "block-reductions"),
         frozenset(),
-        "no optimization: one kernel per graph op, plain loop nests, f32 sums in blocks "
-        "added in f64 (the CPU baseline)",
+        "no optimization: one kernel per graph op, plain loop nests (a matmul's as row "
+        "updates, the inner loop contiguous), f32 sums in blocks added in f64 (the CPU "
+        "baseline)",
     ),
 }
 
@@ -181,16 +183,21 @@ def lower_to_loops(module: ModuleOp) -> ModuleOp:
 
 
 def lower_for_cpu(module: ModuleOp) -> ModuleOp:
-    """What the CPU backends require: loops, and f32 sums in blocks (block-reductions,
-    which changes nothing run twice); one run of the passes, verified once. A module that
-    needs neither is returned as it is, neither copied nor verified again."""
+    """What the CPU backends require: loops, untiled matmuls as row updates
+    (interchange-matmul) and f32 sums in blocks (block-reductions; each changes nothing
+    run twice); one run of the passes, verified once. A module that needs none is returned
+    as it is, neither copied nor verified again."""
+    from irkit.passes.interchange_matmul import needs_interchange
     from irkit.passes.reductions import needs_blocking
 
     if not is_loop_level(module):
-        return apply_passes(module, parse_passes("lower-graph-to-loops,block-reductions"))
-    if not needs_blocking(module):
+        spec = "lower-graph-to-loops,interchange-matmul,block-reductions"
+        return apply_passes(module, parse_passes(spec))
+    steps = [name for name, needed in (("interchange-matmul", needs_interchange),
+                                       ("block-reductions", needs_blocking)) if needed(module)]  # fmt: skip
+    if not steps:
         return module
-    return apply_passes(module, parse_passes("block-reductions"))
+    return apply_passes(module, parse_passes(",".join(steps)))
 
 
 def lower_for_gpu(module: ModuleOp) -> ModuleOp:

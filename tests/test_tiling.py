@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from xdsl.dialects import vector
+from xdsl.dialects import scf, vector
 
 import irkit
 from irkit.codegen.cuda import gpu_kernels, kernel_source
@@ -18,6 +18,7 @@ from irkit.frontend import parse_source
 from irkit.loops import SHARED_SPACE, launch_of
 from irkit.pipelines import PIPELINES, apply_passes, parse_passes
 from irkit.runtime.check import check
+from irkit.runtime.reference import random_inputs
 
 EPILOGUES = {
     "plain": "output y = matmul(a, w)",
@@ -170,6 +171,52 @@ def test_cpu_tile_matmul_tiles_batch_matmuls(case: str, options: str) -> None:
     assert any(isinstance(op, vector.FMAOp) for op in tiled.walk())
     assert_matches(module, spec, "cpu", seed=len(case))
     assert_matches(module, spec + ",cpu-parallelize{threads=2 min-work=0}", "cpu", seed=len(case))
+
+
+# --- interchange-matmul ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("epilogue", sorted(EPILOGUES))
+@pytest.mark.parametrize("m,n,k", [(5, 33, 7), (1, 300, 260), (17, 8, 1)])
+def test_interchange_matmul_rewrites_untiled_nests_and_matches(m, n, k, epilogue) -> None:
+    """Untiled matmuls become row updates (no reduction loop left), give the reference's
+    values, and are what the CPU backend runs where a pipeline left the pass out."""
+    module = matmul_model(m, n, k, epilogue)
+    spec = "fuse-kernels,lower-graph-to-loops,interchange-matmul"
+    rewritten = apply_passes(module.clone(), parse_passes(spec))
+    assert not [op for op in rewritten.walk() if isinstance(op, scf.ForOp) and op.iter_args]
+    assert any(op.name == "memref.alloca" for op in rewritten.walk())
+    assert_matches(module, spec, "cpu", seed=k)
+    exe = irkit.compile(module, "fuse-kernels,lower-graph-to-loops", backend="cpu")
+    assert "iter_args" not in str(exe.module)  # lower_for_cpu ran it
+
+
+def test_interchange_matmul_is_bit_identical_to_the_dot_product() -> None:
+    """Each element sums over k in the same order with the same operations: the dot form,
+    interpreted element by element (lockstep, no blocking), gives the same bits."""
+    module = matmul_model(9, 70, 40, "bias_relu")
+    inputs = random_inputs(module, seed=3)
+    dot = irkit.compile(module, "fuse-kernels,lower-graph-to-loops", backend="cuda-sim")(*inputs)
+    rows = irkit.compile(module, "fuse-kernels,lower-graph-to-loops,interchange-matmul",
+                         backend="cpu")(*inputs)  # fmt: skip
+    for a, b in zip(dot, rows, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_interchange_matmul_handles_batches_and_leaves_what_it_cannot() -> None:
+    batched = parse_source(
+        "model b\ninput q : f32[2, 3, 5, 8]\ninput k : f32[1, 3, 8, 6]\n"
+        "output s = batch_matmul(q, k) * 0.5\n", "b.graph", ".graph",
+    )  # fmt: skip
+    spec = "fuse-kernels,lower-graph-to-loops,interchange-matmul"
+    rewritten = apply_passes(batched.clone(), parse_passes(spec))
+    (loop,) = [op for op in rewritten.walk() if isinstance(op, scf.ParallelOp)]
+    assert len(loop.body.block.args) == 3  # the two batch dims and i
+    assert_matches(batched, spec, "cpu", seed=1)
+    wide = matmul_model(2, 17000, 3, "plain")  # a row of C over 64 KiB: stays a dot product
+    kept = apply_passes(wide.clone(), parse_passes(spec))
+    assert any(isinstance(op, scf.ForOp) and op.iter_args for op in kept.walk())
+    assert_matches(wide, spec, "cpu")
 
 
 # --- expand-math ---------------------------------------------------------------------------

@@ -96,6 +96,12 @@ def _block_reductions() -> type[ModulePass]:
     return BlockReductionsPass
 
 
+def _interchange_matmul() -> type[ModulePass]:
+    from irkit.passes.interchange_matmul import InterchangeMatmulPass
+
+    return InterchangeMatmulPass
+
+
 def _reassociate_reductions() -> type[ModulePass]:
     from irkit.passes.reductions import ReassociateReductionsPass
 
@@ -123,6 +129,7 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "conv-to-matmul": _conv_to_matmul,
     "pad-leading-dims": _pad_leading_dims,
     "cpu-fuse-rows": _cpu_fuse_rows,
+    "interchange-matmul": _interchange_matmul,
     "block-reductions": _block_reductions,
     "reassociate-reductions": _reassociate_reductions,
 }
