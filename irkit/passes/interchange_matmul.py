@@ -58,15 +58,14 @@ def _row_bytes(nest: MatmulNest) -> int:
 def interchange(nest: MatmulNest, fn: func.FuncOp) -> bool:
     """Rewrite one matched nest into row updates (see the module docstring); False when it
     stays as it is."""
-    if nest.k_loop.iter_args[0].type != nest.element_type or _row_bytes(nest) > ROW_BYTES:
+    if not _applies(nest):
         return False
     body_ops = list(nest.k_loop.body.block.ops)
     mul, add = body_ops[-3], body_ops[-2]
     assert isinstance(mul, arith.MulfOp) and isinstance(add, arith.AddfOp)
     first = mul.operands[0].owner  # A's load (indices ending [i, k]) or B's
-    a_first = isinstance(first, memref.LoadOp) and list(first.indices[-2:]) == [
-        nest.i, nest.k_loop.body.block.args[0]
-    ]
+    k_iv = nest.k_loop.body.block.args[0]
+    a_first = isinstance(first, memref.LoadOp) and list(first.indices[-2:]) == [nest.i, k_iv]
     acc_first = add.operands[0] is nest.k_loop.body.block.args[1]
     old = nest.loop
     b = LoopBuilder(fn.body.block)
@@ -143,13 +142,19 @@ class InterchangeMatmulPass(ModulePass):
                     interchange(nest, fn)
 
 
+def _applies(nest: MatmulNest | None) -> bool:
+    return (
+        nest is not None
+        and nest.k_loop.iter_args[0].type == nest.element_type
+        and _row_bytes(nest) <= ROW_BYTES
+    )
+
+
 def needs_interchange(module: ModuleOp) -> bool:
     """Whether `interchange-matmul` would change `module` (a query; nothing changes)."""
-    for fn in kernels(module):
-        for loop in [o for o in fn.walk() if isinstance(o, scf.ParallelOp)]:
-            nest = match_matmul(loop, batched=True)
-            if nest is not None and nest.k_loop.iter_args[0].type == nest.element_type and (
-                _row_bytes(nest) <= ROW_BYTES
-            ):
-                return True
-    return False
+    return any(
+        _applies(match_matmul(loop, batched=True))
+        for fn in kernels(module)
+        for loop in fn.walk()
+        if isinstance(loop, scf.ParallelOp)
+    )
