@@ -173,6 +173,29 @@ def test_cpu_tile_matmul_tiles_batch_matmuls(case: str, options: str) -> None:
     assert_matches(module, spec + ",cpu-parallelize{threads=2 min-work=0}", "cpu", seed=len(case))
 
 
+@pytest.mark.parametrize(
+    "m,n,k,options",
+    [
+        (40, 256, 8, "kc=0"),
+        (64, 320, 70, "kc=32"),
+        (7, 512, 5, "mr=6"),
+        (100, 256, 3, "mr=4 nr=32"),
+    ],
+)
+def test_prefetching_changes_no_bit(m: int, n: int, k: int, options: str) -> None:
+    """The next block's prefetch (the last panel's past the packed buffer's end) is a hint:
+    with it and without, the same bits, and the reference's values."""
+    module = matmul_model(m, n, k, "gelu_residual")
+    inputs = random_inputs(module, seed=m)
+    spec = "fuse-kernels,lower-graph-to-loops,cpu-tile-matmul{%s}"
+    on = irkit.compile(module, spec % options, backend="cpu")
+    off = irkit.compile(module, spec % f"{options} prefetch=false", backend="cpu")
+    assert "llvm.prefetch" in on.llvm_ir and "llvm.prefetch" not in off.llvm_ir
+    for a, b in zip(on(*inputs), off(*inputs), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert_matches(module, spec % options, "cpu", seed=m)
+
+
 # --- interchange-matmul ----------------------------------------------------------------------
 
 

@@ -36,6 +36,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
+from irkit.dialects.cpu import PrefetchOp
 from irkit.dialects.warp import MMA_OPS, MmaM16n8k16Op
 from irkit.errors import IrkitError
 from irkit.loops import SHARED_SPACE, kernels, launch_of
@@ -278,6 +279,9 @@ class CPrinter:
     def store(self, op: memref.StoreOp) -> None:
         self.emit(f"{self.element(op.memref, list(op.indices))} = {self.name(op.value)};")
 
+    def prefetch(self, op: PrefetchOp) -> None:
+        pass  # a CPU cache hint: nothing on the GPU
+
     def for_(self, op: scf.ForOp) -> None:
         accs = []
         for init, result in zip(op.iter_args, op.results, strict=True):
@@ -339,6 +343,7 @@ class CPrinter:
         arith.SIToFPOp: cast, arith.FPToSIOp: cast, arith.IndexCastOp: cast, arith.NegfOp: negf,
         arith.MaxSIOp: minmax_int, arith.MinSIOp: minmax_int, arith.ConstantOp: constant,
         memref.LoadOp: load, memref.StoreOp: store, scf.ForOp: for_, scf.IfOp: if_,
+        PrefetchOp: prefetch,
     }  # fmt: skip
 
 

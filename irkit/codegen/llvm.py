@@ -57,6 +57,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
+from irkit.dialects.cpu import PrefetchOp
 from irkit.dialects.math_ext import LdexpOp
 from irkit.errors import IrkitError
 from irkit.loops import KERNEL_ATTR, THREADS_ATTR, once_calls, prepared_buffers
@@ -638,8 +639,9 @@ class LLVMEmitter:
             existing = ll.Function(self.module, ll.FunctionType(ret, args), name)
         return existing
 
-    def address(self, ref: SSAValue, indices: list[SSAValue]) -> ll.Value:
-        """The element pointer: base + row-major linear index (static strides)."""
+    def address(self, ref: SSAValue, indices: list[SSAValue], inbounds: bool = True) -> ll.Value:
+        """The element pointer: base + row-major linear index (static strides); `inbounds`
+        unless the index may fall outside the buffer (a prefetch's)."""
         mtype = ref.type
         assert isinstance(mtype, MemRefType)
         if not isinstance(mtype.layout, NoneAttr):
@@ -648,12 +650,13 @@ class LLVMEmitter:
         assert b is not None
         shape = mtype.get_shape()
         linear: ll.Value = ll.Constant(I64, 0)
+        flags = ["nsw", "nuw"] if inbounds else []
         for i, (idx, dim) in enumerate(zip(indices, shape, strict=True)):
             if i:
-                linear = b.mul(linear, ll.Constant(I64, dim), flags=["nsw", "nuw"])
-            linear = b.add(linear, self.values[idx], flags=["nsw", "nuw"])
+                linear = b.mul(linear, ll.Constant(I64, dim), flags=flags)
+            linear = b.add(linear, self.values[idx], flags=flags)
         elem = llvm_type(mtype.element_type)
-        return b.gep(self.values[ref], [linear], inbounds=True, source_etype=elem)
+        return b.gep(self.values[ref], [linear], inbounds=inbounds, source_etype=elem)
 
 
 def _item(b: ll.IRBuilder, array: ll.Value, element: ll.Type, n: int) -> ll.Value:
@@ -907,6 +910,17 @@ def _return(em: LLVMEmitter, op: func.ReturnOp) -> None:
     em.b.ret_void()
 
 
+def _prefetch(em: LLVMEmitter, op: PrefetchOp) -> None:
+    """`llvm.prefetch` (read, data) at an address that may lie past the buffer's end."""
+    name = "llvm.prefetch.p0"
+    fn = em.module.globals.get(name) or ll.Function(
+        em.module, ll.FunctionType(ll.VoidType(), [PTR, I32, I32, I32]), name
+    )
+    at = em.address(op.memref, list(op.indices), inbounds=False)
+    locality = ll.Constant(I32, op.locality.value.data)
+    em.b.call(fn, [at, ll.Constant(I32, 0), locality, ll.Constant(I32, 1)])  # type: ignore[union-attr]
+
+
 def _ldexp(em: LLVMEmitter, op: LdexpOp) -> None:
     """`llvm.ldexp` (one `vscalefps` a vector with AVX-512)."""
     x, n = em.values[op.x], em.values[op.n]
@@ -937,6 +951,7 @@ _HANDLERS: dict[type[Operation], Callable[[LLVMEmitter, Any], None]] = {
     ),  # noqa: E501
     xmath.RsqrtOp: _unary(lambda b, x, t: b.fdiv(ll.Constant(t, 1.0), b.call(_sqrt(b, t), [x]))),
     LdexpOp: _ldexp,
+    PrefetchOp: _prefetch,
     memref.LoadOp: _load,
     memref.StoreOp: _store,
     vector.LoadOp: _vector_load,

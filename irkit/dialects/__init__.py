@@ -25,7 +25,13 @@ def _math_ext() -> Dialect:
     return MathExt
 
 
+def _cpu() -> Dialect:
+    from irkit.dialects.cpu import Cpu
+
+    return Cpu
+
+
 IRKIT_DIALECTS: dict[str, Callable[[], Dialect]] = {
-    "graph": _graph, "irkit_warp": _warp, "irkit_math": _math_ext,
+    "graph": _graph, "irkit_warp": _warp, "irkit_math": _math_ext, "irkit_cpu": _cpu,
 }  # fmt: skip
 """irkit's dialects by name, loaded lazily (for contexts and xDSL's universe)."""

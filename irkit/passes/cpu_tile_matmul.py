@@ -74,6 +74,7 @@ from xdsl.dialects.builtin import MemRefType, ModuleOp, UnitAttr, VectorType
 from xdsl.ir import Block, BlockArgument, Region, SSAValue
 from xdsl.passes import ModulePass
 
+from irkit.dialects.cpu import PrefetchOp
 from irkit.errors import IrkitError, require
 from irkit.loops import KERNEL_ATTR, ONCE_ATTR, PARAM_ATTR, SCRATCH_ATTR, once_kernels
 from irkit.passes.contraction import MatmulNest, match_matmul
@@ -99,6 +100,7 @@ class CpuTileMatmulPass(ModulePass):
     pack: bool = True
     kc: int = -1
     min_panels: int = 4
+    prefetch: bool = True
 
     def check_options(self) -> None:
         require(self.vector_bits in (128, 256, 512), "vector-bits", self.vector_bits,
@@ -201,6 +203,10 @@ class _Tiler:
             )
         self.mr, self.nr, self.pack = options.mr, options.nr, options.pack
         self.min_panels = options.min_panels
+        self.prefetch = options.prefetch and options.pack
+        self.packed: tuple[SSAValue, Callable[[SSAValue, SSAValue, int], list[SSAValue]]] | None
+        self.packed = None
+        """The packed B and its index, while a microkernel reading it is built."""
         kc = options.kc
         if kc < 0:
             panel = nest.k * self.nr * width // 8
@@ -245,11 +251,13 @@ class _Tiler:
             source: Callable[[SSAValue, int, SSAValue], SSAValue]
             if self.pack:
                 packed, index = self._packed_b(panels)
+                self.packed = packed, index
 
                 def from_packed(k: SSAValue, v: int, p: SSAValue) -> SSAValue:
                     return b.add(vector.LoadOp(packed, index(p, k, v), self.vtype))
 
                 source = from_packed
+                self.from_packed = from_packed
             else:
                 source = self._from_b
             if panels < self.min_panels:
@@ -393,15 +401,21 @@ class _Tiler:
         nest, b = self.nest, self.b
         main = nest.m // self.mr * self.mr
 
+        # the last nv whole tiles bring the next block into L2 while they compute (see
+        # `_microkernel`), late enough that the rows of A streaming through L2 for the other
+        # tiles do not evict it first; the others do not prefetch
+        fetching = self.prefetch and source is getattr(self, "from_packed", None)
+        first_fetch = max(0, main - nv * self.mr) if fetching else main
+
         def rows(k: _KBlock) -> list[SSAValue]:
-            if main:
-                b.for_range(
-                    0,
-                    main,
-                    self.mr,
-                    [],
-                    lambda i0, _: self._microkernel(i0, self.mr, j0, nv, panel, source, k),
-                )
+            for lo, hi, fetch in ((0, first_fetch, False), (first_fetch, main, True)):
+                if hi > lo:
+                    start = b.index(lo) if fetch else None
+
+                    def tile(i0: SSAValue, _: list[SSAValue], start=start) -> list[SSAValue]:
+                        return self._microkernel(i0, self.mr, j0, nv, panel, source, k, start)
+
+                    b.for_range(lo, hi, self.mr, [], tile)
             if main < nest.m:
                 self._microkernel(b.index(main), nest.m - main, j0, nv, panel, source, k)
             return []
@@ -462,11 +476,13 @@ class _Tiler:
         panel: SSAValue,
         source: Callable[[SSAValue, int, SSAValue], SSAValue],
         k_block: _KBlock,
+        fetch_from: SSAValue | None = None,
     ) -> list[SSAValue]:
         """C[i0:i0+rows, j0:j0+nv*lanes] = epilogue(init + A[i0:, :] @ B[:, j0:]), the tile
         held in rows * nv vector registers; of the sum, the k steps of `k_block`, from init
         in the first block and continuing the partial sum C holds in the others, the
-        epilogue after the last."""
+        epilogue after the last. With `fetch_from` (the first row of the prefetching tiles),
+        each k step also prefetches one cache line of the packed block after this one."""
         nest, b = self.nest, self.b
         init = b.add(vector.BroadcastOp(b.float(nest.init, nest.element_type), self.vtype))
         row_index = [b.iadd(i0, r) for r in range(rows)]
@@ -484,8 +500,21 @@ class _Tiler:
                 else [b.add(arith.SelectOp(k_block.first, init, h)) for h in held]
             )
 
+        ahead = None
+        if fetch_from is not None and self.packed is not None:
+            # the block after this one (the next k block, or the next panel: packed B is
+            # contiguous), brought to L2 while this one is computed, a cache line a k step:
+            # the t-th prefetching tile takes line t of each row of it
+            tile = b.add(arith.DivUIOp(b.add(arith.SubiOp(i0, fetch_from)), b.index(self.mr)))
+            line = b.imul(b.add(arith.RemUIOp(tile, b.index(nv))), self.lanes)
+            ahead = self.packed, line
+
         def step(kk: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
             k = b.iadd(kk, k_block.start)
+            if ahead is not None:
+                (packed, index), line = ahead
+                *head, _ = index(panel, b.iadd(k, k_block.length), 0)
+                b.add(PrefetchOp(packed, [*head, line], locality=2))
             bs = [source(k, v, panel) for v in range(nv)]
             out = []
             for r in range(rows):

@@ -36,6 +36,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Block, Operation, SSAValue
 
+from irkit.dialects.cpu import PrefetchOp
 from irkit.dialects.warp import MMA_OPS
 from irkit.dtypes import numpy_dtype
 from irkit.errors import IrkitError
@@ -185,6 +186,8 @@ class LockstepInterpreter:
             out = self._load(op.memref.type, op.name, args, mask)
         elif isinstance(op, memref.StoreOp):
             self._store(op.memref.type, op.name, args, mask)
+            return
+        elif isinstance(op, PrefetchOp):  # a CPU cache hint
             return
         elif isinstance(op, vector.LoadOp):
             out = self._vector_load(op, args, mask)
