@@ -152,11 +152,19 @@ ROW_CASES = {
 }
 
 
+def _model_and_inputs(text: str, seed: int) -> tuple:
+    """A one-file model and standard-normal f32 inputs for it."""
+    module = parse_source(f"model r\n{text}\n", "r.graph", ".graph")
+    inputs = [np.random.default_rng(seed).standard_normal(a.type.get_shape()).astype(np.float32)
+              for a in module.body.block.first_op.args]  # fmt: skip
+    return module, inputs
+
+
 @pytest.mark.parametrize("case", sorted(ROW_CASES))
 def test_cpu_fuse_rows_is_bit_identical(case: str) -> None:
     """Row by row, every element is computed by the same ops in the same order; the row
     statistics become per-row stack buffers (per thread, on two threads)."""
-    module = parse_source(f"model r\n{ROW_CASES[case]}\n", "r.graph", ".graph")
+    module, inputs = _model_and_inputs(ROW_CASES[case], seed=3)
     base = "fuse-kernels,lower-graph-to-loops"
     fused = apply_passes(module.clone(), parse_passes(base + ",cpu-fuse-rows"))
     loops = [o for o in fused.walk() if type(o).__name__ == "ParallelOp"]
@@ -165,8 +173,6 @@ def test_cpu_fuse_rows_is_bit_identical(case: str) -> None:
     allocas = [o for o in fused.walk() if o.name == "memref.alloca"]
     assert bool(allocas) == rows and all(loops[0].is_ancestor(o) for o in allocas), case
     assert ("irkit.scratch" in str(fused)) != rows, case
-    inputs = [np.random.default_rng(3).standard_normal(a.type.get_shape()).astype(np.float32)
-              for a in module.body.block.first_op.args]  # fmt: skip
     threads = ",cpu-parallelize{threads=2 min-work=0}"
     outs = [
         irkit.compile(module, spec, backend="cpu")(*inputs)
@@ -193,12 +199,10 @@ KEPT_CASES = {
 def test_cpu_fuse_rows_on_kept_transcendentals_is_bit_identical(case: str) -> None:
     """Stored transcendentals held in the output's row, and summed in the loop computing
     them: the same ops on the same values in the same order, so the same bits."""
-    module = parse_source(f"model r\n{KEPT_CASES[case]}\n", "r.graph", ".graph")
+    module, inputs = _model_and_inputs(KEPT_CASES[case], seed=5)
     base = "cse,fuse-kernels,lower-graph-to-loops{keep-transcendentals=true}"
     fused = apply_passes(module.clone(), parse_passes(base + ",cpu-fuse-rows"))
     assert "irkit.scratch" not in str(fused), case
-    inputs = [np.random.default_rng(5).standard_normal(a.type.get_shape()).astype(np.float32)
-              for a in module.body.block.first_op.args]  # fmt: skip
     outs = [irkit.compile(module, spec, backend="cpu")(*inputs)
             for spec in (base, base + ",cpu-fuse-rows")]  # fmt: skip
     for a, b in zip(*outs, strict=True):
