@@ -70,6 +70,7 @@ PIPELINES: dict[str, Pipeline] = {
             "lower-graph-to-loops{keep-transcendentals=true}",
             "pad-leading-dims",
             "cpu-tile-matmul",
+            "cpu-tile-transpose",
             "expand-math",
             "cpu-fuse-rows",
             "interchange-matmul",
@@ -82,6 +83,7 @@ PIPELINES: dict[str, Pipeline] = {
                 *GRAPH_OPTIMIZATIONS,
                 "pad-leading-dims",
                 "cpu-tile-matmul",
+                "cpu-tile-transpose",
                 "expand-math",
                 "cpu-fuse-rows",
                 "reassociate-reductions",
@@ -90,7 +92,8 @@ PIPELINES: dict[str, Pipeline] = {
         ),
         "the optimized CPU pipeline: graph cleanup, NHWC convolutions as im2col matmuls, "
         "transpose and constant folding, fusion into kernel regions, loops, padded row "
-        "strides of intermediates, register-blocked vector matmuls, vectorizable exp, "
+        "strides of intermediates, register-blocked vector matmuls, transposes in register "
+        "blocks, vectorizable exp, "
         "softmax/layer_norm phases run row by row, f32 sums in blocks added in f64, vectorized reductions, large loops on all CPUs (IRKIT_NUM_THREADS=1 for one thread)",
     ),
     "default-cuda": Pipeline(

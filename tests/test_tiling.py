@@ -196,6 +196,32 @@ def test_prefetching_changes_no_bit(m: int, n: int, k: int, options: str) -> Non
     assert_matches(module, spec % options, "cpu", seed=m)
 
 
+# --- cpu-tile-transpose ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shape,perm,tiled",
+    [
+        ([2, 16, 32, 32], [0, 2, 3, 1], True),  # NCHW -> NHWC
+        ([2, 16, 16, 32], [0, 3, 1, 2], True),  # and back
+        ([48, 32], [1, 0], True),
+        ([3, 32, 5, 16], [2, 3, 0, 1], True),
+        ([4, 6, 32], [1, 0, 2], False),  # the innermost dimension stays
+        ([24, 7], [1, 0], False),  # 7 is no multiple of 16
+    ],
+)
+def test_cpu_tile_transpose_is_bit_identical(shape, perm, tiled: bool) -> None:
+    text = f"model t\ninput x : f32{shape}\noutput y = transpose(x, perm={perm})\n"
+    module = parse_source(text, "t.graph", ".graph")
+    spec = "lower-graph-to-loops,cpu-tile-transpose"
+    rewritten = apply_passes(module.clone(), parse_passes(spec))
+    assert any(op.name == "vector.shuffle" for op in rewritten.walk()) == tiled
+    x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+    want = np.transpose(x, perm)
+    for s in (spec, spec + ",cpu-parallelize{threads=2 min-work=0}"):
+        np.testing.assert_array_equal(irkit.compile(module, s, backend="cpu")(x)[0], want)
+
+
 # --- interchange-matmul ----------------------------------------------------------------------
 
 

@@ -749,6 +749,14 @@ def _broadcast(em: LLVMEmitter, op: vector.BroadcastOp) -> None:
     em.values[op.vector] = em.b.shuffle_vector(one, undef, zeros)
 
 
+def _shuffle(em: LLVMEmitter, op: vector.ShuffleOp) -> None:
+    """`shufflevector` of two 1-D vectors by a constant mask."""
+    assert em.b is not None
+    mask = ll.Constant(ll.VectorType(I32, len(op.mask.get_values())),
+                       [int(m) for m in op.mask.get_values()])  # fmt: skip
+    em.values[op.result] = em.b.shuffle_vector(em.values[op.v1], em.values[op.v2], mask)
+
+
 def _vector_fma(em: LLVMEmitter, op: vector.FMAOp) -> None:
     assert em.b is not None
     args = [em.values[v] for v in (op.lhs, op.rhs, op.acc)]
@@ -958,6 +966,7 @@ _HANDLERS: dict[type[Operation], Callable[[LLVMEmitter, Any], None]] = {
     vector.StoreOp: _vector_store,
     vector.BroadcastOp: _broadcast,
     vector.FMAOp: _vector_fma,
+    vector.ShuffleOp: _shuffle,
     memref.AllocOp: _alloc,
     memref.AllocaOp: _alloca,
     memref.DeallocOp: _dealloc,

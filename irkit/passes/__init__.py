@@ -96,6 +96,12 @@ def _block_reductions() -> type[ModulePass]:
     return BlockReductionsPass
 
 
+def _cpu_tile_transpose() -> type[ModulePass]:
+    from irkit.passes.cpu_tile_transpose import CpuTileTransposePass
+
+    return CpuTileTransposePass
+
+
 def _interchange_matmul() -> type[ModulePass]:
     from irkit.passes.interchange_matmul import InterchangeMatmulPass
 
@@ -130,6 +136,7 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "pad-leading-dims": _pad_leading_dims,
     "cpu-fuse-rows": _cpu_fuse_rows,
     "interchange-matmul": _interchange_matmul,
+    "cpu-tile-transpose": _cpu_tile_transpose,
     "block-reductions": _block_reductions,
     "reassociate-reductions": _reassociate_reductions,
 }
