@@ -266,13 +266,23 @@ def test_records_say_whether_the_machine_was_loaded(capsys) -> None:
 
     assert load_record(3.2, 0.4)["loaded"] and not load_record(0.9, 1.4)["loaded"]
     assert not load_record(None, None)["loaded"]
+    # a one-thread program that had the CPU 60% of its wall time waited for a core; a
+    # two-thread one may use any share, and a share near 1 is a quiet run
+    waited = load_record(0.2, 0.3, cpu_over_wall=0.6, threads=1)
+    assert waited["loaded"] and waited["waited_for_a_core"]
+    assert not load_record(0.2, 0.3, cpu_over_wall=0.6, threads=2)["loaded"]
+    assert not load_record(0.2, 0.3, cpu_over_wall=0.98, threads=1)["loaded"]
     record = attribute(CHAIN, "cse,fuse-kernels,lower-graph-to-loops", "cpu", "prefix",
                        {"N": 8, "D": 16}, budget_s=0.3).to_json()  # fmt: skip
     load = record["protocol"]["load"]
     assert set(load) >= {"load_1min_start", "load_1min_end", "cpus", "loaded", "rule"}
+    assert load["threads"] == 1 and 0 < load["cpu_over_wall"]  # the CPU share was measured
     record["protocol"]["load"] = load_record(4.7, 3.9)
     show_attribution(Console(width=200), record)
     assert "the machine was loaded: 1-minute load 4.70 at the start" in capsys.readouterr().out
+    record["protocol"]["load"] = load_record(0.1, 0.2, cpu_over_wall=0.55, threads=1)
+    show_attribution(Console(width=200), record)
+    assert "had the CPU 55% of its wall time on one thread" in capsys.readouterr().out
 
 
 def test_one_significance_rule_in_seconds_with_a_minimum_detectable_effect() -> None:

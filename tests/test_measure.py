@@ -107,3 +107,18 @@ def test_the_cpu_ceilings_measure_each_cache_level() -> None:
     sizes = [level["bytes"] for level in ceilings.levels]
     assert sizes == sorted(sizes)
     assert all(level["bandwidth"] > 0 for level in ceilings.levels)
+
+
+def test_timings_carry_the_process_cpu_time_beside_the_wall_time() -> None:
+    """Issue 24: a call that waits (here, sleeps) has a small share of its wall time on the
+    CPU; the record says so beside the times."""
+    import time as _time
+
+    from irkit.measure.timers import time_interleaved
+
+    timings = time_interleaved({"waits": lambda: _time.sleep(0.002)}, budget_s=0.2,
+                               min_rounds=3, max_rounds=3)  # fmt: skip
+    t = timings["waits"]
+    assert t.cpu_samples is not None and len(t.cpu_samples) == len(t.samples) == 3
+    assert t.cpu_over_wall is not None and t.cpu_over_wall < 0.5
+    assert t.to_json()["cpu_over_wall"] == t.cpu_over_wall

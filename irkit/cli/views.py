@@ -56,10 +56,15 @@ def show_attribution(console: Console, rec: dict) -> None:
     )
     load = proto.get("load")
     if load and load.get("loaded"):
+        loads = [load.get("load_1min_start"), load.get("load_1min_end")]
+        said = (f"1-minute load {loads[0]:.2f} at the start, {loads[1]:.2f} at the end, on "
+                f"{load['cpus']} CPUs" if None not in loads else f"{load['cpus']} CPUs")  # fmt: skip
+        if load.get("waited_for_a_core"):
+            said += (f"; the full program had the CPU {load['cpu_over_wall']:.0%} of its wall "
+                     "time on one thread (it waited for a core)")  # fmt: skip
         console.print(
-            f"the machine was loaded: 1-minute load {load['load_1min_start']:.2f} at the start, "
-            f"{load['load_1min_end']:.2f} at the end, on {load['cpus']} CPUs; expect a wider "
-            "noise floor and copy-to-copy offsets (run again on a quiet machine to confirm)",
+            f"the machine was loaded: {said}; expect a wider noise floor and copy-to-copy "
+            "offsets (run again on a quiet machine to confirm)",
             style="yellow",
             highlight=False,
         )

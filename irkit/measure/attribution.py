@@ -637,7 +637,8 @@ def attribute(
         "variants": len(plan.masks),
         "permutations": len(plan.permutations) or None,
         "selection": selection,
-        "load": load_record(load_start, load_average()),
+        "load": load_record(load_start, load_average(), timings[full_key].cpu_over_wall,
+                            _threads(programs[full_key].exe)),
     }
     for v in variants:
         v["seconds"] = timings[v["program"]].estimate.to_json()
@@ -660,6 +661,14 @@ def attribute(
         ceilings=ceilings,
         dims=dict(dims or {}),
     )
+
+
+def _threads(exe: Any) -> int | None:
+    """The most threads one of the program's kernels runs on (None where unknown)."""
+    kernels = getattr(exe, "kernels", None)
+    if kernels is None:
+        return None
+    return max([(k.launch or {}).get("threads", 1) for k in kernels] or [1])
 
 
 def _round_bootstrap(

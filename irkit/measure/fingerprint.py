@@ -80,16 +80,30 @@ def load_average() -> float | None:
         return None
 
 
-def load_record(start: float | None, end: float | None) -> dict:
+CPU_SHARE_FLOOR = 0.9
+"""Below this share of the wall time on the CPU, a one-thread program was kept waiting."""
+
+
+def load_record(
+    start: float | None, end: float | None, cpu_over_wall: float | None = None,
+    threads: int | None = None,
+) -> dict:
     """The machine's load around a measurement, and whether it was loaded: more than half
-    a core busy beyond the measuring process itself at the start or the end (a loaded
-    machine widens copy-to-copy and round-to-round spread; records say so)."""
+    a core busy beyond the measuring process itself at the start or the end, or a program
+    on one thread that had the CPU for less than `CPU_SHARE_FLOOR` of its wall time (its
+    process CPU time per call over the wall time, median over the samples: it waited for a
+    core). A loaded machine widens copy-to-copy and round-to-round spread; records say so."""
     import os
 
     cpus = os.cpu_count() or 1
     busy = [x for x in (start, end) if x is not None]
+    waited = threads == 1 and cpu_over_wall is not None and cpu_over_wall < CPU_SHARE_FLOOR
     return {
         "load_1min_start": start, "load_1min_end": end, "cpus": cpus,
-        "loaded": bool(busy) and max(busy) - 1 > 0.5,
-        "rule": "1-minute load average minus the measuring process above 0.5 at the start or end",
+        "cpu_over_wall": cpu_over_wall, "threads": threads,
+        "waited_for_a_core": waited,
+        "loaded": (bool(busy) and max(busy) - 1 > 0.5) or waited,
+        "rule": "1-minute load average minus the measuring process above 0.5 at the start or "
+                f"end, or a one-thread program on the CPU under {CPU_SHARE_FLOOR:.0%} of its "
+                "wall time (process CPU time per call / wall time per call, median)",
     }  # fmt: skip

@@ -28,10 +28,24 @@ class Timing:
     stop_reason: str
     estimate: Estimate
     timer: str = "perf_counter_ns"
+    cpu_samples: np.ndarray | None = None
+    """The process's CPU time per call (all its threads, `process_time_ns`), sample by
+    sample beside `samples`: on one thread, much less than the wall time means the process
+    waited for a core (a loaded machine), not that the code ran slower."""
+
+    @property
+    def cpu_over_wall(self) -> float | None:
+        """The median per-sample ratio of CPU time to wall time (None without CPU times)."""
+        if self.cpu_samples is None or not len(self.cpu_samples):
+            return None
+        return float(np.median(self.cpu_samples / np.maximum(self.samples, 1e-12)))
 
     def to_json(self) -> dict:
-        return {"timer": self.timer, "reps_per_sample": self.reps, "warmup": self.warmup,
-                "stop_reason": self.stop_reason, "seconds": self.estimate.to_json()}  # fmt: skip
+        out = {"timer": self.timer, "reps_per_sample": self.reps, "warmup": self.warmup,
+               "stop_reason": self.stop_reason, "seconds": self.estimate.to_json()}  # fmt: skip
+        if self.cpu_over_wall is not None:
+            out["cpu_over_wall"] = self.cpu_over_wall
+        return out
 
 
 def calibrate(fn: Callable[[], None], min_sample_s: float) -> int:
@@ -96,10 +110,14 @@ class Rounds:
                 fn()
         self.reps = {name: calibrate(fn, min_sample_s) for name, fn in fns.items()}
         self.samples: dict[str, list[float]] = {name: [] for name in fns}
+        self.cpu: dict[str, list[float]] = {name: [] for name in fns}
+        """CPU time per call of the process, beside each sample (`Timing.cpu_samples`)."""
 
     def run(self) -> None:
         for name in self.rng.permutation(list(self.fns)):
+            start = time.process_time_ns()
             self.samples[name].append(_sample(self.fns[name], self.reps[name]))
+            self.cpu[name].append((time.process_time_ns() - start) * 1e-9 / self.reps[name])
 
 
 def time_interleaved(
@@ -143,6 +161,7 @@ def time_interleaved(
             reason,
             median_ci(np.array(s)),
             getattr(fns[name], "timer", "perf_counter_ns"),
+            None if hasattr(fns[name], "sample") else np.array(rounds.cpu[name]),
         )  # fmt: skip
         for name, s in samples.items()
     }
