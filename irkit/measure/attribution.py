@@ -637,8 +637,12 @@ def attribute(
         "variants": len(plan.masks),
         "permutations": len(plan.permutations) or None,
         "selection": selection,
-        "load": load_record(load_start, load_average(), timings[full_key].cpu_over_wall,
-                            _threads(programs[full_key].exe)),
+        "load": load_record(
+            load_start,
+            load_average(),
+            timings[full_key].cpu_over_wall,
+            _threads(programs[full_key].exe),
+        ),
     }
     for v in variants:
         v["seconds"] = timings[v["program"]].estimate.to_json()

@@ -85,7 +85,9 @@ CPU_SHARE_FLOOR = 0.9
 
 
 def load_record(
-    start: float | None, end: float | None, cpu_over_wall: float | None = None,
+    start: float | None,
+    end: float | None,
+    cpu_over_wall: float | None = None,
     threads: int | None = None,
 ) -> dict:
     """The machine's load around a measurement, and whether it was loaded: more than half
