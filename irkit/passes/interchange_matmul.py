@@ -136,10 +136,16 @@ class InterchangeMatmulPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require_loop_level(op, "interchange-matmul", cpu=True)
         for fn in kernels(op):
-            for loop in [o for o in fn.walk() if isinstance(o, scf.ParallelOp)]:
+            for loop in _top_level_loops(fn):
                 nest = match_matmul(loop, batched=True)
                 if nest is not None:
                     interchange(nest, fn)
+
+
+def _top_level_loops(fn: func.FuncOp) -> list[scf.ParallelOp]:
+    """The kernel's top-level parallel loops, where the lowering puts a matmul nest (not a
+    walk of every op: a fused kernel of a long elementwise chain holds tens of thousands)."""
+    return [o for o in fn.body.block.ops if isinstance(o, scf.ParallelOp)]
 
 
 def _applies(nest: MatmulNest | None) -> bool:
@@ -155,6 +161,5 @@ def needs_interchange(module: ModuleOp) -> bool:
     return any(
         _applies(match_matmul(loop, batched=True))
         for fn in kernels(module)
-        for loop in fn.walk()
-        if isinstance(loop, scf.ParallelOp)
+        for loop in _top_level_loops(fn)
     )
