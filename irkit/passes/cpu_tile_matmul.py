@@ -216,6 +216,8 @@ class _Tiler:
         self.packed: tuple[SSAValue, Callable[[SSAValue, SSAValue, int], list[SSAValue]]] | None
         self.packed = None
         """The packed B and its index, while a microkernel reading it is built."""
+        self.from_packed: Callable[[SSAValue, int, SSAValue], SSAValue] | None = None
+        """The `source` reading the packed B (microkernels given it may prefetch)."""
         kc = options.kc
         if kc < 0:
             panel = nest.k * self.nr * width // 8
@@ -413,7 +415,7 @@ class _Tiler:
         # the last nv whole tiles bring the next block into L2 while they compute (see
         # `_microkernel`), late enough that the rows of A streaming through L2 for the other
         # tiles do not evict it first; the others do not prefetch
-        fetching = self.prefetch and source is getattr(self, "from_packed", None)
+        fetching = self.prefetch and source is self.from_packed
         first_fetch = max(0, main - nv * self.mr) if fetching else main
 
         def rows(k: _KBlock) -> list[SSAValue]:

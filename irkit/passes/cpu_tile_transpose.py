@@ -32,7 +32,6 @@ from xdsl.dialects.builtin import (
     Float32Type,
     IndexType,
     IntegerType,
-    MemRefType,
     ModuleOp,
     VectorType,
     i64,
@@ -185,5 +184,5 @@ class CpuTileTransposePass(ModulePass):
             top = [o for o in fn.body.block.ops if isinstance(o, scf.ParallelOp)]
             for loop in top:
                 found = match_transpose(loop)
-                if found is not None and isinstance(found.load.memref.type, MemRefType):
+                if found is not None:
                     tile(found, fn, self.vector_bits // 32)
