@@ -19,18 +19,26 @@ Protocol:
    an error naming its passes: the attribution invariant is broken.
 2. Variants whose compiled programs hash the same are compiled once and measured once; a
    pass that changes no code gets exactly zero.
-3. All distinct programs, plus an A/A twin (the full pipeline compiled a second time), are
-   timed in interleaved rounds in a fresh random order per round until every median's 95%
-   CI half-width is under `precision` or their share of the budget is spent (`budget_s`
-   is all the measuring: two thirds for the programs, one third for the kernels of step 5;
+3. Every distinct program is compiled and bound as `placements` separate copies (its
+   code, scratch and buffers placed anew each time: two copies of one program differ by a
+   few percent on a CPU, consistently, so one copy per program would freeze that offset
+   into every comparison it is in). A/A twins (the full pipeline's program, and the one
+   without optional passes, compiled and bound again as many times) are timed as programs
+   of their own. All are timed in interleaved rounds, in a fresh random order per round,
+   round r running copy r mod `placements` of every program, until every median's 95% CI
+   half-width is under `precision` or their share of the budget is spent (`budget_s` is
+   all the measuring: two thirds for the programs, one third for the kernels of step 5;
    all of it for the programs without kernel times).
-4. CIs come from one bootstrap over rounds (the same resampled rounds for every variant,
-   so the pairing by round is kept). The A/A ratio twin/full gives the noise floor, in
-   seconds at the scale it was measured on (its fraction times the full pipeline's median):
-   a contribution, in seconds saved per call, is significant only when its CI excludes zero
-   *and* its size exceeds that floor. One base for both sides, whatever context a strategy
-   measures the pass in. Each pass also gets its minimum detectable effect: the larger of
-   the floor and its CI's half-width (an effect smaller than that could not be called).
+4. CIs come from one two-stage bootstrap, copies then rounds within them (the same
+   resampled rounds for every program, so the pairing by round is kept), widened for the
+   few copies it draws from; so a CI holds the copy-to-copy spread as well as the
+   round-to-round one. A contribution, in seconds saved per call, is significant when its
+   CI excludes zero. The A/A checks test that claim in every run: the twins against their
+   programs, and every program's two halves of copies against each other (per context);
+   where a check fails, the passes it concerns (all, for a twin) are also judged beyond
+   its floor, the ratio's distance from 1 in seconds at that program's scale. Each pass
+   gets its minimum detectable effect beside its verdict: the saving it would be called
+   significant for four times in five.
 5. The kernels shown (the baseline's, the full pipeline's, and those each pass removed or
    added) are then timed alone, each once by hash, on the real intermediate data of its
    program; each pass's kernel view lists the kernels it removed and added, with the time
@@ -287,8 +295,8 @@ class PassResult:
     removed: list[KernelTime]
     added: list[KernelTime]
     min_detectable: float | None = None
-    """Seconds: the smallest saving this run could call significant for this pass (the A/A
-    floor in seconds, or the CI's half-width, whichever is larger)."""
+    """Seconds: the saving this run would call significant for this pass with 80% power
+    (`significance`)."""
 
     @property
     def kernel_delta(self) -> float | None:
@@ -362,18 +370,47 @@ class Attribution:
 # --------------------------------------------------------------------------- the engine
 
 
-def significance(saved: Interval, changes: bool, floor_s: float) -> tuple[bool, float | None]:
+def significance(
+    saved: Interval, changes: bool, floor_s: float = 0.0
+) -> tuple[bool, float | None]:
     """The rule every pass is judged by (module docstring, step 4): significant when the
-    pass changes code, its saving's CI excludes zero and the saving is larger than the A/A
-    floor in seconds; and its minimum detectable effect, the larger of the floor and the
-    CI's half-width (None for a pass that changes no code: exactly zero)."""
+    pass changes code and its saving's 95% CI, which holds the copy-to-copy spread as well
+    as the round-to-round one, excludes zero; where an A/A check of the pass's own contexts
+    failed (its CI did not cover equal programs), also beyond that A/A floor, `floor_s`
+    seconds. Returns the verdict and the minimum detectable effect: the saving this run
+    would call significant four times in five, (1.96 + 0.84) standard errors, the standard
+    error read off the CI (half-width / 1.96), or the floor where that is larger (None for
+    a pass that changes no code: exactly zero)."""
     if not changes:
         return False, None
+    half = (saved.high - saved.low) / 2
     return (saved.excludes(0.0) and abs(saved.value) > floor_s,
-            max(floor_s, (saved.high - saved.low) / 2))  # fmt: skip
+            max(floor_s, half * (1.96 + 0.84) / 1.96))  # fmt: skip
 
 
 TIMERS = ("launches", "graph")
+
+
+class Placements:
+    """One program as several copies, each compiled and bound separately (its own code,
+    scratch and buffer placement: two copies of one program differ by a few percent on a
+    CPU, consistently, through cache-set and 4K-aliasing accidents of where things landed).
+    A round calls one copy, `select`ed for the round, the same slot for every program, so
+    the copy-to-copy offsets are sampled across rounds instead of frozen into one program's
+    median; the bootstrap then resamples slots as well as rounds (`_round_bootstrap`)."""
+
+    def __init__(self, fns: list[Callable[[], None]]):
+        self.fns = fns
+        self.current = fns[0]
+
+    def select(self, slot: int) -> None:
+        self.current = self.fns[slot % len(self.fns)]
+
+    def __call__(self) -> None:
+        self.current()
+
+    def __getattr__(self, name: str) -> Any:  # the copy's timer name, or its own `sample`
+        return getattr(self.current, name)
 
 
 def _timed(bound: Any, timer: str, backend: str) -> Callable[[], None]:
@@ -426,6 +463,7 @@ def attribute(
     twin: bool = True,
     kernel_times: bool = True,
     timer: str = "launches",
+    placements: int = 4,
 ) -> Attribution:
     """Attribute the runtime of `model` under `pipeline` to its optional passes (see the
     module docstring for the protocol). `budget_s`: seconds of measuring in all, a third of
@@ -433,13 +471,17 @@ def attribute(
     the backend's own (`Backend.ceilings()`); None for none. `timer`: "launches" (the
     driver's launches, timed by the backend's timer) or "graph" (the driver recorded once as
     a CUDA graph and replayed as one launch: microsecond kernels without the host's launch
-    cost; backends that can replay only)."""
+    cost; backends that can replay only). `placements`: copies of every distinct program,
+    each compiled and bound separately, the rounds rotating through them (`Placements`;
+    fewer where their buffers would take more than `PLACEMENT_BYTES`)."""
     from irkit.frontend import load
     from irkit.measure.fingerprint import host_fingerprint, load_average, load_record
     from irkit.runtime import get_backend
     from irkit.runtime.check import reference_case
 
     _check_arguments(strategy, precision, budget_s, kernel_budget_s, permutations, seed)
+    if isinstance(placements, bool) or not isinstance(placements, int) or not 1 <= placements <= 64:
+        raise IrkitError(f"attribute: placements must be an integer from 1 to 64, got {placements!r}")  # fmt: skip
     if timer not in TIMERS:
         raise IrkitError(f"attribute: unknown timer {timer!r}; choose from {', '.join(TIMERS)}")
     expect("attribute", "model", model, ModuleOp | str | Path, "a module or a model file path")
@@ -498,19 +540,39 @@ def attribute(
                          "kernels": [k.hash for k in exe.kernels]})  # fmt: skip
     tick("compile", len(plan.masks), len(plan.masks))
 
-    fns = {k: _timed(p.bound, timer, chosen.name) for k, p in programs.items()}
     twins = {"aa-twin": plan.full}
     if key_of[plan.empty] != key_of[plan.full]:  # the other end of every context, too
         twins["aa-twin-baseline"] = plan.empty
-    for name, mask in twins.items() if twin else ():
-        # a second, separate compilation and binding of the program (the passes' result is
-        # the same: only the code's and the buffers' placement differ, which is the point)
-        twin_exe = chosen.compile(programs[key_of[mask]].exe.module.clone())  # type: ignore[attr-defined]
-        fns[name] = _timed(twin_exe.bind(*case[0]), timer, chosen.name)
+    if not twin:
+        twins = {}
+    copies = _placements(placements, [p.exe for p in programs.values()], len(twins))
+
+    def placed(exe: Any, first: Any | None, what: str) -> Placements:
+        """`exe` as `copies` separately compiled and bound copies (`first`: one already
+        bound), each checked against the reference before it is timed."""
+        bound = [first] if first is not None else []
+        while len(bound) < copies:
+            again = chosen.compile(exe.module.clone())
+            bound.append(_checked_bound(again, graph, case, what))
+        return Placements([_timed(b, timer, chosen.name) for b in bound])
+
+    fns: dict[str, Placements] = {}
+    for n, (k, p) in enumerate(programs.items()):
+        fns[k] = placed(p.exe, p.bound, f"a copy of program {k}")
+        tick("placements", n + 1, len(programs) + len(twins))
+    for name, mask in twins.items():
+        # the same program compiled and bound again, as many times: its copies are timed
+        # as a program of their own, an A/A comparison with everything a variant has
+        fns[name] = placed(programs[key_of[mask]].exe, None, f"the {name}")
+    tick("placements", len(fns), len(fns))
+    slots: list[int] = []
     rounds_done = [0]
 
     def on_round(r: int) -> None:
         rounds_done[0] = r
+        slots.append((r - 1) % copies)  # the slot round r ran on; the next runs on slot r
+        for fn in fns.values():
+            fn.select(r)
         tick("measure", r, max_rounds)
 
     kernel_share = (kernel_budget_s or budget_s / 3) if kernel_times else 0.0
@@ -523,7 +585,7 @@ def attribute(
     tick("measure", max_rounds, max_rounds)
     keys = list(fns)
     samples = np.stack([timings[k].samples for k in keys])
-    point, boot = _round_bootstrap(samples, resamples, seed)
+    point, boot = _round_bootstrap(samples, resamples, seed, np.array(slots[: samples.shape[1]]))
     row = {k: i for i, k in enumerate(keys)}
     t_point = {m: point[row[key_of[m]]] for m in plan.masks}
     t_boot = {m: boot[row[key_of[m]]] for m in plan.masks}
@@ -534,14 +596,16 @@ def attribute(
         """An A/A ratio, its floor (the farthest end of its CI from 1) and that floor in
         seconds at the program's own scale."""
         ratio = Interval.of(point[row[name]] / point[row[key]], boot[row[name]] / boot[row[key]])
-        fraction = max(1 - ratio.low, ratio.high - 1, 0.0)
-        return ratio, fraction, fraction * float(point[row[key]])
+        return ratio, *_floor(ratio, float(point[row[key]]))
 
+    noise: dict[str, Any] = {"floor": 0.0, "floor_s": 0.0, "aa_failed": False}
     if twin:
         aa, floor, floor_s = aa_pair("aa-twin", full_key)
-        noise: dict[str, Any] = {"aa_ratio": aa.to_json(), "floor": floor, "floor_full_s": floor_s,
-                 "method": "A/A: the full pipeline compiled twice, timed interleaved; floor = "
-                           "the farthest end of the ratio's 95% CI from 1"}  # fmt: skip
+        noise.update({"aa_ratio": aa.to_json(), "floor": floor, "floor_full_s": floor_s,
+                      "method": "A/A: the full pipeline's program compiled and bound again, "
+                                "as many copies, timed interleaved as a program of its own; "
+                                "floor = the farthest end of the ratio's 95% CI from 1"})  # fmt: skip
+        failed = aa.excludes(1.0)
         if "aa-twin-baseline" in row:
             aa_base, floor_base, floor_base_s = aa_pair("aa-twin-baseline", empty_key)
             noise.update({"aa_ratio_baseline": aa_base.to_json(), "floor_baseline": floor_base,
@@ -549,11 +613,30 @@ def attribute(
             noise["method"] += ("; the program without optional passes likewise (every "
                                 "context a strategy measures lies between the two)")  # fmt: skip
             floor_s = max(floor_s, floor_base_s)
+            failed = failed or aa_base.excludes(1.0)
+        noise.update({"floor_s": floor_s, "aa_failed": failed})
     else:
-        floor, floor_s, noise = 0.0, 0.0, {"floor": 0.0, "method": "none (no A/A twin measured)"}
-    noise["floor_s"] = floor_s
-    noise["base"] = ("seconds per call: the larger of the two A/A floors, each its fraction "
-                     "times its own program's median (the scale it was measured on)")  # fmt: skip
+        noise["method"] = "none (no A/A twin measured)"
+    # per context: every program's copies split in two halves (alternate slots), compared
+    split = {k: _split_aa(samples[row[k]], np.array(slots[: samples.shape[1]]), resamples, seed)
+             for k in programs}  # fmt: skip
+    context_floor_s = {k: _floor(r, float(point[row[k]]))[1] if r.excludes(1.0) else 0.0
+                       for k, r in split.items()}  # fmt: skip
+    noise["per_context"] = {
+        "method": "each program's rounds split by placement slot (alternate slots) and the "
+        "two halves' medians compared; a pass whose contexts fail it is also judged "
+        "beyond that program's floor",
+        "programs": {k: {"ratio": r.to_json(), "failed": r.excludes(1.0)} for k, r in split.items()},
+        "failed": sum(r.excludes(1.0) for r in split.values()),
+    }  # fmt: skip
+    noise["rule"] = (
+        "significant when the pass changes code and its saving's 95% CI (rounds and "
+        "placements resampled) excludes 0; where the twin's A/A check failed, or one of the "
+        "pass's own contexts failed its split A/A, also beyond that floor (seconds per call, "
+        "the A/A ratio's distance from 1 times that program's median)"
+    )
+    noise["base"] = "seconds per call"
+    run_floor_s = noise["floor_s"] if noise["aa_failed"] else 0.0
 
     contributions_point = plan.contributions(t_point)
     contributions_boot = plan.contributions(t_boot)
@@ -590,7 +673,9 @@ def attribute(
         changes = any(key_of[a] != key_of[b] for a, b in plan.pairs(i))
         a, b = plan.pair(i)
         removed, added = _kernel_diff(kernels_of(key_of[a]), kernels_of(key_of[b]))
-        significant, mde = significance(saved, changes, floor_s)
+        floor_i = max([run_floor_s] + [context_floor_s[key_of[m]] for pair in plan.pairs(i)
+                                       for m in pair])  # fmt: skip
+        significant, mde = significance(saved, changes, floor_i)
         results.append(PassResult(steps[optional[i]].label, steps[optional[i]].spec, saved,
                                   speedup, relative, significant, changes, removed, added,
                                   mde))  # fmt: skip
@@ -606,7 +691,12 @@ def attribute(
         + (", the driver replayed as one CUDA graph" if timer == "graph" else ""),
         "graph_replay": timer == "graph",
         "sampling": "interleaved, randomized order per round",
-        "buffers": "bound once per program, page-aligned (4 KiB)",
+        "buffers": "bound once per copy, page-aligned (4 KiB)",
+        "placements": copies,
+        "placements_wanted": placements,
+        "placement_method": "every distinct program (and A/A twin) compiled and bound as "
+        "this many separate copies; round r runs copy r mod placements of every program; "
+        "the bootstrap resamples copies, then rounds within them",
         "rounds": rounds,
         "stop_reason": stop,
         "precision": precision,
@@ -626,6 +716,7 @@ def attribute(
         "kernels_timed": len(shown) if kernel_times else 0,
         "kernels_distinct": len(kernel_times_by_hash),
         "programs_measured": len(programs),
+        "programs_bound": len(fns) * copies,
         "compile": {
             "seconds": compile_seconds,
             "pass_runs": shared.pass_runs,
@@ -676,14 +767,66 @@ def _threads(exe: Any) -> int | None:
 
 
 def _round_bootstrap(
-    samples: np.ndarray, resamples: int, seed: int
+    samples: np.ndarray, resamples: int, seed: int, slots: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Medians of `samples` [variant, round] and their bootstrap replicates [variant,
     resample]: each resample draws round indices once for every variant, keeping the
-    pairing by round."""
+    pairing by round.
+
+    With `slots` (the placement slot each round ran, `Placements`), the resample is two
+    stages, as the data were made: slots drawn with replacement, then rounds within each
+    drawn slot; so the spread between copies is in the CI, not only the spread between
+    rounds. With few slots that bootstrap is too narrow by about sqrt((S-1)/S), which the
+    replicates are widened by (around the point estimate: sums of contributions stay exact)."""
     rounds = samples.shape[1]
-    idx = np.random.default_rng(seed).integers(0, rounds, size=(resamples, rounds))
-    return np.median(samples, axis=1), np.median(samples[:, idx], axis=2)
+    rng = np.random.default_rng(seed)
+    point = np.median(samples, axis=1)
+    labels = np.unique(slots) if slots is not None else np.zeros(1)
+    if slots is None or len(labels) < 2:
+        idx = rng.integers(0, rounds, size=(resamples, rounds))
+        return point, np.median(samples[:, idx], axis=2)
+    groups = [np.flatnonzero(slots == s) for s in labels]
+    per = min(len(g) for g in groups)
+    table = np.stack([g[:per] for g in groups])  # [slot, round within it]; drops < S rounds
+    chosen = rng.integers(0, len(groups), size=(resamples, len(groups), 1))
+    within = rng.integers(0, per, size=(resamples, len(groups), per))
+    idx = table[chosen, within].reshape(resamples, -1)
+    boot = np.median(samples[:, idx], axis=2)
+    widen = math.sqrt(len(groups) / (len(groups) - 1))
+    return point, point[:, None] + (boot - point[:, None]) * widen
+
+
+def _floor(ratio: Interval, scale_s: float) -> tuple[float, float]:
+    """An A/A ratio's floor: the farthest end of its CI from 1, as a fraction and in seconds
+    at `scale_s`."""
+    fraction = max(1 - ratio.low, ratio.high - 1, 0.0)
+    return fraction, fraction * scale_s
+
+
+def _split_aa(row: np.ndarray, slots: np.ndarray, resamples: int, seed: int) -> Interval:
+    """One program's A/A: the median of its rounds on even slots over that on odd slots
+    (alternate rounds where it has one copy), the CI from resampling each half as
+    `_round_bootstrap` does."""
+    halves = (slots % 2 == 0) if len(np.unique(slots)) > 1 else (np.arange(len(row)) % 2 == 0)
+    parts = []
+    for half in (halves, ~halves):
+        sub = slots[half] // 2 if len(np.unique(slots)) > 1 else None
+        parts.append(_round_bootstrap(row[half][None, :], resamples, seed, sub))
+    (pa, ba), (pb, bb) = parts
+    return Interval.of(float(pa[0] / pb[0]), ba[0] / bb[0])
+
+
+def _placements(wanted: int, exes: list[Any], twins: int) -> int:
+    """How many copies of each program to bind: `wanted`, fewer where their inputs and
+    outputs would take more than `PLACEMENT_BYTES` (at least 1)."""
+    per_copy = sum(int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
+                   for exe in exes for t in [*getattr(exe, "inputs", []), *getattr(exe, "outputs", [])])  # fmt: skip
+    per_copy = per_copy * (len(exes) + twins) // max(len(exes), 1)
+    return max(1, min(wanted, PLACEMENT_BYTES // max(per_copy, 1)))
+
+
+PLACEMENT_BYTES = 2 << 30
+"""What the copies of `Placements` may take in all: inputs and outputs, bound once each."""
 
 
 def _checked_bound(exe, graph: ModuleOp, case, what: str):
@@ -812,7 +955,7 @@ def compare_pipelines(
         fns[name] = _checked_bound(exe, graph, case, f"pipeline '{spec}'").timed_graph()
     timings = time_interleaved(fns, precision, budget_s, min_rounds, seed=seed)
     samples = np.stack([timings[k].samples for k in ("a", "b", "twin")])
-    point, boot = _round_bootstrap(samples, resamples, seed)
+    point, boot = _round_bootstrap(samples, resamples, seed, np.array(slots[: samples.shape[1]]))
     aa = Interval.of(point[2] / point[0], boot[2] / boot[0])
     return Comparison(
         ratio=Interval.of(point[1] / point[0], boot[1] / boot[0]),

@@ -1,0 +1,232 @@
+"""Attribution fidelity: does `irkit-bench attribute` find effects of known size (issue 24)?
+
+    python benchmarks/fidelity.py [--examples elementwise_chain,mlp] [--strategies
+        prefix,ablation,shapley] [--trials 20] [--budget 6] [--load] [--out FILE]
+
+Passes of known cost are planted through irkit's public pass API (`fidelity_plants.py`,
+a plugin) into an example's pipeline, after its real optional passes:
+
+- `plant-work{iters=N}`: a spin kernel costing about 2%, 5% or 20% of the full program's
+  time (the pass makes the program *slower*);
+- `plant-waste{iters=N}` (required) and `plant-unwaste` (optional, removes it): the pass
+  makes it *faster* by about 2%, 5% or 20%;
+- `plant-zero`: new machine code, a call that costs nanoseconds (true effect 0);
+- `plant-ir-only`: an IR change LLVM folds away (must get exactly 0).
+
+Each trial is one `attribute` run with one slower plant and one faster plant of different
+sizes (the sizes rotate over trials, so every size and direction gets `--trials` trials per
+strategy). The truth is measured by an independent timer: the spin kernels alone,
+`perf_counter_ns` around batches of direct calls of the compiled kernel, before and after
+the attribution run (their mean is the truth; the spin touches no memory, so its cost in
+the program is its cost alone). Reported, per strategy and planted effect: coverage (the
+true effect inside the 95% CI), sign accuracy, the significance rate (power), and the
+false-positive rate for the zero-cost plant and for the A/A twins (a twin's CI excluding
+equality). `--load` runs a process spinning on one core throughout (a loaded machine). One
+JSON record per example and condition is appended to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import fidelity_plants  # noqa: E402,F401 (registers the plants)
+
+from irkit.frontend import load  # noqa: E402
+from irkit.measure.attribution import attribute  # noqa: E402
+from irkit.measure.fingerprint import host_fingerprint, load_average  # noqa: E402
+from irkit.pipelines import apply_passes, parse_passes  # noqa: E402
+from irkit.runtime import get_backend  # noqa: E402
+
+EXAMPLES = {
+    # example: (model, dims, the real optional passes and required lowering before the plants)
+    "elementwise_chain": ("examples/elementwise_chain.graph", {},
+                          "canonicalize,lower-graph-to-loops{keep-transcendentals=true},expand-math"),
+    "mlp": ("examples/mlp.graph", {"D": 256, "F": 1024},
+            "fuse-kernels,lower-graph-to-loops,cpu-tile-matmul"),
+}  # fmt: skip
+SIZES = (0.02, 0.05, 0.20)
+
+
+def spin_seconds(iters: int, kind: str = "plant-work") -> float:
+    """The spin kernel's time per call, by an independent timer: the kernel compiled alone
+    and called directly in batches under `perf_counter_ns` (median of 15 batches), less the
+    same for a spin of no iterations (the call from Python, which the driver does not pay)."""
+    return _spin_call(iters, kind) - _spin_call(0, kind)
+
+
+def _spin_call(iters: int, kind: str) -> float:
+    backend, _ = get_backend("cpu")
+    module = load(HERE.parent / "examples" / "elementwise_chain.graph", {"N": 8, "D": 8})
+    module = backend.lower(apply_passes(module, parse_passes(f"lower-graph-to-loops,{kind}{{iters={iters}}}")))  # fmt: skip
+    exe = backend.compile(module)
+    name = "plant_work" if kind == "plant-work" else "plant_waste"
+    buf = [np.zeros(1, np.float32)]
+    exe.launch(name, buf)
+    reps = max(1, int(2e-3 / max(_batch(exe, name, buf, 3), 1e-9)))
+    return float(np.median([_batch(exe, name, buf, reps) for _ in range(15)]))
+
+
+def _batch(exe, name: str, buf, reps: int) -> float:
+    start = time.perf_counter_ns()
+    for _ in range(reps):
+        exe.launch(name, buf)
+    return (time.perf_counter_ns() - start) * 1e-9 / reps
+
+
+def program_seconds(model: Path, dims: dict, spec: str) -> float:
+    backend, _ = get_backend("cpu")
+    module = backend.lower(apply_passes(load(model, dims), parse_passes(spec)))
+    exe = backend.compile(module)
+    from irkit.runtime.check import reference_case
+
+    bound = exe.bind(*reference_case(load(model, dims), 0)[0])
+    times = []
+    for _ in range(30):
+        start = time.perf_counter_ns()
+        bound.run_graph()
+        times.append((time.perf_counter_ns() - start) * 1e-9)
+    return float(np.median(times))
+
+
+def _spin_forever() -> None:
+    x = 1.0
+    while True:
+        x = x * 0.999 + 1e-3
+
+
+def trial(model: Path, dims: dict, real: str, strategy: str, slow: int, fast: int,
+          budget: float, seed: int) -> dict:  # fmt: skip
+    """One attribution run with the plants; the truth measured before and after."""
+    before = (spin_seconds(slow), spin_seconds(fast))
+    spec = (f"{real},plant-waste{{iters={fast}}},plant-work{{iters={slow}}},plant-unwaste,"
+            "plant-zero,plant-ir-only")  # fmt: skip
+    load_start = load_average()
+    result = attribute(model, spec, "cpu", strategy, dims, budget_s=budget, seed=seed,
+                       kernel_times=False).to_json()  # fmt: skip
+    after = (spin_seconds(slow), spin_seconds(fast))
+    passes = {p["pass"]: p for p in result["passes"]}
+    noise = result["noise_floor"]
+    twins = [noise[k] for k in ("aa_ratio", "aa_ratio_baseline") if k in noise]
+    return {
+        "strategy": strategy,
+        "truth": {"plant-work": -(before[0] + after[0]) / 2,  # seconds saved: negative
+                  "plant-unwaste": (before[1] + after[1]) / 2,
+                  "plant-zero": 0.0, "plant-ir-only": 0.0},
+        "truth_drift": [after[0] / before[0] - 1, after[1] / before[1] - 1],
+        "passes": {name: {"saved_s": p["saved_s"], "significant": p["significant"],
+                          "changes_code": p["changes_code"], "mde_s": p["min_detectable_s"]}
+                   for name, p in passes.items()},
+        "twins_exclude_1": [t["ci_low"] > 1 or t["ci_high"] < 1 for t in twins],
+        "full_s": result["total"]["full_s"]["median"],
+        "rounds": result["protocol"]["rounds"],
+        "placements": result["protocol"]["placements"],
+        "load": [load_start, load_average()],
+        "aa_failed": noise.get("aa_failed"),
+    }  # fmt: skip
+
+
+def summarize(trials: list[dict], full_s: float) -> dict:
+    """Coverage, sign accuracy and power per strategy and planted effect; the false-positive
+    rates of the zero-cost plants and the twins."""
+    table: dict = {}
+    for t in trials:
+        for name, truth in t["truth"].items():
+            p = t["passes"][name]
+            s = p["saved_s"]
+            if name in ("plant-work", "plant-unwaste"):
+                size = round(abs(truth) / full_s, 2)
+                size = min(SIZES, key=lambda x: abs(x - size))
+                key = f"{'slower' if name == 'plant-work' else 'faster'} {size:.0%}"
+            else:
+                key = name
+            row = table.setdefault(t["strategy"], {}).setdefault(key, {"n": 0, "covered": 0, "sign": 0, "significant": 0, "exact_zero": 0})  # fmt: skip
+            row["n"] += 1
+            row["covered"] += s["ci_low"] <= truth <= s["ci_high"]
+            row["sign"] += (s["value"] > 0) == (truth > 0) if truth else 0
+            row["significant"] += bool(p["significant"])
+            row["exact_zero"] += s["value"] == 0 and s["ci_low"] == 0 and s["ci_high"] == 0
+        row = table[t["strategy"]].setdefault("A/A twins", {"n": 0, "excluded_1": 0})
+        row["n"] += len(t["twins_exclude_1"])
+        row["excluded_1"] += sum(t["twins_exclude_1"])
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--examples", default="elementwise_chain,mlp")
+    ap.add_argument("--strategies", default="prefix,ablation,shapley")
+    ap.add_argument("--trials", type=int, default=20,
+                    help="trials per strategy and planted size (each run plants two sizes)")  # fmt: skip
+    ap.add_argument("--budget", type=float, default=6.0, help="attribute's budget_s per run")
+    ap.add_argument("--load", action="store_true", help="keep one core busy throughout")
+    ap.add_argument("--out", default=None, help="append the records (JSON Lines)")
+    args = ap.parse_args(argv)
+    loader = None
+    if args.load:
+        loader = multiprocessing.Process(target=_spin_forever, daemon=True)
+        loader.start()
+    try:
+        for example in args.examples.split(","):
+            model_name, dims, real = EXAMPLES[example]
+            model = HERE.parent / model_name
+            full_s = program_seconds(model, dims, real)
+            per_iter = spin_seconds(100_000) / 100_000
+            iters = {size: max(1, round(size * full_s / per_iter)) for size in SIZES}
+            print(f"{example}: full program {full_s * 1e3:.3f} ms; spin {per_iter * 1e9:.2f} ns/iter; "
+                  f"plants {iters}", flush=True)  # fmt: skip
+            trials = []
+            runs = len(SIZES) * args.trials  # each size once slower and once faster per cycle
+            for strategy in args.strategies.split(","):
+                for j in range(runs):
+                    slow = iters[SIZES[j % 3]]
+                    fast = iters[SIZES[(j + 1 + (j // 3) % 2) % 3]]
+                    t = trial(model, dims, real, strategy, slow, fast, args.budget, seed=j)
+                    trials.append(t)
+                    w, u = t["passes"]["plant-work"]["saved_s"], t["passes"]["plant-unwaste"]["saved_s"]
+                    print(f"  {strategy} {j}: work {t['truth']['plant-work'] * 1e6:+.1f} us in "
+                          f"[{w['ci_low'] * 1e6:+.1f}, {w['ci_high'] * 1e6:+.1f}], unwaste "
+                          f"{t['truth']['plant-unwaste'] * 1e6:+.1f} in [{u['ci_low'] * 1e6:+.1f}, "
+                          f"{u['ci_high'] * 1e6:+.1f}], zero {'SIG' if t['passes']['plant-zero']['significant'] else 'ok'}, "
+                          f"twins {t['twins_exclude_1']}", flush=True)  # fmt: skip
+            table = summarize(trials, full_s)
+            _print(example, table)
+            if args.out:
+                record = {"kind": "irkit.fidelity", "example": example, "dims": dims,
+                          "pipeline": real, "loaded": args.load, "budget_s": args.budget,
+                          "full_s": full_s, "plant_iters": iters, "summary": table,
+                          "trials": trials, "fingerprint": host_fingerprint()}  # fmt: skip
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(record) + "\n")
+    finally:
+        if loader is not None:
+            loader.terminate()
+    return 0
+
+
+def _print(example: str, table: dict) -> None:
+    print(f"\n{example}")
+    for strategy, rows in table.items():
+        for key, r in rows.items():
+            n = r["n"]
+            if key == "A/A twins":
+                print(f"  {strategy:9} {key:14} n={n:3}  false positives {r['excluded_1'] / n:.0%}")
+            elif key.startswith(("slower", "faster")):
+                print(f"  {strategy:9} {key:14} n={n:3}  coverage {r['covered'] / n:.0%}  "
+                      f"sign {r['sign'] / n:.0%}  significant {r['significant'] / n:.0%}")  # fmt: skip
+            else:
+                print(f"  {strategy:9} {key:14} n={n:3}  false positives {r['significant'] / n:.0%}  "
+                      f"exactly zero {r['exact_zero'] / n:.0%}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
