@@ -105,14 +105,14 @@ def _spin_forever() -> None:
 
 
 def trial(model: Path, dims: dict, real: str, strategy: str, slow: int, fast: int,
-          budget: float, seed: int) -> dict:  # fmt: skip
+          budget: float, seed: int, placements: int = 4, stop: str = "verdicts") -> dict:  # fmt: skip
     """One attribution run with the plants; the truth measured before and after."""
     before = (spin_seconds(slow), spin_seconds(fast))
     spec = (f"{real},plant-waste{{iters={fast}}},plant-work{{iters={slow}}},plant-unwaste,"
             "plant-zero,plant-ir-only")  # fmt: skip
     load_start = load_average()
     result = attribute(model, spec, "cpu", strategy, dims, budget_s=budget, seed=seed,
-                       kernel_times=False).to_json()  # fmt: skip
+                       kernel_times=False, placements=placements, stop=stop).to_json()  # fmt: skip
     after = (spin_seconds(slow), spin_seconds(fast))
     passes = {p["pass"]: p for p in result["passes"]}
     noise = result["noise_floor"]
@@ -129,6 +129,7 @@ def trial(model: Path, dims: dict, real: str, strategy: str, slow: int, fast: in
         "twins_exclude_1": [t["ci_low"] > 1 or t["ci_high"] < 1 for t in twins],
         "full_s": result["total"]["full_s"]["median"],
         "rounds": result["protocol"]["rounds"],
+        "stop_reason": result["protocol"]["stop_reason"],
         "placements": result["protocol"]["placements"],
         "load": [load_start, load_average()],
         "aa_failed": noise.get("aa_failed"),
@@ -167,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strategies", default="prefix,ablation,shapley")
     ap.add_argument("--trials", type=int, default=20,
                     help="trials per strategy and planted size (each run plants two sizes)")  # fmt: skip
-    ap.add_argument("--budget", type=float, default=6.0, help="attribute's budget_s per run")
+    ap.add_argument("--budget", type=float, default=10.0, help="attribute's budget_s per run")
+    ap.add_argument("--placements", type=int, default=4, help="attribute's placements")
+    ap.add_argument("--stop", default="verdicts", choices=("verdicts", "medians"))
     ap.add_argument("--load", action="store_true", help="keep one core busy throughout")
     ap.add_argument("--out", default=None, help="append the records (JSON Lines)")
     args = ap.parse_args(argv)
@@ -190,9 +193,13 @@ def main(argv: list[str] | None = None) -> int:
                 for j in range(runs):
                     slow = iters[SIZES[j % 3]]
                     fast = iters[SIZES[(j + 1 + (j // 3) % 2) % 3]]
-                    t = trial(model, dims, real, strategy, slow, fast, args.budget, seed=j)
+                    t = trial(model, dims, real, strategy, slow, fast, args.budget, seed=j,
+                              placements=args.placements, stop=args.stop)  # fmt: skip
                     trials.append(t)
-                    w, u = t["passes"]["plant-work"]["saved_s"], t["passes"]["plant-unwaste"]["saved_s"]
+                    w, u = (
+                        t["passes"]["plant-work"]["saved_s"],
+                        t["passes"]["plant-unwaste"]["saved_s"],
+                    )
                     print(f"  {strategy} {j}: work {t['truth']['plant-work'] * 1e6:+.1f} us in "
                           f"[{w['ci_low'] * 1e6:+.1f}, {w['ci_high'] * 1e6:+.1f}], unwaste "
                           f"{t['truth']['plant-unwaste'] * 1e6:+.1f} in [{u['ci_low'] * 1e6:+.1f}, "
@@ -203,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.out:
                 record = {"kind": "irkit.fidelity", "example": example, "dims": dims,
                           "pipeline": real, "loaded": args.load, "budget_s": args.budget,
+                          "placements": args.placements, "stop": args.stop,
+                          "git_sha": host_fingerprint().get("git_sha"),
                           "full_s": full_s, "plant_iters": iters, "summary": table,
                           "trials": trials, "fingerprint": host_fingerprint()}  # fmt: skip
                 with open(args.out, "a") as f:

@@ -16,6 +16,7 @@ output.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from collections.abc import Sequence
@@ -222,17 +223,52 @@ def _progress():
 
 
 def attribute_file(args, model: str, dims: dict) -> dict:
-    """Run one attribution with the command line's options; returns its record."""
-    from irkit.measure.attribution import attribute
+    """Run one attribution with the command line's options; returns its record. With
+    `--quiet-machine`, wait for a quiet host first and measure again (twice at most) while
+    the record says the machine was loaded; every attempt's load is in the record."""
+    import os
 
-    bar, tick = _progress()
-    with bar:
-        result = attribute(
-            model, args.passes, args.backend, args.strategy, dims, args.precision, args.budget,
-            seed=args.seed, permutations=args.permutations, progress=tick,
-            kernel_times=not args.no_kernel_times, timer=args.timer,
-        )  # fmt: skip
-    return result.to_json()
+    from irkit.measure.attribution import attribute
+    from irkit.measure.fingerprint import wait_until_quiet
+
+    pinned = getattr(args, "pin", None)
+    if pinned:
+        os.sched_setaffinity(0, pinned)
+    quiet = getattr(args, "quiet_machine", None)
+    attempts: list[dict] = []
+    while True:
+        waited = wait_until_quiet(quiet) if quiet is not None else None
+        bar, tick = _progress()
+        with bar:
+            record = attribute(
+                model, args.passes, args.backend, args.strategy, dims, args.precision,
+                args.budget, seed=args.seed, permutations=args.permutations, progress=tick,
+                kernel_times=not args.no_kernel_times, timer=args.timer,
+                placements=getattr(args, "placements", 4),
+            ).to_json()  # fmt: skip
+        load = record["protocol"]["load"]
+        attempts.append({"quiet_wait": waited, "loaded": load["loaded"]})
+        if quiet is None or not load["loaded"] or len(attempts) == 3:
+            break
+        print(f"the machine was loaded while measuring (attempt {len(attempts)}); waiting for it to be quiet and measuring again", file=sys.stderr)  # fmt: skip
+    record["protocol"]["pinned_cpus"] = sorted(pinned) if pinned else None
+    if quiet is not None:
+        record["protocol"]["quiet_machine"] = {"max_wait_s": quiet, "attempts": attempts}
+    return record
+
+
+def _cpu_list(text: str) -> set[int]:
+    """`--pin`'s CPUs: comma-separated numbers, each one this process may run on."""
+    import os
+
+    try:
+        cpus = {int(c) for c in text.split(",") if c.strip()}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected CPU numbers like 0 or 0,1, got {text!r}") from None  # fmt: skip
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    if not cpus or not cpus <= allowed:
+        raise argparse.ArgumentTypeError(f"CPUs {text!r}: this process may run on {','.join(map(str, sorted(allowed)))}")  # fmt: skip
+    return cpus
 
 
 def _attribute(args) -> int:
@@ -649,6 +685,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="launches: the driver's launches as they run (default); graph: the "
                           "driver captured once as a CUDA graph and replayed as one launch "
                           "(microsecond kernels without the host's launch cost; --backend cuda)")  # fmt: skip
+    att.add_argument("--placements", type=bounded_int(1, 64), default=4,
+                     help="copies of every distinct program, each compiled and bound "
+                          "separately, the rounds rotating through them so their offsets are "
+                          "in the CIs (default 4)")  # fmt: skip
+    att.add_argument("--quiet-machine", type=positive_float, nargs="?", const=300.0,
+                     default=None, metavar="SECONDS",
+                     help="wait (at most SECONDS, default 300) until no other thread is "
+                          "runnable before measuring, and measure again (twice at most) when "
+                          "the record says the machine was loaded")  # fmt: skip
+    att.add_argument("--pin", default=None, metavar="CPUS", type=_cpu_list,
+                     help="pin this process (and the threads it starts) to these CPUs, "
+                          "e.g. 1 or 0,1; recorded")  # fmt: skip
     att.add_argument("--no-kernel-times", action="store_true",
                      help="skip timing each kernel alone (a third of the budget); passes still "
                           "list the kernels they removed and added")  # fmt: skip

@@ -59,37 +59,62 @@ def show_attribution(console: Console, rec: dict) -> None:
         loads = [load.get("load_1min_start"), load.get("load_1min_end")]
         said = (f"1-minute load {loads[0]:.2f} at the start, {loads[1]:.2f} at the end, on "
                 f"{load['cpus']} CPUs" if None not in loads else f"{load['cpus']} CPUs")  # fmt: skip
+        if load.get("crowded"):
+            said += (f"; {max(q for q in (load.get('run_queue_start'), load.get('run_queue_end')) if q is not None)} "
+                     f"other threads runnable beside the program's {load.get('threads') or 1}")  # fmt: skip
         if load.get("waited_for_a_core"):
             said += (f"; the full program had the CPU {load['cpu_over_wall']:.0%} of its wall "
                      "time on one thread (it waited for a core)")  # fmt: skip
         console.print(
             f"the machine was loaded: {said}; expect a wider noise floor and copy-to-copy "
-            "offsets (run again on a quiet machine to confirm)",
+            "offsets (run again on a quiet machine to confirm, or with --quiet-machine)",
             style="yellow",
+            highlight=False,
+        )
+    placements = proto.get("placements")
+    if placements:
+        console.print(
+            f"{placements} placements: every program compiled and bound {placements} times, "
+            "rounds rotating through the copies; CIs resample copies and rounds",
             highlight=False,
         )
     if "aa_ratio" in noise:
         aa = noise["aa_ratio"]
-        full_s = noise.get("floor_full_s", noise.get("floor_s"))
+        failed = noise.get("aa_failed")
         line = (
-            f"A/A noise floor: ±{noise['floor']:.2%}"
-            + (f" = ±{fmt_time(full_s)} per call" if full_s is not None else "")
-            + f" (full pipeline compiled twice: ratio {aa['value']:.4f} "
-            f"[{aa['ci_low']:.4f}, {aa['ci_high']:.4f}])"
+            f"A/A check: the full pipeline's program against its own copies, ratio "
+            f"{aa['value']:.4f} [{aa['ci_low']:.4f}, {aa['ci_high']:.4f}]"
         )
         if "aa_ratio_baseline" in noise:
             base = noise["aa_ratio_baseline"]
             line += (
-                f"; without optional passes ±{noise['floor_baseline']:.2%} = "
-                f"±{fmt_time(noise['floor_baseline_s'])} (ratio {base['value']:.4f} "
-                f"[{base['ci_low']:.4f}, {base['ci_high']:.4f}]); significance beyond "
-                f"±{fmt_time(noise['floor_s'])}"
+                f"; without optional passes {base['value']:.4f} "
+                f"[{base['ci_low']:.4f}, {base['ci_high']:.4f}]"
             )
-        console.print(line, highlight=False)
+        if failed is None:  # a record from before placements: the floor was the rule
+            line += f"; noise floor ±{noise['floor']:.2%} = ±{fmt_time(noise['floor_s'])}"
+        elif failed:
+            line += (
+                f"; FAILED: the CIs did not cover equal programs, so every verdict is also "
+                f"judged beyond the floor ±{fmt_time(noise['floor_s'])}"
+            )
+        else:
+            line += "; passed (both cover 1)"
+        context = noise.get("per_context")
+        if context:
+            line += (
+                f". Per context: {context['failed']} of {len(context['programs'])} programs' "
+                "halves of copies differ (their passes judged beyond that floor)"
+            )
+        console.print(line, highlight=False, style="yellow" if failed else None)
+    rule = (
+        "CI excludes 0 (beyond an A/A floor only where a check failed)"
+        if noise.get("aa_failed") is not None
+        else "CI excludes 0 and beyond the A/A floor"
+    )
     table = Table(
         title="per-pass contribution: time saved per call (negative = slower), 95% CI; "
-        "significant: CI excludes 0 and beyond the A/A floor; detectable: the "
-        "smallest effect this run could call"
+        f"significant: {rule}; detectable: the effect this run calls significant 4 times in 5"
     )
     for col in ("pass", "saved", "95% CI", "speedup", "95% CI ", "of total", "significant",
                 "detectable", "kernels changed"):  # fmt: skip

@@ -370,9 +370,7 @@ class Attribution:
 # --------------------------------------------------------------------------- the engine
 
 
-def significance(
-    saved: Interval, changes: bool, floor_s: float = 0.0
-) -> tuple[bool, float | None]:
+def significance(saved: Interval, changes: bool, floor_s: float = 0.0) -> tuple[bool, float | None]:
     """The rule every pass is judged by (module docstring, step 4): significant when the
     pass changes code and its saving's 95% CI, which holds the copy-to-copy spread as well
     as the round-to-round one, excludes zero; where an A/A check of the pass's own contexts
@@ -389,6 +387,38 @@ def significance(
 
 
 TIMERS = ("launches", "graph")
+STOPS = ("verdicts", "medians")
+RESOLVE_CONFIDENCE = 0.999
+"""A verdict counts as resolved early when this CI excludes 0 (stricter than the reported
+95%: looking again and again, a 95% rule would stop on chance exclusions)."""
+
+
+def _verdicts_resolved(
+    plan: Plan,
+    key_of: Mapping[Mask, str],
+    row_of: Mapping[str, int],
+    rows: np.ndarray,
+    slots: np.ndarray,
+    precision: float,
+    seed: int,
+) -> bool:
+    """Whether every pass that changes code has its verdict: its saving's 99.9% CI excludes
+    0 (a clear effect), or its 95% CI is narrower than `precision` of the full program's
+    time either side (an effect smaller than that, known well enough). A quick bootstrap
+    (300 resamples) over the samples so far."""
+    point, boot = _round_bootstrap(rows, 300, seed, slots[: rows.shape[1]])
+    t_point = {m: point[row_of[key_of[m]]] for m in plan.masks}
+    t_boot = {m: boot[row_of[key_of[m]]] for m in plan.masks}
+    c_point, c_boot = plan.contributions(t_point), plan.contributions(t_boot)
+    scale = precision * float(t_point[plan.full])
+    for i in range(plan.k):
+        if all(key_of[a] == key_of[b] for a, b in plan.pairs(i)):
+            continue
+        clear = Interval.of(float(c_point[i]), c_boot[i], RESOLVE_CONFIDENCE).excludes(0.0)
+        ci = Interval.of(float(c_point[i]), c_boot[i])
+        if not clear and (ci.high - ci.low) / 2 > scale:
+            return False
+    return True
 
 
 class Placements:
@@ -464,6 +494,7 @@ def attribute(
     kernel_times: bool = True,
     timer: str = "launches",
     placements: int = 4,
+    stop: str = "verdicts",
 ) -> Attribution:
     """Attribute the runtime of `model` under `pipeline` to its optional passes (see the
     module docstring for the protocol). `budget_s`: seconds of measuring in all, a third of
@@ -473,13 +504,17 @@ def attribute(
     a CUDA graph and replayed as one launch: microsecond kernels without the host's launch
     cost; backends that can replay only). `placements`: copies of every distinct program,
     each compiled and bound separately, the rounds rotating through them (`Placements`;
-    fewer where their buffers would take more than `PLACEMENT_BYTES`)."""
+    fewer where their buffers would take more than `PLACEMENT_BYTES`). `stop`: "verdicts"
+    (sampling stops when every pass's verdict is resolved, `_verdicts_resolved`) or
+    "medians" (when every program's median is within `precision`)."""
     from irkit.frontend import load
-    from irkit.measure.fingerprint import host_fingerprint, load_average, load_record
+    from irkit.measure.fingerprint import host_fingerprint, load_average, load_record, run_queue
     from irkit.runtime import get_backend
     from irkit.runtime.check import reference_case
 
     _check_arguments(strategy, precision, budget_s, kernel_budget_s, permutations, seed)
+    if stop not in STOPS:
+        raise IrkitError(f"attribute: unknown stop rule {stop!r}; choose from {', '.join(STOPS)}")
     if isinstance(placements, bool) or not isinstance(placements, int) or not 1 <= placements <= 64:
         raise IrkitError(f"attribute: placements must be an integer from 1 to 64, got {placements!r}")  # fmt: skip
     if timer not in TIMERS:
@@ -579,9 +614,16 @@ def attribute(
     program_budget = max(budget_s - kernel_share, budget_s / 3)
     # no separate warm-up call: binding ran every program once, and calibration calls each
     # at least once more before its first sample (a slow variant's call can take seconds)
-    load_start = load_average()
-    timings = time_interleaved(fns, precision, program_budget, min_rounds, max_rounds, warmup=0,
-                               seed=seed, on_round=on_round)  # fmt: skip
+    load_start, queue_start = load_average(), run_queue()
+
+    def resolved(samples_now: dict[str, list[float]]) -> bool:
+        rows = np.array([samples_now[k] for k in programs])
+        row_of = {k: i for i, k in enumerate(programs)}
+        return _verdicts_resolved(plan, key_of, row_of, rows, np.array(slots), precision, seed)
+
+    timings = time_interleaved(fns, precision, program_budget, max(min_rounds, 2 * copies),
+                               max_rounds, warmup=0, seed=seed, on_round=on_round,
+                               resolved=resolved if stop == "verdicts" else None)  # fmt: skip
     tick("measure", max_rounds, max_rounds)
     keys = list(fns)
     samples = np.stack([timings[k].samples for k in keys])
@@ -700,6 +742,11 @@ def attribute(
         "rounds": rounds,
         "stop_reason": stop,
         "precision": precision,
+        "stop": stop,
+        "stop_method": "verdicts: every pass's 99.9% CI excludes 0, or its 95% CI is within "
+        "precision x the full program's time, checked every fifth round"
+        if stop == "verdicts"
+        else "medians: every program's median within precision",
         "budget_s": budget_s,
         "budget_split_s": {"programs": program_budget, "kernels": kernel_share},
         "min_rounds": min_rounds,
@@ -733,6 +780,8 @@ def attribute(
             load_average(),
             timings[full_key].cpu_over_wall,
             _threads(programs[full_key].exe),
+            queue_start,
+            run_queue(),
         ),
     }
     for v in variants:
@@ -955,7 +1004,7 @@ def compare_pipelines(
         fns[name] = _checked_bound(exe, graph, case, f"pipeline '{spec}'").timed_graph()
     timings = time_interleaved(fns, precision, budget_s, min_rounds, seed=seed)
     samples = np.stack([timings[k].samples for k in ("a", "b", "twin")])
-    point, boot = _round_bootstrap(samples, resamples, seed, np.array(slots[: samples.shape[1]]))
+    point, boot = _round_bootstrap(samples, resamples, seed)
     aa = Interval.of(point[2] / point[0], boot[2] / boot[0])
     return Comparison(
         ratio=Interval.of(point[1] / point[0], boot[1] / boot[0]),

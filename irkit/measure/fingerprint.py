@@ -80,6 +80,46 @@ def load_average() -> float | None:
         return None
 
 
+def run_queue() -> int | None:
+    """Threads runnable on the host right now, the measuring process's own excluded
+    (`procs_running` of /proc/stat, less one; None where the OS has none)."""
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("procs_running"):
+                    return max(int(line.split()[1]) - 1, 0)
+    except OSError:
+        pass
+    return None
+
+
+QUIET_RUN_QUEUE = 0.25
+"""A quiet machine: other threads runnable, averaged over a second, at most this many."""
+
+
+def wait_until_quiet(max_wait_s: float, poll_s: float = 0.05) -> dict:
+    """Wait until the host is quiet (`QUIET_RUN_QUEUE`: the run queue, the measuring
+    process excluded, averaged over one-second windows) or `max_wait_s` has passed; returns
+    what happened: seconds waited, whether it got quiet, the last window's mean run queue."""
+    import time
+
+    start = time.perf_counter()
+    mean = None
+    while True:
+        window = []
+        end = time.perf_counter() + 1.0
+        while time.perf_counter() < end:
+            q = run_queue()
+            if q is None:
+                return {"waited_s": 0.0, "quiet": None, "run_queue": None}
+            window.append(q)
+            time.sleep(poll_s)
+        mean = sum(window) / len(window)
+        waited = time.perf_counter() - start
+        if mean <= QUIET_RUN_QUEUE or waited >= max_wait_s:
+            return {"waited_s": waited, "quiet": mean <= QUIET_RUN_QUEUE, "run_queue": mean}
+
+
 CPU_SHARE_FLOOR = 0.9
 """Below this share of the wall time on the CPU, a one-thread program was kept waiting."""
 
@@ -89,6 +129,8 @@ def load_record(
     end: float | None,
     cpu_over_wall: float | None = None,
     threads: int | None = None,
+    run_queue_start: int | None = None,
+    run_queue_end: int | None = None,
 ) -> dict:
     """The machine's load around a measurement, and whether it was loaded: more than half
     a core busy beyond the measuring process itself at the start or the end, or a program
@@ -100,12 +142,18 @@ def load_record(
     cpus = os.cpu_count() or 1
     busy = [x for x in (start, end) if x is not None]
     waited = threads == 1 and cpu_over_wall is not None and cpu_over_wall < CPU_SHARE_FLOOR
+    queues = [q for q in (run_queue_start, run_queue_end) if q is not None]
+    crowded = bool(queues) and max(queues) + (threads or 1) > cpus
     return {
         "load_1min_start": start, "load_1min_end": end, "cpus": cpus,
+        "run_queue_start": run_queue_start, "run_queue_end": run_queue_end,
         "cpu_over_wall": cpu_over_wall, "threads": threads,
         "waited_for_a_core": waited,
-        "loaded": (bool(busy) and max(busy) - 1 > 0.5) or waited,
+        "crowded": crowded,
+        "loaded": (bool(busy) and max(busy) - 1 > 0.5) or waited or crowded,
         "rule": "1-minute load average minus the measuring process above 0.5 at the start or "
-                f"end, or a one-thread program on the CPU under {CPU_SHARE_FLOOR:.0%} of its "
-                "wall time (process CPU time per call / wall time per call, median)",
+                "end, or other runnable threads plus the program's threads more than the CPUs "
+                f"at the start or end, or a one-thread program on the CPU under "
+                f"{CPU_SHARE_FLOOR:.0%} of its wall time (process CPU time per call / wall "
+                "time per call, median)",
     }  # fmt: skip

@@ -139,7 +139,8 @@ def _section(plt, rec: dict) -> str:
 <h2>{html.escape(rec["workload"])} <small class='dim'>{html.escape(str(rec["dims"]))}</small></h2>
 <p>pipeline <code>{html.escape(rec["pipeline"])}</code>, backend {html.escape(p["selection"])},
 strategy {rec["strategy"]}; {p["variants"]} variants, {p["programs_measured"]} distinct programs;
-{p["rounds"]} interleaved rounds, stopped by {p["stop_reason"]}; A/A noise floor
+{p["rounds"]} interleaved rounds over {p.get("placements", 1)} placements, stopped by
+{p["stop_reason"]}; A/A {"check failed, floor" if noise.get("aa_failed", True) else "check passed, floor"}
 ±{noise.get("floor", 0):.2%}.<br>
 no optional pass {_ms(t["baseline_s"]["median"])}, all {_ms(t["full_s"]["median"])}:
 speedup {t["speedup"]["value"]:.3f}x [{t["speedup"]["ci_low"]:.3f}, {t["speedup"]["ci_high"]:.3f}]</p>
@@ -258,8 +259,9 @@ def render_report(results: str) -> tuple[str, int]:
 <p>{len(latest)} workloads from <code>{html.escape(results)}</code>. Host {html.escape(str(fp.get("cpu")))},
 irkit {html.escape(str(fp.get("irkit_version")))} at git {html.escape(str(fp.get("git_sha")))},
 LLVM {html.escape(str(fp.get("llvm")))}, measured {html.escape(str(fp.get("time")))}.
-Contributions are time saved per call, with 95% bootstrap CIs over interleaved rounds; a
-contribution counts as significant only outside both its CI and the run's A/A noise floor.</p>
+Contributions are time saved per call, with 95% bootstrap CIs over placements (separately
+compiled and bound copies) and interleaved rounds; a contribution is significant when its
+CI excludes 0, and also beyond the A/A floor where the run's A/A check failed.</p>
 {f"<h2>failed jobs</h2><ul>{failures}</ul>" if failures else ""}
 {body}
 </body></html>

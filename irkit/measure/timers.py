@@ -131,12 +131,15 @@ def time_interleaved(
     seed: int = 0,
     floor_rounds: int | None = None,
     on_round: Callable[[int], None] | None = None,
+    resolved: Callable[[dict[str, list[float]]], bool] | None = None,
 ) -> dict[str, Timing]:
     """Time several functions in interleaved rounds, each round in a fresh random order, so
     that drift (clocks, other load) hits every variant alike. One sample per function per
     round; stops when every median's CI half-width is under `precision` (checked from
     `min_rounds` on), at `max_rounds`, or when the budget is spent (checked from
-    `floor_rounds` on, by default `min_rounds`). `on_round(n)` is called after round n."""
+    `floor_rounds` on, by default `min_rounds`). `on_round(n)` is called after round n.
+    `resolved(samples)`, where given, replaces the precision rule: sampling stops (reason
+    "resolved") once it returns True, asked from `min_rounds` on, every fifth round."""
     floor = min_rounds if floor_rounds is None else floor_rounds
     rounds = Rounds(fns, warmup, min_sample_s, seed)
     samples, reps = rounds.samples, rounds.reps
@@ -146,8 +149,13 @@ def time_interleaved(
         rounds.run()
         if on_round is not None:
             on_round(r + 1)
-        precise = all(median_ci(np.array(s)).half_width <= precision for s in samples.values())
-        if r + 1 >= min_rounds and precise:
+        if r + 1 >= min_rounds and resolved is not None:
+            if (r + 1 - min_rounds) % 5 == 0 and resolved(samples):
+                reason = "resolved"
+                break
+        elif r + 1 >= min_rounds and all(
+            median_ci(np.array(s)).half_width <= precision for s in samples.values()
+        ):
             reason = "precision"
             break
         if r + 1 >= floor and time.perf_counter() > deadline:
