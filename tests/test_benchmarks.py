@@ -129,3 +129,31 @@ def test_gpu_acceptance_runs_in_full_on_cuda_host(tmp_path: Path) -> None:
         assert json.loads((out / f"attribute_{example}.json").read_text())["backend"] == "cuda-host"
     cross = json.loads((out / "attribute_mlp_cross.json").read_text())
     assert cross["backends"] == ["cpu", "cuda-host"]
+
+
+@pytest.mark.slow
+def test_fidelity_plants_and_scores_known_effects(tmp_path: Path) -> None:
+    """benchmarks/fidelity.py at a smoke size: the plants go through the public pass API,
+    the truth is timed independently, and the record scores every planted effect (coverage,
+    sign, significance) and the zero-cost plants; the IR-only plant gets exactly zero. No
+    timing outcome is asserted: the counts are what the run measured."""
+    out = tmp_path / "f.jsonl"
+    r = subprocess.run(
+        [sys.executable, "benchmarks/fidelity.py", "--examples", "elementwise_chain",
+         "--strategies", "prefix", "--trials", "1", "--budget", "0.5", "--placements", "2",
+         "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["kind"] == "irkit.fidelity" and record["placements"] == 2
+    rows = record["summary"]["prefix"]
+    sizes = {k for k in rows if k.startswith(("slower", "faster"))}
+    assert sizes == {"slower 2%", "slower 5%", "slower 20%", "faster 2%", "faster 5%", "faster 20%"}
+    assert rows["plant-ir-only"] == {"n": 3, "covered": 3, "sign": 0, "significant": 0, "exact_zero": 3}  # fmt: skip
+    assert rows["A/A twins"]["n"] == 6
+    for t in record["trials"]:
+        assert t["truth"]["plant-work"] < 0 < t["truth"]["plant-unwaste"]  # spins cost time
+        assert not t["passes"]["plant-ir-only"]["changes_code"]
+        assert t["passes"]["plant-zero"]["changes_code"]
+    assert "coverage" in r.stdout and "false positives" in r.stdout
