@@ -824,15 +824,15 @@ def _round_bootstrap(
 
     With `slots` (the placement slot each round ran, `Placements`), the copies are a random
     sample of placements too, and the CI must hold their spread. Rounds are resampled within
-    each slot (every slot keeps its share); then each program's copy-to-copy variance, the
-    variance of its per-slot medians beyond what the round noise explains (a random-effects
-    estimate, zero when the round noise explains it all), is added to its replicates as
-    Student-t noise (copies - 1 degrees of freedom) scaled by its standard error over the
-    copies. (Resampling slots and then
-    rounds within them counts the round noise twice, and with four slots has a handful of
-    distinct draws: CIs that covered planted effects every time but found a 5% one only
-    half the time.) The noise added is independent per program: copies of different
-    programs are bound separately; sums of contributions stay exact replicate by replicate."""
+    each slot (every slot keeps its share); then the copy-to-copy variance, the variance of
+    the per-slot medians beyond what the round noise explains (a random-effects estimate,
+    relative to each program's median and pooled over the programs, zero when the round
+    noise explains it all), is added to every program's replicates as Student-t noise
+    scaled by its standard error over the copies. (Resampling slots and then rounds within
+    them counts the round noise twice, and with four slots has a handful of distinct draws:
+    CIs that covered planted effects every time but found a 5% one only half the time.) The
+    noise added is independent per program: copies of different programs are bound
+    separately; sums of contributions stay exact replicate by replicate."""
     rounds = samples.shape[1]
     rng = np.random.default_rng(seed)
     point = np.median(samples, axis=1)
@@ -846,10 +846,15 @@ def _round_bootstrap(
     per_slot = np.stack([np.median(samples[:, g], axis=1) for g in groups], axis=1)
     between = np.var(per_slot, axis=1, ddof=1)
     within = np.var(boot, axis=1) * len(groups)  # round noise in one slot's median
-    copy_var = np.maximum(between - within, 0.0) / len(groups)
-    # Student's t with one degree of freedom fewer than copies: the variance is estimated
-    # from those few copies (normal draws covered a 3% copy spread 92% of the time)
-    draws = rng.standard_t(len(groups) - 1, size=boot.shape)
+    # copy offsets are relative (a placement slows a program by some percent), and their
+    # variance is pooled over the programs: four copies of one program estimate it too
+    # poorly to use alone (its per-context A/A check guards a program with larger offsets)
+    scale = np.maximum(point, 1e-30) ** 2
+    pooled = max(float(np.mean((between - within) / scale)), 0.0)
+    copy_var = pooled * scale / len(groups)
+    # Student's t, as many degrees of freedom as the pooled estimate has (normal draws from
+    # one program's own four copies covered a 3% copy spread 92% of the time)
+    draws = rng.standard_t(len(samples) * (len(groups) - 1), size=boot.shape)
     return point, boot + draws * np.sqrt(copy_var)[:, None]
 
 
