@@ -173,7 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stop", default="verdicts", choices=("verdicts", "medians"))
     ap.add_argument("--load", action="store_true", help="keep one core busy throughout")
     ap.add_argument("--out", default=None, help="append the records (JSON Lines)")
+    ap.add_argument("--markdown", default=None, metavar="RECORDS",
+                    help="print the records of a JSON Lines file as a markdown table, and exit")  # fmt: skip
     args = ap.parse_args(argv)
+    if args.markdown:
+        print(markdown([json.loads(line) for line in Path(args.markdown).read_text().splitlines()]))
+        return 0
     loader = None
     if args.load:
         loader = multiprocessing.Process(target=_spin_forever, daemon=True)
@@ -220,6 +225,32 @@ def main(argv: list[str] | None = None) -> int:
         if loader is not None:
             loader.terminate()
     return 0
+
+
+ORDER = ("slower 2%", "faster 2%", "slower 5%", "faster 5%", "slower 20%", "faster 20%")
+
+
+def markdown(records: list[dict]) -> str:
+    """The records as one table: a row per example, condition, strategy and effect (counts
+    and rates as measured), then one per strategy for the zero-cost plants and twins."""
+    lines = ["| example | machine | strategy | planted | trials | coverage | sign | significant |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    zero = ["| example | machine | strategy | zero-cost plant called significant | IR-only plant exactly 0 | A/A twins excluding 1 |",
+            "|---|---|---|---|---|---|"]  # fmt: skip
+    for rec in records:
+        machine = "one core loaded" if rec["loaded"] else "quiet"
+        for strategy, rows in rec["summary"].items():
+            for key in ORDER:
+                r = rows.get(key)
+                if r:
+                    n = r["n"]
+                    lines.append(f"| {rec['example']} | {machine} | {strategy} | {key} | {n} | "
+                                 f"{r['covered'] / n:.0%} | {r['sign'] / n:.0%} | "
+                                 f"{r['significant'] / n:.0%} |")  # fmt: skip
+            z, ir, aa = rows["plant-zero"], rows["plant-ir-only"], rows["A/A twins"]
+            zero.append(f"| {rec['example']} | {machine} | {strategy} | {z['significant']}/{z['n']} | "
+                        f"{ir['exact_zero']}/{ir['n']} | {aa['excluded_1']}/{aa['n']} |")  # fmt: skip
+    return "\n".join(lines) + "\n\n" + "\n".join(zero)
 
 
 def _print(example: str, table: dict) -> None:

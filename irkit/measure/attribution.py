@@ -843,19 +843,34 @@ def _round_bootstrap(
     groups = [np.flatnonzero(slots == s) for s in labels]
     idx = np.concatenate([g[rng.integers(0, len(g), size=(resamples, len(g)))] for g in groups], axis=1)  # fmt: skip
     boot = np.median(samples[:, idx], axis=2)
-    per_slot = np.stack([np.median(samples[:, g], axis=1) for g in groups], axis=1)
-    between = np.var(per_slot, axis=1, ddof=1)
-    within = np.var(boot, axis=1) * len(groups)  # round noise in one slot's median
-    # copy offsets are relative (a placement slows a program by some percent), and their
-    # variance is pooled over the programs: four copies of one program estimate it too
-    # poorly to use alone (its per-context A/A check guards a program with larger offsets)
-    scale = np.maximum(point, 1e-30) ** 2
-    pooled = max(float(np.mean((between - within) / scale)), 0.0)
-    copy_var = pooled * scale / len(groups)
+    copy_var = _copy_variance(samples, groups) * np.maximum(point, 0.0) ** 2 / len(groups)
     # Student's t, as many degrees of freedom as the pooled estimate has (normal draws from
     # one program's own four copies covered a 3% copy spread 92% of the time)
     draws = rng.standard_t(len(samples) * (len(groups) - 1), size=boot.shape)
     return point, boot + draws * np.sqrt(copy_var)[:, None]
+
+
+def _copy_variance(samples: np.ndarray, groups: list[np.ndarray]) -> float:
+    """The variance of a copy's offset (relative: a placement slows a program by some
+    fraction), pooled over the programs of `samples` [program, round], rounds grouped by
+    the copy (slot) they ran on.
+
+    On log times: each program's level removed, then each round's common factor (the mean
+    over the programs: the machine's speed that round, and any drift, hit every program of
+    a round alike), so what is left is each sample's own noise and its copy's offset. The
+    offsets' variance is the variance of the per-copy means less the noise in them (the
+    within-copy variance over the count), scaled back by P/(P-1) for the share of itself a
+    program's common factor took out; zero when the noise explains it all. With one program
+    there is no common factor to take out, and the round-to-round drift stays in the noise."""
+    logs = np.log(np.maximum(samples, 1e-30))
+    resid = logs - np.median(logs, axis=1, keepdims=True)
+    programs = len(samples)
+    if programs > 1:
+        resid = resid - resid.mean(axis=0, keepdims=True)
+    means = np.stack([resid[:, g].mean(axis=1) for g in groups], axis=1)
+    noise = np.stack([resid[:, g].var(axis=1, ddof=1) / len(g) for g in groups], axis=1)
+    var = float(np.mean(means.var(axis=1, ddof=1)) - np.mean(noise))
+    return max(var, 0.0) * (programs / (programs - 1) if programs > 1 else 1.0)
 
 
 def _floor(ratio: Interval, scale_s: float) -> tuple[float, float]:
