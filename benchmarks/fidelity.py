@@ -3,7 +3,7 @@
     python benchmarks/fidelity.py [--examples elementwise_chain,mlp] [--strategies
         prefix,ablation,shapley] [--trials 20] [--budget 6] [--load] [--out FILE]
 
-Passes of known cost are planted through irkit's public pass API (`fidelity_plants.py`,
+Passes of known cost are planted through irkit's public pass API (`irkit.measure.plants`,
 a plugin) into an example's pipeline, after its real optional passes:
 
 - `plant-work{iters=N}`: a spin kernel costing about 2%, 5% or 20% of the full program's
@@ -36,16 +36,14 @@ from pathlib import Path
 
 import numpy as np
 
+import irkit.measure.plants  # noqa: F401 (registers the plants)
+from irkit.frontend import load
+from irkit.measure.attribution import attribute
+from irkit.measure.fingerprint import host_fingerprint, load_average
+from irkit.pipelines import apply_passes, parse_passes
+from irkit.runtime import get_backend
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import fidelity_plants  # noqa: E402,F401 (registers the plants)
-
-from irkit.frontend import load  # noqa: E402
-from irkit.measure.attribution import attribute  # noqa: E402
-from irkit.measure.fingerprint import host_fingerprint, load_average  # noqa: E402
-from irkit.pipelines import apply_passes, parse_passes  # noqa: E402
-from irkit.runtime import get_backend  # noqa: E402
 
 EXAMPLES = {
     # example: (model, dims, the real optional passes and required lowering before the plants)
@@ -69,7 +67,7 @@ def _spin_call(iters: int, kind: str) -> float:
     module = load(HERE.parent / "examples" / "elementwise_chain.graph", {"N": 8, "D": 8})
     module = backend.lower(apply_passes(module, parse_passes(f"lower-graph-to-loops,{kind}{{iters={iters}}}")))  # fmt: skip
     exe = backend.compile(module)
-    name = "plant_work" if kind == "plant-work" else "plant_waste"
+    name = "planted_work" if kind == "plant-work" else "planted_waste"
     buf = [np.zeros(1, np.float32)]
     exe.launch(name, buf)
     reps = max(1, int(2e-3 / max(_batch(exe, name, buf, 3), 1e-9)))

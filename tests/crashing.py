@@ -2,7 +2,7 @@
 
 It adds a kernel, called from the driver, that stores 4 TiB past the end of a one-element
 scratch buffer (an address no process has mapped): the JIT-compiled code takes a SIGSEGV.
-With `hang=true` it adds instead tests/planted.py's dependent multiply-add chain at 10^15
+With `hang=true` it adds instead irkit.measure.plants' dependent multiply-add chain at 10^15
 iterations (days).
 It claims to be an optimization, so a suite or an attribution runs it like any other pass;
 isolation in worker processes is what keeps the suite alive. Loaded as a plugin:
@@ -23,7 +23,7 @@ from irkit.passes import register_pass
 # Loaded as a plugin file (by path) in a worker whose working directory is elsewhere: make
 # the repository's `tests` package importable for the shared planting helper.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.planted import KERNEL, call_from_driver  # noqa: E402
+from irkit.measure.plants import call_from_driver, spin_kernel  # noqa: E402
 
 CRASH = """
 func.func private @crash(%buf: memref<1xf32> {irkit.scratch}) attributes {irkit.kernel} {
@@ -46,4 +46,4 @@ class PlantCrashPass(ModulePass):
     hang: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        call_from_driver(op, KERNEL.format(iterations=10**15) if self.hang else CRASH)
+        call_from_driver(op, spin_kernel("planted_work", 10**15) if self.hang else CRASH)

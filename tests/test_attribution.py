@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-import tests.planted  # noqa: F401  (registers plant-work)
+import irkit.measure.plants  # noqa: F401  (registers plant-work)
 from irkit import random_inputs
 from irkit.cli.bench import main as bench
 from irkit.errors import IrkitError
