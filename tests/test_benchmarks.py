@@ -141,7 +141,7 @@ def test_fidelity_plants_and_scores_known_effects(tmp_path: Path) -> None:
     r = subprocess.run(
         [sys.executable, "benchmarks/fidelity.py", "--examples", "elementwise_chain",
          "--strategies", "prefix", "--trials", "1", "--budget", "0.5", "--placements", "2",
-         "--out", str(out)],
+         "--truth-seconds", "0.3", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -152,8 +152,10 @@ def test_fidelity_plants_and_scores_known_effects(tmp_path: Path) -> None:
     assert sizes == {"slower 2%", "slower 5%", "slower 20%", "faster 2%", "faster 5%", "faster 20%"}
     assert rows["plant-ir-only"] == {"n": 3, "covered": 3, "sign": 0, "significant": 0, "exact_zero": 3}  # fmt: skip
     assert rows["A/A twins"]["n"] == 6
+    assert len(record["truths"]) == 1  # measured in the program before and after the trials
     for t in record["trials"]:
-        assert t["truth"]["plant-work"] < 0 < t["truth"]["plant-unwaste"]  # spins cost time
+        assert set(t["truth"]) == {"plant-work", "plant-unwaste", "plant-zero", "plant-ir-only"}
+        assert t["spin_alone_s"]["plant-work"] > 0  # the drift check
         assert not t["passes"]["plant-ir-only"]["changes_code"]
         assert t["passes"]["plant-zero"]["changes_code"]
     assert "coverage" in r.stdout and "false positives" in r.stdout
