@@ -110,7 +110,7 @@ def in_context_seconds(model: Path, dims: dict, real: str, iters: int, copies: i
     backend, _ = get_backend("cpu")
     graph = load(model, dims)
     inputs = reference_case(graph, 0)[0]
-    modules = [backend.lower(apply_passes(graph, parse_passes(spec)))
+    modules = [backend.lower(apply_passes(graph.clone(), parse_passes(spec)))  # (in place)
                for spec in (real, f"{real},plant-work{{iters={iters}}}")]  # fmt: skip
     pairs = [[backend.compile(m.clone()).bind(*inputs) for m in modules] for _ in range(copies)]
     rng = np.random.default_rng(iters)
