@@ -336,7 +336,24 @@ def markdown(records: list[dict]) -> str:
             z, ir, aa = rows["plant-zero"], rows["plant-ir-only"], rows["A/A twins"]
             zero.append(f"| {rec['example']} | {machine} | {strategy} | {z['significant']}/{z['n']} | "
                         f"{ir['exact_zero']}/{ir['n']} | {aa['excluded_1']}/{aa['n']} |")  # fmt: skip
-    return "\n".join(lines) + "\n\n" + "\n".join(zero)
+    truth = ["| example | machine | planted (iterations) | spin alone | in the program: mean of the measurements | their standard error |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for rec in records:
+        machine = "one core loaded" if rec["loaded"] else "quiet"
+        seen: dict[str, list[float]] = {}
+        for m in [rec["truths"][0]["before"], *(b["after"] for b in rec["truths"])]:
+            for n, v in m.items():
+                seen.setdefault(str(n), []).append(v["seconds"])
+        alone: dict[str, list[float]] = {}
+        for t in rec["trials"]:
+            for k, n in t["iters"].items():
+                alone.setdefault(str(n), []).append(t["spin_alone_s"][k])
+        for size, n in rec["plant_iters"].items():
+            v = np.array(seen[str(n)])
+            truth.append(f"| {rec['example']} | {machine} | {float(size):.0%} ({n}) | "
+                         f"{np.mean(alone[str(n)]) * 1e6:.1f} us | {v.mean() * 1e6:.1f} us | "
+                         f"{v.std(ddof=1) / np.sqrt(len(v)) * 1e6:.1f} us ({len(v)} x 6 copies) |")  # fmt: skip
+    return "\n".join(lines) + "\n\n" + "\n".join(zero) + "\n\n" + "\n".join(truth)
 
 
 def _print(example: str, table: dict) -> None:
