@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import irkit
+import irkit.measure.plants  # noqa: F401  (registers plant-work)
 import tests.broken  # noqa: F401  (registers break-add)
-import tests.planted  # noqa: F401  (registers plant-work)
 from irkit.cli.bench import main as bench
 from irkit.measure.bisect import first_wrong_pass, pipeline_edits, sequential_slower
 

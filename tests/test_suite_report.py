@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-import tests.planted  # noqa: F401  (registers plant-work)
+import irkit.measure.plants  # noqa: F401  (registers plant-work)
 from irkit.cli.bench import main as bench
 
 CHAIN = ["examples/elementwise_chain.graph", "--backend", "cpu", "--dim", "N=128", "--dim", "D=256"]
