@@ -624,7 +624,7 @@ def attribute(
         row_of = {k: i for i, k in enumerate(programs)}
         return _verdicts_resolved(plan, key_of, row_of, rows, np.array(slots), precision, seed)
 
-    timings = time_interleaved(fns, precision, program_budget, max(min_rounds, 2 * copies),
+    timings = time_interleaved(dict[str, Callable[[], None]](fns), precision, program_budget, max(min_rounds, 2 * copies),
                                max_rounds, warmup=0, seed=seed, on_round=on_round,
                                resolved=resolved if stop == "verdicts" else None)  # fmt: skip
     tick("measure", max_rounds, max_rounds)

@@ -76,7 +76,7 @@ def call_from_driver(op: ModuleOp, text: str) -> func.FuncOp:
     driver = entry_function(op)
     ret = driver.body.block.last_op
     assert ret is not None
-    buf = memref.AllocOp([], [], fn.args[0].type)  # type: ignore[arg-type]
+    buf = memref.AllocOp([], [], fn.args[0].type)
     call = func.CallOp(name, [buf.memref], [])
     driver.body.block.insert_ops_before([buf, call, memref.DeallocOp.get(buf.memref)], ret)
     return fn
@@ -172,4 +172,6 @@ class PlantIrOnlyPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for k in kernels(op):
-            k.body.block.insert_op_before(arith.ConstantOp(FloatAttr(42.0, f32)), k.body.block.first_op)  # fmt: skip
+            first = k.body.block.first_op
+            assert first is not None  # a kernel ends in func.return
+            k.body.block.insert_op_before(arith.ConstantOp(FloatAttr(42.0, f32)), first)
