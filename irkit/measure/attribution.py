@@ -604,10 +604,8 @@ def attribute(
             tick("placements", done, (copies - 1) * len(programs) + copies * len(twins))
     fns = {k: Placements([_timed(b, timer, chosen.name) for b in bs]) for k, bs in bound.items()}
     slots: list[int] = []
-    rounds_done = [0]
 
     def on_round(r: int) -> None:
-        rounds_done[0] = r
         slots.append((r - 1) % copies)  # the slot round r ran on; the next runs on slot r
         for fn in fns.values():
             fn.select(r)
