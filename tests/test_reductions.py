@@ -131,6 +131,27 @@ def test_reassociate_marks_only_innermost_combiners() -> None:
     assert any("reassoc" not in str(op.fastmath) for op in adds if str(op.result.type) == "f64")
 
 
+@pytest.mark.parametrize("spec", ["lower-graph-to-loops", "default-cpu"])
+def test_max_reductions_propagate_nan_and_softmax_rows_go_nan(spec: str) -> None:
+    """`reassociate-reductions` marks max combiners `nsz` (vmaxps with no sign handling): a
+    NaN must still come out of the row holding it, and only that row."""
+    text = (
+        "model m\ninput x : f32[6, 1000]\noutput a = reduce_max(x, axes=[1])\n"
+        "output c = softmax(x, axis=-1)\n"
+    )
+    x = np.random.default_rng(1).standard_normal((6, 1000)).astype(np.float32)
+    x[2, 517] = np.nan
+    x[4, 3] = np.inf
+    exe = irkit.compile(parse_source(text, "m.graph", ".graph"), spec, backend="cpu")
+    a, c = exe(x)
+    assert np.isnan(a[2]) and np.isnan(c[2]).all()
+    assert a[4] == np.inf
+    rows = [0, 1, 3, 5]
+    assert np.array_equal(a[rows], x[rows].max(axis=1))
+    assert np.isfinite(c[rows]).all()
+    assert np.allclose(c[rows].sum(axis=1), 1.0, atol=1e-5)
+
+
 def test_block_option_is_checked() -> None:
     with pytest.raises(irkit.IrkitError, match="block"):
         apply_passes(
