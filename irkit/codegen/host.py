@@ -220,6 +220,16 @@ def jit_program(module: ModuleOp) -> HostProgram:
     return HostProgram(engine, driver, codes)
 
 
+def relink(program: HostProgram) -> HostProgram:
+    """The same program linked again into a new engine: its own copy of the machine code, at
+    the addresses a fresh compile would get, with nothing translated or compiled again (the
+    kernels' objects are this process's). Attribution times several such copies of every
+    program."""
+    distinct = {c.symbol: c for c in program.kernels.values()}
+    engine = jit(program.driver, [_kernel_object(code) for code in distinct.values()])
+    return HostProgram(engine, program.driver, program.kernels)
+
+
 def optimize(text: str) -> llvm.ModuleRef:
     """Parse, verify and optimize LLVM IR with the O3 pipeline for the host."""
     module = llvm.parse_assembly(text)

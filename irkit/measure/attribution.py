@@ -599,7 +599,7 @@ def attribute(
             if len(bound[k]) > slot:
                 continue
             exe, what = sources[k]
-            bound[k].append(_checked_bound(chosen.compile(exe.module.clone()), graph, case, what))  # type: ignore[attr-defined]
+            bound[k].append(_checked_bound(_copy(chosen, exe), graph, case, what))
             done += 1
             tick("placements", done, (copies - 1) * len(programs) + copies * len(twins))
     fns = {k: Placements([_timed(b, timer, chosen.name) for b in bs]) for k, bs in bound.items()}
@@ -892,6 +892,14 @@ def _split_aa(row: np.ndarray, slots: np.ndarray, resamples: int, seed: int) -> 
         parts.append(_round_bootstrap(row[half][None, :], resamples, seed, sub))
     (pa, ba), (pb, bb) = parts
     return Interval.of(float(pa[0] / pb[0]), ba[0] / bb[0])
+
+
+def _copy(backend, exe):
+    """Another placement of a compiled program: the backend's own copy (`exe.copy()`, the
+    same code linked or loaded again) where it has one, else a fresh compile."""
+    if callable(getattr(exe, "copy", None)):
+        return exe.copy()
+    return backend.compile(exe.module.clone())
 
 
 def _placements(wanted: int, exes: list[Any], twins: int) -> int:
