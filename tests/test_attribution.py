@@ -426,15 +426,31 @@ def test_sampling_stops_when_every_verdict_is_resolved() -> None:
     assert _verdicts_resolved(plan, same, row_of, rows, slots, 0.001, 0)
 
 
-def test_every_program_is_timed_as_several_placements() -> None:
-    """Issue 24: each distinct program and each A/A twin compiled and bound `placements`
-    times, every copy checked; the record says how many, and has an A/A check per context
-    (program)."""
+def test_every_program_is_timed_as_several_placements(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: each distinct program and each A/A twin bound `placements` times, every
+    copy checked; the record says how many, and has an A/A check per context (program).
+    A program is compiled once; its further copies are its code linked again (issue 25)."""
+    from irkit.runtime.cpu import CpuBackend, CpuExecutable
+
+    counts = {"compile": 0, "copy": 0}
+    compile_, copy = CpuBackend.compile, CpuExecutable.copy
+
+    def counted(name, real):
+        def call(*args):
+            counts[name] += 1
+            return real(*args)
+
+        return call
+
+    monkeypatch.setattr(CpuBackend, "compile", counted("compile", compile_))
+    monkeypatch.setattr(CpuExecutable, "copy", counted("copy", copy))
     record = attribute(CHAIN, "cse,fuse-kernels,lower-graph-to-loops", "cpu", "prefix",
                        {"N": 8, "D": 16}, budget_s=0.3, placements=3).to_json()  # fmt: skip
     proto, noise = record["protocol"], record["noise_floor"]
     assert proto["placements"] == 3
     assert proto["programs_bound"] == 3 * (proto["programs_measured"] + 2)  # two twins
+    assert counts["compile"] == proto["programs_measured"]
+    assert counts["copy"] == proto["programs_bound"] - proto["programs_measured"]
     assert set(noise["per_context"]["programs"]) == {v["program"] for v in record["variants"]}
     with pytest.raises(IrkitError, match="placements must be an integer from 1 to 64"):
         attribute(CHAIN, "cse,lower-graph-to-loops", "cpu", "prefix", SMALL, placements=0)

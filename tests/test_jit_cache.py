@@ -100,3 +100,29 @@ def test_the_cache_stays_under_its_limit(tmp_path: Path, monkeypatch: pytest.Mon
     total = sum(f.stat().st_size for f in (tmp_path / "llvm").iterdir())
     assert total <= 2**20
     assert disk_cache.read("llvm", "11.o") == bytes(200_000)  # the newest stays
+
+
+def test_a_copy_links_the_same_code_again_without_compiling(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`CpuExecutable.copy()` (attribution's further placements): a new engine holding the
+    same machine code at other addresses, nothing optimized or emitted again, the same
+    results, and alive after the original is gone."""
+    import gc
+
+    module = irkit.load("examples/mlp.graph", {"B": 4, "D": 32, "F": 64})
+    inputs = random_inputs(module, seed=5)
+    exe = irkit.compile(module, backend="cpu")
+    expected = exe(*inputs)
+    monkeypatch.setattr(host, "optimize", lambda text: pytest.fail("compiled for a copy"))
+    monkeypatch.setattr(host.LLVMEmitter, "emit_kernel", lambda *a: pytest.fail("emitted"))
+    twin = exe.copy()
+    assert twin.engine is not exe.engine
+    name = exe.kernels[0].name
+    addresses = [e.engine.get_function_address(e.program.symbol(name)) for e in (exe, twin)]
+    assert addresses[0] != addresses[1]
+    assert [k.code_hash for k in twin.kernels] == [k.code_hash for k in exe.kernels]
+    del exe
+    gc.collect()
+    for a, b in zip(expected, twin(*inputs), strict=True):
+        np.testing.assert_array_equal(a, b)

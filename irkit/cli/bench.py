@@ -686,7 +686,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "driver captured once as a CUDA graph and replayed as one launch "
                           "(microsecond kernels without the host's launch cost; --backend cuda)")  # fmt: skip
     att.add_argument("--placements", type=bounded_int(1, 64), default=4,
-                     help="copies of every distinct program, each compiled and bound "
+                     help="copies of every distinct program, each linked and bound "
                           "separately, the rounds rotating through them so their offsets are "
                           "in the CIs (default 4)")  # fmt: skip
     att.add_argument("--quiet-machine", type=positive_float, nargs="?", const=300.0,

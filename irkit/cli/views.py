@@ -74,7 +74,7 @@ def show_attribution(console: Console, rec: dict) -> None:
     placements = proto.get("placements")
     if placements:
         console.print(
-            f"{placements} placements: every program compiled and bound {placements} times, "
+            f"{placements} placements: every program linked and bound {placements} times, "
             "rounds rotating through the copies; CIs resample copies and rounds",
             highlight=False,
         )

@@ -19,11 +19,12 @@ Protocol:
    an error naming its passes: the attribution invariant is broken.
 2. Variants whose compiled programs hash the same are compiled once and measured once; a
    pass that changes no code gets exactly zero.
-3. Every distinct program is compiled and bound as `placements` separate copies (its
-   code, scratch and buffers placed anew each time: two copies of one program differ by a
+3. Every distinct program is bound as `placements` separate copies, each its own
+   placement of code, scratch and buffers (the first compiled, the others the same machine
+   code linked again into an engine of their own, `exe.copy()` where the backend has it: two copies of one program differ by a
    few percent on a CPU, consistently, so one copy per program would freeze that offset
    into every comparison it is in). A/A twins (the full pipeline's program, and the one
-   without optional passes, compiled and bound again as many times) are timed as programs
+   without optional passes, copied and bound again as many times) are timed as programs
    of their own. All are timed in interleaved rounds, in a fresh random order per round,
    round r running copy r mod `placements` of every program, until every median's 95% CI
    half-width is under `precision` or their share of the budget is spent (`budget_s` is
@@ -422,7 +423,7 @@ def _verdicts_resolved(
 
 
 class Placements:
-    """One program as several copies, each compiled and bound separately (its own code,
+    """One program as several copies, each linked and bound separately (its own code,
     scratch and buffer placement: two copies of one program differ by a few percent on a
     CPU, consistently, through cache-set and 4K-aliasing accidents of where things landed).
     A round calls one copy, `select`ed for the round, the same slot for every program, so
@@ -582,7 +583,7 @@ def attribute(
         twins = {}
     copies = _placements(placements, [p.exe for p in programs.values()], len(twins))
 
-    # Copies are compiled and bound slot by slot, the programs in a fresh random order in
+    # Copies are linked and bound slot by slot, the programs in a fresh random order in
     # each slot: copies bound one after another share much of their offset (four copies of
     # one program bound in a row, then four more, differed as sets by up to 2.5%; bound
     # alternately, by 0.15%), so a program's copies bound in a row would look alike while
@@ -737,8 +738,8 @@ def attribute(
         "buffers": "bound once per copy, page-aligned (4 KiB)",
         "placements": copies,
         "placements_wanted": placements,
-        "placement_method": "every distinct program (and A/A twin) compiled and bound as "
-        "this many separate copies; round r runs copy r mod placements of every program; "
+        "placement_method": "every distinct program (and A/A twin) bound as this many "
+        "separate copies, each its machine code linked into an engine of its own; round r runs copy r mod placements of every program; "
         "the bootstrap resamples copies, then rounds within them",
         "rounds": rounds,
         "stop_reason": stop,

@@ -260,7 +260,7 @@ def render_report(results: str) -> tuple[str, int]:
 irkit {html.escape(str(fp.get("irkit_version")))} at git {html.escape(str(fp.get("git_sha")))},
 LLVM {html.escape(str(fp.get("llvm")))}, measured {html.escape(str(fp.get("time")))}.
 Contributions are time saved per call, with 95% bootstrap CIs over placements (separately
-compiled and bound copies) and interleaved rounds; a contribution is significant when its
+linked and bound copies) and interleaved rounds; a contribution is significant when its
 CI excludes 0, and also beyond the A/A floor where the run's A/A check failed.</p>
 {f"<h2>failed jobs</h2><ul>{failures}</ul>" if failures else ""}
 {body}
