@@ -404,6 +404,22 @@ def test_the_split_a_a_flags_a_program_whose_copies_differ() -> None:
     assert ratio.excludes(1.0) and ratio.value == pytest.approx(1.1, rel=0.02)
 
 
+def test_context_checks_hold_their_error_rate_for_the_family() -> None:
+    """Issue 24: with 60 programs whose copies are alike, a 95% check each fails a few by
+    chance; judged at 95% for the family (Bonferroni) none fail, while a program whose
+    half of copies is 8% slower still does."""
+    from irkit.measure.attribution import _context_checks
+
+    rng = np.random.default_rng(7)
+    slots = np.arange(120) % 4
+    rows = {f"p{i}": 1 + 0.02 * rng.standard_normal(120) for i in range(60)}
+    rows["bad"] = rows["p0"] * np.where(slots % 2 == 0, 1.08, 1.0)
+    split, failed = _context_checks(rows, slots, 1000, 0)
+    alone = sum(split[k].excludes(1.0) for k in rows if k != "bad")
+    assert alone >= 1  # what one 95% check per program calls
+    assert failed["bad"] and not any(v for k, v in failed.items() if k != "bad")
+
+
 def test_sampling_stops_when_every_verdict_is_resolved() -> None:
     """Issue 24: the stopping rule targets the question: a pass whose saving clearly
     excludes 0, or whose CI is already narrower than the precision, is resolved; one whose

@@ -35,7 +35,8 @@ Protocol:
    few copies it draws from; so a CI holds the copy-to-copy spread as well as the
    round-to-round one. A contribution, in seconds saved per call, is significant when its
    CI excludes zero. The A/A checks test that claim in every run: the twins against their
-   programs, and every program's two halves of copies against each other (per context);
+   programs, and every program's two halves of copies against each other (per context, at
+   95% for the family of programs, `_context_checks`);
    where a check fails, the passes it concerns (all, for a twin) are also judged beyond
    its floor, the ratio's distance from 1 in seconds at that program's scale. Each pass
    gets its minimum detectable effect beside its verdict: the saving it would be called
@@ -661,17 +662,25 @@ def attribute(
         noise.update({"floor_s": floor_s, "aa_failed": failed})
     else:
         noise["method"] = "none (no A/A twin measured)"
-    # per context: every program's copies split in two halves (alternate slots), compared
-    split = {k: _split_aa(samples[row[k]], np.array(slots[: samples.shape[1]]), resamples, seed)
-             for k in programs}  # fmt: skip
-    context_floor_s = {k: _floor(r, float(point[row[k]]))[1] if r.excludes(1.0) else 0.0
+    # per context: every program's copies split in two halves (alternate slots), compared.
+    # A context fails when its ratio's CI excludes 1 at 95% for the family (Bonferroni over
+    # the programs): each at 95% alone, one of 10-80 programs failed by chance in most runs,
+    # and Shapley's passes, which touch every context, were then judged beyond its floor
+    # (a 5% plant was called significant in 60% of trials with CIs a quarter its size)
+    family = 1 - 0.05 / max(len(programs), 1)
+    split, failed_context = _context_checks(
+        {k: samples[row[k]] for k in programs}, np.array(slots[: samples.shape[1]]), resamples, seed
+    )
+    context_floor_s = {k: _floor(r, float(point[row[k]]))[1] if failed_context[k] else 0.0
                        for k, r in split.items()}  # fmt: skip
     noise["per_context"] = {
         "method": "each program's rounds split by placement slot (alternate slots) and the "
-        "two halves' medians compared; a pass whose contexts fail it is also judged "
-        "beyond that program's floor",
-        "programs": {k: {"ratio": r.to_json(), "failed": r.excludes(1.0)} for k, r in split.items()},
-        "failed": sum(r.excludes(1.0) for r in split.values()),
+        "two halves' medians compared; a program fails when the ratio's CI excludes 1 at "
+        f"{family:.4%} (95% for the family of {len(programs)}, Bonferroni); a pass whose "
+        "contexts fail is also judged beyond that program's floor (its 95% CI's distance "
+        "from 1)",
+        "programs": {k: {"ratio": r.to_json(), "failed": failed_context[k]} for k, r in split.items()},
+        "failed": sum(failed_context.values()),
     }  # fmt: skip
     noise["rule"] = (
         "significant when the pass changes code and its saving's 95% CI (rounds and "
@@ -818,7 +827,11 @@ def _threads(exe: Any) -> int | None:
 
 
 def _round_bootstrap(
-    samples: np.ndarray, resamples: int, seed: int, slots: np.ndarray | None = None
+    samples: np.ndarray,
+    resamples: int,
+    seed: int,
+    slots: np.ndarray | None = None,
+    pooled: tuple[float, int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Medians of `samples` [variant, round] and their bootstrap replicates [variant,
     resample]: each resample draws round indices once for every variant, keeping the
@@ -834,7 +847,9 @@ def _round_bootstrap(
     them counts the round noise twice, and with four slots has a handful of distinct draws:
     CIs that covered planted effects every time but found a 5% one only half the time.) The
     noise added is independent per program: copies of different programs are bound
-    separately; sums of contributions stay exact replicate by replicate."""
+    separately; sums of contributions stay exact replicate by replicate. `pooled` gives
+    the relative copy variance and its degrees of freedom estimated elsewhere (over more
+    programs) instead."""
     rounds = samples.shape[1]
     rng = np.random.default_rng(seed)
     point = np.median(samples, axis=1)
@@ -845,10 +860,11 @@ def _round_bootstrap(
     groups = [np.flatnonzero(slots == s) for s in labels]
     idx = np.concatenate([g[rng.integers(0, len(g), size=(resamples, len(g)))] for g in groups], axis=1)  # fmt: skip
     boot = np.median(samples[:, idx], axis=2)
-    copy_var = _copy_variance(samples, groups) * np.maximum(point, 0.0) ** 2 / len(groups)
+    relative, df = pooled or (_copy_variance(samples, groups), len(samples) * (len(groups) - 1))
+    copy_var = relative * np.maximum(point, 0.0) ** 2 / len(groups)
     # Student's t, as many degrees of freedom as the pooled estimate has (normal draws from
     # one program's own four copies covered a 3% copy spread 92% of the time)
-    draws = rng.standard_t(len(samples) * (len(groups) - 1), size=boot.shape)
+    draws = rng.standard_t(df, size=boot.shape)
     return point, boot + draws * np.sqrt(copy_var)[:, None]
 
 
@@ -882,17 +898,48 @@ def _floor(ratio: Interval, scale_s: float) -> tuple[float, float]:
     return fraction, fraction * scale_s
 
 
-def _split_aa(row: np.ndarray, slots: np.ndarray, resamples: int, seed: int) -> Interval:
+def _split_aa(
+    row: np.ndarray, slots: np.ndarray, resamples: int, seed: int, confidence: float = 0.95
+) -> Interval:
     """One program's A/A: the median of its rounds on even slots over that on odd slots
-    (alternate rounds where it has one copy), the CI from resampling each half as
-    `_round_bootstrap` does."""
+    (alternate rounds where it has one copy), the CI (at `confidence`) from resampling each
+    half as `_round_bootstrap` does."""
+    return Interval.of(*_split_ratio(row, slots, resamples, seed), confidence)
+
+
+def _context_checks(
+    rows: Mapping[str, np.ndarray], slots: np.ndarray, resamples: int, seed: int
+) -> tuple[dict[str, Interval], dict[str, bool]]:
+    """Every program's split A/A (`_split_aa`): its 95% CI, and whether it fails at 95% for
+    the family of programs (Bonferroni: its CI at 1 - 0.05/n excludes 1)."""
+    family = 1 - 0.05 / max(len(rows), 1)
+    labels = np.unique(slots)
+    pooled = None
+    if len(labels) > 2:  # the copy variance pooled over every program (each half alone has
+        # two or so copies: one degree of freedom, Cauchy tails that no family level survives)
+        groups = [np.flatnonzero(slots == s) for s in labels]
+        pooled = (_copy_variance(np.stack(list(rows.values())), groups),
+                  len(rows) * (len(labels) - 1))  # fmt: skip
+    ratios = {k: _split_ratio(r, slots, resamples, seed, pooled) for k, r in rows.items()}
+    return ({k: Interval.of(*r) for k, r in ratios.items()},
+            {k: Interval.of(*r, family).excludes(1.0) for k, r in ratios.items()})  # fmt: skip
+
+
+def _split_ratio(
+    row: np.ndarray,
+    slots: np.ndarray,
+    resamples: int,
+    seed: int,
+    pooled: tuple[float, int] | None = None,
+) -> tuple[float, np.ndarray]:
+    """`_split_aa`'s ratio and its bootstrap replicates (`pooled`: `_round_bootstrap`'s)."""
     halves = (slots % 2 == 0) if len(np.unique(slots)) > 1 else (np.arange(len(row)) % 2 == 0)
     parts = []
     for half in (halves, ~halves):
         sub = slots[half] // 2 if len(np.unique(slots)) > 1 else None
-        parts.append(_round_bootstrap(row[half][None, :], resamples, seed, sub))
+        parts.append(_round_bootstrap(row[half][None, :], resamples, seed, sub, pooled))
     (pa, ba), (pb, bb) = parts
-    return Interval.of(float(pa[0] / pb[0]), ba[0] / bb[0])
+    return float(pa[0] / pb[0]), ba[0] / bb[0]
 
 
 def _copy(backend, exe):
