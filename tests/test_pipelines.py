@@ -240,3 +240,32 @@ func.func @f(%x: f32) {{
     BreakSoftmaxPass().apply(Context(), broken)
     with pytest.raises(IrkitError, match="graph.softmax"):
         verify(broken, seen)
+
+
+def test_passes_run_with_the_cyclic_gc_paused_and_restored_as_it_was() -> None:
+    """Issue 25: collections during a pipeline walked every IR object again and again
+    (superlinear pass times); the collector is paused around it and restored after."""
+    import gc
+
+    from xdsl.passes import ModulePass
+
+    from irkit.frontend import parse_source
+    from irkit.pipelines import apply_passes
+
+    seen: list[bool] = []
+
+    class Probe(ModulePass):
+        name = "probe-gc"
+
+        def apply(self, ctx, op) -> None:
+            seen.append(gc.isenabled())
+
+    text = "model m\ninput x : f32[4]\noutput y = relu(x)\n"
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            apply_passes(parse_source(text, "m.graph", ".graph"), [Probe()])
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()
+    assert seen == [False, False]
