@@ -17,10 +17,11 @@ Each trial is one `attribute` run with one slower plant and one faster plant of 
 sizes (the sizes rotate over trials, so every size and direction gets `--trials` trials per
 strategy). The truth is the plant's cost in the program, measured by an independent timer
 (`perf_counter_ns` around single calls, not irkit's timers): the full program with and
-without the spin, six copies of each bound alternately, before and after each strategy's
-trials (their mean). The spin alone is not the truth: after the matmuls' AVX-512 code a
-2% spin cost mlp ~15 us more in the program than alone; it is recorded per trial as a
-drift check. Reported, per strategy and planted effect: coverage (the
+without the spin, six copies of each bound alternately, before the first strategy's
+trials and after each strategy's (their mean through the run), scaled per trial by the
+machine's speed then: the spin alone, timed in each trial, over its mean (`assign_truth`).
+The spin alone is not the truth itself: after the matmuls' AVX-512 code a 2% spin cost
+mlp ~15 us more in the program than alone. Reported, per strategy and planted effect: coverage (the
 true effect inside the 95% CI), sign accuracy, the significance rate (power), and the
 false-positive rate for the zero-cost plant and for the A/A twins (a twin's CI excluding
 equality). `--load` runs a process spinning on one core throughout (a loaded machine). One
@@ -174,7 +175,12 @@ def assign_truth(trials: list[dict], truths: list[dict]) -> None:
     """Each trial's true effects: each plant's cost in the program, the mean of every
     measurement of it through the run (before the first strategy and after each: copies
     of a program differ by a few percent, so one measurement's six copies pin the cost
-    down to ~30 us; all of them, to ~15 us). The zero-cost plants' truth is 0."""
+    down to ~30 us; all of them, to ~15 us), scaled by the machine's speed at the trial:
+    the spin timed alone in that trial (`spin_alone_s`, an independent timer) over its mean
+    through the run. (A run where this VM slowed by ~4% over its last third, the spin alone
+    312 -> 300 us, put a 20% plant's global truth outside 12 of 20 Shapley CIs; scaled, 2
+    of 20; on runs without drift the scaling changed no cell by more than a trial or two.)
+    The zero-cost plants' truth is 0."""
     measured: dict[str, list[float]] = {}
     for block in truths:
         for side in ("before", "after"):
@@ -183,8 +189,15 @@ def assign_truth(trials: list[dict], truths: list[dict]) -> None:
     seen = {
         str(n): float(np.mean(v)) for n, v in measured.items()
     }  # (repeats: before = previous after)
+    alone: dict[str, list[float]] = {}
     for t in trials:
-        cost = {k: seen[str(n)] for k, n in t["iters"].items()}
+        for k, n in t["iters"].items():
+            alone.setdefault(str(n), []).append(t["spin_alone_s"][k])
+    speed = {n: float(np.mean(v)) for n, v in alone.items()}
+    for t in trials:
+        cost = {
+            k: seen[str(n)] * t["spin_alone_s"][k] / speed[str(n)] for k, n in t["iters"].items()
+        }
         t["truth"] = {"plant-work": -cost["plant-work"], "plant-unwaste": cost["plant-unwaste"],
                       "plant-zero": 0.0, "plant-ir-only": 0.0}  # fmt: skip
 
@@ -268,8 +281,10 @@ def run_example(example: str, args: argparse.Namespace) -> dict:
         "plant_iters": iters, "summary": table,
         "truth_method": "the plant's cost in the full program: T(with) - T(without), medians "
                         "of single calls under perf_counter_ns, 6 copies each bound "
-                        "alternately, before and after each strategy's trials (their mean); "
-                        "the spin alone is recorded as a drift check",
+                        "alternately, before the first strategy's trials and after each "
+                        "strategy's, their mean through the run, scaled per trial by the "
+                        "spin alone timed in that trial over its mean (the machine's speed "
+                        "then)",
         "truths": truths, "trials": trials, "fingerprint": host_fingerprint(),
     }  # fmt: skip
 
