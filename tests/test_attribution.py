@@ -525,3 +525,18 @@ def test_the_noise_floor_is_measured_at_both_ends_of_the_contexts() -> None:
         or noise["aa_ratio_baseline"]["ci_high"] < 1
     )
     assert noise["aa_failed"] == failed
+
+
+@pytest.mark.parametrize("strategy", ["prefix", "ablation", "shapley"])
+def test_pair_weights_are_the_contributions_coefficients(strategy: str) -> None:
+    """Issue 24: a failed context's floor is weighted as its pair enters the contribution;
+    the weights are the contributions' own coefficients (linear in the times)."""
+    from irkit.measure.attribution import make_plan
+
+    plan = make_plan(strategy, 4, permutations=0 if strategy == "shapley" else 64, seed=0)
+    rng = np.random.default_rng(3)
+    t = {m: float(rng.uniform(1, 2)) for m in plan.masks}
+    for i, c in enumerate(plan.contributions(t)):
+        pairs = plan.weighted_pairs(i)
+        assert sum(w for w, _, _ in pairs) == pytest.approx(1.0)
+        assert float(c) == pytest.approx(sum(w * (t[a] - t[b]) for w, a, b in pairs))
