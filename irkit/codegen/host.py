@@ -44,8 +44,11 @@ def host_target() -> HostTarget:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     features = llvm.get_host_cpu_features().flatten()
-    if "+avx512f" in features.split(",") and os.environ.get("IRKIT_VECTOR_BITS", "512") != "256":
-        features += ",-prefer-256-bit"
+    if "+avx512f" in features.split(","):
+        # said either way: Intel's tuning prefers 256 bits, AMD's Zen 4/5 prefer 512 (there
+        # IRKIT_VECTOR_BITS=256 changed nothing until it was said)
+        narrow = os.environ.get("IRKIT_VECTOR_BITS", "512") == "256"
+        features += ",+prefer-256-bit" if narrow else ",-prefer-256-bit"
     return HostTarget(llvm.get_host_cpu_name(), features)
 
 
