@@ -21,8 +21,8 @@ without the spin, six copies of each bound alternately, before the first strateg
 trials and after each strategy's (their mean through the run), scaled per trial by the
 machine's speed then: the spin alone, timed in each trial, over its mean (`assign_truth`).
 The spin alone is not the truth itself: after the matmuls' AVX-512 code a 2% spin cost
-mlp ~15 us more in the program than alone. Reported, per strategy and planted effect: coverage (the
-true effect inside the 95% CI), sign accuracy, the significance rate (power), and the
+mlp ~15 us more in the program than alone. Reported, per strategy and planted effect:
+coverage (the true effect inside the 95% CI), sign accuracy, the significance rate (power), and the
 false-positive rate for the zero-cost plant and for the A/A twins (a twin's CI excluding
 equality). `--load` runs a process spinning on one core throughout (a loaded machine). One
 JSON record per example and condition is appended to `--out`.
@@ -189,17 +189,22 @@ def assign_truth(trials: list[dict], truths: list[dict]) -> None:
     seen = {
         str(n): float(np.mean(v)) for n, v in measured.items()
     }  # (repeats: before = previous after)
-    alone: dict[str, list[float]] = {}
-    for t in trials:
-        for k, n in t["iters"].items():
-            alone.setdefault(str(n), []).append(t["spin_alone_s"][k])
-    speed = {n: float(np.mean(v)) for n, v in alone.items()}
+    speed = {n: float(np.mean(v)) for n, v in _spin_alone(trials).items()}
     for t in trials:
         cost = {
             k: seen[str(n)] * t["spin_alone_s"][k] / speed[str(n)] for k, n in t["iters"].items()
         }
         t["truth"] = {"plant-work": -cost["plant-work"], "plant-unwaste": cost["plant-unwaste"],
                       "plant-zero": 0.0, "plant-ir-only": 0.0}  # fmt: skip
+
+
+def _spin_alone(trials: list[dict]) -> dict[str, list[float]]:
+    """The spin's time alone in every trial, by its iteration count."""
+    alone: dict[str, list[float]] = {}
+    for t in trials:
+        for k, n in t["iters"].items():
+            alone.setdefault(str(n), []).append(t["spin_alone_s"][k])
+    return alone
 
 
 def summarize(trials: list[dict], iters: dict[float, int]) -> dict:
@@ -359,10 +364,7 @@ def markdown(records: list[dict]) -> str:
         for m in [rec["truths"][0]["before"], *(b["after"] for b in rec["truths"])]:
             for n, v in m.items():
                 seen.setdefault(str(n), []).append(v["seconds"])
-        alone: dict[str, list[float]] = {}
-        for t in rec["trials"]:
-            for k, n in t["iters"].items():
-                alone.setdefault(str(n), []).append(t["spin_alone_s"][k])
+        alone = _spin_alone(rec["trials"])
         for size, n in rec["plant_iters"].items():
             v = np.array(seen[str(n)])
             truth.append(f"| {rec['example']} | {machine} | {float(size):.0%} ({n}) | "

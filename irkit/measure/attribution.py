@@ -21,9 +21,9 @@ Protocol:
    pass that changes no code gets exactly zero.
 3. Every distinct program is bound as `placements` separate copies, each its own
    placement of code, scratch and buffers (the first compiled, the others the same machine
-   code linked again into an engine of their own, `exe.copy()` where the backend has it: two copies of one program differ by a
-   few percent on a CPU, consistently, so one copy per program would freeze that offset
-   into every comparison it is in). A/A twins (the full pipeline's program, and the one
+   code linked again into an engine of their own, `exe.copy()` where the backend has it:
+   two copies of one program differ by a few percent on a CPU, consistently, so one copy
+   per program would freeze that offset into every comparison it is in). A/A twins (the full pipeline's program, and the one
    without optional passes, copied and bound again as many times) are timed as programs
    of their own. All are timed in interleaved rounds, in a fresh random order per round,
    round r running copy r mod `placements` of every program, until every median's 95% CI
@@ -677,7 +677,7 @@ def attribute(
     # the programs): each at 95% alone, one of 10-80 programs failed by chance in most runs,
     # and Shapley's passes, which touch every context, were then judged beyond its floor
     # (a 5% plant was called significant in 60% of trials with CIs a quarter its size)
-    family = 1 - 0.05 / max(len(programs), 1)
+    family = _family_confidence(len(programs))
     split, failed_context = _context_checks(
         {k: samples[row[k]] for k in programs}, np.array(slots[: samples.shape[1]]), resamples, seed
     )
@@ -764,7 +764,8 @@ def attribute(
         "placements": copies,
         "placements_wanted": placements,
         "placement_method": "every distinct program (and A/A twin) bound as this many "
-        "separate copies, each its machine code linked into an engine of its own; round r runs copy r mod placements of every program; "
+        "separate copies, each its machine code linked into an engine of its own; round r "
+        "runs copy r mod placements of every program; "
         "the bootstrap resamples copies, then rounds within them",
         "rounds": rounds,
         "stop_reason": stop,
@@ -859,8 +860,8 @@ def _round_bootstrap(
     the per-slot medians beyond what the round noise explains (a random-effects estimate,
     relative to each program's median, each program's own averaged with the one pooled over
     the programs, zero when the round noise explains it all), is added to every program's
-    replicates as Student-t noise scaled by its standard error over the copies. (Resampling slots and then rounds within
-    them counts the round noise twice, and with four slots has a handful of distinct draws:
+    replicates as Student-t noise scaled by its standard error over the copies. (Resampling
+    slots and then rounds within them counts the round noise twice, and with four slots has a handful of distinct draws:
     CIs that covered planted effects every time but found a 5% one only half the time.) The
     noise added is independent per program: copies of different programs are bound
     separately; sums of contributions stay exact replicate by replicate. `pooled` gives
@@ -936,13 +937,16 @@ def _floor(ratio: Interval, scale_s: float) -> tuple[float, float]:
     return fraction, fraction * scale_s
 
 
-def _split_aa(
-    row: np.ndarray, slots: np.ndarray, resamples: int, seed: int, confidence: float = 0.95
-) -> Interval:
+def _split_aa(row: np.ndarray, slots: np.ndarray, resamples: int, seed: int) -> Interval:
     """One program's A/A: the median of its rounds on even slots over that on odd slots
-    (alternate rounds where it has one copy), the CI (at `confidence`) from resampling each
-    half as `_round_bootstrap` does."""
-    return Interval.of(*_split_ratio(row, slots, resamples, seed), confidence)
+    (alternate rounds where it has one copy), the CI from resampling each half as
+    `_round_bootstrap` does."""
+    return Interval.of(*_split_ratio(row, slots, resamples, seed))
+
+
+def _family_confidence(n: int) -> float:
+    """The confidence each of `n` checks needs for 95% over the family (Bonferroni)."""
+    return 1 - 0.05 / max(n, 1)
 
 
 def _context_checks(
@@ -950,7 +954,7 @@ def _context_checks(
 ) -> tuple[dict[str, Interval], dict[str, bool]]:
     """Every program's split A/A (`_split_aa`): its 95% CI, and whether it fails at 95% for
     the family of programs (Bonferroni: its CI at 1 - 0.05/n excludes 1)."""
-    family = 1 - 0.05 / max(len(rows), 1)
+    family = _family_confidence(len(rows))
     labels = np.unique(slots)
     pooled = None
     if len(labels) > 2:  # the copy variance pooled over every program (each half alone has
