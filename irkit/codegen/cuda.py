@@ -39,7 +39,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from irkit.dialects.cpu import PrefetchOp
 from irkit.dialects.warp import MMA_OPS, MmaM16n8k16Op
 from irkit.errors import IrkitError
-from irkit.loops import SHARED_SPACE, kernels, launch_of
+from irkit.loops import SHARED_SPACE, callees, kernels, launch_of
 from irkit.loops.scalar_ops import c_calls, c_infix
 
 C_RESERVED = frozenset(
@@ -273,6 +273,28 @@ class CPrinter:
     def constant(self, op: arith.ConstantOp) -> None:
         pass  # constants are printed inline where they are used
 
+    def call(self, op: func.CallOp) -> None:
+        """A call of a scalar function (printed before the kernels by `scalar_function`)."""
+        if len(op.res) != 1:
+            raise IrkitError(f"the C printer calls only scalar functions, not @{op.callee.root_reference.data}")  # fmt: skip
+        args = ", ".join(self.name(v) for v in op.arguments)
+        self.define(op.res[0], f"{op.callee.root_reference.data}({args})")
+
+    def scalar_function(self, fn: func.FuncOp) -> str:
+        """A scalar function (`irkit.inline`) as a `__device__ __forceinline__` C function."""
+        self.names, self.counter, self.taken = {}, 0, set()
+        params = [f"{self.type_name(a.type)} {self.fresh(a, f'arg{i}', alone=True)}"
+                  for i, a in enumerate(fn.body.block.args)]  # fmt: skip
+        self.lines, self.indent = [], 1
+        for op in fn.body.block.ops:
+            if isinstance(op, func.ReturnOp):
+                self.emit(f"return {self.name(op.arguments[0])};")
+            else:
+                self.op(op)
+        (result,) = fn.function_type.outputs.data
+        return (f"__device__ __forceinline__ {self.type_name(result)} "
+                f"{fn.sym_name.data}({', '.join(params)}) {{\n" + "\n".join(self.lines) + "\n}\n")  # fmt: skip
+
     def load(self, op: memref.LoadOp) -> None:
         self.define(op.res, self.element(op.memref, list(op.indices)))
 
@@ -343,7 +365,7 @@ class CPrinter:
         arith.SIToFPOp: cast, arith.FPToSIOp: cast, arith.IndexCastOp: cast, arith.NegfOp: negf,
         arith.MaxSIOp: minmax_int, arith.MinSIOp: minmax_int, arith.ConstantOp: constant,
         memref.LoadOp: load, memref.StoreOp: store, scf.ForOp: for_, scf.IfOp: if_,
-        PrefetchOp: prefetch,
+        PrefetchOp: prefetch, func.CallOp: call,
     }  # fmt: skip
 
 
@@ -636,11 +658,17 @@ def _prelude(kernels: list[func.FuncOp]) -> str:
 
 def kernel_source(module: ModuleOp, fn: func.FuncOp) -> str:
     """The complete CUDA C translation unit for one kernel (what NVRTC compiles)."""
-    return _prelude([fn]) + "\n" + CudaPrinter(index_type_for(module)).kernel(fn)
+    return _source(module, [fn])
 
 
 def cuda_source(module: ModuleOp) -> str:
     """All kernels of a GPU-mapped module as one CUDA C translation unit."""
-    kernels = gpu_kernels(module)
+    return _source(module, gpu_kernels(module))
+
+
+def _source(module: ModuleOp, kernels: list[func.FuncOp]) -> str:
+    """The prelude, the scalar functions the kernels call, and the kernels."""
     printer = CudaPrinter(index_type_for(module))
-    return _prelude(kernels) + "".join("\n" + printer.kernel(fn) for fn in kernels)
+    scalar = {f: None for fn in kernels for f in callees(module, fn)}
+    return (_prelude(kernels) + "".join("\n" + printer.scalar_function(f) for f in scalar)
+            + "".join("\n" + printer.kernel(fn) for fn in kernels))  # fmt: skip

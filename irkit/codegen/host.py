@@ -18,7 +18,7 @@ from irkit.codegen import pool
 from irkit.codegen.disk_cache import cache_key, read, write
 from irkit.codegen.llvm import LLVMEmitter, global_ops, to_llvm
 from irkit.ir import structure_key
-from irkit.loops import kernels
+from irkit.loops import callees, kernels
 
 
 @dataclass(frozen=True)
@@ -139,11 +139,13 @@ def _kernel_code(
     module: ModuleOp, fn: func.FuncOp, pool: str, globals_: dict[str, memref.GlobalOp]
 ) -> KernelCode:
     """The kernel's code, translated unless a kernel of the same structure, reading globals
-    of the same structure, was translated before in this process."""
+    and calling scalar functions of the same structure, was translated before in this
+    process."""
     read_globals = {
         op.name_.root_reference.data for op in fn.walk() if isinstance(op, memref.GetGlobalOp)
     }
-    key = (structure_key(fn), pool, *[structure_key(globals_[g]) for g in sorted(read_globals)])
+    key = (structure_key(fn), pool, *[structure_key(globals_[g]) for g in sorted(read_globals)],
+           *[structure_key(f) for f in callees(module, fn)])  # fmt: skip
     if key not in _KERNELS:
         ir_module = LLVMEmitter(module, "kernel", pool, names=False).emit_kernel(
             fn, KERNEL_PLACEHOLDER

@@ -2,7 +2,9 @@
 
 Input: a module after `lower-graph-to-loops` (func, scf, memref, arith, math over static
 shapes). Every `func.func` becomes an LLVM function with external linkage, so each kernel
-can be called (and timed) on its own and the driver can call them all.
+can be called (and timed) on its own and the driver can call them all; a scalar function
+(`irkit.inline`) becomes an internal `alwaysinline` one, defined in each kernel's module that
+calls it, so O3 inlines it before it vectorizes the loop around the call.
 
 Conventions (the "bare pointer" calling convention):
 - a memref is a pointer to its first element; shapes are static, so an index is linearized
@@ -60,7 +62,14 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from irkit.dialects.cpu import PrefetchOp
 from irkit.dialects.math_ext import LdexpOp
 from irkit.errors import IrkitError
-from irkit.loops import KERNEL_ATTR, THREADS_ATTR, once_calls, prepared_buffers
+from irkit.loops import (
+    KERNEL_ATTR,
+    THREADS_ATTR,
+    callees,
+    is_scalar_function,
+    once_calls,
+    prepared_buffers,
+)
 from irkit.loops.costs import buffer_bytes
 from irkit.loops.scalar_ops import llvm_builder_ops, llvm_intrinsics, llvm_libm
 
@@ -199,7 +208,12 @@ class LLVMEmitter:
         """One kernel alone, defined as `@symbol` (the functions outlined from it with it),
         with the globals it reads: a module compiled and cached by its own content."""
         self._declare(op, symbol)
+        inlined = callees(self.source, op)
+        for fn in inlined:
+            self._declare(fn)
         self._define(op)
+        for fn in inlined:
+            self._define(fn)
         return self.module
 
     def emit_driver(self, symbols: dict[str, str]) -> ll.Module:
@@ -207,6 +221,9 @@ class LLVMEmitter:
         `symbols` (kernel name -> symbol; kernels with equal code share one), and
         `irkit.release`."""
         ops = [op for op in self.source.ops if not isinstance(op, memref.GlobalOp)]
+        called = {f for op in ops if isinstance(op, func.FuncOp) and op.sym_name.data not in symbols
+                  and not is_scalar_function(op) for f in callees(self.source, op)}  # fmt: skip
+        ops = [op for op in ops if not is_scalar_function(op) or op in called]
         for op in ops:
             if not isinstance(op, func.FuncOp):
                 raise IrkitError(f"the llvm target cannot translate top-level {op.name}")
@@ -264,16 +281,23 @@ class LLVMEmitter:
         self.globals[op.sym_name.data] = gv
 
     def _declare(self, op: func.FuncOp, symbol: str | None = None) -> None:
-        if op.function_type.outputs.data:
+        outputs = op.function_type.outputs.data
+        scalar = is_scalar_function(op)
+        if outputs and not (scalar and len(outputs) == 1):
             raise IrkitError(
-                f"@{op.sym_name.data}: the llvm target expects functions with no results"
+                f"@{op.sym_name.data}: the llvm target expects functions with no results "
+                "(or scalar functions with one)"
             )
         symbol = symbol or op.sym_name.data
         if symbol in self.module.globals:  # a kernel whose code another one shares
             self.functions[op.sym_name.data] = self.module.globals[symbol]
             return
         args = [llvm_type(t) for t in op.function_type.inputs.data]
-        fn = ll.Function(self.module, ll.FunctionType(ll.VoidType(), args), symbol)
+        result = llvm_type(outputs[0]) if outputs else ll.VoidType()
+        fn = ll.Function(self.module, ll.FunctionType(result, args), symbol)
+        if scalar:  # inlined wherever it is called (see irkit.loops)
+            fn.linkage = "internal"
+            fn.attributes.add("alwaysinline")
         for arg, t in zip(fn.args, op.function_type.inputs.data, strict=True):
             if isinstance(t, MemRefType):
                 arg.add_attribute("noalias")
@@ -910,12 +934,17 @@ def _get_global(em: LLVMEmitter, op: memref.GetGlobalOp) -> None:
 def _call(em: LLVMEmitter, op: func.CallOp) -> None:
     assert em.b is not None
     callee = em.functions[op.callee.root_reference.data]
-    em.b.call(callee, [em.values[v] for v in op.arguments])
+    out = em.b.call(callee, [em.values[v] for v in op.arguments])
+    if op.res:
+        em.values[op.res[0]] = out
 
 
 def _return(em: LLVMEmitter, op: func.ReturnOp) -> None:
     assert em.b is not None
-    em.b.ret_void()
+    if op.arguments:
+        em.b.ret(em.values[op.arguments[0]])
+    else:
+        em.b.ret_void()
 
 
 def _prefetch(em: LLVMEmitter, op: PrefetchOp) -> None:

@@ -22,6 +22,13 @@
   calls it, so running the driver computes everything; a runtime whose params are fixed
   (a bound executable) may run it once at bind and leave it out of every later call.
   `prepared_buffers` lists the buffers that then live from one call to the next.
+- **Scalar functions**: a private `func.func` marked `irkit.inline` (`INLINE_ATTR`) takes and
+  returns scalars, touches no memory and calls nothing; kernels call it with `func.call`
+  (`expand-math` puts each f32 math expansion in one, so that a chain of 750 sigmoids holds
+  one copy of the polynomial, not 750). Code generators inline it (LLVM: internal and
+  `alwaysinline`; CUDA: `__device__ __forceinline__`), so it costs nothing at run time; a
+  kernel compiled alone takes the scalar functions it calls with it (`callees`), and static
+  costs count their ops at every call.
 
 This module sits below passes, codegen and runtime: they import the contract from here and
 nothing from each other. `irkit/loops/costs.py` holds the static cost analysis (FLOPs,
@@ -56,6 +63,8 @@ THREADS_ATTR = "irkit.threads"
 LAUNCH_ATTR = "irkit.launch"
 EXTENT_ATTR = "irkit.extent"
 ONCE_ATTR = "irkit.once"
+INLINE_ATTR = "irkit.inline"
+"""A scalar function (see the module docstring)."""
 SHARED_SPACE = IntegerAttr(3, i32)
 """The memory space of GPU workgroup (shared) buffers, as in MLIR's gpu dialect."""
 
@@ -66,22 +75,67 @@ keeps its shared buffers under it; past it a kernel needs dynamic shared memory 
 
 def is_loop_level(module: ModuleOp) -> bool:
     """Whether no graph-dialect op is left (the module is at the loop level)."""
-    return not any(op.dialect_name() == "graph" for op in module.walk())
+    return "graph" not in _dialects(module)
 
 
 def require_loop_level(module: ModuleOp, what: str, cpu: bool = False) -> None:
     """Raise the one-line error a loop-level pass (or target) gives graph-level IR: `what`
     needs loop-level IR; with `cpu`, IR not mapped onto the GPU either."""
-    if any(op.dialect_name() == "graph" for op in module.walk()):
+    dialects = _dialects(module)
+    if "graph" in dialects:
         level = "CPU loop-level IR" if cpu else "loop-level IR"
         raise IrkitError(f"{what} needs {level}; run lower-graph-to-loops first")
-    if cpu and any(op.dialect_name() == "gpu" for op in module.walk()):
+    if cpu and "gpu" in dialects:
         raise IrkitError(f"{what} needs CPU loop-level IR, not IR mapped onto the GPU (run it before map-to-gpu)")  # fmt: skip
+
+
+_DIALECT_OF: dict[type, str] = {}
+
+
+def _dialects(module: ModuleOp) -> set[str]:
+    """The dialects of the module's ops, by op class (`dialect_name` splits each op's name:
+    every loop-level pass asks this, and on a 2000-op chain it took a tenth of the pipeline)."""
+    kinds: dict[type, Operation] = {}
+    for op in module.walk():
+        kinds.setdefault(type(op), op)
+    found = set()
+    for kind, op in kinds.items():
+        name = _DIALECT_OF.get(kind)
+        if name is None:
+            if not isinstance(getattr(kind, "name", None), str):  # named per op (unregistered)
+                found.update(o.dialect_name() for o in module.walk() if type(o) is kind)
+                continue
+            name = _DIALECT_OF[kind] = op.dialect_name()
+        found.add(name)
+    return found
 
 
 def kernels(module: ModuleOp) -> list[func.FuncOp]:
     """The module's kernel functions, in order."""
     return [op for op in module.ops if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes]
+
+
+def is_scalar_function(op: Operation) -> bool:
+    """Whether `op` is a scalar function (see the module docstring)."""
+    return isinstance(op, func.FuncOp) and INLINE_ATTR in op.attributes
+
+
+def callees(module: ModuleOp, fn: Operation) -> list[func.FuncOp]:
+    """The scalar functions `fn` calls, directly or through one another, in the order of
+    their first call: what a kernel compiled alone must take with it."""
+    table = {op.sym_name.data: op for op in module.ops if is_scalar_function(op)}
+    if not table:
+        return []
+    found: dict[str, func.FuncOp] = {}
+    pending = [fn]
+    while pending:
+        for op in pending.pop().walk():
+            if isinstance(op, func.CallOp):
+                name = op.callee.root_reference.data
+                if name in table and name not in found:
+                    found[name] = table[name]  # type: ignore[assignment]
+                    pending.append(table[name])
+    return list(found.values())
 
 
 def is_once(fn: Operation) -> bool:

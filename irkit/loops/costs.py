@@ -15,12 +15,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from xdsl.dialects import func, scf, vector
+from xdsl.dialects import arith, func, scf, vector
 from xdsl.dialects.builtin import MemRefType, VectorType
 from xdsl.ir import Operation, SSAValue
+from xdsl.traits import SymbolTable
 
 from irkit.dtypes import numpy_dtype
-from irkit.loops import SCRATCH_ATTR, constant_int, logical_shape
+from irkit.loops import SCRATCH_ATTR, constant_int, is_scalar_function, logical_shape
 from irkit.loops.scalar_ops import flops_per_element
 
 
@@ -60,10 +61,19 @@ def _trip_count(op: Operation) -> int:
 
 
 def _executed(op: Operation, per_op: Callable[[Operation], int]) -> int:
-    """`per_op` summed over every execution of `op` and of everything nested in it."""
+    """`per_op` summed over every execution of `op` and of everything nested in it, a call
+    of a scalar function as the function's ops (inlined, the call is gone; its constants
+    are hoisted out of the loop, made once as they were when expansions were inline)."""
     inner = sum(
         _executed(o, per_op) for region in op.regions for block in region.blocks for o in block.ops
     )
+    if isinstance(op, func.CallOp):
+        callee = SymbolTable.lookup_symbol(op, op.callee)
+        if callee is not None and is_scalar_function(callee):
+            body = callee.regions[0].blocks[0].ops
+            inner += sum(_executed(o, per_op) for o in body
+                         if not isinstance(o, arith.ConstantOp | func.ReturnOp))  # fmt: skip
+            return inner  # the call itself is gone once inlined
     return per_op(op) + _trip_count(op) * inner
 
 

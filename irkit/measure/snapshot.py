@@ -209,14 +209,17 @@ def _written(fn: func.FuncOp) -> set[int]:
 
 
 def standalone_text(module: ModuleOp, fn: func.FuncOp) -> str:
-    """The kernel and the module-level buffers it names (shared memory, constants), as the
-    text of a module of their own."""
+    """The kernel, the module-level buffers it names (shared memory, constants) and the
+    scalar functions it calls, as the text of a module of their own (the kernel its first
+    function)."""
     from irkit.ir import to_text
+    from irkit.loops import callees
 
     used = {op.name_.root_reference.data for op in fn.walk() if isinstance(op, memref.GetGlobalOp)}
     globals_ = [op.clone() for op in module.ops
                 if isinstance(op, memref.GlobalOp) and op.sym_name.data in used]  # fmt: skip
-    return to_text(ModuleOp([*globals_, fn.clone()]))
+    called = [f.clone() for f in callees(module, fn)]
+    return to_text(ModuleOp([*globals_, fn.clone(), *called]))
 
 
 # --- replaying one ---------------------------------------------------------------------------

@@ -212,6 +212,8 @@ class LockstepInterpreter:
         elif isinstance(op, scf.IfOp):
             self._if(op, mask)
             return
+        elif isinstance(op, func.CallOp) and len(op.res) == 1:  # a scalar function
+            out = self._call(op, args, mask)
         else:
             raise LockstepError(
                 f"@{self.run.name}: the lockstep interpretation has no rule for {op.name}"
@@ -224,6 +226,17 @@ class LockstepInterpreter:
             env[op.results[0]] = out.astype(kind, copy=False) if out.dtype != kind else out
         elif op.results:
             env[op.results[0]] = out
+
+    def _call(self, op: func.CallOp, args: list[Any], mask: np.ndarray) -> Any:
+        """A scalar function's result for every lane: its body run on the arguments."""
+        fn = self.functions[op.callee.root_reference.data]
+        for arg, value in zip(fn.body.block.args, args, strict=True):
+            self.env[arg] = value
+        for inner in fn.body.block.ops:
+            if isinstance(inner, func.ReturnOp):
+                return self.env[inner.arguments[0]]
+            self.op(inner, mask)
+        raise LockstepError(f"@{fn.sym_name.data} does not return")
 
     def _compare(self, op: arith.CmpiOp | arith.CmpfOp, args: list[Any]) -> Any:
         names = (
