@@ -60,20 +60,29 @@ def _trip_count(op: Operation) -> int:
     return 1
 
 
-def _executed(op: Operation, per_op: Callable[[Operation], int]) -> int:
+def _executed(op: Operation, per_op: Callable[[Operation], int],
+              called: dict[str, int] | None = None) -> int:  # fmt: skip
     """`per_op` summed over every execution of `op` and of everything nested in it, a call
     of a scalar function as the function's ops (inlined, the call is gone; its constants
     are hoisted out of the loop, made once as they were when expansions were inline)."""
+    called = {} if called is None else called  # a scalar function's count, by name
     inner = sum(
-        _executed(o, per_op) for region in op.regions for block in region.blocks for o in block.ops
+        _executed(o, per_op, called)
+        for region in op.regions
+        for block in region.blocks
+        for o in block.ops
     )
     if isinstance(op, func.CallOp):
-        callee = SymbolTable.lookup_symbol(op, op.callee)
-        if callee is not None and is_scalar_function(callee):
-            body = callee.regions[0].blocks[0].ops
-            inner += sum(_executed(o, per_op) for o in body
-                         if not isinstance(o, arith.ConstantOp | func.ReturnOp))  # fmt: skip
-            return inner  # the call itself is gone once inlined
+        name = op.callee.root_reference.data
+        if name not in called:
+            callee = SymbolTable.lookup_symbol(op, op.callee)
+            called[name] = -1
+            if callee is not None and is_scalar_function(callee):
+                body = callee.regions[0].blocks[0].ops
+                called[name] = sum(_executed(o, per_op, called) for o in body
+                                   if not isinstance(o, arith.ConstantOp | func.ReturnOp))  # fmt: skip
+        if called[name] >= 0:
+            return called[name]  # the call itself is gone once inlined
     return per_op(op) + _trip_count(op) * inner
 
 

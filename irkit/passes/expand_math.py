@@ -62,7 +62,15 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import arith, func
 from xdsl.dialects import math as xmath
-from xdsl.dialects.builtin import Float32Type, FloatAttr, IntegerAttr, ModuleOp, UnitAttr, i32
+from xdsl.dialects.builtin import (
+    Float32Type,
+    FloatAttr,
+    IntegerAttr,
+    ModuleOp,
+    SymbolRefAttr,
+    UnitAttr,
+    i32,
+)
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
@@ -274,7 +282,9 @@ class ExpandMathPass(ModulePass):
                 kind = type(math_op)
                 if kind not in functions:
                     functions[kind] = scalar_function(op, math_op, ldexp)
-                call = func.CallOp(functions[kind].sym_name.data, [math_op.operands[0]], [F32])
+                callee = {"callee": SymbolRefAttr(functions[kind].sym_name)}
+                call = func.CallOp.create(operands=math_op.operands, result_types=[F32],
+                                          properties=callee)  # 4x faster than func.CallOp()  # fmt: skip
                 math_op.parent_block().insert_op_before(call, math_op)  # type: ignore[union-attr]
                 math_op.results[0].replace_all_uses_with(call.res[0])
                 math_op.detach()
@@ -289,7 +299,7 @@ NAMES: dict[type[Operation], str] = {xmath.ExpOp: "expf", xmath.TanhOp: "tanhf",
 
 def scalar_function(module: ModuleOp, like: Operation, ldexp: bool) -> func.FuncOp:
     """The module's scalar function (`irkit.inline`, see `irkit.loops`) computing the f32
-    expansion of ops like `like`, built and added at the module's end unless an earlier run
+    expansion of ops like `like`, built and added at the module's top unless an earlier run
     left it: the name says the kind and the scaling, so one name is one body."""
     kind = type(like)
     name = f"irkit_{NAMES[kind]}" + (
@@ -311,7 +321,8 @@ def scalar_function(module: ModuleOp, like: Operation, ldexp: bool) -> func.Func
     block.add_op(func.ReturnOp(result))
     anchor.detach()
     anchor.erase()
-    module.body.block.add_op(fn)
+    # first in the module: a call's verification looks its callee up by a scan from the top
+    module.body.block.insert_op_before(fn, module.body.block.first_op)  # type: ignore[arg-type]
     return fn
 
 

@@ -82,11 +82,15 @@ _KINDS: tuple[tuple[type[Operation] | tuple[type[Operation], ...], Kind], ...] =
 
 
 def kind_of(op: Operation) -> Kind:
-    """How fusion treats an op."""
-    for classes, kind in _KINDS:
-        if isinstance(op, classes):
-            return kind
-    return Kind.OPAQUE
+    """How fusion treats an op (by its class: `_KIND_OF` remembers each)."""
+    kind = _KIND_OF.get(type(op))
+    if kind is None:
+        kind = next((k for classes, k in _KINDS if isinstance(op, classes)), Kind.OPAQUE)
+        _KIND_OF[type(op)] = kind
+    return kind
+
+
+_KIND_OF: dict[type[Operation], Kind] = {}
 
 
 @dataclass(frozen=True)
@@ -160,16 +164,22 @@ class _Fuser:
     def run(self, block: Block) -> None:
         ops = [o for o in block.ops if not o.has_trait(IsTerminator)]
         self.position = position = {o: i for i, o in enumerate(ops)}
+        # nothing moves until the groups are placed: each op's producers found once
+        self.producers = {o: _producers(o, position) for o in ops}
+        self.consumers: dict[Operation, list[Operation]] = {o: [] for o in ops}
+        for o in ops:
+            for p in self.producers[o]:
+                self.consumers[p].append(o)
         for i, o in enumerate(ops):
             self.group_of[o] = i
             self.members[i] = [o]
             self.dag.add_node(i)
-            for producer in _producers(o, position):
+            for producer in self.producers[o]:
                 self.dag.add_edge(self.group_of[producer], i)
         for o in ops:
             if kind_of(o) is Kind.OPAQUE:
                 continue
-            for producer in _producers(o, position):
+            for producer in self.producers[o]:
                 if kind_of(producer) is not Kind.OPAQUE and self.options.allows(
                     kind_of(producer), kind_of(o)
                 ):
@@ -211,14 +221,15 @@ class _Fuser:
 
     def _edges_allowed(self, a: int, b: int) -> bool:
         """Whether every dataflow edge from group a into group b may lie inside a kernel
-        (so a matmul never takes an elementwise producer in through a side door)."""
-        producers = set(self.members[a])
-        return all(
-            self.options.allows(kind_of(p), kind_of(o))
-            for o in self.members[b]
-            for p in _producers(o, self.position)
-            if p in producers
-        )
+        (so a matmul never takes an elementwise producer in through a side door). The edges
+        are found from the smaller group's side: a chain adds one op at a time to a group
+        of up to 64."""
+        group, allows = self.group_of, self.options.allows
+        if len(self.members[a]) < len(self.members[b]):
+            edges = ((p, o) for p in self.members[a] for o in self.consumers[p] if group[o] == b)
+        else:
+            edges = ((p, o) for o in self.members[b] for p in self.producers[o] if group[p] == a)
+        return all(allows(kind_of(p), kind_of(o)) for p, o in edges)
 
     def _creates_cycle(self, a: int, b: int) -> bool:
         """Whether a path a -> x -> ... -> b exists through some other group x."""
