@@ -1,12 +1,13 @@
 """Compile speed (issue 25): how fast irkit turns models into running code, recorded per commit.
 
-    python benchmarks/compile_speed.py [--quick] [--main-job] [--shapley-mlp]
+    python benchmarks/compile_speed.py [--quick] [--main-job] [--shapley-mlp] [--repeats 5]
                                        [--out benchmarks/results/compile_speed.jsonl]
 
 Measured, each in a fresh process so that nothing is warm by accident:
 - the default-cpu pass pipeline on generated elementwise chains of 250, 500, 1000 and 2000
-  ops: seconds and input ops per second (the target: >= 5,000 ops/s at 2000), and each
-  pass's growth exponent from 250 to 2000 ops (n log n is 1.15 over that range);
+  ops, each in `--repeats` fresh processes (default 5): the median seconds with every run's,
+  input ops per second at the median (the target: >= 5,000 ops/s at 2000), and each pass's
+  growth exponent from 250 to 2000 ops over the medians (n log n is 1.15 over that range);
 - `irkit.compile` of every example under default-cpu, with an empty machine-code cache
   (cold) and again with the cache it left (warm);
 - unless --quick: the CNNs of onnx's light model zoo (shipped with the onnx package) the
@@ -24,6 +25,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -84,6 +86,19 @@ def zoo_model(name: str) -> Path:
     return Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{name}.onnx"
 
 
+def chain(n: int, repeats: int, cache: str) -> dict:
+    """The pipeline on the n-op chain in `repeats` fresh processes: the median seconds (and
+    each pass's median), every run's seconds, and ops/s at the median. On a shared VM one
+    process's time varied by 2x between minutes; one run was a sample of that, not of irkit."""
+    runs = [child(CHAIN, str(n), cache=cache) for _ in range(max(1, repeats))]
+    seconds = [r["seconds"] for r in runs]
+    median = statistics.median(seconds)
+    passes = {name: statistics.median(r["passes"].get(name, 0.0) for r in runs)
+              for name in runs[0]["passes"]}  # fmt: skip
+    return {"ops": runs[0]["ops"], "seconds": median, "runs": seconds, "passes": passes,
+            "ops_per_s": runs[0]["ops"] / median}  # fmt: skip
+
+
 def growth(chains: list[dict]) -> dict[str, float]:
     """Each pass's time exponent, fitted over every chain (`slope`); passes taking under 5 ms
     at the largest are left out: their times are noise."""
@@ -114,6 +129,8 @@ def main() -> int:
     parser.add_argument("--shapley-mlp", action="store_true",
                         help="also time Shapley attribution of examples/mlp.graph")  # fmt: skip
     parser.add_argument("--out", default=None, help="append the record to this JSON Lines file")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="fresh processes per chain; the median is reported (default 5)")  # fmt: skip
     args = parser.parse_args()
     from irkit.measure.fingerprint import host_fingerprint
 
@@ -121,9 +138,7 @@ def main() -> int:
                     "examples": {}, "fingerprint": host_fingerprint()}  # fmt: skip
     with tempfile.TemporaryDirectory() as cold_dir:
         for n in (250, 500) if args.quick else (250, 500, 1000, 2000):
-            r = child(CHAIN, str(n), cache=cold_dir)
-            r["ops_per_s"] = r["ops"] / r["seconds"]
-            record["chains"].append(r)
+            record["chains"].append(chain(n, args.repeats, cold_dir))
         for path in sorted((ROOT / "examples").glob("*.graph")):
             with tempfile.TemporaryDirectory() as cache:
                 cold = child(COMPILE, str(path), cache=cache)["seconds"]
@@ -144,10 +159,13 @@ def main() -> int:
             with tempfile.TemporaryDirectory() as cache:
                 mlp = [*bench, "examples/mlp.graph", "--backend", "cpu", "--strategy", "shapley"]
                 record["shapley_mlp"] = {"cold_s": timed(mlp, cache)}
-    print(f"{'chain ops':>10} {'seconds':>8} {'ops/s':>8}  slowest passes")
+    print(
+        f"{'chain ops':>10} {'median s':>8} {'range s':>11} {'ops/s':>6}  slowest passes (median)"
+    )
     for r in record["chains"]:
         slow = sorted(r["passes"].items(), key=lambda kv: -kv[1])[:3]
-        print(f"{r['ops']:>10} {r['seconds']:>8.2f} {r['ops_per_s']:>8.0f}  "
+        spread = f"{min(r['runs']):.2f}-{max(r['runs']):.2f}"
+        print(f"{r['ops']:>10} {r['seconds']:>8.2f} {spread:>11} {r['ops_per_s']:>6.0f}  "
               + ", ".join(f"{k} {v:.2f}s" for k, v in slow))  # fmt: skip
     record["growth"] = growth(record["chains"])
     limit = nlogn([c["ops"] for c in record["chains"]])

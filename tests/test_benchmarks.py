@@ -69,7 +69,7 @@ def test_gpu_targets_needs_a_device() -> None:
 def test_compile_speed_records_chains_and_examples_cold_and_warm(tmp_path: Path) -> None:
     out = tmp_path / "c.jsonl"
     r = subprocess.run(
-        [sys.executable, "benchmarks/compile_speed.py", "--quick", "--out", str(out)],
+        [sys.executable, "benchmarks/compile_speed.py", "--quick", "--repeats", "2", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -77,6 +77,8 @@ def test_compile_speed_records_chains_and_examples_cold_and_warm(tmp_path: Path)
     assert [c["ops"] > 0 for c in rec["chains"]] == [True, True]
     assert rec["chains"][0]["ops"] < rec["chains"][1]["ops"]
     assert all("lower-graph-to-loops" in c["passes"] for c in rec["chains"])
+    assert all(len(c["runs"]) == 2 and min(c["runs"]) <= c["seconds"] <= max(c["runs"])
+               for c in rec["chains"])  # fmt: skip
     assert set(rec["examples"]) == {p.stem for p in (ROOT / "examples").glob("*.graph")}
     assert all(e["cold_s"] > 0 and e["warm_s"] > 0 for e in rec["examples"].values())
 

@@ -321,8 +321,13 @@ def scalar_function(module: ModuleOp, like: Operation, ldexp: bool) -> func.Func
     block.add_op(func.ReturnOp(result))
     anchor.detach()
     anchor.erase()
-    # first in the module: a call's verification looks its callee up by a scan from the top
-    module.body.block.insert_op_before(fn, module.body.block.first_op)  # type: ignore[arg-type]
+    # at the module's top, after the others: a call's verification looks its callee up by a
+    # scan from the top, which at the end passed every kernel (a tenth of verifying a chain)
+    after = next((o for o in module.ops if not is_scalar_function(o)), None)
+    if after is None:
+        module.body.block.add_op(fn)
+    else:
+        module.body.block.insert_op_before(fn, after)
     return fn
 
 
