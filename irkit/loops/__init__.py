@@ -98,7 +98,7 @@ def _dialects(module: ModuleOp) -> set[str]:
     kinds: dict[type, Operation] = {}
     for op in module.walk():
         kinds.setdefault(type(op), op)
-    found = set()
+    found: set[str] = set()
     for kind, op in kinds.items():
         name = _DIALECT_OF.get(kind)
         if name is None:
@@ -133,7 +133,7 @@ def callees(module: ModuleOp, fn: Operation) -> list[func.FuncOp]:
             if isinstance(op, func.CallOp):
                 name = op.callee.root_reference.data
                 if name in table and name not in found:
-                    found[name] = table[name]  # type: ignore[assignment]
+                    found[name] = table[name]
                     pending.append(table[name])
     return list(found.values())
 

@@ -139,20 +139,25 @@ def time_interleaved(
     `min_rounds` on), at `max_rounds`, or when the budget is spent (checked from
     `floor_rounds` on, by default `min_rounds`). `on_round(n)` is called after round n.
     `resolved(samples)`, where given, replaces the precision rule: sampling stops (reason
-    "resolved") once it returns True, asked from `min_rounds` on, every fifth round."""
+    "resolved") once it returns True, asked from `min_rounds` on, every fifth round up to
+    100 rounds, then every twentieth part of the rounds so far (its bootstrap grows with
+    the rounds: asked every fifth round, 2000 rounds would ask 400 times)."""
     floor = min_rounds if floor_rounds is None else floor_rounds
     rounds = Rounds(fns, warmup, min_sample_s, seed)
     samples, reps = rounds.samples, rounds.reps
     deadline = time.perf_counter() + budget_s
     reason = "max_samples"
+    next_ask = min_rounds
     for r in range(max_rounds):
         rounds.run()
         if on_round is not None:
             on_round(r + 1)
         if r + 1 >= min_rounds and resolved is not None:
-            if (r + 1 - min_rounds) % 5 == 0 and resolved(samples):
-                reason = "resolved"
-                break
+            if r + 1 >= next_ask:
+                next_ask = r + 1 + max(5, (r + 1) // 20)
+                if resolved(samples):
+                    reason = "resolved"
+                    break
         elif r + 1 >= min_rounds and all(
             median_ci(np.array(s)).half_width <= precision for s in samples.values()
         ):

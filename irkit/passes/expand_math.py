@@ -307,7 +307,7 @@ def scalar_function(module: ModuleOp, like: Operation, ldexp: bool) -> func.Func
     )
     taken = {o.sym_name.data: o for o in module.ops if isinstance(o, func.FuncOp)}
     if name in taken and is_scalar_function(taken[name]):
-        return taken[name]  # type: ignore[return-value]
+        return taken[name]
     unique, n = name, 1
     while unique in taken:  # the model has a function of that name
         unique, n = f"{name}_{n}", n + 1
