@@ -46,6 +46,7 @@ from xdsl.pattern_rewriter import (
 
 from irkit.dialects import graph as g
 from irkit.errors import require
+from irkit.ir import holds
 from irkit.passes.decompose_composites import DecomposeBatchNormPattern
 from irkit.passes.fold_transposes import inverse_perm
 
@@ -117,6 +118,8 @@ class ConvLayoutPass(ModulePass):
         )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if not holds(op, (g.Conv2dOp, g.BatchNormOp)):
+            return
         patterns = [ConvertConvLayout(self.layout), DecomposeTransposedBatchNorm()]
         walker = PatternRewriteWalker(
             GreedyRewritePatternApplier(patterns), apply_recursively=False

@@ -45,6 +45,7 @@ from xdsl.pattern_rewriter import (
 
 from irkit.dialects import graph as g
 from irkit.errors import require
+from irkit.ir import holds
 
 
 def _shape(value: SSAValue) -> tuple[int, ...]:
@@ -160,6 +161,8 @@ class ConvToMatmulPass(ModulePass):
         require(self.max_expansion >= 1, "max-expansion", self.max_expansion, "must be >= 1")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if not holds(op, (g.Conv2dOp, g.ReshapeOp)):  # the patterns' roots
+            return
         PatternRewriteWalker(
             GreedyRewritePatternApplier([ConvToMatmul(self.max_expansion), SinkReshape()])
         ).rewrite_module(op)

@@ -41,6 +41,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from irkit.dialects import graph as g
+from irkit.ir import holds
 
 
 def _perm(op: g.TransposeOp) -> list[int]:
@@ -241,6 +242,8 @@ class FoldTransposesPass(ModulePass):
     sink: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if not holds(op, (g.TransposeOp, g.ReshapeOp)):  # every pattern starts from one
+            return
         patterns: list[RewritePattern] = [
             ComposeTransposes(),
             TransposeOfUnitAxes(),

@@ -47,6 +47,7 @@ it (tested on every example against the reference). Options:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -170,6 +171,7 @@ class _Fuser:
         for o in ops:
             for p in self.producers[o]:
                 self.consumers[p].append(o)
+        self.kinds = {i: Counter([kind_of(o)]) for i, o in enumerate(ops)}  # per group
         for i, o in enumerate(ops):
             self.group_of[o] = i
             self.members[i] = [o]
@@ -201,23 +203,27 @@ class _Fuser:
     def _try_merge(self, a: int, b: int) -> None:
         if a == b:
             return
+        if len(self.members[a]) + len(self.members[b]) > self.options.max_group_size:
+            return
+        kinds = self.kinds[a] + self.kinds[b]
+        contractions = kinds[Kind.CONTRACTION]
+        if contractions > 1 or (contractions and kinds[Kind.REDUCTION]):
+            return
         ops = self.members[a] + self.members[b]
-        kinds = [kind_of(o) for o in ops]
-        contractions = kinds.count(Kind.CONTRACTION)
-        if len(ops) > self.options.max_group_size or contractions > 1:
-            return
-        if contractions and Kind.REDUCTION in kinds:
-            return
         if contractions and not self.options.movement_epilogues and _moves_a_result(ops):
             return
         if not (self._edges_allowed(a, b) and self._edges_allowed(b, a)):
             return
-        if self._creates_cycle(a, b) or self._creates_cycle(b, a):
+        # a path a -> x -> b would become a cycle through the merged group; the other way,
+        # b -> x -> a, is impossible while a -> b is an edge (the DAG has no cycle)
+        if self._creates_cycle(a, b) or (not self.dag.has_edge(a, b) and self._creates_cycle(b, a)):
             return
         self.dag = nx.contracted_nodes(self.dag, a, b, self_loops=False, copy=False)
         for o in self.members.pop(b):
             self.group_of[o] = a
         self.members[a] = ops
+        self.kinds[a] = kinds
+        del self.kinds[b]
 
     def _edges_allowed(self, a: int, b: int) -> bool:
         """Whether every dataflow edge from group a into group b may lie inside a kernel
