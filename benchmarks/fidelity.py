@@ -139,7 +139,7 @@ def _spin_forever() -> None:
 
 
 def trial(model: Path, dims: dict, real: str, strategy: str, slow: int, fast: int,
-          budget: float, seed: int, placements: int = 4, stop: str = "verdicts") -> dict:  # fmt: skip
+          budget: float, seed: int, placements: int | None = None, stop: str = "verdicts") -> dict:  # fmt: skip
     """One attribution run with the plants; the spin kernels alone timed before and after
     (a drift check); the truth (in the program) is filled in by `main`."""
     before = (spin_seconds(slow), spin_seconds(fast))
@@ -301,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=20,
                     help="trials per strategy and planted size (each run plants two sizes)")  # fmt: skip
     ap.add_argument("--budget", type=float, default=10.0, help="attribute's budget_s per run")
-    ap.add_argument("--placements", type=int, default=4, help="attribute's placements")
+    ap.add_argument("--placements", type=int, default=None,
+                    help="attribute's placements (default: attribute's own, automatic)")  # fmt: skip
     ap.add_argument("--truth-seconds", type=float, default=8.0,
                     help="seconds measuring each plant's cost in the program (per size, before "
                          "and after each strategy)")  # fmt: skip

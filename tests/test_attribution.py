@@ -465,6 +465,7 @@ def test_every_program_is_timed_as_several_placements(monkeypatch: pytest.Monkey
     proto, noise = record["protocol"], record["noise_floor"]
     assert proto["placements"] == 3
     assert proto["programs_bound"] == 3 * (proto["programs_measured"] + 2)  # two twins
+    assert proto["copy_sd"] is not None and 0.0 <= proto["copy_sd"] < 1.0  # reported, relative
     assert counts["compile"] == proto["programs_measured"]
     assert counts["copy"] == proto["programs_bound"] - proto["programs_measured"]
     assert set(noise["per_context"]["programs"]) == {v["program"] for v in record["variants"]}
@@ -540,3 +541,17 @@ def test_pair_weights_are_the_contributions_coefficients(strategy: str) -> None:
         pairs = plan.weighted_pairs(i)
         assert sum(w for w, _, _ in pairs) == pytest.approx(1.0)
         assert float(c) == pytest.approx(sum(w * (t[a] - t[b]) for w, a, b in pairs))
+
+
+def test_placements_by_default_grow_with_few_programs() -> None:
+    """Issue 24: a one-pair contrast (prefix, ablation) holds two programs' copy variance
+    over the copies, so few programs get 8 copies; many (Shapley) 4, their binding cost
+    bounded (`AUTO_COPIES` in all)."""
+    from irkit.measure.attribution import AUTO_COPIES, auto_placements
+
+    assert [auto_placements(n) for n in (1, 9, 25, 34, 50, 84, 500)] == [8, 8, 8, 5, 4, 4, 4]
+    assert all(auto_placements(n) * n <= AUTO_COPIES for n in range(1, 51))
+    record = attribute(CHAIN, "cse,lower-graph-to-loops", "cpu", "prefix", SMALL,
+                       budget_s=0.2, kernel_times=False).to_json()  # fmt: skip
+    proto = record["protocol"]
+    assert proto["placements_wanted"] == "auto" and proto["placements"] == 8

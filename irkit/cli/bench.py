@@ -244,7 +244,7 @@ def attribute_file(args, model: str, dims: dict) -> dict:
                 model, args.passes, args.backend, args.strategy, dims, args.precision,
                 args.budget, seed=args.seed, permutations=args.permutations, progress=tick,
                 kernel_times=not args.no_kernel_times, timer=args.timer,
-                placements=getattr(args, "placements", 4),
+                placements=getattr(args, "placements", None),
             ).to_json()  # fmt: skip
         load = record["protocol"]["load"]
         attempts.append({"quiet_wait": waited, "loaded": load["loaded"]})
@@ -685,10 +685,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="launches: the driver's launches as they run (default); graph: the "
                           "driver captured once as a CUDA graph and replayed as one launch "
                           "(microsecond kernels without the host's launch cost; --backend cuda)")  # fmt: skip
-    att.add_argument("--placements", type=bounded_int(1, 64), default=4,
+    att.add_argument("--placements", type=bounded_int(1, 64), default=None,
                      help="copies of every distinct program, each linked and bound "
                           "separately, the rounds rotating through them so their offsets are "
-                          "in the CIs (default 4)")  # fmt: skip
+                          "in the CIs (default: 8 for up to 25 programs, down to 4 for 50 "
+                          "and more)")  # fmt: skip
     att.add_argument("--quiet-machine", type=positive_float, nargs="?", const=300.0,
                      default=None, metavar="SECONDS",
                      help="wait (at most SECONDS, default 300) until no other thread is "

@@ -73,9 +73,13 @@ def show_attribution(console: Console, rec: dict) -> None:
         )
     placements = proto.get("placements")
     if placements:
+        spread = proto.get("copy_sd")
+        said = (f"; a copy's offset {spread:.2%} (sd), in every CI"
+                if spread is not None else "")  # fmt: skip
         console.print(
             f"{placements} placements: every program linked and bound {placements} times, "
-            "rounds rotating through the copies; CIs resample copies and rounds",
+            f"rounds rotating through the copies{said}; CIs resample rounds within copies and "
+            "hold the copy-to-copy spread",
             highlight=False,
         )
     if "aa_ratio" in noise:
