@@ -39,7 +39,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from irkit.dialects.cpu import PrefetchOp
 from irkit.dialects.warp import MMA_OPS, MmaM16n8k16Op
 from irkit.errors import IrkitError
-from irkit.loops import SHARED_SPACE, callees, kernels, launch_of
+from irkit.loops import SHARED_SPACE, callees, is_loop_level, kernels, launch_of
 from irkit.loops.scalar_ops import c_calls, c_infix
 
 C_RESERVED = frozenset(
@@ -572,7 +572,7 @@ def gpu_kernels(module: ModuleOp) -> list[func.FuncOp]:
     graph ops or loop-level kernels not mapped onto the GPU."""
     mapped = [op for op in module.ops if isinstance(op, func.FuncOp) and launch_of(op) is not None]
     unmapped = [f for f in kernels(module) if launch_of(f) is None]
-    if unmapped or any(op.dialect_name() == "graph" for op in module.walk()):
+    if unmapped or not is_loop_level(module):
         raise IrkitError(
             "CUDA C needs GPU-mapped IR; lower with -p map-to-gpu (or a pipeline such as "
             "default-cuda)"

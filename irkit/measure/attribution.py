@@ -690,7 +690,7 @@ def attribute(
     # (a 5% plant was called significant in 60% of trials with CIs a quarter its size)
     family = _family_confidence(len(programs))
     split, failed_context = _context_checks(
-        {k: samples[row[k]] for k in programs}, np.array(slots[: samples.shape[1]]), resamples, seed
+        {k: samples[row[k]] for k in programs}, slot_of, resamples, seed
     )
     context_floor_s = {k: _floor(r, float(point[row[k]]))[1] if failed_context[k] else 0.0
                        for k, r in split.items()}  # fmt: skip
