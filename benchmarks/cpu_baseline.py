@@ -30,6 +30,21 @@ def _threads_option(argv: list[str]) -> int:
 
 
 THREADS = _threads_option(sys.argv)
+
+
+def _pin(threads: int) -> list[int]:
+    """Confine the process to `threads` of its CPUs (the first ones it may run on), so that
+    no library can use more cores than the protocol says: XLA's YNNPACK dots ran on two
+    threads under `--xla_cpu_multi_thread_eigen=false` (1.3 cores on gemm, 0.80x "one
+    thread" irkit, 1.09x once confined). Thread pools sized from the affinity mask size
+    themselves to it. Returns the CPUs the process runs on."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if threads < len(allowed):
+        os.sched_setaffinity(0, allowed[:threads])
+    return sorted(os.sched_getaffinity(0))
+
+
+CPUS = _pin(THREADS)
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "IRKIT_NUM_THREADS"):
     os.environ[var] = str(THREADS)  # irkit and numpy alike; must precede numpy's import
 # OpenBLAS's workers spin for ~2^28 cycles after a call before they sleep: interleaved with
@@ -115,14 +130,39 @@ def measure_against_numpy(
         "checks": [c.to_json() for c in checks],
         "irkit": timings["irkit"].to_json(), "numpy": timings["numpy"].to_json(),
         "speedup_vs_numpy": speed.to_json(),
+        **thread_record(timings),
         "threads": THREADS, "kernel_threads": [(k.launch or {}).get("threads", 1)
                                                 for k in exe.kernels],
         "protocol": f"interleaved randomized rounds, perf_counter_ns, warm caches, {THREADS} "
-                    "thread(s) for irkit (IRKIT_NUM_THREADS) and numpy's OpenBLAS alike, "
+                    "thread(s) for irkit (IRKIT_NUM_THREADS) and numpy's OpenBLAS alike, the "
+                    "process confined to as many CPUs (cpus), "
                     "OpenBLAS workers sleeping after each call (OPENBLAS_THREAD_TIMEOUT=4), same "
                     "inputs, irkit checked against float64 first",
         "numpy_blas": _blas(), "fingerprint": host_fingerprint(),
     }  # fmt: skip
+
+
+def cores_used(timings: dict) -> dict[str, float]:
+    """Each timed function's cores in use while it ran (the process's CPU time over the
+    wall time, the median over samples), rounded, where it has CPU times."""
+    return {name: round(t.cpu_over_wall, 2) for name, t in timings.items()
+            if t.cpu_over_wall is not None}  # fmt: skip
+
+
+def thread_record(timings: dict) -> dict:
+    """The record's evidence that every side ran on the protocol's thread count: the CPUs
+    the process was confined to, each function's cores in use, and those over THREADS."""
+    cores = cores_used(timings)
+    over = sorted(name for name, used in cores.items() if used > THREADS * 1.1)
+    return {"cpus": CPUS, "cores_used": cores, "over_threads": over}
+
+
+def thread_note(rec: dict) -> str:
+    """A table line's warning where a side used more cores than the protocol's THREADS
+    (10% slack for the timer's own bookkeeping): that comparison is not the one claimed."""
+    over = rec.get("over_threads") or []
+    used = rec.get("cores_used", {})
+    return "".join(f"  (!) {name} used {used[name]:.2f} cores" for name in over)
 
 
 def _blas() -> str:
@@ -155,12 +195,14 @@ def main() -> int:
         rec = measure(name, args.quick, args.pipeline, budget)
         it, npy, sp = rec["irkit"]["seconds"], rec["numpy"]["seconds"], rec["speedup_vs_numpy"]
         print(f"{name:20} {_ms(it):>28} {_ms(npy):>28} "
-              f"{sp['median']:6.3f}x [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]")  # fmt: skip
+              f"{sp['median']:6.3f}x [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]"
+              f"{thread_note(rec)}")  # fmt: skip
         if args.out:
             with open(args.out, "a") as f:
                 f.write(json.dumps(rec) + "\n")
     print(
-        f"host {host_fingerprint()['cpu']}; pipeline {args.pipeline}; numpy/irkit > 1 means irkit is faster"
+        f"host {host_fingerprint()['cpu']}; {THREADS} thread(s) on CPUs {CPUS}; "
+        f"pipeline {args.pipeline}; numpy/irkit > 1 means irkit is faster"
     )
     return 0
 

@@ -17,6 +17,12 @@ host fingerprint. With jax installed, XLA is a second peer: the same computation
 jax.numpy, jitted (params as arguments), checked against irkit, timed in the same rounds; one
 thread by `--xla_cpu_multi_thread_eigen=false`, else XLA's own pool over the host's cores (on
 this 2-core host, `--threads 2`).
+
+With fewer threads than the host has CPUs, the whole process is confined to that many
+(`sched_setaffinity`, before any library starts a pool): a library's flags are not a
+guarantee (jax 0.10's XLA runs dots through YNNPACK on a pool of its own, which took 1.3
+cores in "one-thread" runs). Each side's cores in use (CPU time over wall time) are in the
+record, and a line says so where a side used more than `--threads`.
 """
 
 from __future__ import annotations  # noqa: I001 (cpu_baseline sets thread counts before numpy)
@@ -24,10 +30,12 @@ from __future__ import annotations  # noqa: I001 (cpu_baseline sets thread count
 import json
 import sys
 
-from cpu_baseline import THREADS, _ms, benchmark_parser  # sets thread counts before numpy
+from cpu_baseline import CPUS, THREADS, _ms, benchmark_parser, thread_note, thread_record
 
 import os  # noqa: E402
 
+# cpu_baseline confined the process to THREADS CPUs: the flags below are not enough alone
+# (XLA's YNNPACK dots use a pool of their own, sized from the CPUs the process may use)
 if THREADS == 1:  # XLA's CPU backend: one thread (read when jax is imported)
     os.environ.setdefault(
         "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
@@ -243,12 +251,15 @@ def measure(name: str, quick: bool, pipeline: str, budget: float) -> dict:
     return {
         **xla_record,
         "kind": "irkit.benchmark", "benchmark": "cpu_peers", "workload": name, "dims": dims,
+        **thread_record(timings),
         "pipeline": exe.pipeline, "threads": THREADS, "onnxruntime": version,
         "checks": [c.to_json() for c in checks],
         "irkit": timings["irkit"].to_json(), "onnxruntime_time": timings["onnxruntime"].to_json(),
         "speedup_vs_onnxruntime": speed.to_json(),
         "protocol": f"interleaved randomized rounds, perf_counter_ns, warm caches, {THREADS} "
-                    "thread(s) each (IRKIT_NUM_THREADS; onnxruntime intra-op, inter-op 1, "
+                    "thread(s) each, the process confined to as many CPUs (cpus; cores_used: "
+                    "each side's CPU time over wall time) (IRKIT_NUM_THREADS; onnxruntime "
+                    "intra-op, inter-op 1, "
                     "ORT_ENABLE_ALL, its threads not spinning between runs; XLA: one thread by "
                     "--xla_cpu_multi_thread_eigen=false, else its default pool over the host's cores), "
                     "params as onnxruntime initializers, jax arguments, and bound once in irkit, "
@@ -297,11 +308,12 @@ def main() -> int:
         xs = rec.get("speedup_vs_xla")
         xla = f"{xs['median']:6.3f}x [{xs['ci_low']:.3f}, {xs['ci_high']:.3f}]" if xs else "no jax"
         print(f"{name:18} {_ms(it):>28} {_ms(ort_t):>28} "
-              f"{sp['median']:6.3f}x [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}] {xla:>22}", flush=True)  # fmt: skip
+              f"{sp['median']:6.3f}x [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}] {xla:>22}"
+              f"{thread_note(rec)}", flush=True)  # fmt: skip
         if args.out:
             with open(args.out, "a") as f:
                 f.write(json.dumps(rec) + "\n")
-    print(f"host {host_fingerprint()['cpu']}; {THREADS} thread(s); pipeline {args.pipeline}; "
+    print(f"host {host_fingerprint()['cpu']}; {THREADS} thread(s) on CPUs {CPUS}; pipeline {args.pipeline}; "
           "peer/irkit > 1 means irkit is faster")  # fmt: skip
     return 0
 

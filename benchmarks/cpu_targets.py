@@ -27,12 +27,14 @@ import json
 import sys
 
 from cpu_baseline import (  # sets the thread counts before numpy's import
+    CPUS,
     THREADS,
     _ms,
     benchmark_parser,
     conv_block_peer,
     elementwise_peer,
     measure_against_numpy,
+    thread_note,
 )
 
 from irkit.measure.fingerprint import host_fingerprint  # noqa: E402
@@ -81,13 +83,13 @@ def main() -> int:
                 f"{name:18} {pipeline:13} {_ms(it):>28} {_ms(npy):>28} "
                 f"{sp['median']:6.3f}x [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}] {gflops:8.1f}  "
                 f"{f'>= {target}x: ' if target else ''}"
-                f"{rec['verdict'] if pipeline == args.pipeline else '-'}"
+                f"{rec['verdict'] if pipeline == args.pipeline else '-'}{thread_note(rec)}"
             )
             if args.out:
                 with open(args.out, "a") as f:
                     f.write(json.dumps(rec) + "\n")
     fp = host_fingerprint()
-    print(f"host {fp['cpu']}; {THREADS} thread(s) each; numpy/irkit > 1 means irkit is faster")
+    print(f"host {fp['cpu']}; {THREADS} thread(s) each on CPUs {CPUS}; numpy/irkit > 1 means irkit is faster")
     return 0
 
 

@@ -50,6 +50,12 @@ def test_cpu_peers_checks_both_then_times_them_against_onnxruntime(tmp_path: Pat
         s = rec["speedup_vs_onnxruntime"]
         assert s["ci_low"] <= s["median"] <= s["ci_high"]
         assert rec["onnxruntime"] and rec["fingerprint"]["cpu"]
+        # one thread (the default) confines the process to one CPU, so no peer's own pool
+        # can use a second core (XLA's YNNPACK dots did, under its one-thread flags)
+        assert rec["threads"] == 1 and len(rec["cpus"]) == 1
+        assert {"irkit", "onnxruntime"} <= set(rec["cores_used"])
+        assert all(used <= 1.1 for used in rec["cores_used"].values()), rec["cores_used"]
+        assert rec["over_threads"] == []
 
 
 def test_gpu_targets_needs_a_device() -> None:
