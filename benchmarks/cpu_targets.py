@@ -89,7 +89,9 @@ def main() -> int:
                 with open(args.out, "a") as f:
                     f.write(json.dumps(rec) + "\n")
     fp = host_fingerprint()
-    print(f"host {fp['cpu']}; {THREADS} thread(s) each on CPUs {CPUS}; numpy/irkit > 1 means irkit is faster")
+    print(
+        f"host {fp['cpu']}; {THREADS} thread(s) each on CPUs {CPUS}; numpy/irkit > 1 means irkit is faster"
+    )
     return 0
 
 
