@@ -36,7 +36,7 @@ def _pin(threads: int) -> list[int]:
     """Confine the process to `threads` of its CPUs (the first ones it may run on), so that
     no library can use more cores than the protocol says: XLA's YNNPACK dots ran on two
     threads under `--xla_cpu_multi_thread_eigen=false` (1.3 cores on gemm, 0.80x "one
-    thread" irkit, 1.09x once confined). Thread pools sized from the affinity mask size
+    thread" irkit, 1.05x once confined). Thread pools sized from the affinity mask size
     themselves to it. Returns the CPUs the process runs on."""
     allowed = sorted(os.sched_getaffinity(0))
     if threads < len(allowed):

@@ -159,10 +159,11 @@ class CpuExecutable:
         Then the steady driver itself runs once, on outputs poisoned again: what the bound
         outputs hold is what the timed call (`run_graph`) computes (an output a once-per-bind
         kernel wrote, as a snapshot's replay of one has, keeps what that kernel wrote), so a
-        check of them checks the code that is timed, and the driver's kept scratch (allocated on its first call)
-        is allocated and touched here, not in the first timed call. On a VM where fresh
-        memory costs a host fault per page, a copy's first call took 58 ms where the
-        program takes 2-5: attribution's copies spent 7 of a 10 s budget on such calls."""
+        check of them checks the code that is timed, and the driver's kept scratch
+        (allocated on its first call) is allocated and touched here, not in the first timed
+        call. On a VM where fresh memory costs a host fault per page, a copy's first call
+        took 58 ms where the program takes 2-5: attribution's copies spent 7 of a 10 s
+        budget on such calls."""
         checked = check_arrays(f"@{self.entry.sym_name.data}", self.inputs, arrays)
         inputs = [page_aligned(a) for a in checked]
         outputs = [page_aligned(s) for s in self.outputs]
