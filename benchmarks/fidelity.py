@@ -17,9 +17,9 @@ Each trial is one `attribute` run with one slower plant and one faster plant of 
 sizes (the sizes rotate over trials, so every size and direction gets `--trials` trials per
 strategy). The truth is the plant's cost in the program, measured by an independent timer
 (`perf_counter_ns` around single calls, not irkit's timers): the full program with and
-without the spin, six copies of each bound alternately, before the first strategy's
-trials and after each strategy's (their mean through the run), scaled per trial by the
-machine's speed then: the spin alone, timed in each trial, over its mean (`assign_truth`).
+without the spin, many fresh copies of each (`Truth`), sampled before the trials and
+after every trial and pooled over the run, scaled per trial by the machine's speed then:
+the spin alone, timed in each trial, over its mean (`assign_truth`).
 The spin alone is not the truth itself: after the matmuls' AVX-512 code a 2% spin cost
 mlp ~15 us more in the program than alone. Reported, per strategy and planted effect:
 coverage (the true effect inside the 95% CI), sign accuracy, the significance rate (power), and the
@@ -99,37 +99,76 @@ def program_seconds(model: Path, dims: dict, spec: str) -> float:
     return float(np.median(times))
 
 
-def in_context_seconds(model: Path, dims: dict, real: str, iters: int, copies: int = 6,
-                       seconds: float = 8.0) -> dict:  # fmt: skip
-    """The plant's cost inside the program: T(real + plant-work{iters}) - T(real), by an
-    independent timer (`perf_counter_ns` around single calls of the bound programs, not
-    irkit's timers), `copies` copies of each bound alternately, the pair called in a random
-    order per round, copies rotating; the difference of the medians, and its spread over
-    the copies (the median of each copy pair's difference)."""
-    from irkit.runtime.check import reference_case
+class Truth:
+    """The plants' cost inside the program, by an independent timer, sampled through the run.
 
-    backend, _ = get_backend("cpu")
-    graph = load(model, dims)
-    inputs = reference_case(graph, 0)[0]
-    modules = [backend.lower(apply_passes(graph.clone(), parse_passes(spec)))  # (in place)
-               for spec in (real, f"{real},plant-work{{iters={iters}}}")]  # fmt: skip
-    pairs = [[backend.compile(m.clone()).bind(*inputs) for m in modules] for _ in range(copies)]
-    rng = np.random.default_rng(iters)
-    times: list[list[list[float]]] = [[[], []] for _ in range(copies)]
-    deadline = time.perf_counter() + seconds
-    r = 0
-    while time.perf_counter() < deadline or r < 20 * copies:
-        c = r % copies
-        for which in rng.permutation(2):
-            start = time.perf_counter_ns()
-            pairs[c][which].run_graph()
-            times[c][which].append((time.perf_counter_ns() - start) * 1e-9)
-        r += 1
-    a = np.concatenate([t[0] for t in times])
-    b = np.concatenate([t[1] for t in times])
-    per_copy = [float(np.median(t[1]) - np.median(t[0])) for t in times]
-    return {"seconds": float(np.median(b) - np.median(a)), "per_copy": per_copy, "rounds": r,
-            "without_s": float(np.median(a))}  # fmt: skip
+    The base program (`real`) and the program with each plant (`real` + `plant-work{iters=N}`)
+    are compiled once. Each `sample` links and binds `copies` fresh copies of every one of
+    them (new code and buffer addresses, as attribution's placements are), slot by slot in a
+    random order, and times single calls of the bound programs (`perf_counter_ns`, not
+    irkit's timers), the slot rotating round by round, the programs in a random order in
+    each round; each slot gives one difference per plant: the median of the plant's copy
+    less the median of the base's. The truth is the mean of those differences over every
+    sample of the run (one before the trials, one after each trial), with its standard
+    error over them.
+
+    Why so many copies: two copies of one program differ by ~40-60 us (elementwise_chain,
+    2 ms, quiet), so a difference taken over six copies moved by 30-100 us between two
+    measurements (and under load from 11.6 to 113 us for a 37 us plant); ~700 copy pairs
+    pin it to a few microseconds. Why not time the plant within one binding (the kernels
+    replayed with and without the spin): the kernel before it then runs on the buffers it
+    just wrote, warm, where attribution's calls follow another program's; that measured
+    the spin 10-15 us cheaper than it is alone, and than attribution found."""
+
+    def __init__(self, model: Path, dims: dict, real: str, iters: list[int], seed: int = 0):
+        from irkit.runtime.check import reference_case
+
+        backend, _ = get_backend("cpu")
+        graph = load(model, dims)
+        self.inputs = reference_case(graph, 0)[0]
+        specs = {0: real, **{n: f"{real},plant-work{{iters={n}}}" for n in iters}}
+        self.exes = {n: backend.compile(backend.lower(apply_passes(graph.clone(), parse_passes(spec))))
+                     for n, spec in specs.items()}  # fmt: skip
+        self.rng = np.random.default_rng(seed)
+        self.samples: list[dict] = []
+
+    def sample(self, copies: int = 8, seconds: float = 2.0, min_calls: int = 5) -> dict:
+        """One sample: `copies` fresh copies of every program, timed interleaved for
+        `seconds` (and at least `min_calls` calls of each copy); returns and keeps
+        {"at": time, "diffs": {iters: [one difference per slot]}}."""
+        keys = list(self.exes)
+        bound: list[dict[int, object]] = [{} for _ in range(copies)]
+        for slot in range(copies):
+            for n in self.rng.permutation(keys):
+                bound[slot][int(n)] = self.exes[int(n)].copy().bind(*self.inputs)
+        times: list[dict[int, list[float]]] = [{n: [] for n in keys} for _ in range(copies)]
+        deadline = time.perf_counter() + seconds
+        r = 0
+        while time.perf_counter() < deadline or r < min_calls * copies:
+            slot = r % copies
+            for n in self.rng.permutation(keys):
+                start = time.perf_counter_ns()
+                bound[slot][int(n)].run_graph()  # type: ignore[attr-defined]
+                times[slot][int(n)].append((time.perf_counter_ns() - start) * 1e-9)
+            r += 1
+        diffs = {n: [float(np.median(t[n]) - np.median(t[0])) for t in times] for n in keys if n}
+        sample = {"at": time.time(), "rounds": r, "diffs": diffs}
+        self.samples.append(sample)
+        return sample
+
+    def summary(self) -> dict[str, dict]:
+        """Per plant (its iterations): the mean difference over every sample's slots so
+        far, its standard error and the number of copy pairs."""
+        return summarize_truth(self.samples)
+
+
+def summarize_truth(samples: list[dict]) -> dict[str, dict]:
+    pooled: dict[str, list[float]] = {}
+    for s in samples:
+        for n, d in s["diffs"].items():
+            pooled.setdefault(str(n), []).extend(d)
+    return {n: {"seconds": float(np.mean(d)), "se": float(np.std(d, ddof=1) / np.sqrt(len(d))),
+                "pairs": len(d)} for n, d in pooled.items()}  # fmt: skip
 
 
 def _spin_forever() -> None:
@@ -171,31 +210,35 @@ def trial(model: Path, dims: dict, real: str, strategy: str, slow: int, fast: in
     }  # fmt: skip
 
 
-def assign_truth(trials: list[dict], truths: list[dict]) -> None:
-    """Each trial's true effects: each plant's cost in the program, the mean of every
-    measurement of it through the run (before the first strategy and after each: copies
-    of a program differ by a few percent, so one measurement's six copies pin the cost
-    down to ~30 us; all of them, to ~15 us), scaled by the machine's speed at the trial:
-    the spin timed alone in that trial (`spin_alone_s`, an independent timer) over its mean
-    through the run. (A run where this VM slowed by ~4% over its last third, the spin alone
-    312 -> 300 us, put a 20% plant's global truth outside 12 of 20 Shapley CIs; scaled, 2
-    of 20; on runs without drift the scaling changed no cell by more than a trial or two.)
-    The zero-cost plants' truth is 0."""
-    measured: dict[str, list[float]] = {}
-    for block in truths:
-        for side in ("before", "after"):
-            for n, m in block[side].items():
-                measured.setdefault(str(n), []).append(m["seconds"])
-    seen = {
-        str(n): float(np.mean(v)) for n, v in measured.items()
-    }  # (repeats: before = previous after)
+def assign_truth(trials: list[dict], truth: dict[str, dict]) -> None:
+    """Each trial's true effects: each plant's cost in the program (`truth`, by its
+    iterations: `Truth.summary`, pooled over the run), scaled by the machine's speed at the
+    trial: the spin timed alone in that trial (`spin_alone_s`, an independent timer) over
+    its mean through the run. (A run where this VM slowed by ~4% over its last third, the
+    spin alone 312 -> 300 us, put a 20% plant's global truth outside 12 of 20 Shapley CIs;
+    scaled, 2 of 20; on runs without drift the scaling changed no cell by more than a trial
+    or two.) The zero-cost plants' truth is 0."""
     speed = {n: float(np.mean(v)) for n, v in _spin_alone(trials).items()}
     for t in trials:
-        cost = {
-            k: seen[str(n)] * t["spin_alone_s"][k] / speed[str(n)] for k, n in t["iters"].items()
-        }
+        cost = {k: truth[str(n)]["seconds"] * t["spin_alone_s"][k] / speed[str(n)]
+                for k, n in t["iters"].items()}  # fmt: skip
         t["truth"] = {"plant-work": -cost["plant-work"], "plant-unwaste": cost["plant-unwaste"],
                       "plant-zero": 0.0, "plant-ir-only": 0.0}  # fmt: skip
+
+
+def record_truth(rec: dict) -> dict[str, dict]:
+    """A record's truth by plant iterations (`Truth.summary`); records before the sampled
+    truth (`truths`: six copies each, before and after each strategy) give the mean of
+    their measurements, its standard error over them, and `pairs` six per measurement."""
+    if "truth_samples" in rec:
+        return summarize_truth(rec["truth_samples"])
+    seen: dict[str, list[float]] = {}
+    for m in [rec["truths"][0]["before"], *(b["after"] for b in rec["truths"])]:
+        for n, v in m.items():
+            seen.setdefault(str(n), []).append(v["seconds"])
+    return {n: {"seconds": float(np.mean(v)),
+                "se": float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan"),
+                "pairs": 6 * len(v)} for n, v in seen.items()}  # fmt: skip
 
 
 def _spin_alone(trials: list[dict]) -> dict[str, list[float]]:
@@ -233,8 +276,8 @@ def summarize(trials: list[dict], iters: dict[float, int]) -> dict:
 
 
 def run_example(example: str, args: argparse.Namespace) -> dict:
-    """Every strategy's trials on one example, the truth measured in the program before and
-    after each strategy's trials; returns the example's record."""
+    """Every strategy's trials on one example, the truth sampled before the first trial and
+    after every trial (`Truth`); returns the example's record."""
     model_name, dims, real = EXAMPLES[example]
     model = HERE.parent / model_name
     full_s = program_seconds(model, dims, real)
@@ -244,21 +287,21 @@ def run_example(example: str, args: argparse.Namespace) -> dict:
           f"plants {iters}", flush=True)  # fmt: skip
     trials = []
     runs = len(SIZES) * args.trials  # each size once slower and once faster per cycle
+    truth = Truth(model, dims, real, list(iters.values()))
 
-    def measure_truth() -> dict:
-        return {n: in_context_seconds(model, dims, real, n, seconds=args.truth_seconds)
-                for n in iters.values()}  # fmt: skip
+    def sample_truth() -> None:
+        truth.sample(args.truth_copies, args.truth_seconds)
 
-    truth_before = measure_truth()
-    truths = []
+    for _ in range(args.truth_first):
+        sample_truth()
     for strategy in args.strategies.split(","):
-        block = []
         for j in range(runs):
             slow = iters[SIZES[j % 3]]
             fast = iters[SIZES[(j + 1 + (j // 3) % 2) % 3]]
             t = trial(model, dims, real, strategy, slow, fast, args.budget, seed=j,
                       placements=args.placements, stop=args.stop)  # fmt: skip
-            block.append(t)
+            trials.append(t)
+            sample_truth()
             w, u = (
                 t["passes"]["plant-work"]["saved_s"],
                 t["passes"]["plant-unwaste"]["saved_s"],
@@ -268,29 +311,27 @@ def run_example(example: str, args: argparse.Namespace) -> dict:
                   f"[{u['ci_low'] * 1e6:+.1f}, {u['ci_high'] * 1e6:+.1f}], zero "
                   f"{'SIG' if t['passes']['plant-zero']['significant'] else 'ok'}, "
                   f"twins {t['twins_exclude_1']}", flush=True)  # fmt: skip
-        truth_after = measure_truth()
-        truths.append({"strategy": strategy, "before": truth_before, "after": truth_after})
-        print("  truth (in the program, us): "
-              + ", ".join(f"{n}: {truth_before[n]['seconds'] * 1e6:.1f} -> "
-                          f"{truth_after[n]['seconds'] * 1e6:.1f}" for n in iters.values()),
+        print("  truth so far (in the program): "
+              + ", ".join(f"{n}: {v['seconds'] * 1e6:.1f} +- {v['se'] * 1e6:.1f} us "
+                          f"({v['pairs']} pairs)" for n, v in truth.summary().items()),
               flush=True)  # fmt: skip
-        trials.extend(block)
-        truth_before = truth_after
-    assign_truth(trials, truths)
+    assign_truth(trials, truth.summary())
     table = summarize(trials, iters)
     _print(example, table)
     return {
         "kind": "irkit.fidelity", "example": example, "dims": dims, "pipeline": real,
         "loaded": args.load, "budget_s": args.budget, "placements": args.placements,
         "stop": args.stop, "git_sha": host_fingerprint().get("git_sha"), "full_s": full_s,
-        "plant_iters": iters, "summary": table,
-        "truth_method": "the plant's cost in the full program: T(with) - T(without), medians "
-                        "of single calls under perf_counter_ns, 6 copies each bound "
-                        "alternately, before the first strategy's trials and after each "
-                        "strategy's, their mean through the run, scaled per trial by the "
-                        "spin alone timed in that trial over its mean (the machine's speed "
-                        "then)",
-        "truths": truths, "trials": trials, "fingerprint": host_fingerprint(),
+        "plant_iters": iters, "summary": table, "truth": truth.summary(),
+        "truth_method": "the plant's cost in the full program: T(with) - T(without), each "
+                        f"sample {args.truth_copies} fresh copies (linked and bound) of the "
+                        "base program and of each planted one, single calls timed "
+                        "interleaved under perf_counter_ns, one difference of medians per "
+                        f"copy slot; {args.truth_first} samples before the trials and one "
+                        "after each trial, the mean of every difference of the run, "
+                        "scaled per trial by the spin alone timed in that trial over its "
+                        "mean (the machine's speed then)",
+        "truth_samples": truth.samples, "trials": trials, "fingerprint": host_fingerprint(),
     }  # fmt: skip
 
 
@@ -303,9 +344,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=10.0, help="attribute's budget_s per run")
     ap.add_argument("--placements", type=int, default=None,
                     help="attribute's placements (default: attribute's own, automatic)")  # fmt: skip
-    ap.add_argument("--truth-seconds", type=float, default=8.0,
-                    help="seconds measuring each plant's cost in the program (per size, before "
-                         "and after each strategy)")  # fmt: skip
+    ap.add_argument("--truth-seconds", type=float, default=2.0,
+                    help="seconds of each sample of the plants' cost in the program (one "
+                         "sample after every trial)")  # fmt: skip
+    ap.add_argument(
+        "--truth-copies", type=int, default=8, help="fresh copies of every program per truth sample"
+    )
+    ap.add_argument(
+        "--truth-first", type=int, default=4, help="truth samples before the first trial"
+    )
     ap.add_argument("--stop", default="verdicts", choices=("verdicts", "medians"))
     ap.add_argument("--load", action="store_true", help="keep one core busy throughout")
     ap.add_argument("--out", default=None, help="append the records (JSON Lines)")
@@ -344,7 +391,7 @@ def markdown(records: list[dict]) -> str:
     for rec in records:
         machine = "one core loaded" if rec["loaded"] else "quiet"
         iters = {float(k): v for k, v in rec["plant_iters"].items()}
-        assign_truth(rec["trials"], rec["truths"])
+        assign_truth(rec["trials"], record_truth(rec))
         rec["summary"] = summarize(rec["trials"], iters)
         for strategy, rows in rec["summary"].items():
             for key in ORDER:
@@ -357,20 +404,16 @@ def markdown(records: list[dict]) -> str:
             z, ir, aa = rows["plant-zero"], rows["plant-ir-only"], rows["A/A twins"]
             zero.append(f"| {rec['example']} | {machine} | {strategy} | {z['significant']}/{z['n']} | "
                         f"{ir['exact_zero']}/{ir['n']} | {aa['excluded_1']}/{aa['n']} |")  # fmt: skip
-    truth = ["| example | machine | planted (iterations) | spin alone | in the program: mean of the measurements | their standard error |",
+    truth = ["| example | machine | planted (iterations) | spin alone | in the program | its standard error |",
              "|---|---|---|---|---|---|"]  # fmt: skip
     for rec in records:
         machine = "one core loaded" if rec["loaded"] else "quiet"
-        seen: dict[str, list[float]] = {}
-        for m in [rec["truths"][0]["before"], *(b["after"] for b in rec["truths"])]:
-            for n, v in m.items():
-                seen.setdefault(str(n), []).append(v["seconds"])
         alone = _spin_alone(rec["trials"])
         for size, n in rec["plant_iters"].items():
-            v = np.array(seen[str(n)])
+            v = record_truth(rec)[str(n)]
             truth.append(f"| {rec['example']} | {machine} | {float(size):.0%} ({n}) | "
-                         f"{np.mean(alone[str(n)]) * 1e6:.1f} us | {v.mean() * 1e6:.1f} us | "
-                         f"{v.std(ddof=1) / np.sqrt(len(v)) * 1e6:.1f} us ({len(v)} x 6 copies) |")  # fmt: skip
+                         f"{np.mean(alone[str(n)]) * 1e6:.1f} us | {v['seconds'] * 1e6:.1f} us | "
+                         f"{v['se'] * 1e6:.1f} us ({v['pairs']} copy pairs) |")  # fmt: skip
     return "\n".join(lines) + "\n\n" + "\n".join(zero) + "\n\n" + "\n".join(truth)
 
 

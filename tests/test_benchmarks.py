@@ -149,7 +149,8 @@ def test_fidelity_plants_and_scores_known_effects(tmp_path: Path) -> None:
     r = subprocess.run(
         [sys.executable, "benchmarks/fidelity.py", "--examples", "elementwise_chain",
          "--strategies", "prefix", "--trials", "1", "--budget", "0.5", "--placements", "2",
-         "--truth-seconds", "0.3", "--out", str(out)],
+         "--truth-seconds", "0.3", "--truth-copies", "2", "--truth-first", "1",
+         "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -160,7 +161,12 @@ def test_fidelity_plants_and_scores_known_effects(tmp_path: Path) -> None:
     assert sizes == {"slower 2%", "slower 5%", "slower 20%", "faster 2%", "faster 5%", "faster 20%"}
     assert rows["plant-ir-only"] == {"n": 3, "covered": 3, "sign": 0, "significant": 0, "exact_zero": 3}  # fmt: skip
     assert rows["A/A twins"]["n"] == 6
-    assert len(record["truths"]) == 1  # measured in the program before and after the trials
+    # the truth: sampled once before the trials and once after each of the 3 trials, two
+    # copy pairs per sample and plant
+    assert len(record["truth_samples"]) == 4
+    assert {n: v["pairs"] for n, v in record["truth"].items()} == {
+        str(n): 8 for n in record["plant_iters"].values()
+    }
     for t in record["trials"]:
         assert set(t["truth"]) == {"plant-work", "plant-unwaste", "plant-zero", "plant-ir-only"}
         assert t["spin_alone_s"]["plant-work"] > 0  # the drift check
