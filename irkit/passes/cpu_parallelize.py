@@ -2,17 +2,18 @@
 
 A kernel's top-level `scf.parallel` loops (those not nested in another loop: each phase of a
 fused kernel, the panel loop of a tiled matmul) are marked `irkit.threads = T`. The LLVM
-target then emits each marked loop fork-join style, as an OpenMP `parallel for` with a
-static schedule would: the loop body is outlined into a function, the iterations of the
-loop's first dimension are cut into `T` contiguous chunks of nearly equal size, `T - 1`
-POSIX threads run one chunk each while the calling thread runs the first, and the kernel
-returns after joining them all. So a kernel is still one call, and its time (measured from
-the outside) includes the fork and the join.
+target then emits each marked loop as a call into a thread pool (`host.thread_pool`): the
+loop body is outlined into a function of one chunk, the iterations of the loop's first
+dimension are cut into chunks, and the calling thread runs them with the pool's persistent
+workers (irkit's own pool, `irkit.codegen.pool`, on Linux: the caller starts at once and
+never waits for a worker that has not woken; libgomp's, or threads created and joined per
+loop, elsewhere). So a kernel is still one call, and its time (measured from the outside)
+includes handing out the chunks and the join.
 
-Threads cost time to start (tens of microseconds each), so only loops that execute at least
-`min-work` operations (`count_ops`: each op once per execution, from the static trip counts)
-are threaded, and never with more threads than the first dimension has iterations. A loop
-that is not threaded is left as it was.
+Handing out work costs time (a futex wake where a worker sleeps, microseconds), so only
+loops that execute at least `min-work` operations (`count_ops`: each op once per execution,
+from the static trip counts) are threaded, and never with more threads than the first
+dimension has iterations. A loop that is not threaded is left as it was.
 
 Every iteration of an `scf.parallel` is independent by definition and each writes its own
 elements, so the values are those of the sequential loop, bit for bit.

@@ -74,8 +74,10 @@ class _Constants(LoopBuilder):
     """Constants of one kernel, at the top of its entry block (LoopBuilder's placement and
     caching), starting from clones of the original kernel's constants."""
 
-    def adopt(self, op: arith.ConstantOp) -> None:
-        """Take `op` (a clone of the old kernel's constant) as the constant for its value."""
+    def adopt(self, op: arith.ConstantOp) -> SSAValue:
+        """Take `op` (a clone of the old kernel's constant) as the constant for its value;
+        returns the kernel's constant of that value (an earlier one where two of the old
+        kernel's constants are equal, e.g. a loop bound `0 : index` beside `%c0`)."""
         value, t = constant_value(op.result), op.result.type
         key: tuple[str, Attribute]
         if isinstance(t, IndexType):
@@ -84,7 +86,7 @@ class _Constants(LoopBuilder):
             key = (f"f{float(value)!r}", t)
         else:
             key = (repr(op.value), t)
-        self._constant(key, lambda: op)
+        return self._constant(key, lambda: op)
 
 
 class GpuBuilder:
@@ -160,8 +162,8 @@ def new_kernel(
     for old, new in zip(fn.body.block.args, block.args, strict=True):
         new.name_hint = old.name_hint
     table = _Constants(block)
-    for c in constants:
-        table.adopt(c.clone(value_mapper=mapping))
+    for c in constants:  # uses of a duplicate go to the constant kept (the clone is dropped)
+        mapping[c.result] = table.adopt(c.clone(value_mapper=mapping))
     kernel = func.FuncOp(
         name,
         fn.function_type,
