@@ -49,27 +49,71 @@ from irkit.runtime import get_backend
 HERE = Path(__file__).resolve().parent
 
 EXAMPLES = {
-    # example: (model, dims, the real optional passes and required lowering before the plants)
-    "elementwise_chain": ("examples/elementwise_chain.graph", {},
-                          "canonicalize,lower-graph-to-loops{keep-transcendentals=true},expand-math"),
-    "mlp": ("examples/mlp.graph", {"D": 256, "F": 1024},
-            "fuse-kernels,lower-graph-to-loops,cpu-tile-matmul"),
+    # backend: {example: (model, dims, the real optional passes and required lowering before
+    # the plants)}; on the GPU path the plants come before map-to-gpu, which the backend adds
+    "cpu": {
+        "elementwise_chain": ("examples/elementwise_chain.graph", {},
+                              "canonicalize,lower-graph-to-loops{keep-transcendentals=true},expand-math"),
+        "mlp": ("examples/mlp.graph", {"D": 256, "F": 1024},
+                "fuse-kernels,lower-graph-to-loops,cpu-tile-matmul"),
+    },
+    "gpu": {
+        "elementwise_chain": ("examples/elementwise_chain.graph", {},
+                              "canonicalize,fuse-kernels,lower-graph-to-loops"),
+        "mlp": ("examples/mlp.graph", {},
+                "fuse-kernels,lower-graph-to-loops,pad-leading-dims,gpu-tile-matmul"),
+    },
 }  # fmt: skip
+ZERO = -1
+"""`Truth`'s key for plant-zero's program (measured off the CPU, where a launch costs)."""
+QUICK_DIMS = {"elementwise_chain": {"N": 64, "D": 96}, "mlp": {"B": 4, "D": 64, "F": 256}}
+"""`--quick`: test sizes (a check that the run works, e.g. the GPU path on the host)."""
 SIZES = (0.02, 0.05, 0.20)
 
 
-def spin_seconds(iters: int, kind: str = "plant-work") -> float:
-    """The spin kernel's time per call, by an independent timer: the kernel compiled alone
-    and called directly in batches under `perf_counter_ns` (median of 15 batches), less the
-    same for a spin of no iterations (the call from Python, which the driver does not pay)."""
-    return _spin_call(iters, kind) - _spin_call(0, kind)
+def examples_for(backend: str) -> dict[str, tuple[str, dict, str]]:
+    return EXAMPLES["cpu" if backend == "cpu" else "gpu"]
 
 
-def _spin_call(iters: int, kind: str) -> float:
-    backend, _ = get_backend("cpu")
-    module = load(HERE.parent / "examples" / "elementwise_chain.graph", {"N": 8, "D": 8})
-    module = backend.lower(apply_passes(module, parse_passes(f"lower-graph-to-loops,{kind}{{iters={iters}}}")))  # fmt: skip
-    exe = backend.compile(module)
+def compiled(backend: str, model: Path, dims: dict, spec: str):
+    """`model` through `spec` (and the backend's required lowering), compiled."""
+    target, _ = get_backend(backend)
+    return target.compile(target.lower(apply_passes(load(model, dims), parse_passes(spec))))
+
+
+def another(backend: str, exe):
+    """Another placement of `exe`: the backend's own copy (the same code linked or loaded
+    again) where it has one, else a fresh compile (attribution's `_copy`)."""
+    if callable(getattr(exe, "copy", None)):
+        return exe.copy()
+    return get_backend(backend)[0].compile(exe.module.clone())
+
+
+def call_seconds(bound) -> float:
+    """One call of a bound program, to its end on the device, by `perf_counter_ns`."""
+    start = time.perf_counter_ns()
+    bound.run_graph()
+    bound.synchronize()
+    return (time.perf_counter_ns() - start) * 1e-9
+
+
+def spin_seconds(iters: int, kind: str = "plant-work", backend: str = "cpu") -> float:
+    """The spin kernel's time per call, by an independent timer, less the same for a spin
+    of no iterations (the call's own cost). On the CPU the kernel is compiled alone and
+    called directly in batches under `perf_counter_ns` (median of 15 batches); elsewhere a
+    tiny program holding it runs as a whole, each call to its end on the device (median of
+    41 calls)."""
+    return _spin_call(iters, kind, backend) - _spin_call(0, kind, backend)
+
+
+def _spin_call(iters: int, kind: str, backend: str = "cpu") -> float:
+    tiny = HERE.parent / "examples" / "elementwise_chain.graph"
+    exe = compiled(backend, tiny, {"N": 8, "D": 8}, f"lower-graph-to-loops,{kind}{{iters={iters}}}")
+    if backend != "cpu":
+        from irkit.runtime.check import reference_case
+
+        bound = exe.bind(*reference_case(load(tiny, {"N": 8, "D": 8}), 0)[0])
+        return float(np.median([call_seconds(bound) for _ in range(41)]))
     name = "planted_work" if kind == "plant-work" else "planted_waste"
     buf = [np.zeros(1, np.float32)]
     exe.launch(name, buf)
@@ -84,19 +128,11 @@ def _batch(exe, name: str, buf, reps: int) -> float:
     return (time.perf_counter_ns() - start) * 1e-9 / reps
 
 
-def program_seconds(model: Path, dims: dict, spec: str) -> float:
-    backend, _ = get_backend("cpu")
-    module = backend.lower(apply_passes(load(model, dims), parse_passes(spec)))
-    exe = backend.compile(module)
+def program_seconds(model: Path, dims: dict, spec: str, backend: str = "cpu") -> float:
     from irkit.runtime.check import reference_case
 
-    bound = exe.bind(*reference_case(load(model, dims), 0)[0])
-    times = []
-    for _ in range(30):
-        start = time.perf_counter_ns()
-        bound.run_graph()
-        times.append((time.perf_counter_ns() - start) * 1e-9)
-    return float(np.median(times))
+    bound = compiled(backend, model, dims, spec).bind(*reference_case(load(model, dims), 0)[0])
+    return float(np.median([call_seconds(bound) for _ in range(30)]))
 
 
 class Truth:
@@ -120,15 +156,16 @@ class Truth:
     just wrote, warm, where attribution's calls follow another program's; that measured
     the spin 10-15 us cheaper than it is alone, and than attribution found."""
 
-    def __init__(self, model: Path, dims: dict, real: str, iters: list[int], seed: int = 0):
+    def __init__(self, model: Path, dims: dict, real: str, iters: list[int], seed: int = 0,
+                 backend: str = "cpu"):  # fmt: skip
         from irkit.runtime.check import reference_case
 
-        backend, _ = get_backend("cpu")
-        graph = load(model, dims)
-        self.inputs = reference_case(graph, 0)[0]
+        self.backend = backend
+        self.inputs = reference_case(load(model, dims), 0)[0]
         specs = {0: real, **{n: f"{real},plant-work{{iters={n}}}" for n in iters}}
-        self.exes = {n: backend.compile(backend.lower(apply_passes(graph.clone(), parse_passes(spec))))
-                     for n, spec in specs.items()}  # fmt: skip
+        if backend != "cpu":  # a kernel launch is not free there: plant-zero's cost measured
+            specs[ZERO] = f"{real},plant-zero"
+        self.exes = {n: compiled(backend, model, dims, spec) for n, spec in specs.items()}
         self.rng = np.random.default_rng(seed)
         self.samples: list[dict] = []
 
@@ -140,16 +177,14 @@ class Truth:
         bound: list[dict[int, object]] = [{} for _ in range(copies)]
         for slot in range(copies):
             for n in self.rng.permutation(keys):
-                bound[slot][int(n)] = self.exes[int(n)].copy().bind(*self.inputs)
+                bound[slot][int(n)] = another(self.backend, self.exes[int(n)]).bind(*self.inputs)
         times: list[dict[int, list[float]]] = [{n: [] for n in keys} for _ in range(copies)]
         deadline = time.perf_counter() + seconds
         r = 0
         while time.perf_counter() < deadline or r < min_calls * copies:
             slot = r % copies
             for n in self.rng.permutation(keys):
-                start = time.perf_counter_ns()
-                bound[slot][int(n)].run_graph()  # type: ignore[attr-defined]
-                times[slot][int(n)].append((time.perf_counter_ns() - start) * 1e-9)
+                times[slot][int(n)].append(call_seconds(bound[slot][int(n)]))
             r += 1
         diffs = {n: [float(np.median(t[n]) - np.median(t[0])) for t in times] for n in keys if n}
         sample = {"at": time.time(), "rounds": r, "diffs": diffs}
@@ -178,16 +213,17 @@ def _spin_forever() -> None:
 
 
 def trial(model: Path, dims: dict, real: str, strategy: str, slow: int, fast: int,
-          budget: float, seed: int, placements: int | None = None, stop: str = "verdicts") -> dict:  # fmt: skip
+          budget: float, seed: int, placements: int | None = None, stop: str = "verdicts",
+          backend: str = "cpu") -> dict:  # fmt: skip
     """One attribution run with the plants; the spin kernels alone timed before and after
     (a drift check); the truth (in the program) is filled in by `main`."""
-    before = (spin_seconds(slow), spin_seconds(fast))
+    before = (spin_seconds(slow, backend=backend), spin_seconds(fast, backend=backend))
     spec = (f"{real},plant-waste{{iters={fast}}},plant-work{{iters={slow}}},plant-unwaste,"
             "plant-zero,plant-ir-only")  # fmt: skip
     load_start = load_average()
-    result = attribute(model, spec, "cpu", strategy, dims, budget_s=budget, seed=seed,
+    result = attribute(model, spec, backend, strategy, dims, budget_s=budget, seed=seed,
                        kernel_times=False, placements=placements, stop=stop).to_json()  # fmt: skip
-    after = (spin_seconds(slow), spin_seconds(fast))
+    after = (spin_seconds(slow, backend=backend), spin_seconds(fast, backend=backend))
     passes = {p["pass"]: p for p in result["passes"]}
     noise = result["noise_floor"]
     twins = [noise[k] for k in ("aa_ratio", "aa_ratio_baseline") if k in noise]
@@ -217,13 +253,15 @@ def assign_truth(trials: list[dict], truth: dict[str, dict]) -> None:
     its mean through the run. (A run where this VM slowed by ~4% over its last third, the
     spin alone 312 -> 300 us, put a 20% plant's global truth outside 12 of 20 Shapley CIs;
     scaled, 2 of 20; on runs without drift the scaling changed no cell by more than a trial
-    or two.) The zero-cost plants' truth is 0."""
+    or two.) The zero-cost plants' truth is 0 on the CPU; off it plant-zero's is its
+    kernel launch's cost, measured in the program as the spins' are (`ZERO`)."""
     speed = {n: float(np.mean(v)) for n, v in _spin_alone(trials).items()}
+    zero = truth[str(ZERO)]["seconds"] if str(ZERO) in truth else 0.0
     for t in trials:
         cost = {k: truth[str(n)]["seconds"] * t["spin_alone_s"][k] / speed[str(n)]
                 for k, n in t["iters"].items()}  # fmt: skip
         t["truth"] = {"plant-work": -cost["plant-work"], "plant-unwaste": cost["plant-unwaste"],
-                      "plant-zero": 0.0, "plant-ir-only": 0.0}  # fmt: skip
+                      "plant-zero": -zero, "plant-ir-only": 0.0}  # fmt: skip
 
 
 def record_truth(rec: dict) -> dict[str, dict]:
@@ -278,16 +316,18 @@ def summarize(trials: list[dict], iters: dict[float, int]) -> dict:
 def run_example(example: str, args: argparse.Namespace) -> dict:
     """Every strategy's trials on one example, the truth sampled before the first trial and
     after every trial (`Truth`); returns the example's record."""
-    model_name, dims, real = EXAMPLES[example]
+    model_name, dims, real = examples_for(args.backend)[example]
+    if args.quick:
+        dims = QUICK_DIMS[example]
     model = HERE.parent / model_name
-    full_s = program_seconds(model, dims, real)
-    per_iter = spin_seconds(100_000) / 100_000
+    full_s = program_seconds(model, dims, real, args.backend)
+    per_iter = spin_seconds(100_000, backend=args.backend) / 100_000
     iters = {size: max(1, round(size * full_s / per_iter)) for size in SIZES}
     print(f"{example}: full program {full_s * 1e3:.3f} ms; spin {per_iter * 1e9:.2f} ns/iter; "
           f"plants {iters}", flush=True)  # fmt: skip
     trials = []
     runs = len(SIZES) * args.trials  # each size once slower and once faster per cycle
-    truth = Truth(model, dims, real, list(iters.values()))
+    truth = Truth(model, dims, real, list(iters.values()), backend=args.backend)
 
     def sample_truth() -> None:
         truth.sample(args.truth_copies, args.truth_seconds)
@@ -299,7 +339,7 @@ def run_example(example: str, args: argparse.Namespace) -> dict:
             slow = iters[SIZES[j % 3]]
             fast = iters[SIZES[(j + 1 + (j // 3) % 2) % 3]]
             t = trial(model, dims, real, strategy, slow, fast, args.budget, seed=j,
-                      placements=args.placements, stop=args.stop)  # fmt: skip
+                      placements=args.placements, stop=args.stop, backend=args.backend)  # fmt: skip
             trials.append(t)
             sample_truth()
             w, u = (
@@ -319,8 +359,9 @@ def run_example(example: str, args: argparse.Namespace) -> dict:
     table = summarize(trials, iters)
     _print(example, table)
     return {
-        "kind": "irkit.fidelity", "example": example, "dims": dims, "pipeline": real,
-        "loaded": args.load, "budget_s": args.budget, "placements": args.placements,
+        "kind": "irkit.fidelity", "example": example, "backend": args.backend, "dims": dims,
+        "pipeline": real, "loaded": args.load, "quick": args.quick, "budget_s": args.budget,
+        "placements": args.placements,
         "stop": args.stop, "git_sha": host_fingerprint().get("git_sha"), "full_s": full_s,
         "plant_iters": iters, "summary": table, "truth": truth.summary(),
         "truth_method": "the plant's cost in the full program: T(with) - T(without), each "
@@ -332,12 +373,16 @@ def run_example(example: str, args: argparse.Namespace) -> dict:
                         "scaled per trial by the spin alone timed in that trial over its "
                         "mean (the machine's speed then)",
         "truth_samples": truth.samples, "trials": trials, "fingerprint": host_fingerprint(),
+        **({} if args.backend == "cpu" else {"device": get_backend(args.backend)[0].fingerprint()}),
     }  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--examples", default="elementwise_chain,mlp")
+    ap.add_argument("--backend", default="cpu",
+                    help="cpu, or on a GPU host cuda (cuda-host runs the GPU path on this CPU: "
+                         "a check that it works, not a fidelity measurement)")  # fmt: skip
     ap.add_argument("--strategies", default="prefix,ablation,shapley")
     ap.add_argument("--trials", type=int, default=20,
                     help="trials per strategy and planted size (each run plants two sizes)")  # fmt: skip
@@ -352,6 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--truth-first", type=int, default=4, help="truth samples before the first trial"
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="test sizes: a check that the run works, not a measurement",
     )
     ap.add_argument("--stop", default="verdicts", choices=("verdicts", "medians"))
     ap.add_argument("--load", action="store_true", help="keep one core busy throughout")
@@ -381,6 +431,12 @@ def main(argv: list[str] | None = None) -> int:
 ORDER = ("slower 2%", "faster 2%", "slower 5%", "faster 5%", "slower 20%", "faster 20%")
 
 
+def _machine(rec: dict) -> str:
+    machine = "one core loaded" if rec["loaded"] else "quiet"
+    backend = rec.get("backend", "cpu")
+    return machine if backend == "cpu" else f"{backend}, host {machine}"
+
+
 def markdown(records: list[dict]) -> str:
     """The records as one table: a row per example, condition, strategy and effect (counts
     and rates as measured), then one per strategy for the zero-cost plants and twins."""
@@ -389,7 +445,7 @@ def markdown(records: list[dict]) -> str:
     zero = ["| example | machine | strategy | zero-cost plant called significant | IR-only plant exactly 0 | A/A twins excluding 1 |",
             "|---|---|---|---|---|---|"]  # fmt: skip
     for rec in records:
-        machine = "one core loaded" if rec["loaded"] else "quiet"
+        machine = _machine(rec)
         iters = {float(k): v for k, v in rec["plant_iters"].items()}
         assign_truth(rec["trials"], record_truth(rec))
         rec["summary"] = summarize(rec["trials"], iters)
@@ -407,7 +463,7 @@ def markdown(records: list[dict]) -> str:
     truth = ["| example | machine | planted (iterations) | spin alone | in the program | its standard error |",
              "|---|---|---|---|---|---|"]  # fmt: skip
     for rec in records:
-        machine = "one core loaded" if rec["loaded"] else "quiet"
+        machine = _machine(rec)
         alone = _spin_alone(rec["trials"])
         for size, n in rec["plant_iters"].items():
             v = record_truth(rec)[str(n)]

@@ -18,7 +18,10 @@
 #    per kernel where Nsight Compute works, a one-line reason where it does not);
 # 5. runs benchmarks/gpu_targets.py (records appended to OUTDIR/gpu_targets.jsonl);
 # 6. runs `irkit-bench attribute --backend cuda` on examples/mlp.graph, then on every other
-#    example (one record each, with the A/A noise floor).
+#    example (one record each, with the A/A noise floor);
+# 7. with FIDELITY_TRIALS=N set (a later call: it does not fit in the first one's 10
+#    minutes), runs benchmarks/fidelity.py on the GPU: mlp, Shapley, N trials per planted
+#    size (records in OUTDIR/fidelity.jsonl).
 #
 # The commit the tree came from: $IRKIT_SOURCE_SHA where the copy has no .git of its own.
 #
@@ -167,6 +170,14 @@ attribute_all() {
 export -f attribute_all
 export attribute_budget
 step attribute 200 attribute_all
+
+if [ -n "${FIDELITY_TRIALS:-}" ]; then
+  fidelity_dims=()
+  [ "$backend" = cuda ] || fidelity_dims=(--quick)
+  step fidelity 540 python3 benchmarks/fidelity.py --backend "$backend" --examples mlp \
+    --strategies shapley --trials "$FIDELITY_TRIALS" --budget 4 "${fidelity_dims[@]}" \
+    --out "$out/fidelity.jsonl"
+fi
 
 echo
 echo "== summary: $(($(wc -l <"$out/steps.tsv") - 1)) steps"

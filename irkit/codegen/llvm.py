@@ -501,8 +501,8 @@ class LLVMEmitter:
         """`op` on irkit's pool: one context (the live-ins, the first dimension's lower bound,
         step and trip count, and the number of chunks), a `void (ptr, i64 chunk)` trampoline
         running chunk c's contiguous share of the trips, and one `irkit_pool_run` call with
-        min(trips, CHUNKS_PER_THREAD * threads) chunks."""
-        from irkit.codegen.pool import CHUNKS_PER_THREAD, RUN
+        min(trips, `chunks_per_thread()` * threads) chunks."""
+        from irkit.codegen.pool import RUN, chunks_per_thread
 
         b, fn = self.b, self.fn
         assert b is not None and fn is not None
@@ -524,7 +524,7 @@ class LLVMEmitter:
         lb, ub, step = v[op.lowerBound[0]], v[op.upperBound[0]], v[op.step[0]]
         span = b.sub(ub, lb)
         trips = b.sdiv(b.add(span, b.sub(step, ll.Constant(I64, 1))), step)
-        most = ll.Constant(I64, CHUNKS_PER_THREAD * threads)
+        most = ll.Constant(I64, chunks_per_thread() * threads)
         chunks = b.select(b.icmp_signed("<", trips, most), trips, most)
         here = b.block
         b.position_at_start(fn.entry_basic_block)  # a static alloca, in the entry block
