@@ -24,16 +24,12 @@ inside a chunk or another Python thread, runs its loop alone):
 
     gen  (a 64-bit atomic word): even while a job is open, odd while the caller changes it
     range r (an atomic word each): gen << 32 | next chunk << 16 | end of the range
-    caller: gen = g + 1; fn, ctx, ranges, chunks, done = ..., 0
+    caller: gen = g + 1; fn, ctx, ranges, done = ..., 0
             range r = (g + 2) << 32 | start_r << 16 | end_r, for each range
-            gen = g + 2; wake sleeping workers; claim from range 0;
-            poll until done == chunks, `join_spin` times at most; then
-            waiting = 1; until done == chunks: f = fin; sleep on the futex fin while f;
-            waiting = 0
+            gen = g + 2; wake sleeping workers; claim from range 0; wait until done == chunks
     claim:  for each range from the thread's own: w = range r;
                 while gen(w) is the job's and next(w) < end(w):
-                    compare-and-swap range r w -> w + (1 << 16); run next(w); done += 1;
-                    if that was the job's last chunk and waiting: fin += 1; wake fin
+                    compare-and-swap range r w -> w + (1 << 16); run next(w); done += 1
     worker: spin `spin` times for an even generation it has not seen, else sleep on a
             futex; read the job's fields; claim
 
@@ -45,9 +41,8 @@ forked child has none: its caller runs every chunk).
 
 Linux (futex) on x86-64 and AArch64; elsewhere `host.thread_pool` picks libgomp or threads
 per loop. IRKIT_POOL_SPIN sets how many times a worker polls (a `pause` each, ~30-140
-cycles) before it sleeps (default `SPIN`); IRKIT_POOL_JOIN_SPIN, how many times a caller
-polls for its workers' last chunks before it sleeps (default `JOIN_SPIN`); IRKIT_POOL_CHUNKS,
-the chunks per thread (`chunks_per_thread`).
+cycles) before it sleeps (default `SPIN`); IRKIT_POOL_CHUNKS, the chunks per thread
+(`chunks_per_thread`).
 """
 
 from __future__ import annotations
@@ -73,10 +68,6 @@ def chunks_per_thread() -> int:
 SPIN = 4000
 """Polls of a worker before it sleeps: a worker stays awake across the short gaps between
 one kernel's loops and the next kernel's."""
-JOIN_SPIN = 1 << 62
-"""Polls of a caller waiting for a worker's chunk before it sleeps (until its worker wakes
-it): a caller that spins on while the worker it waits for is runnable but not running
-(its CPU taken) holds a CPU the worker could have."""
 RANGES = 64
 """At most this many ranges (threads past it only take others' chunks)."""
 FUTEX = {"x86_64": 202, "aarch64": 98}
@@ -99,7 +90,6 @@ def runtime_ir() -> str:
     declare_pause, pause = _pause()
     futex = FUTEX[platform.machine()]
     spin = int(os.environ.get("IRKIT_POOL_SPIN", SPIN))
-    join_spin = int(os.environ.get("IRKIT_POOL_JOIN_SPIN", JOIN_SPIN))
     return f"""
 @gen = internal global i64 0, align 64
 @ranges = internal global [{RANGES} x {{ i64, [56 x i8] }}] zeroinitializer, align 64
@@ -111,9 +101,6 @@ def runtime_ir() -> str:
 @sleepers = internal global i32 0, align 64
 @word = internal global i32 0, align 64
 @workers = internal global i32 0, align 64
-@job_chunks = internal global i64 0, align 64
-@waiting = internal global i32 0, align 64
-@fin = internal global i32 0, align 64
 
 declare i32 @pthread_create(ptr, ptr, ptr, ptr)
 declare i32 @pthread_detach(i64)
@@ -157,17 +144,6 @@ try:
 run:
   call void %fn(ptr %ctx, i64 %c)
   %d = atomicrmw add ptr @done, i64 1 seq_cst
-  %d1 = add i64 %d, 1
-  %total = load atomic i64, ptr @job_chunks seq_cst, align 8
-  %last = icmp eq i64 %d1, %total
-  br i1 %last, label %last.chunk, label %loop
-last.chunk:
-  %asleep = load atomic i32, ptr @waiting seq_cst, align 4
-  %someone = icmp ne i32 %asleep, 0
-  br i1 %someone, label %wake.caller, label %loop
-wake.caller:
-  %fin0 = atomicrmw add ptr @fin, i32 1 seq_cst
-  %fw = call i64 (i64, ...) @syscall(i64 {futex}, ptr @fin, i32 129, i32 1)
   br label %loop
 range.done:
   %k1 = add i64 %k, 1
@@ -270,7 +246,6 @@ publish:
   store ptr %fn, ptr @job_fn
   store ptr %ctx, ptr @job_ctx
   store i64 %count, ptr @job_ranges
-  store atomic i64 %chunks, ptr @job_chunks seq_cst, align 8
   store atomic i64 0, ptr @done seq_cst, align 8
   %tag = shl i64 %opened, 32
   br label %fill
@@ -302,29 +277,12 @@ work:
   call void @claim(i64 0, i64 %opened, ptr %fn, ptr %ctx, i64 %count)
   br label %join
 join:
-  %j = phi i64 [ 0, %work ], [ %j1, %spin ]
   %finished = load atomic i64, ptr @done seq_cst, align 8
   %all = icmp uge i64 %finished, %chunks
   br i1 %all, label %release, label %spin
 spin:
   {pause}
-  %j1 = add i64 %j, 1
-  %patient = icmp ult i64 %j1, {join_spin}
-  br i1 %patient, label %join, label %doze
-doze:
-  store atomic i32 1, ptr @waiting seq_cst, align 4
-  br label %doze.check
-doze.check:
-  %f0 = load atomic i32, ptr @fin seq_cst, align 4
-  %finished2 = load atomic i64, ptr @done seq_cst, align 8
-  %all2 = icmp uge i64 %finished2, %chunks
-  br i1 %all2, label %woken, label %doze.wait
-doze.wait:
-  %fz = call i64 (i64, ...) @syscall(i64 {futex}, ptr @fin, i32 128, i32 %f0, ptr null)
-  br label %doze.check
-woken:
-  store atomic i32 0, ptr @waiting seq_cst, align 4
-  br label %release
+  br label %join
 release:
   store atomic i32 0, ptr @busy seq_cst, align 4
   br label %exit
