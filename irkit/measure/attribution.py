@@ -642,9 +642,15 @@ def attribute(
         row_of = {k: i for i, k in enumerate(programs)}
         return _verdicts_resolved(plan, key_of, row_of, rows, np.array(slots), precision, seed)
 
-    timings = time_interleaved(dict[str, Callable[[], None]](fns), precision, program_budget, max(min_rounds, 2 * copies),
-                               max_rounds, warmup=0, seed=seed, on_round=on_round,
-                               resolved=resolved if stop == "verdicts" else None)  # fmt: skip
+    # the budget may end sampling after two rounds per copy; verdicts (or precision) only
+    # after MIN_ROUNDS_PER_COPY: mlp's Shapley (40 programs, 5 copies, one core loaded)
+    # stopped on its verdicts after 10-15 rounds, a copy's offset then known from two or
+    # three rounds: its 20% plant's CIs held the truth in 15 of 20 trials and its A/A twins
+    # failed 12 of 120; from 40 rounds on, 19 of 20 and 2 of 120 (docs/results.md)
+    timings = time_interleaved(dict[str, Callable[[], None]](fns), precision, program_budget,
+                               max(min_rounds, MIN_ROUNDS_PER_COPY * copies), max_rounds,
+                               warmup=0, seed=seed, floor_rounds=max(min_rounds, 2 * copies),
+                               on_round=on_round, resolved=resolved if stop == "verdicts" else None)  # fmt: skip
     tick("measure", max_rounds, max_rounds)
     keys = list(fns)
     samples = np.stack([timings[k].samples for k in keys])
@@ -788,10 +794,11 @@ def attribute(
         "precision": precision,
         "stop": stop,
         "stop_method": "verdicts: every pass's 99.9% CI excludes 0, or its 95% CI is within "
-        "precision x the full program's time, checked every fifth round up to 100 rounds, then "
-        "every twentieth part of the rounds so far"
+        f"precision x the full program's time, checked from {MIN_ROUNDS_PER_COPY} rounds per "
+        "copy on, every fifth round up to 100 rounds, then every twentieth part of the rounds "
+        "so far; the budget may end sampling after two rounds per copy"
         if stop == "verdicts"
-        else "medians: every program's median within precision",
+        else f"medians: every program's median within precision, from {MIN_ROUNDS_PER_COPY} rounds per copy on",
         "budget_s": budget_s,
         "budget_split_s": {"programs": program_budget, "kernels": kernel_share},
         "min_rounds": min_rounds,
@@ -1031,6 +1038,9 @@ def auto_placements(programs: int) -> int:
     82 programs 8 times made the main job 28 -> 37 s."""
     return max(4, min(8, AUTO_COPIES // max(programs, 1)))
 
+
+MIN_ROUNDS_PER_COPY = 8
+"""Rounds per copy before attribution may stop on its verdicts (`stop="verdicts"`)."""
 
 AUTO_COPIES = 200
 """The copies `auto_placements` binds in all, when each program gets from 4 to 8."""
