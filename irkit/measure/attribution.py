@@ -1029,21 +1029,22 @@ def _placements(wanted: int | None, exes: list[Any], twins: int) -> int:
 
 
 def auto_placements(programs: int) -> int:
-    """Copies per program when none is asked for: 8 for a few programs, down to 4 as they
+    """Copies per program when none is asked for: 16 for a few programs, down to 4 as they
     grow (`AUTO_COPIES` bound in all). A contribution's CI holds both programs' copy
     variance over the copies: on elementwise_chain with one core loaded, prefix and
     ablation (one pair of programs a pass) found 5% effects in 30-70% of trials with 4
-    copies and 80-90% with 8, their CIs 40% narrower. Shapley averages each pass over many
-    contexts, which averages the copies' offsets too (80% at 4 copies), and binding its
-    82 programs 8 times made the main job 28 -> 37 s."""
-    return max(4, min(8, AUTO_COPIES // max(programs, 1)))
+    copies, 45-65% with 8 and 85-88% with 16 (20 trials per cell, docs/results.md; their
+    CIs a third narrower, the twins failing 6 of 240 checks). Shapley averages each pass
+    over many contexts, which averages the copies' offsets too (80% at 4 copies), and
+    binding its 82 programs 8 times made the main job 28 -> 37 s."""
+    return max(4, min(16, AUTO_COPIES // max(programs, 1)))
 
 
 MIN_ROUNDS_PER_COPY = 8
 """Rounds per copy before attribution may stop on its verdicts (`stop="verdicts"`)."""
 
 AUTO_COPIES = 200
-"""The copies `auto_placements` binds in all, when each program gets from 4 to 8."""
+"""The copies `auto_placements` binds in all, when each program gets from 4 to 16."""
 
 
 PLACEMENT_BYTES = 2 << 30
