@@ -646,7 +646,7 @@ def attribute(
     # after MIN_ROUNDS_PER_COPY: mlp's Shapley (40 programs, 5 copies, one core loaded)
     # stopped on its verdicts after 10-15 rounds, a copy's offset then known from two or
     # three rounds: its 20% plant's CIs held the truth in 15 of 20 trials and its A/A twins
-    # failed 12 of 120; from 40 rounds on, 19 of 20 and 2 of 120 (docs/results.md)
+    # failed 12 of 120; from 40 rounds on, 19 of 20 and 3 of 120 (docs/results.md)
     timings = time_interleaved(dict[str, Callable[[], None]](fns), precision, program_budget,
                                max(min_rounds, MIN_ROUNDS_PER_COPY * copies), max_rounds,
                                warmup=0, seed=seed, floor_rounds=max(min_rounds, 2 * copies),
@@ -1041,7 +1041,8 @@ def auto_placements(programs: int) -> int:
 
 
 MIN_ROUNDS_PER_COPY = 8
-"""Rounds per copy before attribution may stop on its verdicts (`stop="verdicts"`)."""
+"""Rounds per copy before attribution may stop on its verdicts or its precision (`stop`);
+the budget may stop it after two."""
 
 AUTO_COPIES = 200
 """The copies `auto_placements` binds in all, when each program gets from 4 to 16."""
