@@ -447,14 +447,14 @@ def test_verdicts_end_sampling_only_after_rounds_on_every_copy() -> None:
     rounds per copy mlp's Shapley CIs missed a 20% plant in 5 of 20 trials and its A/A twins
     failed in 10%. Verdicts, however clear, end sampling only after `MIN_ROUNDS_PER_COPY`
     rounds per copy; only the budget may end it sooner (after two per copy)."""
-    from irkit.measure.attribution import MIN_ROUNDS_PER_COPY
+    from irkit.measure.attribution import BUDGET_ROUNDS_PER_COPY, MIN_ROUNDS_PER_COPY
 
     spec = "cse,fuse-kernels,lower-graph-to-loops,plant-work{iters=200000}"  # clear verdicts
     proto = attribute(CHAIN, spec, "cpu", "prefix", {"N": 8, "D": 16}, budget_s=30.0,
                       placements=3, kernel_times=False).to_json()["protocol"]  # fmt: skip
     assert proto["placements"] == 3
     if proto["stop_reason"] == "budget":  # a very slow machine: the floor still holds
-        assert proto["rounds"] >= 2 * 3
+        assert proto["rounds"] >= BUDGET_ROUNDS_PER_COPY * 3
     else:
         assert proto["stop_reason"] == "resolved"
         assert proto["rounds"] >= MIN_ROUNDS_PER_COPY * 3

@@ -406,6 +406,10 @@ def significance(saved: Interval, changes: bool, floor_s: float = 0.0) -> tuple[
 
 TIMERS = ("launches", "graph")
 STOPS = ("verdicts", "medians")
+MIN_ROUNDS_PER_COPY = 8
+"""Rounds per copy before attribution may stop on its verdicts or its precision (`stop`)."""
+BUDGET_ROUNDS_PER_COPY = 2
+"""Rounds per copy before the budget may stop it."""
 RESOLVE_CONFIDENCE = 0.999
 """A verdict counts as resolved early when this CI excludes 0 (stricter than the reported
 95%: looking again and again, a 95% rule would stop on chance exclusions)."""
@@ -642,14 +646,14 @@ def attribute(
         row_of = {k: i for i, k in enumerate(programs)}
         return _verdicts_resolved(plan, key_of, row_of, rows, np.array(slots), precision, seed)
 
-    # the budget may end sampling after two rounds per copy; verdicts (or precision) only
+    # the budget may end sampling after BUDGET_ROUNDS_PER_COPY; verdicts (or precision) only
     # after MIN_ROUNDS_PER_COPY: mlp's Shapley (40 programs, 5 copies, one core loaded)
     # stopped on its verdicts after 10-15 rounds, a copy's offset then known from two or
     # three rounds: its 20% plant's CIs held the truth in 15 of 20 trials and its A/A twins
     # failed 12 of 120; from 40 rounds on, 19 of 20 and 3 of 120 (docs/results.md)
     timings = time_interleaved(dict[str, Callable[[], None]](fns), precision, program_budget,
                                max(min_rounds, MIN_ROUNDS_PER_COPY * copies), max_rounds,
-                               warmup=0, seed=seed, floor_rounds=max(min_rounds, 2 * copies),
+                               warmup=0, seed=seed, floor_rounds=max(min_rounds, BUDGET_ROUNDS_PER_COPY * copies),
                                on_round=on_round, resolved=resolved if stop == "verdicts" else None)  # fmt: skip
     tick("measure", max_rounds, max_rounds)
     keys = list(fns)
@@ -796,7 +800,7 @@ def attribute(
         "stop_method": "verdicts: every pass's 99.9% CI excludes 0, or its 95% CI is within "
         f"precision x the full program's time, checked from {MIN_ROUNDS_PER_COPY} rounds per "
         "copy on, every fifth round up to 100 rounds, then every twentieth part of the rounds "
-        "so far; the budget may end sampling after two rounds per copy"
+        f"so far; the budget may end sampling after {BUDGET_ROUNDS_PER_COPY} rounds per copy"
         if stop == "verdicts"
         else f"medians: every program's median within precision, from {MIN_ROUNDS_PER_COPY} rounds per copy on",
         "budget_s": budget_s,
@@ -1039,10 +1043,6 @@ def auto_placements(programs: int) -> int:
     binding its 82 programs 8 times made the main job 28 -> 37 s."""
     return max(4, min(16, AUTO_COPIES // max(programs, 1)))
 
-
-MIN_ROUNDS_PER_COPY = 8
-"""Rounds per copy before attribution may stop on its verdicts or its precision (`stop`);
-the budget may stop it after two."""
 
 AUTO_COPIES = 200
 """The copies `auto_placements` binds in all, when each program gets from 4 to 16."""
