@@ -58,6 +58,14 @@ GRAPH_OPTIMIZATIONS = (
 )
 """The optional graph-level passes both default pipelines start with, in order."""
 
+CPU_GRAPH_OPTIONS = {
+    "conv-to-matmul": "conv-to-matmul{implicit=true}",
+    "fuse-kernels": "fuse-kernels{concat-transposes=false}",
+}
+"""How `default-cpu` runs some of them: convolutions as implicit GEMMs (no im2col matrix),
+and their padded input copied apart from the layout transpose before it, which
+`cpu-tile-transpose` then tiles."""
+
 PIPELINES: dict[str, Pipeline] = {
     "graph-cleanup": Pipeline(
         "graph-cleanup",
@@ -68,7 +76,7 @@ PIPELINES: dict[str, Pipeline] = {
     "default-cpu": Pipeline(
         "default-cpu",
         (
-            *GRAPH_OPTIMIZATIONS,
+            *(CPU_GRAPH_OPTIONS.get(p, p) for p in GRAPH_OPTIMIZATIONS),
             "lower-graph-to-loops{keep-transcendentals=true}",
             "pad-leading-dims",
             "cpu-tile-matmul",
@@ -92,7 +100,8 @@ PIPELINES: dict[str, Pipeline] = {
                 "cpu-parallelize",
             }
         ),
-        "the optimized CPU pipeline: graph cleanup, NHWC convolutions as im2col matmuls, "
+        "the optimized CPU pipeline: graph cleanup, NHWC convolutions as implicit-GEMM "
+        "matmuls (the patches read in place from the padded input), "
         "transpose and constant folding, fusion into kernel regions, loops, padded row "
         "strides of intermediates, register-blocked vector matmuls, transposes in register "
         "blocks, vectorizable exp, "

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from xdsl.dialects import func
 
 import irkit
 from irkit.dialects import graph as g
 from irkit.errors import IrkitError
 from irkit.frontend.onnx import import_model
-from irkit.pipelines import apply_passes, parse_passes
+from irkit.loops import KERNEL_ATTR
+from irkit.pipelines import PIPELINES, apply_passes, parse_passes
 from irkit.runtime.check import check, reference_case
 from tests.test_onnx_frontend import cnn_model
 
@@ -76,6 +78,50 @@ def test_conv_to_matmul_is_the_direct_nest_bit_for_bit(tmp_path: Path, name: str
     direct = _outputs(module, "conv-layout,lower-graph-to-loops")
     as_matmul = _outputs(module, f"{spec},lower-graph-to-loops")
     np.testing.assert_array_equal(direct[0], as_matmul[0])
+
+
+IMPLICIT = "conv-layout,fold-transposes,conv-to-matmul{implicit=true},fuse-kernels{concat-transposes=false}"
+EXPLICIT = "conv-layout,fold-transposes,conv-to-matmul,fuse-kernels"
+
+
+@pytest.mark.parametrize("name", CONVS)
+def test_implicit_gemm_is_the_direct_nest_bit_for_bit(tmp_path: Path, name: str) -> None:
+    """The input padded by concats with zeros, the patches read in place by the matmul (no
+    im2col matrix), in the same (ky, kx, c) order: the direct nest's bits, untiled; tiled,
+    the bits of the tiled im2col matmul (the same FMAs on the same values)."""
+    module = conv_module(tmp_path, name, "relu")
+    rewritten = apply_passes(module.clone(), parse_passes(IMPLICIT))
+    im2cols = [op for op in rewritten.walk() if isinstance(op, g.Im2colOp)]
+    for op in im2cols:  # inside the matmul's kernel, with the padding done before it
+        assert g.IMPLICIT_ATTR in op.attributes and not any(g.ints(op.properties, "padding"))
+        assert isinstance(op.parent_op(), g.KernelOp)
+        assert any(isinstance(o, g.MatmulOp) for o in op.parent_op().walk())
+    assert (_count(rewritten, g.ConcatOp) > 0) == bool(im2cols and "padding" in CONVS[name][2])
+    direct = _outputs(module, "conv-layout,lower-graph-to-loops")
+    implicit = _outputs(module, f"{IMPLICIT},lower-graph-to-loops")
+    np.testing.assert_array_equal(direct[0], implicit[0])
+    tiled = "lower-graph-to-loops,cpu-tile-matmul{mr=3 nr=16 vector-bits=256}"
+    np.testing.assert_array_equal(
+        _outputs(module, f"{EXPLICIT},{tiled}")[0], _outputs(module, f"{IMPLICIT},{tiled}")[0]
+    )
+
+
+def test_default_cpu_writes_no_im2col_matrix() -> None:
+    """conv_block under default-cpu: no kernel argument has the im2col matrix's shape, and
+    the tiled matmul reads the padded NHWC input (34x34 for 32x32 and padding 1)."""
+    module = irkit.load("examples/conv_block.graph")
+    passes = PIPELINES["default-cpu"].spec.replace(",cpu-parallelize", "")
+    lowered = apply_passes(module, parse_passes(passes))
+    kernels = [
+        op for op in lowered.walk() if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes
+    ]
+    shapes = {tuple(a.type.get_shape()) for k in kernels for a in k.body.block.args}
+    assert (2048, 144) not in shapes and (2, 34, 34, 16) in shapes
+    (matmul,) = [
+        k for k in kernels if "matmul" in k.sym_name.data and "pack" not in k.sym_name.data
+    ]
+    assert tuple(matmul.body.block.args[0].type.get_shape()) == (2, 34, 34, 16)
+    assert any(op.name == "vector.fma" for op in matmul.walk())
 
 
 @pytest.mark.parametrize("name", ["3x3_pad", "5x3_strided_asym"])

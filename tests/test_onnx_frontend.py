@@ -214,8 +214,9 @@ def test_onnx_models_run_through_the_command_line_tools(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    # default-cpu: the first conv block is an im2col and a matmul with its epilogue
-    assert "y: ok (relative error" in r.stdout and "k1_im2col" in r.stdout
+    # default-cpu: the first conv block is an implicit GEMM, its im2col read in place by the
+    # matmul with its epilogue, one kernel
+    assert "y: ok (relative error" in r.stdout and "im2col_matmul" in r.stdout
 
 
 def test_a_truncated_file_is_one_line(tmp_path: Path) -> None:

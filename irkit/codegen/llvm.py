@@ -66,6 +66,7 @@ from irkit.loops import (
     KERNEL_ATTR,
     THREADS_ATTR,
     callees,
+    constant_int,
     is_scalar_function,
     once_calls,
     prepared_buffers,
@@ -665,7 +666,14 @@ class LLVMEmitter:
 
     def address(self, ref: SSAValue, indices: list[SSAValue], inbounds: bool = True) -> ll.Value:
         """The element pointer: base + row-major linear index (static strides); `inbounds`
-        unless the index may fall outside the buffer (a prefetch's)."""
+        unless the index may fall outside the buffer (a prefetch's).
+
+        An index that is a sum (`arith.addi`/`subi`, and multiples by constants, a few
+        levels deep) is distributed over the strides: `x[n, oy + ky, ox + kx, c]` becomes
+        `n*S0 + oy*S1 + ky*S1 + ox*S2 + kx*S2 + c`, whose loop-invariant terms LLVM's
+        reassociation groups and LICM hoists (an implicit-GEMM microkernel's row offsets),
+        where the nested form `((n*H + oy + ky)*W + ox + kx)*C + c` is recomputed at every
+        step."""
         mtype = ref.type
         assert isinstance(mtype, MemRefType)
         if not isinstance(mtype.layout, NoneAttr):
@@ -673,14 +681,71 @@ class LLVMEmitter:
         b = self.b
         assert b is not None
         shape = mtype.get_shape()
+        elem = llvm_type(mtype.element_type)
+        if any(isinstance(idx.owner, _SUM_OPS) for idx in indices):
+            return b.gep(self.values[ref], [self._distributed(indices, shape, inbounds)],
+                         inbounds=inbounds, source_etype=elem)  # fmt: skip
         linear: ll.Value = ll.Constant(I64, 0)
         flags = ["nsw", "nuw"] if inbounds else []
         for i, (idx, dim) in enumerate(zip(indices, shape, strict=True)):
             if i:
                 linear = b.mul(linear, ll.Constant(I64, dim), flags=flags)
             linear = b.add(linear, self.values[idx], flags=flags)
-        elem = llvm_type(mtype.element_type)
         return b.gep(self.values[ref], [linear], inbounds=inbounds, source_etype=elem)
+
+    def _distributed(
+        self, indices: list[SSAValue], shape: tuple[int, ...], inbounds: bool
+    ) -> ll.Value:
+        """The linear index as a sum of terms times constant strides (see `address`); `nsw`
+        only, since a term may be negative where the sum is not."""
+        b = self.b
+        assert b is not None
+        terms: dict[SSAValue, int] = {}
+        offset = 0
+        for d, idx in enumerate(indices):
+            offset += self._linear_terms(idx, math.prod(shape[d + 1 :]), terms, _SUM_DEPTH)
+        flags = ["nsw"] if inbounds else []
+        linear: ll.Value | None = None
+        for value, scale in terms.items():
+            if scale == 0:
+                continue
+            term = self.values[value]
+            if scale != 1:
+                term = b.mul(term, ll.Constant(I64, scale), flags=flags)
+            linear = term if linear is None else b.add(linear, term, flags=flags)
+        if linear is None:
+            return ll.Constant(I64, offset)
+        return b.add(linear, ll.Constant(I64, offset), flags=flags) if offset else linear
+
+    def _linear_terms(
+        self, value: SSAValue, scale: int, terms: dict[SSAValue, int], depth: int
+    ) -> int:
+        """Add `value * scale`'s terms to `terms` (value -> coefficient); its constant part.
+        Only sums computed in the function being emitted are opened (an outlined loop body
+        has the sums it captures, not their operands)."""
+        c = constant_int(value)
+        if c is not None:
+            return c * scale
+        op = value.owner
+        here = self.values.get(value)
+        local = isinstance(here, ll.Instruction) and here.function is self.fn
+        if depth and local and isinstance(op, arith.AddiOp | arith.SubiOp):
+            sign = -1 if isinstance(op, arith.SubiOp) else 1
+            return self._linear_terms(op.lhs, scale, terms, depth - 1) + self._linear_terms(
+                op.rhs, sign * scale, terms, depth - 1
+            )
+        if depth and local and isinstance(op, arith.MuliOp):
+            for factor, other in ((op.rhs, op.lhs), (op.lhs, op.rhs)):
+                k = constant_int(factor)
+                if k is not None:
+                    return self._linear_terms(other, scale * k, terms, depth - 1)
+        terms[value] = terms.get(value, 0) + scale
+        return 0
+
+
+_SUM_OPS = (arith.AddiOp, arith.SubiOp, arith.MuliOp)
+_SUM_DEPTH = 4
+"""How many levels of sums `LLVMEmitter.address` distributes over the strides."""
 
 
 def _item(b: ll.IRBuilder, array: ll.Value, element: ll.Type, n: int) -> ll.Value:

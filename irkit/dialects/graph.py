@@ -333,6 +333,12 @@ class Im2colOp(GraphOp):
         return tensor(types[0].element_type, (x[0] * h * w, kernel[0] * kernel[1] * x[3]))
 
 
+IMPLICIT_ATTR = "irkit.implicit"
+"""On a `graph.im2col`: its consumer (the matmul of an implicit-GEMM convolution) reads the
+patches in place from the input, through index arithmetic, instead of a materialized
+matrix (`conv-to-matmul{implicit=true}` sets it, `fuse-kernels` and the lowering honor it)."""
+
+
 def window_output(props: Props, size: Sequence[int], kernel: Sequence[int]) -> tuple[int, int]:
     """(OH, OW) of a 2-D sliding window with `props`' strides, padding and dilations, which
     are checked here (conv2d and im2col share them)."""

@@ -20,6 +20,12 @@ B and C are indexed `[batch..., i, k]`, `[batch..., k, j]`, `[batch..., i, j]`, 
 operand's batch index is a batch iv or a constant 0 (a broadcast batch dim) and C's are the
 batch ivs in order.
 
+With `gather`, A may also be read through index arithmetic: `memref.load %X[f(%i, %k)]`, the
+indices pure `arith` index ops (in the k loop's body) of `%i`, `%k` and values defined
+outside the nest, such as the inline im2col of an implicit-GEMM convolution
+(`conv-to-matmul{implicit=true}`): X is then the convolution's input, read in place. A
+tiling pass given such a nest clones those ops (`MatmulNest.a_gather`) where it reads A.
+
 `match_matmul` returns that structure or None. It matches only what it can prove the tiling
 passes preserve: one float element type throughout, a constant initial value, the store to
 `C[i, j]` as the nest's only write, and no read of `C` (so the tile passes may use `C` as
@@ -28,6 +34,7 @@ the accumulator's home before the epilogue runs).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from xdsl.dialects import arith, memref, scf
@@ -67,6 +74,21 @@ class MatmulNest:
     """Batch ivs and extents, outermost first (empty for a plain matmul)."""
     prefixes: tuple[tuple[SSAValue, ...], ...] = ((), (), ())
     """The batch part of A's, B's and C's indices (batch ivs or constant zeros)."""
+    a_gather: tuple[Operation, ...] = ()
+    """With A read through index arithmetic (`gather`), the k loop body's ops computing its
+    indices, in order (empty: A is read at `[i, k]`)."""
+    a_indices: tuple[SSAValue, ...] = ()
+    """With `a_gather`, the indices A is loaded at, in terms of `i`, `k` and those ops."""
+
+    def a_index(
+        self, i: SSAValue, k: SSAValue, add: Callable[[Operation], object]
+    ) -> list[SSAValue]:
+        """A's index for row `i` and step `k` of a gathered nest, its ops cloned through
+        `add` (a builder's `add`)."""
+        mapping: dict[SSAValue, SSAValue] = {self.i: i, self.k_loop.body.block.args[0]: k}
+        for op in self.a_gather:
+            add(op.clone(value_mapper=mapping))
+        return [mapping.get(v, v) for v in self.a_indices]
 
     @property
     def acc(self) -> SSAValue:
@@ -93,10 +115,12 @@ def _unit_range(lb: SSAValue, ub: SSAValue, step: SSAValue) -> int | None:
     return constant_int(ub)
 
 
-def _reduction(loop: scf.ForOp, widen: bool = False) -> tuple[memref.LoadOp, memref.LoadOp] | None:
-    """The two loads of `s + x * y` when that is the whole body of `loop`; with `widen`, the
-    loads may be extended (`extf`) to the accumulator's type first (an f16 matmul summed in
-    f32)."""
+def _reduction(
+    loop: scf.ForOp, widen: bool = False
+) -> tuple[memref.LoadOp, memref.LoadOp, list[Operation]] | None:
+    """The two loads of `s + x * y` when that is the whole body of `loop`, and the other ops
+    before them (index arithmetic a gathered load reads by); with `widen`, the loads may be
+    extended (`extf`) to the accumulator's type first (an f16 matmul summed in f32)."""
     ops = list(loop.body.block.ops)
     if len(ops) < 5 or len(loop.iter_args) != 1:
         return None
@@ -121,17 +145,63 @@ def _reduction(loop: scf.ForOp, widen: bool = False) -> tuple[memref.LoadOp, mem
             return None
         used.append(owner)
         loads.append(owner)
-    if len(feeds) != len(used) or {id(o) for o in feeds} != {id(o) for o in used}:
+    if not {id(o) for o in used} <= {id(o) for o in feeds}:
         return None
-    return loads[0], loads[1]
+    rest = [o for o in feeds if all(o is not u for u in used)]
+    return loads[0], loads[1], rest
+
+
+_INDEX_OPS = (
+    arith.ConstantOp, arith.AddiOp, arith.SubiOp, arith.MuliOp, arith.DivUIOp, arith.RemUIOp,
+    arith.DivSIOp, arith.RemSIOp, arith.MaxSIOp, arith.MinSIOp,
+)  # fmt: skip
+"""The pure index arithmetic a gathered A may be read through."""
+
+
+def _gather(
+    load: memref.LoadOp, ops: list[Operation], free: set[SSAValue], inside: Operation
+) -> bool:
+    """Whether `ops` (the k loop body's other ops) are exactly what computes `load`'s indices:
+    pure index arithmetic used by nothing else, of constants, values defined outside
+    `inside` (the nest) and the `free` ivs."""
+    mine = {id(o) for o in ops}
+    for op in ops:
+        if not isinstance(op, _INDEX_OPS) or op.regions:
+            return False
+        for result in op.results:
+            if any(id(u.operation) not in mine and u.operation is not load for u in result.uses):
+                return False
+        for operand in op.operands:
+            owner = operand.owner
+            if isinstance(owner, Operation) and id(owner) in mine:
+                continue
+            if operand not in free and inside.is_ancestor(_defining(operand)):
+                return False
+    for index in load.indices:
+        owner = index.owner
+        if not (isinstance(owner, Operation) and id(owner) in mine) and index not in free:
+            if inside.is_ancestor(_defining(index)):
+                return False
+    return True
+
+
+def _defining(value: SSAValue) -> Operation:
+    """The op defining `value`, or the op whose region's block holds it (a block argument)."""
+    owner = value.owner
+    if isinstance(owner, Operation):
+        return owner
+    parent = owner.parent_op()
+    assert parent is not None
+    return parent
 
 
 def match_matmul(
-    loop: scf.ParallelOp, batched: bool = False, half: bool = False
+    loop: scf.ParallelOp, batched: bool = False, half: bool = False, gather: bool = False
 ) -> MatmulNest | None:
     """The matmul structure of `loop` (see the module docstring), or None; with `batched`,
     batch matmuls too; with `half`, f16 and bf16 matmuls summed in f32 too (their
-    `element_type` is the operands' type, the accumulator's is `acc.type`)."""
+    `element_type` is the operands' type, the accumulator's is `acc.type`); with `gather`,
+    plain matmuls whose A is read through index arithmetic too."""
     rank = len(loop.body.block.args)
     if rank < 2 or (rank > 2 and not batched) or loop.initVals:
         return None
@@ -152,9 +222,10 @@ def match_matmul(
     k_loop, epilogue = ops[0], ops[1:-1]
     k = _unit_range(k_loop.lb, k_loop.ub, k_loop.step)
     init = _constant_float(k_loop.iter_args[0]) if k_loop.iter_args else None
-    loads = _reduction(k_loop, widen=half)
-    if k is None or init is None or loads is None:
+    found = _reduction(k_loop, widen=half)
+    if k is None or init is None or found is None:
         return None
+    *loads, rest = found
     kv = k_loop.body.block.args[0]
 
     def indexes(load: Operation, *dims: tuple[SSAValue, int], exact: bool = False) -> bool:
@@ -173,8 +244,14 @@ def match_matmul(
         )
 
     x, y = loads
+    gathered = False
     for a_load, b_load in ((x, y), (y, x)):
-        if indexes(a_load, (i, m), (kv, k)) and indexes(b_load, (kv, k), (j, n)):
+        if not indexes(b_load, (kv, k), (j, n)):
+            continue
+        if not rest and indexes(a_load, (i, m), (kv, k)):
+            break
+        if gather and not batch_ivs and _gather(a_load, rest, {i, kv}, loop):
+            gathered = True
             break
     else:
         return None
@@ -199,6 +276,11 @@ def match_matmul(
     ):
         return None
     prefixes = tuple(tuple(op.indices)[: len(op.indices) - 2] for op in (a_load, b_load, store))
+    if gathered:
+        return MatmulNest(
+            loop, i, j, m, n, k, k_loop, a, b, c, init, epilogue, store, next(iter(types)),
+            batch, ((), prefixes[1], prefixes[2]), tuple(rest), tuple(a_load.indices),
+        )  # fmt: skip
     return MatmulNest(
         loop, i, j, m, n, k, k_loop, a, b, c, init, epilogue, store, next(iter(types)),
         batch, prefixes,

@@ -10,6 +10,9 @@ group in one kernel, keeping intermediates in registers (or small scratch buffer
   and mean/variance written out of primitives each become one kernel;
 - **epilogues** into a contraction (matmul, batch_matmul, conv2d): bias, activation,
   residual add and scaling are applied to the contraction's result before it is stored;
+- **implicit im2col into its matmul**: an im2col marked `irkit.implicit`
+  (`conv-to-matmul{implicit=true}`) joins the matmul reading it, which the lowering then
+  reads in place from the convolution's input (no im2col matrix);
 - **views into a pool**: the reshape, transpose or slice feeding a pooling op, which then
   reads its input through the view (conv_block: the matmul's [pixels, channels] result
   pooled as NHWC with no reshaped copy). Not what follows a pool: computed in the order
@@ -42,6 +45,15 @@ it (tested on every example against the reference). Options:
                          to the moved tensor's domain, which the tiling passes
                          (cpu-tile-matmul, gpu-tile-matmul) do not match; measured on
                          transformer_block, such fusion cost 5.4 ms of 33 ms on the CPU.
+    implicit-im2col=true put an implicit im2col in its matmul's kernel (off: the im2col
+                         matrix is written by a kernel of its own)
+    concat-transposes=true
+                         fuse a transpose that moves the innermost axis into a concat
+                         reading it. `default-cpu` turns it off: `cpu-tile-transpose` runs
+                         such a transpose alone in register blocks, and the concat then
+                         copies contiguous rows (conv_block's padded NHWC input, the
+                         implicit GEMM's: 30 us fused, one strided load per element,
+                         against 5 + 3 us apart on one znver4 core)
     max-group-size=64    the most graph ops one kernel may hold
 """
 
@@ -70,6 +82,7 @@ class Kind(Enum):
     REDUCTION = "reduction"
     CONTRACTION = "contraction"
     POOL = "pool"
+    GATHER = "gather"  # an implicit im2col: its matmul reads it in place
     OPAQUE = "opaque"  # existing kernels, constants, anything unknown: never fused
 
 
@@ -83,7 +96,10 @@ _KINDS: tuple[tuple[type[Operation] | tuple[type[Operation], ...], Kind], ...] =
 
 
 def kind_of(op: Operation) -> Kind:
-    """How fusion treats an op (by its class: `_KIND_OF` remembers each)."""
+    """How fusion treats an op (by its class: `_KIND_OF` remembers each; an im2col by its
+    `irkit.implicit` mark too)."""
+    if isinstance(op, g.Im2colOp) and g.IMPLICIT_ATTR in op.attributes:
+        return Kind.GATHER
     kind = _KIND_OF.get(type(op))
     if kind is None:
         kind = next((k for classes, k in _KINDS if isinstance(op, classes)), Kind.OPAQUE)
@@ -105,6 +121,8 @@ class FuseKernelsPass(ModulePass):
     reductions: bool = True
     epilogues: bool = True
     movement_epilogues: bool = False
+    implicit_im2col: bool = True
+    concat_transposes: bool = True
     max_group_size: int = 64
 
     def check_options(self) -> None:
@@ -131,6 +149,8 @@ class FuseKernelsPass(ModulePass):
             return self.epilogues and self.movement_epilogues
         if producer is Kind.MOVEMENT and consumer is Kind.POOL:
             return self.elementwise
+        if producer is Kind.GATHER and consumer is Kind.CONTRACTION:
+            return self.implicit_im2col
         return False
 
 
@@ -182,9 +202,7 @@ class _Fuser:
             if kind_of(o) is Kind.OPAQUE:
                 continue
             for producer in self.producers[o]:
-                if kind_of(producer) is not Kind.OPAQUE and self.options.allows(
-                    kind_of(producer), kind_of(o)
-                ):
+                if kind_of(producer) is not Kind.OPAQUE and self._edge_allowed(producer, o):
                     self._try_merge(self.group_of[producer], self.group_of[o])
         order = nx.lexicographical_topological_sort(
             self.dag, key=lambda n: position[self.members[n][0]]
@@ -230,16 +248,32 @@ class _Fuser:
         (so a matmul never takes an elementwise producer in through a side door). The edges
         are found from the smaller group's side: a chain adds one op at a time to a group
         of up to 64."""
-        group, allows = self.group_of, self.options.allows
+        group = self.group_of
         if len(self.members[a]) < len(self.members[b]):
             edges = ((p, o) for p in self.members[a] for o in self.consumers[p] if group[o] == b)
         else:
             edges = ((p, o) for o in self.members[b] for p in self.producers[o] if group[p] == a)
-        return all(allows(kind_of(p), kind_of(o)) for p, o in edges)
+        return all(self._edge_allowed(p, o) for p, o in edges)
+
+    def _edge_allowed(self, producer: Operation, consumer: Operation) -> bool:
+        """Whether the dataflow edge producer -> consumer may lie inside a kernel."""
+        if not self.options.allows(kind_of(producer), kind_of(consumer)):
+            return False
+        return self.options.concat_transposes or not (
+            isinstance(consumer, g.ConcatOp) and _moves_innermost(producer)
+        )
 
     def _creates_cycle(self, a: int, b: int) -> bool:
         """Whether a path a -> x -> ... -> b exists through some other group x."""
         return any(s != b and nx.has_path(self.dag, s, b) for s in self.dag.successors(a))
+
+
+def _moves_innermost(op: Operation) -> bool:
+    """Whether `op` is a transpose whose result's innermost axis is not its input's."""
+    if not isinstance(op, g.TransposeOp):
+        return False
+    perm = g.ints(op.properties, "perm")
+    return perm[-1] != len(perm) - 1
 
 
 def _producers(op: Operation, position: dict[Operation, int]) -> Iterable[Operation]:

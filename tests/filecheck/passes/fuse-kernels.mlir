@@ -1,5 +1,6 @@
 // RUN: irkit-opt %s -p fuse-kernels --split-input-file | filecheck %s
 // RUN: irkit-opt %s -p 'fuse-kernels{epilogues=false}' --split-input-file | filecheck %s --check-prefix=NOEPI
+// RUN: irkit-opt %s -p 'fuse-kernels{concat-transposes=false implicit-im2col=false}' --split-input-file | filecheck %s --check-prefix=APART
 
 // An elementwise chain with a broadcast operand becomes one kernel; only the result escapes.
 // CHECK-LABEL: func.func @chain
@@ -102,4 +103,31 @@ func.func @pool_view(%x: tensor<32x8xf32>, %w: tensor<8x4xf32>) -> tensor<2x4x2x
   %p = graph.max_pool2d %v kernel = [2, 2] strides = [2, 2] layout = "nhwc" : tensor<2x4x4x4xf32> -> tensor<2x2x2x4xf32>
   %t = graph.transpose %p perm = [0, 3, 1, 2] : tensor<2x2x2x4xf32> -> tensor<2x4x2x2xf32>
   func.return %t : tensor<2x4x2x2xf32>
+}
+
+// -----
+
+// An implicit im2col joins the matmul reading it (the lowering reads the patches in place);
+// the padding concat takes the layout transpose in with it. With concat-transposes=false,
+// the transpose moving the innermost axis stays a kernel of its own (cpu-tile-transpose
+// tiles it); with implicit-im2col=false, the im2col too.
+// CHECK-LABEL: func.func @implicit
+// CHECK:         %[[P:.*]] = graph.kernel : tensor<1x4x4x2xf32> {
+// CHECK-NEXT:      graph.transpose %x
+// CHECK-NEXT:      graph.concat
+// CHECK:         graph.kernel : tensor<4x8xf32> {
+// CHECK-NEXT:      %[[C:.*]] = graph.im2col %[[P]]
+// CHECK-NEXT:      graph.matmul %[[C]], %w
+// APART-LABEL: func.func @implicit
+// APART:         %[[T:.*]] = graph.transpose %x
+// APART:         %[[P:.*]] = graph.concat %z, %[[T]], %z
+// APART-NEXT:    %[[C:.*]] = graph.im2col %[[P]]
+// APART-NEXT:    graph.matmul %[[C]], %w
+func.func @implicit(%x: tensor<1x2x2x4xf32>, %w: tensor<18x8xf32>) -> tensor<4x8xf32> {
+  %t = graph.transpose %x perm = [0, 2, 3, 1] : tensor<1x2x2x4xf32> -> tensor<1x2x4x2xf32>
+  %z = graph.constant dense<0.000000e+00> : tensor<1x1x4x2xf32>
+  %p = graph.concat %z, %t, %z axis = 1 : (tensor<1x1x4x2xf32>, tensor<1x2x4x2xf32>, tensor<1x1x4x2xf32>) -> tensor<1x4x4x2xf32>
+  %c = graph.im2col %p kernel = [3, 3] {irkit.implicit} : tensor<1x4x4x2xf32> -> tensor<4x18xf32>
+  %m = graph.matmul %c, %w : (tensor<4x18xf32>, tensor<18x8xf32>) -> tensor<4x8xf32>
+  func.return %m : tensor<4x8xf32>
 }
