@@ -15,7 +15,9 @@ import numpy as np
 
 @cache
 def git_sha() -> str | None:
-    """The git commit of the irkit source tree (with "-dirty" if modified), if it is one. A
+    """The git commit of the irkit source tree (with "-dirty" if modified), if it is one. The
+    curated records under benchmarks/results/ do not count as a modification: a benchmark
+    appending to one must not mark the next run's commit dirty. A
     copy of the tree shipped elsewhere (to a GPU host) names its commit in `$IRKIT_SOURCE_SHA`,
     which wins (the copy's own .git, if any, may be stale), recorded with " (copy)"."""
     copied = os.environ.get("IRKIT_SOURCE_SHA")
@@ -29,7 +31,8 @@ def git_sha() -> str | None:
         if sha.returncode != 0:
             return None
         dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+             ".", ":(exclude)benchmarks/results"],
             capture_output=True, text=True, timeout=5,
         )  # fmt: skip
         return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
