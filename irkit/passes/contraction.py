@@ -165,24 +165,23 @@ def _gather(
     pure index arithmetic used by nothing else, of constants, values defined outside
     `inside` (the nest) and the `free` ivs."""
     mine = {id(o) for o in ops}
+
+    def allowed(value: SSAValue) -> bool:
+        """Computed by `ops`, a free iv, or defined outside the nest."""
+        owner = value.owner
+        if isinstance(owner, Operation) and id(owner) in mine:
+            return True
+        return value in free or not inside.is_ancestor(_defining(value))
+
     for op in ops:
         if not isinstance(op, _INDEX_OPS) or op.regions:
             return False
         for result in op.results:
             if any(id(u.operation) not in mine and u.operation is not load for u in result.uses):
                 return False
-        for operand in op.operands:
-            owner = operand.owner
-            if isinstance(owner, Operation) and id(owner) in mine:
-                continue
-            if operand not in free and inside.is_ancestor(_defining(operand)):
-                return False
-    for index in load.indices:
-        owner = index.owner
-        if not (isinstance(owner, Operation) and id(owner) in mine) and index not in free:
-            if inside.is_ancestor(_defining(index)):
-                return False
-    return True
+        if not all(allowed(v) for v in op.operands):
+            return False
+    return all(allowed(v) for v in load.indices)
 
 
 def _defining(value: SSAValue) -> Operation:
@@ -275,15 +274,13 @@ def match_matmul(
         for op in epilogue
     ):
         return None
-    prefixes = tuple(tuple(op.indices)[: len(op.indices) - 2] for op in (a_load, b_load, store))
-    if gathered:
-        return MatmulNest(
-            loop, i, j, m, n, k, k_loop, a, b, c, init, epilogue, store, next(iter(types)),
-            batch, ((), prefixes[1], prefixes[2]), tuple(rest), tuple(a_load.indices),
-        )  # fmt: skip
+    prefixes = [tuple(op.indices)[: len(op.indices) - 2] for op in (a_load, b_load, store)]
+    if gathered:  # A's indices are whatever the gather computes: no batch part
+        prefixes[0] = ()
     return MatmulNest(
         loop, i, j, m, n, k, k_loop, a, b, c, init, epilogue, store, next(iter(types)),
-        batch, prefixes,
+        batch, tuple(prefixes),
+        tuple(rest) if gathered else (), tuple(a_load.indices) if gathered else (),
     )  # fmt: skip
 
 

@@ -532,7 +532,8 @@ def _concat(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
 
     def local(k: int, clamp: bool) -> Index:
         at = em.b.iadd(idx[axis], -int(starts[k]))
-        if clamp and not _is_splat(operands[k]):
+        inline = isinstance(operands[k].owner, g.ConstantOp) and operands[k] not in em.buffers
+        if clamp and not inline:  # a splat, computed at any index; anything else is read
             at = em.clamp(at, shape_of(operands[k])[axis] - 1)
         return [*idx[:axis], at, *idx[axis + 1 :]]
 
@@ -554,15 +555,6 @@ def _concat(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
         )
 
     return part(0)
-
-
-def _is_splat(value: SSAValue) -> bool:
-    """A constant with one value everywhere (computed inline, at any index)."""
-    op = value.owner
-    if not isinstance(op, g.ConstantOp):
-        return False
-    values = dense_array(op.value)
-    return bool(np.all(values == values.reshape(-1)[0]))
 
 
 def _read_only(em: KernelEmitter, value: SSAValue) -> bool:
