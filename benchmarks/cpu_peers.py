@@ -1,7 +1,8 @@
-"""irkit's CPU pipeline against onnxruntime on the examples, measured in one run (issue 23).
+"""irkit's CPU pipeline against onnxruntime, XLA and PyTorch on the examples, in one run (issue 23).
 
-    pip install -e '.[peers]'
-    python benchmarks/cpu_peers.py [--quick] [--threads 1] [-p default-cpu] [--out FILE]
+    pip install -e '.[peers]'            # onnxruntime and jax
+    pip install torch                    # optional: PyTorch eager and torch.compile as peers
+    python benchmarks/cpu_peers.py [--quick] [--threads 1] [-p default-cpu] [--no-torch] [--out FILE]
 
 Each workload is an example `.graph` at issue 23's sizes and the same computation as an ONNX
 graph built here with `onnx.helper` (standard operators: LayerNormalization, Softmax, Gelu,
@@ -11,12 +12,19 @@ irkit's result is checked against the float64 reference first and onnxruntime's 
 irkit's (a wrong result is never timed); then both run in interleaved, randomly ordered
 rounds on the same inputs, `--threads` each (IRKIT_NUM_THREADS; onnxruntime's intra-op
 pool, inter-op 1, its threads sleeping between runs instead of spinning on the cores irkit's
-threads need). Printed: medians with 95% CIs and the ratio onnxruntime / irkit paired by
+threads need; PyTorch's OpenMP threads likewise, OMP_WAIT_POLICY=PASSIVE). That slows the
+peers whose pools wake for every operator: PyTorch eager took 2.3x as long on two threads
+for transformer_block. `--quiesce` lets every pool spin as in use (`SPIN`), and the rounds
+wait after each sample (untimed) until no thread runs, so that no pool spins through
+another side's sample; on this project's 2-core VM each pause put the next sample on the
+VM's slower footing (irkit's two-thread softmax 80 us after a 1-5 ms pause, 160-320 us
+after 20 ms), so it is no default there. Printed: medians with 95% CIs and the ratio onnxruntime / irkit paired by
 round (> 1: irkit faster) with its CI; `--out` appends one record per workload with the
 host fingerprint. With jax installed, XLA is a second peer: the same computation in
 jax.numpy, jitted (params as arguments), checked against irkit, timed in the same rounds; one
 thread by `--xla_cpu_multi_thread_eigen=false`, else XLA's own pool over the host's cores (on
-this 2-core host, `--threads 2`).
+this 2-core host, `--threads 2`). With PyTorch installed, PyTorch eager and torch.compile
+(Inductor) are peers too, checked likewise (`--no-torch` leaves them out).
 
 With fewer threads than the host has CPUs, the whole process is confined to that many
 (`sched_setaffinity`, before any library starts a pool): a library's flags are not a
@@ -29,6 +37,7 @@ from __future__ import annotations  # noqa: I001 (cpu_baseline sets thread count
 
 import json
 import sys
+from typing import Any
 
 from cpu_baseline import CPUS, THREADS, _ms, benchmark_parser, thread_note, thread_record
 
@@ -52,6 +61,12 @@ from irkit.measure.timers import time_interleaved  # noqa: E402
 from irkit.runtime.check import check  # noqa: E402
 
 OPSET = 20  # Gelu
+SPIN = {"onnxruntime": "~45 ms", "torch": "~10 ms", "irkit": "under 1 ms"}
+"""How long each side's pool threads spin after a call before they sleep (2-core VM, 2
+threads; `--quiesce`)."""
+MIN_SAMPLE_S = 2e-3
+"""A sample's length under `--quiesce`: each sample starts with every pool asleep, its first
+call waking them; over 2 ms of calls that is a small part."""
 
 
 def _node(op: str, inputs: list[str], output: str, **attrs) -> onnx.NodeProto:
@@ -134,8 +149,10 @@ WORKLOADS = {
 }  # fmt: skip
 
 
-def onnx_session(name: str, dims: dict, exe, inputs: list[np.ndarray], params: set[str]):
-    """An onnxruntime session for the workload; the model's params as initializers."""
+def onnx_session(name: str, dims: dict, exe, inputs: list[np.ndarray], params: set[str],
+                 spin: bool = False):  # fmt: skip
+    """An onnxruntime session for the workload; the model's params as initializers; its
+    threads spinning between runs only where `spin`."""
     import onnxruntime as ort
 
     _, _, _, build, consts = WORKLOADS[name]
@@ -162,9 +179,11 @@ def onnx_session(name: str, dims: dict, exe, inputs: list[np.ndarray], params: s
     options.intra_op_num_threads = THREADS
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    # its pool's threads spin after each run; interleaved with irkit's on the same cores
-    # they would slow irkit down (as OpenBLAS's did, see cpu_baseline.py): they sleep
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # its pool's threads spin ~45 ms after a run; interleaved with irkit's on the same cores
+    # they would slow irkit down (as OpenBLAS's did, see cpu_baseline.py): they sleep,
+    # unless the rounds wait for them (`--quiesce`)
+    if not spin:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(
         model.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
@@ -215,7 +234,46 @@ def xla_function(name: str, dims: dict, exe):
     return jax.jit(functions[name]), jax.__version__
 
 
-def measure(name: str, quick: bool, pipeline: str, budget: float) -> dict:
+def torch_functions(name: str, dims: dict) -> tuple[dict[str, Any], str | None]:
+    """The workload in PyTorch, eager and through `torch.compile` (Inductor's C++/OpenMP
+    code for the CPU), functions of the arrays in irkit's input order; none without torch."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return {}, None
+    torch.set_num_threads(THREADS)
+
+    def layer_norm(x, g, b):
+        return F.layer_norm(x, x.shape[-1:], g, b, 1e-5)
+
+    def transformer(x, ln1_g, ln1_b, wq, wk, wv, wo, ln2_g, ln2_b, w1, b1, w2, b2):
+        h = layer_norm(x, ln1_g, ln1_b)
+        q, k, v = h @ wq, h @ wk, h @ wv
+        p = torch.softmax(q @ k.transpose(1, 2) * 0.08838834764831845, dim=-1)
+        x1 = x + (p @ v) @ wo
+        return x1 + F.gelu(layer_norm(x1, ln2_g, ln2_b) @ w1 + b1) @ w2 + b2
+
+    def conv(x, w, scale, shift, mean, var):
+        c = F.conv2d(x, w, padding=1)
+        r = F.batch_norm(c, mean, var, scale, shift, training=False, eps=1e-5)
+        return F.max_pool2d(torch.relu(r), 2, 2)
+
+    functions = {
+        "gemm": lambda a, b: a @ b,
+        "elementwise_chain": lambda x, y, bias: torch.sigmoid(torch.relu((x + bias) * y) - x) * 2,
+        "conv_block": conv,
+        "mlp": lambda x, w1, b1, w2: F.gelu(x @ w1 + b1) @ w2,
+        "layernorm": layer_norm,
+        "transformer_block": transformer,
+        "softmax": lambda x: torch.softmax(x, dim=-1),
+    }  # fmt: skip
+    fn = functions[name]
+    return {"torch": fn, "torch.compile": torch.compile(fn)}, torch.__version__
+
+
+def measure(name: str, quick: bool, pipeline: str, budget: float, torch_peers: bool = True,
+            quiesce: bool = False) -> dict:  # fmt: skip
     example, dims, quick_dims, _, _ = WORKLOADS[name]
     dims = quick_dims if quick else dims
     module = irkit.load(f"examples/{example}.graph", dims)
@@ -227,27 +285,39 @@ def measure(name: str, quick: bool, pipeline: str, budget: float) -> dict:
         )
     lines = open(f"examples/{example}.graph").read().splitlines()
     params = {line.split()[1] for line in lines if line.startswith("param ")}
-    session, feeds, version = onnx_session(name, {**_defaults(lines), **dims}, exe, inputs, params)
+    session, feeds, version = onnx_session(name, {**_defaults(lines), **dims}, exe, inputs,
+                                           params, spin=quiesce)  # fmt: skip
     ours = exe(*inputs)
     _agree(name, "onnxruntime", ours, session.run(None, feeds))
     peers = {"onnxruntime": lambda: session.run(None, feeds)}
+    versions = {"onnxruntime": version}
     xla, xla_version = xla_function(name, dims, exe)
     if xla is not None:
         import jax
 
         args = [jax.device_put(a) for a in inputs]
-        theirs = [np.asarray(xla(*args))]
-        _agree(name, "XLA", ours, theirs)
+        _agree(name, "XLA", ours, [np.asarray(xla(*args))])
         peers["xla"] = lambda: xla(*args).block_until_ready()
+        versions["xla"] = xla_version
+    if torch_peers:
+        peers.update(_torch_peers(name, dims, inputs, ours, versions))
     bound = exe.bind(*inputs)
-    timings = time_interleaved({"irkit": bound.run_graph, **peers}, budget_s=budget)
-    speed = ratio_ci(timings["onnxruntime"].samples, timings["irkit"].samples)
+    timings = time_interleaved(
+        {"irkit": bound.run_graph, **peers},
+        budget_s=budget,
+        min_sample_s=MIN_SAMPLE_S if quiesce else 2e-4,
+        quiesce=quiesce,
+    )
+    speed = {peer: ratio_ci(timings[peer].samples, timings["irkit"].samples) for peer in peers}
+    others = {
+        peer: {"version": versions[peer], "time": timings[peer].to_json(),
+               "speedup": speed[peer].to_json()}
+        for peer in peers if peer not in ("onnxruntime", "xla")
+    }  # fmt: skip
     xla_record = {}
     if xla is not None:
-        xla_record = {
-            "xla": xla_version, "xla_time": timings["xla"].to_json(),
-            "speedup_vs_xla": ratio_ci(timings["xla"].samples, timings["irkit"].samples).to_json(),
-        }  # fmt: skip
+        xla_record = {"xla": xla_version, "xla_time": timings["xla"].to_json(),
+                      "speedup_vs_xla": speed["xla"].to_json()}  # fmt: skip
     return {
         **xla_record,
         "kind": "irkit.benchmark", "benchmark": "cpu_peers", "workload": name, "dims": dims,
@@ -255,17 +325,46 @@ def measure(name: str, quick: bool, pipeline: str, budget: float) -> dict:
         "pipeline": exe.pipeline, "threads": THREADS, "onnxruntime": version,
         "checks": [c.to_json() for c in checks],
         "irkit": timings["irkit"].to_json(), "onnxruntime_time": timings["onnxruntime"].to_json(),
-        "speedup_vs_onnxruntime": speed.to_json(),
+        "speedup_vs_onnxruntime": speed["onnxruntime"].to_json(),
+        **({"peers": others} if others else {}),
         "protocol": f"interleaved randomized rounds, perf_counter_ns, warm caches, {THREADS} "
                     "thread(s) each, the process confined to as many CPUs (cpus; cores_used: "
                     "each side's CPU time over wall time) (IRKIT_NUM_THREADS; onnxruntime "
-                    "intra-op, inter-op 1, "
-                    "ORT_ENABLE_ALL, its threads not spinning between runs; XLA: one thread by "
-                    "--xla_cpu_multi_thread_eigen=false, else its default pool over the host's cores), "
-                    "params as onnxruntime initializers, jax arguments, and bound once in irkit, "
-                    "same inputs, irkit checked against float64 and onnxruntime against irkit first",
+                    "intra-op, inter-op 1, ORT_ENABLE_ALL; XLA: one thread by "
+                    "--xla_cpu_multi_thread_eigen=false, else its default pool over the host's cores; "
+                    "torch: torch.set_num_threads, eager and torch.compile (Inductor, default mode, "
+                    "compiled and warmed before timing), under inference_mode), "
+                    + ("every pool as it comes (spinning), the rounds waiting after each sample "
+                       "(untimed) until no thread of the process runs, samples of 2 ms or more, "
+                       if quiesce else "onnxruntime's threads not spinning between runs, "
+                       "torch's OpenMP threads passive (OMP_WAIT_POLICY=PASSIVE), ") +
+                    "params as onnxruntime initializers, jax and torch arguments, and bound once in irkit, "
+                    "same inputs, irkit checked against float64 and every peer against irkit first",
         "fingerprint": host_fingerprint(),
     }  # fmt: skip
+
+
+def _torch_peers(name: str, dims: dict, inputs: list, ours: list, versions: dict) -> dict:
+    """PyTorch eager and torch.compile as peers (none without torch): each checked against
+    irkit's result, torch.compile compiled (and so warmed) by that check."""
+    functions, version = torch_functions(name, dims)
+    if not functions:
+        return {}
+    import torch
+
+    args = [torch.from_numpy(a) for a in inputs]
+    peers = {}
+    for peer, fn in functions.items():
+        with torch.inference_mode():
+            _agree(name, peer, ours, [fn(*args).numpy()])
+
+        def run(fn=fn) -> None:
+            with torch.inference_mode():
+                fn(*args)
+
+        peers[peer] = run
+        versions[peer] = version
+    return peers
 
 
 def _agree(name: str, peer: str, ours: list, theirs: list) -> None:
@@ -293,23 +392,36 @@ def main() -> int:
     parser.add_argument(
         "--only", action="append", choices=sorted(WORKLOADS), help="workload(s) to run"
     )
+    parser.add_argument(
+        "--no-torch", action="store_true",
+        help="leave PyTorch (eager and torch.compile) out even where it is installed",
+    )  # fmt: skip
+    parser.add_argument(
+        "--quiesce", action="store_true",
+        help="every side's pool spins as in use, and the rounds wait after each sample until "
+        "no thread runs (default: onnxruntime's and torch's threads sleep between runs)",
+    )  # fmt: skip
     args = parser.parse_args()
+    if not args.quiesce:  # read when torch loads its OpenMP runtime (after this)
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     budget = args.budget or (1.0 if args.quick else 10.0)
-    print(
-        f"{'workload':18} {'irkit (median, 95% CI)':>28} {'onnxruntime':>28} {'ort/irkit':>22} {'xla/irkit':>22}"
-    )
+    header = False
     for name in args.only or WORKLOADS:
-        rec = measure(name, args.quick, args.pipeline, budget)
-        it, ort_t, sp = (
-            rec["irkit"]["seconds"],
-            rec["onnxruntime_time"]["seconds"],
-            rec["speedup_vs_onnxruntime"],
-        )
-        xs = rec.get("speedup_vs_xla")
-        xla = f"{xs['median']:6.3f}x [{xs['ci_low']:.3f}, {xs['ci_high']:.3f}]" if xs else "no jax"
-        print(f"{name:18} {_ms(it):>28} {_ms(ort_t):>28} "
-              f"{sp['median']:6.3f}x [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}] {xla:>22}"
-              f"{thread_note(rec)}", flush=True)  # fmt: skip
+        rec = measure(name, args.quick, args.pipeline, budget, torch_peers=not args.no_torch,
+                      quiesce=args.quiesce)  # fmt: skip
+        ratios = {"onnxruntime": rec["speedup_vs_onnxruntime"], "xla": rec.get("speedup_vs_xla"),
+                  **{peer: r["speedup"] for peer, r in rec.get("peers", {}).items()}}  # fmt: skip
+        if not header:
+            print(f"{'workload':18} {'irkit (median, 95% CI)':>28} {'onnxruntime':>28}"
+                  + "".join(f" {peer + '/irkit':>22}" for peer in ratios))  # fmt: skip
+            header = True
+        cells = "".join(
+            f" {r['median']:6.3f}x [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if r else f" {'not installed':>22}"
+            for r in ratios.values()
+        )  # fmt: skip
+        print(f"{name:18} {_ms(rec['irkit']['seconds']):>28} "
+              f"{_ms(rec['onnxruntime_time']['seconds']):>28}{cells}{thread_note(rec)}",
+              flush=True)  # fmt: skip
         if args.out:
             with open(args.out, "a") as f:
                 f.write(json.dumps(rec) + "\n")

@@ -58,6 +58,28 @@ def test_cpu_peers_checks_both_then_times_them_against_onnxruntime(tmp_path: Pat
         assert rec["over_threads"] == []
 
 
+@pytest.mark.slow
+def test_cpu_peers_times_pytorch_eager_and_compiled_where_installed(tmp_path: Path) -> None:
+    """With PyTorch installed, eager and torch.compile are peers too: each checked against
+    irkit's result, then timed in the same rounds; their ratios in the record."""
+    pytest.importorskip("torch")
+    out = tmp_path / "p.jsonl"
+    r = subprocess.run(
+        [sys.executable, "benchmarks/cpu_peers.py", "--quick", "--budget", "0.3",
+         "--only", "softmax", "--only", "conv_block", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "torch.compile/irkit" in r.stdout.splitlines()[0]
+    for rec in (json.loads(line) for line in out.read_text().splitlines()):
+        assert set(rec["peers"]) == {"torch", "torch.compile"}
+        for peer in rec["peers"].values():
+            s = peer["speedup"]
+            assert peer["version"] and s["ci_low"] <= s["median"] <= s["ci_high"]
+        assert {"torch", "torch.compile"} <= set(rec["cores_used"])
+        assert "OMP_WAIT_POLICY=PASSIVE" in rec["protocol"]
+
+
 def test_gpu_targets_needs_a_device() -> None:
     from irkit.runtime import BACKENDS
 

@@ -122,3 +122,28 @@ def test_timings_carry_the_process_cpu_time_beside_the_wall_time() -> None:
     assert t.cpu_samples is not None and len(t.cpu_samples) == len(t.samples) == 3
     assert t.cpu_over_wall is not None and t.cpu_over_wall < 0.5
     assert t.to_json()["cpu_over_wall"] == t.cpu_over_wall
+
+
+def test_quiesced_rounds_settle_after_every_sample_and_not_inside_one(monkeypatch) -> None:
+    """cpu_peers --quiesce: after each sample, untimed, the rounds wait until no thread of the
+    process runs (a pool spinning after a call would otherwise share its cores with the next
+    side's sample); without the flag they never wait."""
+    from irkit.measure import timers
+
+    calls: list[str] = []
+    monkeypatch.setattr(timers, "settle", lambda: calls.append("settle") or 0.0)
+    fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    timers.time_interleaved(fns, budget_s=1.0, min_rounds=4, max_rounds=4, warmup=0,
+                            min_sample_s=0.0, quiesce=True)  # fmt: skip
+    sampled = calls[calls.index("settle") - 1 :]  # calibration's calls come first, unsettled
+    assert sampled.count("settle") == 8 and len(sampled) == 16
+    assert all(x == "settle" for x in sampled[1::2]) and set(sampled[0::2]) == {"a", "b"}
+    calls.clear()
+    timers.time_interleaved(fns, budget_s=1.0, min_rounds=4, max_rounds=4, warmup=0)
+    assert "settle" not in calls
+
+
+def test_settle_returns_at_once_where_no_thread_runs() -> None:
+    from irkit.measure.timers import SETTLE_MAX_S, settle
+
+    assert settle() < SETTLE_MAX_S

@@ -91,10 +91,37 @@ def _sample(fn: Callable[[], None], reps: int) -> float:
     return (time.perf_counter_ns() - start) * 1e-9 / reps
 
 
+SETTLE_STEP_S = 0.01
+"""`settle`'s step: the process's CPU time is read across sleeps this long (the kernel
+charges other threads' CPU time at its scheduler tick, 4 ms at HZ=250: across 2 ms sleeps a
+spinning pool showed 0.02-0.04 cores of its ~0.8)."""
+SETTLE_MAX_S = 0.2
+"""`settle` gives up (the process busy for another reason) after this long."""
+
+
+def settle() -> float:
+    """Wait until no thread of this process is running: sleep in `SETTLE_STEP_S` steps until
+    the process used under a tenth of a core across one (at most `SETTLE_MAX_S`); the
+    seconds waited. Libraries' thread pools spin after a call before their threads sleep
+    (measured on a 2-core VM: PyTorch's OpenMP threads ~10 ms, onnxruntime's ~45 ms with
+    spinning allowed, irkit's own under 1 ms); timed next, another function would share its
+    cores with them. Waiting between samples lets each side's pool spin as it does in use,
+    within its own sample, and never through another's."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < SETTLE_MAX_S:
+        cpu, wall = time.process_time_ns(), time.perf_counter_ns()
+        time.sleep(SETTLE_STEP_S)
+        if time.process_time_ns() - cpu < 0.1 * (time.perf_counter_ns() - wall):
+            break
+    return time.perf_counter() - start
+
+
 class Rounds:
     """Interleaved sampling of several functions: after warm-up and calibration, each
     `run()` takes one sample of every function, in a fresh random order. The building block
-    of `time_interleaved` and of sequential tests that decide as the samples come in."""
+    of `time_interleaved` and of sequential tests that decide as the samples come in.
+    `quiesce`: `settle` after every sample (untimed), for functions whose thread pools spin
+    after a call."""
 
     def __init__(
         self,
@@ -102,8 +129,10 @@ class Rounds:
         warmup: int = 1,
         min_sample_s: float = 2e-4,
         seed: int = 0,
+        quiesce: bool = False,
     ):
         self.fns = fns
+        self.quiesce = quiesce
         self.rng = np.random.default_rng(seed)
         for fn in fns.values():
             for _ in range(warmup):
@@ -118,6 +147,8 @@ class Rounds:
             start = time.process_time_ns()
             self.samples[name].append(_sample(self.fns[name], self.reps[name]))
             self.cpu[name].append((time.process_time_ns() - start) * 1e-9 / self.reps[name])
+            if self.quiesce:
+                settle()
 
 
 def time_interleaved(
@@ -132,6 +163,7 @@ def time_interleaved(
     floor_rounds: int | None = None,
     on_round: Callable[[int], None] | None = None,
     resolved: Callable[[dict[str, list[float]]], bool] | None = None,
+    quiesce: bool = False,
 ) -> dict[str, Timing]:
     """Time several functions in interleaved rounds, each round in a fresh random order, so
     that drift (clocks, other load) hits every variant alike. One sample per function per
@@ -141,9 +173,11 @@ def time_interleaved(
     `resolved(samples)`, where given, replaces the precision rule: sampling stops (reason
     "resolved") once it returns True, asked from `min_rounds` on, every fifth round up to
     100 rounds, then every twentieth part of the rounds so far (its bootstrap grows with
-    the rounds: asked every fifth round, 2000 rounds would ask 400 times)."""
+    the rounds: asked every fifth round, 2000 rounds would ask 400 times). `quiesce`: wait
+    after every sample until no thread of the process runs (`settle`, untimed; the budget
+    counts it)."""
     floor = min_rounds if floor_rounds is None else floor_rounds
-    rounds = Rounds(fns, warmup, min_sample_s, seed)
+    rounds = Rounds(fns, warmup, min_sample_s, seed, quiesce)
     samples, reps = rounds.samples, rounds.reps
     deadline = time.perf_counter() + budget_s
     reason = "max_samples"
