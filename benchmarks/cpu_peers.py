@@ -2,6 +2,7 @@
 
     pip install -e '.[peers]'            # onnxruntime and jax
     pip install torch                    # optional: PyTorch eager and torch.compile as peers
+    pip install iree-base-compiler iree-base-runtime   # optional: IREE (llvm-cpu) as a peer
     python benchmarks/cpu_peers.py [--quick] [--threads 1] [-p default-cpu] [--no-torch] [--out FILE]
 
 Each workload is an example `.graph` at issue 23's sizes and the same computation as an ONNX
@@ -24,7 +25,9 @@ host fingerprint. With jax installed, XLA is a second peer: the same computation
 jax.numpy, jitted (params as arguments), checked against irkit, timed in the same rounds; one
 thread by `--xla_cpu_multi_thread_eigen=false`, else XLA's own pool over the host's cores (on
 this 2-core host, `--threads 2`). With PyTorch installed, PyTorch eager and torch.compile
-(Inductor) are peers too, checked likewise (`--no-torch` leaves them out).
+(Inductor) are peers too, checked likewise (`--no-torch` leaves them out); with IREE, the
+ONNX model imported by `iree-import-onnx` and compiled for llvm-cpu at the host's CPU, run on
+its local-task runtime with `--threads` workers.
 
 With fewer threads than the host has CPUs, the whole process is confined to that many
 (`sched_setaffinity`, before any library starts a pool): a library's flags are not a
@@ -149,12 +152,8 @@ WORKLOADS = {
 }  # fmt: skip
 
 
-def onnx_session(name: str, dims: dict, exe, inputs: list[np.ndarray], params: set[str],
-                 spin: bool = False):  # fmt: skip
-    """An onnxruntime session for the workload; the model's params as initializers; its
-    threads spinning between runs only where `spin`."""
-    import onnxruntime as ort
-
+def onnx_model(name: str, dims: dict, exe, inputs: list[np.ndarray], params: set[str]):
+    """The workload as an ONNX model, the model's params as initializers, and its feeds."""
     _, _, _, build, consts = WORKLOADS[name]
     nodes = build(dims)
     initializers = [n for n in nodes if isinstance(n, onnx.TensorProto)]
@@ -175,6 +174,14 @@ def onnx_session(name: str, dims: dict, exe, inputs: list[np.ndarray], params: s
     graph = helper.make_graph(nodes, name, graph_inputs, outputs, initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     onnx.checker.check_model(model)
+    return model, feeds
+
+
+def onnx_session(model: onnx.ModelProto, spin: bool = False):
+    """An onnxruntime session for the model; its threads spinning between runs only where
+    `spin`."""
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.intra_op_num_threads = THREADS
     options.inter_op_num_threads = 1
@@ -187,7 +194,44 @@ def onnx_session(name: str, dims: dict, exe, inputs: list[np.ndarray], params: s
     session = ort.InferenceSession(
         model.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
-    return session, feeds, ort.__version__
+    return session, ort.__version__
+
+
+def iree_function(model: onnx.ModelProto, feeds: dict):
+    """The ONNX model through IREE (`iree-import-onnx`, then `iree-compile` for llvm-cpu at
+    the host's CPU) on IREE's local-task runtime with THREADS workers: a function of the
+    feeds, placed on the device once, returning its outputs; None without IREE."""
+    try:
+        import iree.compiler
+        import iree.runtime as rt
+    except ImportError:
+        return None, None
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx.save(model, f"{tmp}/model.onnx")
+        subprocess.run([str(Path(sys.executable).parent / "iree-import-onnx"), f"{tmp}/model.onnx",
+                        "-o", f"{tmp}/model.mlir"], check=True, capture_output=True)  # fmt: skip
+        vmfb = iree.compiler.compile_file(
+            f"{tmp}/model.mlir", target_backends=["llvm-cpu"],
+            extra_args=["--iree-llvmcpu-target-cpu=host"],
+        )  # fmt: skip
+    rt.flags.parse_flags(f"--task_topology_group_count={THREADS}")
+    config = rt.Config("local-task")
+    context = rt.SystemContext(config=config)
+    context.add_vm_module(rt.VmModule.copy_buffer(context.instance, vmfb))
+    main = context.modules.module[model.graph.name]
+    args = [rt.asdevicearray(config.device, a) for a in feeds.values()]
+    version = getattr(iree.compiler, "version", None) or _dist_version("iree-base-compiler")
+    return (lambda: main(*args)), version
+
+
+def _dist_version(dist: str) -> str:
+    from importlib.metadata import version
+
+    return version(dist)
 
 
 def xla_function(name: str, dims: dict, exe):
@@ -285,8 +329,8 @@ def measure(name: str, quick: bool, pipeline: str, budget: float, torch_peers: b
         )
     lines = open(f"examples/{example}.graph").read().splitlines()
     params = {line.split()[1] for line in lines if line.startswith("param ")}
-    session, feeds, version = onnx_session(name, {**_defaults(lines), **dims}, exe, inputs,
-                                           params, spin=quiesce)  # fmt: skip
+    model, feeds = onnx_model(name, {**_defaults(lines), **dims}, exe, inputs, params)
+    session, version = onnx_session(model, spin=quiesce)
     ours = exe(*inputs)
     _agree(name, "onnxruntime", ours, session.run(None, feeds))
     peers = {"onnxruntime": lambda: session.run(None, feeds)}
@@ -299,6 +343,12 @@ def measure(name: str, quick: bool, pipeline: str, budget: float, torch_peers: b
         _agree(name, "XLA", ours, [np.asarray(xla(*args))])
         peers["xla"] = lambda: xla(*args).block_until_ready()
         versions["xla"] = xla_version
+    iree, iree_version = iree_function(model, feeds)
+    if iree is not None:
+        result = iree()
+        _agree(name, "IREE", ours, [np.asarray(r) for r in (result if isinstance(result, tuple | list) else [result])])  # fmt: skip
+        peers["iree"] = iree
+        versions["iree"] = iree_version
     if torch_peers:
         peers.update(_torch_peers(name, dims, inputs, ours, versions))
     bound = exe.bind(*inputs)

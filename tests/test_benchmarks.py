@@ -72,12 +72,31 @@ def test_cpu_peers_times_pytorch_eager_and_compiled_where_installed(tmp_path: Pa
     assert r.returncode == 0, r.stderr
     assert "torch.compile/irkit" in r.stdout.splitlines()[0]
     for rec in (json.loads(line) for line in out.read_text().splitlines()):
-        assert set(rec["peers"]) == {"torch", "torch.compile"}
-        for peer in rec["peers"].values():
+        assert {"torch", "torch.compile"} <= set(rec["peers"])
+        for peer in (rec["peers"]["torch"], rec["peers"]["torch.compile"]):
             s = peer["speedup"]
             assert peer["version"] and s["ci_low"] <= s["median"] <= s["ci_high"]
         assert {"torch", "torch.compile"} <= set(rec["cores_used"])
         assert "OMP_WAIT_POLICY=PASSIVE" in rec["protocol"]
+
+
+@pytest.mark.slow
+def test_cpu_peers_times_iree_where_installed(tmp_path: Path) -> None:
+    """With IREE installed, the same ONNX model compiled by IREE for llvm-cpu is a peer:
+    checked against irkit's result, timed in the same rounds."""
+    pytest.importorskip("iree.runtime")
+    pytest.importorskip("iree.compiler")
+    out = tmp_path / "p.jsonl"
+    r = subprocess.run(
+        [sys.executable, "benchmarks/cpu_peers.py", "--quick", "--budget", "0.3", "--no-torch",
+         "--only", "layernorm", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert set(rec["peers"]) == {"iree"} and rec["peers"]["iree"]["version"]
+    s = rec["peers"]["iree"]["speedup"]
+    assert s["ci_low"] <= s["median"] <= s["ci_high"]
 
 
 def test_gpu_targets_needs_a_device() -> None:
