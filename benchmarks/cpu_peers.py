@@ -286,17 +286,10 @@ def torch_functions(name: str, dims: dict) -> tuple[dict[str, Any], str | None]:
         import torch.nn.functional as F
     except ImportError:
         return {}, None
+    from gpu_targets import torch_peers as torch_computations  # the GPU targets' PyTorch forms
+
     torch.set_num_threads(THREADS)
-
-    def layer_norm(x, g, b):
-        return F.layer_norm(x, x.shape[-1:], g, b, 1e-5)
-
-    def transformer(x, ln1_g, ln1_b, wq, wk, wv, wo, ln2_g, ln2_b, w1, b1, w2, b2):
-        h = layer_norm(x, ln1_g, ln1_b)
-        q, k, v = h @ wq, h @ wk, h @ wv
-        p = torch.softmax(q @ k.transpose(1, 2) * 0.08838834764831845, dim=-1)
-        x1 = x + (p @ v) @ wo
-        return x1 + F.gelu(layer_norm(x1, ln2_g, ln2_b) @ w1 + b1) @ w2 + b2
+    shared = torch_computations(torch)
 
     def conv(x, w, scale, shift, mean, var):
         c = F.conv2d(x, w, padding=1)
@@ -304,13 +297,13 @@ def torch_functions(name: str, dims: dict) -> tuple[dict[str, Any], str | None]:
         return F.max_pool2d(torch.relu(r), 2, 2)
 
     functions = {
-        "gemm": lambda a, b: a @ b,
+        "gemm": shared["matmul"],
         "elementwise_chain": lambda x, y, bias: torch.sigmoid(torch.relu((x + bias) * y) - x) * 2,
         "conv_block": conv,
-        "mlp": lambda x, w1, b1, w2: F.gelu(x @ w1 + b1) @ w2,
-        "layernorm": layer_norm,
-        "transformer_block": transformer,
-        "softmax": lambda x: torch.softmax(x, dim=-1),
+        "mlp": shared["mlp"],
+        "layernorm": shared["layer_norm"],
+        "transformer_block": shared["transformer_block"],
+        "softmax": shared["softmax"],
     }  # fmt: skip
     fn = functions[name]
     return {"torch": fn, "torch.compile": torch.compile(fn)}, torch.__version__
