@@ -15,11 +15,12 @@ rounds on the same inputs, `--threads` each (IRKIT_NUM_THREADS; onnxruntime's in
 pool, inter-op 1, its threads sleeping between runs instead of spinning on the cores irkit's
 threads need; PyTorch's OpenMP threads likewise, OMP_WAIT_POLICY=PASSIVE). That slows the
 peers whose pools wake for every operator: PyTorch eager took 2.3x as long on two threads
-for transformer_block. `--quiesce` lets every pool spin as in use (`SPIN`), and the rounds
-wait after each sample (untimed) until no thread runs, so that no pool spins through
-another side's sample; on this project's 2-core VM each pause put the next sample on the
-VM's slower footing (irkit's two-thread softmax 80 us after a 1-5 ms pause, 160-320 us
-after 20 ms), so it is no default there. Printed: medians with 95% CIs and the ratio onnxruntime / irkit paired by
+for transformer_block. `--quiesce` lets every pool spin as in use (measured: onnxruntime's
+threads ~45 ms after a run, PyTorch's ~10 ms, irkit's under 1 ms), and the rounds wait after
+each sample (untimed) until no thread runs, so that no pool spins through another side's
+sample; on this project's 2-core VM each pause put the next sample on the VM's slower
+footing (irkit's two-thread softmax 80 us after a 1-5 ms pause, 160-320 us after 20 ms), so
+it is no default there. Printed: medians with 95% CIs and the ratio onnxruntime / irkit paired by
 round (> 1: irkit faster) with its CI; `--out` appends one record per workload with the
 host fingerprint. With jax installed, XLA is a second peer: the same computation in
 jax.numpy, jitted (params as arguments), checked against irkit, timed in the same rounds; one
@@ -64,9 +65,6 @@ from irkit.measure.timers import time_interleaved  # noqa: E402
 from irkit.runtime.check import check  # noqa: E402
 
 OPSET = 20  # Gelu
-SPIN = {"onnxruntime": "~45 ms", "torch": "~10 ms", "irkit": "under 1 ms"}
-"""How long each side's pool threads spin after a call before they sleep (2-core VM, 2
-threads; `--quiesce`)."""
 MIN_SAMPLE_S = 2e-3
 """A sample's length under `--quiesce`: each sample starts with every pool asleep, its first
 call waking them; over 2 ms of calls that is a small part."""
@@ -208,6 +206,7 @@ def iree_function(model: onnx.ModelProto, feeds: dict):
         return None, None
     import subprocess
     import tempfile
+    from importlib.metadata import version
     from pathlib import Path
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -224,14 +223,7 @@ def iree_function(model: onnx.ModelProto, feeds: dict):
     context.add_vm_module(rt.VmModule.copy_buffer(context.instance, vmfb))
     main = context.modules.module[model.graph.name]
     args = [rt.asdevicearray(config.device, a) for a in feeds.values()]
-    version = getattr(iree.compiler, "version", None) or _dist_version("iree-base-compiler")
-    return (lambda: main(*args)), version
-
-
-def _dist_version(dist: str) -> str:
-    from importlib.metadata import version
-
-    return version(dist)
+    return (lambda: main(*args)), version("iree-base-compiler")
 
 
 def xla_function(name: str, dims: dict, exe):
