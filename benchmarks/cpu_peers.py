@@ -1,9 +1,13 @@
-"""irkit's CPU pipeline against onnxruntime, XLA and PyTorch on the examples, in one run (issue 23).
+"""irkit's CPU pipeline against every peer installed (onnxruntime, XLA, IREE, PyTorch, TVM,
+tinygrad, numpy) on the examples, in one run (issue 23).
 
     pip install -e '.[peers]'            # onnxruntime and jax
     pip install torch                    # optional: PyTorch eager and torch.compile as peers
     pip install iree-base-compiler iree-base-runtime   # optional: IREE (llvm-cpu) as a peer
-    python benchmarks/cpu_peers.py [--quick] [--threads 1] [-p default-cpu] [--no-torch] [--out FILE]
+    pip install apache-tvm 'apache-tvm-ffi==0.1.14.post0' xgboost psutil cloudpickle  # optional: TVM
+    pip install tinygrad; apt-get install clang           # optional: tinygrad (its CPU device)
+    python benchmarks/cpu_peers.py [--quick] [--threads 1] [-p default-cpu] [--no-torch]
+        [--tvm-trials 64 | --no-tvm] [--no-tinygrad] [--only NAME ...] [--out FILE]
 
 Each workload is an example `.graph` at issue 23's sizes and the same computation as an ONNX
 graph built here with `onnx.helper` (standard operators: LayerNormalization, Softmax, Gelu,
@@ -28,7 +32,10 @@ thread by `--xla_cpu_multi_thread_eigen=false`, else XLA's own pool over the hos
 this 2-core host, `--threads 2`). With PyTorch installed, PyTorch eager and torch.compile
 (Inductor) are peers too, checked likewise (`--no-torch` leaves them out); with IREE, the
 ONNX model imported by `iree-import-onnx` and compiled for llvm-cpu at the host's CPU, run on
-its local-task runtime with `--threads` workers.
+its local-task runtime with `--threads` workers. With TVM, the ONNX model through Relax's
+importer, each kernel tuned by MetaSchedule (`--tvm-trials` per task, minutes per example;
+0: untuned), on Relax's VM; with tinygrad, the ONNX model through its OnnxRunner, captured
+by TinyJit; numpy where it has the computation (not GELU: no erf).
 
 With fewer threads than the host has CPUs, the whole process is confined to that many
 (`sched_setaffinity`, before any library starts a pool): a library's flags are not a
@@ -43,7 +50,16 @@ import json
 import sys
 from typing import Any
 
-from cpu_baseline import CPUS, THREADS, _ms, benchmark_parser, thread_note, thread_record
+from cpu_baseline import (
+    CPUS,
+    THREADS,
+    _ms,
+    benchmark_parser,
+    conv_block_peer,
+    elementwise_peer,
+    thread_note,
+    thread_record,
+)
 
 import os  # noqa: E402
 
@@ -53,6 +69,7 @@ if THREADS == 1:  # XLA's CPU backend: one thread (read when jax is imported)
     os.environ.setdefault(
         "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
     )
+os.environ.setdefault("TVM_NUM_THREADS", str(THREADS))  # TVM's runtime pool, read at its start
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
@@ -65,6 +82,9 @@ from irkit.measure.timers import time_interleaved  # noqa: E402
 from irkit.runtime.check import check  # noqa: E402
 
 OPSET = 20  # Gelu
+TVM_TRIALS = 64
+"""MetaSchedule's trials per TVM kernel by default: ~4 minutes for gemm 1024^3 on the 2-core
+VM (22.5 ms at two threads after 64; untuned, TVM's default lowering took 3.5 s)."""
 MIN_SAMPLE_S = 2e-3
 """A sample's length under `--quiesce`: each sample starts with every pool asleep, its first
 call waking them; over 2 ms of calls that is a small part."""
@@ -226,6 +246,97 @@ def iree_function(model: onnx.ModelProto, feeds: dict):
     return (lambda: main(*args)), version("iree-base-compiler")
 
 
+def numpy_function(name: str):
+    """The workload as a numpy user writes it (OpenBLAS matmuls, im2col convolution), a
+    function of the arrays in irkit's input order; None where numpy has no form of it (GELU
+    needs erf, which numpy lacks)."""
+
+    def softmax(x):
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    def layernorm(x, g, b):
+        m = x.mean(-1, keepdims=True)
+        d = x - m
+        return d / np.sqrt((d * d).mean(-1, keepdims=True) + np.float32(1e-5)) * g + b
+
+    functions = {
+        "gemm": lambda a, b: a @ b, "elementwise_chain": elementwise_peer,
+        "conv_block": conv_block_peer, "softmax": softmax, "layernorm": layernorm,
+    }  # fmt: skip
+    return functions.get(name), np.__version__
+
+
+def tvm_function(model: onnx.ModelProto, feeds: dict, trials: int):
+    """The ONNX model through TVM's Relax importer, its kernels tuned by MetaSchedule for
+    `trials` candidates each (0: TVM's default CPU lowering, untuned) at the host's CPU, run
+    on Relax's VM with TVM_NUM_THREADS workers: a function of the feeds, placed once; None
+    without TVM. The model's params are constants of the module, as in onnxruntime."""
+    try:
+        import tvm
+        from tvm import relax
+        from tvm.relax.frontend.onnx import from_onnx
+    except ImportError:
+        return None, None
+    import logging
+    import tempfile
+
+    from llvmlite import binding as llvm
+
+    target = tvm.target.Target(
+        {"kind": "llvm", "mcpu": llvm.get_host_cpu_name(), "num-cores": THREADS}
+    )
+    module = from_onnx(model, keep_params_in_input=False)
+    if trials:  # the tuning's progress goes to its logs, not the table
+        logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+        # its builders get every CPU: confined to one, each build outlived the builder's
+        # time limit and no candidate was ever measured (candidates run at `target`'s cores)
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+        try:
+            with tempfile.TemporaryDirectory() as work_dir:
+                module = relax.pipeline.static_shape_tuning_pipeline(
+                    total_trials=trials * 64, max_trials_per_task=trials, target=target,
+                    work_dir=work_dir,
+                )(module)  # fmt: skip
+        finally:
+            os.sched_setaffinity(0, CPUS)
+    executable = tvm.compile(module, target=target)
+    device = tvm.cpu()
+    vm = relax.VirtualMachine(executable, device)
+    args = [tvm.runtime.tensor(a, device) for a in feeds.values()]
+    main = vm["main"]
+    return (lambda: main(*args)), tvm.__version__
+
+
+def tinygrad_function(model: onnx.ModelProto, feeds: dict):
+    """The ONNX model through tinygrad's OnnxRunner on its CPU device (clang-compiled
+    kernels), captured once by TinyJit; each call runs the captured kernels and waits for
+    them. None without tinygrad (or without clang, which its CPU device compiles with)."""
+    import shutil
+
+    try:
+        from tinygrad import Device, Tensor, TinyJit
+        from tinygrad.nn.onnx import OnnxRunner
+    except ImportError:
+        return None, None
+    if shutil.which("clang") is None:
+        print("tinygrad: not run (its CPU device needs clang)", file=sys.stderr)
+        return None, None
+    from importlib.metadata import version
+
+    runner = OnnxRunner(Tensor(model.SerializeToString()))
+    tensors = {k: Tensor(v, device="CPU").realize() for k, v in feeds.items()}
+    jit = TinyJit(lambda **inputs: [t.realize() for t in runner(inputs).values()])
+    device = Device["CPU"]
+
+    def run():
+        out = jit(**tensors)
+        device.synchronize()
+        return out
+
+    return run, version("tinygrad")
+
+
 def xla_function(name: str, dims: dict, exe):
     """The workload in jax.numpy, jitted by XLA for the CPU: a function of the arrays in
     irkit's input order (params too: how jax models take them); None without jax."""
@@ -302,7 +413,8 @@ def torch_functions(name: str, dims: dict) -> tuple[dict[str, Any], str | None]:
 
 
 def measure(name: str, quick: bool, pipeline: str, budget: float, torch_peers: bool = True,
-            quiesce: bool = False) -> dict:  # fmt: skip
+            quiesce: bool = False, tvm_trials: int | None = TVM_TRIALS,
+            tinygrad: bool = True) -> dict:  # fmt: skip
     example, dims, quick_dims, _, _ = WORKLOADS[name]
     dims = quick_dims if quick else dims
     module = irkit.load(f"examples/{example}.graph", dims)
@@ -336,6 +448,26 @@ def measure(name: str, quick: bool, pipeline: str, budget: float, torch_peers: b
         versions["iree"] = iree_version
     if torch_peers:
         peers.update(_torch_peers(name, dims, inputs, ours, versions))
+    configs = {}
+    numpy_fn, versions["numpy"] = numpy_function(name)
+    if numpy_fn is not None:
+        _agree(name, "numpy", ours, [numpy_fn(*inputs)])
+        peers["numpy"] = lambda: numpy_fn(*inputs)
+    if tvm_trials is not None:
+        tvm, versions["tvm"] = tvm_function(model, feeds, tvm_trials)
+        if tvm is not None:
+            _agree(name, "TVM", ours, [tvm().numpy()])
+            peers["tvm"] = tvm
+            configs["tvm"] = (f"MetaSchedule, at most {tvm_trials} trials per task"
+                              if tvm_trials else "default lowering, untuned")  # fmt: skip
+    if tinygrad:
+        tiny, versions["tinygrad"] = tinygrad_function(model, feeds)
+        if tiny is not None:
+            for _ in range(2):  # TinyJit captures on its second call
+                tiny()
+            _agree(name, "tinygrad", ours, [t.numpy() for t in tiny()])
+            peers["tinygrad"] = tiny
+            configs["tinygrad"] = f"TinyJit, BEAM={os.environ.get('BEAM', '0')}"
     bound = exe.bind(*inputs)
     timings = time_interleaved(
         {"irkit": bound.run_graph, **peers},
@@ -346,7 +478,8 @@ def measure(name: str, quick: bool, pipeline: str, budget: float, torch_peers: b
     speed = {peer: ratio_ci(timings[peer].samples, timings["irkit"].samples) for peer in peers}
     others = {
         peer: {"version": versions[peer], "time": timings[peer].to_json(),
-               "speedup": speed[peer].to_json()}
+               "speedup": speed[peer].to_json(),
+               **({"config": configs[peer]} if peer in configs else {})}
         for peer in peers if peer not in ("onnxruntime", "xla")
     }  # fmt: skip
     xla_record = {}
@@ -368,11 +501,14 @@ def measure(name: str, quick: bool, pipeline: str, budget: float, torch_peers: b
                     "intra-op, inter-op 1, ORT_ENABLE_ALL; XLA: one thread by "
                     "--xla_cpu_multi_thread_eigen=false, else its default pool over the host's cores; "
                     "torch: torch.set_num_threads, eager and torch.compile (Inductor, default mode, "
-                    "compiled and warmed before timing), under inference_mode), "
+                    "compiled and warmed before timing), under inference_mode; numpy: its "
+                    "OpenBLAS's threads; TVM: TVM_NUM_THREADS, MetaSchedule-tuned per its config; "
+                    "tinygrad: its CPU device, TinyJit-captured), "
                     + ("every pool as it comes (spinning), the rounds waiting after each sample "
                        "(untimed) until no thread of the process runs, samples of 2 ms or more, "
                        if quiesce else "onnxruntime's threads not spinning between runs, "
-                       "torch's OpenMP threads passive (OMP_WAIT_POLICY=PASSIVE), ") +
+                       "torch's OpenMP threads passive (OMP_WAIT_POLICY=PASSIVE), TVM's pool not spinning "
+                       "(TVM_THREAD_POOL_SPIN_COUNT=0), ") +
                     "params as onnxruntime initializers, jax and torch arguments, and bound once in irkit, "
                     "same inputs, irkit checked against float64 and every peer against irkit first",
         "fingerprint": host_fingerprint(),
@@ -400,6 +536,15 @@ def _torch_peers(name: str, dims: dict, inputs: list, ours: list, versions: dict
         peers[peer] = run
         versions[peer] = version
     return peers
+
+
+def peer_rows(rec: dict) -> list[tuple[str, dict, dict]]:
+    """A record's peers as (name, time, peer/irkit ratio), whatever field holds each."""
+    rows = [("onnxruntime", rec["onnxruntime_time"], rec["speedup_vs_onnxruntime"])]
+    if "xla" in rec:
+        rows.append(("xla", rec["xla_time"], rec["speedup_vs_xla"]))
+    rows += [(peer, r["time"], r["speedup"]) for peer, r in rec.get("peers", {}).items()]
+    return rows
 
 
 def _agree(name: str, peer: str, ours: list, theirs: list) -> None:
@@ -436,32 +581,31 @@ def main() -> int:
         help="every side's pool spins as in use, and the rounds wait after each sample until "
         "no thread runs (default: onnxruntime's and torch's threads sleep between runs)",
     )  # fmt: skip
+    parser.add_argument(
+        "--tvm-trials", type=int, default=TVM_TRIALS, metavar="N",
+        help=f"TVM's MetaSchedule trials per kernel (default {TVM_TRIALS}; 0: untuned)",
+    )  # fmt: skip
+    parser.add_argument("--no-tvm", action="store_true", help="leave TVM out")
+    parser.add_argument("--no-tinygrad", action="store_true", help="leave tinygrad out")
     args = parser.parse_args()
-    if not args.quiesce:  # read when torch loads its OpenMP runtime (after this)
+    if not args.quiesce:  # read when torch loads its OpenMP runtime and TVM its pool (after this)
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
     budget = args.budget or (1.0 if args.quick else 10.0)
-    header = False
     for name in args.only or WORKLOADS:
         rec = measure(name, args.quick, args.pipeline, budget, torch_peers=not args.no_torch,
-                      quiesce=args.quiesce)  # fmt: skip
-        ratios = {"onnxruntime": rec["speedup_vs_onnxruntime"], "xla": rec.get("speedup_vs_xla"),
-                  **{peer: r["speedup"] for peer, r in rec.get("peers", {}).items()}}  # fmt: skip
-        if not header:
-            print(f"{'workload':18} {'irkit (median, 95% CI)':>28} {'onnxruntime':>28}"
-                  + "".join(f" {peer + '/irkit':>22}" for peer in ratios))  # fmt: skip
-            header = True
-        cells = "".join(
-            f" {r['median']:6.3f}x [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if r else f" {'not installed':>22}"
-            for r in ratios.values()
-        )  # fmt: skip
-        print(f"{name:18} {_ms(rec['irkit']['seconds']):>28} "
-              f"{_ms(rec['onnxruntime_time']['seconds']):>28}{cells}{thread_note(rec)}",
-              flush=True)  # fmt: skip
+                      quiesce=args.quiesce, tvm_trials=None if args.no_tvm else args.tvm_trials,
+                      tinygrad=not args.no_tinygrad)  # fmt: skip
+        print(f"{name}: irkit {_ms(rec['irkit']['seconds'])}{thread_note(rec)}")
+        for peer, time, ratio in sorted(peer_rows(rec), key=lambda row: row[2]["median"]):
+            print(f"  {peer:14} {_ms(time['seconds']):>28}   {ratio['median']:6.3f}x "
+                  f"[{ratio['ci_low']:.3f}, {ratio['ci_high']:.3f}]", flush=True)  # fmt: skip
         if args.out:
             with open(args.out, "a") as f:
                 f.write(json.dumps(rec) + "\n")
     print(f"host {host_fingerprint()['cpu']}; {THREADS} thread(s) on CPUs {CPUS}; pipeline {args.pipeline}; "
-          "peer/irkit > 1 means irkit is faster")  # fmt: skip
+          "each peer's median time, then peer/irkit paired by round with its 95% CI "
+          "(> 1: irkit is faster), closest peer first")  # fmt: skip
     return 0
 
 

@@ -4,6 +4,7 @@ verdict against their targets; the GPU one says in one line that it needs a devi
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -38,13 +39,15 @@ def test_cpu_peers_checks_both_then_times_them_against_onnxruntime(tmp_path: Pat
     only = ["--only", "layernorm", "--only", "transformer_block", "--only", "conv_block"]
     r = subprocess.run(
         [sys.executable, "benchmarks/cpu_peers.py", "--quick", "--budget", "0.3", *only,
-         "--out", str(out)],
+         "--no-tvm", "--no-tinygrad", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert "peer/irkit > 1 means irkit is faster" in r.stdout
+    assert "(> 1: irkit is faster)" in r.stdout
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [rec["workload"] for rec in records] == ["layernorm", "transformer_block", "conv_block"]
+    # numpy is a peer where it has the computation (no erf, so no GELU: not the transformer)
+    assert ["numpy" in rec.get("peers", {}) for rec in records] == [True, False, True]
     for rec in records:
         assert all(c["passed"] for c in rec["checks"])
         s = rec["speedup_vs_onnxruntime"]
@@ -66,11 +69,12 @@ def test_cpu_peers_times_pytorch_eager_and_compiled_where_installed(tmp_path: Pa
     out = tmp_path / "p.jsonl"
     r = subprocess.run(
         [sys.executable, "benchmarks/cpu_peers.py", "--quick", "--budget", "0.3",
-         "--only", "softmax", "--only", "conv_block", "--out", str(out)],
+         "--only", "softmax", "--only", "conv_block", "--no-tvm", "--no-tinygrad",
+         "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert "torch.compile/irkit" in r.stdout.splitlines()[0]
+    assert sum(line.split()[0] == "torch.compile" for line in r.stdout.splitlines()) == 2
     for rec in (json.loads(line) for line in out.read_text().splitlines()):
         assert {"torch", "torch.compile"} <= set(rec["peers"])
         for peer in (rec["peers"]["torch"], rec["peers"]["torch.compile"]):
@@ -89,14 +93,39 @@ def test_cpu_peers_times_iree_where_installed(tmp_path: Path) -> None:
     out = tmp_path / "p.jsonl"
     r = subprocess.run(
         [sys.executable, "benchmarks/cpu_peers.py", "--quick", "--budget", "0.3", "--no-torch",
-         "--only", "layernorm", "--out", str(out)],
+         "--no-tvm", "--no-tinygrad", "--only", "layernorm", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
-    assert set(rec["peers"]) == {"iree"} and rec["peers"]["iree"]["version"]
+    assert set(rec["peers"]) == {"iree", "numpy"} and rec["peers"]["iree"]["version"]
     s = rec["peers"]["iree"]["speedup"]
     assert s["ci_low"] <= s["median"] <= s["ci_high"]
+
+
+@pytest.mark.slow
+def test_cpu_peers_times_tvm_and_tinygrad_where_installed(tmp_path: Path) -> None:
+    """With TVM and tinygrad installed, the same ONNX model through TVM's Relax importer
+    (untuned here: tuning takes minutes) and through tinygrad's OnnxRunner are peers, each
+    checked against irkit's result and timed in the same rounds, its configuration recorded."""
+    pytest.importorskip("tvm.relax.frontend.onnx")
+    pytest.importorskip("tinygrad.nn.onnx")
+    if shutil.which("clang") is None:
+        pytest.skip("tinygrad's CPU device compiles with clang")
+    out = tmp_path / "p.jsonl"
+    r = subprocess.run(
+        [sys.executable, "benchmarks/cpu_peers.py", "--quick", "--budget", "0.3", "--no-torch",
+         "--tvm-trials", "0", "--only", "elementwise_chain", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {"tvm", "tinygrad", "numpy"} <= set(rec["peers"])
+    assert rec["peers"]["tvm"]["config"] == "default lowering, untuned"
+    assert rec["peers"]["tinygrad"]["config"].startswith("TinyJit")
+    for peer in ("tvm", "tinygrad"):
+        s = rec["peers"][peer]["speedup"]
+        assert rec["peers"][peer]["version"] and s["ci_low"] <= s["median"] <= s["ci_high"]
 
 
 def test_gpu_targets_needs_a_device() -> None:
