@@ -2,10 +2,8 @@
 tinygrad, numpy) on the examples, in one run (issue 23).
 
     pip install -e '.[peers]'            # onnxruntime and jax
-    pip install torch                    # optional: PyTorch eager and torch.compile as peers
-    pip install iree-base-compiler iree-base-runtime   # optional: IREE (llvm-cpu) as a peer
-    pip install apache-tvm 'apache-tvm-ffi==0.1.14.post0' xgboost psutil cloudpickle  # optional: TVM
-    pip install tinygrad; apt-get install clang           # optional: tinygrad (its CPU device)
+    pip install -e '.[peers-compilers]'  # optional: IREE, TVM and tinygrad (which needs clang)
+    pip install torch                    # optional: PyTorch (its CPU build: PyPI's default is CUDA's)
     python benchmarks/cpu_peers.py [--quick] [--threads 1] [-p default-cpu] [--no-torch]
         [--tvm-trials 64 | --no-tvm] [--no-tinygrad] [--only NAME ...] [--out FILE]
 

@@ -470,7 +470,49 @@ def markdown(records: list[dict]) -> str:
             truth.append(f"| {rec['example']} | {machine} | {float(size):.0%} ({n}) | "
                          f"{np.mean(alone[str(n)]) * 1e6:.1f} us | {v['seconds'] * 1e6:.1f} us | "
                          f"{v['se'] * 1e6:.1f} us ({v['pairs']} copy pairs) |")  # fmt: skip
-    return "\n".join(lines) + "\n\n" + "\n".join(zero) + "\n\n" + "\n".join(truth)
+    tables = ["\n".join(lines), "\n".join(zero), "\n".join(truth), calibration(records)]
+    return "\n\n".join(tables)
+
+
+def standard_errors(trial: dict) -> dict[str, float]:
+    """Each planted pass's error in units of its CI's standard error: (estimate - truth)
+    over the CI's half on the truth's side / 1.96. A calibrated 95% CI gives errors with
+    standard deviation ~1, 5% of them beyond 1.96; per-cell coverage of 20-40 trials cannot
+    tell 93% from 95%, the errors pooled over a run's plants come closer."""
+    out = {}
+    for name in ("plant-work", "plant-unwaste", "plant-zero"):
+        s, truth = trial["passes"][name]["saved_s"], trial["truth"][name]
+        half = (s["value"] - s["ci_low"]) if s["value"] > truth else (s["ci_high"] - s["value"])
+        if half > 0:
+            out[name] = (s["value"] - truth) / (half / 1.96)
+    return out
+
+
+def calibration(records: list[dict]) -> str:
+    """Per example, condition and strategy, the planted passes' standardized errors
+    (`standard_errors`, truth assigned): their count, mean, standard deviation, and the
+    share beyond 1.96 (the CI missing the truth) with its Wilson 95% interval."""
+    lines = ["| example | machine | strategy | planted passes | mean error (SE units) | its sd | CI missed the truth (95% interval) |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for rec in records:
+        assign_truth(rec["trials"], record_truth(rec))
+        by: dict[str, list[float]] = {}
+        for t in rec["trials"]:
+            by.setdefault(t["strategy"], []).extend(standard_errors(t).values())
+        for strategy, z in by.items():
+            z_ = np.array(z)
+            n, k = len(z_), int(np.sum(np.abs(z_) > 1.96))
+            lo, hi = _wilson(k, n)
+            lines.append(f"| {rec['example']} | {_machine(rec)} | {strategy} | {n} | {z_.mean():+.2f} | "
+                         f"{z_.std(ddof=1):.2f} | {k / n:.1%} ({lo:.1%}-{hi:.1%}) |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a proportion k/n."""
+    p, d = k / n, 1 + z * z / n
+    centre, half = (p + z * z / (2 * n)) / d, z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _print(example: str, table: dict) -> None:

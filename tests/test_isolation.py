@@ -74,7 +74,10 @@ def test_an_interrupted_suite_resumes_without_losing_or_redoing_records(tmp_path
     out = tmp_path / "r.jsonl"
     argv = [sys.executable, "-m", "irkit.cli.bench", "suite", "--jobs", jobs, "--backend", "cpu",
             "--budget", "0.2", "--out", str(out), "--plugin", PLUGIN]  # fmt: skip
-    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    # a suite started in the background by a non-interactive shell inherits SIGINT ignored
+    # (and Python then never raises KeyboardInterrupt): the interrupted suite is a foreground one
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # interrupt while the hanging job runs
         if out.exists() and out.read_text().count("\n") >= 2:
