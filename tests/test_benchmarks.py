@@ -270,3 +270,23 @@ def test_fidelity_runs_on_the_gpu_path(tmp_path: Path) -> None:
     for t in record["trials"]:
         assert t["passes"]["plant-zero"]["changes_code"]
         assert t["truth"]["plant-zero"] == -record["truth"]["-1"]["seconds"]
+
+
+def test_fidelity_errors_are_in_units_of_the_ci_on_the_truths_side() -> None:
+    """A planted pass's error is (estimate - truth) over its CI's half on the truth's side
+    / 1.96: an asymmetric CI counts the side the truth lies on; the miss share's Wilson
+    interval holds the share."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fidelity
+
+    est = {"value": 10.0, "ci_low": 6.0, "ci_high": 11.0}  # halves 4 below, 1 above
+    trial = {
+        "passes": {k: {"saved_s": est} for k in ("plant-work", "plant-unwaste", "plant-zero")},
+        "truth": {"plant-work": 2.0, "plant-unwaste": 12.0, "plant-zero": 10.0},
+    }
+    z = fidelity.standard_errors(trial)
+    assert z["plant-work"] == pytest.approx((10 - 2) / (4 / 1.96))  # truth below: lower half
+    assert z["plant-unwaste"] == pytest.approx((10 - 12) / (1 / 1.96))  # above: upper half
+    assert z["plant-zero"] == 0.0
+    lo, hi = fidelity._wilson(9, 180)
+    assert 0 < lo < 9 / 180 < hi < 0.1
