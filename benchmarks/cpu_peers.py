@@ -292,6 +292,7 @@ def tvm_function(model: onnx.ModelProto, feeds: dict, trials: int):
         os.sched_setaffinity(0, range(os.cpu_count() or 1))
         try:
             with tempfile.TemporaryDirectory() as work_dir:
+                # the total only bounds the run (64 tasks' worth); each task stops at `trials`
                 module = relax.pipeline.static_shape_tuning_pipeline(
                     total_trials=trials * 64, max_trials_per_task=trials, target=target,
                     work_dir=work_dir,

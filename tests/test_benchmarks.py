@@ -33,18 +33,23 @@ def test_cpu_targets_prints_ratios_and_verdicts(tmp_path: Path) -> None:
         assert rec["verdict"] in (("met", "median", "NOT MET") if has_target else ("no target",))
 
 
-@pytest.mark.slow
-def test_cpu_peers_checks_both_then_times_them_against_onnxruntime(tmp_path: Path) -> None:
+def _cpu_peers(tmp_path: Path, *args: str, timeout: int = 600) -> tuple[str, list[dict]]:
+    """`cpu_peers.py --quick` with `args`: its table, and the records it appended."""
     out = tmp_path / "p.jsonl"
-    only = ["--only", "layernorm", "--only", "transformer_block", "--only", "conv_block"]
     r = subprocess.run(
-        [sys.executable, "benchmarks/cpu_peers.py", "--quick", "--budget", "0.3", *only,
-         "--no-tvm", "--no-tinygrad", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [sys.executable, "benchmarks/cpu_peers.py", "--quick", "--budget", "0.3", *args,
+         "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert "(> 1: irkit is faster)" in r.stdout
-    records = [json.loads(line) for line in out.read_text().splitlines()]
+    return r.stdout, [json.loads(line) for line in out.read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_cpu_peers_checks_both_then_times_them_against_onnxruntime(tmp_path: Path) -> None:
+    only = ["--only", "layernorm", "--only", "transformer_block", "--only", "conv_block"]
+    table, records = _cpu_peers(tmp_path, *only, "--no-tvm", "--no-tinygrad", timeout=300)
+    assert "(> 1: irkit is faster)" in table
     assert [rec["workload"] for rec in records] == ["layernorm", "transformer_block", "conv_block"]
     # numpy is a peer where it has the computation (no erf, so no GELU: not the transformer)
     assert ["numpy" in rec.get("peers", {}) for rec in records] == [True, False, True]
@@ -66,16 +71,10 @@ def test_cpu_peers_times_pytorch_eager_and_compiled_where_installed(tmp_path: Pa
     """With PyTorch installed, eager and torch.compile are peers too: each checked against
     irkit's result, then timed in the same rounds; their ratios in the record."""
     pytest.importorskip("torch")
-    out = tmp_path / "p.jsonl"
-    r = subprocess.run(
-        [sys.executable, "benchmarks/cpu_peers.py", "--quick", "--budget", "0.3",
-         "--only", "softmax", "--only", "conv_block", "--no-tvm", "--no-tinygrad",
-         "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    assert sum(line.split()[0] == "torch.compile" for line in r.stdout.splitlines()) == 2
-    for rec in (json.loads(line) for line in out.read_text().splitlines()):
+    table, records = _cpu_peers(tmp_path, "--only", "softmax", "--only", "conv_block",
+                                "--no-tvm", "--no-tinygrad")  # fmt: skip
+    assert sum(line.split()[0] == "torch.compile" for line in table.splitlines()) == 2
+    for rec in records:
         assert {"torch", "torch.compile"} <= set(rec["peers"])
         for peer in (rec["peers"]["torch"], rec["peers"]["torch.compile"]):
             s = peer["speedup"]
@@ -90,14 +89,9 @@ def test_cpu_peers_times_iree_where_installed(tmp_path: Path) -> None:
     checked against irkit's result, timed in the same rounds."""
     pytest.importorskip("iree.runtime")
     pytest.importorskip("iree.compiler")
-    out = tmp_path / "p.jsonl"
-    r = subprocess.run(
-        [sys.executable, "benchmarks/cpu_peers.py", "--quick", "--budget", "0.3", "--no-torch",
-         "--no-tvm", "--no-tinygrad", "--only", "layernorm", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
+    _, (rec,) = _cpu_peers(
+        tmp_path, "--no-torch", "--no-tvm", "--no-tinygrad", "--only", "layernorm"
+    )
     assert set(rec["peers"]) == {"iree", "numpy"} and rec["peers"]["iree"]["version"]
     s = rec["peers"]["iree"]["speedup"]
     assert s["ci_low"] <= s["median"] <= s["ci_high"]
@@ -112,14 +106,9 @@ def test_cpu_peers_times_tvm_and_tinygrad_where_installed(tmp_path: Path) -> Non
     pytest.importorskip("tinygrad.nn.onnx")
     if shutil.which("clang") is None:
         pytest.skip("tinygrad's CPU device compiles with clang")
-    out = tmp_path / "p.jsonl"
-    r = subprocess.run(
-        [sys.executable, "benchmarks/cpu_peers.py", "--quick", "--budget", "0.3", "--no-torch",
-         "--tvm-trials", "0", "--only", "elementwise_chain", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
+    _, (rec,) = _cpu_peers(
+        tmp_path, "--no-torch", "--tvm-trials", "0", "--only", "elementwise_chain"
+    )
     assert {"tvm", "tinygrad", "numpy"} <= set(rec["peers"])
     assert rec["peers"]["tvm"]["config"] == "default lowering, untuned"
     assert rec["peers"]["tinygrad"]["config"].startswith("TinyJit")
