@@ -688,8 +688,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     att.add_argument("--placements", type=bounded_int(1, 64), default=None,
                      help="copies of every distinct program, each linked and bound "
                           "separately, the rounds rotating through them so their offsets are "
-                          "in the CIs (default: 8 for up to 25 programs, down to 4 for 50 "
-                          "and more)")  # fmt: skip
+                          "in the CIs (default: 200 copies in all, 16 to 4 per program: 16 "
+                          "for up to 12 programs, 8 for 25, 4 from 50)")  # fmt: skip
     att.add_argument("--quiet-machine", type=positive_float, nargs="?", const=300.0,
                      default=None, metavar="SECONDS",
                      help="wait (at most SECONDS, default 300) until no other thread is "
@@ -837,8 +837,11 @@ def _measure_options(p, budget: float, several: bool = False) -> None:
     p.add_argument("--backend", default="auto", help=BACKEND_HELP + across)
     p.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
     p.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
-    p.add_argument("--precision", type=fraction, default=0.01,
-                   help="stop sampling when every median's 95%% CI half-width is under this")  # fmt: skip
+    precision = ("stop sampling when every pass's verdict is known: its 99.9%% CI excludes 0 "
+                 "or is narrower than this fraction of the full program either side"
+                 if several else
+                 "stop sampling when every median's 95%% CI half-width is under this fraction")
+    p.add_argument("--precision", type=fraction, default=0.01, help=precision)
     p.add_argument("--budget", type=positive_float, default=budget,
                    help=f"seconds of sampling at most (default {budget:g})")  # fmt: skip
 
