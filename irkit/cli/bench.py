@@ -837,10 +837,12 @@ def _measure_options(p, budget: float, several: bool = False) -> None:
     p.add_argument("--backend", default="auto", help=BACKEND_HELP + across)
     p.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
     p.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
-    precision = ("stop sampling when every pass's verdict is known: its 99.9%% CI excludes 0 "
-                 "or is narrower than this fraction of the full program either side"
-                 if several else
-                 "stop sampling when every median's 95%% CI half-width is under this fraction")
+    precision = (
+        "stop sampling when every pass's verdict is known: its 99.9%% CI excludes 0 "
+        "or is narrower than this fraction of the full program either side"
+        if several
+        else "stop sampling when every median's 95%% CI half-width is under this fraction"
+    )
     p.add_argument("--precision", type=fraction, default=0.01, help=precision)
     p.add_argument("--budget", type=positive_float, default=budget,
                    help=f"seconds of sampling at most (default {budget:g})")  # fmt: skip
