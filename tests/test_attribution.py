@@ -461,7 +461,7 @@ def test_a_small_effect_is_known_only_once_its_stricter_interval_is_narrow() -> 
     rows = np.array([f * (1 + 0.02 * rng.standard_normal(rounds)) for f in (1.0, 0.7, 0.7)])
     key_of = dict(zip(plan.masks, ["a", "b", "c"], strict=True))
     row_of = {"a": 0, "b": 1, "c": 2}
-    point, boot = _round_bootstrap(rows, 300, 0, slots)  # what the rule computes
+    point, boot = _round_bootstrap(rows, 300, 0, slots, upper=True)  # what the rule computes
     saved = plan.contributions(dict(zip(plan.masks, point, strict=True)))[1]
     saved_boot = plan.contributions(dict(zip(plan.masks, boot, strict=True)))[1]
     halves = [Interval.of(float(saved), saved_boot, c) for c in (0.95, RESOLVE_CONFIDENCE)]
@@ -471,6 +471,30 @@ def test_a_small_effect_is_known_only_once_its_stricter_interval_is_narrow() -> 
     between = (half95 + half999) / 2 / full
     assert not _verdicts_resolved(plan, key_of, row_of, rows, slots, between, 0)
     assert _verdicts_resolved(plan, key_of, row_of, rows, slots, 1.01 * half999 / full, 0)
+
+
+def test_the_stopping_rule_never_takes_the_copy_variance_for_zero() -> None:
+    """Issue 24: with a few rounds per copy the round noise in the copies' means can exceed
+    their spread, and the reported CIs' copy variance (the spread less that noise) is then
+    zero: a CI with no copy term, narrow by accident, that ended sampling. The stopping rule
+    judges by the spread itself, an upper bound that the noise cannot cancel."""
+    from irkit.measure.attribution import _copy_variance
+
+    rng = np.random.default_rng(0)
+    copies, per = 16, 8
+    slots = np.arange(copies * per) % copies
+    groups = [np.flatnonzero(slots == s) for s in range(copies)]
+    offsets = 0.02 * rng.standard_normal((6, copies))  # a 2% copy spread
+    noisy = np.exp(offsets[:, slots] + 0.2 * rng.standard_normal((6, copies * per)))
+    reported = _copy_variance(noisy, groups)
+    bound = _copy_variance(noisy, groups, upper=True)
+    own = _copy_variance(noisy, groups, per_program=True)
+    own_bound = _copy_variance(noisy, groups, per_program=True, upper=True)
+    assert bound > reported and np.all(own_bound >= own) and np.all(own_bound > 0)
+    assert (own == 0).any()  # noise 0.2/sqrt(8) per copy's mean against a 0.02 spread
+    # with the noise gone the two agree
+    clean = np.exp(offsets[:, slots])
+    assert _copy_variance(clean, groups, upper=True) == pytest.approx(_copy_variance(clean, groups))
 
 
 def test_verdicts_end_sampling_only_after_rounds_on_every_copy() -> None:
