@@ -32,10 +32,11 @@ Protocol:
    `precision`) or their share of the budget is spent (`budget_s` is all the measuring:
    two thirds for the programs, one third for the kernels of step 5; all of it for the
    programs without kernel times).
-4. CIs come from one two-stage bootstrap, copies then rounds within them (the same
-   resampled rounds for every program, so the pairing by round is kept), widened for the
-   few copies it draws from; so a CI holds the copy-to-copy spread as well as the
-   round-to-round one. A contribution, in seconds saved per call, is significant when its
+4. CIs come from one bootstrap: rounds resampled within each copy (the same draws for
+   every program, so the pairing by round is kept), then each program's copy-to-copy
+   variance (its own estimate averaged with the one pooled over the programs) added as
+   Student-t noise scaled by its standard error over the copies (`_round_bootstrap`); so
+   a CI holds the copy-to-copy spread as well as the round-to-round one. A contribution, in seconds saved per call, is significant when its
    CI excludes zero. The A/A checks test that claim in every run: the twins against their
    programs, and every program's two halves of copies against each other (per context, at
    95% for the family of programs, `_context_checks`);
