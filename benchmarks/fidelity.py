@@ -19,7 +19,8 @@ strategy). The truth is the plant's cost in the program, measured by an independ
 (`perf_counter_ns` around single calls, not irkit's timers): the full program with and
 without the spin, many fresh copies of each (`Truth`), sampled before the trials and
 after every trial and pooled over the run, scaled per trial by the machine's speed then:
-the spin alone, timed in each trial, over its mean (`assign_truth`).
+the spins alone, timed in each trial, over their means, averaged over the neighbouring
+trials (`assign_truth`).
 The spin alone is not the truth itself: after the matmuls' AVX-512 code a 2% spin cost
 mlp ~15 us more in the program than alone. Reported, per strategy and planted effect:
 coverage (the true effect inside the 95% CI), sign accuracy, the significance rate (power), and the
@@ -246,20 +247,31 @@ def trial(model: Path, dims: dict, real: str, strategy: str, slow: int, fast: in
     }  # fmt: skip
 
 
+SPEED_WINDOW = 5
+"""Trials either side whose spins `assign_truth` averages into a trial's machine speed."""
+
+
 def assign_truth(trials: list[dict], truth: dict[str, dict]) -> None:
     """Each trial's true effects: each plant's cost in the program (`truth`, by its
     iterations: `Truth.summary`, pooled over the run), scaled by the machine's speed at the
-    trial: the spin timed alone in that trial (`spin_alone_s`, an independent timer) over
-    its mean through the run. (A run where this VM slowed by ~4% over its last third, the
-    spin alone 312 -> 300 us, put a 20% plant's global truth outside 12 of 20 Shapley CIs;
-    scaled, 2 of 20; on runs without drift the scaling changed no cell by more than a trial
-    or two.) The zero-cost plants' truth is 0 on the CPU; off it plant-zero's is its
-    kernel launch's cost, measured in the program as the spins' are (`ZERO`)."""
+    trial: the spins timed alone (`spin_alone_s`, an independent timer) over their means
+    through the run, both spins of a trial averaged, and averaged again over the trials
+    within `SPEED_WINDOW` either side in run order. (A run where this VM slowed by ~4% over
+    its last third, the spin alone 312 -> 300 us, put a 20% plant's global truth outside 12
+    of 20 Shapley CIs; scaled, 2 of 20. Scaled by each trial's own spins alone, the truth
+    took their noise: 1-2% trial to trial, uncorrelated with the effects measured in the
+    trials (correlation -0.1 to 0.1 in the 20% plants of the six runs of 2026-11-24/25)
+    and with the next trial's, and mlp's 20% prefix cell covered 33/40 against 36/40 with
+    the scale smoothed, which still follows the slow drift.) The zero-cost plants' truth is
+    0 on the CPU; off it plant-zero's is its kernel launch's cost, measured in the program
+    as the spins' are (`ZERO`)."""
     speed = {n: float(np.mean(v)) for n, v in _spin_alone(trials).items()}
     zero = truth[str(ZERO)]["seconds"] if str(ZERO) in truth else 0.0
-    for t in trials:
-        cost = {k: truth[str(n)]["seconds"] * t["spin_alone_s"][k] / speed[str(n)]
-                for k, n in t["iters"].items()}  # fmt: skip
+    own = np.array([np.mean([t["spin_alone_s"][k] / speed[str(n)] for k, n in t["iters"].items()])
+                    for t in trials])  # fmt: skip
+    for i, t in enumerate(trials):
+        scale = float(own[max(0, i - SPEED_WINDOW) : i + SPEED_WINDOW + 1].mean())
+        cost = {k: truth[str(n)]["seconds"] * scale for k, n in t["iters"].items()}
         t["truth"] = {"plant-work": -cost["plant-work"], "plant-unwaste": cost["plant-unwaste"],
                       "plant-zero": -zero, "plant-ir-only": 0.0}  # fmt: skip
 
@@ -370,8 +382,9 @@ def run_example(example: str, args: argparse.Namespace) -> dict:
                         "interleaved under perf_counter_ns, one difference of medians per "
                         f"copy slot; {args.truth_first} samples before the trials and one "
                         "after each trial, the mean of every difference of the run, "
-                        "scaled per trial by the spin alone timed in that trial over its "
-                        "mean (the machine's speed then)",
+                        "scaled per trial by the spins alone timed in that trial over "
+                        f"their means, averaged over the trials within {SPEED_WINDOW} either "
+                        "side (the machine's speed then)",
         "truth_samples": truth.samples, "trials": trials, "fingerprint": host_fingerprint(),
         **({} if args.backend == "cpu" else {"device": get_backend(args.backend)[0].fingerprint()}),
     }  # fmt: skip

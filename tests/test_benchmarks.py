@@ -279,3 +279,28 @@ def test_fidelity_errors_are_in_units_of_the_ci_on_the_truths_side() -> None:
     assert z["plant-zero"] == 0.0
     lo, hi = fidelity._wilson(9, 180)
     assert 0 < lo < 9 / 180 < hi < 0.1
+
+
+def test_fidelity_truth_scales_by_the_machine_speed_smoothed_over_neighbouring_trials() -> None:
+    """The truth follows a slow drift of the machine's speed (the spins alone slowing 4%
+    over the run's second half) but not one trial's noisy spin timing (a single trial's
+    spins 5% slow move its truth by about a fifth of that, shared with its neighbours)."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fidelity
+
+    n = 40
+    speed = np.where(np.arange(n) < n // 2, 1.0, 1.04)
+    speed[10] = 1.05  # one noisy trial
+    trials = [{"iters": {"plant-work": 100, "plant-unwaste": 200},
+               "spin_alone_s": {"plant-work": 1e-4 * s, "plant-unwaste": 2e-4 * s}}
+              for s in speed]  # fmt: skip
+    fidelity.assign_truth(trials, {"100": {"seconds": 1e-4}, "200": {"seconds": 2e-4}})
+    mean = speed.mean()
+    work = np.array([-t["truth"]["plant-work"] for t in trials]) / 1e-4 * mean
+    assert work[0] == pytest.approx(1.0, abs=0.01) and work[-1] == pytest.approx(1.04, abs=1e-9)
+    assert work[10] == pytest.approx((1.05 + 10 * 1.0) / 11, abs=1e-9)
+    assert trials[3]["truth"]["plant-unwaste"] == pytest.approx(
+        -2 * trials[3]["truth"]["plant-work"]
+    )
