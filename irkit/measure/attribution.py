@@ -1054,19 +1054,22 @@ def _placements(wanted: int | None, exes: list[Any], twins: int) -> int:
 
 
 def auto_placements(programs: int) -> int:
-    """Copies per program when none is asked for: 16 for a few programs, down to 4 as they
+    """Copies per program when none is asked for: 32 for a few programs, down to 4 as they
     grow (`AUTO_COPIES` bound in all). A contribution's CI holds both programs' copy
     variance over the copies: on elementwise_chain with one core loaded, prefix and
     ablation (one pair of programs a pass) found 5% effects in 30-70% of trials with 4
     copies, 45-65% with 8 and 85-88% with 16 (20 trials per cell, docs/results.md; their
     CIs a third narrower, the twins failing 6 of 240 checks). Shapley averages each pass
     over many contexts, which averages the copies' offsets too (80% at 4 copies), and
-    binding its 82 programs 8 times made the main job 28 -> 37 s."""
-    return max(4, min(16, AUTO_COPIES // max(programs, 1)))
+    binding its 82 programs 8 times made the main job 28 -> 37 s. On this VM a copy's offset
+    was about constant in seconds (35-40 us on elementwise_chain), so a 1.3 ms program's 5%
+    effect (68 us) stood at about twice the CI's half-width with 16 copies and ablation
+    found it in 70% of trials; the copy term falls as 1/copies at the same rounds."""
+    return max(4, min(32, AUTO_COPIES // max(programs, 1)))
 
 
 AUTO_COPIES = 200
-"""The copies `auto_placements` binds in all, when each program gets from 4 to 16."""
+"""The copies `auto_placements` binds in all, when each program gets from 4 to 32."""
 
 
 PLACEMENT_BYTES = 2 << 30
