@@ -284,7 +284,7 @@ def test_fidelity_errors_are_in_units_of_the_ci_on_the_truths_side() -> None:
 def test_fidelity_truth_scales_by_the_machine_speed_smoothed_over_neighbouring_trials() -> None:
     """The truth follows a slow drift of the machine's speed (the spins alone slowing 4%
     over the run's second half) but not one trial's noisy spin timing (a single trial's
-    spins 5% slow move its truth by about a fifth of that, shared with its neighbours)."""
+    spins 5% slow move its truth by an eleventh of that, shared with its neighbours)."""
     import numpy as np
 
     sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -688,8 +688,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     att.add_argument("--placements", type=bounded_int(1, 64), default=None,
                      help="copies of every distinct program, each linked and bound "
                           "separately, the rounds rotating through them so their offsets are "
-                          "in the CIs (default: 200 copies in all, 16 to 4 per program: 16 "
-                          "for up to 12 programs, 8 for 25, 4 from 50)")  # fmt: skip
+                          "in the CIs (default: 200 copies in all, 32 to 4 per program: 32 "
+                          "for up to 6 programs, 16 for 12, 8 for 25, 4 from 50)")  # fmt: skip
     att.add_argument("--quiet-machine", type=positive_float, nargs="?", const=300.0,
                      default=None, metavar="SECONDS",
                      help="wait (at most SECONDS, default 300) until no other thread is "

@@ -34,9 +34,10 @@ Protocol:
    programs without kernel times).
 4. CIs come from one bootstrap: rounds resampled within each copy (the same draws for
    every program, so the pairing by round is kept), then each program's copy-to-copy
-   variance (its own estimate, from its own copies) added as Student-t noise scaled by its standard error over the copies (`_round_bootstrap`); so
-   a CI holds the copy-to-copy spread as well as the round-to-round one. A contribution, in seconds saved per call, is significant when its
-   CI excludes zero. The A/A checks test that claim in every run: the twins against their
+   variance (its own estimate, from its own copies) added as Student-t noise scaled by its
+   standard error over the copies (`_round_bootstrap`); so a CI holds the copy-to-copy
+   spread as well as the round-to-round one. A contribution, in seconds saved per call, is
+   significant when its CI excludes zero. The A/A checks test that claim in every run: the twins against their
    programs, and every program's two halves of copies against each other (per context, at
    95% for the family of programs, `_context_checks`);
    where a check fails, the passes it concerns (all, for a twin) are also judged beyond
@@ -899,8 +900,8 @@ def _round_bootstrap(
     the per-slot medians beyond what the round noise explains (a random-effects estimate,
     relative to each program's median, each program's own, zero when the round noise
     explains it all), is added to every program's replicates as Student-t noise (the
-    degrees of freedom of its copies) scaled by its standard error over the copies. (Resampling
-    slots and then rounds within them counts the round noise twice, and with four slots has a handful of distinct draws:
+    degrees of freedom of its copies) scaled by its standard error over the copies.
+    (Resampling slots and then rounds within them counts the round noise twice, and with four slots has a handful of distinct draws:
     CIs that covered planted effects every time but found a 5% one only half the time.) The
     noise added is independent per program: copies of different programs are bound
     separately; sums of contributions stay exact replicate by replicate. `pooled` gives
