@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import irkit.measure.plants  # noqa: F401  (registers plant-work)
-from irkit import random_inputs
+from irkit import load, random_inputs
 from irkit.cli.bench import main as bench
 from irkit.errors import IrkitError
 from irkit.measure.attribution import attribute, compare_pipelines, make_plan
@@ -652,3 +652,46 @@ def test_placements_by_default_grow_with_few_programs() -> None:
                        budget_s=0.2, kernel_times=False).to_json()  # fmt: skip
     proto = record["protocol"]
     assert proto["placements_wanted"] == "auto" and proto["placements"] == 32
+    assert proto["placements_limited"] is None
+    assert proto["placement_bytes"] <= proto["placement_budget_bytes"]
+
+
+def test_a_bound_copy_s_memory_counts_its_intermediates() -> None:
+    """`bound_bytes`: what a bound CPU copy holds, counted from the IR before binding, is
+    what binding allocates: inputs and outputs once, every intermediate twice (the kernel
+    plan's buffers, which `bind` keeps, and the driver's kept scratch)."""
+    from irkit.runtime.backend import bound_bytes
+
+    exe = compile(CHAIN, "cse,lower-graph-to-loops", backend="cpu", dims=SMALL)
+    bound = exe.bind(*random_inputs(load(CHAIN, SMALL), seed=0))
+    kept = {a.ctypes.data: a.nbytes for a in bound.keep}  # inputs, outputs, intermediates
+    io = sum(int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize
+             for t in [*exe.inputs, *exe.outputs])  # fmt: skip
+    assert sum(kept.values()) > io  # the chain has intermediates
+    assert bound_bytes(exe) == io + 2 * (sum(kept.values()) - io)
+
+
+def test_copies_are_bounded_by_memory_and_the_output_says_so(tmp_path, capsys,
+                                                             monkeypatch) -> None:  # fmt: skip
+    """Copies hold inputs, outputs and scratch each: where the copies wanted would take more
+    than `placement_budget()` (two thirds of IRKIT_MAX_MEMORY), fewer are bound, and the
+    record and the printed output say how many were wanted and what they hold."""
+    from irkit.measure.attribution import _placements, placement_budget
+    from irkit.runtime.backend import bound_bytes
+
+    exe = compile(CHAIN, "cse,lower-graph-to-loops", backend="cpu", dims=SMALL)
+    slot = 3 * bound_bytes(exe)  # the one program, and its two twins (the same program)
+    monkeypatch.setenv("IRKIT_MAX_MEMORY", str(slot * 5 * 3 // 2 + 1))
+    assert placement_budget() >= 5 * slot > placement_budget() - slot
+    assert _placements(32, [exe], 2) == (5, slot, placement_budget())
+    assert _placements(4, [exe], 2)[0] == 4
+    out = tmp_path / "a.json"
+    code = bench(["attribute", CHAIN, "-p", "cse,lower-graph-to-loops", "--backend", "cpu",
+                  "--dim", "N=64", "--dim", "D=256", "--budget", "0.2", "--no-kernel-times",
+                  "--json", str(out)])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    proto = json.loads(out.read_text())["protocol"]
+    assert proto["placements_limited"] == 32 and proto["placements"] < 32
+    assert proto["placement_bytes"] <= proto["placement_budget_bytes"] == placement_budget()
+    printed = " ".join(capsys.readouterr().out.split())
+    assert f"only {proto['placements']} of the 32 copies wanted fit in memory" in printed

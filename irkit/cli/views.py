@@ -8,6 +8,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from irkit.limits import fmt_bytes
+
 
 def fmt_time(seconds: float) -> str:
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
@@ -80,6 +82,16 @@ def show_attribution(console: Console, rec: dict) -> None:
             f"{placements} placements: every program linked and bound {placements} times, "
             f"rounds rotating through the copies{said}; CIs resample rounds within copies and "
             "hold the copy-to-copy spread",
+            highlight=False,
+        )
+    limited = proto.get("placements_limited")
+    if limited:
+        console.print(
+            f"only {placements} of the {limited} copies wanted fit in memory: they hold "
+            f"{fmt_bytes(proto['placement_bytes'])} of the "
+            f"{fmt_bytes(proto['placement_budget_bytes'])} copies may take (two thirds of "
+            "IRKIT_MAX_MEMORY, or half of this machine's memory); fewer copies, wider CIs",
+            style="yellow",
             highlight=False,
         )
     if "aa_ratio" in noise:

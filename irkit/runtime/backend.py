@@ -270,6 +270,26 @@ def driver_specs(fn: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
     return inputs, outputs
 
 
+def bound_bytes(exe: Any) -> int:
+    """The memory one bound copy of `exe` holds: its inputs and outputs and the scratch its
+    driver allocates (intermediates between kernels), statically shaped buffers counted in
+    full, as many times as the executable's `scratch_copies` says a bound copy keeps them
+    (1 where it does not say); one without a driver counts its inputs and outputs."""
+    from xdsl.dialects.builtin import MemRefType
+
+    from irkit.loops.costs import buffer_bytes
+
+    total = sum(int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
+                for t in [*getattr(exe, "inputs", []), *getattr(exe, "outputs", [])])  # fmt: skip
+    entry, scratch = getattr(exe, "entry", None), 0
+    if entry is not None:
+        for op in entry.walk():
+            t = op.results[0].type if op.name == "memref.alloc" else None
+            if isinstance(t, MemRefType) and t.has_static_shape():
+                scratch += buffer_bytes(t)
+    return total + scratch * getattr(exe, "scratch_copies", 1)
+
+
 @dataclass(frozen=True)
 class Step:
     """One host-side action of the driver function, in order.

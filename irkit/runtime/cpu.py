@@ -75,6 +75,9 @@ class CpuExecutable:
     """A compiled module: its driver and kernels as native functions."""
 
     backend = "cpu"
+    scratch_copies = 2
+    """A bound copy holds every intermediate twice: the kernel plan's buffers (`bind`, for
+    kernels timed alone) and the driver's kept scratch (`backend.bound_bytes`)."""
 
     def __init__(self, module: ModuleOp, program: HostProgram):
         self.module = module
