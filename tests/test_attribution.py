@@ -665,8 +665,7 @@ def test_a_bound_copy_s_memory_counts_its_intermediates() -> None:
     exe = compile(CHAIN, "cse,lower-graph-to-loops", backend="cpu", dims=SMALL)
     bound = exe.bind(*random_inputs(load(CHAIN, SMALL), seed=0))
     kept = {a.ctypes.data: a.nbytes for a in bound.keep}  # inputs, outputs, intermediates
-    io = sum(int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize
-             for t in [*exe.inputs, *exe.outputs])  # fmt: skip
+    io = sum(t.nbytes for t in [*exe.inputs, *exe.outputs])
     assert sum(kept.values()) > io  # the chain has intermediates
     assert bound_bytes(exe) == io + 2 * (sum(kept.values()) - io)
 

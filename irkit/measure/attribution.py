@@ -908,8 +908,9 @@ def _round_bootstrap(
     relative to each program's median, each program's own, zero when the round noise
     explains it all), is added to every program's replicates as Student-t noise (the
     degrees of freedom of its copies) scaled by its standard error over the copies.
-    (Resampling slots and then rounds within them counts the round noise twice, and with four slots has a handful of distinct draws:
-    CIs that covered planted effects every time but found a 5% one only half the time.) The
+    (Resampling slots and then rounds within them counts the round noise twice, and with
+    four slots has a handful of distinct draws: CIs that covered planted effects every time
+    but found a 5% one only half the time.) The
     noise added is independent per program: copies of different programs are bound
     separately; sums of contributions stay exact replicate by replicate. `pooled` gives
     the relative copy variance and its degrees of freedom estimated elsewhere (over more

@@ -95,6 +95,10 @@ class TensorSpec:
     def describe(self) -> str:
         return f"{self.name}: {self.dtype}{list(self.shape)}"
 
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
 
 def check_out(what: str, specs: Sequence[TensorSpec], out: Any) -> list[np.ndarray]:
     """`out` (caller-provided output buffers) checked against `specs`: a sequence of
@@ -279,15 +283,15 @@ def bound_bytes(exe: Any) -> int:
 
     from irkit.loops.costs import buffer_bytes
 
-    total = sum(int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
-                for t in [*getattr(exe, "inputs", []), *getattr(exe, "outputs", [])])  # fmt: skip
-    entry, scratch = getattr(exe, "entry", None), 0
-    if entry is not None:
-        for op in entry.walk():
-            t = op.results[0].type if op.name == "memref.alloc" else None
-            if isinstance(t, MemRefType) and t.has_static_shape():
-                scratch += buffer_bytes(t)
-    return total + scratch * getattr(exe, "scratch_copies", 1)
+    io = sum(t.nbytes for t in [*getattr(exe, "inputs", []), *getattr(exe, "outputs", [])])
+    entry = getattr(exe, "entry", None)
+    allocs = (
+        [op.results[0].type for op in entry.walk() if op.name == "memref.alloc"] if entry else []
+    )
+    scratch = sum(
+        buffer_bytes(t) for t in allocs if isinstance(t, MemRefType) and t.has_static_shape()
+    )
+    return io + scratch * getattr(exe, "scratch_copies", 1)
 
 
 @dataclass(frozen=True)
