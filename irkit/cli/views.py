@@ -97,8 +97,11 @@ def show_attribution(console: Console, rec: dict) -> None:
     if "aa_ratio" in noise:
         aa = noise["aa_ratio"]
         failed = noise.get("aa_failed")
+        level = noise.get("aa_confidence")
         line = (
-            f"A/A check: the full pipeline's program against its own copies, ratio "
+            "A/A check"
+            + (f" ({level:.1%} CIs: 95% for the twins together)" if level and level != 0.95 else "")
+            + ": the full pipeline's program against its own copies, ratio "
             f"{aa['value']:.4f} [{aa['ci_low']:.4f}, {aa['ci_high']:.4f}]"
         )
         if "aa_ratio_baseline" in noise:
