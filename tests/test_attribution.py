@@ -592,6 +592,9 @@ def test_every_program_is_timed_as_several_placements(monkeypatch: pytest.Monkey
     assert proto["placements"] == 3
     assert proto["programs_bound"] == 3 * (proto["programs_measured"] + 2)  # two twins
     assert proto["copy_sd"] is not None and 0.0 <= proto["copy_sd"] < 1.0  # reported, relative
+    from irkit.measure.attribution import MIN_CYCLES  # every copy's j-th round: cycle j
+
+    assert proto["bootstrap_unit"] == ("cycles" if proto["rounds"] // 3 >= MIN_CYCLES else "rounds")
     assert counts["compile"] == proto["programs_measured"]
     assert counts["copy"] == proto["programs_bound"] - proto["programs_measured"]
     assert set(noise["per_context"]["programs"]) == {v["program"] for v in record["variants"]}

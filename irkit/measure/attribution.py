@@ -32,13 +32,13 @@ Protocol:
    `precision`) or their share of the budget is spent (`budget_s` is all the measuring:
    two thirds for the programs, one third for the kernels of step 5; all of it for the
    programs without kernel times).
-4. CIs come from one bootstrap: rounds resampled within each copy (the same draws for
-   every program, so the pairing by round is kept), then each program's copy-to-copy
+4. CIs come from one bootstrap: whole cycles of rounds resampled (the j-th round of every
+   copy; the same draws for every program, so the pairing by round is kept), then each program's copy-to-copy
    variance (its own estimate, from its own copies) added as Student-t noise scaled by its
    standard error over the copies (`_round_bootstrap`); so a CI holds the copy-to-copy
    spread as well as the round-to-round one. A contribution, in seconds saved per call, is
    significant when its CI excludes zero. The A/A checks test that claim in every run: the twins against their
-   programs, and every program's two halves of copies against each other (per context, at
+   programs (at 95% for the pair), and every program's two halves of copies against each other (per context, at
    95% for the family of programs, `_context_checks`);
    where a check fails, the passes it concerns (all, for a twin) are also judged beyond
    its floor, the ratio's distance from 1 in seconds at that program's scale. Each pass
@@ -816,8 +816,12 @@ def attribute(
         "placement_method": "every distinct program (and A/A twin) bound as this many "
         "separate copies, each its machine code linked into an engine of its own; round r "
         "runs copy r mod placements of every program; "
-        "the bootstrap resamples rounds within each copy and adds the copy-to-copy variance "
+        "the bootstrap resamples whole cycles of rounds (the j-th round of every copy; "
+        f"rounds within each copy below {MIN_CYCLES} complete cycles) and adds the copy-to-copy variance "
         "as Student-t noise",
+        "bootstrap_unit": "cycles"
+        if len(groups) > 1 and min(map(len, groups)) >= MIN_CYCLES
+        else "rounds",
         "copy_sd": copy_sd,
         "copy_sd_method": "the relative standard deviation of a copy's offset, pooled over "
         "the programs (random effects on log times, each round's common factor removed)",
