@@ -1002,11 +1002,13 @@ def _expansion(groups: list[np.ndarray]) -> float:
     gives (n-1)/n of their variance) times Student's over the normal 97.5% quantile for a
     spread estimated from n units. n: the complete cycles `_resampled_rounds` draws, or
     below `MIN_CYCLES` the rounds per copy it draws within (the degrees of freedom those
-    rounds less one per copy). Simulated (two programs, 1% noise, 8-40 cycles of 8 or 22
-    copies, 1000 runs each), the 95% CI of their difference covered 91-94% without it."""
+    rounds less one per copy). Simulated (two programs, 1% independent noise, 8-40 cycles
+    of 8 or 22 copies, 1000 runs each), the 95% CI of their difference covered 91.1-96.3%
+    without it, 95.2-97.5% with it. (Where copies of 1% offset dominate, 22 copies covered
+    93.4-94.2% either way: the copy term is `_round_bootstrap`'s Student-t, not this.)"""
     complete = min(len(g) for g in groups)
     if complete >= MIN_CYCLES:
-        n, df = complete, complete - 1
+        n, df = float(complete), complete - 1
     else:
         n = sum(len(g) for g in groups) / len(groups)
         df = sum(len(g) for g in groups) - len(groups)
