@@ -821,10 +821,8 @@ def attribute(
         f"rounds within each copy below {MIN_CYCLES} complete cycles) and adds the copy-to-copy variance "
         "as Student-t noise; the replicates spread about the point by ci_expansion (the "
         "expanded percentile interval: sqrt(n/(n-1)) t(n-1)/z at 97.5%, n the units resampled)",
-        "bootstrap_unit": "cycles"
-        if len(groups) > 1 and min(map(len, groups)) >= MIN_CYCLES
-        else "rounds",
-        "ci_expansion": _expansion(groups) if len(groups) > 1 else 1.0,
+        "bootstrap_unit": "cycles" if _by_cycles(groups) else "rounds",
+        "ci_expansion": _expansion(groups),
         "copy_sd": copy_sd,
         "copy_sd_method": "the relative standard deviation of a copy's offset, pooled over "
         "the programs (random effects on log times, each round's common factor removed)",
@@ -969,6 +967,12 @@ MIN_CYCLES = 8
 rather than rounds within each copy."""
 
 
+def _by_cycles(groups: list[np.ndarray]) -> bool:
+    """Whether `_resampled_rounds` draws whole cycles: several copies, each with at least
+    `MIN_CYCLES` rounds."""
+    return len(groups) > 1 and min(len(g) for g in groups) >= MIN_CYCLES
+
+
 def _resampled_rounds(
     slots: np.ndarray, groups: list[np.ndarray], resamples: int, rng: np.random.Generator
 ) -> np.ndarray:
@@ -986,7 +990,7 @@ def _resampled_rounds(
     for g in groups:
         occurrence[g] = np.arange(len(g))
     complete = min(len(g) for g in groups)
-    if complete < MIN_CYCLES:
+    if not _by_cycles(groups):
         return np.concatenate([g[rng.integers(0, len(g), size=(resamples, len(g)))]
                                for g in groups], axis=1)  # fmt: skip
     cycles = np.stack([g[:complete] for g in groups], axis=1)  # [cycle, copy]
@@ -1005,13 +1009,16 @@ def _expansion(groups: list[np.ndarray]) -> float:
     rounds less one per copy). Simulated (two programs, 1% independent noise, 8-40 cycles
     of 8 or 22 copies, 1000 runs each), the 95% CI of their difference covered 91.1-96.3%
     without it, 95.2-97.5% with it. (Where copies of 1% offset dominate, 22 copies covered
-    93.4-94.2% either way: the copy term is `_round_bootstrap`'s Student-t, not this.)"""
-    complete = min(len(g) for g in groups)
-    if complete >= MIN_CYCLES:
+    93.4-94.2% either way: the copy term is `_round_bootstrap`'s Student-t, not this.)
+    1 for a single copy (nothing resampled by cycles or copies)."""
+    if len(groups) < 2:
+        return 1.0
+    if _by_cycles(groups):
+        complete = min(len(g) for g in groups)
         n, df = float(complete), complete - 1
     else:
-        n = sum(len(g) for g in groups) / len(groups)
-        df = sum(len(g) for g in groups) - len(groups)
+        rounds = sum(len(g) for g in groups)
+        n, df = rounds / len(groups), rounds - len(groups)
     if n < 2 or df < 1:
         return 1.0
     return float(np.sqrt(n / (n - 1)) * _t_quantile(0.975, df) / NormalDist().inv_cdf(0.975))
