@@ -4,6 +4,9 @@
 #   benchmarks/gpu_acceptance.sh OUTDIR [--quick]
 #
 # SKIP="attribute ..." leaves out the steps it names (their logs say so; "wheels": no install).
+# ATTRIBUTE_EXAMPLES="mlp ..." attributes those examples only; TARGETS_BUDGET=S gives each
+# gpu_targets workload S seconds of timing (default 8); LIMIT_<step>=S changes a step's
+# time limit (LIMIT_gpu_targets=240).
 # BACKEND=cuda-host (or cuda-sim) runs the same steps without a GPU, to test the script
 # itself: the examples and attributions on that backend (host times, not GPU times), the
 # gpu tests skipping, and the device-only steps (counters, GPU peers, graph replay) left out.
@@ -13,7 +16,8 @@
 # 1. installs the wheels in .whl, if any (../shared/tools/offline-wheels.sh .whl fetches them,
 #    xdsl pinned as in pyproject.toml), and irkit itself (editable, no index, no deps);
 # 2. records the host: nvidia-smi, python and package versions;
-# 3. runs `pytest -m gpu`;
+# 3. runs `pytest -m gpu` (tests/test_gpu.py, and the kernels of test_cuda_path.py that the
+#    host paths prove: split-K, tensor cores, TF32, vector stores, gpu-coarsen);
 # 4. runs `irkit-bench run --backend cuda --counters --json` on every example (ncu's counters
 #    per kernel where Nsight Compute works, a one-line reason where it does not);
 # 5. runs benchmarks/gpu_targets.py (records appended to OUTDIR/gpu_targets.jsonl);
@@ -41,7 +45,8 @@ failed=()
 printf 'step\tstatus\tseconds\n' >"$out/steps.tsv"
 
 step() {  # step NAME LIMIT_S COMMAND...: run, log to OUTDIR/NAME.log, note its status
-  local name=$1 limit=$2 start status
+  local name=$1 limit=$2 start status override="LIMIT_$1"
+  limit=${!override:-$limit}  # LIMIT_<step>=S overrides a step's limit
   shift 2
   if [[ " ${SKIP:-} " == *" $name "* ]]; then
     echo "== $name: skipped (SKIP)" | tee "$out/$name.log"
@@ -109,14 +114,15 @@ export -f dims_for
 
 budget=0.5
 attribute_budget=5
-targets=(--budget 8)
+targets=(--budget "${TARGETS_BUDGET:-8}")
 if [ "$quick" = "--quick" ]; then
   budget=0.3
   attribute_budget=2
   targets=(--quick --budget 1)
 fi
 
-step pytest_gpu 90 python3 -m pytest -m gpu -p no:cacheprovider -q -rs tests/test_gpu.py \
+step pytest_gpu 150 python3 -m pytest -m gpu -p no:cacheprovider -q -rs tests/test_gpu.py \
+  tests/test_cuda_path.py \
   --junitxml="$out/pytest_gpu.xml"
 
 run_examples() {
@@ -150,11 +156,13 @@ attribute_all() {
   for f in examples/mlp.graph examples/*.graph; do
     name=$(basename "$f" .graph)
     [ -e "$out/attribute_$name.json" ] && continue
+    [ -n "${ATTRIBUTE_EXAMPLES:-}" ] && [[ " $ATTRIBUTE_EXAMPLES " != *" $name "* ]] && continue
     echo "--- $name"
     # shellcheck disable=SC2046
     irkit-bench attribute "$f" --backend "$backend" $(dims_for "$name") \
       --budget "$attribute_budget" --json "$out/attribute_$name.json" || status=1
   done
+  [ -n "${ATTRIBUTE_EXAMPLES:-}" ] && return $status  # the named examples only
   if [ "$backend" = cuda ]; then  # microsecond kernels without the launch cost
     echo "--- softmax, --timer graph"
     irkit-bench attribute examples/softmax.graph --backend cuda --timer graph \

@@ -18,6 +18,12 @@ Workloads (fp32, plain CUDA C from irkit; peers in the same process, on the same
   and torch.compile (target >= 1.0x torch.compile), irkit timed launch by launch and as one
   replayed CUDA graph.
 
+Variants, each timed in the same rounds as the unchanged pipeline (`speed_vs_irkit_default`,
+what the change is worth) and torch eager: gemm with `gpu-tile-matmul{tf32=true}` against
+cuBLAS with TF32 on, an f16 gemm on tensor cores against cuBLAS's f16 gemm (no targets: the
+records say so), bias + GELU with `gpu-coarsen` (4 and 8 points per thread), layer_norm at
+128 and 1024 threads per row, mlp without split-K.
+
 Protocol: each irkit variant is first checked against the float64 reference (never timed if
 wrong) and against each peer's output; then all are timed in interleaved, randomly ordered
 rounds, one sample per round each, with CUDA events around back-to-back calls after an L2
@@ -51,6 +57,15 @@ from cpu_baseline import benchmark_parser  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
+GEMM_F16 = """model gemm_f16
+dim M = 4096
+dim N = 4096
+dim K = 4096
+input a : f16[M, K]
+input b : f16[K, N]
+output c = matmul(a, b)
+"""
+
 BIAS_GELU = """model bias_gelu
 dim N = 4096
 dim D = 4096
@@ -68,22 +83,38 @@ class Workload:
     quick_dims: dict[str, int]
     peer: str  # the name of a torch function of the inputs in irkit's order (PEERS below)
     target: str  # "cublas", "bandwidth" or "end_to_end"
-    tile_options: str = ""  # gpu-tile-matmul's options in this variant of the pipeline
+    passes: str = ""  # pass specs this variant changes (see `variant`)
+    peer_tolerance: float = 1e-3  # largest |peer - irkit| / max |irkit| accepted
 
 
 WORKLOADS = [
     Workload("gemm", "examples/gemm.graph", {"M": 4096, "N": 4096, "K": 4096},
              {"M": 512, "N": 512, "K": 512}, "matmul", "cublas"),
     Workload("gemm_strided", "examples/gemm.graph", {"M": 4096, "N": 4096, "K": 4096},
-             {"M": 512, "N": 512, "K": 512}, "matmul", "cublas", "warp-tile=false"),
+             {"M": 512, "N": 512, "K": 512}, "matmul", "cublas", "gpu-tile-matmul{warp-tile=false}"),
+    Workload("gemm_tf32", "examples/gemm.graph", {"M": 4096, "N": 4096, "K": 4096},
+             {"M": 512, "N": 512, "K": 512}, "matmul_tf32", "cublas", "gpu-tile-matmul{tf32=true}",
+             peer_tolerance=1e-2),
+    Workload("gemm_f16", GEMM_F16, {"M": 4096, "N": 4096, "K": 4096},
+             {"M": 512, "N": 512, "K": 512}, "matmul", "cublas", peer_tolerance=1e-2),
     Workload("bias_gelu", BIAS_GELU, {"N": 4096, "D": 4096}, {"N": 512, "D": 512},
              "bias_gelu", "bandwidth"),
+    Workload("bias_gelu_coarsen4", BIAS_GELU, {"N": 4096, "D": 4096}, {"N": 512, "D": 512},
+             "bias_gelu", "bandwidth", "gpu-coarsen{factor=4 sms=1}"),
+    Workload("bias_gelu_coarsen8", BIAS_GELU, {"N": 4096, "D": 4096}, {"N": 512, "D": 512},
+             "bias_gelu", "bandwidth", "gpu-coarsen{factor=8 sms=1}"),
     Workload("softmax", "examples/softmax.graph", {"R": 4096, "C": 4096}, {"R": 512, "C": 512},
              "softmax", "bandwidth"),
     Workload("layernorm", "examples/layernorm.graph", {"T": 16384, "H": 1024},
              {"T": 1024, "H": 1024}, "layer_norm", "bandwidth"),
+    Workload("layernorm_block128", "examples/layernorm.graph", {"T": 16384, "H": 1024},
+             {"T": 1024, "H": 1024}, "layer_norm", "bandwidth", "map-to-gpu{block-size=128}"),
+    Workload("layernorm_block1024", "examples/layernorm.graph", {"T": 16384, "H": 1024},
+             {"T": 1024, "H": 1024}, "layer_norm", "bandwidth", "map-to-gpu{block-size=1024}"),
     Workload("mlp", "examples/mlp.graph", {"B": 512, "D": 1024, "F": 4096},
              {"B": 64, "D": 256, "F": 1024}, "mlp", "end_to_end"),
+    Workload("mlp_no_split_k", "examples/mlp.graph", {"B": 512, "D": 1024, "F": 4096},
+             {"B": 64, "D": 256, "F": 1024}, "mlp", "end_to_end", "gpu-tile-matmul{split-k=1}"),
     Workload("transformer_block", "examples/transformer_block.graph",
              {"B": 8, "S": 512, "D": 512, "F": 2048}, {"B": 2, "S": 64, "D": 128, "F": 512},
              "transformer_block", "end_to_end"),
@@ -104,8 +135,16 @@ def torch_peers(torch: Any) -> dict[str, Any]:
         x1 = x + (p @ v) @ wo
         return x1 + F.gelu(layer_norm(x1, ln2_g, ln2_b) @ w1 + b1) @ w2 + b2
 
+    def matmul_tf32(a, b):  # cuBLAS on TF32 tensor cores for this call only
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            return torch.matmul(a, b)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = False
+
     return {
         "matmul": torch.matmul,
+        "matmul_tf32": matmul_tf32,
         "bias_gelu": lambda x, b: F.gelu(x + b),
         "softmax": lambda x: torch.softmax(x, dim=-1),
         "layer_norm": layer_norm,
@@ -147,22 +186,30 @@ def load(w: Workload, dims: dict[str, int]):
 
 
 def variant(pipeline: str, w: Workload) -> str:
-    """The pipeline as a pass list, with gpu-tile-matmul given the workload's options."""
-    if not w.tile_options:
+    """The pipeline as a pass list, changed by the workload's pass specs: each replaces the
+    pipeline's pass of its name (`gpu-tile-matmul{split-k=1}`), or where the pipeline has
+    none, is inserted before `map-to-gpu` (`gpu-coarsen{factor=8}`)."""
+    if not w.passes:
         return pipeline
     steps = [s.spec for s in pipeline_steps(pipeline)]
-    if "gpu-tile-matmul" not in steps:
-        raise SystemExit(f"{w.name}: the pipeline has no gpu-tile-matmul to give {w.tile_options}")
-    return ",".join(
-        f"gpu-tile-matmul{{{w.tile_options}}}" if s == "gpu-tile-matmul" else s for s in steps
-    )
+    names = [s.split("{")[0] for s in steps]
+    for spec in w.passes.split(";"):
+        name = spec.split("{")[0]
+        if name in names:
+            steps[names.index(name)] = spec
+        elif "map-to-gpu" in names:
+            steps.insert(names.index("map-to-gpu"), spec)
+            names.insert(names.index("map-to-gpu"), name)
+        else:
+            raise SystemExit(f"{w.name}: the pipeline has no {name} and no map-to-gpu")
+    return ",".join(steps)
 
 
 def measure(
     w: Workload, dims, pipeline: str, budget: float, torch, dev, copy_bw: float, compile_peer: bool
 ) -> dict:
     module = load(w, dims)
-    pipeline = variant(pipeline, w)
+    base_pipeline, pipeline = pipeline, variant(pipeline, w)
     exe = irkit.compile(module, pipeline, backend="cuda")
     checks, inputs = check(exe, module, seed=0)
     if not all(c.passed for c in checks):
@@ -171,17 +218,21 @@ def measure(
     args = [torch.from_numpy(np.ascontiguousarray(a)).cuda() for a in inputs]
     fn = torch_peers(torch)[w.peer]
     peers = {"cublas": fn} if w.target == "cublas" else {"torch_eager": fn}
-    if compile_peer and w.target != "cublas":
+    if compile_peer and w.target != "cublas" and not w.passes:  # variants: eager only
         peers["torch_compile"] = torch.compile(fn)
+    ours64 = np.asarray(ours, np.float64)
     for name, peer in peers.items():  # torch.compile compiles here, before any timing
-        theirs = peer(*args).cpu().numpy()
-        scale = max(float(np.abs(ours).max()), 1e-30)
-        if float(np.abs(theirs - ours).max()) / scale > 1e-3:
+        theirs = peer(*args).cpu().numpy().astype(np.float64)
+        scale = max(float(np.abs(ours64).max()), 1e-30)
+        if float(np.abs(theirs - ours64).max()) / scale > w.peer_tolerance:
             raise IrkitError(f"the {name} peer disagrees with irkit "
-                             f"({float(np.abs(theirs - ours).max()):.3g}); not timed")  # fmt: skip
+                             f"({float(np.abs(theirs - ours64).max()):.3g}); not timed")  # fmt: skip
     bound = exe.bind(*inputs)
     gpu = dev.fingerprint()  # clocks at the start, and at the end below: throttling shows
     fns: dict[str, Any] = {"irkit": bound.timed_graph()}
+    if w.passes:  # the unchanged pipeline in the same rounds: what the variant is worth
+        default = irkit.compile(module, base_pipeline, backend="cuda")
+        fns["irkit_default"] = default.bind(*inputs).timed_graph()
     if w.target == "end_to_end":
         fns["irkit_replay"] = bound.timed_replay()
     for name, peer in peers.items():
@@ -206,6 +257,11 @@ def measure(
         "versions": {"torch": torch.__version__},
         "fingerprint": {**host_fingerprint(), "gpu": {**gpu, "clocks_end": dev.clocks()}},
     }  # fmt: skip
+    if "irkit_default" in timings:
+        rec["variant_of"] = base_pipeline
+        rec["speed_vs_irkit_default"] = ratio_ci(
+            timings["irkit_default"].samples, timings["irkit"].samples
+        ).to_json()
     if "irkit_replay" in timings:
         rec["speed_replay_vs_launches"] = ratio_ci(
             timings["irkit"].samples, timings["irkit_replay"].samples
@@ -213,7 +269,10 @@ def measure(
     fraction_ci = [moved / timings["irkit"].estimate.high / copy_bw,
                    moved / timings["irkit"].estimate.low / copy_bw]  # fmt: skip
     rec["fraction_of_copy_bw_ci"] = fraction_ci
-    if w.target == "cublas":
+    if w.target == "cublas" and w.peer != "matmul" or "f16" in w.name:
+        rec["target"] = "none: cuBLAS at the same precision, recorded"
+        rec["verdict"] = None
+    elif w.target == "cublas":
         speed = rec["speed_vs_cublas"]
         rec["target"] = "ladder: 0.5x, 0.7x, 0.9x cuBLAS"
         rec["rung"] = max([r for r in (0.5, 0.7, 0.9) if speed["ci_low"] >= r], default=None)
@@ -235,12 +294,18 @@ def _line(rec: dict) -> str:
     ratios = "  ".join(f"vs {p}: {rec[f'speed_vs_{p}']['median']:.3f}x "
                        f"[{rec[f'speed_vs_{p}']['ci_low']:.3f}, {rec[f'speed_vs_{p}']['ci_high']:.3f}]"
                        for p in rec["peers"])  # fmt: skip
+    verdict = {True: "met", False: "NOT MET", None: "-"}[rec["verdict"]]
+    against_default = ""
+    if "speed_vs_irkit_default" in rec:
+        d = rec["speed_vs_irkit_default"]
+        against_default = (f"  vs the default pipeline: {d['median']:.3f}x "
+                           f"[{d['ci_low']:.3f}, {d['ci_high']:.3f}]")  # fmt: skip
     replay = ""
     if "irkit_replay" in rec:
         replay = f"  replay {rec['irkit_replay']['seconds']['median'] * 1e3:.3f} ms"
     return (f"{rec['workload']:24} irkit {it['median'] * 1e3:9.3f} ms{replay}  "
             f"{rec['gflops']:8.1f} GFLOP/s  {rec['fraction_of_copy_bw']:6.1%} of copy BW  {ratios}  "
-            f"{rec['target']}: {'met' if rec['verdict'] else 'NOT MET'}")  # fmt: skip
+            f"{rec['target']}: {verdict}{against_default}")  # fmt: skip
 
 
 def main() -> int:
@@ -253,7 +318,7 @@ def main() -> int:
     args = parser.parse_args()
     gemm = WORKLOADS[0]
     tiled = [Workload(f"gemm[{t}]", gemm.source, gemm.dims, gemm.quick_dims, gemm.peer,
-                      gemm.target, t) for t in args.tile]  # fmt: skip
+                      gemm.target, f"gpu-tile-matmul{{{t}}}") for t in args.tile]  # fmt: skip
     try:
         from irkit.runtime.cuda import copy_bandwidth, device
 

@@ -25,6 +25,19 @@ from irkit.runtime.gpu import build_kernels
 from irkit.runtime.lockstep import LockstepBackend, LockstepError, LockstepInterpreter
 from tests.conftest import SMALL, check_every_subset
 
+HOST_AND_GPU = ["cuda-sim", "cuda-host", pytest.param("cuda", marks=pytest.mark.gpu)]
+"""The two host paths, and the real GPU (`pytest -m gpu`; skipped with the reason where none
+is present): a kernel proved on the host paths is run on the device too."""
+
+
+def needs(backend: str) -> None:
+    """Skip with the reason where `backend` is the GPU and no device is present."""
+    from irkit.runtime import BACKENDS
+
+    ok, why = BACKENDS[backend]().available()
+    if not ok:
+        pytest.skip(why)
+
 
 def mapped(example: Path | str, spec: str = "default-cuda", dims=None):
     path = Path(example)
@@ -362,7 +375,7 @@ SPLIT_MODELS = {
 }
 
 
-@pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
+@pytest.mark.parametrize("backend", HOST_AND_GPU)
 @pytest.mark.parametrize("dtype", ["f32", "f64", "f16", "bf16"])
 @pytest.mark.parametrize("model", sorted(SPLIT_MODELS))
 def test_split_k_matches_the_reference(model: str, dtype: str, backend: str) -> None:
@@ -370,6 +383,7 @@ def test_split_k_matches_the_reference(model: str, dtype: str, backend: str) -> 
     tiled kernel over k ranges and a flat reduction of its partials, built by NVRTC without
     spills, equal to the reference on both host paths, and bit-identical from run to run
     (the reduction has a fixed order). (When split-K is chosen: the MLP and SPLIT checks.)"""
+    needs(backend)
     graph = parse_source(SPLIT_MODELS[model].format(t=dtype), "s.graph", ".graph")
     depth = 16 if dtype in ("f16", "bf16") else 4  # an mma's k, or the f32 spill-free depth
     spec = _default_cuda_with(f"gpu-tile-matmul{{split-k=2 block-k={depth}}}")
@@ -427,7 +441,7 @@ def test_mma_fragment_layout_is_ptxs() -> None:
 HALF_GEMM = "model g\ninput a : {t}[{m}, {k}]\ninput b : {t}[{k}, {n}]\noutput c = matmul(a, b)\n"
 
 
-@pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
+@pytest.mark.parametrize("backend", HOST_AND_GPU)
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("dims", [(100, 72, 40), (128, 128, 64), (16, 8, 16), (5, 300, 33)])
 def test_half_gemm_runs_on_tensor_cores(dims, dtype: str, backend: str) -> None:
@@ -435,6 +449,7 @@ def test_half_gemm_runs_on_tensor_cores(dims, dtype: str, backend: str) -> None:
     the reference through lockstep (which interprets the fragment layout over whole warps)
     and through cuda-host (which runs the printed C with an emulated mma); ragged shapes,
     one warp and several warps along each side."""
+    needs(backend)
     m, n, k = dims
     graph = parse_source(HALF_GEMM.format(t=dtype, m=m, n=n, k=k), "g.graph", ".graph")
     exe = irkit.compile(graph, "default-cuda", backend)
@@ -491,11 +506,12 @@ def test_lockstep_refuses_an_mma_some_lanes_skip() -> None:
         )
 
 
-@pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
+@pytest.mark.parametrize("backend", HOST_AND_GPU)
 @pytest.mark.parametrize("dims", [(70, 52, 40), (64, 64, 64), (36, 200, 24)])
 def test_vector_stores_of_c_match_the_reference(dims, backend: str) -> None:
     """16-byte stores of C with an epilogue (bias, GELU), N a multiple of 4 but not of the
     block (the group's one bounds check), M ragged; the same values as scalar stores."""
+    needs(backend)
     m, n, k = dims
     text = (f"model v\ninput a : f32[{m}, {k}]\nparam w : f32[{k}, {n}]\nparam bias : f32[{n}]\n"
             "output y = gelu(matmul(a, w) + bias)\n")  # fmt: skip
@@ -514,12 +530,13 @@ def test_vector_stores_of_c_match_the_reference(dims, backend: str) -> None:
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
+@pytest.mark.parametrize("backend", HOST_AND_GPU)
 @pytest.mark.parametrize("dims", [(70, 52, 40), (128, 64, 96)])
 def test_tf32_is_opt_in_and_held_to_its_tolerance(dims, backend: str) -> None:
     """gpu-tile-matmul{tf32=true}: f32 matmuls on TF32 mma.sync m16n8k8 (cvt.rna in the
     PTX), the inputs really rounded (the result misses f32's 1e-4 and meets TF32's 2e-3,
     which the check applies because the program holds a TF32 op); off by default."""
+    needs(backend)
     from irkit.dialects.warp import a_coordinates_tf32, b_coordinates_tf32
     from irkit.runtime.check import compare, reference_case
 
@@ -542,3 +559,65 @@ def test_tf32_is_opt_in_and_held_to_its_tolerance(dims, backend: str) -> None:
     assert all("mma" not in r.source for r in default.kernels)
     checks, _ = check(default, graph, seed=6)
     assert all(c.passed and c.tolerance == 1e-4 for c in checks)
+
+
+COARSEN_MODELS = {
+    # 40000 points: 4 to a thread, the last block ragged (reads at point 0, stores skipped)
+    "ragged": "model c\ninput x : f32[40, 1000]\nparam b : f32[1000]\noutput y = gelu(x + b)\n",
+    # 65536 points: the launch covers them exactly (no guards); f16 in, f32 arithmetic
+    "exact": "model c\ninput x : f16[64, 1024]\ninput z : f16[64, 1024]\noutput y = tanh(x) * z\n",
+    # two outputs from one fused kernel, a broadcast along rows, and a softmax left to rows
+    "mixed": "model c\ninput x : f32[96, 500]\nparam b : f32[96, 1]\n"
+    "output y = exp(x - b)\noutput z = relu(x) + x\noutput s = softmax(x, axis=-1)\n",
+}
+
+
+@pytest.mark.parametrize("backend", HOST_AND_GPU)
+@pytest.mark.parametrize("model", sorted(COARSEN_MODELS))
+def test_gpu_coarsen_matches_the_reference_and_one_point_per_thread(
+    model: str, backend: str
+) -> None:
+    """gpu-coarsen (several points per thread, the body's ops interleaved across them):
+    equal to the reference and bit-identical to the same pipeline without it; every flat
+    kernel coarsened ("flat xF") with a quarter of the blocks or fewer, rows kernels left."""
+    needs(backend)
+    from irkit.pipelines import PIPELINES
+
+    graph = parse_source(COARSEN_MODELS[model], "c.graph", ".graph")
+    steps = list(PIPELINES["default-cuda"].passes)
+    plain = irkit.compile(graph, ",".join(steps), backend)
+    steps.insert(steps.index("map-to-gpu"), "gpu-coarsen{sms=1}")
+    coarse = irkit.compile(graph, ",".join(steps), backend)
+    mappings = {k.name: k.launch["mapping"] for k in coarse.kernels}  # type: ignore[index]
+    before = {k.name: k.launch for k in plain.kernels}
+    assert any(m.startswith("flat x") for m in mappings.values()), mappings
+    for k in coarse.kernels:
+        assert k.launch["mapping"] == before[k.name]["mapping"] or (  # type: ignore[index]
+            before[k.name]["mapping"] == "flat"
+            and k.launch["mapping"] == "flat x4"  # type: ignore[index]
+            and 4 * k.launch["grid"][0] <= before[k.name]["grid"][0] + 3  # type: ignore[index]
+        ), (k.name, k.launch, before[k.name])
+    checks, _ = check(coarse, graph, seed=11)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
+    inputs = irkit.random_inputs(graph, seed=12)
+    for a, b in zip(coarse(*inputs), plain(*inputs), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_gpu_coarsen_keeps_small_kernels_and_checks_its_options() -> None:
+    """At sms=132 a kernel that could not fill the device coarsened is left one point per
+    thread; the factor halves to what still fills it; bad options are one-line errors."""
+    from irkit.passes.map_to_gpu import GpuCoarsenPass
+
+    p = GpuCoarsenPass()
+    assert p.factor_for(40_000) == 1
+    assert p.factor_for(4096 * 4096) == 4
+    assert p.factor_for(132 * 2048 * 2) == 2  # 2 points a thread still gives 1056 blocks
+    graph = parse_source(COARSEN_MODELS["ragged"], "c.graph", ".graph")
+    module = apply_passes(
+        graph, parse_passes("fuse-kernels,lower-graph-to-loops,gpu-coarsen,map-to-gpu")
+    )
+    assert [launch_of(f)["mapping"] for f in gpu_kernels(module)] == ["flat"]  # type: ignore[index]
+    for bad in ("factor=0", "factor=17", "sms=0", "block-size=100"):
+        with pytest.raises(IrkitError, match=bad.split("=")[0]):
+            parse_passes(f"gpu-coarsen{{{bad}}}")

@@ -36,6 +36,12 @@ def _map_to_gpu() -> type[ModulePass]:
     return MapToGpuPass
 
 
+def _gpu_coarsen() -> type[ModulePass]:
+    from irkit.passes.map_to_gpu import GpuCoarsenPass
+
+    return GpuCoarsenPass
+
+
 def _cpu_tile_matmul() -> type[ModulePass]:
     from irkit.passes.cpu_tile_matmul import CpuTileMatmulPass
 
@@ -125,6 +131,7 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "lower-graph-to-loops": _lower_graph_to_loops,
     "fuse-kernels": _fuse_kernels,
     "map-to-gpu": _map_to_gpu,
+    "gpu-coarsen": _gpu_coarsen,
     "cpu-tile-matmul": _cpu_tile_matmul,
     "expand-math": _expand_math,
     "gpu-tile-matmul": _gpu_tile_matmul,

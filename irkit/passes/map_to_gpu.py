@@ -65,6 +65,8 @@ from irkit.loops.rows import Nest, nests_of, row_prefixes, rows_legal
 from irkit.passes.loop_builder import LoopBuilder
 
 INDEX = IndexType()
+RESIDENT_THREADS = 2048
+"""Threads one multiprocessor holds at once (sm_80 and sm_90)."""
 X = gpu.DimensionAttr(gpu.DimensionEnum.X)
 
 # --- building ------------------------------------------------------------------------------
@@ -206,27 +208,69 @@ def _threads(n: int, limit: int) -> int:
 
 
 def _flat_kernel(
-    fn: func.FuncOp, name: str, constants: Sequence[arith.ConstantOp], nest: Nest, limit: int
+    fn: func.FuncOp,
+    name: str,
+    constants: Sequence[arith.ConstantOp],
+    nest: Nest,
+    limit: int,
+    per_thread: int = 1,
 ) -> func.FuncOp:
     n = nest.points
-    threads = 1 if not nest.extents else min(limit, _threads(n, limit))
-    grid = -(-n // threads)
+    f = per_thread if nest.extents and coarsenable(nest) else 1
+    threads = 1 if not nest.extents else min(limit, _threads(-(-n // f), limit))
+    grid = -(-n // (threads * f))
     kernel, b, mapping = new_kernel(fn, name, constants)
     if nest.extents:
         bid = b.add(gpu.BlockIdOp(X))
         tid = b.add(gpu.ThreadIdOp(X))
-        i = b.add(arith.AddiOp(b.binary(arith.MuliOp, bid, threads), tid))
-        cond = None
-        if grid * threads != n:
-            cond = b.add(arith.CmpiOp(i, b.index(n), "ult"))
-        inner = b.guarded(cond)
-        mapping.update(zip(nest.ivs, inner.delinearize(i, nest.extents), strict=True))
-        inner.clone(nest.body, mapping)
+        i = b.add(arith.AddiOp(b.binary(arith.MuliOp, bid, threads * f), tid))
+        if f == 1:
+            cond = None
+            if grid * threads != n:
+                cond = b.add(arith.CmpiOp(i, b.index(n), "ult"))
+            inner = b.guarded(cond)
+            mapping.update(zip(nest.ivs, inner.delinearize(i, nest.extents), strict=True))
+            inner.clone(nest.body, mapping)
+        else:
+            _coarsened(b, i, threads, f, nest, mapping, exact=grid * threads * f == n)
     else:
         b.clone(nest.body, mapping)
     b.add(func.ReturnOp())
-    kernel.attributes[LAUNCH_ATTR] = _launch(grid, threads, "flat", [nest])
+    mapped = "flat" if f == 1 else f"flat x{f}"
+    kernel.attributes[LAUNCH_ATTR] = _launch(grid, threads, mapped, [nest])
     return kernel
+
+
+def coarsenable(nest: Nest) -> bool:
+    """Whether a flat nest's points can be computed several to a thread with their ops
+    interleaved: a body of plain ops (no loops or conditionals inside)."""
+    return all(not op.regions for op in nest.body)
+
+
+def _coarsened(
+    b: GpuBuilder, first: SSAValue, threads: int, f: int, nest: Nest, mapping, exact: bool
+) -> None:
+    """Points first, first + threads, ... (f of them) in one thread, each op of the body
+    cloned for every point before the next op, so the points' loads issue together. Where
+    the launch overshoots the domain, a point past its end reads at point 0 (in bounds, its
+    values unused) and its stores are skipped."""
+    n = nest.points
+    maps = []
+    valid: list[SSAValue | None] = []
+    for k in range(f):
+        point = b.iadd(first, k * threads)
+        ok = None if exact else b.add(arith.CmpiOp(point, b.index(n), "ult"))
+        safe = point if ok is None else b.add(arith.SelectOp(ok, point, b.index(0)))
+        m = dict(mapping)
+        m.update(zip(nest.ivs, b.delinearize(safe, nest.extents), strict=True))
+        maps.append(m)
+        valid.append(ok)
+    for op in nest.body:
+        for m, ok in zip(maps, valid, strict=True):
+            if isinstance(op, memref.StoreOp) and ok is not None:
+                b.guarded(ok).add(op.clone(value_mapper=m))
+            else:
+                b.add(op.clone(value_mapper=m))
 
 
 @dataclass
@@ -373,20 +417,62 @@ def _rows_kernel(
 
 
 def map_kernel(
-    fn: func.FuncOp, module: ModuleOp, block_size: int = 256, rows: bool = True
+    fn: func.FuncOp,
+    module: ModuleOp,
+    block_size: int = 256,
+    rows: bool = True,
+    per_thread: int = 1,
+    flat_only: bool = False,
 ) -> list[func.FuncOp]:
-    """GPU kernels for one loop-level kernel, in launch order (not yet inserted)."""
+    """GPU kernels for one loop-level kernel, in launch order (not yet inserted); none where
+    `flat_only` and the kernel maps by rows. `per_thread`: points of a flat nest each thread
+    computes (see `gpu-coarsen`)."""
     constants, nests = nests_of(fn, "map-to-gpu")
     if rows and len(_accumulator_types(nests)) == 1:  # one shared buffer serves every tree
         prefixes = row_prefixes(nests)
         if prefixes is not None and rows_legal(nests, prefixes):
+            if flat_only:
+                return []
             return [_rows_kernel(fn, constants, nests, prefixes, block_size, module)]
     name = fn.sym_name.data
     if len(nests) == 1:
-        return [_flat_kernel(fn, name, constants, nests[0], block_size)]
+        return [_flat_kernel(fn, name, constants, nests[0], block_size, per_thread)]
     return [
-        _flat_kernel(fn, f"{name}_p{k}", constants, nest, block_size)
+        _flat_kernel(fn, f"{name}_p{k}", constants, nest, block_size, per_thread)
         for k, nest in enumerate(nests)
+    ]
+
+
+def replace_kernels(op: ModuleOp, replaced: dict[str, list[func.FuncOp]]) -> None:
+    """Put each kernel's GPU kernels in its place: inserted before it, every call of it
+    becoming calls of them in order, and the old kernel erased."""
+    old = {f.sym_name.data: f for f in op.ops if isinstance(f, func.FuncOp)}
+    for name, parts in replaced.items():
+        for part in parts:
+            op.body.block.insert_op_before(part, old[name])
+    for call in [c for c in op.walk() if isinstance(c, func.CallOp)]:
+        mapped = replaced.get(call.callee.root_reference.data)
+        if mapped is None:
+            continue
+        for part in mapped:
+            call.parent_block().insert_op_before(  # type: ignore[union-attr]
+                func.CallOp(part.sym_name.data, list(call.arguments), []), call
+            )
+        call.detach()
+        call.erase()
+    for name in replaced:
+        old[name].detach()
+        old[name].erase()
+
+
+def unmapped_kernels(op: ModuleOp) -> list[func.FuncOp]:
+    """The module's loop-level kernels that no pass has given a launch yet."""
+    return [
+        f
+        for f in op.ops
+        if isinstance(f, func.FuncOp)
+        and KERNEL_ATTR in f.attributes
+        and LAUNCH_ATTR not in f.attributes
     ]
 
 
@@ -410,29 +496,66 @@ class MapToGpuPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require_loop_level(op, "map-to-gpu")
-        kernels = [
-            f
-            for f in op.ops
-            if isinstance(f, func.FuncOp)
-            and KERNEL_ATTR in f.attributes
-            and LAUNCH_ATTR not in f.attributes
-        ]
-        replaced: dict[str, list[func.FuncOp]] = {}
-        for fn in kernels:
-            parts = map_kernel(fn, op, self.block_size, self.rows)
-            for part in parts:
-                op.body.block.insert_op_before(part, fn)
-            replaced[fn.sym_name.data] = parts
-        for call in [c for c in op.walk() if isinstance(c, func.CallOp)]:
-            mapped = replaced.get(call.callee.root_reference.data)
-            if mapped is None:
+        replace_kernels(
+            op,
+            {
+                fn.sym_name.data: map_kernel(fn, op, self.block_size, self.rows)
+                for fn in unmapped_kernels(op)
+            },  # fmt: skip
+        )
+
+
+@dataclass(frozen=True)
+class GpuCoarsenPass(ModulePass):
+    """Flat (elementwise) kernels with several points per thread: each thread computes
+    `factor` points a block apart, the ops of the body interleaved across them, so that their
+    loads are in flight together. One point per thread keeps too few bytes in flight for a
+    memory-bound kernel to reach the device's bandwidth (Little's law: an H100 needs ~15 KB
+    in flight per SM; 2048 threads loading one f32 each hold 8 KB). Accesses stay coalesced:
+    each of a warp's loads covers consecutive points.
+
+    Optional: without it, `map-to-gpu` maps the same kernels one point per thread. Kernels
+    that map by rows (reductions), that a tiling pass mapped, or whose body has loops or
+    conditionals, are left to `map-to-gpu`, and so is a kernel too small to fill the device
+    coarsened: the factor halves until the launch still holds enough blocks for every one of
+    `sms` multiprocessors to run its 2048 resident threads (so small kernels keep their
+    parallelism). Options: `factor` (most points per thread, 1 to 16), `block-size` (most
+    threads per block, as map-to-gpu's), `sms` (the device's multiprocessors: 132 on an
+    H100 or H200)."""
+
+    name = "gpu-coarsen"
+    is_optimization = True
+
+    factor: int = 4
+    block_size: int = 256
+    sms: int = 132
+
+    def check_options(self) -> None:
+        require(1 <= self.factor <= 16, "factor", self.factor, "must be from 1 to 16")
+        require(self.sms >= 1, "sms", self.sms, "must be at least 1")
+        MapToGpuPass(self.block_size).check_options()
+
+    def factor_for(self, points: int) -> int:
+        """The most points per thread (up to `factor`) that still fill the device."""
+        f = self.factor
+        while f > 1:
+            threads = min(self.block_size, _threads(-(-points // f), self.block_size))
+            if -(-points // (threads * f)) >= self.sms * (RESIDENT_THREADS // threads):
+                break
+            f //= 2
+        return f
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        require_loop_level(op, "gpu-coarsen")
+        replaced = {}
+        for fn in unmapped_kernels(op):
+            _, nests = nests_of(fn, "gpu-coarsen")
+            if not all(n.extents and coarsenable(n) for n in nests):
                 continue
-            for part in mapped:
-                call.parent_block().insert_op_before(  # type: ignore[union-attr]
-                    func.CallOp(part.sym_name.data, list(call.arguments), []), call
-                )
-            call.detach()
-            call.erase()
-        for fn in kernels:
-            fn.detach()
-            fn.erase()
+            f = min(self.factor_for(n.points) for n in nests)
+            if f == 1:
+                continue
+            parts = map_kernel(fn, op, self.block_size, per_thread=f, flat_only=True)
+            if parts:
+                replaced[fn.sym_name.data] = parts
+        replace_kernels(op, replaced)
