@@ -19,10 +19,12 @@ Workloads (fp32, plain CUDA C from irkit; peers in the same process, on the same
   replayed CUDA graph.
 
 Variants, each timed in the same rounds as the unchanged pipeline (`speed_vs_irkit_default`,
-what the change is worth) and torch eager: gemm with `gpu-tile-matmul{tf32=true}` against
+what the change is worth) and torch eager: gemm with `gpu-tile-matmul{min-blocks=2}` (at most
+128 registers a thread) and with scalar stores of C (`vector-stores=false`), gemm with `gpu-tile-matmul{tf32=true}` against
 cuBLAS with TF32 on, an f16 gemm on tensor cores against cuBLAS's f16 gemm (no targets: the
-records say so), bias + GELU with `gpu-coarsen` (4 and 8 points per thread), layer_norm at
-128 and 1024 threads per row, mlp without split-K.
+records say so), bias + GELU one point per thread (`gpu-coarsen{factor=1}`) and 8,
+layer_norm with `map-to-gpu{row-items=1}` (256 threads a row, as before 2026-11-26) and 16
+(64 threads), mlp without split-K.
 
 Protocol: each irkit variant is first checked against the float64 reference (never timed if
 wrong) and against each peer's output; then all are timed in interleaved, randomly ordered
@@ -92,6 +94,11 @@ WORKLOADS = [
              {"M": 512, "N": 512, "K": 512}, "matmul", "cublas"),
     Workload("gemm_strided", "examples/gemm.graph", {"M": 4096, "N": 4096, "K": 4096},
              {"M": 512, "N": 512, "K": 512}, "matmul", "cublas", "gpu-tile-matmul{warp-tile=false}"),
+    Workload("gemm_min_blocks2", "examples/gemm.graph", {"M": 4096, "N": 4096, "K": 4096},
+             {"M": 512, "N": 512, "K": 512}, "matmul", "cublas", "gpu-tile-matmul{min-blocks=2}"),
+    Workload("gemm_scalar_stores", "examples/gemm.graph", {"M": 4096, "N": 4096, "K": 4096},
+             {"M": 512, "N": 512, "K": 512}, "matmul", "cublas",
+             "gpu-tile-matmul{vector-stores=false}"),
     Workload("gemm_tf32", "examples/gemm.graph", {"M": 4096, "N": 4096, "K": 4096},
              {"M": 512, "N": 512, "K": 512}, "matmul_tf32", "cublas", "gpu-tile-matmul{tf32=true}",
              peer_tolerance=1e-2),
@@ -99,18 +106,18 @@ WORKLOADS = [
              {"M": 512, "N": 512, "K": 512}, "matmul", "cublas", peer_tolerance=1e-2),
     Workload("bias_gelu", BIAS_GELU, {"N": 4096, "D": 4096}, {"N": 512, "D": 512},
              "bias_gelu", "bandwidth"),
-    Workload("bias_gelu_coarsen4", BIAS_GELU, {"N": 4096, "D": 4096}, {"N": 512, "D": 512},
-             "bias_gelu", "bandwidth", "gpu-coarsen{factor=4 sms=1}"),
+    Workload("bias_gelu_one_point", BIAS_GELU, {"N": 4096, "D": 4096}, {"N": 512, "D": 512},
+             "bias_gelu", "bandwidth", "gpu-coarsen{factor=1}"),
     Workload("bias_gelu_coarsen8", BIAS_GELU, {"N": 4096, "D": 4096}, {"N": 512, "D": 512},
              "bias_gelu", "bandwidth", "gpu-coarsen{factor=8 sms=1}"),
     Workload("softmax", "examples/softmax.graph", {"R": 4096, "C": 4096}, {"R": 512, "C": 512},
              "softmax", "bandwidth"),
     Workload("layernorm", "examples/layernorm.graph", {"T": 16384, "H": 1024},
              {"T": 1024, "H": 1024}, "layer_norm", "bandwidth"),
-    Workload("layernorm_block128", "examples/layernorm.graph", {"T": 16384, "H": 1024},
-             {"T": 1024, "H": 1024}, "layer_norm", "bandwidth", "map-to-gpu{block-size=128}"),
-    Workload("layernorm_block1024", "examples/layernorm.graph", {"T": 16384, "H": 1024},
-             {"T": 1024, "H": 1024}, "layer_norm", "bandwidth", "map-to-gpu{block-size=1024}"),
+    Workload("layernorm_row_items1", "examples/layernorm.graph", {"T": 16384, "H": 1024},
+             {"T": 1024, "H": 1024}, "layer_norm", "bandwidth", "map-to-gpu{row-items=1}"),
+    Workload("layernorm_row_items16", "examples/layernorm.graph", {"T": 16384, "H": 1024},
+             {"T": 1024, "H": 1024}, "layer_norm", "bandwidth", "map-to-gpu{row-items=16}"),
     Workload("mlp", "examples/mlp.graph", {"B": 512, "D": 1024, "F": 4096},
              {"B": 64, "D": 256, "F": 1024}, "mlp", "end_to_end"),
     Workload("mlp_no_split_k", "examples/mlp.graph", {"B": 512, "D": 1024, "F": 4096},

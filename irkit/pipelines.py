@@ -114,12 +114,14 @@ PIPELINES: dict[str, Pipeline] = {
             "lower-graph-to-loops",
             "pad-leading-dims",
             "gpu-tile-matmul",
+            "gpu-coarsen",
             "map-to-gpu",
         ),
-        frozenset({*GRAPH_OPTIMIZATIONS, "pad-leading-dims", "gpu-tile-matmul"}),
+        frozenset({*GRAPH_OPTIMIZATIONS, "pad-leading-dims", "gpu-tile-matmul", "gpu-coarsen"}),
         "the optimized CUDA pipeline: graph cleanup, NHWC convolutions as im2col matmuls, "
         "transpose and constant folding, fusion, loops, padded row strides of "
-        "intermediates, warp-tiled shared-memory matmuls, mapping onto the GPU",
+        "intermediates, warp-tiled shared-memory matmuls, large elementwise kernels several "
+        "points per thread, mapping onto the GPU",
     ),
     "baseline-cuda": Pipeline(
         "baseline-cuda",

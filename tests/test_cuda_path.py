@@ -621,3 +621,22 @@ def test_gpu_coarsen_keeps_small_kernels_and_checks_its_options() -> None:
     for bad in ("factor=0", "factor=17", "sms=0", "block-size=100"):
         with pytest.raises(IrkitError, match=bad.split("=")[0]):
             parse_passes(f"gpu-coarsen{{{bad}}}")
+
+
+@pytest.mark.parametrize("backend", HOST_AND_GPU)
+def test_min_blocks_bounds_registers_and_keeps_the_result(backend: str) -> None:
+    """gpu-tile-matmul{min-blocks=2}: __launch_bounds__(256, 2) in the source, NVRTC keeps
+    the tiled kernel at <= 128 registers, and the result is the unbounded kernel's, bit for
+    bit (ragged M)."""
+    needs(backend)
+    graph = irkit.load("examples/gemm.graph", {"M": 200, "N": 256, "K": 128})
+    bounded = irkit.compile(graph, _default_cuda_with("gpu-tile-matmul{min-blocks=2}"), backend)
+    (tiled,) = [k for k in bounded.kernels if k.launch["mapping"] == "tiled"]  # type: ignore[index]
+    assert "__launch_bounds__(256, 2)" in tiled.source
+    assert tiled.resources["registers"] <= 128, tiled.resources
+    checks, _ = check(bounded, graph, seed=8)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
+    plain = irkit.compile(graph, "default-cuda", backend)
+    inputs = irkit.random_inputs(graph, seed=9)
+    for a, b in zip(bounded(*inputs), plain(*inputs), strict=True):
+        np.testing.assert_array_equal(a, b)

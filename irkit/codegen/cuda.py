@@ -557,10 +557,11 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         self.indent = 1
         self.block(fn.body.block)
         grid = launch["grid"]
+        bounds = f"{threads}, {launch['min_blocks']}" if "min_blocks" in launch else f"{threads}"
         head = (
             f"// {fn.sym_name.data}: grid {list(grid)}, block {list(block)}, "
             f"mapping {launch['mapping']}\n"
-            f'extern "C" __global__ void __launch_bounds__({threads})\n'
+            f'extern "C" __global__ void __launch_bounds__({bounds})\n'
             f"{fn.sym_name.data}({', '.join(params)}) {{\n"
         )
         return head + "\n".join(self.lines) + "\n}\n"

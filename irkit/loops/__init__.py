@@ -224,6 +224,7 @@ class Launch(TypedDict, total=False):
     shared: int
     mapping: str
     flops: int
+    min_blocks: int  # where present: blocks a multiprocessor must hold at once
 
 
 def launch_of(fn: Operation) -> Launch | None:
@@ -246,6 +247,9 @@ def launch_of(fn: Operation) -> Launch | None:
     )
     if isinstance(flops, IntegerAttr):
         out["flops"] = flops.value.data
+    min_blocks = d.get("min_blocks")
+    if isinstance(min_blocks, IntegerAttr):
+        out["min_blocks"] = min_blocks.value.data
     return out
 
 
