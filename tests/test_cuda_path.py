@@ -516,15 +516,14 @@ def test_vector_stores_of_c_match_the_reference(dims, backend: str) -> None:
     text = (f"model v\ninput a : f32[{m}, {k}]\nparam w : f32[{k}, {n}]\nparam bias : f32[{n}]\n"
             "output y = gelu(matmul(a, w) + bias)\n")  # fmt: skip
     graph = parse_source(text, "v.graph", ".graph")
-    exe = irkit.compile(graph, "default-cuda", backend)
+    exe = irkit.compile(graph, _default_cuda_with("gpu-tile-matmul{vector-stores=true}"), backend)
     tiled = [r for r in exe.kernels if r.launch["mapping"] == "tiled"]  # type: ignore[index]
     assert tiled and all("*reinterpret_cast<float4*>(&out0[" in r.source for r in tiled)
     assert all(r.resources["spill_stores"] == 0 for r in exe.kernels)
     checks, _ = check(exe, graph, seed=4)
     assert all(c.passed for c in checks), [c.describe() for c in checks]
-    scalar = irkit.compile(
-        graph, _default_cuda_with("gpu-tile-matmul{vector-stores=false}"), backend
-    )
+    scalar = irkit.compile(graph, "default-cuda", backend)  # scalar stores by default
+    assert all("float4*>(&out0[" not in r.source for r in scalar.kernels)
     inputs = irkit.random_inputs(graph, seed=2)
     for a, b in zip(exe(*inputs), scalar(*inputs), strict=True):
         np.testing.assert_array_equal(a, b)

@@ -169,7 +169,7 @@ class GpuTileMatmulPass(ModulePass):
     sms: int = 132
     tensor_cores: bool = True  # f16/bf16: mma.sync m16n8k16 (sm_80 and later)
     tf32: bool = False  # f32 through TF32 tensor cores (opt-in: 10-bit mantissa products)
-    vector_stores: bool = True  # f32 C: a thread's 4 consecutive columns as one float4
+    vector_stores: bool = False  # f32 C: a thread's 4 consecutive columns as one float4
     min_blocks: int = 0  # __launch_bounds__(threads, min-blocks) where > 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:

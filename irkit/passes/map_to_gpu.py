@@ -490,16 +490,17 @@ class MapToGpuPass(ModulePass):
     `rows` (block-per-row mapping of reductions where legal; false maps everything flat),
     `row-items` (a rows kernel gets the fewest threads, a power of two from 32, that give
     each at most this many of a row's columns, up to `block-size`). Measured on an H200
-    (gpu_targets, 2026-11-26): layer_norm over 1024 columns ran at 45% of copy bandwidth
-    with 256 threads a row (4 columns each), 68% with 128 (8 each), 11% with 1024; softmax
-    over 4096 columns at 86% with 256 (16 each) and 55% with 128 (32 each: twice the rows
-    in flight re-read from L1 three times no longer fit). 8 picks the better of each."""
+    (gpu_targets, 2026-11-26, each against the others in the same rounds): layer_norm over
+    16384 rows of 1024 columns ran at 11% of copy bandwidth with 1024 threads a row, 45% with
+    256 (4 columns each), 68% with 128 (8 each), 72% with 64 (16 each); softmax over 4096
+    rows of 4096 columns at 86% with 256 (16 each) and 55% with 128 (32 each). 16 picks the
+    best measured of both."""
 
     name = "map-to-gpu"
 
     block_size: int = 256
     rows: bool = True
-    row_items: int = 8
+    row_items: int = 16
 
     def check_options(self) -> None:
         b = self.block_size
