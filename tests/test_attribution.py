@@ -289,7 +289,54 @@ def test_records_say_whether_the_machine_was_loaded(capsys) -> None:
     cpus = load["cpus"]
     assert load_record(0.1, 0.1, threads=1, run_queue_start=cpus)["crowded"]
     assert not load_record(0.1, 0.1, threads=1, run_queue_start=cpus - 1, run_queue_end=0)["loaded"]
-    assert {"run_queue_start", "run_queue_end"} <= set(load)
+    assert {"run_queue_start", "run_queue_end", "run_queue_mean", "run_queue_samples"} <= set(load)
+    # sampled through the rounds, the run queue decides, not the lagging load average: a
+    # finished step's threads (load 4.7) with no other process runnable now is not loaded;
+    # one other thread runnable on average is
+    assert not load_record(4.7, 4.4, threads=1, run_queue_mean=0.0, run_queue_samples=40)["loaded"]
+    busy = load_record(0.3, 0.2, threads=1, run_queue_mean=1.0, run_queue_samples=40)
+    assert busy["loaded"] and busy["others_busy"]
+    record["protocol"]["load"] = busy
+    show_attribution(Console(width=200), record)
+    assert "other processes' threads runnable 1.00 on average over 40 readings" in (
+        capsys.readouterr().out
+    )
+
+
+def test_the_run_queue_leaves_out_the_measuring_process_own_threads() -> None:
+    """Issue 24: threads of the measuring process (here 3 threads hashing outside the GIL,
+    runnable nearly all the time) are not other processes' load; on the GPU host numpy's
+    BLAS workers, spinning after a reference check, had read as 15 other runnable threads."""
+    import hashlib
+    import threading
+    import time
+
+    from irkit.measure.fingerprint import RunQueueSampler, _own_running, run_queue
+
+    if run_queue() is None:
+        pytest.skip("no /proc/stat on this OS")
+    stop = threading.Event()
+    data = bytes(1 << 20)
+
+    def spin() -> None:
+        while not stop.is_set():
+            hashlib.sha256(data).digest()  # hashlib releases the GIL for large inputs
+
+    spinners = [threading.Thread(target=spin) for _ in range(3)]
+    for t in spinners:
+        t.start()
+    try:
+        time.sleep(0.05)
+        own = max(_own_running() for _ in range(20))
+        sampler = RunQueueSampler(interval_s=0.0)
+        for _ in range(20):
+            sampler()
+    finally:
+        stop.set()
+        for t in spinners:
+            t.join()
+    assert own >= 3  # the hashing threads are counted as this process's own
+    assert len(sampler.samples) == 20 and sampler.mean is not None
 
 
 def test_attribute_cli_placements_pinning_and_quiet_machine(tmp_path, capsys) -> None:

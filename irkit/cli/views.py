@@ -61,6 +61,9 @@ def show_attribution(console: Console, rec: dict) -> None:
         loads = [load.get("load_1min_start"), load.get("load_1min_end")]
         said = (f"1-minute load {loads[0]:.2f} at the start, {loads[1]:.2f} at the end, on "
                 f"{load['cpus']} CPUs" if None not in loads else f"{load['cpus']} CPUs")  # fmt: skip
+        if load.get("run_queue_mean") is not None:
+            said = (f"other processes' threads runnable {load['run_queue_mean']:.2f} on average "
+                    f"over {load['run_queue_samples']} readings; {said}")  # fmt: skip
         if load.get("crowded"):
             said += (f"; {max(q for q in (load.get('run_queue_start'), load.get('run_queue_end')) if q is not None)} "
                      f"other threads runnable beside the program's {load.get('threads') or 1}")  # fmt: skip

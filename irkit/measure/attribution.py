@@ -544,7 +544,13 @@ def attribute(
     (sampling stops when every pass's verdict is resolved, `_verdicts_resolved`) or
     "medians" (when every program's median is within `precision`)."""
     from irkit.frontend import load
-    from irkit.measure.fingerprint import host_fingerprint, load_average, load_record, run_queue
+    from irkit.measure.fingerprint import (
+        RunQueueSampler,
+        host_fingerprint,
+        load_average,
+        load_record,
+        run_queue,
+    )
     from irkit.runtime import get_backend
     from irkit.runtime.check import reference_case
 
@@ -645,10 +651,13 @@ def attribute(
     fns = {k: Placements([_timed(b, timer, chosen.name) for b in bs]) for k, bs in bound.items()}
     slots: list[int] = []
 
+    others = RunQueueSampler()  # other processes' runnable threads, through the rounds
+
     def on_round(r: int) -> None:
         slots.append((r - 1) % copies)  # the slot round r ran on; the next runs on slot r
         for fn in fns.values():
             fn.select(r)
+        others()
         tick("measure", r, max_rounds)
 
     kernel_share = (kernel_budget_s or budget_s / 3) if kernel_times else 0.0
@@ -872,6 +881,8 @@ def attribute(
             _threads(programs[full_key].exe),
             queue_start,
             run_queue(),
+            others.mean,
+            len(others.samples),
         ),
     }
     for v in variants:

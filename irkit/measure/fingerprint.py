@@ -84,16 +84,67 @@ def load_average() -> float | None:
 
 
 def run_queue() -> int | None:
-    """Threads runnable on the host right now, the measuring process's own excluded
-    (`procs_running` of /proc/stat, less one; None where the OS has none)."""
+    """Threads of other processes runnable on the host right now (`procs_running` of
+    /proc/stat, less this process's own threads in state R: its measuring thread, and any
+    pool it has running, such as numpy's BLAS workers still spinning after a reference
+    computation, which on a 16-CPU GPU host had read as 15 other runnable threads); None
+    where the OS has none."""
     try:
         with open("/proc/stat") as f:
-            for line in f:
-                if line.startswith("procs_running"):
-                    return max(int(line.split()[1]) - 1, 0)
+            total = next(
+                (int(line.split()[1]) for line in f if line.startswith("procs_running")), None
+            )
     except OSError:
-        pass
-    return None
+        return None
+    if total is None:
+        return None
+    return max(total - max(_own_running(), 1), 0)
+
+
+def _own_running() -> int:
+    """This process's threads in state R (/proc/self/task/*/stat), the calling one included."""
+    import os
+
+    running = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 1
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # the thread ended
+        running += stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] == "R"
+    return running
+
+
+class RunQueueSampler:
+    """Other processes' runnable threads sampled through a measurement (at most one reading
+    per `interval_s`): their mean is the load the measurement shared the host with, which
+    the 1-minute load average gives only with a minute's lag (it still held a finished
+    compilation's threads when the GPU host's next step began)."""
+
+    def __init__(self, interval_s: float = 0.05):
+        self.interval_s = interval_s
+        self.samples: list[int] = []
+        self._last = -1e9
+
+    def __call__(self) -> None:
+        import time
+
+        now = time.perf_counter()
+        if now - self._last < self.interval_s:
+            return
+        self._last = now
+        q = run_queue()
+        if q is not None:
+            self.samples.append(q)
+
+    @property
+    def mean(self) -> float | None:
+        return sum(self.samples) / len(self.samples) if self.samples else None
 
 
 QUIET_RUN_QUEUE = 0.25
@@ -134,29 +185,44 @@ def load_record(
     threads: int | None = None,
     run_queue_start: int | None = None,
     run_queue_end: int | None = None,
+    run_queue_mean: float | None = None,
+    run_queue_samples: int = 0,
 ) -> dict:
-    """The machine's load around a measurement, and whether it was loaded: more than half
-    a core busy beyond the measuring process itself at the start or the end, or a program
+    """The machine's load around a measurement, and whether it was loaded: other
+    processes' threads runnable on average more than half a core through the measurement
+    (`RunQueueSampler`), or, where the OS gives no run queue, the 1-minute load average less
+    the measuring process above 0.5 at the start or the end; or other runnable threads
+    plus the program's more than the CPUs at the start, the end or on average; or a program
     on one thread that had the CPU for less than `CPU_SHARE_FLOOR` of its wall time (its
     process CPU time per call over the wall time, median over the samples: it waited for a
-    core). A loaded machine widens copy-to-copy and round-to-round spread; records say so."""
+    core). The load average is recorded either way; it lags by a minute, so beside a
+    sampled run queue it decides nothing. A loaded machine widens copy-to-copy and
+    round-to-round spread; records say so."""
     import os
 
     cpus = os.cpu_count() or 1
     busy = [x for x in (start, end) if x is not None]
     waited = threads == 1 and cpu_over_wall is not None and cpu_over_wall < CPU_SHARE_FLOOR
-    queues = [q for q in (run_queue_start, run_queue_end) if q is not None]
+    queues = [q for q in (run_queue_start, run_queue_end, run_queue_mean) if q is not None]
     crowded = bool(queues) and max(queues) + (threads or 1) > cpus
+    if run_queue_mean is not None:
+        others = run_queue_mean > 0.5
+    else:
+        others = bool(busy) and max(busy) - 1 > 0.5
     return {
         "load_1min_start": start, "load_1min_end": end, "cpus": cpus,
         "run_queue_start": run_queue_start, "run_queue_end": run_queue_end,
+        "run_queue_mean": run_queue_mean, "run_queue_samples": run_queue_samples,
         "cpu_over_wall": cpu_over_wall, "threads": threads,
         "waited_for_a_core": waited,
         "crowded": crowded,
-        "loaded": (bool(busy) and max(busy) - 1 > 0.5) or waited or crowded,
-        "rule": "1-minute load average minus the measuring process above 0.5 at the start or "
-                "end, or other runnable threads plus the program's threads more than the CPUs "
-                f"at the start or end, or a one-thread program on the CPU under "
-                f"{CPU_SHARE_FLOOR:.0%} of its wall time (process CPU time per call / wall "
-                "time per call, median)",
+        "others_busy": others,
+        "loaded": others or waited or crowded,
+        "rule": "other processes' runnable threads (this process's own excluded) above 0.5 "
+                "on average through the measurement (where the OS gives no run queue: the "
+                "1-minute load average minus the measuring process above 0.5 at the start or "
+                "end), or other runnable threads plus the program's threads more than the "
+                "CPUs at the start, the end or on average, or a one-thread program on the CPU "
+                f"under {CPU_SHARE_FLOOR:.0%} of its wall time (process CPU time per call / "
+                "wall time per call, median)",
     }  # fmt: skip
