@@ -304,3 +304,18 @@ def test_fidelity_truth_scales_by_the_machine_speed_smoothed_over_neighbouring_t
     assert trials[3]["truth"]["plant-unwaste"] == pytest.approx(
         -2 * trials[3]["truth"]["plant-work"]
     )
+
+
+def test_ci_coverage_simulation_prints_both_estimators() -> None:
+    """benchmarks/ci_coverage_sim.py runs (few trials: its numbers are not asserted, only
+    that each case gets both estimators' coverage, a share between 0 and 1)."""
+    r = subprocess.run([sys.executable, "benchmarks/ci_coverage_sim.py", "--trials", "5",
+                        "--resamples", "50"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and "%" in line]
+    assert len(rows) == 5
+    for row in rows:
+        cells = [c for c in row.split("|") if "(" in c]
+        assert len(cells) == 2
+        assert all(0.0 <= float(c.split("%")[0]) <= 100.0 for c in cells)
