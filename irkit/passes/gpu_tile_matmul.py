@@ -170,7 +170,13 @@ class GpuTileMatmulPass(ModulePass):
     tensor_cores: bool = True  # f16/bf16: mma.sync m16n8k16 (sm_80 and later)
     tf32: bool = False  # f32 through TF32 tensor cores (opt-in: 10-bit mantissa products)
     vector_stores: bool = False  # f32 C: a thread's 4 consecutive columns as one float4
-    min_blocks: int = 0  # __launch_bounds__(threads, min-blocks) where > 0
+    # __launch_bounds__(threads, min-blocks) where > 0. An option, not a default: two
+    # 256-thread blocks share a multiprocessor only at <= 128 registers a thread; the 8 x 8
+    # SIMT tile took 127 from NVRTC 13.5 but 139 from NVRTC 13.0 with 16-byte stores of C
+    # (a 4096^3 gemm on an H200: 3.59 ms, 3.05 ms with scalar stores, cuBLAS 2.78 ms).
+    # Bounded to 2 blocks, NVRTC 13.0 fits 128 registers without spills while NVRTC 13.5
+    # spills 20; which NVRTC a user has decides, so gpu_targets.py measures it.
+    min_blocks: int = 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require_loop_level(op, "gpu-tile-matmul")
@@ -574,21 +580,9 @@ class _TiledKernel:
         b.add(func.ReturnOp())
         flops = count_flops(nest.loop)
         kernel.attributes[LAUNCH_ATTR] = launch_attr(
-            grid, self.threads, "tiled", flops, min_blocks=self._min_blocks()
+            grid, self.threads, "tiled", flops, min_blocks=self.o.min_blocks
         )
         return kernel
-
-    def _min_blocks(self) -> int:
-        """Blocks per multiprocessor the kernel asks NVRTC to fit (`__launch_bounds__`'s
-        second argument; the `min-blocks` option, 0: no bound). Why it is an option: two
-        256-thread blocks share a multiprocessor only at <= 128 registers a thread. The
-        default 8 x 8 SIMT tile took 127 from NVRTC 13.5 but 139 from NVRTC 13.0 with 16-byte
-        stores of C (one block per multiprocessor: a 4096^3 gemm on an H200 ran 3.56 ms, the
-        code before vector stores 3.05 ms on an H100, cuBLAS 2.78 ms on both); bounded to 2
-        blocks, NVRTC 13.0 fits 128 registers without spills while NVRTC 13.5 spills 20 (its
-        unbounded 127 fit already). Which NVRTC a user has decides, so the bound is chosen by
-        measuring (benchmarks/gpu_targets.py times both), not assumed."""
-        return self.o.min_blocks
 
     def _store_lanes(self) -> int:
         """Columns of C one store writes: 4 (a 16-byte `float4`) where `vector-stores` is on,

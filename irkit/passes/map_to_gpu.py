@@ -210,6 +210,12 @@ def _threads(n: int, limit: int) -> int:
     return max(32, min(limit, 1 << max(0, n - 1).bit_length()))
 
 
+def _flat_geometry(points: int, per_thread: int, limit: int) -> tuple[int, int]:
+    """Threads per block and blocks of a flat launch over `points` at `per_thread` each."""
+    threads = min(limit, _threads(-(-points // per_thread), limit))
+    return threads, -(-points // (threads * per_thread))
+
+
 def _flat_kernel(
     fn: func.FuncOp,
     name: str,
@@ -220,8 +226,7 @@ def _flat_kernel(
 ) -> func.FuncOp:
     n = nest.points
     f = per_thread if nest.extents and coarsenable(nest) else 1
-    threads = 1 if not nest.extents else min(limit, _threads(-(-n // f), limit))
-    grid = -(-n // (threads * f))
+    threads, grid = _flat_geometry(n, f, limit) if nest.extents else (1, n)
     kernel, b, mapping = new_kernel(fn, name, constants)
     if nest.extents:
         bid = b.add(gpu.BlockIdOp(X))
@@ -426,18 +431,15 @@ def map_kernel(
     block_size: int = 256,
     rows: bool = True,
     per_thread: int = 1,
-    flat_only: bool = False,
     row_items: int = 1,
 ) -> list[func.FuncOp]:
-    """GPU kernels for one loop-level kernel, in launch order (not yet inserted); none where
-    `flat_only` and the kernel maps by rows. `per_thread`: points of a flat nest each thread
-    computes (see `gpu-coarsen`); `row_items`: fewest columns per thread in a rows kernel."""
+    """GPU kernels for one loop-level kernel, in launch order (not yet inserted).
+    `per_thread`: points of a flat nest each thread computes (see `gpu-coarsen`);
+    `row_items`: fewest columns per thread in a rows kernel."""
     constants, nests = nests_of(fn, "map-to-gpu")
     if rows and len(_accumulator_types(nests)) == 1:  # one shared buffer serves every tree
         prefixes = row_prefixes(nests)
         if prefixes is not None and rows_legal(nests, prefixes):
-            if flat_only:
-                return []
             return [_rows_kernel(fn, constants, nests, prefixes, block_size, module, row_items)]
     name = fn.sym_name.data
     if len(nests) == 1:
@@ -553,8 +555,8 @@ class GpuCoarsenPass(ModulePass):
         """The most points per thread (up to `factor`) that still fill the device."""
         f = self.factor
         while f > 1:
-            threads = min(self.block_size, _threads(-(-points // f), self.block_size))
-            if -(-points // (threads * f)) >= self.sms * (RESIDENT_THREADS // threads):
+            threads, grid = _flat_geometry(points, f, self.block_size)
+            if grid >= self.sms * (RESIDENT_THREADS // threads):
                 break
             f //= 2
         return f
@@ -569,7 +571,8 @@ class GpuCoarsenPass(ModulePass):
             f = min(self.factor_for(n.points) for n in nests)
             if f == 1:
                 continue
-            parts = map_kernel(fn, op, self.block_size, per_thread=f, flat_only=True)
-            if parts:
-                replaced[fn.sym_name.data] = parts
+            # plain-op nests hold no reduction loop, so the kernel maps flat in any case
+            replaced[fn.sym_name.data] = map_kernel(
+                fn, op, self.block_size, rows=False, per_thread=f
+            )
         replace_kernels(op, replaced)
