@@ -314,7 +314,7 @@ def test_ci_coverage_simulation_prints_both_estimators() -> None:
                        timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
     rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and "%" in line]
-    assert len(rows) == 5
+    assert len(rows) == 7
     for row in rows:
         cells = [c for c in row.split("|") if "(" in c]
         assert len(cells) == 2
