@@ -1116,9 +1116,10 @@ def _floor(ratio: Interval, scale_s: float) -> tuple[float, float]:
 
 
 def _split_aa(row: np.ndarray, slots: np.ndarray, resamples: int, seed: int) -> Interval:
-    """One program's A/A: the median of its rounds on even slots over that on odd slots
-    (alternate rounds where it has one copy), the CI from resampling each half as
-    `_round_bootstrap` does."""
+    """One program's A/A: its time on the even slots over its time on the odd slots (each
+    half's time as `_round_bootstrap` gives it: the mean of its copies' medians, the median
+    of its rounds where a half has one copy; alternate rounds where it has one copy), the
+    CI from resampling each half as `_round_bootstrap` does."""
     return Interval.of(*_split_ratio(row, slots, resamples, seed))
 
 
