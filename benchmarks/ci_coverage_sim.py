@@ -21,8 +21,8 @@ assumes: the CI is as wide either way, the pooled median's misses the truth more
 at equal widths; the mean of copy medians, being the more efficient estimate there too,
 over-covers more. The pooled median is spread by Hesterberg's full expansion (as it was);
 the mean of copy medians by `attribution._expansion`'s t part alone (with sqrt(n/(n-1))
-too, its CIs were up to 9% wider: a median's bootstrap is not narrow as a mean's is). Deterministic (seeded); prints a
-table, no timing involved.
+too, its CIs were up to 9% wider: a median's bootstrap is not narrow as a mean's is).
+Deterministic (seeded); prints a table, no timing involved.
 """
 
 from __future__ import annotations

@@ -986,8 +986,8 @@ def _copy_medians_mean(samples: np.ndarray, groups: list[np.ndarray]) -> np.ndar
     differ by more than a round varies, the rounds pooled are a mixture, one narrow peak
     per copy, and their median moves like the median of the copy levels: up to pi/2 the
     variance of their mean, which is what the copy term of `_round_bootstrap` allows for
-    (simulated, `benchmarks/ci_coverage_sim.py`: 92.0-92.3% coverage for the pooled median,
-    94.3-96.0% for this, same widths). It is also what the copies' truth is: the mean
+    (simulated, `benchmarks/ci_coverage_sim.py`, 600 runs a case: 92.2-92.8% coverage for
+    the pooled median, 94.2-95.3% for this, same widths). It is also what the copies' truth is: the mean
     offset of a placement is zero, the median of a handful of them is not."""
     return np.mean([np.median(samples[..., g], axis=-1) for g in groups], axis=0)
 
@@ -1040,11 +1040,11 @@ def _expansion(groups: list[np.ndarray]) -> float:
     Hesterberg's other factor, sqrt(n/(n-1)) for the bootstrap's narrowness, is a mean's:
     resampling n units gives (n-1)/n of a mean's variance, but 1.14-1.29x the variance of a
     median of 8-20 (normal rounds, 300 samples each): the point is a mean of per-copy
-    medians (`_copy_medians_mean`), so it is left out. Simulated (`ci_coverage_sim.py`
-    cases and 1% noise alone on 4-22 copies of 8-40 rounds, 400 runs each, 2026-11-27), the
-    95% CI of a difference then covered 94.8-99.5% with widths within 3% of the pooled
-    median's, which covered 92.0-97.8% (the factor in full: 94.8-99.8%, up to 9% wider;
-    the pooled median without any: 89.5%)."""
+    medians (`_copy_medians_mean`), so it is left out. Simulated (`ci_coverage_sim.py`'s
+    seven cases, 600 runs each, 2026-11-27), the 95% CI of a difference then covered
+    94.2-99.2% with widths within 3% of the pooled median's with the factor in full, which
+    covered 92.2-97.2% (in one-off runs of 400, the factor in full on the mean of copy
+    medians: up to 9% wider; the pooled median without any factor: 89.5%)."""
     if len(groups) < 2:
         return 1.0
     if _by_cycles(groups):
