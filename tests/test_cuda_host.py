@@ -5,6 +5,7 @@ lockstep interprets the IR, this runs the text, so a printer slip fails here."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from irkit.pipelines import apply_passes, parse_passes
 from irkit.runtime import lower_for
 from irkit.runtime.check import check
 from irkit.runtime.cuda_host import CudaHostBackend, guarded
+from irkit.runtime.reference import random_inputs
 from tests.conftest import SMALL, check_every_subset
 from tests.test_cuda_path import _softmax_buffers, gemm_without_store_guard, mapped
 
@@ -260,3 +262,36 @@ def test_run_says_its_times_are_not_a_gpus(capsys) -> None:
     code = bench(["run", "examples/softmax.graph", "--backend", "cuda-host", "--dim", "R=8",
                   "--dim", "C=40", "--budget", "0.05"])  # fmt: skip
     assert code == 0 and "the times below are the host's, not a GPU's" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("backend", ["cuda-host", "cuda-sim"])
+def test_a_copy_reuses_the_kernels_without_printing_or_compiling(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`copy()` (attribution's further placements): the same kernels, nothing printed or
+    compiled again, a launcher of its own (on cuda-host the library loaded again at other
+    addresses, its file gone once loaded), the same results after the original is gone."""
+    import ctypes
+    import gc
+
+    import irkit.runtime.gpu as gpu_runtime
+    from irkit.codegen import cuda_host
+
+    module = irkit.load("examples/mlp.graph", {"B": 4, "D": 32, "F": 64})
+    inputs = random_inputs(module, seed=3)
+    exe = irkit.compile(module, backend=backend)
+    expected = exe(*inputs)
+    monkeypatch.setattr(gpu_runtime, "kernel_source", lambda *a: pytest.fail("printed again"))
+    monkeypatch.setattr(cuda_host, "compile_host", lambda *a: pytest.fail("compiled again"))
+    twin = exe.copy()
+    assert twin.gpu_kernels is exe.gpu_kernels and twin.launcher is not exe.launcher
+    if backend == "cuda-host":
+        name = exe.gpu_kernels[0].name
+        address = [ctypes.cast(e.library.launcher(name), ctypes.c_void_p).value
+                   for e in (exe, twin)]  # fmt: skip
+        assert address[0] != address[1]
+        assert not list(Path(tempfile.gettempdir()).glob(f"irkit-cuda-host-*/{exe.library.key}.so"))
+    del exe
+    gc.collect()
+    for a, b in zip(expected, twin(*inputs), strict=True):
+        np.testing.assert_array_equal(a, b)

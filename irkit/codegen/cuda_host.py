@@ -93,9 +93,11 @@ def has_barrier(fn: func.FuncOp) -> bool:
 @dataclass
 class HostLibrary:
     """A compiled program: one launcher per kernel, called through ctypes (which lets go of
-    the GIL while a kernel runs)."""
+    the GIL while a kernel runs). `image` is the shared library's bytes, its file removed
+    once loaded."""
 
-    path: str
+    key: str
+    image: bytes
     library: ctypes.CDLL
 
     def launcher(self, name: str):
@@ -104,6 +106,19 @@ class HostLibrary:
                        ctypes.c_int]  # fmt: skip
         fn.restype = ctypes.c_int
         return fn
+
+    def reload(self) -> HostLibrary:
+        """The same machine code loaded again, at other addresses (a copy's placement)."""
+        return HostLibrary(self.key, self.image, _load(self.key, self.image))
+
+
+def _load(key: str, image: bytes) -> ctypes.CDLL:
+    """`image` loaded as a shared library of its own (the loader shares one loaded twice
+    from one path), its file and folder removed once loaded."""
+    with tempfile.TemporaryDirectory(prefix="irkit-cuda-host-") as folder:
+        so = Path(folder) / f"{key}.so"
+        so.write_bytes(image)
+        return ctypes.CDLL(str(so))
 
 
 _LOADED: dict[str, HostLibrary] = {}
@@ -122,21 +137,19 @@ def compile_host(source: str, defines: tuple[str, ...] = ()) -> HostLibrary:
     key = disk_cache.cache_key(source, HEADER.read_text(), compiler_version(cxx), flags)
     if key in _LOADED:
         return _LOADED[key]
-    folder = Path(tempfile.mkdtemp(prefix="irkit-cuda-host-"))
-    so = folder / f"{key}.so"
-    cached = disk_cache.read("cuda-host", key)
-    if cached is not None:
-        so.write_bytes(cached)
-    else:
-        cu = folder / "program.cu"
-        cu.write_text(source)
-        command = [cxx, *flags, "-include", str(HEADER), "-I", str(INCLUDE), "-x", "c++",
-                   str(cu), "-o", str(so)]  # fmt: skip
-        out = subprocess.run(command, capture_output=True, text=True, check=False)
-        if out.returncode != 0:
-            raise IrkitError(_error_line(out.stderr, source, cxx))
-        disk_cache.write("cuda-host", key, so.read_bytes())
-    library = HostLibrary(str(so), ctypes.CDLL(str(so)))
+    image = disk_cache.read("cuda-host", key)
+    if image is None:
+        with tempfile.TemporaryDirectory(prefix="irkit-cuda-host-") as folder:
+            cu, so = Path(folder) / "program.cu", Path(folder) / "program.so"
+            cu.write_text(source)
+            command = [cxx, *flags, "-include", str(HEADER), "-I", str(INCLUDE), "-x", "c++",
+                       str(cu), "-o", str(so)]  # fmt: skip
+            out = subprocess.run(command, capture_output=True, text=True, check=False)
+            if out.returncode != 0:
+                raise IrkitError(_error_line(out.stderr, source, cxx))
+            image = so.read_bytes()
+        disk_cache.write("cuda-host", key, image)
+    library = HostLibrary(key, image, _load(key, image))
     _LOADED[key] = library
     return library
 

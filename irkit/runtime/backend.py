@@ -208,6 +208,10 @@ class BoundDefaults:
 
 
 class Executable(Protocol):
+    """A compiled program. Optionally also `copy()`: another placement of the same compiled
+    code (loaded or linked again, its own buffers), nothing generated or compiled again;
+    attribution binds its copies through it, and compiles anew where it is missing."""
+
     backend: str
     module: ModuleOp
     kernels: list[KernelRecord]

@@ -409,7 +409,6 @@ class CudaExecutable:
     backend = "cuda"
 
     def __init__(self, module: ModuleOp, dev: Device):
-        drv = _driver()
         self.module = module
         self.dev = dev
         self.entry = entry_function(module)
@@ -417,6 +416,12 @@ class CudaExecutable:
         self.plan = driver_plan(module)
         self.gpu_kernels = build_kernels(module, dev.arch, (dev.max_threads, dev.max_shared))
         self.kernels = [k.record for k in self.gpu_kernels]
+        self._by_name = {k.name: k for k in self.gpu_kernels}
+        self._load()
+
+    def _load(self) -> None:
+        """Every kernel's cubin loaded as a module of its own (`functions`, by name)."""
+        drv = _driver()
         self.functions = {}
         self._modules = []
         for k in self.gpu_kernels:
@@ -431,7 +436,14 @@ class CudaExecutable:
                 _call(f"cuFuncSetAttribute ({k.name})",
                       drv.cuFuncSetAttribute(function, attr, k.launch["shared"]))  # fmt: skip
             self.functions[k.name] = function
-        self._by_name = {k.name: k for k in self.gpu_kernels}
+
+    def copy(self) -> CudaExecutable:
+        """Another placement: the same cubins loaded again as modules of their own, nothing
+        printed or compiled again (each bind gives it buffers of its own)."""
+        twin = object.__new__(CudaExecutable)
+        twin.__dict__.update(self.__dict__)
+        twin._load()
+        return twin
 
     def bind(self, *arrays: Any) -> CudaBound:
         inputs = check_arrays(f"@{self.entry.sym_name.data}", self.inputs, arrays)

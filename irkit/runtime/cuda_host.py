@@ -90,6 +90,18 @@ class CudaHostExecutable(SimulatedExecutable):
         self.library = library
         self._constants: dict[int, Guarded] = {}
 
+    def copy(self) -> CudaHostExecutable:
+        """Another placement: the same library loaded again from a copy of its file (at
+        other code addresses, as a fresh compile would place it), its own constants."""
+        twin = super().copy()
+        assert isinstance(twin, CudaHostExecutable)
+        twin._constants = {}
+        return twin
+
+    def _launcher(self) -> HostLauncher:
+        self.library = self.library.reload()
+        return HostLauncher(self.gpu_kernels, self.library)
+
     def buffer(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         return guarded(shape, dtype)
 

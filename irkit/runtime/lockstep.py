@@ -490,6 +490,10 @@ class LockstepExecutable(SimulatedExecutable):
     def __init__(self, module: ModuleOp, kernels: list[Any], check_races: bool = True):
         super().__init__(module, kernels, LockstepInterpreter(module, check_races))
 
+    def _launcher(self) -> LockstepInterpreter:
+        assert isinstance(self.launcher, LockstepInterpreter)
+        return LockstepInterpreter(self.module, self.launcher.check_races)
+
 
 class LockstepBackend:
     """`cuda-sim`: the CUDA path with the GPU replaced by the lockstep interpretation. Every
