@@ -808,6 +808,29 @@ def test_a_bound_copy_s_memory_counts_its_intermediates() -> None:
     assert bound_bytes(exe) == io + 2 * (sum(kept.values()) - io)
 
 
+def test_a_further_copy_releases_its_kernel_plan() -> None:
+    """A copy timed only as a whole (attribution's further placements) lets go of the kernel
+    plan's intermediates: what it keeps is what `bound_bytes(kernels=False)` counts, it
+    still computes the same outputs, and running one of its kernels alone is refused."""
+    from irkit.runtime.backend import bound_bytes
+
+    exe = compile(CHAIN, "cse,lower-graph-to-loops", backend="cpu", dims=SMALL)
+    inputs = random_inputs(load(CHAIN, SMALL), seed=0)
+    bound = exe.bind(*inputs)
+    expected = [o.copy() for o in bound.outputs]
+    bound.release_kernels()
+    io = sum(t.nbytes for t in [*exe.inputs, *exe.outputs])
+    assert sum(a.nbytes for a in bound.keep) == io  # no once-per-bind kernels: no prepared
+    assert bound_bytes(exe, kernels=False) == bound_bytes(exe) - (bound_bytes(exe) - io) // 2
+    for o in bound.outputs:
+        o[...] = np.nan
+    bound.run_graph()
+    for a, b in zip(expected, bound.outputs, strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(IrkitError, match="kernel plan was released"):
+        bound.run_kernel(0)
+
+
 def test_copies_are_bounded_by_memory_and_the_output_says_so(tmp_path, capsys,
                                                              monkeypatch) -> None:  # fmt: skip
     """Copies hold inputs, outputs and scratch each: where the copies wanted would take more
@@ -817,10 +840,13 @@ def test_copies_are_bounded_by_memory_and_the_output_says_so(tmp_path, capsys,
     from irkit.runtime.backend import bound_bytes
 
     exe = compile(CHAIN, "cse,lower-graph-to-loops", backend="cpu", dims=SMALL)
-    slot = 3 * bound_bytes(exe)  # the one program, and its two twins (the same program)
-    monkeypatch.setenv("IRKIT_MAX_MEMORY", str(slot * 5 * 3 // 2 + 1))
-    assert placement_budget() >= 5 * slot > placement_budget() - slot
-    assert _placements(32, [exe], 2) == (5, slot, placement_budget())
+    first, lean = bound_bytes(exe), bound_bytes(exe, kernels=False)
+    assert lean < first  # a further copy releases its kernel plan
+    slot = 3 * lean  # the one program, and its two twins (the same program)
+    five = first + 2 * lean + 4 * slot
+    monkeypatch.setenv("IRKIT_MAX_MEMORY", str(five * 3 // 2 + 1))
+    assert placement_budget() >= five > placement_budget() - slot
+    assert _placements(32, [exe], 2) == (5, five, placement_budget())
     assert _placements(4, [exe], 2)[0] == 4
     out = tmp_path / "a.json"
     code = bench(["attribute", CHAIN, "-p", "cse,lower-graph-to-loops", "--backend", "cpu",

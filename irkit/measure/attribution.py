@@ -625,7 +625,7 @@ def attribute(
     if not twin:
         twins = {}
     wanted = placements if placements is not None else auto_placements(len(programs) + len(twins))
-    copies, slot_bytes, copy_budget = _placements(
+    copies, copy_bytes, copy_budget = _placements(
         wanted, [p.exe for p in programs.values()], len(twins)
     )
 
@@ -646,7 +646,9 @@ def attribute(
             if len(bound[k]) > slot:
                 continue
             exe, what = sources[k]
-            bound[k].append(_checked_bound(_copy(chosen, exe), graph, case, what))
+            copy = _checked_bound(_copy(chosen, exe), graph, case, what)
+            getattr(copy, "release_kernels", lambda: None)()  # kernels time on the first
+            bound[k].append(copy)
             done += 1
             tick("placements", done, (copies - 1) * len(programs) + copies * len(twins))
     fns = {k: Placements([_timed(b, timer, chosen.name) for b in bs]) for k, bs in bound.items()}
@@ -822,7 +824,7 @@ def attribute(
         "placements": copies,
         "placements_wanted": placements if placements is not None else "auto",
         "placements_limited": wanted if copies < wanted else None,
-        "placement_bytes": slot_bytes * copies,
+        "placement_bytes": copy_bytes,
         "placement_budget_bytes": copy_budget,
         "placement_method": "every distinct program (and A/A twin) bound as this many "
         "separate copies, each its machine code linked into an engine of its own; round r "
@@ -1184,15 +1186,20 @@ def _copy(backend, exe):
 
 def _placements(wanted: int, exes: list[Any], twins: int) -> tuple[int, int, int]:
     """How many copies of each program to bind: `wanted`, fewer where they would hold more
-    than `placement_budget()` (at least 1); with the bytes one slot of copies holds (every
-    program and twin once, `bound_bytes`) and the budget. On elementwise_chain a bound copy
-    holds 54.5 MB: 12.6 MB of inputs and outputs and 21 MB of intermediates, twice (the
-    kernel plan's and the driver's kept scratch); when only inputs and outputs were counted,
-    prefix's 28 copies of 5 programs and 2 twins took the process to 9.4 GB resident."""
-    sizes = [bound_bytes(exe) for exe in exes]
-    per_slot = sum(sizes) + twins * max(sizes, default=0)  # a twin is the largest, at most
+    than `placement_budget()` (at least 1); with the bytes that many hold and the budget.
+    A program's first copy holds its kernel plan too (`bound_bytes`), for its kernels timed
+    alone; its further copies and every twin's release it (`kernels=False`). On
+    elementwise_chain a first copy holds 54.5 MB: 12.6 MB of inputs and outputs and 21 MB of
+    intermediates, twice (the kernel plan's and the driver's kept scratch), a further copy
+    33.5 MB; when only inputs and outputs were counted, prefix's 28 copies of 5 programs and
+    2 twins took the process to 9.4 GB resident."""
+    first = sum(bound_bytes(exe) for exe in exes)
+    lean = [bound_bytes(exe, kernels=False) for exe in exes]
+    per_slot = sum(lean) + twins * max(lean, default=0)  # a twin is the largest, at most
     budget = placement_budget()
-    return max(1, min(wanted, budget // max(per_slot, 1))), per_slot, budget
+    fit = 1 + (budget - first - twins * max(lean, default=0)) // max(per_slot, 1)
+    copies = max(1, min(wanted, fit))
+    return copies, first + twins * max(lean, default=0) + (copies - 1) * per_slot, budget
 
 
 def placement_budget() -> int:

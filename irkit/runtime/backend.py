@@ -162,7 +162,9 @@ def page_aligned(spec_or_array: TensorSpec | np.ndarray) -> np.ndarray:
 
 
 class Bound(Protocol):
-    """An Executable with its buffers fixed: what timers call repeatedly."""
+    """An Executable with its buffers fixed: what timers call repeatedly. Optionally also
+    `release_kernels()`: let go of what only `run_kernel` needs, for a copy whose kernels
+    are never timed alone (`BoundDefaults` has one that keeps everything)."""
 
     @property
     def outputs(self) -> list[np.ndarray]: ...
@@ -205,6 +207,9 @@ class BoundDefaults:
 
     def timed_replay(self) -> Callable[[], None] | None:
         return None
+
+    def release_kernels(self) -> None:
+        """Let go of what only `run_kernel` needs (the graph still runs): nothing here."""
 
 
 class Executable(Protocol):
@@ -278,11 +283,12 @@ def driver_specs(fn: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
     return inputs, outputs
 
 
-def bound_bytes(exe: Any) -> int:
+def bound_bytes(exe: Any, kernels: bool = True) -> int:
     """The memory one bound copy of `exe` holds: its inputs and outputs and the scratch its
     driver allocates (intermediates between kernels), statically shaped buffers counted in
     full, as many times as the executable's `scratch_copies` says a bound copy keeps them
-    (1 where it does not say); one without a driver counts its inputs and outputs."""
+    (1 where it does not say; 1 with `kernels` false, a copy whose `release_kernels` ran);
+    one without a driver counts its inputs and outputs."""
     from xdsl.dialects.builtin import MemRefType
 
     from irkit.loops.costs import buffer_bytes
@@ -295,7 +301,7 @@ def bound_bytes(exe: Any) -> int:
     scratch = sum(
         buffer_bytes(t) for t in allocs if isinstance(t, MemRefType) and t.has_static_shape()
     )
-    return io + scratch * getattr(exe, "scratch_copies", 1)
+    return io + scratch * (getattr(exe, "scratch_copies", 1) if kernels else 1)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from xdsl.ir import SSAValue
 
 from irkit.codegen.host import HostProgram, host_target, jit_program, machine_hash, relink
 from irkit.codegen.llvm import RELEASE, STEADY, linked_constants
+from irkit.errors import IrkitError
 from irkit.ir import entry_function, to_text
 from irkit.loops import cpu_threads, is_once, kernels, once_calls, prepared_buffers
 from irkit.loops.costs import count_flops, min_bytes
@@ -58,11 +59,21 @@ class CpuBound(BoundDefaults):
         self.exe.steady(*self.args)
 
     def run_kernel(self, index: int) -> None:
+        if not self.calls:
+            raise IrkitError("this bound copy's kernel plan was released: its kernels run no more")
         fn, args = self.calls[index]
         fn(*args)
 
     def synchronize(self) -> None:
         pass
+
+    def release_kernels(self) -> None:
+        """Free the kernel plan's intermediates (the driver keeps scratch of its own): a
+        copy timed only as a whole holds its inputs, outputs, prepared buffers and the
+        driver's scratch, about half of what it held on elementwise_chain."""
+        driver = set(self.args)
+        self.keep = [a for a in self.keep if a.ctypes.data in driver]
+        self.calls = []
 
 
 def _release(release: Callable[[], None], engine: llvm.ExecutionEngine) -> None:
