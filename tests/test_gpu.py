@@ -85,3 +85,26 @@ def test_graph_replay_computes_what_the_launches_compute(device_ready: str) -> N
     assert all(np.isfinite(r).all() for r in replayed)
     for a, b in zip(first, replayed, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_copy_loads_the_same_cubins_again(device_ready: str, monkeypatch) -> None:
+    """`CudaExecutable.copy()` (attribution's further placements): the same kernels loaded
+    as modules of their own, nothing printed or compiled again, the same results after the
+    original is gone."""
+    import gc
+
+    import irkit.runtime.gpu as gpu_runtime
+    from irkit.runtime.reference import random_inputs
+
+    module = irkit.load("examples/mlp.graph", {"B": 4, "D": 32, "F": 64})
+    inputs = random_inputs(module, seed=3)
+    exe = irkit.compile(module, backend="cuda")
+    expected = exe(*inputs)
+    monkeypatch.setattr(gpu_runtime, "kernel_source", lambda *a: pytest.fail("printed again"))
+    twin = exe.copy()
+    assert twin.gpu_kernels is exe.gpu_kernels
+    assert all(int(a) != int(b) for a, b in zip(exe._modules, twin._modules, strict=True))
+    del exe
+    gc.collect()
+    for a, b in zip(expected, twin(*inputs), strict=True):
+        np.testing.assert_array_equal(a, b)

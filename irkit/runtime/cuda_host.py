@@ -99,6 +99,7 @@ class CudaHostExecutable(SimulatedExecutable):
         return twin
 
     def _launcher(self) -> HostLauncher:
+        """Called on the copy: its library loaded again, and its launcher over that."""
         self.library = self.library.reload()
         return HostLauncher(self.gpu_kernels, self.library)
 
