@@ -344,6 +344,7 @@ def run_example(example: str, args: argparse.Namespace) -> dict:
     if args.quick:
         dims = QUICK_DIMS[example]
     model = HERE.parent / model_name
+    fingerprint = host_fingerprint()  # at the start: the code measured, not a later commit
     full_s = program_seconds(model, dims, real, args.backend, seconds=0.3 if args.quick else 3.0)
     per_iter = spin_seconds(100_000, backend=args.backend) / 100_000
     iters = {size: max(1, round(size * full_s / per_iter)) for size in SIZES}
@@ -386,7 +387,7 @@ def run_example(example: str, args: argparse.Namespace) -> dict:
         "kind": "irkit.fidelity", "example": example, "backend": args.backend, "dims": dims,
         "pipeline": real, "loaded": args.load, "quick": args.quick, "budget_s": args.budget,
         "placements": args.placements,
-        "stop": args.stop, "git_sha": host_fingerprint().get("git_sha"), "full_s": full_s,
+        "stop": args.stop, "git_sha": fingerprint.get("git_sha"), "full_s": full_s,
         "plant_iters": iters, "summary": table, "truth": truth.summary(),
         "truth_method": "the plant's cost in the full program: T(with) - T(without), each "
                         f"sample {args.truth_copies} fresh copies (linked and bound) of the "
@@ -397,7 +398,7 @@ def run_example(example: str, args: argparse.Namespace) -> dict:
                         "scaled per trial by the spins alone timed in that trial over "
                         f"their means, averaged over the trials within {SPEED_WINDOW} either "
                         "side (the machine's speed then)",
-        "truth_samples": truth.samples, "trials": trials, "fingerprint": host_fingerprint(),
+        "truth_samples": truth.samples, "trials": trials, "fingerprint": fingerprint,
         **({} if args.backend == "cpu" else {"device": get_backend(args.backend)[0].fingerprint()}),
     }  # fmt: skip
 
