@@ -1195,11 +1195,11 @@ def _placements(wanted: int, exes: list[Any], twins: int) -> tuple[int, int, int
     2 twins took the process to 9.4 GB resident."""
     first = sum(bound_bytes(exe) for exe in exes)
     lean = [bound_bytes(exe, kernels=False) for exe in exes]
-    per_slot = sum(lean) + twins * max(lean, default=0)  # a twin is the largest, at most
+    twin_bytes = twins * max(lean, default=0)  # a twin is the largest program, at most
+    per_slot = sum(lean) + twin_bytes
     budget = placement_budget()
-    fit = 1 + (budget - first - twins * max(lean, default=0)) // max(per_slot, 1)
-    copies = max(1, min(wanted, fit))
-    return copies, first + twins * max(lean, default=0) + (copies - 1) * per_slot, budget
+    copies = max(1, min(wanted, 1 + (budget - first - twin_bytes) // max(per_slot, 1)))
+    return copies, first + twin_bytes + (copies - 1) * per_slot, budget
 
 
 def placement_budget() -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
+from copy import copy as shallow_copy
 from typing import Any
 
 import numpy as np
@@ -91,17 +92,14 @@ class CudaHostExecutable(SimulatedExecutable):
         self._constants: dict[int, Guarded] = {}
 
     def copy(self) -> CudaHostExecutable:
-        """Another placement: the same library loaded again from a copy of its file (at
-        other code addresses, as a fresh compile would place it), its own constants."""
-        twin = super().copy()
-        assert isinstance(twin, CudaHostExecutable)
+        """Another placement: the same library loaded again from its bytes (at other code
+        addresses, as a fresh compile would place it), a launcher over that, its own
+        constants; nothing printed or compiled again."""
+        twin = shallow_copy(self)
+        twin.library = self.library.reload()
+        twin.launcher = HostLauncher(self.gpu_kernels, twin.library)
         twin._constants = {}
         return twin
-
-    def _launcher(self) -> HostLauncher:
-        """Called on the copy: its library loaded again, and its launcher over that."""
-        self.library = self.library.reload()
-        return HostLauncher(self.gpu_kernels, self.library)
 
     def buffer(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         return guarded(shape, dtype)
