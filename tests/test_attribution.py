@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import irkit.measure.plants  # noqa: F401  (registers plant-work)
-from irkit import load, random_inputs
+from irkit import load, random_inputs, reference
 from irkit.cli.bench import main as bench
 from irkit.errors import IrkitError
 from irkit.measure.attribution import attribute, compare_pipelines, make_plan
@@ -690,11 +690,24 @@ def test_every_program_is_timed_as_several_placements(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(CpuBackend, "compile", counted("compile", compile_))
     monkeypatch.setattr(CpuExecutable, "copy", counted("copy", copy))
+    inputs_at: list[int] = []  # where each bound program's first input is
+    bind = CpuExecutable.bind
+
+    def bind_and_note(self, *arrays, **kw):
+        bound = bind(self, *arrays, **kw)
+        inputs_at.append(bound.io[0].ctypes.data)
+        return bound
+
+    monkeypatch.setattr(CpuExecutable, "bind", bind_and_note)
     record = attribute(CHAIN, "cse,fuse-kernels,lower-graph-to-loops", "cpu", "prefix",
                        {"N": 8, "D": 16}, budget_s=0.3, placements=3).to_json()  # fmt: skip
     proto, noise = record["protocol"], record["noise_floor"]
     assert proto["placements"] == 3
     assert proto["programs_bound"] == 3 * (proto["programs_measured"] + 2)  # two twins
+    # every program and twin of a slot bound into the slot's buffers: three sets in all
+    assert proto["placement_io"] == "shared" and len(inputs_at) == proto["programs_bound"]
+    per_slot = proto["programs_measured"] + 2
+    assert len(set(inputs_at)) == 3 and len(set(inputs_at[:per_slot])) == 1
     assert proto["copy_sd"] is not None and 0.0 <= proto["copy_sd"] < 1.0  # reported, relative
     from irkit.measure.attribution import MIN_CYCLES  # every copy's j-th round: cycle j
 
@@ -806,6 +819,44 @@ def test_a_bound_copy_s_memory_counts_its_intermediates() -> None:
     io = sum(t.nbytes for t in [*exe.inputs, *exe.outputs])
     assert sum(kept.values()) > io  # the chain has intermediates
     assert bound_bytes(exe) == io + 2 * (sum(kept.values()) - io)
+
+
+def test_a_program_binds_into_another_program_s_buffers() -> None:
+    """`bind(io=...)`: a program bound into another's inputs and outputs (attribution's
+    placement slots) uses those very buffers, computes its own result into them, and
+    leaves the other program correct; buffers of another signature are refused."""
+    unfused = compile(CHAIN, "cse,lower-graph-to-loops", backend="cpu", dims=SMALL)
+    fused = compile(CHAIN, "cse,fuse-kernels,lower-graph-to-loops", backend="cpu", dims=SMALL)
+    inputs = random_inputs(load(CHAIN, SMALL), seed=0)
+    expected = reference(load(CHAIN, SMALL), *inputs)
+    first = unfused.bind(*inputs)
+    second = fused.bind(*inputs, io=first.io)
+    assert all(a is b for a, b in zip(first.io, second.io, strict=True))
+    for bound in (second, first, second):
+        for o in bound.outputs:
+            o[...] = np.nan
+        bound.run_graph()
+        for got, want in zip(bound.outputs, expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    wrong = [*first.io[:-1], np.zeros((3, 3), np.float32)]
+    with pytest.raises(IrkitError, match=r"shared buffer for '\w+' is float32\[3, 3\]"):
+        fused.bind(*inputs, io=wrong)
+    with pytest.raises(IrkitError, match="binding into 1 shared buffers"):
+        fused.bind(*inputs, io=first.io[:1])
+
+
+def test_shared_inputs_and_outputs_are_counted_once_a_slot() -> None:
+    """`_placements` with `shared_io`: a slot holds its inputs and outputs once, not once a
+    program, so more copies fit the same memory."""
+    from irkit.measure.attribution import _placements
+    from irkit.runtime.backend import bound_bytes
+
+    exe = compile(CHAIN, "cse,lower-graph-to-loops", backend="cpu", dims=SMALL)
+    io = bound_bytes(exe, io_only=True)
+    assert io == sum(t.nbytes for t in [*exe.inputs, *exe.outputs])
+    own, shared = _placements(4, [exe, exe], 2), _placements(4, [exe, exe], 2, shared_io=True)
+    assert own[0] == shared[0] == 4
+    assert own[1] - shared[1] == 4 * 3 * io  # each slot: one set of four (2 programs, 2 twins)
 
 
 def test_a_further_copy_releases_its_kernel_plan() -> None:

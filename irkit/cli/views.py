@@ -84,7 +84,12 @@ def show_attribution(console: Console, rec: dict) -> None:
         console.print(
             f"{placements} placements: every program linked and bound {placements} times, "
             f"rounds rotating through the copies{said}; CIs resample rounds within copies and "
-            "hold the copy-to-copy spread",
+            "hold the copy-to-copy spread"
+            + (
+                "; a slot's programs share its input and output buffers"
+                if proto.get("placement_io") == "shared"
+                else ""
+            ),  # fmt: skip
             highlight=False,
         )
     limited = proto.get("placements_limited")

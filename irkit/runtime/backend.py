@@ -161,10 +161,28 @@ def page_aligned(spec_or_array: TensorSpec | np.ndarray) -> np.ndarray:
     return out
 
 
+def shared_io(
+    name: str, inputs: list[TensorSpec], outputs: list[TensorSpec], io: Sequence[np.ndarray]
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """`io` (another bound program's inputs' and outputs' buffers, `Bound.io`) split into
+    inputs and outputs, checked against the `inputs` and `outputs` of the program `name`
+    to be bound into them: the same count, shapes and dtypes, C-contiguous, writable."""
+    specs = [*inputs, *outputs]
+    if len(io) != len(specs):
+        raise IrkitError(f"{name}: binding into {len(io)} shared buffers, but it has {len(inputs)} inputs and {len(outputs)} outputs")  # fmt: skip
+    for spec, buffer in zip(specs, io, strict=True):
+        if (tuple(buffer.shape) != tuple(spec.shape) or buffer.dtype != np.dtype(spec.dtype)
+                or not buffer.flags.c_contiguous or not buffer.flags.writeable):  # fmt: skip
+            raise IrkitError(f"{name}: shared buffer for '{spec.name}' is {buffer.dtype}{list(buffer.shape)}, it needs a writable C-contiguous {spec.dtype}{list(spec.shape)}")  # fmt: skip
+    return list(io[: len(inputs)]), list(io[len(inputs) :])
+
+
 class Bound(Protocol):
     """An Executable with its buffers fixed: what timers call repeatedly. Optionally also
     `release_kernels()`: let go of what only `run_kernel` needs, for a copy whose kernels
-    are never timed alone (`BoundDefaults` has one that keeps everything)."""
+    are never timed alone (`BoundDefaults` has one that keeps everything); and `io`, its
+    inputs' and outputs' host buffers, where its executable's `bind` takes `io=` to bind
+    another program of the same signature into them (the CPU backend's)."""
 
     @property
     def outputs(self) -> list[np.ndarray]: ...
@@ -283,17 +301,19 @@ def driver_specs(fn: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
     return inputs, outputs
 
 
-def bound_bytes(exe: Any, kernels: bool = True) -> int:
+def bound_bytes(exe: Any, kernels: bool = True, io_only: bool = False) -> int:
     """The memory one bound copy of `exe` holds: its inputs and outputs and the scratch its
     driver allocates (intermediates between kernels), statically shaped buffers counted in
     full, as many times as the executable's `scratch_copies` says a bound copy keeps them
     (1 where it does not say; 1 with `kernels` false, a copy whose `release_kernels` ran);
-    one without a driver counts its inputs and outputs."""
+    one without a driver counts its inputs and outputs. `io_only`: its inputs and outputs."""
     from xdsl.dialects.builtin import MemRefType
 
     from irkit.loops.costs import buffer_bytes
 
     io = sum(t.nbytes for t in [*getattr(exe, "inputs", []), *getattr(exe, "outputs", [])])
+    if io_only:
+        return io
     entry = getattr(exe, "entry", None)
     allocs = (
         [op.results[0].type for op in entry.walk() if op.name == "memref.alloc"] if entry else []

@@ -37,6 +37,7 @@ from irkit.runtime.backend import (
     driver_specs,
     page_aligned,
     run_steps,
+    shared_io,
 )
 from irkit.runtime.ceilings import Ceilings, cpu_ceilings
 
@@ -54,6 +55,13 @@ class CpuBound(BoundDefaults):
     outputs: list[np.ndarray]
     keep: list[np.ndarray]
     calls: list[tuple[Callable[..., None], tuple[int, ...]]] = field(default_factory=list)
+    inputs: list[np.ndarray] = field(default_factory=list)
+
+    @property
+    def io(self) -> list[np.ndarray]:
+        """Its inputs' and outputs' buffers, in the driver's order: what another program
+        of the same signature can be bound into (`CpuExecutable.bind(io=...)`)."""
+        return [*self.inputs, *self.outputs]
 
     def run_graph(self) -> None:
         self.exe.steady(*self.args)
@@ -164,7 +172,7 @@ class CpuExecutable:
         self.driver(*(a.ctypes.data for a in [*inputs, *outputs]))
         return outputs
 
-    def bind(self, *arrays: Any) -> CpuBound:
+    def bind(self, *arrays: Any, io: Sequence[np.ndarray] | None = None) -> CpuBound:
         """Fix the buffers (page-aligned copies of the inputs, page-aligned outputs and
         intermediates) and replay the driver's plan once, so that every intermediate holds
         real data before a kernel is timed alone. Once-per-bind kernels run here, and only
@@ -177,13 +185,25 @@ class CpuExecutable:
         (allocated on its first call) is allocated and touched here, not in the first timed
         call. On a VM where fresh memory costs a host fault per page, a copy's first call
         took 58 ms where the program takes 2-5: attribution's copies spent 7 of a 10 s
-        budget on such calls."""
-        checked = check_arrays(f"@{self.entry.sym_name.data}", self.inputs, arrays)
-        inputs = [page_aligned(a) for a in checked]
-        outputs = [page_aligned(s) for s in self.outputs]
+        budget on such calls.
+
+        `io`: the inputs' and outputs' buffers to use instead of new ones (another bound
+        program's `io`, of the same signature): the arrays are copied into its inputs. What
+        attribution binds every program of a placement slot into, so that the slot's offset
+        is common to them (`attribution.Placements`)."""
+        name = f"@{self.entry.sym_name.data}"
+        checked = check_arrays(name, self.inputs, arrays)
+        if io is None:
+            inputs = [page_aligned(a) for a in checked]
+            outputs = [page_aligned(s) for s in self.outputs]
+        else:
+            inputs, outputs = shared_io(name, self.inputs, self.outputs, io)
+            for buffer, a in zip(inputs, checked, strict=True):
+                np.copyto(buffer, a)
         for o in outputs:  # an output the graph does not write reads as NaN, not as garbage
             o[...] = np.nan
-        bound = CpuBound(self, [a.ctypes.data for a in [*inputs, *outputs]], outputs, [])
+        bound = CpuBound(self, [a.ctypes.data for a in [*inputs, *outputs]], outputs, [],
+                         inputs=inputs)  # fmt: skip
         env: dict[SSAValue, np.ndarray] = dict(
             zip(self.entry.body.block.args, [*inputs, *outputs], strict=True)
         )
