@@ -254,6 +254,8 @@ def trial(model: Path, dims: dict, real: str, strategy: str, slow: int, fast: in
         "rounds": result["protocol"]["rounds"],
         "stop_reason": result["protocol"]["stop_reason"],
         "placements": result["protocol"]["placements"],
+        "placement_io": result["protocol"].get("placement_io"),
+        "copy_sd": result["protocol"].get("copy_sd"),
         "load": [load_start, load_average()],
         "aa_failed": noise.get("aa_failed"),
     }  # fmt: skip
