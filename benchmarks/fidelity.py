@@ -265,6 +265,11 @@ SPEED_WINDOW = 5
 """Trials either side whose spins `assign_truth` averages into a trial's machine speed."""
 
 
+SPIN_OUTLIER = 1.25
+"""A trial's spin timed alone above this multiple of that spin's median over the run is an
+interruption, not the machine's speed: the trial takes its neighbours' speed."""
+
+
 def assign_truth(trials: list[dict], truth: dict[str, dict]) -> None:
     """Each trial's true effects: each plant's cost in the program (`truth`, by its
     iterations: `Truth.summary`, pooled over the run), scaled by the machine's speed at the
@@ -276,15 +281,24 @@ def assign_truth(trials: list[dict], truth: dict[str, dict]) -> None:
     took their noise: 1-2% trial to trial, uncorrelated with the effects measured in the
     trials (correlation -0.1 to 0.1 in the 20% plants of the six runs of 2026-11-24/25)
     and with the next trial's, and mlp's 20% prefix cell covered 33/40 against 36/40 with
-    the scale smoothed, which still follows the slow drift.) The zero-cost plants' truth is
+    the scale smoothed, which still follows the slow drift.) A trial whose spins alone took
+    more than `SPIN_OUTLIER` times their median was interrupted while they were timed (one
+    timed 3.2x while a test suite ran beside the run, and the mean over its window raised
+    eleven trials' truth by 5-10%): its speed is left out, here and in the means. The
+    zero-cost plants' truth is
     0 on the CPU; off it plant-zero's is its kernel launch's cost, measured in the program
     as the spins' are (`ZERO`)."""
-    speed = {n: float(np.mean(v)) for n, v in _spin_alone(trials).items()}
+    alone = {n: np.array(v) for n, v in _spin_alone(trials).items()}
+    typical = {n: float(np.median(v)) for n, v in alone.items()}
+    speed = {n: float(np.mean(v[v <= typical[n] * SPIN_OUTLIER])) for n, v in alone.items()}
     zero = truth[str(ZERO)]["seconds"] if str(ZERO) in truth else 0.0
-    own = np.array([np.mean([t["spin_alone_s"][k] / speed[str(n)] for k, n in t["iters"].items()])
+    own = np.array([np.nan if any(t["spin_alone_s"][k] > typical[str(n)] * SPIN_OUTLIER
+                                  for k, n in t["iters"].items())
+                    else np.mean([t["spin_alone_s"][k] / speed[str(n)] for k, n in t["iters"].items()])
                     for t in trials])  # fmt: skip
     for i, t in enumerate(trials):
-        scale = float(own[max(0, i - SPEED_WINDOW) : i + SPEED_WINDOW + 1].mean())
+        window = own[max(0, i - SPEED_WINDOW) : i + SPEED_WINDOW + 1]
+        scale = float(np.nanmean(window)) if not np.isnan(window).all() else 1.0
         cost = {k: truth[str(n)]["seconds"] * scale for k, n in t["iters"].items()}
         t["truth"] = {"plant-work": -cost["plant-work"], "plant-unwaste": cost["plant-unwaste"],
                       "plant-zero": -zero, "plant-ir-only": 0.0}  # fmt: skip

@@ -122,6 +122,21 @@ def test_a_real_difference_is_significant() -> None:
     assert c.significant and c.ratio.low > 1
 
 
+def test_a_comparison_binds_both_pipelines_and_the_twin_as_placement_slots() -> None:
+    # whatever the timings: the slots bound, shared inputs and outputs on the CPU, the
+    # copies' spread estimated, and the ratio's CI about its point
+    c = compare_pipelines(CHAIN, "lower-graph-to-loops", "lower-graph-to-loops,plant-work",
+                          "cpu", SMALL, budget_s=0.3, placements=4)  # fmt: skip
+    assert c.placements == 4 and c.placement_io == "shared"
+    assert c.copy_sd is not None and c.copy_sd >= 0 and c.rounds >= 10
+    assert c.ratio.low <= c.ratio.value <= c.ratio.high and c.floor >= 0
+    one = compare_pipelines(CHAIN, "lower-graph-to-loops", "lower-graph-to-loops", "cpu", SMALL,
+                            budget_s=0.2, placements=1)  # fmt: skip
+    assert one.placements == 1 and one.copy_sd is None
+    with pytest.raises(IrkitError, match="compare_pipelines: placements must be an integer"):
+        compare_pipelines(CHAIN, "cse", "cse", "cpu", SMALL, placements=0)
+
+
 def test_shapley_contributions_sum_to_the_measured_total(tmp_path) -> None:
     result = attribute(CHAIN, "cse,fuse-kernels,lower-graph-to-loops,plant-work", "cpu",
                        "shapley", SMALL, budget_s=3.0)  # fmt: skip
@@ -518,7 +533,7 @@ def test_the_ci_is_expanded_for_the_few_cycles_it_resamples() -> None:
     "df, exact", [(3, 3.182446), (7, 2.364624), (18, 2.100922), (60, 2.000298)]
 )
 def test_student_t_quantile_matches_the_tables(df, exact) -> None:
-    from irkit.measure.attribution import _t_quantile
+    from irkit.measure.stats import t_quantile as _t_quantile
 
     assert _t_quantile(0.975, df) == pytest.approx(exact, abs=5e-3)
 

@@ -304,6 +304,15 @@ def test_fidelity_truth_scales_by_the_machine_speed_smoothed_over_neighbouring_t
     assert trials[3]["truth"]["plant-unwaste"] == pytest.approx(
         -2 * trials[3]["truth"]["plant-work"]
     )
+    # a spin timed 3x while something else ran is an interruption, not the machine's
+    # speed: it moves no trial's truth, its own included
+    speed[30] = 3.0
+    for t, s in zip(trials, speed, strict=True):
+        t["spin_alone_s"] = {"plant-work": 1e-4 * s, "plant-unwaste": 2e-4 * s}
+    fidelity.assign_truth(trials, {"100": {"seconds": 1e-4}, "200": {"seconds": 2e-4}})
+    clean = np.delete(speed, 30)
+    work = np.array([-t["truth"]["plant-work"] for t in trials]) / 1e-4 * clean.mean()
+    assert work[25:36] == pytest.approx(np.full(11, 1.04), abs=1e-9)
 
 
 def test_ci_coverage_simulation_prints_both_estimators() -> None:

@@ -86,6 +86,8 @@ def test_gemm_over_twelve_tile_configurations_declares_a_winner_only_with_a_ci(t
     assert record["protocol"]["confidence"] == pytest.approx(
         1 - 0.05 / (len(record["programs"]) - 1)
     )
+    assert record["protocol"]["placements"] == 8  # the race, bound as slots
+    assert record["protocol"]["placement_io"] == "shared"
     s = record["speedup"]
     assert s["ci_low"] <= s["median"] <= s["ci_high"]
     assert record["declared"] == (s["ci_low"] > 1)

@@ -464,12 +464,14 @@ def _bisect_slowdown(console, args) -> int:
     backend, _ = get_backend(args.backend)
     pipeline = args.passes or backend.default_pipeline
     result = slowing_edits(args.file, pipeline, args.slower_than, backend.name, dict(args.dim),
-                           args.seed, args.threshold, args.budget)  # fmt: skip
+                           args.seed, args.threshold, args.budget, placements=args.placements)  # fmt: skip
 
     def said(d) -> str:
         r = d.ratio
+        slots = (f"{d.placements} placements, {d.placement_io} I/O" if d.placements > 1
+                 else "1 placement: copy offsets not sampled")  # fmt: skip
         return (f"{r.median:.3f}x [{r.low:.3f}, {r.high:.3f}] ({r.confidence:.2%} CI, "
-                f"{d.rounds} paired rounds, {d.looks} looks)")  # fmt: skip
+                f"{d.rounds} paired rounds, {d.looks} looks, {slots})")  # fmt: skip
 
     o = result.overall
     console.print(f"{args.file}: '{pipeline}' vs the base '{args.slower_than}' on {backend.name}: "
@@ -547,10 +549,11 @@ def _tune(args) -> int:
         bar, tick = _progress()
         with bar:
             record = tune(args.file, args.space, args.passes, args.backend, dims, args.precision,
-                          args.budget, args.seed, store=not args.no_store, progress=tick).to_json()  # fmt: skip
+                          args.budget, args.seed, store=not args.no_store, progress=tick,
+                          placements=args.placements).to_json()  # fmt: skip
     else:
         job = TuneJob(args.file, args.space, args.passes, args.backend, dims, args.precision,
-                      args.budget, args.seed)  # fmt: skip
+                      args.budget, args.seed, placements=args.placements)  # fmt: skip
         import tempfile
 
         # submitit's logs go beside the record, or to a temporary folder (not the cwd)
@@ -747,6 +750,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="the smallest relative slowdown that counts (default 0.05)")  # fmt: skip
     bis.add_argument("--budget", type=positive_float, default=30.0,
                      help="seconds of sampling per sequential test at most (default 30)")  # fmt: skip
+    bis.add_argument("--placements", type=bounded_int(1, 64), default=8,
+                     help="slots the base and each edited program are bound as, the rounds "
+                          "rotating through them (default 8; fewer where memory is short)")  # fmt: skip
     bis.add_argument("--diff-lines", type=positive_int, default=80,
                      help="lines of the culprit's IR diff to print (default 80)")  # fmt: skip
     tun = sub.add_parser(
@@ -757,6 +763,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="pass options and the values to try, e.g. "
                           "'cpu-tile-matmul{mr=4,6,8;nr=32,48,64}'")  # fmt: skip
     _measure_options(tun, budget=30.0)
+    tun.add_argument("--placements", type=bounded_int(1, 64), default=8,
+                     help="slots the final race binds every program in, the rounds rotating "
+                          "through them (default 8; fewer where memory is short)")  # fmt: skip
     tun.add_argument("--json", default=None, metavar="OUT", help="write the record as JSON")
     tun.add_argument("--no-store", action="store_true",
                      help="do not record the result in the tuning database")  # fmt: skip

@@ -75,7 +75,8 @@ from irkit.ir import model_function, structure_key, to_text
 from irkit.limits import memory_limit
 from irkit.measure import check_protocol
 from irkit.measure.roofline import Ceilings, roof_point
-from irkit.measure.stats import Estimate
+from irkit.measure.slots import Placements, bind_slots, check_placements, checked_bound, io_of
+from irkit.measure.stats import Estimate, t_quantile
 from irkit.measure.timers import time_interleaved
 from irkit.pipelines import Step, apply_pipelines, pipeline_steps
 from irkit.runtime.backend import Bound, bound_bytes
@@ -457,30 +458,6 @@ def _verdicts_resolved(
     return True
 
 
-class Placements:
-    """One program as several copies, each linked and bound separately (its own code,
-    scratch and buffer placement: two copies of one program differ by a few percent on a
-    CPU, consistently, through cache-set and 4K-aliasing accidents of where things landed).
-    A round calls one copy, `select`ed for the round, the same slot for every program, so
-    the copy-to-copy offsets are sampled across rounds instead of frozen into one program's
-    median; the bootstrap then resamples slots as well as rounds (`_round_bootstrap`).
-    Where the backend can, the programs of a slot share its input and output buffers
-    (`_io`): a block of the experiment, its placement common to every program in it."""
-
-    def __init__(self, fns: list[Callable[[], None]]):
-        self.fns = fns
-        self.current = fns[0]
-
-    def select(self, slot: int) -> None:
-        self.current = self.fns[slot % len(self.fns)]
-
-    def __call__(self) -> None:
-        self.current()
-
-    def __getattr__(self, name: str) -> Any:  # the copy's timer name, or its own `sample`
-        return getattr(self.current, name)
-
-
 def _timed(bound: Any, timer: str, backend: str) -> Callable[[], None]:
     """What a round calls for one program: its launches, or its replayed graph."""
     if timer == "launches":
@@ -560,9 +537,7 @@ def attribute(
     _check_arguments(strategy, precision, budget_s, kernel_budget_s, permutations, seed)
     if stop not in STOPS:
         raise IrkitError(f"attribute: unknown stop rule {stop!r}; choose from {', '.join(STOPS)}")
-    if placements is not None and (isinstance(placements, bool) or not isinstance(placements, int)
-                                   or not 1 <= placements <= 64):  # fmt: skip
-        raise IrkitError(f"attribute: placements must be an integer from 1 to 64 (or None: automatic), got {placements!r}")  # fmt: skip
+    check_placements("attribute", placements, automatic=True)
     if timer not in TIMERS:
         raise IrkitError(f"attribute: unknown timer {timer!r}; choose from {', '.join(TIMERS)}")
     expect("attribute", "model", model, ModuleOp | str | Path, "a module or a model file path")
@@ -615,8 +590,8 @@ def attribute(
         if key not in programs:
             what = f"the variant with {_describe(steps, optional, mask)} ({vspec})"
             first = next(iter(programs.values()), None)  # slot 0's buffers (`Placements`)
-            io = _io(first.bound) if first else None
-            programs[key] = Program(key, exe, _checked_bound(exe, graph, case, what, io))
+            io = io_of(first.bound) if first else None
+            programs[key] = Program(key, exe, checked_bound(exe, graph, case, what, io))
         programs[key].masks.append(mask)
         variants.append({"passes": [steps[optional[j]].label for j, m in enumerate(mask) if m],
                          "spec": vspec, "program": key,
@@ -629,39 +604,18 @@ def attribute(
     if not twin:
         twins = {}
     wanted = placements if placements is not None else auto_placements(len(programs) + len(twins))
-    slot0_io = _io(next(iter(programs.values())).bound)
-    shares = slot0_io is not None
+    shares = io_of(next(iter(programs.values())).bound) is not None
     copies, copy_bytes, copy_budget = _placements(
         wanted, [p.exe for p in programs.values()], len(twins), shares
     )
 
-    # Copies are linked and bound slot by slot, the programs in a fresh random order in
-    # each slot: copies bound one after another share much of their offset (four copies of
-    # one program bound in a row, then four more, differed as sets by up to 2.5%; bound
-    # alternately, by 0.15%), so a program's copies bound in a row would look alike while
-    # the program as a whole sat off by that much (A/A twins differed 10-28% of the time).
-    # Where the backend can, every program of a slot is bound into the same input and
-    # output buffers (the first bound's `io`; slot 0's at compile time, above), so that
-    # the slot's placement is common to them all and cancels in their differences.
+    # every program (and twin) bound as `copies` slots, slot 0's programs at compile time
+    # above (`bind_slots`: slot by slot, each slot into one set of inputs and outputs)
     sources = {k: (p.exe, f"a copy of program {k}") for k, p in programs.items()}
     sources.update({name: (programs[key_of[mask]].exe, f"the {name}")  # the twins: the same
                     for name, mask in twins.items()})  # program, bound again as many times  # fmt: skip
-    bound: dict[str, list[Any]] = {k: [p.bound] for k, p in programs.items()}
-    bound.update({name: [] for name in twins})
-    order = np.random.default_rng(seed)
-    done = 0
-    for slot in range(copies):
-        io = slot0_io if slot == 0 else None
-        for k in order.permutation(list(sources)):
-            if len(bound[k]) > slot:
-                continue
-            exe, what = sources[k]
-            copy = _checked_bound(_copy(chosen, exe), graph, case, what, io)
-            io = io if io is not None else _io(copy)
-            getattr(copy, "release_kernels", lambda: None)()  # kernels time on the first
-            bound[k].append(copy)
-            done += 1
-            tick("placements", done, (copies - 1) * len(programs) + copies * len(twins))
+    bound = bind_slots(chosen, sources, copies, graph, case, seed,
+                       first={k: p.bound for k, p in programs.items()}, tick=tick)  # fmt: skip
     fns = {k: Placements([_timed(b, timer, chosen.name) for b in bs]) for k, bs in bound.items()}
     slots: list[int] = []
 
@@ -1072,17 +1026,7 @@ def _expansion(groups: list[np.ndarray]) -> float:
         df = sum(len(g) for g in groups) - len(groups)
     if df < 1:
         return 1.0
-    return float(_t_quantile(0.975, df) / NormalDist().inv_cdf(0.975))
-
-
-def _t_quantile(p: float, df: float) -> float:
-    """Student's t quantile by its Cornish-Fisher expansion in 1/df (four terms: within
-    1e-3 of the exact value from 3 degrees of freedom on at p = 0.975; numpy has none)."""
-    z = NormalDist().inv_cdf(p)
-    terms = ((z**3 + z) / 4, (5 * z**5 + 16 * z**3 + 3 * z) / 96,
-             (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
-             (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160)  # fmt: skip
-    return z + sum(g / df ** (i + 1) for i, g in enumerate(terms))
+    return float(t_quantile(0.975, df) / NormalDist().inv_cdf(0.975))
 
 
 @overload
@@ -1193,27 +1137,6 @@ def _split_ratio(
     return float(pa[0] / pb[0]), ba[0] / bb[0]
 
 
-def _copy(backend, exe):
-    """Another placement of a compiled program: the backend's own copy (`exe.copy()`, the
-    same code linked or loaded again) where it has one, else a fresh compile."""
-    if callable(getattr(exe, "copy", None)):
-        return exe.copy()
-    return backend.compile(exe.module.clone())
-
-
-def _io(bound: Any) -> list[np.ndarray] | None:
-    """A bound program's inputs' and outputs' buffers, for the other programs of its
-    placement slot to be bound into, where its backend can (`Bound.io`); else None.
-
-    Why: a copy's offset comes mostly from where its inputs and outputs landed. On this VM
-    elementwise_chain's copies spread 5-7% (sd), and a 5% plant's program and the program
-    without it, bound one after the other with buffers of their own, differed by 80-120 us
-    (sd over 24 slots); bound into the same buffers, by 28-44 us (their slot medians
-    correlated 0.97 where they had 0.65-0.78). The effect measured is the same: fusion's
-    saving, 75.2-76.5% of the program in three runs each way."""
-    return getattr(bound, "io", None)
-
-
 def _placements(
     wanted: int, exes: list[Any], twins: int, shared_io: bool = False
 ) -> tuple[int, int, int]:
@@ -1261,20 +1184,6 @@ def auto_placements(programs: int) -> int:
 
 AUTO_COPIES = 200
 """The copies `auto_placements` binds in all, when each program gets from 4 to 32."""
-
-
-def _checked_bound(exe, graph: ModuleOp, case, what: str, io: list[np.ndarray] | None = None):
-    """`exe` bound to the reference case's inputs, its outputs from binding checked against
-    the reference (one call, not a check and a bind: a slow variant's call takes seconds);
-    an error naming `what` (a variant or a pipeline) if wrong. Nothing wrong is ever timed.
-    `io`: bound into these inputs' and outputs' buffers (`_io` of another bound program)."""
-    from irkit.runtime.check import check_bound
-
-    checks, bound = check_bound(exe, graph, case, io)
-    bad = [c for c in checks if not c.passed]
-    if bad:
-        raise IrkitError(f"{what} computes a wrong result: {bad[0].describe()}; not timed")
-    return bound
 
 
 def _shown_kernels(
@@ -1347,7 +1256,8 @@ def _only_in(xs: list[KernelTime], ys: list[KernelTime]) -> list[KernelTime]:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Pipeline B against pipeline A on one model, measured interleaved and paired."""
+    """Pipeline B against pipeline A on one model, measured interleaved and paired, each
+    bound as `placements` slots."""
 
     ratio: Interval
     """T(B) / T(A): below 1, B is faster."""
@@ -1356,6 +1266,11 @@ class Comparison:
     floor: float
     rounds: int
     stop_reason: str
+    placements: int = 1
+    placement_io: str = "own"
+    """"shared": the programs of a slot bound into one set of inputs and outputs."""
+    copy_sd: float | None = None
+    """A copy's offset, relative sd (`_copy_variance`); None with one slot."""
 
     @property
     def significant(self) -> bool:
@@ -1373,24 +1288,49 @@ def compare_pipelines(
     seed: int = 0,
     resamples: int = 2000,
     min_rounds: int = 10,
+    placements: int = 8,
 ) -> Comparison:
     """A controlled comparison of two pipelines (the A/A case included: a == b compiles
-    twice and measures both). Both are checked first; an A/A twin of `a` sets the floor."""
+    twice and measures both). Both are checked first; an A/A twin of `a` sets the floor.
+    Each of the three is bound as `placements` slots (`slots.bind_slots`: fewer where they
+    would hold more than `placement_budget()`), a slot's programs into one set of inputs
+    and outputs where the backend can, round r running slot r mod placements; the ratio's
+    CI holds the copies' spread as attribution's does (`_round_bootstrap` with the slots).
+    With one placement, a copy's offset (a few percent on a CPU) is frozen into the ratio."""
     from irkit.frontend import load
-    from irkit.runtime import compile
+    from irkit.runtime import compile, get_backend
     from irkit.runtime.check import reference_case
 
     check_protocol("compare_pipelines", precision, budget_s, seed)
     expect("compare_pipelines", "model", model, ModuleOp | str | Path, "a module or a model file path")  # fmt: skip
+    check_placements("compare_pipelines", placements)
     graph = load(model, dims) if isinstance(model, str | Path) else model
+    chosen, _ = get_backend(backend)
     case = reference_case(graph, seed)
-    fns = {}
-    for name, spec in (("a", a), ("b", b), ("twin", a)):
-        exe = compile(graph, spec, backend)
-        fns[name] = _checked_bound(exe, graph, case, f"pipeline '{spec}'").timed_graph()
-    timings = time_interleaved(fns, precision, budget_s, min_rounds, seed=seed)
+    exes = {name: compile(graph, spec, chosen.name) for name, spec in (("a", a), ("b", b))}
+    what = {"a": f"pipeline '{a}'", "b": f"pipeline '{b}'", "twin": f"the A/A twin of pipeline '{a}'"}  # fmt: skip
+    first_a = checked_bound(exes["a"], graph, case, what["a"])
+    first = {"a": first_a, "b": checked_bound(exes["b"], graph, case, what["b"], io_of(first_a))}
+    shares = io_of(first_a) is not None
+    copies = _placements(placements, list(exes.values()), 1, shares)[0]
+    sources = {"a": (exes["a"], what["a"]), "b": (exes["b"], what["b"]), "twin": (exes["a"], what["twin"])}  # fmt: skip
+    bound = bind_slots(chosen, sources, copies, graph, case, seed, first)
+    fns = {k: Placements([c.timed_graph() for c in bs]) for k, bs in bound.items()}
+    slots: list[int] = []
+
+    def on_round(r: int) -> None:
+        slots.append((r - 1) % copies)  # the slot round r ran on; the next runs on slot r
+        for fn in fns.values():
+            fn.select(r)
+
+    timings = time_interleaved(dict[str, Callable[[], None]](fns), precision, budget_s,
+                               max(min_rounds, MIN_ROUNDS_PER_COPY * copies), seed=seed,
+                               floor_rounds=max(min_rounds, BUDGET_ROUNDS_PER_COPY * copies),
+                               on_round=on_round)  # fmt: skip
     samples = np.stack([timings[k].samples for k in ("a", "b", "twin")])
-    point, boot = _round_bootstrap(samples, resamples, seed)
+    slot_of = np.array(slots[: samples.shape[1]])
+    point, boot = _round_bootstrap(samples, resamples, seed, slot_of)
+    groups = [np.flatnonzero(slot_of == s) for s in np.unique(slot_of)]
     aa = Interval.of(point[2] / point[0], boot[2] / boot[0])
     return Comparison(
         ratio=Interval.of(point[1] / point[0], boot[1] / boot[0]),
@@ -1399,4 +1339,7 @@ def compare_pipelines(
         floor=max(1 - aa.low, aa.high - 1, 0.0),
         rounds=samples.shape[1],
         stop_reason=timings["a"].stop_reason,
+        placements=copies,
+        placement_io="shared" if shares else "own",
+        copy_sd=math.sqrt(_copy_variance(samples, groups)) if len(groups) > 1 else None,
     )

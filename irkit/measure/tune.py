@@ -10,10 +10,15 @@ compiled, and those that compile to the same kernels are one program (timed once
 default's own included). Every program is checked against the float64 reference before it is
 timed; a wrong one is reported and never timed. Small spaces (at most `race` programs) are
 timed all together, interleaved; larger ones by successive halving (rounds with part of the
-budget; the slower half dropped each time, the default always kept). The fastest program wins
-only if its speedup over the default, paired by round, has a CI above 1 at a confidence
-corrected for the number of programs compared (Bonferroni): otherwise the default is kept
-and the output says why. The result goes to the tuning database (`irkit.tuning`), which
+budget; the slower half dropped each time, the default always kept: a coarse cut, each
+program as it was bound for its check). The race that decides binds every program left as
+several placement slots (`slots.bind_slots`, a slot's programs in one set of inputs and
+outputs), the rounds rotating through them, so that where a copy landed (a few percent on
+a CPU) is sampled, not frozen: bound once each, the fastest of several programs would often
+be the one that landed well. The fastest program wins only if its speedup over the default,
+paired by round, has a CI above 1 (widened by the slots' spread, `slots.slot_ratio_ci`) at
+a confidence corrected for the number of programs compared (Bonferroni): otherwise the
+default is kept and the output says why. The result goes to the tuning database (`irkit.tuning`), which
 `irkit.compile(..., tuned=True)` reads.
 """
 
@@ -117,6 +122,8 @@ class Program:
     bound: Any = None
     wrong: str | None = None
     seconds: dict[str, float] | None = None
+    exe: Any = None
+    """The compiled program (the race binds it again, as several placement slots)."""
 
 
 @dataclass
@@ -166,14 +173,21 @@ def tune(
     race: int = RACE,
     store: bool = True,
     progress: Callable[[str, int, int], None] | None = None,
+    placements: int = 8,
 ) -> TuneResult:
-    """Search `space` over `pipeline` (see the module docstring)."""
+    """Search `space` over `pipeline` (see the module docstring). `placements`: the slots
+    the final race binds every program in (`slots.bind_slots`)."""
+    import numpy as np
+
     from irkit.frontend import load
+    from irkit.measure.attribution import _placements
     from irkit.measure.fingerprint import host_fingerprint
-    from irkit.measure.stats import ratio_ci
+    from irkit.measure.slots import Placements, bind_slots, check_placements, io_of, slot_ratio_ci
     from irkit.measure.timers import time_interleaved
     from irkit.runtime import compile, get_backend
     from irkit.runtime.check import check_bound, reference_case
+
+    check_placements("tune", placements)
 
     tick = progress or (lambda *_: None)
     graph = load(model, dims) if isinstance(model, str | Path) else model
@@ -190,7 +204,7 @@ def tune(
         if key not in programs:
             checks, bound = check_bound(exe, graph, case)
             wrong = None if all(c.passed for c in checks) else "; ".join(c.describe() for c in checks if not c.passed)  # fmt: skip
-            programs[key] = Program(key, spec, [], None if wrong else bound, wrong)
+            programs[key] = Program(key, spec, [], None if wrong else bound, wrong, exe=exe)
         return programs[key]
 
     default = program_of(base)
@@ -228,13 +242,39 @@ def tune(
         survivors.sort(key=lambda p: t[p.spec].estimate.median)
         survivors = survivors[: max(race - 1, len(survivors) // 2)]
         tick("halving", rung, rung)
-    fns = {p.spec: p.bound.timed_graph() for p in [default, *survivors]}
-    timings = time_interleaved(fns, precision, budget_s - rung_budget * bool(rung), seed=seed)
-    for p in [default, *survivors]:
+    # the race: every program bound as `placements` slots, a slot's programs in one set of
+    # inputs and outputs, the rounds rotating through them; bound once each, the programs
+    # would differ by their copies' offsets too (a few percent on a CPU), and the fastest
+    # of several would often be the one that landed well
+    racers = [default, *survivors]
+    copies = _placements(placements, [p.exe for p in racers], 0)[0]  # as if unshared: at most
+    bound = bind_slots(chosen, {p.spec: (p.exe, f"candidate '{p.spec}'") for p in racers},
+                       copies, graph, case, seed)  # fmt: skip
+    fns = {k: Placements([c.timed_graph() for c in bs]) for k, bs in bound.items()}
+    slots: list[int] = []
+
+    def on_round(r: int) -> None:
+        slots.append((r - 1) % copies)  # the slot round r ran on; the next runs on slot r
+        for fn in fns.values():
+            fn.select(r)
+
+    timings = time_interleaved(dict[str, Callable[[], None]](fns), precision,
+                               budget_s - rung_budget * bool(rung), max(10, 4 * copies),
+                               max(200, 25 * copies), seed=seed,
+                               floor_rounds=max(10, 2 * copies), on_round=on_round)  # fmt: skip
+    for p in racers:
         e = timings[p.spec].estimate
         p.seconds = {"median": e.median, "ci_low": e.low, "ci_high": e.high}
     best = min(survivors, key=lambda p: timings[p.spec].estimate.median)
-    ratio = ratio_ci(timings[default.spec].samples, timings[best.spec].samples, confidence)
+    ratio = slot_ratio_ci(np.array(timings[default.spec].samples),
+                          np.array(timings[best.spec].samples), np.array(slots), confidence)  # fmt: skip
+    protocol.update({"placements": copies,
+                     "placement_io": "shared" if io_of(bound[default.spec][0]) is not None else "own",
+                     "placement_method": "the race binds every program as this many slots "
+                     "(a slot's programs into one set of inputs and outputs where the backend "
+                     "can), round r running slot r mod placements; the speedup's CI is the "
+                     "paired ratio's over the rounds, widened by the slots' spread "
+                     "(slot_ratio_ci)"})  # fmt: skip
     res.speedup = {"median": ratio.median, "ci_low": ratio.low, "ci_high": ratio.high}
     choice = best.choices[0]
     described = ", ".join(f"{k}={v}" for k, v in choice.items())
@@ -289,11 +329,12 @@ class TuneJob:
     seed: int
     workload: str = "tune"
     strategy: str = "tune"
+    placements: int = 8
 
 
 def _run_tune_job(job: TuneJob) -> dict:  # pragma: no cover - runs on a worker
     return tune(job.model, job.space, job.pipeline, job.backend, job.dims, job.precision,
-                job.budget_s, job.seed, store=False).to_json()  # fmt: skip
+                job.budget_s, job.seed, store=False, placements=job.placements).to_json()  # fmt: skip
 
 
 def tune_on(executor: Any, job: TuneJob, store: bool = True) -> dict:

@@ -190,7 +190,7 @@ class CpuExecutable:
         `io`: the inputs' and outputs' buffers to use instead of new ones (another bound
         program's `io`, of the same signature): the arrays are copied into its inputs. What
         attribution binds every program of a placement slot into, so that the slot's offset
-        is common to them (`attribution.Placements`)."""
+        is common to them (`slots.Placements`)."""
         name = f"@{self.entry.sym_name.data}"
         checked = check_arrays(name, self.inputs, arrays)
         if io is None:
