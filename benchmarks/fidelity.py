@@ -227,15 +227,18 @@ def _spin_forever() -> None:
 
 def trial(model: Path, dims: dict, real: str, strategy: str, slow: int, fast: int,
           budget: float, seed: int, placements: int | None = None, stop: str = "verdicts",
-          backend: str = "cpu") -> dict:  # fmt: skip
+          backend: str = "cpu", rounds_to: Path | None = None) -> dict:  # fmt: skip
     """One attribution run with the plants; the spin kernels alone timed before and after
-    (a drift check); the truth (in the program) is filled in by `main`."""
+    (a drift check); the truth (in the program) is filled in by `main`. `rounds_to`: a
+    folder the run's measured rounds go to (`save_rounds`), for re-analysis."""
     before = (spin_seconds(slow, backend=backend), spin_seconds(fast, backend=backend))
     spec = (f"{real},plant-waste{{iters={fast}}},plant-work{{iters={slow}}},plant-unwaste,"
             "plant-zero,plant-ir-only")  # fmt: skip
     load_start = load_average()
-    result = attribute(model, spec, backend, strategy, dims, budget_s=budget, seed=seed,
-                       kernel_times=False, placements=placements, stop=stop).to_json()  # fmt: skip
+    measured = attribute(model, spec, backend, strategy, dims, budget_s=budget, seed=seed,
+                         kernel_times=False, placements=placements, stop=stop)  # fmt: skip
+    result = measured.to_json()
+    saved = save_rounds(measured, rounds_to, f"{model.stem}_{strategy}_{seed:03d}_{slow}_{fast}") if rounds_to else None  # fmt: skip
     after = (spin_seconds(slow, backend=backend), spin_seconds(fast, backend=backend))
     passes = {p["pass"]: p for p in result["passes"]}
     noise = result["noise_floor"]
@@ -258,7 +261,23 @@ def trial(model: Path, dims: dict, real: str, strategy: str, slow: int, fast: in
         "copy_sd": result["protocol"].get("copy_sd"),
         "load": [load_start, load_average()],
         "aa_failed": noise.get("aa_failed"),
+        **({"rounds_file": saved} if saved else {}),
     }  # fmt: skip
+
+
+def save_rounds(measured, folder: Path, name: str) -> str:
+    """A run's measured rounds (`Attribution.rounds`) as `folder/name.npz`: "seconds"
+    [program, round], "slots", "programs" (keys), "masks" [variant, pass] and "variant_program"
+    (each variant's row in "seconds"), "passes" (the optional passes' labels)."""
+    r = measured.rounds
+    folder.mkdir(parents=True, exist_ok=True)
+    row = {k: i for i, k in enumerate(r["programs"])}
+    path = folder / f"{name}.npz"
+    np.savez_compressed(path, seconds=r["seconds"], slots=r["slots"], programs=np.array(r["programs"]),
+                        masks=np.array([m for m, _ in r["variants"]], dtype=bool),
+                        variant_program=np.array([row[k] for _, k in r["variants"]]),
+                        passes=np.array([s.label for s in measured.steps if s.optional]))  # fmt: skip
+    return str(path)
 
 
 SPEED_WINDOW = 5
@@ -383,7 +402,8 @@ def run_example(example: str, args: argparse.Namespace) -> dict:
             slow = iters[SIZES[j % 3]]
             fast = iters[SIZES[(j + 1 + (j // 3) % 2) % 3]]
             t = trial(model, dims, real, strategy, slow, fast, args.budget, seed=j,
-                      placements=args.placements, stop=args.stop, backend=args.backend)  # fmt: skip
+                      placements=args.placements, stop=args.stop, backend=args.backend,
+                      rounds_to=Path(args.rounds) if args.rounds else None)  # fmt: skip
             trials.append(t)
             sample_truth()
             w, u = (
@@ -450,6 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--stop", default="verdicts", choices=("verdicts", "medians"))
     ap.add_argument("--load", action="store_true", help="keep one core busy throughout")
+    ap.add_argument("--rounds", default=None, metavar="DIR",
+                    help="save every run's measured rounds here (.npz, one per run), for "
+                         "re-analysing the CIs against the truth")  # fmt: skip
     ap.add_argument("--out", default=None, help="append the records (JSON Lines)")
     ap.add_argument("--markdown", default=None, metavar="RECORDS",
                     help="print the records of a JSON Lines file as a markdown table, and exit")  # fmt: skip

@@ -209,12 +209,21 @@ def test_fidelity_plants_and_scores_known_effects(tmp_path: Path) -> None:
         [sys.executable, "benchmarks/fidelity.py", "--examples", "elementwise_chain",
          "--strategies", "prefix", "--trials", "1", "--budget", "0.5", "--placements", "2",
          "--truth-seconds", "0.3", "--truth-copies", "2", "--truth-first", "1",
-         "--out", str(out)],
+         "--out", str(out), "--rounds", str(tmp_path / "rounds")],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     (record,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert record["kind"] == "irkit.fidelity" and record["placements"] == 2
+    _check_saved_rounds(record)
+    again = subprocess.run([sys.executable, "benchmarks/ci_reanalysis.py", str(out), "--resamples", "200"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    rows = [
+        line.split(" | ") for line in again.stdout.splitlines() if line.startswith("| elementwise")
+    ]
+    assert {r[2] for r in rows} == {"own", "pooled", "own, floor pooled/4", "upper", "none"}
+    assert all(r[4] == "2" for r in rows) and len(rows) == 5 * 3  # 3 sizes, each twice (slower, faster)
     rows = record["summary"]["prefix"]
     sizes = {k for k in rows if k.startswith(("slower", "faster"))}
     assert sizes == {"slower 2%", "slower 5%", "slower 20%", "faster 2%", "faster 5%", "faster 20%"}
@@ -232,6 +241,30 @@ def test_fidelity_plants_and_scores_known_effects(tmp_path: Path) -> None:
         assert not t["passes"]["plant-ir-only"]["changes_code"]
         assert t["passes"]["plant-zero"]["changes_code"]
     assert "coverage" in r.stdout and "false positives" in r.stdout
+
+
+def _check_saved_rounds(record: dict) -> None:
+    """Each run's saved rounds (`--rounds`) are enough to recompute its contributions: the
+    point estimate of every pass, from the rounds and slots as attribution computes it."""
+    import numpy as np
+
+    from irkit.measure.attribution import _copy_medians_mean, make_plan
+
+    for t in record["trials"]:
+        saved = np.load(t["rounds_file"])
+        seconds, slots = saved["seconds"], saved["slots"]
+        assert seconds.shape[1] == slots.size and len(saved["programs"]) == seconds.shape[0]
+        groups = [np.flatnonzero(slots == s) for s in np.unique(slots)]
+        point = _copy_medians_mean(seconds, groups)
+        masks = [tuple(bool(x) for x in m) for m in saved["masks"]]
+        times = {m: point[i] for m, i in zip(masks, saved["variant_program"], strict=True)}
+        plan = make_plan(t["strategy"], len(saved["passes"]))
+        assert set(plan.masks) == set(masks)
+        contributions = plan.contributions(times)
+        for label, value in zip(saved["passes"], contributions, strict=True):
+            assert float(value) == pytest.approx(
+                t["passes"][str(label)]["saved_s"]["value"], rel=1e-12, abs=1e-15
+            )
 
 
 @pytest.mark.slow

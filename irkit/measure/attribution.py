@@ -367,6 +367,10 @@ class Attribution:
     ceilings: Ceilings | None
     dims: dict = field(default_factory=dict)
     workload: str | None = None
+    rounds: dict | None = field(default=None, repr=False, compare=False)
+    """The measured rounds, for re-analysis (not in `to_json`): "programs" (their keys, the
+    twins' names last), "seconds" [program, round], "slots" (the slot each round ran on)
+    and "variants" (each variant's mask, the passes on, and its program's key)."""
 
     def to_json(self) -> dict:
         return {
@@ -878,6 +882,12 @@ def attribute(
         fingerprint={**host_fingerprint(), **device_fingerprint},
         ceilings=ceilings,
         dims=dict(dims or {}),
+        rounds={
+            "programs": keys,
+            "seconds": samples,
+            "slots": slot_of,
+            "variants": [(m, key_of[m]) for m in plan.masks],
+        },  # fmt: skip
     )
 
 

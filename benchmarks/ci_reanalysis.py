@@ -1,0 +1,119 @@
+"""Re-analyse a fidelity run's measured rounds under other CI rules, against its truth.
+
+    python benchmarks/fidelity.py ... --out run.jsonl --rounds rounds/
+    python benchmarks/ci_reanalysis.py run.jsonl [--resamples 2000]
+
+`fidelity.py --rounds DIR` saves every attribution run's rounds (`Attribution.rounds`);
+this recomputes each run's planted passes' CIs from them, under the rule attribution uses
+and under alternatives of its copy-variance term, and scores each against the run's truth
+(`fidelity.assign_truth`) as `fidelity.summarize` does: coverage per planted size, the
+median CI half-width, and how often 5% plants are significant (their CI excluding 0). The
+same rounds under every rule: the differences are the rules', not the machine's.
+
+Rules (the copy term of `attribution._round_bootstrap`):
+- `own`: each program's copy variance from its own copies (attribution's rule);
+- `pooled`: one variance pooled over the run's programs;
+- `own, floor pooled/4`: each program's own, never below a quarter of the pooled one;
+- `upper`: each program's own with the round noise left in (never below the copies' spread);
+- `none`: no copy term (the rounds' bootstrap alone).
+Deterministic (seeded); prints a markdown table, times nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from irkit.measure import attribution
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import fidelity  # noqa: E402
+
+PLANTS = ("plant-work", "plant-unwaste")
+
+
+def _floor_pooled(seconds: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
+    own = attribution._copy_variance(seconds, groups, per_program=True)
+    return np.maximum(own, attribution._copy_variance(seconds, groups) / 4)
+
+
+RULES = {
+    "own": lambda s, g: attribution._copy_variance(s, g, per_program=True),
+    "pooled": lambda s, g: np.full(len(s), attribution._copy_variance(s, g)),
+    "own, floor pooled/4": _floor_pooled,
+    "upper": lambda s, g: attribution._copy_variance(s, g, per_program=True, upper=True),
+    "none": lambda s, g: np.zeros(len(s)),
+}
+
+
+def bootstrap(seconds: np.ndarray, slots: np.ndarray, rule, resamples: int, seed: int):
+    """`attribution._round_bootstrap` with the copy variance from `rule`."""
+    labels = np.unique(slots)
+    groups = [np.flatnonzero(slots == s) for s in labels]
+    rng = np.random.default_rng(seed)
+    point = attribution._copy_medians_mean(seconds, groups)
+    idx = attribution._resampled_rounds(slots, groups, resamples, rng)
+    drawn = [np.flatnonzero(slots[idx[0]] == s) for s in labels]
+    boot = attribution._copy_medians_mean(seconds[:, idx], drawn)
+    boot = point[:, None] + (boot - point[:, None]) * attribution._expansion(groups)
+    copy_var = rule(seconds, groups) * np.maximum(point, 0.0) ** 2 / len(groups)
+    draws = rng.standard_t(len(groups) - 1, size=boot.shape)
+    return point, boot + draws * np.sqrt(copy_var)[:, None]
+
+
+def contributions(saved, point: np.ndarray, boot: np.ndarray, strategy: str):
+    masks = [tuple(bool(x) for x in m) for m in saved["masks"]]
+    rows = saved["variant_program"]
+    plan = attribution.make_plan(strategy, len(saved["passes"]))
+    t_point = {m: point[i] for m, i in zip(masks, rows, strict=True)}
+    t_boot = {m: boot[i] for m, i in zip(masks, rows, strict=True)}
+    labels = [str(x) for x in saved["passes"]]
+    return dict(zip(labels, plan.contributions(t_point), strict=True)), dict(
+        zip(labels, plan.contributions(t_boot), strict=True)
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("records", help="a fidelity.py record file run with --rounds")
+    ap.add_argument("--resamples", type=int, default=2000)
+    args = ap.parse_args(argv)
+    lines = ["| example | strategy | rule | planted | trials | coverage | median half-width (us) | 5% significant |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for text in Path(args.records).read_text().splitlines():
+        rec = json.loads(text)
+        fidelity.assign_truth(rec["trials"], fidelity.record_truth(rec))
+        sizes = {v: float(k) for k, v in rec["plant_iters"].items()}
+        table: dict = {}
+        for t in rec["trials"]:
+            if "rounds_file" not in t:
+                continue
+            saved = np.load(t["rounds_file"])
+            for rule_name, rule in RULES.items():
+                point, boot = bootstrap(saved["seconds"], saved["slots"], rule, args.resamples, 0)
+                value, replicates = contributions(saved, point, boot, t["strategy"])
+                for name in PLANTS:
+                    ci = attribution.Interval.of(float(value[name]), replicates[name])
+                    truth = t["truth"][name]
+                    key = (t["strategy"], rule_name, sizes[t["iters"][name]])
+                    row = table.setdefault(key, {"n": 0, "covered": 0, "half": [], "sig": 0})
+                    row["n"] += 1
+                    row["covered"] += ci.low <= truth <= ci.high
+                    row["half"].append((ci.high - ci.low) / 2)
+                    row["sig"] += ci.excludes(0.0)
+        for (strategy, rule_name, size), row in sorted(table.items()):
+            n = row["n"]
+            sig = f"{row['sig'] / n:.0%}" if size == 0.05 else ""
+            lines.append(f"| {rec['example']} | {strategy} | {rule_name} | {size:.0%} | {n} | "
+                         f"{row['covered'] / n:.1%} | {np.median(row['half']) * 1e6:.1f} | {sig} |")  # fmt: skip
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
