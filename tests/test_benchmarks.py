@@ -223,7 +223,8 @@ def test_fidelity_plants_and_scores_known_effects(tmp_path: Path) -> None:
         line.split(" | ") for line in again.stdout.splitlines() if line.startswith("| elementwise")
     ]
     assert {r[2] for r in rows} == {"own", "pooled", "own, floor pooled/4", "upper", "none"}
-    assert all(r[4] == "2" for r in rows) and len(rows) == 5 * 3  # 3 sizes, each twice (slower, faster)
+    # 3 sizes, each planted twice (slower, faster), under each of the 5 rules
+    assert all(r[4] == "2" for r in rows) and len(rows) == 5 * 3
     rows = record["summary"]["prefix"]
     sizes = {k for k in rows if k.startswith(("slower", "faster"))}
     assert sizes == {"slower 2%", "slower 5%", "slower 20%", "faster 2%", "faster 5%", "faster 20%"}
