@@ -75,7 +75,7 @@ from irkit.ir import model_function, structure_key, to_text
 from irkit.limits import memory_limit
 from irkit.measure import check_protocol
 from irkit.measure.roofline import Ceilings, roof_point
-from irkit.measure.slots import Placements, bind_slots, check_placements, checked_bound, io_of
+from irkit.measure.slots import Rotation, bind_slots, check_placements, checked_bound, io_of
 from irkit.measure.stats import Estimate, t_quantile
 from irkit.measure.timers import time_interleaved
 from irkit.pipelines import Step, apply_pipelines, pipeline_steps
@@ -620,15 +620,13 @@ def attribute(
                     for name, mask in twins.items()})  # program, bound again as many times  # fmt: skip
     bound = bind_slots(chosen, sources, copies, graph, case, seed,
                        first={k: p.bound for k, p in programs.items()}, tick=tick)  # fmt: skip
-    fns = {k: Placements([_timed(b, timer, chosen.name) for b in bs]) for k, bs in bound.items()}
-    slots: list[int] = []
+    rotation = Rotation(bound, lambda b: _timed(b, timer, chosen.name))
+    fns, slots = rotation.fns, rotation.slots
 
     others = RunQueueSampler()  # other processes' runnable threads, through the rounds
 
     def on_round(r: int) -> None:
-        slots.append((r - 1) % copies)  # the slot round r ran on; the next runs on slot r
-        for fn in fns.values():
-            fn.select(r)
+        rotation.on_round(r)
         others()
         tick("measure", r, max_rounds)
 
@@ -1325,20 +1323,13 @@ def compare_pipelines(
     copies = _placements(placements, list(exes.values()), 1, shares)[0]
     sources = {"a": (exes["a"], what["a"]), "b": (exes["b"], what["b"]), "twin": (exes["a"], what["twin"])}  # fmt: skip
     bound = bind_slots(chosen, sources, copies, graph, case, seed, first)
-    fns = {k: Placements([c.timed_graph() for c in bs]) for k, bs in bound.items()}
-    slots: list[int] = []
-
-    def on_round(r: int) -> None:
-        slots.append((r - 1) % copies)  # the slot round r ran on; the next runs on slot r
-        for fn in fns.values():
-            fn.select(r)
-
-    timings = time_interleaved(dict[str, Callable[[], None]](fns), precision, budget_s,
+    rotation = Rotation(bound)
+    timings = time_interleaved(rotation.fns, precision, budget_s,
                                max(min_rounds, MIN_ROUNDS_PER_COPY * copies), seed=seed,
                                floor_rounds=max(min_rounds, BUDGET_ROUNDS_PER_COPY * copies),
-                               on_round=on_round)  # fmt: skip
+                               on_round=rotation.on_round)  # fmt: skip
     samples = np.stack([timings[k].samples for k in ("a", "b", "twin")])
-    slot_of = np.array(slots[: samples.shape[1]])
+    slot_of = np.array(rotation.slots[: samples.shape[1]])
     point, boot = _round_bootstrap(samples, resamples, seed, slot_of)
     groups = [np.flatnonzero(slot_of == s) for s in np.unique(slot_of)]
     aa = Interval.of(point[2] / point[0], boot[2] / boot[0])

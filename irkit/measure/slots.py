@@ -64,6 +64,24 @@ class Placements:
         return getattr(self.current, name)
 
 
+class Rotation:
+    """Bound copies (`bind_slots`) as one `Placements` a program, every program on the same
+    slot in a round: `on_round(r)`, `time_interleaved`'s callback, notes the slot round r
+    ran on (`slots`) and selects slot r for the next. `timed`: what a round calls for a
+    bound copy (its driver's launches by default)."""
+
+    def __init__(self, bound: Mapping[str, list[Any]], timed: Callable[[Any], Callable[[], None]] | None = None) -> None:  # fmt: skip
+        timed = timed or (lambda b: b.timed_graph())
+        self.fns: dict[str, Callable[[], None]] = {k: Placements([timed(c) for c in bs]) for k, bs in bound.items()}  # fmt: skip
+        self.copies = max(len(bs) for bs in bound.values())
+        self.slots: list[int] = []
+
+    def on_round(self, r: int) -> None:
+        self.slots.append((r - 1) % self.copies)  # round r ran on it; the next runs on slot r
+        for fn in self.fns.values():
+            fn.select(r)  # type: ignore[attr-defined]
+
+
 def copy_of(backend: Any, exe: Any) -> Any:
     """Another placement of a compiled program: the backend's own copy (`exe.copy()`, the
     same code linked or loaded again) where it has one, else a fresh compile."""

@@ -182,7 +182,7 @@ def tune(
     from irkit.frontend import load
     from irkit.measure.attribution import _placements
     from irkit.measure.fingerprint import host_fingerprint
-    from irkit.measure.slots import Placements, bind_slots, check_placements, io_of, slot_ratio_ci
+    from irkit.measure.slots import Rotation, bind_slots, check_placements, io_of, slot_ratio_ci
     from irkit.measure.timers import time_interleaved
     from irkit.runtime import compile, get_backend
     from irkit.runtime.check import check_bound, reference_case
@@ -250,24 +250,17 @@ def tune(
     copies = _placements(placements, [p.exe for p in racers], 0)[0]  # as if unshared: at most
     bound = bind_slots(chosen, {p.spec: (p.exe, f"candidate '{p.spec}'") for p in racers},
                        copies, graph, case, seed)  # fmt: skip
-    fns = {k: Placements([c.timed_graph() for c in bs]) for k, bs in bound.items()}
-    slots: list[int] = []
-
-    def on_round(r: int) -> None:
-        slots.append((r - 1) % copies)  # the slot round r ran on; the next runs on slot r
-        for fn in fns.values():
-            fn.select(r)
-
-    timings = time_interleaved(dict[str, Callable[[], None]](fns), precision,
+    rotation = Rotation(bound)
+    timings = time_interleaved(rotation.fns, precision,
                                budget_s - rung_budget * bool(rung), max(10, 4 * copies),
                                max(200, 25 * copies), seed=seed,
-                               floor_rounds=max(10, 2 * copies), on_round=on_round)  # fmt: skip
+                               floor_rounds=max(10, 2 * copies), on_round=rotation.on_round)  # fmt: skip
     for p in racers:
         e = timings[p.spec].estimate
         p.seconds = {"median": e.median, "ci_low": e.low, "ci_high": e.high}
     best = min(survivors, key=lambda p: timings[p.spec].estimate.median)
     ratio = slot_ratio_ci(np.array(timings[default.spec].samples),
-                          np.array(timings[best.spec].samples), np.array(slots), confidence)  # fmt: skip
+                          np.array(timings[best.spec].samples), np.array(rotation.slots), confidence)  # fmt: skip
     protocol.update({"placements": copies,
                      "placement_io": "shared" if io_of(bound[default.spec][0]) is not None else "own",
                      "placement_method": "the race binds every program as this many slots "
