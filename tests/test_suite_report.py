@@ -111,6 +111,21 @@ def _record(full_median: float, plant_saved: float, kernel_s: float) -> dict:
     return rec
 
 
+def test_the_waterfall_draws_a_ci_that_does_not_hold_its_point() -> None:
+    # a percentile bootstrap CI need not hold its point estimate; the report drew it as
+    # errors about the point, and matplotlib refused the negative one
+    from irkit.measure.report import _pyplot, waterfall
+
+    rec = _record(1e-3, 2e-4, 1e-4)
+    rec["passes"][0]["saved_s"] = {"value": 2e-4, "ci_low": 2.1e-4, "ci_high": 2.5e-4}
+    plt = _pyplot()
+    fig = waterfall(plt, rec)
+    bounds = sorted(y for line in fig.axes[0].collections[-2:] for seg in line.get_segments() for _, y in seg)  # fmt: skip
+    # the saving's CI [0.21, 0.25] ms under T(before) = 1 ms: the bar's end between 0.75 and 0.79
+    assert bounds[0] == pytest.approx(0.75) and bounds[-1] == pytest.approx(0.79)
+    plt.close(fig)
+
+
 def test_compare_names_the_pass_and_kernel_of_a_regression(tmp_path, capsys) -> None:
     import json
 

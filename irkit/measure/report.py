@@ -49,11 +49,16 @@ def waterfall(plt, rec: dict):
         if not p["significant"]:
             color = "#cccccc"
         ax.bar(i, (level - new) * scale, bottom=new * scale, color=color)
-        err = [[(s["value"] - s["ci_low"]) * scale], [(s["ci_high"] - s["value"]) * scale]]
-        ax.errorbar(i, new * scale, yerr=err, fmt="none", ecolor="black", capsize=3, lw=1)
+        # the bar ends where T(before) less the saving puts it: a larger saving lower, so
+        # the saving's CI [low, high] spans [level - high, level - low]. Drawn as a line with
+        # caps, not as errors about the point: a percentile CI need not hold its point, and
+        # errorbar refuses a negative error (a suite's report once died on one)
+        low, high = (level - s["ci_high"]) * scale, (level - s["ci_low"]) * scale
+        ax.vlines(i, low, high, colors="black", lw=1)
+        ax.hlines([low, high], i - 0.08, i + 0.08, colors="black", lw=1)
         labels.append(p["pass"] + ("" if p["changes_code"] else "\n(no change)"))
         level = new
-        peak = max(peak, new + (s["ci_high"] - s["value"]))
+        peak = max(peak, high / scale)
     full = total["full_s"]["median"]
     ax.bar(len(labels), full * scale, color="#264653")
     labels.append("all passes")
