@@ -15,10 +15,12 @@ rounds rotate through (`slots`), a slot's two programs in one set of inputs and 
 so that where each copy landed is sampled rather than frozen into the ratio. Each
 comparison is a *sequential test*: rounds are added in batches until the ratio's CI
 (distribution-free over the rounds, widened by the slots' spread, `slots.slot_ratio_ci`)
-is wholly above `1 + threshold` (slower), wholly below it (not slower by that much), or the budget is spent, in which case
-the answer is *undecided* and said so, never guessed. The CI of the k-th look is taken at
-confidence `1 - alpha * 6 / (pi^2 k^2)`, so the chance of any wrong decision over all looks
-stays under `alpha` however long the test runs. PIPELINE itself is tested against BASE
+is wholly above `1 + threshold` (slower), wholly below it (not slower by that much), or
+the budget is spent, in which case the answer is *undecided* and said so, never guessed.
+The rounds' CI of the k-th look is taken at confidence `1 - a * 6 / (pi^2 k^2)`, with `a`
+all of `alpha` for one slot and half of it with several (the other half is the slots'
+term's, spent once), so the chance of any wrong decision over all looks stays under
+`alpha` however long the test runs. PIPELINE itself is tested against BASE
 first: when it is not slower, there is nothing to find.
 """
 

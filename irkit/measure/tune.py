@@ -18,8 +18,8 @@ a CPU) is sampled, not frozen: bound once each, the fastest of several programs 
 be the one that landed well. The fastest program wins only if its speedup over the default,
 paired by round, has a CI above 1 (widened by the slots' spread, `slots.slot_ratio_ci`) at
 a confidence corrected for the number of programs compared (Bonferroni): otherwise the
-default is kept and the output says why. The result goes to the tuning database (`irkit.tuning`), which
-`irkit.compile(..., tuned=True)` reads.
+default is kept and the output says why. The result goes to the tuning database
+(`irkit.tuning`), which `irkit.compile(..., tuned=True)` reads.
 """
 
 from __future__ import annotations
