@@ -235,6 +235,8 @@ def test_cross_backend_attribution_compares_passes_on_cpu_and_cuda_host(tmp_path
     assert [r["backend"] for r in record["records"]] == ["cpu", "cuda-host"]
     assert "not a GPU time" in record["timers"]["cuda-host"]
     assert all(r["pipeline"] == record["pipeline"] for r in record["records"])
+    # both bind a slot's programs into one set of inputs and outputs (the host path too)
+    assert [r["protocol"]["placement_io"] for r in record["records"]] == ["shared", "shared"]
     rows = {row["pass"]: row for row in record["comparison"]}
     assert rows["cse"]["verdict"] == "agree: no code change on any"
     fuse = rows["fuse-kernels"]["effects"]
@@ -836,20 +838,32 @@ def test_a_bound_copy_s_memory_counts_its_intermediates() -> None:
     assert bound_bytes(exe) == io + 2 * (sum(kept.values()) - io)
 
 
-def test_a_program_binds_into_another_program_s_buffers() -> None:
+@pytest.mark.parametrize("backend", ["cpu", "cuda-sim", "cuda-host",
+                                     pytest.param("cuda", marks=pytest.mark.gpu)])  # fmt: skip
+def test_a_program_binds_into_another_program_s_buffers(backend: str) -> None:
     """`bind(io=...)`: a program bound into another's inputs and outputs (attribution's
     placement slots) uses those very buffers, computes its own result into them, and
-    leaves the other program correct; buffers of another signature are refused."""
-    unfused = compile(CHAIN, "cse,lower-graph-to-loops", backend="cpu", dims=SMALL)
-    fused = compile(CHAIN, "cse,fuse-kernels,lower-graph-to-loops", backend="cpu", dims=SMALL)
+    leaves the other program correct; buffers of another signature are refused. Every
+    backend that times copies (on `cuda` the buffers are device memory)."""
+    from tests.test_cuda_path import needs
+
+    needs(backend)
+    gpu = ",map-to-gpu" if backend != "cpu" else ""
+    unfused = compile(CHAIN, f"cse,lower-graph-to-loops{gpu}", backend=backend, dims=SMALL)
+    fused = compile(CHAIN, f"cse,fuse-kernels,lower-graph-to-loops{gpu}", backend=backend,
+                    dims=SMALL)  # fmt: skip
     inputs = random_inputs(load(CHAIN, SMALL), seed=0)
     expected = reference(load(CHAIN, SMALL), *inputs)
     first = unfused.bind(*inputs)
     second = fused.bind(*inputs, io=first.io)
+    assert len(first.io) == len(inputs) + len(expected)
     assert all(a is b for a, b in zip(first.io, second.io, strict=True))
     for bound in (second, first, second):
-        for o in bound.outputs:
-            o[...] = np.nan
+        for buffer in bound.io[len(inputs) :]:  # the outputs poisoned where they lie
+            if isinstance(buffer, np.ndarray):
+                buffer[...] = np.nan
+            else:
+                buffer.poison()
         bound.run_graph()
         for got, want in zip(bound.outputs, expected, strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

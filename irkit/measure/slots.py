@@ -90,7 +90,7 @@ def copy_of(backend: Any, exe: Any) -> Any:
     return backend.compile(exe.module.clone())
 
 
-def io_of(bound: Any) -> list[np.ndarray] | None:
+def io_of(bound: Any) -> list[Any] | None:
     """A bound program's inputs' and outputs' buffers, for the other programs of its
     placement slot to be bound into, where its backend can (`Bound.io`); else None.
 
@@ -103,7 +103,7 @@ def io_of(bound: Any) -> list[np.ndarray] | None:
     return getattr(bound, "io", None)
 
 
-def checked_bound(exe: Any, graph: ModuleOp, case: Any, what: str, io: list[np.ndarray] | None = None) -> Any:  # fmt: skip
+def checked_bound(exe: Any, graph: ModuleOp, case: Any, what: str, io: list[Any] | None = None) -> Any:  # fmt: skip
     """`exe` bound to the reference case's inputs, its outputs from binding checked against
     the reference (one call, not a check and a bind: a slow variant's call takes seconds);
     an error naming `what` (a variant or a pipeline) if wrong. Nothing wrong is ever timed.

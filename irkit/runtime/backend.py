@@ -162,18 +162,20 @@ def page_aligned(spec_or_array: TensorSpec | np.ndarray) -> np.ndarray:
 
 
 def shared_io(
-    name: str, inputs: list[TensorSpec], outputs: list[TensorSpec], io: Sequence[np.ndarray]
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    name: str, inputs: list[TensorSpec], outputs: list[TensorSpec], io: Sequence[Any]
+) -> tuple[list[Any], list[Any]]:
     """`io` (another bound program's inputs' and outputs' buffers, `Bound.io`) split into
     inputs and outputs, checked against the `inputs` and `outputs` of the program `name`
-    to be bound into them: the same count, shapes and dtypes, C-contiguous, writable."""
+    to be bound into them: the same count, shapes and dtypes; host arrays C-contiguous and
+    writable (a device buffer, `cuda`'s, is both by construction)."""
     specs = [*inputs, *outputs]
     if len(io) != len(specs):
         raise IrkitError(f"{name}: binding into {len(io)} shared buffers, but it has {len(inputs)} inputs and {len(outputs)} outputs")  # fmt: skip
     for spec, buffer in zip(specs, io, strict=True):
-        if (tuple(buffer.shape) != tuple(spec.shape) or buffer.dtype != np.dtype(spec.dtype)
-                or not buffer.flags.c_contiguous or not buffer.flags.writeable):  # fmt: skip
-            raise IrkitError(f"{name}: shared buffer for '{spec.name}' is {buffer.dtype}{list(buffer.shape)}, it needs a writable C-contiguous {spec.dtype}{list(spec.shape)}")  # fmt: skip
+        host = isinstance(buffer, np.ndarray)
+        if (tuple(buffer.shape) != tuple(spec.shape) or np.dtype(buffer.dtype) != np.dtype(spec.dtype)
+                or (host and not (buffer.flags.c_contiguous and buffer.flags.writeable))):  # fmt: skip
+            raise IrkitError(f"{name}: shared buffer for '{spec.name}' is {np.dtype(buffer.dtype)}{list(buffer.shape)}, it needs a writable C-contiguous {spec.dtype}{list(spec.shape)}")  # fmt: skip
     return list(io[: len(inputs)]), list(io[len(inputs) :])
 
 
@@ -181,8 +183,9 @@ class Bound(Protocol):
     """An Executable with its buffers fixed: what timers call repeatedly. Optionally also
     `release_kernels()`: let go of what only `run_kernel` needs, for a copy whose kernels
     are never timed alone (`BoundDefaults` has one that keeps everything); and `io`, its
-    inputs' and outputs' host buffers, where its executable's `bind` takes `io=` to bind
-    another program of the same signature into them (the CPU backend's)."""
+    inputs' and outputs' buffers (host arrays; `cuda`'s device buffers), where its
+    executable's `bind` takes `io=` to bind another program of the same signature into
+    them (every backend's but `reference`'s)."""
 
     @property
     def outputs(self) -> list[np.ndarray]: ...

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp, TensorType
@@ -115,13 +116,13 @@ def check_bound(
     exe: Executable,
     graph: ModuleOp,
     expected: tuple[list[np.ndarray], list[np.ndarray]],
-    io: Sequence[np.ndarray] | None = None,
+    io: Sequence[Any] | None = None,
 ) -> tuple[list[OutputCheck], Bound]:
     """`check` on the call that binding makes: bind `exe` to the reference case's inputs
     (a bound executable's outputs start poisoned, and binding runs the graph once) and
     check what it wrote. One call of the program instead of two, where a program that
     takes seconds is then timed on those buffers (attribution's slow variants). `io`:
-    another bound program's buffers to bind into (`Bound.io`; the CPU backend's)."""
+    another bound program's buffers to bind into (`Bound.io`)."""
     inputs, expected_outputs = expected
     bound = exe.bind(*inputs) if io is None else exe.bind(*inputs, io=io)  # type: ignore[call-arg]
     return compare_outputs(exe, graph, inputs, bound.outputs, expected_outputs), bound

@@ -25,7 +25,7 @@ from xdsl.dialects.builtin import ModuleOp
 from irkit.errors import IrkitError
 from irkit.ir import entry_function
 from irkit.loops import STATIC_SHARED_LIMIT
-from irkit.runtime.backend import check_arrays, check_out, driver_plan, driver_specs
+from irkit.runtime.backend import check_arrays, check_out, driver_plan, driver_specs, shared_io
 from irkit.runtime.ceilings import Ceilings
 from irkit.runtime.gpu import GpuKernel, build_kernels
 
@@ -369,6 +369,12 @@ class CudaBound:
     _replay: CapturedGraph | None = None
 
     @property
+    def io(self) -> list[DeviceBuffer]:
+        """Its inputs' and outputs' device buffers, in the driver's order: what another
+        program of the same signature can be bound into (`CudaExecutable.bind(io=...)`)."""
+        return self.buffers[: len(self.exe.inputs) + len(self.exe.outputs)]
+
+    @property
     def outputs(self) -> list[np.ndarray]:
         self.synchronize()
         out_buffers = self.buffers[len(self.exe.inputs) :]
@@ -445,17 +451,25 @@ class CudaExecutable:
         twin._load()
         return twin
 
-    def bind(self, *arrays: Any) -> CudaBound:
-        inputs = check_arrays(f"@{self.entry.sym_name.data}", self.inputs, arrays)
-        buffers = []
-        for spec, a in zip(self.inputs, inputs, strict=True):
-            buf = DeviceBuffer(spec.shape, spec.dtype)
+    def bind(self, *arrays: Any, io: Sequence[DeviceBuffer] | None = None) -> CudaBound:
+        """Device buffers for the inputs (uploaded), the outputs and every intermediate (NaN
+        bits), constants uploaded and once-per-bind kernels run; then the graph once. `io`:
+        the inputs' and outputs' device buffers of another bound program of the same
+        signature (`CudaBound.io`) to use instead of new ones, the inputs uploaded into
+        them and the outputs poisoned again: what attribution binds every program of a
+        placement slot into, so that where they lie is common to the slot's programs."""
+        name = f"@{self.entry.sym_name.data}"
+        inputs = check_arrays(name, self.inputs, arrays)
+        if io is not None:
+            ins, outs = shared_io(name, self.inputs, self.outputs, io)
+        else:
+            ins = [DeviceBuffer(spec.shape, spec.dtype) for spec in self.inputs]
+            outs = [DeviceBuffer(spec.shape, spec.dtype) for spec in self.outputs]
+        for buf, a in zip(ins, inputs, strict=True):
             buf.upload(a)
-            buffers.append(buf)
-        for spec in self.outputs:
-            buf = DeviceBuffer(spec.shape, spec.dtype)
+        for buf in outs:
             buf.poison()
-            buffers.append(buf)
+        buffers = [*ins, *outs]
         env = dict(zip(self.entry.body.block.args, buffers, strict=True))
         launches: list[Launch] = []
         steps: list[Launch | Copy] = []

@@ -110,10 +110,12 @@ class CudaHostExecutable(SimulatedExecutable):
             self._constants[key] = guarded(step.constant.shape, step.constant.dtype, step.constant)
         return self._constants[key]
 
-    def _env(self, arrays: Sequence[Any], out: Sequence[np.ndarray] | None):
-        env, outputs = super()._env(arrays, None)
-        for arg in self.entry.body.block.args[: len(self.inputs)]:
-            env[arg] = guarded(env[arg].shape, env[arg].dtype, env[arg])
+    def _env(self, arrays: Sequence[Any], out: Sequence[np.ndarray] | None,
+             io: Sequence[np.ndarray] | None = None):  # fmt: skip
+        env, outputs = super()._env(arrays, None, io)
+        if io is None:  # shared buffers are another copy's, guarded already
+            for arg in self.entry.body.block.args[: len(self.inputs)]:
+                env[arg] = guarded(env[arg].shape, env[arg].dtype, env[arg])
         return env, outputs
 
     def __call__(self, *arrays: Any, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
@@ -128,8 +130,8 @@ class CudaHostExecutable(SimulatedExecutable):
             np.copyto(t, o)
         return targets
 
-    def bind(self, *arrays: Any) -> SimulatedBound:
-        bound = super().bind(*arrays)
+    def bind(self, *arrays: Any, io: Sequence[np.ndarray] | None = None) -> SimulatedBound:
+        bound = super().bind(*arrays, io=io)
         bound.outputs = [o.view(np.ndarray) for o in bound.outputs]
         return bound
 

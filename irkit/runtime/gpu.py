@@ -94,6 +94,12 @@ class SimulatedBound(BoundDefaults):
     outputs: list[np.ndarray]
     calls: list[tuple[str, list[np.ndarray]]]
 
+    @property
+    def io(self) -> list[np.ndarray]:
+        """Its inputs' and outputs' buffers, in the driver's order: what another program
+        of the same signature can be bound into (`SimulatedExecutable.bind(io=...)`)."""
+        return [self.env[a] for a in self.exe.entry.body.block.args]
+
     def run_graph(self) -> None:
         self.exe.run_plan(self.env)
 
@@ -144,14 +150,26 @@ class SimulatedExecutable:
         """A "global" step's array, as kernels read it."""
         return step.constant
 
-    def _env(self, arrays: Sequence[Any], out: Sequence[np.ndarray] | None):
-        from irkit.runtime.backend import check_arrays, check_out
+    def _env(self, arrays: Sequence[Any], out: Sequence[np.ndarray] | None,
+             io: Sequence[np.ndarray] | None = None):  # fmt: skip
+        """The driver's arguments bound to `arrays` and fresh outputs (or `out`); with `io`
+        (another bound program's, `SimulatedBound.io`), to those very buffers: the arrays
+        copied into its inputs, its outputs filled with NaN again."""
+        from irkit.runtime.backend import check_arrays, check_out, shared_io
 
         name = f"@{self.entry.sym_name.data}"
         inputs = check_arrays(name, self.inputs, arrays)
-        outputs = check_out(name, self.outputs, out) if out is not None else [
-            self.buffer(s.shape, s.dtype) for s in self.outputs
-        ]  # fmt: skip
+        if io is not None:
+            inputs_at, outputs = shared_io(name, self.inputs, self.outputs, io)
+            for buffer, a in zip(inputs_at, inputs, strict=True):
+                np.copyto(buffer, a)
+            for o in outputs:
+                o[...] = np.nan
+            inputs = inputs_at
+        elif out is not None:
+            outputs = check_out(name, self.outputs, out)
+        else:
+            outputs = [self.buffer(s.shape, s.dtype) for s in self.outputs]
         env = dict(zip(self.entry.body.block.args, [*inputs, *outputs], strict=True))
         return env, outputs
 
@@ -173,8 +191,12 @@ class SimulatedExecutable:
         self.run_plan(env)
         return outputs
 
-    def bind(self, *arrays: Any) -> SimulatedBound:
-        env, outputs = self._env(arrays, None)
+    def bind(self, *arrays: Any, io: Sequence[np.ndarray] | None = None) -> SimulatedBound:
+        """Fix the buffers and run the driver's plan once (each kernel call kept, for
+        `run_kernel`). `io`: the inputs' and outputs' buffers of another bound program of
+        the same signature to use instead of new ones (`SimulatedBound.io`): what
+        attribution binds every program of a placement slot into."""
+        env, outputs = self._env(arrays, None, io)
         calls: list = []
         self.run_plan(env, calls)
         return SimulatedBound(self, env, outputs, calls)
