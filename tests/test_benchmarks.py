@@ -297,6 +297,7 @@ def test_fidelity_runs_on_the_gpu_path(tmp_path: Path) -> None:
     for t in record["trials"]:
         assert t["passes"]["plant-zero"]["changes_code"]
         assert t["truth"]["plant-zero"] == -record["truth"]["-1"]["seconds"]
+        assert t["placement_io"] == "shared"  # a slot's programs in one set of buffers
 
 
 def test_fidelity_errors_are_in_units_of_the_ci_on_the_truths_side() -> None:

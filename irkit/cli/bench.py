@@ -471,7 +471,7 @@ def _bisect_slowdown(console, args) -> int:
         slots = (f"{d.placements} placements, {d.placement_io} I/O" if d.placements > 1
                  else "1 placement: copy offsets not sampled")  # fmt: skip
         return (f"{r.median:.3f}x [{r.low:.3f}, {r.high:.3f}] ({r.confidence:.2%} CI, "
-                f"{d.rounds} paired rounds, {d.looks} looks, {slots})")  # fmt: skip
+                f"{d.rounds} paired rounds, {d.looks} look{'s' if d.looks != 1 else ''}, {slots})")  # fmt: skip
 
     o = result.overall
     console.print(f"{args.file}: '{pipeline}' vs the base '{args.slower_than}' on {backend.name}: "
