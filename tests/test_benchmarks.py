@@ -367,3 +367,59 @@ def test_ci_coverage_simulation_prints_both_estimators() -> None:
         cells = [c for c in row.split("|") if "(" in c]
         assert len(cells) == 2
         assert all(0.0 <= float(c.split("%")[0]) <= 100.0 for c in cells)
+
+
+def test_run_to_run_measures_a_pair_trial_by_trial_and_keeps_the_record(tmp_path: Path) -> None:
+    """benchmarks/run_to_run.py at a smoke size: every trial checked and timed, the record
+    holds the trials and a summary computed from them (no timing outcome asserted); a
+    pipeline that does not parse is one line and exit 1, and --out refuses the model."""
+    out = tmp_path / "r.jsonl"
+    args = [sys.executable, "benchmarks/run_to_run.py", "examples/elementwise_chain.graph",
+            "--a", "lower-graph-to-loops", "--b", "fuse-kernels,lower-graph-to-loops",
+            "--dim", "N=16", "--dim", "D=32", "--trials", "3", "--placements", "2",
+            "--rounds", "6"]  # fmt: skip
+    r = subprocess.run([*args, "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["kind"] == "irkit.run_to_run" and len(record["trials"]) == 3
+    assert record["fingerprint"]["git_sha"] == record["git_sha"]
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import run_to_run
+
+    assert record["summary"] == run_to_run.summarize(record["trials"])
+    assert "3 runs: difference" in r.stdout
+    bad = subprocess.run([*args[:4], "no-such-pass", *args[5:]], cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert bad.returncode == 1 and "unknown pass 'no-such-pass'" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    model = tmp_path / "m.graph"
+    model.write_text((ROOT / "examples/elementwise_chain.graph").read_text())
+    kept = model.read_text()
+    refused = subprocess.run([*args[:2], str(model), *args[3:], "--out", str(model)], cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert refused.returncode == 1 and "refusing to write over it" in refused.stderr
+    assert model.read_text() == kept
+
+
+def test_run_to_run_summary_finds_a_known_run_level_component() -> None:
+    """`summarize` on synthetic trials (seeded): each run's SE 1 us, and a run-level offset
+    of sd 1 us that no run's SE holds: sd(z) about sqrt(2), the component about 1 us, and a
+    run's 95% CI holding the mean in about P(|z| < 1.96/sqrt(2)) = 83% of runs; with no
+    run-level offset, sd(z) about 1 and the component about 0."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import numpy as np
+    import run_to_run
+
+    rng = np.random.default_rng(7)
+    n = 4000
+
+    def trials(offset_sd: float) -> list[dict]:
+        d = 100e-6 + rng.normal(0, 1e-6, n) + rng.normal(0, offset_sd, n)
+        return [{"diff_s": float(x), "se_s": 1e-6, "a_s": 1e-3} for x in d]
+
+    s = run_to_run.summarize(trials(1e-6))
+    assert abs(s["sd_z"] - np.sqrt(2)) < 0.05 and abs(s["run_to_run_s"] - 1e-6) < 0.08e-6
+    assert abs(s["ci_held_mean"] - 0.834) < 0.02 and abs(s["ci_expected_to_hold"] - 0.834) < 0.02
+    assert abs(s["run_to_run_of_a"] - 1e-3) < 0.1e-3 and abs(s["lag1_autocorrelation"]) < 0.05
+    s = run_to_run.summarize(trials(0.0))
+    assert abs(s["sd_z"] - 1) < 0.04 and s["run_to_run_s"] < 0.25e-6
+    assert abs(s["ci_held_mean"] - 0.95) < 0.015
