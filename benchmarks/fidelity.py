@@ -185,7 +185,8 @@ class Truth:
     def sample(self, copies: int = 8, seconds: float = 2.0, min_calls: int = 5) -> dict:
         """One sample: `copies` fresh copies of every program, timed interleaved for
         `seconds` (and at least `min_calls` calls of each copy); returns and keeps
-        {"at": time, "diffs": {iters: [one difference per slot]}}."""
+        {"at": time, "diffs": {iters: [one difference per slot]}, "base_s": [the base
+        program's median per slot]}."""
         keys = list(self.exes)
         bound: list[dict[int, object]] = [{} for _ in range(copies)]
         for slot in range(copies):
@@ -200,7 +201,10 @@ class Truth:
                 times[slot][int(n)].append(call_seconds(bound[slot][int(n)]))
             r += 1
         diffs = {n: [float(np.median(t[n]) - np.median(t[0])) for t in times] for n in keys if n}
-        sample = {"at": time.time(), "rounds": r, "diffs": diffs}
+        # the base program's own time by slot: the machine's speed for a program, near the
+        # trial (the spin alone does not follow it: docs/results.md, 2026-11-27, night)
+        base = [float(np.median(t[0])) for t in times]
+        sample = {"at": time.time(), "rounds": r, "diffs": diffs, "base_s": base}
         self.samples.append(sample)
         return sample
 
