@@ -115,12 +115,12 @@ def summarize(trials: list[dict]) -> dict:
 
 def describe(s: dict) -> str:
     us = 1e6
-    share = f" ({s['run_to_run_of_diff']:.2%} of it" if s["run_to_run_of_diff"] else " ("
+    share = f" ({s['run_to_run_of_diff']:.2%} of it, " if s["run_to_run_of_diff"] is not None else " ("
     return (
         f"{s['trials']} runs: difference {s['mean_diff_s'] * us:.2f} us; between runs sd "
         f"{s['between_sd_s'] * us:.2f} us against each run's SE {s['within_se_rms_s'] * us:.2f} us "
         f"(rms); sd(z) {s['sd_z']:.2f}; run-to-run component {s['run_to_run_s'] * us:.2f} us"
-        f"{share}, {s['run_to_run_of_a']:.3%} of A's time); lag-1 autocorrelation "
+        f"{share}{s['run_to_run_of_a']:.3%} of A's time); lag-1 autocorrelation "
         f"{s['lag1_autocorrelation']:.2f}; a run's 95% CI held the runs' mean in "
         f"{s['ci_held_mean']:.0%} of runs ({s['ci_expected_to_hold']:.0%} expected at that sd(z))"
     )
