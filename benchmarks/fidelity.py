@@ -223,7 +223,8 @@ def summarize_truth(samples: list[dict]) -> dict[str, dict]:
                 "pairs": len(d)} for n, d in pooled.items()}  # fmt: skip
 
 
-def _spin_forever() -> None:
+def spin_forever() -> None:
+    """A busy loop: what `--load` runs in a process of its own (one core loaded)."""
     x = 1.0
     while True:
         x = x * 0.999 + 1e-3
@@ -486,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     loader = None
     if args.load:
-        loader = multiprocessing.Process(target=_spin_forever, daemon=True)
+        loader = multiprocessing.Process(target=spin_forever, daemon=True)
         loader.start()
     try:
         for example in args.examples.split(","):

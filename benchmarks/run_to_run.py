@@ -55,19 +55,9 @@ from irkit.plugins import load_plugins
 from irkit.runtime import get_backend
 from irkit.runtime.check import reference_case
 
-
-def _spin_forever() -> None:
-    x = 1.0
-    while True:
-        x = x * 0.999 + 1e-3
-
-
-def call_seconds(bound) -> float:
-    """One call of a bound program, to its end on the device, by `perf_counter_ns`."""
-    start = time.perf_counter_ns()
-    bound.run_graph()
-    bound.synchronize()
-    return (time.perf_counter_ns() - start) * 1e-9
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from fidelity import call_seconds, spin_forever  # noqa: E402 (the same timer and load)
 
 
 def trial(backend, exes: dict, graph, case, placements: int, rounds: int, seed: int) -> dict:
@@ -115,7 +105,9 @@ def summarize(trials: list[dict]) -> dict:
 
 def describe(s: dict) -> str:
     us = 1e6
-    share = f" ({s['run_to_run_of_diff']:.2%} of it, " if s["run_to_run_of_diff"] is not None else " ("
+    share = (
+        f" ({s['run_to_run_of_diff']:.2%} of it, " if s["run_to_run_of_diff"] is not None else " ("
+    )
     return (
         f"{s['trials']} runs: difference {s['mean_diff_s'] * us:.2f} us; between runs sd "
         f"{s['between_sd_s'] * us:.2f} us against each run's SE {s['within_se_rms_s'] * us:.2f} us "
@@ -165,7 +157,7 @@ def measure(args: argparse.Namespace) -> int:
     exes = compiled()
     loader = None
     if args.load:
-        loader = multiprocessing.Process(target=_spin_forever, daemon=True)
+        loader = multiprocessing.Process(target=spin_forever, daemon=True)
         loader.start()
     trials = []
     try:
