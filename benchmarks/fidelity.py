@@ -57,6 +57,14 @@ EXAMPLES = {
                               "canonicalize,lower-graph-to-loops{keep-transcendentals=true},expand-math"),
         "mlp": ("examples/mlp.graph", {"D": 256, "F": 1024},
                 "fuse-kernels,lower-graph-to-loops,cpu-tile-matmul"),
+        # two more, not in the runs before 2026-11-27 night: a row kernel (exp, max and sum
+        # per row) and a whole block (matmuls, softmax, layer norms, GELU), ~1.4 and ~0.7 ms
+        "softmax": ("examples/softmax.graph", {},
+                    "fuse-kernels,lower-graph-to-loops{keep-transcendentals=true},expand-math,"
+                    "cpu-fuse-rows"),
+        "transformer_block": ("examples/transformer_block.graph", {},
+                              "fuse-kernels,lower-graph-to-loops{keep-transcendentals=true},"
+                              "cpu-tile-matmul,expand-math,cpu-fuse-rows"),
     },
     "gpu": {
         "elementwise_chain": ("examples/elementwise_chain.graph", {},
@@ -67,7 +75,12 @@ EXAMPLES = {
 }  # fmt: skip
 ZERO = -1
 """`Truth`'s key for plant-zero's program (measured off the CPU, where a launch costs)."""
-QUICK_DIMS = {"elementwise_chain": {"N": 64, "D": 96}, "mlp": {"B": 4, "D": 64, "F": 256}}
+QUICK_DIMS = {
+    "elementwise_chain": {"N": 64, "D": 96},
+    "mlp": {"B": 4, "D": 64, "F": 256},
+    "softmax": {"R": 16, "C": 64},
+    "transformer_block": {"S": 8, "D": 32, "F": 64},
+}
 """`--quick`: test sizes (a check that the run works, e.g. the GPU path on the host)."""
 SIZES = (0.02, 0.05, 0.20)
 
