@@ -218,9 +218,14 @@ def lower_for_cpu(module: ModuleOp) -> ModuleOp:
 
 def lower_for_gpu(module: ModuleOp) -> ModuleOp:
     """What the GPU backends require: loops mapped onto the GPU (map-to-gpu with its
-    defaults, where the pipeline did not map them)."""
+    defaults, where the pipeline did not map them). Every kernel: a pass that maps some
+    (gpu-tile-matmul maps its matmuls) and one after it that adds a loop-level kernel (a
+    researcher's, or fidelity.py's plants) left that kernel unmapped and the program
+    refused ("CUDA C needs GPU-mapped IR"); map-to-gpu leaves mapped kernels as they are."""
+    from irkit.passes.map_to_gpu import unmapped_kernels
+
     module = lower_to_loops(module)
-    if not is_gpu_mapped(module):
+    if not is_gpu_mapped(module) or unmapped_kernels(module):
         module = apply_passes(module, parse_passes("map-to-gpu"))
     return module
 

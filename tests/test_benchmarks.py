@@ -423,3 +423,22 @@ def test_run_to_run_summary_finds_a_known_run_level_component() -> None:
     s = run_to_run.summarize(trials(0.0))
     assert abs(s["sd_z"] - 1) < 0.04 and s["run_to_run_s"] < 0.25e-6
     assert abs(s["ci_held_mean"] - 0.95) < 0.015
+
+
+def test_every_fidelity_example_takes_the_plants_and_computes_right() -> None:
+    """Each example fidelity.py plants into (on the CPU and on the GPU path) has test sizes,
+    and its pipeline with every plant in it compiles and matches the reference there: the
+    plants keep every result, whatever the example."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fidelity
+
+    from irkit.frontend import load
+    from irkit.runtime.check import check
+
+    plants = "plant-waste{iters=10},plant-work{iters=10},plant-unwaste,plant-zero,plant-ir-only"
+    for backend in ("cpu", "cuda-sim"):
+        for example, (model, _, real) in fidelity.examples_for(backend).items():
+            dims = fidelity.QUICK_DIMS[example]
+            exe = fidelity.compiled(backend, ROOT / model, dims, f"{real},{plants}")
+            checks, _ = check(exe, load(ROOT / model, dims), seed=0)
+            assert all(c.passed for c in checks), (backend, example, [c.describe() for c in checks])

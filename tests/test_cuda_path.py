@@ -639,3 +639,21 @@ def test_min_blocks_bounds_registers_and_keeps_the_result(backend: str) -> None:
     inputs = irkit.random_inputs(graph, seed=9)
     for a, b in zip(bounded(*inputs), plain(*inputs), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("backend", HOST_AND_GPU)
+def test_a_kernel_added_after_a_mapping_pass_is_mapped_too(backend: str) -> None:
+    """gpu-tile-matmul maps its matmuls; a pass after it that adds a loop-level kernel (here
+    a plant, as a researcher's pass would) leaves that one unmapped, and the backend's own
+    map-to-gpu maps it: the program compiles and is right (it was refused, "CUDA C needs
+    GPU-mapped IR", while any kernel was mapped)."""
+    import irkit.measure.plants  # noqa: F401 (registers the plants)
+
+    needs(backend)
+    module = irkit.load(Path("examples/mlp.graph"), SMALL["mlp"])
+    spec = "fuse-kernels,lower-graph-to-loops,pad-leading-dims,gpu-tile-matmul,plant-work{iters=7}"
+    exe = irkit.compile(module, spec, backend=backend)
+    checks, _ = check(exe, module, seed=3)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
+    assert "planted_work" in {k.name for k in exe.kernels}
+    assert all(k.launch for k in exe.kernels)
