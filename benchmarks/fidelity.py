@@ -214,8 +214,9 @@ class Truth:
                 times[slot][int(n)].append(call_seconds(bound[slot][int(n)]))
             r += 1
         diffs = {n: [float(np.median(t[n]) - np.median(t[0])) for t in times] for n in keys if n}
-        # the base program's own time by slot: the machine's speed for a program, near the
-        # trial (the spin alone does not follow it: docs/results.md, 2026-11-27, night)
+        # the base program's own time by slot, near the trial: kept for analysis, not used
+        # in scoring (a run's plant cost follows it only weakly, 0.85% for a program 5%
+        # slower: docs/results.md, 2026-11-27, night)
         base = [float(np.median(t[0])) for t in times]
         sample = {"at": time.time(), "rounds": r, "diffs": diffs, "base_s": base}
         self.samples.append(sample)

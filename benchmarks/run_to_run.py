@@ -45,12 +45,12 @@ from statistics import NormalDist
 
 import numpy as np
 
+import irkit
 from irkit.cli.common import check_output, parse_dim, run_main
 from irkit.errors import IrkitError
 from irkit.frontend import load
 from irkit.measure.fingerprint import host_fingerprint, load_average
 from irkit.measure.slots import bind_slots
-from irkit.pipelines import apply_passes, parse_passes
 from irkit.plugins import load_plugins
 from irkit.runtime import get_backend
 from irkit.runtime.check import reference_case
@@ -74,7 +74,7 @@ def trial(backend, exes: dict, graph, case, placements: int, rounds: int, seed: 
             times[str(k)][slot].append(call_seconds(bound[str(k)][slot]))
     medians = {k: np.array([np.median(t) for t in v]) for k, v in times.items()}
     diff = medians["b"] - medians["a"]
-    se = float(diff.std(ddof=1) / np.sqrt(placements)) if placements > 1 else float("nan")
+    se = float(diff.std(ddof=1) / np.sqrt(placements))
     return {"diff_s": float(diff.mean()), "se_s": se, "a_s": float(medians["a"].mean()),
             "b_s": float(medians["b"].mean())}  # fmt: skip
 
@@ -150,8 +150,7 @@ def measure(args: argparse.Namespace) -> int:
     case = reference_case(graph, args.seed)
 
     def compiled() -> dict:
-        return {k: backend.compile(backend.lower(apply_passes(graph.clone(), parse_passes(spec))))
-                for k, spec in (("a", args.a), ("b", args.b))}  # fmt: skip
+        return {k: irkit.compile(graph, spec, backend.name) for k, spec in (("a", args.a), ("b", args.b))}  # fmt: skip
 
     fingerprint = host_fingerprint()  # at the start: the code measured, not a later commit
     exes = compiled()
