@@ -71,6 +71,11 @@ EXAMPLES = {
                               "canonicalize,fuse-kernels,lower-graph-to-loops"),
         "mlp": ("examples/mlp.graph", {},
                 "fuse-kernels,lower-graph-to-loops,pad-leading-dims,gpu-tile-matmul"),
+        # a row kernel (map-to-gpu's block per row) and a whole block, as on the CPU
+        "softmax": ("examples/softmax.graph", {}, "fuse-kernels,lower-graph-to-loops,gpu-coarsen"),
+        "transformer_block": ("examples/transformer_block.graph", {},
+                              "fuse-kernels,lower-graph-to-loops,pad-leading-dims,gpu-tile-matmul,"
+                              "gpu-coarsen"),
     },
 }  # fmt: skip
 ZERO = -1

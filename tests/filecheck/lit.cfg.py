@@ -21,5 +21,7 @@ for tool in ("mlir-opt", "mlir-opt-22"):
         config.available_features.add("mlir-opt")
 if sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64"):
     config.available_features.add("irkit-pool")  # irkit.codegen.pool (futex)
+if platform.machine() == "x86_64":
+    config.available_features.add("x86_64")  # -t asm's host assembly, as x86-64
 if ctypes.util.find_library("gomp"):
     config.available_features.add("libgomp")  # the CPU backend's thread pool
