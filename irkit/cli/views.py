@@ -140,7 +140,9 @@ def show_attribution(console: Console, rec: dict) -> None:
         else "CI excludes 0 and beyond the A/A floor"
     )
     table = Table(
-        title="per-pass contribution: time saved per call (negative = slower), 95% CI; "
+        title="per-pass contribution: time saved per call (negative = slower), 95% CI over "
+        "this run's rounds and placements (a run's state is not in it: repeat the run to "
+        "see it, benchmarks/run_to_run.py); "
         f"significant: {rule}; detectable: the effect this run calls significant 4 times in 5"
     )
     for col in ("pass", "saved", "95% CI", "speedup", "95% CI ", "of total", "significant",
