@@ -28,6 +28,7 @@ from irkit.cli.common import (
     bounded_int,
     check_output,
     fraction,
+    nonnegative_float,
     parse_dim,
     positive_float,
     positive_int,
@@ -225,15 +226,32 @@ def _progress():
 def attribute_file(args, model: str, dims: dict) -> dict:
     """Run one attribution with the command line's options; returns its record. With
     `--quiet-machine`, wait for a quiet host first and measure again (twice at most) while
-    the record says the machine was loaded; every attempt's load is in the record."""
+    the record says the machine was loaded; every attempt's load is in the record. With
+    `--runs N`, N such runs `--run-gap` seconds apart, combined (`irkit.measure.runs`; the
+    kernels timed alone in the first only)."""
     import os
 
-    from irkit.measure.attribution import attribute
-    from irkit.measure.fingerprint import wait_until_quiet
+    from irkit.measure.runs import attribute_runs
 
     pinned = getattr(args, "pin", None)
     if pinned:
         os.sched_setaffinity(0, pinned)
+    runs = getattr(args, "runs", 1)
+
+    def one(i: int) -> dict:
+        if runs > 1:
+            print(f"run {i + 1} of {runs}", file=sys.stderr)
+        record = _attribute_once(args, model, dims, kernel_times=not args.no_kernel_times and i == 0)  # fmt: skip
+        record["protocol"]["pinned_cpus"] = sorted(pinned) if pinned else None
+        return record
+
+    return attribute_runs(one, runs, getattr(args, "run_gap", 0.0))
+
+
+def _attribute_once(args, model: str, dims: dict, kernel_times: bool) -> dict:
+    from irkit.measure.attribution import attribute
+    from irkit.measure.fingerprint import wait_until_quiet
+
     quiet = getattr(args, "quiet_machine", None)
     attempts: list[dict] = []
     while True:
@@ -243,7 +261,7 @@ def attribute_file(args, model: str, dims: dict) -> dict:
             record = attribute(
                 model, args.passes, args.backend, args.strategy, dims, args.precision,
                 args.budget, seed=args.seed, permutations=args.permutations, progress=tick,
-                kernel_times=not args.no_kernel_times, timer=args.timer,
+                kernel_times=kernel_times, timer=args.timer,
                 placements=getattr(args, "placements", None),
             ).to_json()  # fmt: skip
         load = record["protocol"]["load"]
@@ -251,7 +269,6 @@ def attribute_file(args, model: str, dims: dict) -> dict:
         if quiet is None or not load["loaded"] or len(attempts) == 3:
             break
         print(f"the machine was loaded while measuring (attempt {len(attempts)}); waiting for it to be quiet and measuring again", file=sys.stderr)  # fmt: skip
-    record["protocol"]["pinned_cpus"] = sorted(pinned) if pinned else None
     if quiet is not None:
         record["protocol"]["quiet_machine"] = {"max_wait_s": quiet, "attempts": attempts}
     return record
@@ -701,6 +718,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     att.add_argument("--pin", default=None, metavar="CPUS", type=_cpu_list,
                      help="pin this process (and the threads it starts) to these CPUs, "
                           "e.g. 1 or 0,1; recorded")  # fmt: skip
+    att.add_argument("--runs", type=bounded_int(1, 64), default=1,
+                     help="repeat the whole measurement this many times (each bound afresh, "
+                          "same inputs) and take every CI from the runs' spread (Student's "
+                          "t): what a run's state does to the comparison, which one run's CI "
+                          "cannot hold (default 1)")  # fmt: skip
+    att.add_argument(
+        "--run-gap",
+        type=nonnegative_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="seconds between runs, to spread them in time (default 0)",
+    )
     att.add_argument("--no-kernel-times", action="store_true",
                      help="skip timing each kernel alone (a third of the budget); passes still "
                           "list the kernels they removed and added")  # fmt: skip

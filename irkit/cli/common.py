@@ -97,6 +97,13 @@ def positive_float(text: str) -> float:
     return value
 
 
+def nonnegative_float(text: str) -> float:
+    value = _number(text, float)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
+    return value
+
+
 def fraction(text: str) -> float:
     """A relative precision or threshold: a number in (0, 1)."""
     value = _number(text, float)

@@ -139,11 +139,19 @@ def show_attribution(console: Console, rec: dict) -> None:
         if noise.get("aa_failed") is not None
         else "CI excludes 0 and beyond the A/A floor"
     )
+    runs = proto.get("runs")
+    held = (
+        f"over {runs['count']} runs, Student's t on their spread (each run's state sampled)"
+        if runs
+        else "over this run's rounds and placements (a run's state is not in it: --runs N "
+        "repeats the run, benchmarks/run_to_run.py measures it)"
+    )
+    if runs:
+        rule = noise["rule"]
     table = Table(
-        title="per-pass contribution: time saved per call (negative = slower), 95% CI over "
-        "this run's rounds and placements (a run's state is not in it: repeat the run to "
-        "see it, benchmarks/run_to_run.py); "
-        f"significant: {rule}; detectable: the effect this run calls significant 4 times in 5"
+        title=f"per-pass contribution: time saved per call (negative = slower), 95% CI {held}; "
+        f"significant: {rule}; detectable: the effect this measurement calls significant 4 "
+        "times in 5"
     )
     for col in ("pass", "saved", "95% CI", "speedup", "95% CI ", "of total", "significant",
                 "detectable", "kernels changed"):  # fmt: skip
@@ -174,6 +182,18 @@ def show_attribution(console: Console, rec: dict) -> None:
     table.add_row("total", fmt_signed(saved_total), fmt_ci(total["saved_s"], fmt_signed),
                   f"{sp['value']:.3f}x", f"[{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]", note, "", "", "")  # fmt: skip
     console.print(table)
+    if runs:
+        gap = f", {runs['gap_s']:g} s apart" if runs["gap_s"] else ""
+        console.print(f"run to run ({runs['count']} runs{gap}; loaded in {sum(runs['loaded'])}):", highlight=False)  # fmt: skip
+        for p in rec["passes"]:
+            r = p.get("run_to_run")
+            if r:
+                console.print(
+                    f"  {p['pass']}: the runs' savings spread {fmt_time(r['sd_s'])} (sd) against "
+                    f"a run's own SE of {fmt_time(r['run_se_rms_s'])}; {r['runs_holding_mean']} "
+                    f"of {runs['count']} runs' CIs held their mean",
+                    highlight=False,
+                )
     for p in rec["passes"]:
         k = p["kernels"]
         if not (k["removed"] or k["added"]):

@@ -76,7 +76,12 @@ def ratio_ci(
 
 def t_quantile(p: float, df: float) -> float:
     """Student's t quantile by its Cornish-Fisher expansion in 1/df (four terms: within
-    1e-3 of the exact value from 3 degrees of freedom on at p = 0.975; numpy has none)."""
+    1e-3 of the exact value from 3 degrees of freedom on at p = 0.975; numpy has none), and
+    its closed forms at 1 and 2 degrees of freedom, where the expansion is 11% and 0.7% low."""
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if df == 2:
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
     z = NormalDist().inv_cdf(p)
     terms = ((z**3 + z) / 4, (5 * z**5 + 16 * z**3 + 3 * z) / 96,
              (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
