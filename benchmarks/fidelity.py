@@ -44,6 +44,7 @@ import irkit.measure.plants  # noqa: F401 (registers the plants)
 from irkit.frontend import load
 from irkit.measure.attribution import attribute
 from irkit.measure.fingerprint import host_fingerprint, load_average
+from irkit.measure.runs import combine_runs
 from irkit.pipelines import apply_passes, parse_passes
 from irkit.runtime import get_backend
 
@@ -251,10 +252,12 @@ def spin_forever() -> None:
 
 def trial(model: Path, dims: dict, real: str, strategy: str, slow: int, fast: int,
           budget: float, seed: int, placements: int | None = None, stop: str = "verdicts",
-          backend: str = "cpu", rounds_to: Path | None = None) -> dict:  # fmt: skip
+          backend: str = "cpu", rounds_to: Path | None = None, runs: int = 1) -> dict:  # fmt: skip
     """One attribution run with the plants; the spin kernels alone timed before and after
     (a drift check); the truth (in the program) is filled in by `main`. `rounds_to`: a
-    folder the run's measured rounds go to (`save_rounds`), for re-analysis."""
+    folder the run's measured rounds go to (`save_rounds`), for re-analysis. `runs`: the
+    attribution repeated that many times and combined (`irkit.measure.runs`, as `attribute
+    --runs`; the twins and the rounds saved are the first run's)."""
     before = (spin_seconds(slow, backend=backend), spin_seconds(fast, backend=backend))
     spec = (f"{real},plant-waste{{iters={fast}}},plant-work{{iters={slow}}},plant-unwaste,"
             "plant-zero,plant-ir-only")  # fmt: skip
@@ -262,6 +265,11 @@ def trial(model: Path, dims: dict, real: str, strategy: str, slow: int, fast: in
     measured = attribute(model, spec, backend, strategy, dims, budget_s=budget, seed=seed,
                          kernel_times=False, placements=placements, stop=stop)  # fmt: skip
     result = measured.to_json()
+    if runs > 1:
+        more = [attribute(model, spec, backend, strategy, dims, budget_s=budget, seed=seed,
+                          kernel_times=False, placements=placements, stop=stop).to_json()
+                for _ in range(runs - 1)]  # fmt: skip
+        result = combine_runs([result, *more])
     saved = save_rounds(measured, rounds_to, f"{model.stem}_{strategy}_{seed:03d}_{slow}_{fast}") if rounds_to else None  # fmt: skip
     after = (spin_seconds(slow, backend=backend), spin_seconds(fast, backend=backend))
     passes = {p["pass"]: p for p in result["passes"]}
@@ -427,7 +435,7 @@ def run_example(example: str, args: argparse.Namespace) -> dict:
             fast = iters[SIZES[(j + 1 + (j // 3) % 2) % 3]]
             t = trial(model, dims, real, strategy, slow, fast, args.budget, seed=j,
                       placements=args.placements, stop=args.stop, backend=args.backend,
-                      rounds_to=Path(args.rounds) if args.rounds else None)  # fmt: skip
+                      rounds_to=Path(args.rounds) if args.rounds else None, runs=args.runs)  # fmt: skip
             trials.append(t)
             sample_truth()
             w, u = (
@@ -449,6 +457,7 @@ def run_example(example: str, args: argparse.Namespace) -> dict:
     return {
         "kind": "irkit.fidelity", "example": example, "backend": args.backend, "dims": dims,
         "pipeline": real, "loaded": args.load, "quick": args.quick, "budget_s": args.budget,
+        "runs": args.runs,
         "placements": args.placements,
         "stop": args.stop, "git_sha": fingerprint.get("git_sha"), "full_s": full_s,
         "plant_iters": iters, "summary": table, "truth": truth.summary(),
@@ -476,6 +485,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=20,
                     help="trials per strategy and planted size (each run plants two sizes)")  # fmt: skip
     ap.add_argument("--budget", type=float, default=10.0, help="attribute's budget_s per run")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="each trial's attribution repeated this many times and combined "
+                         "(attribute --runs: every CI from the runs' spread)")  # fmt: skip
     ap.add_argument("--placements", type=int, default=None,
                     help="attribute's placements (default: attribute's own, automatic)")  # fmt: skip
     ap.add_argument("--truth-seconds", type=float, default=2.0,
