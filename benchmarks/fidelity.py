@@ -262,14 +262,15 @@ def trial(model: Path, dims: dict, real: str, strategy: str, slow: int, fast: in
     spec = (f"{real},plant-waste{{iters={fast}}},plant-work{{iters={slow}}},plant-unwaste,"
             "plant-zero,plant-ir-only")  # fmt: skip
     load_start = load_average()
-    measured = attribute(model, spec, backend, strategy, dims, budget_s=budget, seed=seed,
+
+    def once():
+        return attribute(model, spec, backend, strategy, dims, budget_s=budget, seed=seed,
                          kernel_times=False, placements=placements, stop=stop)  # fmt: skip
+
+    measured = once()
     result = measured.to_json()
     if runs > 1:
-        more = [attribute(model, spec, backend, strategy, dims, budget_s=budget, seed=seed,
-                          kernel_times=False, placements=placements, stop=stop).to_json()
-                for _ in range(runs - 1)]  # fmt: skip
-        result = combine_runs([result, *more])
+        result = combine_runs([result, *(once().to_json() for _ in range(runs - 1))])
     saved = save_rounds(measured, rounds_to, f"{model.stem}_{strategy}_{seed:03d}_{slow}_{fast}") if rounds_to else None  # fmt: skip
     after = (spin_seconds(slow, backend=backend), spin_seconds(fast, backend=backend))
     passes = {p["pass"]: p for p in result["passes"]}

@@ -273,6 +273,26 @@ def _check_saved_rounds(record: dict) -> None:
 
 
 @pytest.mark.slow
+def test_fidelity_repeats_each_trial_at_the_run_level(tmp_path: Path) -> None:
+    """fidelity.py --runs N: each trial's attribution is N runs combined as `attribute
+    --runs` combines them, so its CIs are the runs' (Student's t on their spread)."""
+    out = tmp_path / "f.jsonl"
+    r = subprocess.run(
+        [sys.executable, "benchmarks/fidelity.py", "--examples", "elementwise_chain", "--quick",
+         "--strategies", "ablation", "--trials", "1", "--budget", "0.3", "--placements", "2",
+         "--truth-seconds", "0.2", "--truth-copies", "2", "--truth-first", "1", "--runs", "3",
+         "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["runs"] == 3 and len(record["trials"]) == 3
+    for t in record["trials"]:
+        for name in ("plant-work", "plant-unwaste"):
+            s = t["passes"][name]["saved_s"]
+            assert s["ci_low"] < s["value"] < s["ci_high"]  # a t interval about the mean
+
+
 def test_fidelity_runs_on_the_gpu_path(tmp_path: Path) -> None:
     """benchmarks/fidelity.py on the GPU path, checked on cuda-host (the printed CUDA C run
     on this CPU) at test sizes: the plants go in before map-to-gpu and become one-thread GPU
