@@ -272,7 +272,6 @@ def _check_saved_rounds(record: dict) -> None:
             )
 
 
-@pytest.mark.slow
 def test_fidelity_repeats_each_trial_at_the_run_level(tmp_path: Path) -> None:
     """fidelity.py --runs N: each trial's attribution is N runs combined as `attribute
     --runs` combines them, so its CIs are the runs' (Student's t on their spread)."""
@@ -293,6 +292,7 @@ def test_fidelity_repeats_each_trial_at_the_run_level(tmp_path: Path) -> None:
             assert s["ci_low"] < s["value"] < s["ci_high"]  # a t interval about the mean
 
 
+@pytest.mark.slow
 def test_fidelity_runs_on_the_gpu_path(tmp_path: Path) -> None:
     """benchmarks/fidelity.py on the GPU path, checked on cuda-host (the printed CUDA C run
     on this CPU) at test sizes: the plants go in before map-to-gpu and become one-thread GPU
