@@ -6,7 +6,8 @@
 # SKIP="attribute ..." leaves out the steps it names (their logs say so; "wheels": no install).
 # ATTRIBUTE_EXAMPLES="mlp ..." attributes those examples only; TARGETS_BUDGET=S gives each
 # gpu_targets workload S seconds of timing (default 8); LIMIT_<step>=S changes a step's
-# time limit (LIMIT_gpu_targets=240).
+# time limit (LIMIT_gpu_targets=240); DEADLINE=EPOCH_S cuts every step's limit to end by then
+# (a call's own limit: the steps that fit finish and are archived, the last one is cut short).
 # BACKEND=cuda-host (or cuda-sim) runs the same steps without a GPU, to test the script
 # itself: the examples and attributions on that backend (host times, not GPU times), the
 # gpu tests skipping, and the device-only steps (counters, GPU peers, graph replay) left out.
@@ -25,7 +26,8 @@
 #    example (one record each, with the A/A noise floor);
 # 7. with FIDELITY_TRIALS=N set (a later call: it does not fit in the first one's 10
 #    minutes), runs benchmarks/fidelity.py on the GPU: mlp, Shapley, N trials per planted
-#    size (records in OUTDIR/fidelity.jsonl).
+#    size (records in OUTDIR/fidelity.jsonl); FIDELITY_EXAMPLES and FIDELITY_STRATEGIES
+#    name others (comma-separated, as fidelity.py takes them).
 #
 # The commit the tree came from: $IRKIT_SOURCE_SHA where the copy has no .git of its own.
 #
@@ -47,9 +49,18 @@ printf 'step\tstatus\tseconds\n' >"$out/steps.tsv"
 step() {  # step NAME LIMIT_S COMMAND...: run, log to OUTDIR/NAME.log, note its status
   local name=$1 limit=$2 start status override="LIMIT_$1"
   limit=${!override:-$limit}  # LIMIT_<step>=S overrides a step's limit
+  if [ -n "${DEADLINE:-}" ] && [ $((DEADLINE - $(date +%s))) -lt "$limit" ]; then
+    limit=$((DEADLINE - $(date +%s)))
+  fi
   shift 2
   if [[ " ${SKIP:-} " == *" $name "* ]]; then
     echo "== $name: skipped (SKIP)" | tee "$out/$name.log"
+    return
+  fi
+  if [ "$limit" -le 0 ]; then
+    echo "== $name: not run, DEADLINE passed" | tee "$out/$name.log"
+    failed+=("$name (DEADLINE)")
+    printf '%s\t%s\t%s\n' "$name" "deadline" 0 >>"$out/steps.tsv"
     return
   fi
   start=$(date +%s)
@@ -182,8 +193,9 @@ step attribute 200 attribute_all
 if [ -n "${FIDELITY_TRIALS:-}" ]; then
   fidelity_dims=()
   [ "$backend" = cuda ] || fidelity_dims=(--quick)
-  step fidelity 540 python3 benchmarks/fidelity.py --backend "$backend" --examples mlp \
-    --strategies shapley --trials "$FIDELITY_TRIALS" --budget 4 "${fidelity_dims[@]}" \
+  step fidelity 540 python3 benchmarks/fidelity.py --backend "$backend" \
+    --examples "${FIDELITY_EXAMPLES:-mlp}" --strategies "${FIDELITY_STRATEGIES:-shapley}" \
+    --trials "$FIDELITY_TRIALS" --budget 4 "${fidelity_dims[@]}" \
     --out "$out/fidelity.jsonl"
 fi
 

@@ -16,11 +16,13 @@ header, the compiler's version and its flags.
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from functools import cache
@@ -110,6 +112,17 @@ class HostLibrary:
     def reload(self) -> HostLibrary:
         """The same machine code loaded again, at other addresses (a copy's placement)."""
         return HostLibrary(self.key, self.image, _load(self.key, self.image))
+
+    def __del__(self) -> None:
+        """The library unloaded once nothing holds it: attribution and fidelity load many
+        copies of every program, and each kept mapped took five of the process's 65530 memory
+        maps (fidelity on mlp ran out: 'failed to map segment from shared object')."""
+        if sys.is_finalizing():
+            return
+        try:
+            _ctypes.dlclose(self.library._handle)
+        except (AttributeError, OSError):
+            pass
 
 
 def _load(key: str, image: bytes) -> ctypes.CDLL:

@@ -448,8 +448,18 @@ class CudaExecutable:
         printed or compiled again (each bind gives it buffers of its own)."""
         twin = object.__new__(CudaExecutable)
         twin.__dict__.update(self.__dict__)
+        twin._modules = []  # its own, never the original's (unloaded with it)
         twin._load()
         return twin
+
+    def __del__(self) -> None:
+        """The modules unloaded: attribution loads 32 copies of each of hundreds of
+        programs, and a process that kept them all would grow without end."""
+        for mod in getattr(self, "_modules", ()):
+            try:
+                _driver().cuModuleUnload(mod)
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
 
     def bind(self, *arrays: Any, io: Sequence[DeviceBuffer] | None = None) -> CudaBound:
         """Device buffers for the inputs (uploaded), the outputs and every intermediate (NaN

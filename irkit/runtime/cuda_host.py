@@ -62,6 +62,7 @@ class HostLauncher:
     def __init__(self, kernels: list[GpuKernel], library: Any):
         from irkit.codegen.cuda_host import has_barrier
 
+        self.library = library  # its launchers' code stays loaded while they may be called
         self.kernels: dict[str, tuple[Any, Any, int]] = {}
         for k in kernels:
             geometry = (ctypes.c_uint * 6)(*k.launch["grid"], *k.launch["block"])

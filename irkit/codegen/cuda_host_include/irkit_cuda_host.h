@@ -238,6 +238,21 @@ inline bool mma_reset(unsigned threads) {
   return true;
 }
 
+// Unloading the library (a program's copy dropped) gives back the unloading thread's fiber
+// stacks and staging areas: each stack's guard page splits the mapping, so a block of 256
+// threads holds 512 of the process's memory maps (Linux allows 65530), and a process that
+// loads many copies of a program (attribution's placements) ran out of them.
+__attribute__((destructor)) static void release_thread_buffers() {
+  if (stacks) munmap(stacks, stacks_held * (STACK + PAGE));
+  stacks = nullptr;
+  stacks_held = 0;
+  std::free(mma_stages);
+  std::free(mma_parity);
+  mma_stages = nullptr;
+  mma_parity = nullptr;
+  mma_held = 0;
+}
+
 enum Status { OK = 0, DIVERGENT_BARRIER = 1, NO_MEMORY = 2, BARRIER_WITHOUT_FIBERS = 3 };
 
 // One launch: geometry = grid x, y, z, block x, y, z. `fibers`: the kernel has a barrier.
