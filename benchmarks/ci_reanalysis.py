@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for text in Path(args.records).read_text().splitlines():
         rec = json.loads(text)
-        fidelity.assign_truth(rec["trials"], fidelity.record_truth(rec))
+        fidelity.assign_truth(rec["trials"], fidelity.record_truth(rec), rec.get("backend", "cpu"))
         sizes = {v: float(k) for k, v in rec["plant_iters"].items()}
         table: dict = {}
         for t in rec["trials"]:

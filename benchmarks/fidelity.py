@@ -117,6 +117,17 @@ def call_seconds(bound) -> float:
     return (time.perf_counter_ns() - start) * 1e-9
 
 
+def call_timer(bound, timer: str = "host"):
+    """A callable timing one call of `bound`: by the host's clock (`call_seconds`), or with
+    `timer="device"` by the device's own (a GPU's events around one call after an L2 flush,
+    the protocol attribution times with there; the host's clock where there is none)."""
+    if timer == "device":
+        timed = bound.timed_graph()
+        if callable(getattr(timed, "sample", None)):
+            return lambda: timed.sample(1)
+    return lambda: call_seconds(bound)
+
+
 def spin_seconds(iters: int, kind: str = "plant-work", backend: str = "cpu") -> float:
     """The spin kernel's time per call, by an independent timer, less the same for a spin
     of no iterations (the call's own cost). On the CPU the kernel is compiled alone and
@@ -189,10 +200,10 @@ class Truth:
     the spin 10-15 us cheaper than it is alone, and than attribution found."""
 
     def __init__(self, model: Path, dims: dict, real: str, iters: list[int], seed: int = 0,
-                 backend: str = "cpu"):  # fmt: skip
+                 backend: str = "cpu", timer: str = "host"):  # fmt: skip
         from irkit.runtime.check import reference_case
 
-        self.backend = backend
+        self.backend, self.timer = backend, timer
         self.inputs = reference_case(load(model, dims), 0)[0]
         specs = {0: real, **{n: f"{real},plant-work{{iters={n}}}" for n in iters}}
         if backend != "cpu":  # a kernel launch is not free there: plant-zero's cost measured
@@ -210,14 +221,15 @@ class Truth:
         bound: list[dict[int, object]] = [{} for _ in range(copies)]
         for slot in range(copies):
             for n in self.rng.permutation(keys):
-                bound[slot][int(n)] = another(self.backend, self.exes[int(n)]).bind(*self.inputs)
+                copy = another(self.backend, self.exes[int(n)]).bind(*self.inputs)
+                bound[slot][int(n)] = call_timer(copy, self.timer)
         times: list[dict[int, list[float]]] = [{n: [] for n in keys} for _ in range(copies)]
         deadline = time.perf_counter() + seconds
         r = 0
         while time.perf_counter() < deadline or r < min_calls * copies:
             slot = r % copies
             for n in self.rng.permutation(keys):
-                times[slot][int(n)].append(call_seconds(bound[slot][int(n)]))
+                times[slot][int(n)].append(bound[slot][int(n)]())
             r += 1
         diffs = {n: [float(np.median(t[n]) - np.median(t[0])) for t in times] for n in keys if n}
         # the base program's own time by slot, near the trial: kept for analysis, not used
@@ -322,38 +334,50 @@ SPIN_OUTLIER = 1.25
 interruption, not the machine's speed: the trial takes its neighbours' speed."""
 
 
-def assign_truth(trials: list[dict], truth: dict[str, dict]) -> None:
-    """Each trial's true effects: each plant's cost in the program (`truth`, by its
-    iterations: `Truth.summary`, pooled over the run), scaled by the machine's speed at the
-    trial: the spins timed alone (`spin_alone_s`, an independent timer) over their means
-    through the run, both spins of a trial averaged, and averaged again over the trials
-    within `SPEED_WINDOW` either side in run order. (A run where this VM slowed by ~4% over
-    its last third, the spin alone 312 -> 300 us, put a 20% plant's global truth outside 12
-    of 20 Shapley CIs; scaled, 2 of 20. Scaled by each trial's own spins alone, the truth
-    took their noise: 1-2% trial to trial, uncorrelated with the effects measured in the
-    trials (correlation -0.1 to 0.1 in the 20% plants of the six runs of 2026-11-24/25)
-    and with the next trial's, and mlp's 20% prefix cell covered 33/40 against 36/40 with
-    the scale smoothed, which still follows the slow drift.) A trial whose spins alone took
-    more than `SPIN_OUTLIER` times their median was interrupted while they were timed (one
-    timed 3.2x while a test suite ran beside the run, and the mean over its window raised
-    eleven trials' truth by 5-10%): its speed is left out, here and in the means. The
-    zero-cost plants' truth is
-    0 on the CPU; off it plant-zero's is its kernel launch's cost, measured in the program
-    as the spins' are (`ZERO`)."""
+def assign_truth(trials: list[dict], truth: dict[str, dict], backend: str = "cpu") -> None:
+    """Each trial's true effects: each plant's cost in the program (`truth`, by its iterations:
+    `Truth.summary`, pooled over the run), on the CPU scaled by the machine's speed at the
+    trial (`_speeds`): the spins timed alone (`spin_alone_s`, an independent timer) over their
+    means through the run, both spins of a trial averaged, and averaged again over the trials
+    within `SPEED_WINDOW` either side in run order. (A run where this VM slowed by ~4% over its
+    last third, the spin alone 312 -> 300 us, put a 20% plant's global truth outside 12 of 20
+    Shapley CIs; scaled, 2 of 20. Scaled by each trial's own spins alone, the truth took their
+    noise: 1-2% trial to trial, uncorrelated with the effects measured in the trials
+    (correlation -0.1 to 0.1 in the 20% plants of the six runs of 2026-11-24/25) and with the
+    next trial's, and mlp's 20% prefix cell covered 33/40 against 36/40 with the scale
+    smoothed, which still follows the slow drift.) A trial whose spins alone took more than
+    `SPIN_OUTLIER` times their median was interrupted while they were timed (one timed 3.2x
+    while a test suite ran beside the run, and the mean over its window raised eleven trials'
+    truth by 5-10%): its speed is left out, here and in the means. The zero-cost plants' truth
+    is 0 on the CPU; off it plant-zero's is its kernel launch's cost, measured in the program
+    as the spins' are (`ZERO`).
+
+    Off the CPU the truth is not scaled. The spin alone is timed there by the host's clock
+    around a whole tiny program's launch and synchronization, whose spread (-8 to +8 us for
+    a 3-us spin, in the H200 runs of 2026-11-27) scaled the truth by up to 1.5; a GPU's
+    clock is read at each record's start and end instead (nvidia-smi)."""
+    zero = truth[str(ZERO)]["seconds"] if str(ZERO) in truth else 0.0
+    scales = _speeds(trials) if backend == "cpu" else np.ones(len(trials))
+    for t, scale in zip(trials, scales, strict=True):
+        cost = {k: truth[str(n)]["seconds"] * float(scale) for k, n in t["iters"].items()}
+        t["truth"] = {"plant-work": -cost["plant-work"], "plant-unwaste": cost["plant-unwaste"],
+                      "plant-zero": -zero, "plant-ir-only": 0.0}  # fmt: skip
+
+
+def _speeds(trials: list[dict]) -> np.ndarray:
+    """The machine's speed at each trial, relative to the run (`assign_truth`)."""
     alone = {n: np.array(v) for n, v in _spin_alone(trials).items()}
     typical = {n: float(np.median(v)) for n, v in alone.items()}
     speed = {n: float(np.mean(v[v <= typical[n] * SPIN_OUTLIER])) for n, v in alone.items()}
-    zero = truth[str(ZERO)]["seconds"] if str(ZERO) in truth else 0.0
     own = np.array([np.nan if any(t["spin_alone_s"][k] > typical[str(n)] * SPIN_OUTLIER
                                   for k, n in t["iters"].items())
                     else np.mean([t["spin_alone_s"][k] / speed[str(n)] for k, n in t["iters"].items()])
                     for t in trials])  # fmt: skip
-    for i, t in enumerate(trials):
+    scales = []
+    for i in range(len(trials)):
         window = own[max(0, i - SPEED_WINDOW) : i + SPEED_WINDOW + 1]
-        scale = float(np.nanmean(window)) if not np.isnan(window).all() else 1.0
-        cost = {k: truth[str(n)]["seconds"] * scale for k, n in t["iters"].items()}
-        t["truth"] = {"plant-work": -cost["plant-work"], "plant-unwaste": cost["plant-unwaste"],
-                      "plant-zero": -zero, "plant-ir-only": 0.0}  # fmt: skip
+        scales.append(float(np.nanmean(window)) if not np.isnan(window).all() else 1.0)
+    return np.array(scales)
 
 
 def record_truth(rec: dict) -> dict[str, dict]:
@@ -423,7 +447,8 @@ def run_example(example: str, args: argparse.Namespace) -> dict:
           f"plants {iters}", flush=True)  # fmt: skip
     trials = []
     runs = len(SIZES) * args.trials  # each size once slower and once faster per cycle
-    truth = Truth(model, dims, real, list(iters.values()), backend=args.backend)
+    truth = Truth(model, dims, real, list(iters.values()), backend=args.backend,
+                  timer=args.truth_timer)  # fmt: skip
 
     def sample_truth() -> None:
         truth.sample(args.truth_copies, args.truth_seconds)
@@ -452,9 +477,9 @@ def run_example(example: str, args: argparse.Namespace) -> dict:
               + ", ".join(f"{n}: {v['seconds'] * 1e6:.1f} +- {v['se'] * 1e6:.1f} us "
                           f"({v['pairs']} pairs)" for n, v in truth.summary().items()),
               flush=True)  # fmt: skip
-    assign_truth(trials, truth.summary())
+    assign_truth(trials, truth.summary(), args.backend)
     table = summarize(trials, iters)
-    _print(example, table)
+    _print(example, table, zero_costs=args.backend != "cpu")
     return {
         "kind": "irkit.fidelity", "example": example, "backend": args.backend, "dims": dims,
         "pipeline": real, "loaded": args.load, "quick": args.quick, "budget_s": args.budget,
@@ -465,12 +490,17 @@ def run_example(example: str, args: argparse.Namespace) -> dict:
         "truth_method": "the plant's cost in the full program: T(with) - T(without), each "
                         f"sample {args.truth_copies} fresh copies (linked and bound) of the "
                         "base program and of each planted one, single calls timed "
-                        "interleaved under perf_counter_ns, one difference of medians per "
-                        f"copy slot; {args.truth_first} samples before the trials and one "
-                        "after each trial, the mean of every difference of the run, "
-                        "scaled per trial by the spins alone timed in that trial over "
-                        f"their means, averaged over the trials within {SPEED_WINDOW} either "
-                        "side (the machine's speed then)",
+                        "interleaved under "
+                        + ("perf_counter_ns" if args.truth_timer == "host" else
+                           "the device's events, the L2 flushed before each call")
+                        + f", one difference of medians per copy slot; {args.truth_first} "
+                        "samples before the trials and one after each trial, the mean of "
+                        "every difference of the run"
+                        + (", scaled per trial by the spins alone timed in that trial over "
+                           f"their means, averaged over the trials within {SPEED_WINDOW} "
+                           "either side (the machine's speed then)"
+                           if args.backend == "cpu" else " (not scaled off the CPU)"),
+        "truth_timer": args.truth_timer,
         "truth_samples": truth.samples, "trials": trials, "fingerprint": fingerprint,
         **({} if args.backend == "cpu" else {"device": get_backend(args.backend)[0].fingerprint()}),
     }  # fmt: skip
@@ -497,6 +527,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--truth-copies", type=int, default=8, help="fresh copies of every program per truth sample"
     )
+    ap.add_argument("--truth-timer", default="host", choices=("host", "device"),
+                    help="the truth's clock: the host's around each call to its end on the device "
+                         "(perf_counter_ns), or the device's own (a GPU's events after an L2 "
+                         "flush, attribution's protocol there)")  # fmt: skip
     ap.add_argument(
         "--truth-first", type=int, default=4, help="truth samples before the first trial"
     )
@@ -552,18 +586,22 @@ def markdown(records: list[dict]) -> str:
     for rec in records:
         machine = _machine(rec)
         iters = {float(k): v for k, v in rec["plant_iters"].items()}
-        assign_truth(rec["trials"], record_truth(rec))
+        assign_truth(rec["trials"], record_truth(rec), rec.get("backend", "cpu"))
         rec["summary"] = summarize(rec["trials"], iters)
+        # off the CPU plant-zero costs a kernel launch: scored as the effects are
+        launch = rec.get("backend", "cpu") != "cpu"
         for strategy, rows in rec["summary"].items():
-            for key in ORDER:
+            for key in (*ORDER, "plant-zero") if launch else ORDER:
                 r = rows.get(key)
                 if r:
                     n = r["n"]
-                    lines.append(f"| {rec['example']} | {machine} | {strategy} | {key} | {n} | "
+                    label = "plant-zero (a launch)" if key == "plant-zero" else key
+                    lines.append(f"| {rec['example']} | {machine} | {strategy} | {label} | {n} | "
                                  f"{r['covered'] / n:.0%} | {r['sign'] / n:.0%} | "
                                  f"{r['significant'] / n:.0%} |")  # fmt: skip
             z, ir, aa = rows["plant-zero"], rows["plant-ir-only"], rows["A/A twins"]
-            zero.append(f"| {rec['example']} | {machine} | {strategy} | {z['significant']}/{z['n']} | "
+            called = "(a launch: above)" if launch else f"{z['significant']}/{z['n']}"
+            zero.append(f"| {rec['example']} | {machine} | {strategy} | {called} | "
                         f"{ir['exact_zero']}/{ir['n']} | {aa['excluded_1']}/{aa['n']} |")  # fmt: skip
     truth = ["| example | machine | planted (iterations) | spin alone | in the program | its standard error |",
              "|---|---|---|---|---|---|"]  # fmt: skip
@@ -600,7 +638,7 @@ def calibration(records: list[dict]) -> str:
     lines = ["| example | machine | strategy | planted passes | mean error (SE units) | its sd | CI missed the truth (95% interval) |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
     for rec in records:
-        assign_truth(rec["trials"], record_truth(rec))
+        assign_truth(rec["trials"], record_truth(rec), rec.get("backend", "cpu"))
         by: dict[str, list[float]] = {}
         for t in rec["trials"]:
             by.setdefault(t["strategy"], []).extend(standard_errors(t).values())
@@ -620,14 +658,16 @@ def _wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def _print(example: str, table: dict) -> None:
+def _print(example: str, table: dict, zero_costs: bool = False) -> None:
+    """`table` (`summarize`) as lines; `zero_costs`: plant-zero has a true cost (a kernel
+    launch, off the CPU) and is scored as the effects are."""
     print(f"\n{example}")
     for strategy, rows in table.items():
         for key, r in rows.items():
             n = r["n"]
             if key == "A/A twins":
                 print(f"  {strategy:9} {key:14} n={n:3}  false positives {r['excluded_1'] / n:.0%}")
-            elif key.startswith(("slower", "faster")):
+            elif key.startswith(("slower", "faster")) or (zero_costs and key == "plant-zero"):
                 print(f"  {strategy:9} {key:14} n={n:3}  coverage {r['covered'] / n:.0%}  "
                       f"sign {r['sign'] / n:.0%}  significant {r['significant'] / n:.0%}")  # fmt: skip
             else:

@@ -27,7 +27,8 @@
 # 7. with FIDELITY_TRIALS=N set (a later call: it does not fit in the first one's 10
 #    minutes), runs benchmarks/fidelity.py on the GPU: mlp, Shapley, N trials per planted
 #    size (records in OUTDIR/fidelity.jsonl); FIDELITY_EXAMPLES and FIDELITY_STRATEGIES
-#    name others (comma-separated, as fidelity.py takes them).
+#    name others (comma-separated, as fidelity.py takes them); FIDELITY_ARGS adds options
+#    (FIDELITY_ARGS="--truth-timer device").
 #
 # The commit the tree came from: $IRKIT_SOURCE_SHA where the copy has no .git of its own.
 #
@@ -193,9 +194,10 @@ step attribute 200 attribute_all
 if [ -n "${FIDELITY_TRIALS:-}" ]; then
   fidelity_dims=()
   [ "$backend" = cuda ] || fidelity_dims=(--quick)
+  read -r -a fidelity_args <<<"${FIDELITY_ARGS:-}"
   step fidelity 540 python3 benchmarks/fidelity.py --backend "$backend" \
     --examples "${FIDELITY_EXAMPLES:-mlp}" --strategies "${FIDELITY_STRATEGIES:-shapley}" \
-    --trials "$FIDELITY_TRIALS" --budget 4 "${fidelity_dims[@]}" \
+    --trials "$FIDELITY_TRIALS" --budget 4 "${fidelity_dims[@]}" "${fidelity_args[@]}" \
     --out "$out/fidelity.jsonl"
 fi
 

@@ -374,6 +374,64 @@ def test_fidelity_truth_scales_by_the_machine_speed_smoothed_over_neighbouring_t
     assert work[25:36] == pytest.approx(np.full(11, 1.04), abs=1e-9)
 
 
+def test_fidelity_off_the_cpu_takes_the_truth_unscaled_and_scores_the_launch() -> None:
+    """On a GPU the spins alone are host-timed around a whole program (microseconds of
+    spread against a 3-us spin) and scaled the truth by up to 1.5 in the H200 runs: off the
+    CPU the truth is the plants' cost in the program as measured, and plant-zero, whose
+    truth there is a kernel launch, is scored for coverage like the effects, not counted as
+    a false positive. The device timer falls back to the host's clock where there is none."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fidelity
+
+    def trial(alone: float, zero_ci: tuple[float, float]) -> dict:
+        ci = {"plant-work": (-1.1e-4, -0.9e-4), "plant-unwaste": (1.9e-4, 2.1e-4),
+              "plant-zero": zero_ci, "plant-ir-only": (0.0, 0.0)}  # fmt: skip
+        return {"strategy": "ablation", "iters": {"plant-work": 100, "plant-unwaste": 200},
+                "spin_alone_s": {"plant-work": alone, "plant-unwaste": 2 * alone},
+                "twins_exclude_1": [False],
+                "passes": {n: {"saved_s": {"value": sum(c) / 2, "ci_low": c[0], "ci_high": c[1]},
+                               "significant": c != (0.0, 0.0), "changes_code": True}
+                           for n, c in ci.items()}}  # fmt: skip
+
+    truth = {"100": {"seconds": 1e-4, "se": 1e-7, "pairs": 8},
+             "200": {"seconds": 2e-4, "se": 1e-7, "pairs": 8},
+             str(fidelity.ZERO): {"seconds": 2e-6, "se": 1e-8, "pairs": 8}}  # fmt: skip
+    trials = [trial(a, (-2.5e-6, -1.5e-6)) for a in (0.5e-4, 1e-4, 1.5e-4)]
+    trials.append(trial(1e-4, (-1.5e-6, -1.2e-6)))  # its launch missed
+    fidelity.assign_truth(trials, truth, "cuda")
+    assert [t["truth"]["plant-work"] for t in trials] == [-1e-4] * 4
+    assert [t["truth"]["plant-zero"] for t in trials] == [-2e-6] * 4
+    record = {"example": "mlp", "backend": "cuda", "loaded": False, "trials": trials,
+              "plant_iters": {"0.02": 100, "0.05": 200}, "truth_samples": []}  # fmt: skip
+    record["truth_samples"] = [{"diffs": {n: [v["seconds"]] * 8 for n, v in truth.items()}}]
+    table = fidelity.markdown([record])
+    launch = [row for row in table.splitlines() if "plant-zero (a launch)" in row]
+    assert launch == [
+        "| mlp | cuda, host quiet | ablation | plant-zero (a launch) | 4 | 75% | 100% | 100% |"
+    ]
+    assert "| mlp | cuda, host quiet | ablation | (a launch: above) | 4/4 | 0/4 |" in table
+    assert "| mlp | cuda, host quiet | ablation | slower 2% | 4 | 100% |" in table
+
+    class Host:  # a bound program with the host's clock only (as on the CPU)
+        calls = 0
+
+        def timed_graph(self):
+            return lambda: None
+
+        def run_graph(self) -> None:
+            self.calls += 1
+
+        def synchronize(self) -> None:
+            pass
+
+    bound = Host()
+    seconds = fidelity.call_timer(bound, "device")()
+    assert bound.calls == 1 and 0 <= seconds < 1
+    assert np.isfinite(seconds)
+
+
 def test_ci_coverage_simulation_prints_both_estimators() -> None:
     """benchmarks/ci_coverage_sim.py runs (few trials: its numbers are not asserted, only
     that each case gets both estimators' coverage, a share between 0 and 1)."""
