@@ -21,11 +21,12 @@ Workloads (fp32, plain CUDA C from irkit; peers in the same process, on the same
 Variants, each timed in the same rounds as the unchanged pipeline (`speed_vs_irkit_default`,
 what the change is worth) and torch eager: gemm with `gpu-tile-matmul{min-blocks=2}` (at most
 128 registers a thread) and with 16-byte stores of C (`vector-stores=true`); a 256^3 gemm (the
-example's size, where the 128 x 128 tiles give 4 blocks) with 64 x 64 and 32 x 32 tiles; gemm with `gpu-tile-matmul{tf32=true}` against
-cuBLAS with TF32 on, an f16 gemm on tensor cores against cuBLAS's f16 gemm (no targets: the
+example's size, whose default `fill-sms` makes 32 x 32 tiles and split-K) with 64 x 64 tiles
+and with the 128 x 128 tiles' 4 blocks (`fill-sms=false`); gemm with
+`gpu-tile-matmul{tf32=true}` against cuBLAS with TF32 on, an f16 gemm on tensor cores against cuBLAS's f16 gemm (no targets: the
 records say so), bias + GELU one point per thread (`gpu-coarsen{factor=1}`) and 8,
 layer_norm with `map-to-gpu{row-items=1}` (256 threads a row, as before 2026-11-26) and 8
-(128 threads), mlp without split-K.
+(128 threads), mlp without split-K, and with `fill-sms`'s smaller tiles instead of it.
 
 Protocol: each irkit variant is first checked against the float64 reference (never timed if
 wrong) and against each peer's output; then all are timed in interleaved, randomly ordered
@@ -105,10 +106,11 @@ WORKLOADS = [
              {"M": 256, "N": 256, "K": 256}, "matmul", "cublas", targeted=False),
     Workload("gemm256_tiles64", "examples/gemm.graph", {"M": 256, "N": 256, "K": 256},
              {"M": 256, "N": 256, "K": 256}, "matmul", "cublas",
-             "gpu-tile-matmul{block-m=64 block-n=64 thread-m=4 thread-n=4}", targeted=False),
-    Workload("gemm256_tiles32", "examples/gemm.graph", {"M": 256, "N": 256, "K": 256},
+             "gpu-tile-matmul{block-m=64 block-n=64 thread-m=4 thread-n=4 fill-sms=false}",
+             targeted=False),
+    Workload("gemm256_no_fill", "examples/gemm.graph", {"M": 256, "N": 256, "K": 256},
              {"M": 256, "N": 256, "K": 256}, "matmul", "cublas",
-             "gpu-tile-matmul{block-m=32 block-n=32 thread-m=4 thread-n=4}", targeted=False),
+             "gpu-tile-matmul{fill-sms=false}", targeted=False),
     Workload("gemm_tf32", "examples/gemm.graph", {"M": 4096, "N": 4096, "K": 4096},
              {"M": 512, "N": 512, "K": 512}, "matmul_tf32", "cublas", "gpu-tile-matmul{tf32=true}",
              peer_tolerance=1e-2, targeted=False),
@@ -132,6 +134,9 @@ WORKLOADS = [
     Workload("mlp", "examples/mlp.graph", {"B": 512, "D": 1024, "F": 4096},
              {"B": 64, "D": 256, "F": 1024}, "mlp", "end_to_end"),
     Workload("mlp_no_split_k", "examples/mlp.graph", {"B": 512, "D": 1024, "F": 4096},
+             {"B": 64, "D": 256, "F": 1024}, "mlp", "end_to_end",
+             "gpu-tile-matmul{split-k=1 fill-sms=false}"),
+    Workload("mlp_fill_not_split", "examples/mlp.graph", {"B": 512, "D": 1024, "F": 4096},
              {"B": 64, "D": 256, "F": 1024}, "mlp", "end_to_end", "gpu-tile-matmul{split-k=1}"),
     Workload("transformer_block", "examples/transformer_block.graph",
              {"B": 8, "S": 512, "D": 512, "F": 2048}, {"B": 2, "S": 64, "D": 128, "F": 512},

@@ -324,3 +324,20 @@ def test_copies_dropped_give_their_memory_maps_back() -> None:
         exe.copy()(*inputs)
     gc.collect()
     assert maps() - before < 40  # kept, 40 copies held over 40 x 256 maps
+
+
+def test_fill_sms_gives_a_short_grid_smaller_tiles_with_the_same_results() -> None:
+    """gpu-tile-matmul's fill-sms on a 256^3 gemm (4 blocks of 128 x 128 on 132 SMs): 32 x 32
+    tiles with split-K, 256 blocks and the partials' kernel; both that and fill-sms=false
+    match the float64 reference, and each other within f32's reassociation."""
+    module = irkit.load("examples/gemm.graph", {"M": 256, "N": 256, "K": 256})
+    results, grids = [], []
+    for fill in ("true", "false"):
+        pipeline = f"lower-graph-to-loops,gpu-tile-matmul{{fill-sms={fill}}},map-to-gpu"
+        exe = irkit.compile(module, backend="cuda-host", pipeline=pipeline)
+        assert _passes(exe, module, seed=2)
+        grids.append([(k.launch["grid"][0], k.launch["block"][0]) for k in exe.gpu_kernels])
+        results.append(exe(*random_inputs(module, seed=2))[0])
+    assert grids[0][0] == (256, 64) and len(grids[0]) == 2  # the tiles, then the partials' sum
+    assert grids[1] == [(4, 256)]
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-4, atol=1e-4)

@@ -405,7 +405,8 @@ def test_split_k_matches_the_reference(model: str, dtype: str, backend: str) -> 
 
 def test_split_k_fills_an_h100_on_mlp() -> None:
     """The acceptance view, from the IR alone: under default-cuda, each of mlp's matmuls
-    (B=64) launches at least 132 blocks; without split-K they launch 32 and 8."""
+    (B=64) launches at least 132 blocks; without split-K they launch 32 and 8, and with
+    fill-sms's smaller tiles instead of split-K, 128 and 32."""
 
     def tiled_grids(spec: str) -> list[int]:
         module = apply_passes(irkit.load("examples/mlp.graph"), parse_passes(spec))
@@ -413,7 +414,8 @@ def test_split_k_fills_an_h100_on_mlp() -> None:
                       if launch_of(f)["mapping"] == "tiled")  # type: ignore[index]  # fmt: skip
 
     assert tiled_grids("default-cuda") == [256, 256]
-    assert tiled_grids(_default_cuda_with("gpu-tile-matmul{split-k=1}")) == [8, 32]
+    assert tiled_grids(_default_cuda_with("gpu-tile-matmul{split-k=1 fill-sms=false}")) == [8, 32]
+    assert tiled_grids(_default_cuda_with("gpu-tile-matmul{split-k=1}")) == [32, 128]
 
 
 def test_split_k_options_are_checked() -> None:
@@ -626,16 +628,18 @@ def test_gpu_coarsen_keeps_small_kernels_and_checks_its_options() -> None:
 def test_min_blocks_bounds_registers_and_keeps_the_result(backend: str) -> None:
     """gpu-tile-matmul{min-blocks=2}: __launch_bounds__(256, 2) in the source, NVRTC keeps
     the tiled kernel at <= 128 registers, and the result is the unbounded kernel's, bit for
-    bit (ragged M)."""
+    bit (ragged M; fill-sms=false keeps the 128 x 128 tiles' 256 threads)."""
     needs(backend)
     graph = irkit.load("examples/gemm.graph", {"M": 200, "N": 256, "K": 128})
-    bounded = irkit.compile(graph, _default_cuda_with("gpu-tile-matmul{min-blocks=2}"), backend)
+    bounded = irkit.compile(
+        graph, _default_cuda_with("gpu-tile-matmul{min-blocks=2 fill-sms=false}"), backend
+    )
     (tiled,) = [k for k in bounded.kernels if k.launch["mapping"] == "tiled"]  # type: ignore[index]
     assert "__launch_bounds__(256, 2)" in tiled.source
     assert tiled.resources["registers"] <= 128, tiled.resources
     checks, _ = check(bounded, graph, seed=8)
     assert all(c.passed for c in checks), [c.describe() for c in checks]
-    plain = irkit.compile(graph, "default-cuda", backend)
+    plain = irkit.compile(graph, _default_cuda_with("gpu-tile-matmul{fill-sms=false}"), backend)
     inputs = irkit.random_inputs(graph, seed=9)
     for a, b in zip(bounded(*inputs), plain(*inputs), strict=True):
         np.testing.assert_array_equal(a, b)
