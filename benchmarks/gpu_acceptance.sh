@@ -20,7 +20,8 @@
 # 3. runs `pytest -m gpu` (tests/test_gpu.py, and the kernels of test_cuda_path.py that the
 #    host paths prove: split-K, tensor cores, TF32, vector stores, gpu-coarsen);
 # 4. runs `irkit-bench run --backend cuda --counters --json` on every example (ncu's counters
-#    per kernel where Nsight Compute works, a one-line reason where it does not);
+#    per kernel where Nsight Compute works, a one-line reason where it does not), and
+#    transformer_block at gpu_targets' size without counters (its per-kernel times);
 # 5. runs benchmarks/gpu_targets.py (records appended to OUTDIR/gpu_targets.jsonl);
 # 6. runs `irkit-bench attribute --backend cuda` on examples/mlp.graph, then on every other
 #    example (one record each, with the A/A noise floor);
@@ -151,6 +152,12 @@ run_examples() {
         --json "$out/run_$name.json" || status=1
     fi
   done
+  if [ "$backend" = cuda ]; then  # per-kernel times at gpu_targets' size, where it trails
+    echo "--- transformer_block at B=8 S=512 D=512 F=2048"
+    irkit-bench run examples/transformer_block.graph --backend cuda --dim B=8 --dim S=512 \
+      --dim D=512 --dim F=2048 --budget "$budget" --json "$out/run_transformer_block_large.json" ||
+      status=1
+  fi
   return $status
 }
 export -f run_examples

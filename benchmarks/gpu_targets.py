@@ -26,7 +26,8 @@ and with the 128 x 128 tiles' 4 blocks (`fill-sms=false`); gemm with
 `gpu-tile-matmul{tf32=true}` against cuBLAS with TF32 on, an f16 gemm on tensor cores against cuBLAS's f16 gemm (no targets: the
 records say so), bias + GELU one point per thread (`gpu-coarsen{factor=1}`) and 8,
 layer_norm with `map-to-gpu{row-items=1}` (256 threads a row, as before 2026-11-26) and 8
-(128 threads), mlp without split-K, and with `fill-sms`'s smaller tiles instead of it.
+(128 threads), mlp without split-K, and with `fill-sms`'s smaller tiles instead of it, and
+transformer_block with its batch matmuls one thread per output (`batch=false`).
 
 Protocol: each irkit variant is first checked against the float64 reference (never timed if
 wrong) and against each peer's output; then all are timed in interleaved, randomly ordered
@@ -141,6 +142,9 @@ WORKLOADS = [
     Workload("transformer_block", "examples/transformer_block.graph",
              {"B": 8, "S": 512, "D": 512, "F": 2048}, {"B": 2, "S": 64, "D": 128, "F": 512},
              "transformer_block", "end_to_end"),
+    Workload("transformer_block_flat_batch", "examples/transformer_block.graph",
+             {"B": 8, "S": 512, "D": 512, "F": 2048}, {"B": 2, "S": 64, "D": 128, "F": 512},
+             "transformer_block", "end_to_end", "gpu-tile-matmul{batch=false}"),
 ]  # fmt: skip
 
 

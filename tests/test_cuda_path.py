@@ -403,6 +403,42 @@ def test_split_k_matches_the_reference(model: str, dtype: str, backend: str) -> 
         np.testing.assert_array_equal(a, b)
 
 
+BATCH_MODELS = {
+    # attention's two batch matmuls: scores scaled (an epilogue), then weights times values;
+    # ragged M, N and K
+    "attention": "model b\ninput q : {t}[2, 3, 40, 24]\ninput k : {t}[2, 3, 24, 36]\n"
+    "input v : {t}[2, 3, 36, 20]\n"
+    "output y = batch_matmul(batch_matmul(q, k) * 0.5, v)\n",
+    # B broadcast over the leading batch dimension
+    "broadcast": "model b\ninput a : {t}[3, 2, 33, 16]\ninput w : {t}[2, 16, 12]\n"
+    "output y = batch_matmul(a, w)\n",
+}
+
+
+@pytest.mark.parametrize("backend", HOST_AND_GPU)
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("model", sorted(BATCH_MODELS))
+def test_batch_matmuls_are_tiled_and_keep_the_result(backend: str, dtype: str, model: str) -> None:
+    """gpu-tile-matmul tiles batch matmuls (one block per C tile and batch entry, A and B
+    read at the entry's batch indices, a broadcast one at 0): correct against the reference;
+    in f32 bit-identical to one thread per output (each output's sum in the same order)."""
+    needs(backend)
+    graph = parse_source(BATCH_MODELS[model].format(t=dtype), "b.graph", ".graph")
+    exe = irkit.compile(graph, "default-cuda", backend)
+    batched = [k for k in exe.kernels if "batch_matmul" in k.name]
+    assert batched and all(k.launch["mapping"] == "tiled" for k in batched), [  # type: ignore[index]
+        (k.name, k.launch) for k in exe.kernels
+    ]
+    checks, _ = check(exe, graph, seed=4)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
+    if dtype == "f32":
+        flat = irkit.compile(graph, _default_cuda_with("gpu-tile-matmul{batch=false}"), backend)
+        assert all(k.launch["mapping"] != "tiled" for k in flat.kernels)  # type: ignore[index]
+        inputs = irkit.random_inputs(graph, seed=5)
+        for a, b in zip(exe(*inputs), flat(*inputs), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_split_k_fills_an_h100_on_mlp() -> None:
     """The acceptance view, from the IR alone: under default-cuda, each of mlp's matmuls
     (B=64) launches at least 132 blocks; without split-K they launch 32 and 8, and with

@@ -61,6 +61,13 @@ nest: the same arithmetic, and the same values under the lockstep interpretation
   4 k tiles (or the largest such divisor, where it fills at least half of them; else no
   split).
 
+- **batch matmuls** (`batch_matmul`, attention's two products): one block per C tile and
+  batch entry, the entry's batch indices taken from the block number (row-major over the
+  batch extents), A and B read at them (a broadcast batch dimension at 0) and C stored at
+  them; no split-K (the batch entries fill the grid instead). Before, they ran one thread
+  per output: transformer_block at B=8, S=512 had its two 8 x 512 x 512 x 512 products
+  mapped flat, 8192 blocks reading A and B from global memory for every multiply-add.
+
 The kernel carries `irkit.launch` with `mapping = "tiled"`, so `map-to-gpu` leaves it alone.
 Kernels with more than one nest (a matmul fused with other loops) are left to `map-to-gpu`.
 Not done: TF32 for f32 inputs, 8-byte stores of the tensor-core path's C.
@@ -92,12 +99,15 @@ Options (sizes in elements):
                                         than half of `sms` idle, the block tile halved (the
                                         register tile to 4 x 4) while that gives more blocks,
                                         down to 32 x 32 (a 256^3 gemm on an H200: 2.48x)
+    batch=true                          batch matmuls tiled too (false: one thread per
+                                        output, as map-to-gpu maps them)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from math import prod
 from typing import NamedTuple
 
 from xdsl.context import Context
@@ -123,6 +133,7 @@ from irkit.loops import (
     SCRATCH_ATTR,
     SHARED_SPACE,
     STATIC_SHARED_LIMIT,
+    constant_int,
     require_loop_level,
 )
 from irkit.loops.costs import count_flops
@@ -172,6 +183,7 @@ class GpuTileMatmulPass(ModulePass):
     split_k: int = 0  # 0: auto (fill `sms`), 1: never, n: at most n ranges
     sms: int = 132
     fill_sms: bool = True  # smaller block tiles where the grid would leave most `sms` idle
+    batch: bool = True  # batch matmuls tiled too (false: left to map-to-gpu, as before)
     tensor_cores: bool = True  # f16/bf16: mma.sync m16n8k16 (sm_80 and later)
     tf32: bool = False  # f32 through TF32 tensor cores (opt-in: 10-bit mantissa products)
     vector_stores: bool = False  # f32 C: a thread's 4 consecutive columns as one float4
@@ -194,7 +206,11 @@ class GpuTileMatmulPass(ModulePass):
             if len(nests) != 1 or len(nests[0].ops) != 1:
                 continue
             loop = nests[0].ops[0]
-            nest = match_matmul(loop, half=True) if isinstance(loop, scf.ParallelOp) else None
+            nest = (
+                match_matmul(loop, batched=self.batch, half=True)
+                if isinstance(loop, scf.ParallelOp)
+                else None
+            )
             if nest is None:
                 continue
             tiled = _TiledKernel(self, fn, nest, op)
@@ -263,8 +279,14 @@ class _TiledKernel:
                 self.mma = self.tf32 = False
                 self.threads = self.rows_t * self.cols_t
         self.tiles = -(-nest.m // block_m) * -(-nest.n // block_n)
+        self.batches = prod(extent for _, extent in nest.batch)
         self.k_tiles = -(-nest.k // block_k)
         self.splits = self._splits(module) if not nest.batch else 1
+
+    @property
+    def blocks(self) -> int:
+        """The grid: C tiles, times k ranges, times batch entries."""
+        return self.tiles * self.splits * self.batches
 
     def _splits(self, module: ModuleOp) -> int:
         """How many k ranges each C tile's sum is split into (see split-K above): a divisor
@@ -490,7 +512,7 @@ class _TiledKernel:
         self.b, self.mapping = b, mapping
         a, bb = mapping[nest.a], mapping[nest.b]
         tiles_n = -(-nest.n // o.block_n)
-        grid = self.tiles * self.splits
+        grid = self.blocks
         stages = 2 if o.double_buffer else 1
         a_tile = self._shared(f"{name}_a_tile", [stages, o.block_k, o.block_m + o.pad])
         b_tile = self._shared(f"{name}_b_tile", [stages, o.block_k, o.block_n + o.pad])
@@ -498,6 +520,9 @@ class _TiledKernel:
         bid = b.add(gpu.BlockIdOp(X))
         tid = b.add(gpu.ThreadIdOp(X))
         tile, split, k_base = bid, None, None
+        if nest.batch:  # block = batch entry * tiles + tile; the entry's batch indices
+            tile = b.binary(arith.RemUIOp, bid, self.tiles)
+            self._batch_indices(b, b.binary(arith.DivUIOp, bid, self.tiles), mapping)
         k_tiles = self.k_tiles // self.splits  # this block's k range
         if self.splits > 1:  # block = split * tiles + tile; the split's first k tile
             tile = b.binary(arith.RemUIOp, bid, self.tiles)
@@ -513,8 +538,13 @@ class _TiledKernel:
             compute, outputs = self._mma(b, tid, a_tile, b_tile)
         else:
             compute, outputs = self._simt(b, tid, a_tile, b_tile)
-        a_copy = _Copy(a, a_tile, (nest.m, o.block_m), (nest.k, o.block_k), True, self._lanes_a())
-        b_copy = _Copy(bb, b_tile, (nest.k, o.block_k), (nest.n, o.block_n), False, self._lanes_b())
+        a_prefix, b_prefix, _ = (
+            tuple(self._index(b, v, mapping) for v in p) for p in nest.prefixes
+        )
+        a_copy = _Copy(a, a_tile, (nest.m, o.block_m), (nest.k, o.block_k), True, self._lanes_a(),
+                       a_prefix)  # fmt: skip
+        b_copy = _Copy(bb, b_tile, (nest.k, o.block_k), (nest.n, o.block_n), False,
+                       self._lanes_b(), b_prefix)  # fmt: skip
         a_slots = self._slots(tid, o.block_m, o.block_k, a_copy.lanes)
         b_slots = self._slots(tid, o.block_k, o.block_n, b_copy.lanes)
 
@@ -590,6 +620,25 @@ class _TiledKernel:
             grid, self.threads, "tiled", flops, min_blocks=self.o.min_blocks
         )
         return kernel
+
+    def _batch_indices(self, b: GpuBuilder, entry: SSAValue, mapping: dict) -> None:
+        """Batch entry `entry` (row-major over the batch extents) as the nest's batch ivs,
+        into `mapping`: A's and B's tile copies and C's store (the epilogue) read them."""
+        (outer, _), *inner = self.nest.batch
+        for iv, extent in reversed(inner):
+            mapping[iv] = b.binary(arith.RemUIOp, entry, extent)
+            entry = b.binary(arith.DivUIOp, entry, extent)
+        mapping[outer] = entry  # the grid holds no entry past the outermost extent
+
+    @staticmethod
+    def _index(b: GpuBuilder, value: SSAValue, mapping: dict) -> SSAValue:
+        """A batch index of an operand in the kernel: a batch iv (`_batch_indices`), or a
+        constant (a broadcast batch dimension)."""
+        if value in mapping:
+            return mapping[value]
+        c = constant_int(value)
+        assert c is not None, "a batch index is a batch iv or a constant"
+        return b.index(c)
 
     def _store_lanes(self) -> int:
         """Columns of C one store writes: 4 (a 16-byte `float4`) where `vector-stores` is on,
@@ -716,10 +765,10 @@ class _TiledKernel:
                     last = -(-c_extent // copy.lanes) * copy.lanes - copy.lanes
                     gc = t.add(arith.MinSIOp(gc, t.index(last)))
             if copy.lanes == 1:
-                loaded = [t.add(memref.LoadOp.get(copy.src, [gr, gc]))]
+                loaded = [t.add(memref.LoadOp.get(copy.src, [*copy.prefix, gr, gc]))]
             else:
                 vtype = VectorType(self.nest.element_type, [copy.lanes])
-                loaded = [t.add(vector.LoadOp(copy.src, [gr, gc], vtype))]
+                loaded = [t.add(vector.LoadOp(copy.src, [*copy.prefix, gr, gc], vtype))]
                 if inside is not None or across or copy.transpose:  # stored element by element
                     loaded = [
                         t.add(vector.ExtractOp(loaded[0], [q], self.nest.element_type))
@@ -812,6 +861,8 @@ class _Copy(NamedTuple):
     cols: tuple[int, int]
     transpose: bool
     lanes: int
+    prefix: tuple[SSAValue, ...] = ()
+    """The source's leading (batch) indices, before its row and column."""
 
 
 class _Slot(NamedTuple):
@@ -840,7 +891,7 @@ def _filling(tiled: _TiledKernel) -> _TiledKernel:
     problem keeps the large tiles' arithmetic per load."""
     fn, nest, module = tiled.fn, tiled.nest, tiled.module
     best = tiled
-    while 2 * best.tiles * best.splits < best.o.sms:
+    while 2 * best.blocks < best.o.sms:
         o = best.o
         block_m, block_n = o.block_m // 2, o.block_n // 2
         thread_m, thread_n = (
@@ -852,7 +903,7 @@ def _filling(tiled: _TiledKernel) -> _TiledKernel:
             break
         smaller = _TiledKernel(replace(o, block_m=block_m, block_n=block_n, thread_m=thread_m,
                                        thread_n=thread_n), fn, nest, module)  # fmt: skip
-        if smaller.tiles * smaller.splits <= best.tiles * best.splits:
+        if smaller.blocks <= best.blocks:
             break
         best = smaller
     return best
