@@ -18,9 +18,12 @@ sizes (the sizes rotate over trials, so every size and direction gets `--trials`
 strategy). The truth is the plant's cost in the program, measured by an independent timer
 (`perf_counter_ns` around single calls, not irkit's timers): the full program with and
 without the spin, many fresh copies of each (`Truth`), sampled before the trials and
-after every trial and pooled over the run, scaled per trial by the machine's speed then:
-the spins alone, timed in each trial, over their means, averaged over the neighbouring
-trials (`assign_truth`).
+after every trial and pooled over the run, on the CPU scaled per trial by the machine's
+speed then: the spins alone, timed in each trial, over their means, averaged over the
+neighbouring trials (`assign_truth`). On a GPU (`--backend cuda`) the truth is not scaled,
+plant-zero's truth is its kernel launch's measured cost (it is scored as the effects are),
+and `--truth-timer device` takes the truth with the device's events after an L2 flush
+(attribution's protocol there) instead of the host's clock.
 The spin alone is not the truth itself: after the matmuls' AVX-512 code a 2% spin cost
 mlp ~15 us more in the program than alone. Reported, per strategy and planted effect:
 coverage (the true effect inside the 95% CI), sign accuracy, the significance rate (power), and the
