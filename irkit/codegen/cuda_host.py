@@ -114,9 +114,11 @@ class HostLibrary:
         return HostLibrary(self.key, self.image, _load(self.key, self.image))
 
     def __del__(self) -> None:
-        """The library unloaded once nothing holds it: attribution and fidelity load many
-        copies of every program, and each kept mapped took five of the process's 65530 memory
-        maps (fidelity on mlp ran out: 'failed to map segment from shared object')."""
+        """The library unloaded once nothing holds it, and with it (its destructor) the
+        unloading thread's fiber stacks: attribution and fidelity load many copies of every
+        program, and each copy kept held the process's memory maps, 512 for a block of 256
+        threads (guard pages), of the 65530 Linux allows (fidelity on mlp ran out after 674
+        copies: 'failed to map segment from shared object')."""
         if sys.is_finalizing():
             return
         try:

@@ -199,12 +199,18 @@ inline void fiber_resume(Fiber& f) { swapcontext(&scheduler, &f.context); }
 inline void fiber_yield() { swapcontext(&current->context, &scheduler); }
 #endif
 
+inline void release_stacks() {
+  if (stacks) munmap(stacks, stacks_held * (STACK + PAGE));
+  stacks = nullptr;
+  stacks_held = 0;
+}
+
 inline bool reserve_stacks(size_t n) {
   if (n <= stacks_held) return true;
-  if (stacks) munmap(stacks, stacks_held * (STACK + PAGE));
+  release_stacks();
   void* p = mmap(nullptr, n * (STACK + PAGE), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) { stacks = nullptr; stacks_held = 0; return false; }
+  if (p == MAP_FAILED) return false;
   stacks = (char*)p;
   stacks_held = n;
   for (size_t i = 0; i < n; i++) mprotect(stacks + i * (STACK + PAGE), PAGE, PROT_NONE);
@@ -243,9 +249,7 @@ inline bool mma_reset(unsigned threads) {
 // threads holds 512 of the process's memory maps (Linux allows 65530), and a process that
 // loads many copies of a program (attribution's placements) ran out of them.
 __attribute__((destructor)) static void release_thread_buffers() {
-  if (stacks) munmap(stacks, stacks_held * (STACK + PAGE));
-  stacks = nullptr;
-  stacks_held = 0;
+  release_stacks();
   std::free(mma_stages);
   std::free(mma_parity);
   mma_stages = nullptr;
