@@ -26,8 +26,12 @@ and with the 128 x 128 tiles' 4 blocks (`fill-sms=false`); gemm with
 `gpu-tile-matmul{tf32=true}` against cuBLAS with TF32 on, an f16 gemm on tensor cores against cuBLAS's f16 gemm (no targets: the
 records say so), bias + GELU one point per thread (`gpu-coarsen{factor=1}`) and 8,
 layer_norm with `map-to-gpu{row-items=1}` (256 threads a row, as before 2026-11-26) and 8
-(128 threads), mlp without split-K, and with `fill-sms`'s smaller tiles instead of it, and
-transformer_block with its batch matmuls one thread per output (`batch=false`).
+(128 threads), mlp without split-K, and with `fill-sms`'s smaller tiles instead of it,
+transformer_block with its batch matmuls one thread per output (`batch=false`), and the row
+kernels (layer_norm, softmax, transformer_block's) with their reductions by a shared-memory
+tree and statistics read back from global memory, as before 2026-11-27
+(`map-to-gpu{shuffle=false forward=false}`, the `*_tree` workloads), and layer_norm with
+shuffles but no forwarding (`forward=false`).
 
 Protocol: each irkit variant is first checked against the float64 reference (never timed if
 wrong) and against each peer's output; then all are timed in interleaved, randomly ordered
@@ -132,6 +136,13 @@ WORKLOADS = [
              {"T": 1024, "H": 1024}, "layer_norm", "bandwidth", "map-to-gpu{row-items=1}"),
     Workload("layernorm_row_items8", "examples/layernorm.graph", {"T": 16384, "H": 1024},
              {"T": 1024, "H": 1024}, "layer_norm", "bandwidth", "map-to-gpu{row-items=8}"),
+    Workload("layernorm_tree", "examples/layernorm.graph", {"T": 16384, "H": 1024},
+             {"T": 1024, "H": 1024}, "layer_norm", "bandwidth",
+             "map-to-gpu{shuffle=false forward=false}"),
+    Workload("layernorm_no_forward", "examples/layernorm.graph", {"T": 16384, "H": 1024},
+             {"T": 1024, "H": 1024}, "layer_norm", "bandwidth", "map-to-gpu{forward=false}"),
+    Workload("softmax_tree", "examples/softmax.graph", {"R": 4096, "C": 4096},
+             {"R": 512, "C": 512}, "softmax", "bandwidth", "map-to-gpu{shuffle=false forward=false}"),
     Workload("mlp", "examples/mlp.graph", {"B": 512, "D": 1024, "F": 4096},
              {"B": 64, "D": 256, "F": 1024}, "mlp", "end_to_end"),
     Workload("mlp_no_split_k", "examples/mlp.graph", {"B": 512, "D": 1024, "F": 4096},
@@ -145,6 +156,9 @@ WORKLOADS = [
     Workload("transformer_block_flat_batch", "examples/transformer_block.graph",
              {"B": 8, "S": 512, "D": 512, "F": 2048}, {"B": 2, "S": 64, "D": 128, "F": 512},
              "transformer_block", "end_to_end", "gpu-tile-matmul{batch=false}"),
+    Workload("transformer_block_tree", "examples/transformer_block.graph",
+             {"B": 8, "S": 512, "D": 512, "F": 2048}, {"B": 2, "S": 64, "D": 128, "F": 512},
+             "transformer_block", "end_to_end", "map-to-gpu{shuffle=false forward=false}"),
 ]  # fmt: skip
 
 

@@ -77,7 +77,8 @@ OPTION_SPACE: dict[str, dict[str, tuple]] = {
                         "block-k": (4, 8, 16), "thread-m": (4, 8), "thread-n": (4, 8),
                         "pad": (0, 4), "vector-loads": (True, False),
                         "double-buffer": (True, False), "warp-tile": (True, False)},
-    "map-to-gpu": {"block-size": (32, 128, 256, 1024), "rows": (True, False)},
+    "map-to-gpu": {"block-size": (32, 128, 256, 1024), "rows": (True, False),
+                   "row-items": (1, 4, 16), "shuffle": (True, False), "forward": (True, False)},
 }  # fmt: skip
 """Option values the fuzzer draws from, per pass (a pass not listed runs with defaults)."""
 

@@ -28,8 +28,10 @@ from irkit.errors import IrkitError, SourceLocation, one_line
 @cache
 def _dialect_factories() -> dict:
     from irkit.dialects import IRKIT_DIALECTS
+    from irkit.dialects.warp import gpu_dialect
 
-    return {**get_all_dialects(), **IRKIT_DIALECTS}
+    # `gpu` with MLIR's gpu.shuffle, which xDSL's lacks (irkit's row reductions use it)
+    return {**get_all_dialects(), "gpu": gpu_dialect, **IRKIT_DIALECTS}
 
 
 def make_context() -> Context:

@@ -130,6 +130,29 @@ def test_gpu_targets_needs_a_device() -> None:
     assert r.stderr.strip() == "gpu_targets: error: no CUDA device available"
 
 
+def test_every_gpu_targets_variant_builds_kernels_nvrtc_compiles() -> None:
+    """Each workload's pipeline (a variant's options merged into default-cuda) lowers its
+    model at the quick sizes to kernels NVRTC compiles for sm_90: a variant the next GPU
+    session would time cannot fail on a typo. (No GPU needed; nothing runs.)"""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import gpu_targets
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from irkit.codegen.cuda import gpu_kernels, kernel_source
+    from irkit.codegen.nvrtc import compile_cuda
+    from irkit.pipelines import apply_passes, parse_passes
+
+    for w in gpu_targets.WORKLOADS:
+        spec = gpu_targets.variant("default-cuda", w)
+        module = apply_passes(gpu_targets.load(w, w.quick_dims), parse_passes(spec))
+        kernels = gpu_kernels(module)
+        assert kernels, w.name
+        if w.passes:  # a variant: its kernels compile as the GPU would build them
+            for fn in kernels:
+                compile_cuda(kernel_source(module, fn), fn.sym_name.data, "sm_90")
+
+
 @pytest.mark.slow
 def test_compile_speed_records_chains_and_examples_cold_and_warm(tmp_path: Path) -> None:
     out = tmp_path / "c.jsonl"

@@ -15,6 +15,7 @@ from xdsl.dialects import gpu, scf
 import irkit
 from irkit.codegen.cuda import CudaPrinter, gpu_kernels, reserved
 from irkit.codegen.cuda_host import compile_host, compiler
+from irkit.dialects.warp import ShuffleOp
 from irkit.errors import IrkitError
 from irkit.frontend import parse_source
 from irkit.pipelines import apply_passes, parse_passes
@@ -61,12 +62,14 @@ def _launch(module, name: str, buffers) -> None:
 
 
 def test_a_missing_barrier_gives_a_wrong_answer() -> None:
-    """The barrier between the first two levels of softmax's shared-memory sum dropped: the
-    fibers' alternating order lets a thread read its partner's slot before the partner
-    wrote it. (The max tree's barriers would not do: any max keeps softmax exact.)"""
+    """The barrier between the first two levels of softmax's shared-memory sum dropped (the
+    tree, `shuffle=false`): the fibers' alternating order lets a thread read its partner's
+    slot before the partner wrote it. (The max tree's barriers would not do: any max keeps
+    softmax exact.)"""
     text = "model s\ninput x : f32[32, 100]\noutput y = softmax(x, axis=-1)\n"
     graph = parse_source(text, "s.graph", ".graph")
-    module = lower_for(apply_passes(graph.clone(), parse_passes("default-cuda")), "cuda-host")
+    spec = "fuse-kernels,lower-graph-to-loops,map-to-gpu{shuffle=false}"
+    module = lower_for(apply_passes(graph.clone(), parse_passes(spec)), "cuda-host")
     (fn,) = gpu_kernels(module)
     barriers = [op for op in fn.walk() if isinstance(op, gpu.BarrierOp)]
     first_level = barriers[len(barriers) // 2 + 1]  # the sum tree's half: its store, level 1
@@ -74,6 +77,24 @@ def test_a_missing_barrier_gives_a_wrong_answer() -> None:
     first_level.erase()
     exe = _host(module)
     assert not _passes(exe, graph)
+
+
+def test_a_missing_barrier_between_warps_gives_a_wrong_answer() -> None:
+    """Warp shuffles: the barrier between the warps' totals stored to shared memory and
+    every lane reading them dropped in softmax's sum (64 threads a row, two warps): a lane
+    reads the other warp's slot before its leader wrote it (the previous row's total)."""
+    text = "model s\ninput x : f32[32, 1000]\noutput y = softmax(x, axis=-1)\n"
+    graph = parse_source(text, "s.graph", ".graph")
+    module = lower_for(apply_passes(graph.clone(), parse_passes("default-cuda")), "cuda-host")
+    (fn,) = gpu_kernels(module)
+    assert any(isinstance(op, ShuffleOp) for op in fn.walk())
+    barriers = [op for op in fn.walk() if isinstance(op, gpu.BarrierOp)]
+    assert len(barriers) == 4  # max: warps' totals, nest; sum: warps' totals, nest
+    exe = _host(module)
+    assert _passes(exe, graph)
+    barriers[2].detach()
+    barriers[2].erase()
+    assert not _passes(_host(module), graph)
 
 
 def test_a_barrier_in_divergent_code_is_refused() -> None:

@@ -37,7 +37,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from irkit.dialects.cpu import PrefetchOp
-from irkit.dialects.warp import MMA_OPS, MmaM16n8k16Op
+from irkit.dialects.warp import MMA_OPS, MmaM16n8k16Op, ShuffleModeEnum, ShuffleOp
 from irkit.errors import IrkitError
 from irkit.loops import SHARED_SPACE, callees, is_loop_level, kernels, launch_of
 from irkit.loops.scalar_ops import c_calls, c_infix
@@ -506,9 +506,18 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         args = ", ".join([*(self.name(v) for v in op.operands), *(f"&{n}" for n in names)])
         self.emit(f"{_mma_function(op)}({args});")
 
+    def shuffle(self, op: ShuffleOp) -> None:
+        """A warp's xor exchange (every lane of the warp together: the full mask). Its
+        `valid` flag is not printed: irkit's passes shuffle within whole warps."""
+        if op.mode.data != ShuffleModeEnum.Xor or any(True for _ in op.valid.uses):
+            raise IrkitError("the CUDA printer prints gpu.shuffle xor, without its valid flag")
+        args = ", ".join(self.name(v) for v in (op.value, op.offset, op.width))
+        self.define(op.result, f"__shfl_xor_sync(0xffffffffu, {args})")
+
     HANDLERS = {
         **dict.fromkeys(GEOMETRY, geometry),
         **dict.fromkeys(MMA_OPS, mma),
+        ShuffleOp: shuffle,
         arith.BitcastOp: bitcast,
         gpu.BarrierOp: barrier,
         memref.GetGlobalOp: get_global,

@@ -85,11 +85,11 @@ def host_source(module: ModuleOp) -> str:
 
 
 def has_barrier(fn: func.FuncOp) -> bool:
-    """Whether the kernel's threads must meet: a barrier, or a warp-collective op (an mma,
-    whose host emulation waits for every lane)."""
-    from irkit.dialects.warp import MMA_OPS
+    """Whether the kernel's threads must meet: a barrier, or a warp-collective op (an mma
+    or a shuffle, whose host emulation waits for every lane)."""
+    from irkit.dialects.warp import WARP_COLLECTIVES
 
-    return any(isinstance(op, (gpu.BarrierOp, *MMA_OPS)) for op in fn.walk())
+    return any(isinstance(op, (gpu.BarrierOp, *WARP_COLLECTIVES)) for op in fn.walk())
 
 
 @dataclass

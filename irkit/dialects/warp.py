@@ -26,12 +26,26 @@ the fiber scheduler on `cuda-host`), and interpreted by lockstep over whole warp
 
 from __future__ import annotations
 
+from enum import auto
 from typing import ClassVar
 
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type
-from xdsl.ir import Dialect, SSAValue
-from xdsl.irdl import IRDLOperation, irdl_op_definition, var_operand_def, var_result_def
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, Float64Type, IntegerType
+from xdsl.dialects.utils import EnumAttribute
+from xdsl.ir import Dialect, SpacedOpaqueSyntaxAttribute, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    prop_def,
+    result_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.parser import Parser
+from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.str_enum import StrEnum
 
 A_COUNT, B_COUNT, C_COUNT = 8, 4, 4
 
@@ -146,4 +160,104 @@ def mma_layout(op: IRDLOperation):
     return A_COUNT, B_COUNT, 16, a_coordinates, b_coordinates, False
 
 
+class ShuffleModeEnum(StrEnum):
+    Xor = auto()
+    Up = auto()
+    Down = auto()
+    Idx = auto()
+
+
+@irdl_attr_definition
+class ShuffleModeAttr(EnumAttribute[ShuffleModeEnum], SpacedOpaqueSyntaxAttribute):
+    """MLIR's `#gpu<shuffle_mode xor>` (irkit's passes use xor only)."""
+
+    name = "gpu.shuffle_mode"
+
+
+SHUFFLE_TYPES = (Float32Type, Float64Type)
+"""What `gpu.shuffle` moves in irkit: MLIR allows i32, i64, f32 and f64; irkit's reductions
+shuffle their float accumulators (an f16 one stays on the shared-memory tree)."""
+
+
+@irdl_op_definition
+class ShuffleOp(IRDLOperation):
+    """MLIR's `gpu.shuffle`, which xDSL's gpu dialect lacks: each lane of a warp gives
+    `value` and receives the value of lane `lane ^ offset` (mode xor), within groups of
+    `width` lanes; `valid` is whether that lane exists. As on the GPU (CUDA's
+    `__shfl_xor_sync` with the full mask), every lane of the warp executes it together.
+
+        %r, %ok = gpu.shuffle xor %v, %offset, %width : f32
+
+    irkit's contexts load it into the `gpu` dialect (`gpu_dialect`), so the GPU level stays
+    upstream MLIR: a real mlir-opt verifies it. The CUDA printer emits `__shfl_xor_sync`,
+    cuda-host exchanges through the warp's staging area, lockstep permutes whole warps."""
+
+    name = "gpu.shuffle"
+
+    value = operand_def()
+    offset = operand_def(IntegerType)
+    width = operand_def(IntegerType)
+    mode = prop_def(ShuffleModeAttr)
+    result = result_def()
+    valid = result_def(IntegerType)
+
+    def __init__(self, value: SSAValue, offset: SSAValue, width: SSAValue):
+        super().__init__(
+            operands=[value, offset, width],
+            properties={"mode": ShuffleModeAttr(ShuffleModeEnum.Xor)},
+            result_types=[value.type, IntegerType(1)],
+        )
+
+    def verify_(self) -> None:
+        if not isinstance(self.value.type, SHUFFLE_TYPES):
+            raise VerifyException(f"{self.name}: irkit shuffles f32 or f64, not {self.value.type}")
+        if self.result.type != self.value.type:
+            raise VerifyException(f"{self.name}: the result has the value's type")
+        for operand in (self.offset, self.width):
+            if operand.type != IntegerType(32):
+                raise VerifyException(f"{self.name}: offset and width are i32")
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" {self.mode.data} ")
+        printer.print_list([self.value, self.offset, self.width], printer.print_ssa_value)
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        printer.print_attribute(self.value.type)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> ShuffleOp:
+        mode = ShuffleModeAttr(ShuffleModeAttr.parse_parameter(parser))
+        operands = parser.parse_comma_separated_list(
+            parser.Delimiter.NONE, parser.parse_unresolved_operand
+        )
+        attributes = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        t = parser.parse_type()
+        if len(operands) != 3:
+            parser.raise_error("gpu.shuffle takes a value, an offset and a width")
+        value, offset, width = (
+            parser.resolve_operand(o, ty)
+            for o, ty in zip(operands, (t, IntegerType(32), IntegerType(32)), strict=True)
+        )
+        op = cls.create(
+            operands=[value, offset, width],
+            properties={"mode": mode},
+            result_types=[t, IntegerType(1)],
+            attributes=attributes,
+        )
+        return op
+
+
+WARP_COLLECTIVES = (*MMA_OPS, ShuffleOp)
+"""Ops every lane of a warp executes together (cuda-host's emulation waits for them all)."""
+
+
 Warp = Dialect("irkit_warp", [MmaM16n8k16Op, MmaM16n8k8Tf32Op], [])
+
+
+def gpu_dialect() -> Dialect:
+    """xDSL's `gpu` dialect with MLIR's `gpu.shuffle` added: what irkit's contexts load
+    for `gpu` (plain xdsl-opt, through irkit's universe, keeps xDSL's own)."""
+    from xdsl.dialects.gpu import GPU
+
+    return Dialect("gpu", [*GPU.operations, ShuffleOp], [*GPU.attributes, ShuffleModeAttr])

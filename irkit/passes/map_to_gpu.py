@@ -13,9 +13,13 @@ Two mappings:
 - **rows**: one block per row, for a kernel whose nests share their leading (row) extents and
   contain a reduction: softmax, layer_norm, a sum over an axis. A reduction loop
   (`scf.for` with one accumulator, combined by add/mul/max/min from its identity) is strided
-  over the block's threads; partial results meet in shared memory by a tree with a barrier
-  per level; thread 0 runs what follows the loop (the store). Elementwise nests stride their
-  columns over the threads. Nests are separated by barriers. The mapping is used only when
+  over the block's threads; partial results meet by an xor butterfly of `gpu.shuffle`
+  within each warp and one exchange of the warps' totals through shared memory (or, with
+  `shuffle=false`, by a shared-memory tree with a barrier per level). Every thread runs
+  what follows the loop, the stores only thread 0, and the nests after it use the stored
+  value from a register (`forward`; with `forward=false` thread 0 runs all of it and the
+  others read the statistic back). Elementwise nests stride their columns over the
+  threads. Nests are separated by barriers. The mapping is used only when
   it is *proved* legal: every access to a buffer the kernel writes is evaluated exactly over
   the iteration domain (static shapes make that finite), and each element must be written
   and read by one row only. Otherwise:
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 from xdsl.context import Context
@@ -42,6 +46,7 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     IndexType,
     IntegerAttr,
+    IntegerType,
     MemRefType,
     ModuleOp,
     StringAttr,
@@ -51,6 +56,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
+from irkit.dialects.warp import SHUFFLE_TYPES, ShuffleOp
 from irkit.errors import require
 from irkit.loops import (
     KERNEL_ATTR,
@@ -65,6 +71,8 @@ from irkit.loops.rows import Nest, nests_of, row_prefixes, rows_legal
 from irkit.passes.loop_builder import LoopBuilder
 
 INDEX = IndexType()
+I32 = IntegerType(32)
+WARP = 32
 RESIDENT_THREADS = 2048
 """Threads one multiprocessor holds at once (sm_80 and sm_90)."""
 X = gpu.DimensionAttr(gpu.DimensionEnum.X)
@@ -90,6 +98,10 @@ class _Constants(LoopBuilder):
             key = (repr(op.value), t)
         return self._constant(key, lambda: op)
 
+    def i32(self, n: int) -> SSAValue:
+        """An i32 constant (a shuffle's offset and width)."""
+        return self._constant((f"i{n}", I32), lambda: arith.ConstantOp(IntegerAttr(n, I32)))
+
 
 class GpuBuilder:
     """Appends ops to a block; index arithmetic with constants folded."""
@@ -104,6 +116,9 @@ class GpuBuilder:
 
     def index(self, n: int) -> SSAValue:
         return self.constants.index(n)
+
+    def i32(self, n: int) -> SSAValue:
+        return self.constants.i32(n)
 
     def binary(
         self, cls: Callable[[SSAValue, SSAValue], Operation], a: SSAValue, b: int
@@ -287,6 +302,14 @@ class _RowsKernel:
 
     threads: int
     shared: SSAValue | None = None
+    shuffle: bool = True
+    """Reductions meet by warp shuffles (`gpu.shuffle xor`) and one shared-memory exchange
+    between the warps, instead of a shared-memory tree with a barrier per level."""
+    forward: bool = True
+    """Every thread runs a reduction's epilogue; only its stores are thread 0's, and the
+    values they store are forwarded in registers to the later nests' loads of them."""
+    forwarded: list[memref.StoreOp] = field(default_factory=list)
+    lane_warp: tuple[SSAValue, SSAValue] | None = None
 
     def columns(self, b: GpuBuilder, tid: SSAValue, nest: Nest, p: int, mapping) -> None:
         cols = nest.extents[p:]
@@ -320,6 +343,7 @@ class _RowsKernel:
         b.clone(nest.body[:at], mapping)
         comb = combiner(loop)
         assert comb is not None
+        combine = cast(Callable[[SSAValue, SSAValue], Operation], type(comb))
         acc_type = loop.iter_args[0].type
         init = mapping.get(loop.iter_args[0], loop.iter_args[0])
         n = int(constant_value(loop.ub))  # type: ignore[arg-type]
@@ -355,25 +379,119 @@ class _RowsKernel:
             lb.add(scf.YieldOp(step(lb, k, body.args[1])))
             partial = b.add(scf.ForOp(b.index(0), b.index(n), b.index(t), [init], body))
 
+        if self.shuffles(acc_type):
+            total = self._warp_total(b, tid, partial, combine)
+        else:
+            total = self._tree_total(b, tid, partial, combine)
+        mapping[loop.results[0]] = total
+        self._epilogue(b, tid, nest.body[at + 1 :], mapping)
+
+    def shuffles(self, acc_type: Attribute) -> bool:
+        """Whether a reduction accumulating in `acc_type` meets by warp shuffles."""
+        return self.shuffle and isinstance(acc_type, SHUFFLE_TYPES)
+
+    def _tree_total(self, b: GpuBuilder, tid: SSAValue, partial: SSAValue, combine) -> SSAValue:
+        """The threads' partials combined by a shared-memory tree, a barrier per level; every
+        thread reads the total."""
         assert self.shared is not None
         b.add(memref.StoreOp.get(partial, self.shared, [tid]))
         b.add(gpu.BarrierOp())
-        s = t // 2
+        s = self.threads // 2
         while s >= 1:
             inner = b.guarded(b.add(arith.CmpiOp(tid, b.index(s), "ult")))
             mine = inner.add(memref.LoadOp.get(self.shared, [tid]))
             other = inner.add(
                 memref.LoadOp.get(self.shared, [inner.add(arith.AddiOp(tid, b.index(s)))])
             )
-            combine = cast(Callable[[SSAValue, SSAValue], Operation], type(comb))
             inner.add(memref.StoreOp.get(inner.add(combine(mine, other)), self.shared, [tid]))
             b.add(gpu.BarrierOp())
             s //= 2
         total = b.add(memref.LoadOp.get(self.shared, [b.index(0)]))
         b.add(gpu.BarrierOp())  # the next reduction overwrites shared memory
-        mapping[loop.results[0]] = total
-        first = b.guarded(b.add(arith.CmpiOp(tid, b.index(0), "eq")))
-        first.clone(nest.body[at + 1 :], mapping)
+        return total
+
+    def _warp_total(self, b: GpuBuilder, tid: SSAValue, partial: SSAValue, combine) -> SSAValue:
+        """The threads' partials combined by an xor butterfly within each warp (every lane
+        ends with its warp's total, bit-identical across lanes: each step combines the same
+        two values in either order), then, for several warps, each warp's total through
+        shared memory (one barrier) and a butterfly over them: lane l reads warp l % W's,
+        so every aligned group of W lanes holds each warp's total once."""
+
+        def butterfly(v: SSAValue, first: int) -> SSAValue:
+            offset = first
+            while offset >= 1:
+                other = b.add(ShuffleOp(v, b.i32(offset), b.i32(WARP)))
+                v = b.add(combine(v, other))
+                offset //= 2
+            return v
+
+        total = butterfly(partial, WARP // 2)
+        warps = self.threads // WARP
+        if warps == 1:
+            return total
+        assert self.shared is not None
+        if self.lane_warp is None:  # at the kernel's top level: every later reduction's
+            self.lane_warp = (
+                b.binary(arith.RemUIOp, tid, WARP),
+                b.binary(arith.DivUIOp, tid, WARP),
+            )
+        lane, warp = self.lane_warp
+        leader = b.guarded(b.add(arith.CmpiOp(lane, b.index(0), "eq")))
+        leader.add(memref.StoreOp.get(total, self.shared, [warp]))
+        b.add(gpu.BarrierOp())
+        mine = b.add(memref.LoadOp.get(self.shared, [b.binary(arith.RemUIOp, tid, warps)]))
+        # no barrier after: a nest's one reduction is followed by the barrier between nests
+        # before the next reduction writes shared memory
+        return butterfly(mine, warps // 2)
+
+    def _epilogue(self, b: GpuBuilder, tid: SSAValue, ops: Sequence[Operation], mapping) -> None:
+        """What follows the reduction loop in the row (the statistic's store): thread 0's.
+        With `forward`, and where the epilogue is plain ops that read nothing it writes,
+        every thread computes it and only the stores are thread 0's (recorded in
+        `forwarded`); otherwise thread 0 runs all of it."""
+        is_first = b.add(arith.CmpiOp(tid, b.index(0), "eq"))
+        stores = [op for op in ops if isinstance(op, memref.StoreOp)]
+        written = {op.memref for op in stores}
+        plain = all(
+            not op.regions and not (isinstance(op, memref.LoadOp) and op.memref in written)
+            for op in ops
+        )
+        if not (self.forward and plain):
+            b.guarded(is_first).clone(ops, mapping)
+            return
+        b.clone([op for op in ops if not isinstance(op, memref.StoreOp)], mapping)
+        first = b.guarded(is_first)
+        for op in stores:
+            store = op.clone(value_mapper=mapping)
+            first.add(store)
+            self.forwarded.append(store)
+
+
+def forward_stores(kernel: func.FuncOp, stores: Sequence[memref.StoreOp]) -> int:
+    """Each load after one of `stores` (in program order) of the same buffer at the same
+    index values takes the stored value instead, where that store is the only one to its
+    buffer in the kernel: a rows kernel's statistics, stored by thread 0 and read by every
+    thread of the row (the rows proof gives each element one row, so no other block writes
+    it). Returns the loads replaced."""
+    writers: dict[SSAValue, int] = {}
+    for op in kernel.walk():
+        if isinstance(op, memref.StoreOp):
+            writers[op.memref] = writers.get(op.memref, 0) + 1
+    live: dict[tuple[SSAValue, tuple[SSAValue, ...]], SSAValue] = {}
+    pending = {id(s) for s in stores if writers[s.memref] == 1}
+    replaced = []
+    for op in kernel.walk():
+        if isinstance(op, memref.StoreOp) and id(op) in pending:
+            live[(op.memref, tuple(op.indices))] = op.value
+        elif isinstance(op, memref.LoadOp):
+            value = live.get((op.memref, tuple(op.indices)))
+            if value is not None and value.type == op.res.type:
+                replaced.append((op, value))
+    for load, value in replaced:
+        load.res.replace_all_uses_with(value)
+        load.detach()
+        load.erase()
+    return len(replaced)
 
 
 def _accumulator_types(nests: Sequence[Nest]) -> set:
@@ -390,6 +508,8 @@ def _rows_kernel(
     limit: int,
     module: ModuleOp,
     row_items: int = 1,
+    shuffle: bool = True,
+    forward: bool = True,
 ) -> func.FuncOp:
     name = fn.sym_name.data
     rows = math.prod(nests[0].extents[: prefixes[0]])
@@ -399,21 +519,30 @@ def _rows_kernel(
     ]
     threads = _threads(-(-max(work) // row_items), limit)
     kernel, b, mapping = new_kernel(fn, name, constants)
-    builder = _RowsKernel(threads)
+    builder = _RowsKernel(threads, shuffle=shuffle, forward=forward)
     bid = b.add(gpu.BlockIdOp(X))
     tid = b.add(gpu.ThreadIdOp(X))
     (acc_type,) = _accumulator_types(nests)  # one: checked before choosing this mapping
-    shared_type = MemRefType(acc_type, [threads], memory_space=SHARED_SPACE)
-    shared_name = f"{name}_smem"
-    module.body.block.insert_op_before(
-        memref.GlobalOp.get(
-            StringAttr(shared_name), shared_type, UnitAttr(), StringAttr("private")
-        ),
-        fn,
-    )
-    builder.shared = b.add(memref.GetGlobalOp(shared_name, shared_type))
+    # a tree holds a partial per thread; shuffles exchange one total per warp (none for one)
+    slots = threads // WARP if builder.shuffles(acc_type) else threads
+    if slots > 1:
+        shared_type = MemRefType(acc_type, [slots], memory_space=SHARED_SPACE)
+        shared_name = f"{name}_smem"
+        module.body.block.insert_op_before(
+            memref.GlobalOp.get(
+                StringAttr(shared_name), shared_type, UnitAttr(), StringAttr("private")
+            ),
+            fn,
+        )
+        builder.shared = b.add(memref.GetGlobalOp(shared_name, shared_type))
+    row_indices: dict[tuple[int, ...], list[SSAValue]] = {}
     for k, (nest, p) in enumerate(zip(nests, prefixes, strict=True)):
-        mapping.update(zip(nest.ivs[:p], b.delinearize(bid, nest.extents[:p]), strict=True))
+        # one set of row indices for every nest of the same row extents: a statistic's
+        # store and its loads in later nests then index with the same values
+        extents = tuple(nest.extents[:p])
+        if extents not in row_indices:
+            row_indices[extents] = b.delinearize(bid, extents)
+        mapping.update(zip(nest.ivs[:p], row_indices[extents], strict=True))
         if nest.reduction is not None:
             builder.reduction(b, tid, nest, mapping)
         else:
@@ -421,6 +550,7 @@ def _rows_kernel(
         if k + 1 < len(nests):
             b.add(gpu.BarrierOp())
     b.add(func.ReturnOp())
+    forward_stores(kernel, builder.forwarded)
     kernel.attributes[LAUNCH_ATTR] = _launch(rows, threads, "rows", nests)
     return kernel
 
@@ -432,15 +562,23 @@ def map_kernel(
     rows: bool = True,
     per_thread: int = 1,
     row_items: int = 1,
+    shuffle: bool = True,
+    forward: bool = True,
 ) -> list[func.FuncOp]:
     """GPU kernels for one loop-level kernel, in launch order (not yet inserted).
     `per_thread`: points of a flat nest each thread computes (see `gpu-coarsen`);
-    `row_items`: fewest columns per thread in a rows kernel."""
+    `row_items`: fewest columns per thread in a rows kernel; `shuffle` and `forward`: a rows
+    kernel's reductions by warp shuffles, and its statistics forwarded in registers
+    (`_RowsKernel`)."""
     constants, nests = nests_of(fn, "map-to-gpu")
     if rows and len(_accumulator_types(nests)) == 1:  # one shared buffer serves every tree
         prefixes = row_prefixes(nests)
         if prefixes is not None and rows_legal(nests, prefixes):
-            return [_rows_kernel(fn, constants, nests, prefixes, block_size, module, row_items)]
+            return [
+                _rows_kernel(
+                    fn, constants, nests, prefixes, block_size, module, row_items, shuffle, forward
+                )  # fmt: skip
+            ]
     name = fn.sym_name.data
     if len(nests) == 1:
         return [_flat_kernel(fn, name, constants, nests[0], block_size, per_thread)]
@@ -496,13 +634,26 @@ class MapToGpuPass(ModulePass):
     16384 rows of 1024 columns ran at 11% of copy bandwidth with 1024 threads a row, 45% with
     256 (4 columns each), 68% with 128 (8 each), 72% with 64 (16 each); softmax over 4096
     rows of 4096 columns at 86% with 256 (16 each) and 55% with 128 (32 each). 16 picks the
-    best measured of both."""
+    best measured of both. Those runs had the shared-memory tree and statistics read back
+    from global memory: a block of 1024 threads crossed 10 barriers per reduction, 64 threads
+    6, which is how the thread count weighed so much.
+
+    `shuffle` (a rows kernel's reductions meet by `gpu.shuffle xor` within each warp, then
+    one shared-memory exchange between the warps: one barrier per reduction instead of one
+    per tree level, and one shared slot per warp instead of per thread) and `forward` (every
+    thread runs a reduction's epilogue, only its stores stay thread 0's, and later nests
+    take the statistic from a register instead of reading it back from global memory after
+    the barrier, an L2 round trip per statistic per row). Both are what fast row kernels
+    do (warp-shuffle reductions, statistics in registers); on by default, and not yet timed
+    on a GPU against the tree (`gpu_targets`' `*_tree` workloads are that comparison)."""
 
     name = "map-to-gpu"
 
     block_size: int = 256
     rows: bool = True
     row_items: int = 16
+    shuffle: bool = True
+    forward: bool = True
 
     def check_options(self) -> None:
         b = self.block_size
@@ -514,8 +665,14 @@ class MapToGpuPass(ModulePass):
         require_loop_level(op, "map-to-gpu")
         mapped = {
             fn.sym_name.data: map_kernel(
-                fn, op, self.block_size, self.rows, row_items=self.row_items
-            )
+                fn,
+                op,
+                self.block_size,
+                self.rows,
+                row_items=self.row_items,
+                shuffle=self.shuffle,
+                forward=self.forward,
+            )  # fmt: skip
             for fn in unmapped_kernels(op)
         }
         replace_kernels(op, mapped)
@@ -566,8 +723,8 @@ class GpuCoarsenPass(ModulePass):
         replaced = {}
         for fn in unmapped_kernels(op):
             _, nests = nests_of(fn, "gpu-coarsen")
-            if not all(n.extents and coarsenable(n) for n in nests):
-                continue
+            if not nests or not all(n.extents and coarsenable(n) for n in nests):
+                continue  # (a kernel left empty has nothing to coarsen)
             f = min(self.factor_for(n.points) for n in nests)
             if f == 1:
                 continue

@@ -37,7 +37,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, Operation, SSAValue
 
 from irkit.dialects.cpu import PrefetchOp
-from irkit.dialects.warp import MMA_OPS
+from irkit.dialects.warp import MMA_OPS, ShuffleOp
 from irkit.dtypes import numpy_dtype
 from irkit.errors import IrkitError
 from irkit.loops import SHARED_SPACE, launch_of
@@ -206,6 +206,8 @@ class LockstepInterpreter:
         elif isinstance(op, MMA_OPS):
             self._mma(op, args, mask)
             return
+        elif isinstance(op, ShuffleOp):
+            out = self._shuffle(op, args, mask)
         elif isinstance(op, scf.ForOp):
             self._for(op, mask)
             return
@@ -298,6 +300,33 @@ class LockstepInterpreter:
             b = else_vals[k] if else_vals is not None else a
             self.env[r] = np.asarray(np.where(cond, a, b)).astype(value_dtype(r.type), copy=False)
 
+    def _whole_warps(self, op: Operation, mask: np.ndarray) -> None:
+        """A warp-collective op must be reached by every lane of a warp or by none."""
+        if self.run.block % 32:
+            raise LockstepError(f"@{self.run.name}: {op.name} in a block of {self.run.block} threads (not whole warps)")  # fmt: skip
+        warps = mask.reshape(-1, 32)
+        if (warps.any(axis=1) & ~warps.all(axis=1)).any():
+            raise LockstepError(f"@{self.run.name}: {op.name} reached by only some lanes of a warp")  # fmt: skip
+
+    def _shuffle(self, op: ShuffleOp, args: list[Any], mask: np.ndarray) -> np.ndarray:
+        """gpu.shuffle xor over whole warps: lane l receives lane l ^ offset's value, within
+        groups of `width` lanes (a source past its group's end gives the lane its own); the
+        offset and width are the same in every lane, as irkit's reductions give them."""
+        self._whole_warps(op, mask)
+        value, offset, width = args
+        offsets, widths = np.unique(np.asarray(offset)), np.unique(np.asarray(width))
+        if offsets.size != 1 or widths.size != 1:
+            raise LockstepError(f"@{self.run.name}: gpu.shuffle with an offset or width that differs between lanes")  # fmt: skip
+        lanes = np.arange(32)
+        group = lanes - lanes % int(widths[0])
+        source = lanes ^ int(offsets[0])
+        valid = source < group + int(widths[0])
+        source = np.where(valid, source, lanes)
+        n = self.run.lanes
+        v = np.broadcast_to(np.asarray(value), (n,)).reshape(-1, 32)
+        self.env[op.valid] = np.tile(valid, n // 32)
+        return v[:, source].reshape(n)
+
     def _mma(self, op: Operation, args: list[Any], mask: np.ndarray) -> None:
         """A warp's tensor-core multiply-accumulate over whole warps: each warp's A, B and C
         gathered from its lanes' operands at the fragment coordinates (`mma_layout`), A and
@@ -305,11 +334,7 @@ class LockstepInterpreter:
         product is exact in f32), scattered back to the lanes."""
         from irkit.dialects.warp import c_coordinates, mma_layout, round_tf32
 
-        if self.run.block % 32:
-            raise LockstepError(f"@{self.run.name}: {op.name} in a block of {self.run.block} threads (not whole warps)")  # fmt: skip
-        warps = mask.reshape(-1, 32)
-        if (warps.any(axis=1) & ~warps.all(axis=1)).any():
-            raise LockstepError(f"@{self.run.name}: {op.name} reached by only some lanes of a warp")  # fmt: skip
+        self._whole_warps(op, mask)
         a_count, b_count, k, a_at, b_at, tf32 = mma_layout(op)  # type: ignore[arg-type]
         n = self.run.lanes
         lanes = [np.broadcast_to(np.asarray(a, np.float32), (n,)).reshape(-1, 32) for a in args]

@@ -221,26 +221,41 @@ inline void set_thread(unsigned t) {
   threadIdx = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
 }
 
-// Tensor-core emulation state: per warp two staging areas (used alternately, so a lane that
-// runs ahead into the next mma never overwrites what a slower lane still reads), and per
-// thread the parity of its next mma.
+// Warp-collective emulation state: per warp two staging areas for mma and two for shuffles
+// (each used alternately, so a lane that runs ahead into the next one never overwrites what
+// a slower lane still reads), and per thread the parity of its next mma and shuffle.
 struct MmaStage {
   float a[32][8], b[32][4], c[32][4];
 };
 thread_local MmaStage* mma_stages = nullptr;
-thread_local unsigned char* mma_parity = nullptr;
-thread_local size_t mma_held = 0;
+thread_local double* shfl_stages = nullptr;  // [warp][parity][lane]; f32 and f64 both exact
+thread_local unsigned char* warp_parity = nullptr;  // [thread][0: mma, 1: shuffle]
+thread_local size_t warp_held = 0;
 
-inline bool mma_reset(unsigned threads) {
-  if (threads > mma_held) {
-    std::free(mma_stages);
-    std::free(mma_parity);
-    mma_stages = (MmaStage*)std::malloc(sizeof(MmaStage) * 2 * (threads / 32 + 1));
-    mma_parity = (unsigned char*)std::malloc(threads);
-    mma_held = mma_stages && mma_parity ? threads : 0;
-    if (!mma_held) return false;
+inline void warp_release() {
+  std::free(mma_stages);
+  std::free(shfl_stages);
+  std::free(warp_parity);
+  mma_stages = nullptr;
+  shfl_stages = nullptr;
+  warp_parity = nullptr;
+  warp_held = 0;
+}
+
+inline bool warp_reset(unsigned threads) {
+  if (threads > warp_held) {
+    warp_release();
+    const size_t warps = threads / 32 + 1;
+    mma_stages = (MmaStage*)std::malloc(sizeof(MmaStage) * 2 * warps);
+    shfl_stages = (double*)std::malloc(sizeof(double) * 2 * 32 * warps);
+    warp_parity = (unsigned char*)std::malloc(2 * threads);
+    if (!mma_stages || !shfl_stages || !warp_parity) {
+      warp_release();
+      return false;
+    }
+    warp_held = threads;
   }
-  std::memset(mma_parity, 0, threads);
+  std::memset(warp_parity, 0, 2 * threads);
   return true;
 }
 
@@ -250,11 +265,7 @@ inline bool mma_reset(unsigned threads) {
 // loads many copies of a program (attribution's placements) ran out of them.
 __attribute__((destructor)) static void release_thread_buffers() {
   release_stacks();
-  std::free(mma_stages);
-  std::free(mma_parity);
-  mma_stages = nullptr;
-  mma_parity = nullptr;
-  mma_held = 0;
+  warp_release();
 }
 
 enum Status { OK = 0, DIVERGENT_BARRIER = 1, NO_MEMORY = 2, BARRIER_WITHOUT_FIBERS = 3 };
@@ -285,7 +296,7 @@ inline int launch(const unsigned* geometry, int fibers, void (*fn)(void*), void*
       if (stray_barrier) status = BARRIER_WITHOUT_FIBERS;
       continue;
     }
-    if (!mma_reset(threads)) { status = NO_MEMORY; break; }
+    if (!warp_reset(threads)) { status = NO_MEMORY; break; }
     for (unsigned t = 0; t < threads; t++) {
       Fiber& f = pool[t];
       fiber_prepare(f, stacks + t * (STACK + PAGE) + PAGE, STACK);
@@ -336,6 +347,9 @@ inline void barrier(int line) {
 // the call site's line tells the barriers of a kernel apart (the printer puts one per line)
 #define __syncthreads() irkit_host::barrier(__LINE__)
 
+#define __shfl_xor_sync(mask, value, lane_mask, width) \
+  irkit_host::shfl_xor((value), (lane_mask), (width), __LINE__)
+
 // --- tensor cores: mma.sync m16n8k16 (see irkit/dialects/warp.py for the fragment layout) -
 
 namespace irkit_host {
@@ -347,7 +361,23 @@ namespace irkit_host {
 inline MmaStage& mma_stage(unsigned& lane) {
   const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   lane = linear % 32;
-  return mma_stages[2 * (linear / 32) + (mma_parity[linear]++ & 1u)];
+  return mma_stages[2 * (linear / 32) + (warp_parity[2 * linear]++ & 1u)];
+}
+
+// gpu.shuffle xor (CUDA's __shfl_xor_sync, full mask): each lane leaves its value in its
+// warp's staging area and waits at a block-wide barrier (every lane of every warp shuffles
+// together, as irkit's reductions do), then reads lane ^ lane_mask's, within groups of
+// `width` lanes (a source past the group's end reads the lane's own value, as on the GPU).
+template <typename T>
+inline T shfl_xor(T value, int lane_mask, int width, int line) {
+  const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned lane = linear % 32;
+  double* stage = shfl_stages + 32 * (2 * (linear / 32) + (warp_parity[2 * linear + 1]++ & 1u));
+  stage[lane] = (double)value;
+  barrier(line);
+  const unsigned group = lane - lane % (unsigned)width;
+  const unsigned source = lane ^ (unsigned)lane_mask;
+  return source >= group + (unsigned)width ? value : (T)stage[source];
 }
 
 inline void mma(const float* a, const float* b, const float* c, float* d, int line) {
