@@ -18,6 +18,11 @@ Workloads (fp32, plain CUDA C from irkit; peers in the same process, on the same
   and torch.compile (target >= 1.0x torch.compile), irkit timed launch by launch and as one
   replayed CUDA graph.
 
+torch.compile runs in two modes, both timed: the default, and "reduce-overhead" (its CUDA
+graphs: `torch_compile_graphs`), whose replay takes the host's guards and launches out of what
+is timed; the target is against the faster of the two by median. (A mode that fails to
+compile or run is recorded under `peers_dropped`; the workload still runs.)
+
 Variants, each timed in the same rounds as the unchanged pipeline (`speed_vs_irkit_default`,
 what the change is worth) and torch eager: gemm with `gpu-tile-matmul{min-blocks=2}` (at most
 128 registers a thread) and with 16-byte stores of C (`vector-stores=true`); a 256^3 gemm (the
@@ -259,11 +264,24 @@ def measure(
     args = [torch.from_numpy(np.ascontiguousarray(a)).cuda() for a in inputs]
     fn = torch_peers(torch)[w.peer]
     peers = {"cublas": fn} if w.target == "cublas" else {"torch_eager": fn}
+    dropped: dict[str, str] = {}
     if compile_peer and w.target != "cublas" and not w.passes:  # variants: eager only
         peers["torch_compile"] = torch.compile(fn)
+        # CUDA graphs ("reduce-overhead"): the default mode's host side (guards, launches)
+        # outlasted softmax's and layer_norm's kernels in the 2026-11-27 run, so its ratio
+        # measured the host; replayed, the kernels are what is timed
+        peers["torch_compile_graphs"] = torch.compile(fn, mode="reduce-overhead")
     ours64 = np.asarray(ours, np.float64)
-    for name, peer in peers.items():  # torch.compile compiles here, before any timing
-        theirs = peer(*args).cpu().numpy().astype(np.float64)
+    for name, peer in list(peers.items()):  # torch.compile compiles here, before any timing
+        try:
+            for _ in range(3 if name == "torch_compile_graphs" else 1):  # warm-up, recording
+                theirs = peer(*args).cpu().numpy().astype(np.float64)
+        except Exception as e:  # a peer that cannot run is recorded, not the workload lost
+            if name != "torch_compile_graphs":
+                raise
+            dropped[name] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            del peers[name]
+            continue
         scale = max(float(np.abs(ours64).max()), 1e-30)
         if float(np.abs(theirs - ours64).max()) / scale > w.peer_tolerance:
             raise IrkitError(f"the {name} peer disagrees with irkit "
@@ -298,6 +316,8 @@ def measure(
         "versions": {"torch": torch.__version__},
         "fingerprint": {**host_fingerprint(), "gpu": {**gpu, "clocks_end": dev.clocks()}},
     }  # fmt: skip
+    if dropped:
+        rec["peers_dropped"] = dropped
     if "irkit_default" in timings:
         rec["variant_of"] = base_pipeline
         rec["speed_vs_irkit_default"] = ratio_ci(
@@ -319,7 +339,9 @@ def measure(
         rec["rung"] = max([r for r in (0.5, 0.7, 0.9) if speed["ci_low"] >= r], default=None)
         rec["verdict"] = speed["ci_low"] >= 0.5
     else:
-        best = "torch_compile" if "torch_compile" in peers else "torch_eager"
+        compiled = [p for p in ("torch_compile", "torch_compile_graphs") if p in peers]
+        # the faster torch.compile mode (by median) is the peer the target names
+        best = min(compiled, key=lambda p: timings[p].estimate.median, default="torch_eager")
         speed = rec[f"speed_vs_{best}"]
         if w.target == "bandwidth":
             rec["target"] = f">= 80% of copy bandwidth and >= 1.0x {best}"

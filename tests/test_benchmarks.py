@@ -361,6 +361,10 @@ def test_fidelity_errors_are_in_units_of_the_ci_on_the_truths_side() -> None:
     assert z["plant-zero"] == 0.0
     lo, hi = fidelity._wilson(9, 180)
     assert 0 < lo < 9 / 180 < hi < 0.1
+    # CIs of `--runs 4` are t-based (3 degrees of freedom): their own quantile, 3.18
+    q = fidelity.ci_quantile({"runs": 4})
+    assert q == pytest.approx(3.182446, abs=1e-6) and fidelity.ci_quantile({"runs": 1}) == 1.96
+    assert fidelity.standard_errors(trial, q)["plant-work"] == pytest.approx((10 - 2) / (4 / q))
 
 
 def test_fidelity_truth_scales_by_the_machine_speed_smoothed_over_neighbouring_trials() -> None:
