@@ -165,7 +165,7 @@ export out budget
 step run_examples 150 run_examples
 
 if [ "$backend" = cuda ]; then
-  step gpu_targets 150 python3 benchmarks/gpu_targets.py "${targets[@]}" --out "$out/gpu_targets.jsonl"
+  step gpu_targets 210 python3 benchmarks/gpu_targets.py "${targets[@]}" --out "$out/gpu_targets.jsonl"
 else
   SKIP="${SKIP:-} gpu_targets" step gpu_targets 1 true  # GPU peers: on a GPU only
 fi

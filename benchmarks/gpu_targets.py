@@ -32,7 +32,9 @@ and with the 128 x 128 tiles' 4 blocks (`fill-sms=false`); gemm with
 records say so), bias + GELU one point per thread (`gpu-coarsen{factor=1}`) and 8,
 layer_norm with `map-to-gpu{row-items=1}` (256 threads a row, as before 2026-11-26) and 8
 (128 threads), mlp without split-K, and with `fill-sms`'s smaller tiles instead of it,
-transformer_block with its batch matmuls one thread per output (`batch=false`), and the row
+transformer_block with its batch matmuls one thread per output (`batch=false`) and with
+`fill-sms` aiming at two blocks an SM (`sms=264`: its 128-block matmuls, 128 x 128 tiles at
+one 8-warp block per SM, become 512 blocks of 64 x 64), and the row
 kernels (layer_norm, softmax, transformer_block's) with their reductions by a shared-memory
 tree and statistics read back from global memory, as before 2026-11-27
 (`map-to-gpu{shuffle=false forward=false}`, the `*_tree` workloads), and layer_norm with
@@ -161,6 +163,9 @@ WORKLOADS = [
     Workload("transformer_block_flat_batch", "examples/transformer_block.graph",
              {"B": 8, "S": 512, "D": 512, "F": 2048}, {"B": 2, "S": 64, "D": 128, "F": 512},
              "transformer_block", "end_to_end", "gpu-tile-matmul{batch=false}"),
+    Workload("transformer_block_fill2", "examples/transformer_block.graph",
+             {"B": 8, "S": 512, "D": 512, "F": 2048}, {"B": 2, "S": 64, "D": 128, "F": 512},
+             "transformer_block", "end_to_end", "gpu-tile-matmul{sms=264}"),
     Workload("transformer_block_tree", "examples/transformer_block.graph",
              {"B": 8, "S": 512, "D": 512, "F": 2048}, {"B": 2, "S": 64, "D": 128, "F": 512},
              "transformer_block", "end_to_end", "map-to-gpu{shuffle=false forward=false}"),

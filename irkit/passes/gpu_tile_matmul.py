@@ -142,6 +142,8 @@ from irkit.passes.contraction import MatmulNest, match_matmul
 from irkit.passes.loop_builder import add_kernel_buffer
 from irkit.passes.map_to_gpu import GpuBuilder, X, launch_attr, new_kernel
 
+MIN_THREADS = 32
+"""Fewest threads a tiled block may have: one warp."""
 MAX_THREADS = 1024
 MMA_M, MMA_N, MMA_K = 16, 8, 16
 """One tensor-core instruction's tile (mma.sync m16n8k16)."""
@@ -238,10 +240,10 @@ class GpuTileMatmulPass(ModulePass):
                 total % part == 0, name, total, f"must be a multiple of thread-{name[-1]}={part}"
             )
         threads = (self.block_m // self.thread_m) * (self.block_n // self.thread_n)
-        require(32 <= threads <= MAX_THREADS, "block-m", self.block_m,
+        require(MIN_THREADS <= threads <= MAX_THREADS, "block-m", self.block_m,
                 f"with block-n={self.block_n}, thread-m={self.thread_m} and "
                 f"thread-n={self.thread_n} the tiles give {threads} threads per block; "
-                f"32 to {MAX_THREADS} are allowed")  # fmt: skip
+                f"{MIN_THREADS} to {MAX_THREADS} are allowed")  # fmt: skip
         require(0 <= self.pad <= 64, "pad", self.pad, "must be from 0 to 64")
         require(0 <= self.split_k <= 4096, "split-k", self.split_k, "must be from 0 to 4096")
         require(0 <= self.min_blocks <= 32, "min-blocks", self.min_blocks, "must be from 0 to 32")
@@ -899,7 +901,7 @@ def _filling(tiled: _TiledKernel) -> _TiledKernel:
             max(min(o.thread_n, 4), o.thread_n // 2),
         )
         if (min(block_m, block_n) < MIN_FILL_BLOCK or block_m % thread_m or block_n % thread_n
-                or (block_m // thread_m) * (block_n // thread_n) < 32):  # fmt: skip
+                or (block_m // thread_m) * (block_n // thread_n) < MIN_THREADS):  # fmt: skip
             break
         smaller = _TiledKernel(replace(o, block_m=block_m, block_n=block_n, thread_m=thread_m,
                                        thread_n=thread_n), fn, nest, module)  # fmt: skip
