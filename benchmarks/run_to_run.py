@@ -2,7 +2,7 @@
 
     python benchmarks/run_to_run.py MODEL --a SPEC --b SPEC [--dim K=V ...] [--backend cpu]
         [--trials 40] [--placements 22] [--rounds 440] [--gap 0] [--recompile] [--load]
-        [-L PLUGIN] [--out FILE]
+        [--pin {off,on,alternate}] [-L PLUGIN] [--out FILE]
 
 A CI from one measurement holds what varies within it. Whatever varies only from one run to
 the next (the machine's speed drifting over tens of seconds, a host's neighbours) it cannot
@@ -29,7 +29,11 @@ every source a run samples (round noise, placements). Over the trials:
 
 Programs are compiled once and bound afresh in every trial (`--recompile`: compiled again
 too); `--gap` seconds of sleep between trials spread them over a longer time; `--load`
-keeps one core busy throughout. One JSON record is appended to `--out`. The record, and
+keeps one core busy throughout. `--pin on` pins the timing process to the last CPU and the
+loader to the others (`irkit-bench attribute --pin`'s placement, with the load kept off the
+timed core); `--pin alternate` pins every other trial (even ones pinned), loader and timer
+switched together, and summarizes the two groups apart as well: the same hours, the same
+load, one thing changed. One JSON record is appended to `--out`. The record, and
 nothing else, is the result: no target is asserted on it.
 """
 
@@ -38,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import sys
 import time
 from pathlib import Path
@@ -131,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gap", type=float, default=0.0, help="seconds of sleep between trials")
     ap.add_argument("--recompile", action="store_true", help="compile again in every trial")
     ap.add_argument("--load", action="store_true", help="keep one core busy throughout")
+    ap.add_argument("--pin", choices=("off", "on", "alternate"), default="off",
+                    help="the timing process on the last CPU, the loader on the others")  # fmt: skip
     ap.add_argument("-L", "--load-pass-plugin", dest="plugin", action="append", default=[])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="append the record (JSON Lines)")
@@ -159,25 +166,38 @@ def measure(args: argparse.Namespace) -> int:
         loader = multiprocessing.Process(target=spin_forever, daemon=True)
         loader.start()
     trials = []
+    every = sorted(os.sched_getaffinity(0))
+    timed_cpu, others = every[-1:], every[:-1] or every
     try:
         for i in range(args.trials):
             if i and args.gap:
                 time.sleep(args.gap)
             if i and args.recompile:
                 exes = compiled()
+            pinned = args.pin == "on" or (args.pin == "alternate" and i % 2 == 0)
+            os.sched_setaffinity(0, timed_cpu if pinned else every)
+            if loader is not None:
+                os.sched_setaffinity(loader.pid, others if pinned else every)
             row = trial(backend, exes, graph, case, args.placements, args.rounds, args.seed + i)
-            trials.append({**row, "at": time.time(), "load": load_average()})
+            trials.append({**row, "at": time.time(), "load": load_average(), "pinned": pinned})
             print(f"trial {i}: B-A {row['diff_s'] * 1e6:.2f} us, SE {row['se_s'] * 1e6:.2f} us, "
-                  f"A {row['a_s'] * 1e6:.1f} us", flush=True)  # fmt: skip
+                  f"A {row['a_s'] * 1e6:.1f} us{' (pinned)' if pinned else ''}", flush=True)  # fmt: skip
     finally:
+        os.sched_setaffinity(0, every)
         if loader is not None:
             loader.terminate()
     summary = summarize(trials)
     print(describe(summary))
+    groups = {}
+    if args.pin == "alternate":
+        for name, flag in (("pinned", True), ("unpinned", False)):
+            groups[name] = summarize([t for t in trials if t["pinned"] == flag])
+            print(f"{name}: {describe(groups[name])}")
     record = {
         "kind": "irkit.run_to_run", "model": args.model, "dims": dims, "backend": backend.name,
         "a": args.a, "b": args.b, "placements": args.placements, "rounds": args.rounds,
         "gap_s": args.gap, "recompile": args.recompile, "loaded": args.load,
+        "pin": args.pin, "pinned_cpu": timed_cpu, "groups": groups,
         "git_sha": fingerprint.get("git_sha"), "summary": summary, "trials": trials,
         "fingerprint": fingerprint,
         "method": "each trial: both programs bound as `placements` slots (one set of inputs and "

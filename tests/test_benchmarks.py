@@ -4,6 +4,7 @@ verdict against their targets; the GPU one says in one line that it needs a devi
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -503,6 +504,29 @@ def test_run_to_run_measures_a_pair_trial_by_trial_and_keeps_the_record(tmp_path
                              capture_output=True, text=True, timeout=300)  # fmt: skip
     assert refused.returncode == 1 and "refusing to write over it" in refused.stderr
     assert model.read_text() == kept
+
+
+def test_run_to_run_alternates_pinning_and_summarizes_each_group(tmp_path: Path) -> None:
+    """`--pin alternate` under `--load`: even trials pinned (the timer on the last CPU, the
+    loader on the others), odd ones free, each group summarized from its own trials; the
+    process's affinity is given back at the end."""
+    out = tmp_path / "r.jsonl"
+    args = [sys.executable, "benchmarks/run_to_run.py", "examples/elementwise_chain.graph",
+            "--a", "lower-graph-to-loops", "--b", "fuse-kernels,lower-graph-to-loops",
+            "--dim", "N=16", "--dim", "D=32", "--trials", "6", "--placements", "2",
+            "--rounds", "6", "--load", "--pin", "alternate", "--out", str(out)]  # fmt: skip
+    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [t["pinned"] for t in record["trials"]] == [True, False] * 3
+    assert record["pin"] == "alternate" and record["pinned_cpu"] == [max(os.sched_getaffinity(0))]
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import run_to_run
+
+    for name, flag in (("pinned", True), ("unpinned", False)):
+        group = [t for t in record["trials"] if t["pinned"] == flag]
+        assert record["groups"][name] == run_to_run.summarize(group)
+    assert "pinned: 3 runs" in r.stdout and "unpinned: 3 runs" in r.stdout
 
 
 def test_run_to_run_summary_finds_a_known_run_level_component() -> None:
