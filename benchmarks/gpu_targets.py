@@ -33,8 +33,9 @@ records say so), bias + GELU one point per thread (`gpu-coarsen{factor=1}`) and 
 layer_norm with `map-to-gpu{row-items=1}` (256 threads a row, as before 2026-11-26) and 8
 (128 threads), mlp without split-K, and with `fill-sms`'s smaller tiles instead of it,
 transformer_block with its batch matmuls one thread per output (`batch=false`) and with
-`fill-sms` aiming at two blocks an SM (`sms=264`: its 128-block matmuls, 128 x 128 tiles at
-one 8-warp block per SM, become 512 blocks of 64 x 64), and the row
+`fill-sms` and split-K aiming at two blocks an SM (`sms=264`: its 128-block matmuls, 128 x
+128 tiles at one 8-warp block per SM, get split-K 4, 512 blocks and a reduction kernel each;
+its batch matmuls 64 x 64 tiles, 512 blocks), and the row
 kernels (layer_norm, softmax, transformer_block's) with their reductions by a shared-memory
 tree and statistics read back from global memory, as before 2026-11-27
 (`map-to-gpu{shuffle=false forward=false}`, the `*_tree` workloads), and layer_norm with
