@@ -227,12 +227,14 @@ rows over two axes, and one kernel with two reductions."""
 @pytest.mark.parametrize(
     "options", ["", "{shuffle=false}", "{forward=false}", "{shuffle=false forward=false}"]
 )
-@pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
+@pytest.mark.parametrize("backend", HOST_AND_GPU)
 def test_row_reductions_by_shuffles_and_forwarding_match_the_reference(
     case: str, options: str, backend: str
 ) -> None:
     """map-to-gpu's `shuffle` and `forward` each on and off: every combination agrees with
-    the reference (lockstep interprets the IR, cuda-host compiles the CUDA C)."""
+    the reference (lockstep interprets the IR, cuda-host compiles the CUDA C, and on a GPU
+    `__shfl_xor_sync` runs for real)."""
+    needs(backend)
     module = parse_source(f"model r\n{ROW_CASES[case]}\n", "r.graph", ".graph")
     spec = f"fuse-kernels,lower-graph-to-loops,map-to-gpu{options}"
     exe = irkit.compile(module, spec, backend)
@@ -242,10 +244,11 @@ def test_row_reductions_by_shuffles_and_forwarding_match_the_reference(
     assert checks and all(c.passed for c in checks), [c.describe() for c in checks]
 
 
-@pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
+@pytest.mark.parametrize("backend", HOST_AND_GPU)
 def test_a_nan_reaches_its_rows_statistics_through_the_shuffles(backend: str) -> None:
     """A NaN in one row of a 2-warp softmax: the max butterfly carries it to every lane
     (maximumf propagates NaN), so that row comes out all NaN and only that row."""
+    needs(backend)
     text = "model s\ninput x : f32[4, 1000]\noutput y = softmax(x, axis=-1)\n"
     module = parse_source(text, "s.graph", ".graph")
     x = np.random.default_rng(3).standard_normal((4, 1000)).astype(np.float32)
