@@ -45,13 +45,13 @@ class PrefetchOp(IRDLOperation):
 
     def verify_(self) -> None:
         if not isinstance(self.memref.type, MemRefType):
-            raise VerifyException(f"{self.name}: the operand is a memref, not {self.memref.type}")
+            raise VerifyException(f"the operand is a memref, not {self.memref.type}")
         if len(self.indices) != self.memref.type.get_num_dims():
-            raise VerifyException(f"{self.name}: one index per dimension")
+            raise VerifyException("one index per dimension")
         if any(not isinstance(i.type, IndexType) for i in self.indices):
-            raise VerifyException(f"{self.name}: the indices are of type index")
+            raise VerifyException("the indices are of type index")
         if not 0 <= self.locality.value.data <= 3:
-            raise VerifyException(f"{self.name}: locality is 0 to 3")
+            raise VerifyException("locality is 0 to 3")
 
 
 Cpu = Dialect("irkit_cpu", [PrefetchOp], [])

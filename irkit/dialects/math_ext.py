@@ -32,11 +32,11 @@ class LdexpOp(IRDLOperation):
 
     def verify_(self) -> None:
         if not isinstance(self.x.type, Float32Type | Float64Type):
-            raise VerifyException(f"{self.name}: x is f32 or f64, not {self.x.type}")
+            raise VerifyException(f"x is f32 or f64, not {self.x.type}")
         if self.result.type != self.x.type:
-            raise VerifyException(f"{self.name}: the result has x's type")
+            raise VerifyException("the result has x's type")
         if not (isinstance(self.n.type, IntegerType) and self.n.type.width.data == 32):
-            raise VerifyException(f"{self.name}: n is an i32, not {self.n.type}")
+            raise VerifyException(f"n is an i32, not {self.n.type}")
 
 
 MathExt = Dialect("irkit_math", [LdexpOp], [])

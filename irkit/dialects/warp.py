@@ -121,9 +121,9 @@ class MmaM16n8k16Op(IRDLOperation):
             raise VerifyException(f"{self.name} takes 8 + 4 + 4 operands and gives 4 results")
         narrow = {v.type for v in [*self.a, *self.b]}
         if len(narrow) != 1 or not isinstance(next(iter(narrow)), Float16Type | BFloat16Type):
-            raise VerifyException(f"{self.name}: A and B are all f16 or all bf16")
+            raise VerifyException("A and B are all f16 or all bf16")
         if any(not isinstance(v.type, Float32Type) for v in [*self.c, *self.outputs]):
-            raise VerifyException(f"{self.name}: C and D are f32")
+            raise VerifyException("C and D are f32")
 
 
 @irdl_op_definition
@@ -146,7 +146,7 @@ class MmaM16n8k8Tf32Op(IRDLOperation):
         if len(self.inputs) != 4 + 2 + C_COUNT or len(self.outputs) != C_COUNT:
             raise VerifyException(f"{self.name} takes 4 + 2 + 4 operands and gives 4 results")
         if any(not isinstance(v.type, Float32Type) for v in [*self.inputs, *self.outputs]):
-            raise VerifyException(f"{self.name}: every operand and result is f32")
+            raise VerifyException("every operand and result is f32")
 
 
 MMA_OPS = (MmaM16n8k16Op, MmaM16n8k8Tf32Op)
@@ -210,12 +210,12 @@ class ShuffleOp(IRDLOperation):
 
     def verify_(self) -> None:
         if not isinstance(self.value.type, SHUFFLE_TYPES):
-            raise VerifyException(f"{self.name}: irkit shuffles f32 or f64, not {self.value.type}")
+            raise VerifyException(f"irkit shuffles f32 or f64, not {self.value.type}")
         if self.result.type != self.value.type:
-            raise VerifyException(f"{self.name}: the result has the value's type")
+            raise VerifyException("the result has the value's type")
         for operand in (self.offset, self.width):
             if operand.type != IntegerType(32):
-                raise VerifyException(f"{self.name}: offset and width are i32")
+                raise VerifyException("offset and width are i32")
 
     def print(self, printer: Printer) -> None:
         printer.print_string(f" {self.mode.data} ")
