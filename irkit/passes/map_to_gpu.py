@@ -430,7 +430,7 @@ class _RowsKernel:
         if warps == 1:
             return total
         assert self.shared is not None
-        if self.lane_warp is None:  # at the kernel's top level: every later reduction's
+        if self.lane_warp is None:  # once, at the kernel's top level, for every reduction
             self.lane_warp = (
                 b.binary(arith.RemUIOp, tid, WARP),
                 b.binary(arith.DivUIOp, tid, WARP),
