@@ -78,6 +78,7 @@ PIPELINES: dict[str, Pipeline] = {
         (
             *(CPU_GRAPH_OPTIONS.get(p, p) for p in GRAPH_OPTIMIZATIONS),
             "lower-graph-to-loops{keep-transcendentals=true}",
+            "reshape-views",
             "pad-leading-dims",
             "cpu-tile-matmul",
             "cpu-tile-transpose",
@@ -91,6 +92,7 @@ PIPELINES: dict[str, Pipeline] = {
         frozenset(
             {
                 *GRAPH_OPTIMIZATIONS,
+                "reshape-views",
                 "pad-leading-dims",
                 "cpu-tile-matmul",
                 "cpu-tile-transpose",
@@ -102,7 +104,7 @@ PIPELINES: dict[str, Pipeline] = {
         ),
         "the optimized CPU pipeline: graph cleanup, NHWC convolutions as implicit-GEMM "
         "matmuls (the patches read in place from the padded input), "
-        "transpose and constant folding, fusion into kernel regions, loops, padded row "
+        "transpose and constant folding, fusion into kernel regions, loops, reshapes as views, padded row "
         "strides of intermediates, register-blocked vector matmuls, transposes in register "
         "blocks, vectorizable exp, "
         "softmax/layer_norm phases run row by row, f32 sums in blocks added in f64, vectorized reductions, large loops on all CPUs (IRKIT_NUM_THREADS=1 for one thread)",
@@ -112,14 +114,23 @@ PIPELINES: dict[str, Pipeline] = {
         (
             *GRAPH_OPTIMIZATIONS,
             "lower-graph-to-loops",
+            "reshape-views",
             "pad-leading-dims",
             "gpu-tile-matmul",
             "gpu-coarsen",
             "map-to-gpu",
         ),
-        frozenset({*GRAPH_OPTIMIZATIONS, "pad-leading-dims", "gpu-tile-matmul", "gpu-coarsen"}),
+        frozenset(
+            {
+                *GRAPH_OPTIMIZATIONS,
+                "reshape-views",
+                "pad-leading-dims",
+                "gpu-tile-matmul",
+                "gpu-coarsen",
+            }
+        ),
         "the optimized CUDA pipeline: graph cleanup, NHWC convolutions as im2col matmuls, "
-        "transpose and constant folding, fusion, loops, padded row strides of "
+        "transpose and constant folding, fusion, loops, reshapes as views, padded row strides of "
         "intermediates, warp-tiled shared-memory matmuls, large elementwise kernels several "
         "points per thread, mapping onto the GPU",
     ),

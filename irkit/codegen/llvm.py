@@ -1015,6 +1015,11 @@ def _copy(em: LLVMEmitter, op: memref.CopyOp) -> None:
     em.b.call(memcpy, [dst, src, ll.Constant(I64, buffer_bytes(mtype))])
 
 
+def _view(em: LLVMEmitter, op: memref.CollapseShapeOp | memref.ExpandShapeOp) -> None:
+    """A driver's view (`reshape-views`): the same pointer, since a memref is its pointer."""
+    em.values[op.results[0]] = em.values[op.src]
+
+
 def _get_global(em: LLVMEmitter, op: memref.GetGlobalOp) -> None:
     em.values[op.memref] = em.global_value(op.name_.root_reference.data)
 
@@ -1089,6 +1094,8 @@ _HANDLERS: dict[type[Operation], Callable[[LLVMEmitter, Any], None]] = {
     memref.DeallocOp: _dealloc,
     memref.CopyOp: _copy,
     memref.GetGlobalOp: _get_global,
+    memref.CollapseShapeOp: _view,
+    memref.ExpandShapeOp: _view,
     scf.ForOp: LLVMEmitter._for,
     scf.ParallelOp: LLVMEmitter._parallel,
     scf.IfOp: LLVMEmitter._if,

@@ -22,6 +22,13 @@
   calls it, so running the driver computes everything; a runtime whose params are fixed
   (a bound executable) may run it once at bind and leave it out of every later call.
   `prepared_buffers` lists the buffers that then live from one call to the next.
+- **Reshape kernels and views**: a kernel marked `irkit.reshape` (`RESHAPE_ATTR`) copies its
+  one input into its one output in row-major order (a `graph.reshape` standing alone), so
+  `reshape-views` may put a view in place of its call: the driver then holds
+  `memref.collapse_shape`/`memref.expand_shape` of a buffer of identity layout, the same
+  memory under another shape (MLIR's ops; a reshape that is neither is a collapse to one
+  dimension and an expansion). Runtimes alias the view's buffer to its source's (`view_source`
+  follows a chain of them back to the allocation, argument or global they show).
 - **Scalar functions**: a private `func.func` marked `irkit.inline` (`INLINE_ATTR`) takes and
   returns scalars, touches no memory and calls nothing; kernels call it with `func.call`
   (`expand-math` puts each f32 math expansion in one, so that a chain of 750 sigmoids holds
@@ -40,7 +47,7 @@ from __future__ import annotations
 import math
 from typing import TypedDict
 
-from xdsl.dialects import arith, func, scf
+from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
     DenseArrayBase,
     DictionaryAttr,
@@ -65,6 +72,9 @@ EXTENT_ATTR = "irkit.extent"
 ONCE_ATTR = "irkit.once"
 INLINE_ATTR = "irkit.inline"
 """A scalar function (see the module docstring)."""
+RESHAPE_ATTR = "irkit.reshape"
+"""A kernel that is a row-major copy of its input into its output's shape (see the module
+docstring)."""
 SHARED_SPACE = IntegerAttr(3, i32)
 """The memory space of GPU workgroup (shared) buffers, as in MLIR's gpu dialect."""
 
@@ -146,6 +156,18 @@ def is_once(fn: Operation) -> bool:
 def once_kernels(module: ModuleOp) -> set[str]:
     """The names of the module's once-per-bind kernels."""
     return {op.sym_name.data for op in module.ops if isinstance(op, func.FuncOp) and is_once(op)}
+
+
+VIEW_OPS = (memref.CollapseShapeOp, memref.ExpandShapeOp)
+"""The driver's views of a buffer (see the module docstring)."""
+
+
+def view_source(value: SSAValue) -> SSAValue:
+    """The buffer a driver value shows: itself, or for a view (a chain of them) the value the
+    first one was taken of."""
+    while isinstance(value.owner, VIEW_OPS):
+        value = value.owner.src
+    return value
 
 
 def once_calls(module: ModuleOp, driver: func.FuncOp) -> list[func.CallOp]:

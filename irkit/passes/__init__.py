@@ -96,6 +96,12 @@ def _pad_leading_dims() -> type[ModulePass]:
     return PadLeadingDimsPass
 
 
+def _reshape_views() -> type[ModulePass]:
+    from irkit.passes.reshape_views import ReshapeViewsPass
+
+    return ReshapeViewsPass
+
+
 def _block_reductions() -> type[ModulePass]:
     from irkit.passes.reductions import BlockReductionsPass
 
@@ -141,6 +147,7 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "conv-layout": _conv_layout,
     "conv-to-matmul": _conv_to_matmul,
     "pad-leading-dims": _pad_leading_dims,
+    "reshape-views": _reshape_views,
     "cpu-fuse-rows": _cpu_fuse_rows,
     "interchange-matmul": _interchange_matmul,
     "cpu-tile-transpose": _cpu_tile_transpose,

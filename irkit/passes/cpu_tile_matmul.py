@@ -91,7 +91,14 @@ from xdsl.passes import ModulePass
 
 from irkit.dialects.cpu import PrefetchOp
 from irkit.errors import IrkitError, require
-from irkit.loops import KERNEL_ATTR, ONCE_ATTR, PARAM_ATTR, SCRATCH_ATTR, once_kernels
+from irkit.loops import (
+    KERNEL_ATTR,
+    ONCE_ATTR,
+    PARAM_ATTR,
+    SCRATCH_ATTR,
+    once_kernels,
+    view_source,
+)
 from irkit.passes.contraction import MatmulNest, match_matmul
 from irkit.passes.loop_builder import LoopBuilder, add_kernel_buffer
 
@@ -174,7 +181,8 @@ class _Callers:
 
 def _is_weight(value: SSAValue, module: ModuleOp) -> bool:
     """Whether a driver value is a param (argument marked irkit.param), a constant, or a
-    buffer a once-per-bind kernel prepares (computed from those alone)."""
+    buffer a once-per-bind kernel prepares (computed from those alone), or a view of one."""
+    value = view_source(value)
     if isinstance(value.owner, memref.GetGlobalOp):
         return True
     if isinstance(value.owner, memref.AllocOp):

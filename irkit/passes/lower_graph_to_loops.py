@@ -47,7 +47,14 @@ from irkit.dialects import graph as g
 from irkit.dtypes import dense_array, dense_attr
 from irkit.errors import IrkitError
 from irkit.ir import location_of, ssa_name
-from irkit.loops import KERNEL_ATTR, ONCE_ATTR, OUTPUT_ATTR, PARAM_ATTR, SCRATCH_ATTR
+from irkit.loops import (
+    KERNEL_ATTR,
+    ONCE_ATTR,
+    OUTPUT_ATTR,
+    PARAM_ATTR,
+    RESHAPE_ATTR,
+    SCRATCH_ATTR,
+)
 from irkit.passes.decompose_composites import decompose
 from irkit.passes.kernel_emitter import KernelEmitter, materialized_values
 from irkit.passes.loop_builder import LoopBuilder, compute_type
@@ -196,6 +203,8 @@ def _build_kernel_function(
         arg_attrs=ArrayAttr(roles),
     )
     fn.attributes[KERNEL_ATTR] = UnitAttr()
+    if len(kernel.inputs) == len(outs) == 1 and all(isinstance(o, g.ReshapeOp) for o in ops):
+        fn.attributes[RESHAPE_ATTR] = UnitAttr()  # a copy `reshape-views` may make a view
     return fn
 
 

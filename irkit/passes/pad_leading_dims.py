@@ -26,7 +26,10 @@ does not count the padding.
 Inputs and outputs are left alone: they are the caller's arrays, in the caller's layout.
 A buffer is also left alone when padding would grow it by more than `max-growth` (a row
 of 10 floats is not worth 6 more), or when the driver uses it other than as a kernel
-argument.
+argument or through views (`reshape-views`) that only split or merge its leading
+dimensions: those keep its rows, so they show the padded rows too (their kernels' parameters
+carry the view's logical shape); a view that splits or merges the last dimension keeps the
+buffer unpadded.
 
 Options:
 
@@ -52,12 +55,13 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     i64,
 )
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from irkit.dtypes import numpy_dtype
 from irkit.errors import require
-from irkit.loops import EXTENT_ATTR, KERNEL_ATTR, SCRATCH_ATTR, require_loop_level
+from irkit.loops import EXTENT_ATTR, KERNEL_ATTR, SCRATCH_ATTR, VIEW_OPS, require_loop_level
 
 """On a kernel parameter whose buffer is padded: the logical shape (array<i64>)."""
 
@@ -118,25 +122,59 @@ class PadLeadingDimsPass(ModulePass):
         row = self.padded_row(t)
         if row == shape[-1] or (row - shape[-1]) > self.max_growth * shape[-1]:
             return
-        targets = []  # (kernel, parameter index) for every use as a kernel argument
-        for use in alloc.memref.uses:
-            user = use.operation
-            if isinstance(user, memref.DeallocOp):
-                continue
-            if not isinstance(user, func.CallOp):
-                return
-            callee = user.callee.string_value()
-            fn = kernels.get(callee)
-            if fn is None or calls.get(callee) != 1 or _is_scratch(fn, use.index):
-                return
-            targets.append((fn, use.index))
-        padded = MemRefType(t.element_type, [*shape[:-1], row])
-        Rewriter.replace_value_with_new_type(alloc.memref, padded)
-        for fn, index in targets:
-            arg = fn.body.block.args[index]
-            Rewriter.replace_value_with_new_type(arg, padded)
-            _set_arg_attr(fn, index, EXTENT_ATTR, DenseArrayBase.from_list(i64, shape))
+        targets: list[tuple[func.FuncOp, int, MemRefType]] = []  # every kernel argument: its
+        views: list[tuple[Operation, MemRefType]] = []  # logical type, as each view's
+        pending: list[SSAValue] = [alloc.memref]
+        while pending:
+            value = pending.pop()
+            logical = value.type
+            assert isinstance(logical, MemRefType)
+            for use in value.uses:
+                user = use.operation
+                if isinstance(user, memref.DeallocOp):
+                    continue
+                if isinstance(user, VIEW_OPS) and _keeps_rows(user):
+                    shown = user.results[0].type
+                    assert isinstance(shown, MemRefType)
+                    views.append((user, shown))
+                    pending.append(user.results[0])
+                    continue
+                if not isinstance(user, func.CallOp):
+                    return
+                callee = user.callee.string_value()
+                fn = kernels.get(callee)
+                if fn is None or calls.get(callee) != 1 or _is_scratch(fn, use.index):
+                    return
+                targets.append((fn, use.index, logical))
+        Rewriter.replace_value_with_new_type(alloc.memref, _padded_like(t, row))
+        for view, logical in views:
+            view_type = _padded_like(logical, row)
+            if isinstance(view, memref.ExpandShapeOp):
+                view.properties["static_output_shape"] = DenseArrayBase.from_list(
+                    i64, view_type.get_shape()
+                )
+            Rewriter.replace_value_with_new_type(view.results[0], view_type)
+        for fn, index, logical in targets:
+            Rewriter.replace_value_with_new_type(
+                fn.body.block.args[index], _padded_like(logical, row)
+            )
+            _set_arg_attr(
+                fn, index, EXTENT_ATTR, DenseArrayBase.from_list(i64, logical.get_shape())
+            )
             fn.update_function_type()
+
+
+def _padded_like(logical: MemRefType, row: int) -> MemRefType:
+    """`logical`'s type with its rows `row` elements long."""
+    return MemRefType(logical.element_type, [*logical.get_shape()[:-1], row])
+
+
+def _keeps_rows(view: Operation) -> bool:
+    """Whether a driver view (`reshape-views`) only splits or merges leading dimensions, the
+    last one a group of its own on both sides: a padded row stride then carries over."""
+    groups = view.properties["reassociation"]
+    assert isinstance(groups, ArrayAttr)
+    return bool(groups.data) and len(groups.data[-1].data) == 1
 
 
 def _is_scratch(fn: func.FuncOp, index: int) -> bool:

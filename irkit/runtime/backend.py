@@ -332,8 +332,9 @@ class Step:
     """One host-side action of the driver function, in order.
 
     kind: "alloc" (a buffer of `shape`/`dtype` for `result`), "global" (`result` is the
-    constant array `data`), "copy" (operands: source, destination), "call" (kernel `callee`
-    on `operands`; `once`: a once-per-bind kernel), "free" (operand 0 is dead)."""
+    constant array `data`), "view" (`result` is operand 0's buffer with `shape`, no copy:
+    `reshape-views`), "copy" (operands: source, destination), "call" (kernel `callee` on
+    `operands`; `once`: a once-per-bind kernel), "free" (operand 0 is dead)."""
 
     kind: str
     result: Any = None
@@ -364,7 +365,7 @@ def driver_plan(module: ModuleOp) -> list[Step]:
 
     from irkit.dtypes import dense_array, numpy_dtype
     from irkit.ir import entry_function
-    from irkit.loops import once_calls
+    from irkit.loops import VIEW_OPS, once_calls
 
     entry = entry_function(module)
     globals_ = {op.sym_name.data: op for op in module.ops if isinstance(op, memref.GlobalOp)}
@@ -384,6 +385,11 @@ def driver_plan(module: ModuleOp) -> list[Step]:
             values = dense_array(g.initial_value).astype(np.float64)
             data = values.astype(numpy_dtype(t.element_type)).reshape(t.get_shape())
             steps.append(Step("global", op.memref, data=data))
+        elif isinstance(op, VIEW_OPS):
+            shown = op.results[0].type
+            assert isinstance(shown, MemRefType)
+            steps.append(Step("view", op.results[0], operands=(op.src,),
+                              shape=tuple(shown.get_shape())))  # fmt: skip
         elif isinstance(op, memref.CopyOp):
             steps.append(Step("copy", operands=(op.source, op.destination)))
         elif isinstance(op, func.CallOp):
@@ -396,6 +402,14 @@ def driver_plan(module: ModuleOp) -> list[Step]:
     return steps
 
 
+def array_view(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """`array` with `shape`, the same memory (a driver's view); an error, never a copy, where
+    it is not contiguous."""
+    if not array.flags.c_contiguous:
+        raise IrkitError(f"a driver view of a {array.shape} array that is not contiguous")
+    return array.reshape(shape)  # of a contiguous array: always a view
+
+
 def run_steps(
     steps: Sequence[Step],
     env: dict[Any, np.ndarray],
@@ -406,13 +420,15 @@ def run_steps(
 ) -> None:
     """Replay a driver's plan on host buffers: `env` maps the driver's values to arrays
     (its arguments already there); an "alloc" gets `buffer(shape, dtype)`, a "global"
-    `constant(step)`, a "call" runs `launch(callee, buffers)`, with `on_call(callee,
-    buffers, after)` before and after it."""
+    `constant(step)`, a "view" its source's array reshaped (the same memory), a "call" runs
+    `launch(callee, buffers)`, with `on_call(callee, buffers, after)` before and after it."""
     for step in steps:
         if step.kind == "alloc":
             env[step.result] = buffer(step.shape, step.buffer_dtype)
         elif step.kind == "global":
             env[step.result] = constant(step)
+        elif step.kind == "view":
+            env[step.result] = array_view(env[step.operands[0]], step.shape)
         elif step.kind == "copy":
             np.copyto(env[step.operands[1]], env[step.operands[0]])
         elif step.kind == "call":

@@ -247,11 +247,29 @@ class DeviceBuffer:
         """Fill with NaN bits (0xFF bytes), so an element no kernel writes shows."""
         _call("cuMemsetD8", _driver().cuMemsetD8(self.ptr, 0xFF, self.nbytes))
 
+    def view(self, shape: tuple[int, ...]) -> DeviceView:
+        """The same memory with another shape (a driver's view, `reshape-views`)."""
+        return DeviceView(self, shape)
+
     def __del__(self) -> None:
         try:
             _driver().cuMemFree(self.ptr)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+class DeviceView(DeviceBuffer):
+    """Another buffer's memory under another shape, as many elements; it keeps the buffer
+    alive and frees nothing itself."""
+
+    def __init__(self, base: DeviceBuffer, shape: tuple[int, ...]):
+        if int(np.prod(shape)) != int(np.prod(base.shape)):
+            raise IrkitError(f"a view of {base.shape} elements as {shape}")
+        self.base, self.shape, self.dtype = base, shape, base.dtype
+        self.nbytes, self.ptr = base.nbytes, base.ptr
+
+    def __del__(self) -> None:
+        pass
 
 
 @dataclass
@@ -491,6 +509,8 @@ class CudaExecutable:
                 buf = DeviceBuffer(step.constant.shape, step.constant.dtype)
                 buf.upload(step.constant)
                 env[step.result] = buf
+            elif step.kind == "view":
+                env[step.result] = env[step.operands[0]].view(step.shape)
             elif step.kind == "copy":
                 steps.append(Copy(env[step.operands[0]], env[step.operands[1]]))
             elif step.kind == "call":

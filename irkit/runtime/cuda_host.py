@@ -36,6 +36,13 @@ class Guarded(np.ndarray):
     raw: np.ndarray
     offset: int
 
+    def __array_finalize__(self, obj: np.ndarray | None) -> None:
+        """A view of all of a guarded buffer (a driver's reshape view) has its red zones."""
+        raw = getattr(obj, "raw", None)
+        if raw is not None and obj is not None and (self.ctypes.data, self.nbytes) == (
+            obj.ctypes.data, obj.nbytes):  # fmt: skip
+            self.raw, self.offset = raw, obj.offset  # type: ignore[attr-defined]
+
     def intact(self) -> bool:
         raw, start, end = self.raw, self.offset, self.offset + self.nbytes
         return bool((raw[:start] == 0xFF).all() and (raw[end:] == 0xFF).all())
