@@ -71,6 +71,14 @@ EXAMPLES = {
         "transformer_block": ("examples/transformer_block.graph", {},
                               "fuse-kernels,lower-graph-to-loops{keep-transcendentals=true},"
                               "cpu-tile-matmul,expand-math,cpu-fuse-rows"),
+        # and two more since 2026-11-27, late night: a convolution block (NHWC, an implicit
+        # GEMM with its epilogue, a pool) and a layer norm's rows
+        "conv_block": ("examples/conv_block.graph", {},
+                       "conv-layout,fold-transposes,conv-to-matmul{implicit=true},fold-constants,"
+                       "fuse-kernels{concat-transposes=false},lower-graph-to-loops,"
+                       "cpu-tile-matmul,cpu-tile-transpose"),
+        "layernorm": ("examples/layernorm.graph", {},
+                      "fuse-kernels,lower-graph-to-loops,cpu-fuse-rows"),
     },
     "gpu": {
         "elementwise_chain": ("examples/elementwise_chain.graph", {},
@@ -91,6 +99,8 @@ QUICK_DIMS = {
     "mlp": {"B": 4, "D": 64, "F": 256},
     "softmax": {"R": 16, "C": 64},
     "transformer_block": {"S": 8, "D": 32, "F": 64},
+    "conv_block": {"N": 1, "H": 12},
+    "layernorm": {"T": 16, "H": 96},
 }
 """`--quick`: test sizes (a check that the run works, e.g. the GPU path on the host)."""
 SIZES = (0.02, 0.05, 0.20)
