@@ -24,6 +24,8 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
+from irkit.loops import VIEW_OPS
+
 INDEX = IndexType()
 F32 = Float32Type()
 F64 = Float64Type()
@@ -243,6 +245,24 @@ def add_kernel_buffer(
     assert isinstance(last, func.ReturnOp)
     caller.insert_op_before(memref.DeallocOp.get(alloc.memref), last)
     return arg, alloc.memref, new
+
+
+def free_after_last_use(block: Block, buffer: SSAValue) -> None:
+    """`buffer`'s deallocation moved to just after the last op of `block` that reads or
+    writes it, directly or through a view of it (`irkit.loops.VIEW_OPS`, `reshape-views`)."""
+    dealloc = next((u.operation for u in buffer.uses if isinstance(u.operation, memref.DeallocOp)), None)  # fmt: skip
+    users: list[Operation] = []
+    pending = [buffer]
+    while pending:
+        for use in pending.pop().uses:
+            if isinstance(use.operation, VIEW_OPS):
+                pending.append(use.operation.results[0])
+            elif use.operation is not dealloc:
+                users.append(use.operation)
+    if dealloc is None or not users:
+        return
+    dealloc.detach()
+    block.insert_op_after(dealloc, max(users, key=block.get_operation_index))
 
 
 def drop_kernel_arg(module: Operation, kernel: func.FuncOp, index: int) -> None:

@@ -57,7 +57,7 @@ from irkit.loops import (
 )
 from irkit.passes.decompose_composites import decompose
 from irkit.passes.kernel_emitter import KernelEmitter, materialized_values
-from irkit.passes.loop_builder import LoopBuilder, compute_type
+from irkit.passes.loop_builder import LoopBuilder, compute_type, free_after_last_use
 
 
 def memref_of(value: SSAValue, element_type: Attribute | None = None) -> MemRefType:
@@ -297,7 +297,8 @@ def _build_driver(fn: func.FuncOp, kernels: list[tuple[Kernel, func.FuncOp]], mo
     for v in allocated:
         block.add_op(memref.DeallocOp.get(env[v]))
     block.add_op(func.ReturnOp())
-    _free_after_last_use(block, [env[v] for v in allocated])
+    for v in allocated:
+        free_after_last_use(block, env[v])
     return _driver_function(fn, block)
 
 
@@ -314,16 +315,6 @@ def _alloc(t: Attribute) -> memref.AllocOp:
 def _append(block: Block, op: Operation) -> SSAValue:
     block.add_op(op)
     return op.results[0]
-
-
-def _free_after_last_use(block: Block, buffers: Sequence[SSAValue]) -> None:
-    """Move each buffer's dealloc to just after the last op that reads or writes it."""
-    for buf in buffers:
-        dealloc = next(u.operation for u in buf.uses if isinstance(u.operation, memref.DeallocOp))
-        users = [u.operation for u in buf.uses if u.operation is not dealloc]
-        last = max(users, key=block.get_operation_index)
-        dealloc.detach()
-        block.insert_op_after(dealloc, last)
 
 
 def _driver_function(fn: func.FuncOp, block: Block) -> func.FuncOp:

@@ -122,8 +122,10 @@ class PadLeadingDimsPass(ModulePass):
         row = self.padded_row(t)
         if row == shape[-1] or (row - shape[-1]) > self.max_growth * shape[-1]:
             return
-        targets: list[tuple[func.FuncOp, int, MemRefType]] = []  # every kernel argument: its
-        views: list[tuple[Operation, MemRefType]] = []  # logical type, as each view's
+        # every use as a kernel argument, and every view that keeps the rows, each with the
+        # logical type it shows
+        targets: list[tuple[func.FuncOp, int, MemRefType]] = []
+        views: list[tuple[Operation, MemRefType]] = []
         pending: list[SSAValue] = [alloc.memref]
         while pending:
             value = pending.pop()

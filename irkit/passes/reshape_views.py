@@ -54,13 +54,13 @@ from irkit.loops import (
     EXTENT_ATTR,
     KERNEL_ATTR,
     RESHAPE_ATTR,
-    VIEW_OPS,
     is_scalar_function,
     kernels,
     once_kernels,
     require_loop_level,
     view_source,
 )
+from irkit.passes.loop_builder import free_after_last_use
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ def _replace(call: func.CallOp, block: Block, once: set[str]) -> None:
         _drop_buffer(dst, view, call)
         root = view_source(src)
         if isinstance(root.owner, memref.AllocOp):
-            _free_after_last_use(root, block)
+            free_after_last_use(block, root)
     elif (
         isinstance(src.owner, memref.AllocOp)
         and isinstance(dst, BlockArgument)
@@ -173,29 +173,6 @@ def _named(view: SSAValue, buffer: SSAValue) -> SSAValue:
     if view is not buffer and buffer.name_hint:
         view.name_hint = buffer.name_hint
     return view
-
-
-def _free_after_last_use(buffer: SSAValue, block: Block) -> None:
-    """`buffer`'s deallocation moved after the last op of `block` that uses it or a view of
-    it."""
-    deallocs = [u.operation for u in buffer.uses if isinstance(u.operation, memref.DeallocOp)]
-    if not deallocs:
-        return
-    users: list[Operation] = []
-    pending = [buffer]
-    while pending:
-        for use in pending.pop().uses:
-            user = use.operation
-            if isinstance(user, VIEW_OPS):
-                pending.append(user.results[0])
-            elif not isinstance(user, memref.DeallocOp):
-                users.append(user)
-    if not users:
-        return
-    last = max(users, key=block.get_operation_index)
-    for dealloc in deallocs:
-        dealloc.detach()
-    block.insert_op_after(deallocs[0], last)
 
 
 def reshape_view(value: SSAValue, shape: Sequence[int]) -> list[Operation]:
