@@ -47,16 +47,17 @@ def _floor_pooled(seconds: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
 def _median_based(seconds: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
     """Each program's copy variance on the copies' medians (the point estimate's levels):
     the variance of the copy medians of the log residuals (each round's common factor
-    removed) less a median's own sampling variance, pi/2 (1.4826 MAD)^2 / n per copy."""
+    removed) less a median's own sampling variance, pi/2 (1.4826 MAD)^2 / n per copy.
+    NaN (a round a program sat out, focused rounds) is left out."""
     logs = np.log(np.maximum(seconds, 1e-30))
-    resid = logs - np.median(logs, axis=1, keepdims=True)
+    resid = logs - np.nanmedian(logs, axis=1, keepdims=True)
     programs = len(seconds)
     if programs > 1:
-        resid = resid - resid.mean(axis=0, keepdims=True)
-    meds = np.stack([np.median(resid[:, g], axis=1) for g in groups], axis=1)
-    mads = np.stack([np.median(np.abs(resid[:, g] - meds[:, [i]]), axis=1) for i, g in enumerate(groups)], axis=1)  # fmt: skip
-    sizes = np.array([len(g) for g in groups])
-    noise = (np.pi / 2) * (1.4826 * mads) ** 2 / sizes
+        resid = resid - np.nanmean(resid, axis=0, keepdims=True)
+    meds = np.stack([np.nanmedian(resid[:, g], axis=1) for g in groups], axis=1)
+    mads = np.stack([np.nanmedian(np.abs(resid[:, g] - meds[:, [i]]), axis=1) for i, g in enumerate(groups)], axis=1)  # fmt: skip
+    sizes = np.stack([(~np.isnan(resid[:, g])).sum(axis=1) for g in groups], axis=1)
+    noise = (np.pi / 2) * (1.4826 * mads) ** 2 / np.maximum(sizes, 1)
     scale = programs / (programs - 1) if programs > 1 else 1.0
     return np.maximum(meds.var(axis=1, ddof=1) - noise.mean(axis=1), 0.0) * scale
 
@@ -72,18 +73,11 @@ RULES = {
 
 
 def bootstrap(seconds: np.ndarray, slots: np.ndarray, rule, resamples: int, seed: int):
-    """`attribution._round_bootstrap` with the copy variance from `rule`."""
-    labels = np.unique(slots)
-    groups = [np.flatnonzero(slots == s) for s in labels]
-    rng = np.random.default_rng(seed)
-    point = attribution._copy_medians_mean(seconds, groups)
-    idx = attribution._resampled_rounds(slots, groups, resamples, rng)
-    drawn = [np.flatnonzero(slots[idx[0]] == s) for s in labels]
-    boot = attribution._copy_medians_mean(seconds[:, idx], drawn)
-    boot = point[:, None] + (boot - point[:, None]) * attribution._expansion(groups)
-    copy_var = rule(seconds, groups) * np.maximum(point, 0.0) ** 2 / len(groups)
-    draws = rng.standard_t(len(groups) - 1, size=boot.shape)
-    return point, boot + draws * np.sqrt(copy_var)[:, None]
+    """`attribution._round_bootstrap` with the copy variance from `rule` (each program's,
+    with the degrees of freedom of its copies)."""
+    groups = [np.flatnonzero(slots == s) for s in np.unique(slots)]
+    return attribution._round_bootstrap(seconds, resamples, seed, slots,
+                                        pooled=(rule(seconds, groups), len(groups) - 1))  # fmt: skip
 
 
 def contributions(saved, point: np.ndarray, boot: np.ndarray, strategy: str):

@@ -609,9 +609,9 @@ def test_context_checks_hold_their_error_rate_for_the_family() -> None:
 def test_sampling_stops_when_every_verdict_is_resolved() -> None:
     """Issue 24: the stopping rule targets the question: a pass whose saving clearly
     excludes 0, or whose CI is already narrower than the precision, is resolved; one whose
-    CI still straddles 0 widely is not, and sampling goes on. Passes that change no code
-    need nothing."""
-    from irkit.measure.attribution import _verdicts_resolved
+    CI still straddles 0 widely is not, and sampling goes on with its contexts' programs
+    only. Passes that change no code need nothing."""
+    from irkit.measure.attribution import _unresolved
 
     plan = make_plan("prefix", 2)  # masks: (F, F), (T, F), (T, T)
     rng = np.random.default_rng(3)
@@ -622,10 +622,11 @@ def test_sampling_stops_when_every_verdict_is_resolved() -> None:
     rows = np.array([1.0 * noise(), 0.7 * noise(), 0.699 * noise()])
     key_of = dict(zip(plan.masks, ["a", "b", "c"], strict=True))
     row_of = {"a": 0, "b": 1, "c": 2}
-    assert not _verdicts_resolved(plan, key_of, row_of, rows, slots, 0.001, 0)  # pass 1 open
-    assert _verdicts_resolved(plan, key_of, row_of, rows, slots, 0.05, 0)  # within 5%: known
+    # pass 1 open: its programs go on, "a" (only in pass 0's context, resolved) leaves
+    assert _unresolved(plan, key_of, row_of, rows, slots, 0.001, 0) == {"b", "c"}
+    assert _unresolved(plan, key_of, row_of, rows, slots, 0.05, 0) == set()  # within 5%: known
     same = {**key_of, plan.masks[2]: "b"}  # pass 1 changes no code: nothing to resolve
-    assert _verdicts_resolved(plan, same, row_of, rows, slots, 0.001, 0)
+    assert _unresolved(plan, same, row_of, rows, slots, 0.001, 0) == set()
 
 
 def test_a_small_effect_is_known_only_once_its_stricter_interval_is_narrow() -> None:
@@ -637,7 +638,7 @@ def test_a_small_effect_is_known_only_once_its_stricter_interval_is_narrow() -> 
         RESOLVE_CONFIDENCE,
         Interval,
         _round_bootstrap,
-        _verdicts_resolved,
+        _unresolved,
     )
 
     plan = make_plan("prefix", 2)
@@ -655,8 +656,109 @@ def test_a_small_effect_is_known_only_once_its_stricter_interval_is_narrow() -> 
     assert not halves[1].excludes(0.0) and half95 < half999
     full = float(point[2])
     between = (half95 + half999) / 2 / full
-    assert not _verdicts_resolved(plan, key_of, row_of, rows, slots, between, 0)
-    assert _verdicts_resolved(plan, key_of, row_of, rows, slots, 1.01 * half999 / full, 0)
+    assert _unresolved(plan, key_of, row_of, rows, slots, between, 0) == {"b", "c"}
+    assert not _unresolved(plan, key_of, row_of, rows, slots, 1.01 * half999 / full, 0)
+
+
+def test_rounds_go_on_with_only_the_functions_still_needed() -> None:
+    """Issue 24 (sequential stopping that targets the question): once `needed` leaves a
+    function out, the rounds no longer call it (its samples NaN from then on, so round r
+    stays position r), it is never called again, the looks fall on whole cycles, and
+    sampling stops when nothing is needed."""
+    from irkit.measure.timers import time_interleaved
+
+    calls = {"a": 0, "b": 0, "c": 0}
+
+    def counter(name: str):
+        def fn() -> None:
+            calls[name] += 1
+
+        fn.sample = lambda reps: 1e-3  # type: ignore[attr-defined]  # times itself
+        return fn
+
+    looks: list[int] = []
+
+    def needed(samples: dict[str, list[float]]) -> set[str]:
+        looks.append(len(samples["a"]))
+        return {"b", "c"} if len(looks) < 3 else ({"a", "b"} if len(looks) < 5 else set())
+
+    timings = time_interleaved({k: counter(k) for k in calls}, budget_s=60, min_rounds=10,
+                               max_rounds=1000, warmup=0, needed=needed, cycle=4)  # fmt: skip
+    assert all(n % 4 == 0 for n in looks) and looks[0] == 12
+    a, b, c = (timings[k].samples for k in "abc")
+    assert timings["a"].stop_reason == "resolved" and len(a) == looks[-1]
+    assert not np.isnan(a[:12]).any() and np.isnan(a[12:]).all()  # left at the first look
+    assert not np.isnan(b).any()  # named to the end
+    assert not np.isnan(c[: looks[2]]).any() and np.isnan(c[looks[2]:]).all()
+    assert timings["a"].estimate.n == 12 and timings["b"].estimate.n == len(b)
+
+
+def test_a_program_that_left_the_rounds_early_is_at_the_run_s_level() -> None:
+    """Issue 24: a program whose passes have verdicts leaves the rounds (`_unresolved`);
+    the machine may then run faster or slower. Simulated: a program at 1.6 leaves after 8
+    cycles of 16 copies, the machine is 10% slower for the 40 cycles after; its difference
+    to a program sampled to the end keeps their ratio (1.6 / 1.05), at the whole run's
+    level, where the raw medians would take the slowdown for an effect. With no drift, the
+    stratified bootstrap covers both differences at about the stated rate. Deterministic
+    (seeded), nothing timed."""
+    from irkit.measure.attribution import _round_bootstrap
+
+    copies, early, late = 16, 8, 40
+    rounds = copies * (early + late)
+    slots = np.arange(rounds) % copies
+    levels = np.array([1.6, 1.05, 1.0])
+
+    def run(t: int, drift: float, noise: float) -> np.ndarray:
+        r = np.random.default_rng(t)
+        offsets = 1 + 0.01 * r.standard_normal((3, copies))
+        common = 1 + noise / 2 * r.standard_normal(rounds)
+        machine = np.where(np.arange(rounds) < copies * early, 1.0, 1.0 + drift)
+        samples = levels[:, None] * offsets[:, slots] * (common * machine)[None] * (1 + noise * r.standard_normal((3, rounds)))  # fmt: skip
+        samples[0, copies * early:] = np.nan
+        return samples
+
+    samples = run(0, 0.10, 0.005)
+    point, boot = _round_bootstrap(samples, 400, 0, slots)
+    assert point[0] / point[1] == pytest.approx(1.6 / 1.05, rel=0.01)
+    assert point[1] == pytest.approx(1.05 * 1.10, rel=0.01)  # the run's level: mostly late
+    raw = np.nanmedian(samples, axis=1)
+    assert raw[0] / raw[1] < 1.6 / 1.05 / 1.05  # what the raw medians would say
+    assert (boot[0] - boot[1]).std() > (boot[2] - boot[1]).std()  # 128 rounds against 768
+
+    covered = np.zeros(2)
+    trials = 200
+    for t in range(trials):
+        point, boot = _round_bootstrap(run(t, 0.0, 0.08), 400, t, slots)
+        for j, (x, y, truth) in enumerate([(0, 1, 0.55), (1, 2, 0.05)]):
+            low, high = np.quantile(boot[x] - boot[y], [0.025, 0.975])
+            covered[j] += low <= truth <= high
+    assert (covered / trials >= 0.93).all() and (covered / trials <= 0.995).all(), covered
+
+
+def test_attribution_samples_on_with_the_open_passes_only(capsys) -> None:
+    """Issue 24: a pass with a clear verdict (a large plant) stops costing rounds: its
+    programs leave at a look, a whole number of cycles in, with the baseline's A/A twin,
+    while the passes still open (a zero-cost plant, never narrower than a tiny precision)
+    go on to the budget. The record says how many rounds each program had, and so does the
+    printed summary."""
+    from irkit.cli.views import show_attribution
+    from irkit.measure.attribution import MIN_ROUNDS_PER_COPY
+    from rich.console import Console
+
+    spec = "lower-graph-to-loops,plant-work{iters=200000},plant-zero"
+    result = attribute(CHAIN, spec, "cpu", "prefix", {"N": 8, "D": 16}, budget_s=3.0,
+                       placements=3, kernel_times=False, precision=1e-9)  # fmt: skip
+    rec = result.to_json()
+    proto = rec["protocol"]
+    per = proto["rounds_per_program"]
+    empty, work, full = (v["program"] for v in rec["variants"])
+    assert len({empty, work, full}) == 3 and proto["stop_reason"] == "budget"
+    assert per[empty] == per["aa-twin-baseline"] and per[empty] % 3 == 0
+    assert per[empty] >= MIN_ROUNDS_PER_COPY * 3
+    assert per[work] == per[full] == per["aa-twin"] == proto["rounds"] > per[empty]
+    assert rec["passes"][0]["significant"] and rec["passes"][0]["saved_s"]["value"] < 0
+    show_attribution(Console(width=200), rec)
+    assert f"2 of 5 programs left once their passes had verdicts, after {per[empty]} rounds" in capsys.readouterr().out
 
 
 def test_the_stopping_rule_never_takes_the_copy_variance_for_zero() -> None:

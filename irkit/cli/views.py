@@ -33,6 +33,17 @@ def fmt_ci(ci: dict, fmt=fmt_time) -> str:
     return f"[{fmt(ci['ci_low'])}, {fmt(ci['ci_high'])}]"
 
 
+def _focused(proto: dict) -> str:
+    """How many rounds the programs had, where some left early (focused rounds)."""
+    per = proto.get("rounds_per_program") or {}
+    counts = sorted(set(per.values()))
+    if len(counts) < 2:
+        return ""
+    left = sum(1 for n in per.values() if n < counts[-1])
+    return (f" ({left} of {len(per)} programs left once their passes had verdicts, after "
+            f"{counts[0]}{'' if len(counts) == 2 else f'-{counts[-2]}'} rounds)")
+
+
 def show_attribution(console: Console, rec: dict) -> None:
     """The pass table, the per-kernel view and the roofline of one attribution record."""
     total, noise, proto = rec["total"], rec["noise_floor"], rec["protocol"]
@@ -44,7 +55,7 @@ def show_attribution(console: Console, rec: dict) -> None:
     console.print(
         f"{proto['variants']} variants, {proto['programs_measured']} distinct programs, each "
         f"checked against the float64 reference before timing; {proto['rounds']} interleaved "
-        f"rounds, stopped by {proto['stop_reason']} (precision {proto['precision']:.1%}, "
+        f"rounds{_focused(proto)}, stopped by {proto['stop_reason']} (precision {proto['precision']:.1%}, "
         f"budget {proto['budget_s']:g} s); timer {proto['timer']}",
         highlight=False,
     )

@@ -59,6 +59,7 @@ import hashlib
 import itertools
 import math
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -433,7 +434,7 @@ above 1% of the program, trials that stopped so missed their plants' truth in 12
 CIs, against 2-5% for the ones that ran to the budget (docs/results.md))."""
 
 
-def _verdicts_resolved(
+def _unresolved(
     plan: Plan,
     key_of: Mapping[Mask, str],
     row_of: Mapping[str, int],
@@ -441,25 +442,28 @@ def _verdicts_resolved(
     slots: np.ndarray,
     precision: float,
     seed: int,
-) -> bool:
-    """Whether every pass that changes code has its verdict: its saving's 99.9% CI
+) -> set[str]:
+    """The programs whose rounds are still needed: those in the contexts of every pass that
+    changes code and has no verdict yet. A verdict: the saving's 99.9% CI
     (`RESOLVE_CONFIDENCE`) excludes 0 (a clear effect), or is narrower than `precision` of
     the full program's time either side (an effect smaller than that, known well enough).
     A quick bootstrap (300 resamples) over the samples so far, its copy variance bounded
     from above (`_copy_variance`'s `upper`): the reported CIs take the round noise out of
-    it, and early on that can leave zero."""
+    it, and early on that can leave zero. None needed: every verdict is in."""
     point, boot = _round_bootstrap(rows, 300, seed, slots[: rows.shape[1]], upper=True)
     t_point = {m: point[row_of[key_of[m]]] for m in plan.masks}
     t_boot = {m: boot[row_of[key_of[m]]] for m in plan.masks}
     c_point, c_boot = plan.contributions(t_point), plan.contributions(t_boot)
     scale = precision * float(t_point[plan.full])
+    needed: set[str] = set()
     for i in range(plan.k):
-        if all(key_of[a] == key_of[b] for a, b in plan.pairs(i)):
+        contexts = [(key_of[a], key_of[b]) for a, b in plan.pairs(i) if key_of[a] != key_of[b]]
+        if not contexts:
             continue
         ci = Interval.of(float(c_point[i]), c_boot[i], RESOLVE_CONFIDENCE)
         if not ci.excludes(0.0) and (ci.high - ci.low) / 2 > scale:
-            return False
-    return True
+            needed.update(k for pair in contexts for k in pair)
+    return needed
 
 
 def _timed(bound: Any, timer: str, backend: str) -> Callable[[], None]:
@@ -525,7 +529,7 @@ def attribute(
     each compiled and bound separately, the rounds rotating through them (`Placements`;
     None: `auto_placements`, by the count of programs; fewer where their buffers and kept
     scratch would hold more than `placement_budget()`). `stop`: "verdicts"
-    (sampling stops when every pass's verdict is resolved, `_verdicts_resolved`) or
+    (sampling stops when every pass's verdict is resolved, `_unresolved`; the rounds go on with the programs of the passes still open) or
     "medians" (when every program's median is within `precision`)."""
     from irkit.frontend import load
     from irkit.measure.fingerprint import (
@@ -636,10 +640,13 @@ def attribute(
     # at least once more before its first sample (a slow variant's call can take seconds)
     load_start, queue_start = load_average(), run_queue()
 
-    def resolved(samples_now: dict[str, list[float]]) -> bool:
+    def needed(samples_now: dict[str, list[float]]) -> set[str]:
+        """The programs (and twins) the rounds go on with: those of the passes without a
+        verdict (`_unresolved`), each twin with its program."""
         rows = np.array([samples_now[k] for k in programs])
         row_of = {k: i for i, k in enumerate(programs)}
-        return _verdicts_resolved(plan, key_of, row_of, rows, np.array(slots), precision, seed)
+        keys = _unresolved(plan, key_of, row_of, rows, np.array(slots), precision, seed)
+        return keys | {name for name, mask in twins.items() if key_of[mask] in keys}
 
     # the budget may end sampling after BUDGET_ROUNDS_PER_COPY; verdicts (or precision) only
     # after MIN_ROUNDS_PER_COPY: mlp's Shapley (40 programs, 5 copies, one core loaded)
@@ -649,7 +656,8 @@ def attribute(
     timings = time_interleaved(dict[str, Callable[[], None]](fns), precision, program_budget,
                                max(min_rounds, MIN_ROUNDS_PER_COPY * copies), max_rounds,
                                warmup=0, seed=seed, floor_rounds=max(min_rounds, BUDGET_ROUNDS_PER_COPY * copies),
-                               on_round=on_round, resolved=resolved if stop == "verdicts" else None)  # fmt: skip
+                               on_round=on_round, needed=needed if stop == "verdicts" else None,
+                               cycle=copies)  # fmt: skip
     tick("measure", max_rounds, max_rounds)
     keys = list(fns)
     samples = np.stack([timings[k].samples for k in keys])
@@ -811,6 +819,15 @@ def attribute(
         "copy_sd_method": "the relative standard deviation of a copy's offset, pooled over "
         "the programs (random effects on log times, each round's common factor removed)",
         "rounds": rounds,
+        "rounds_per_program": {k: int(n) for k, n in zip(keys, _ends(samples), strict=True)},
+        "focus_method": "from the first look on (see stop_method), the rounds go on with only "
+        "the programs in the contexts of passes without a verdict (and their twins); a program "
+        "that left keeps the rounds it had (a whole number of cycles), its time brought to the "
+        "whole run's level by the programs sampled to the end (their time over the run against "
+        "over its rounds), and the bootstrap resamples each stratum of rounds (rounds with the "
+        "same programs) on its own"
+        if stop == "verdicts"
+        else None,
         "stop_reason": stop,
         "precision": precision,
         "stop": stop,
@@ -902,7 +919,7 @@ def _round_bootstrap(
     resamples: int,
     seed: int,
     slots: np.ndarray | None = None,
-    pooled: tuple[float, int] | None = None,
+    pooled: tuple[float | np.ndarray, int] | None = None,
     upper: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each variant's time from `samples` [variant, round] and its bootstrap replicates
@@ -924,23 +941,38 @@ def _round_bootstrap(
     `_io`, and being bound together) is in every program of the slot alike, taken out with
     each round's common factor and cancelled in every difference, and what is left is each
     copy's own; sums of contributions stay exact replicate by replicate. `pooled` gives
-    the relative copy variance and its degrees of freedom estimated elsewhere (over more
-    programs) instead. `upper`: the copy variance bounded from above (`_copy_variance`'s
-    `upper`), for the stopping rule."""
-    rounds = samples.shape[1]
+    the relative copy variance (one, or one per program) and its degrees of freedom
+    estimated elsewhere (over more programs) instead. `upper`: the copy variance bounded from above (`_copy_variance`'s
+    `upper`), for the stopping rule.
+
+    Focused rounds (`time_interleaved`'s `needed`): a program left out of the later rounds
+    has NaN there. Each program's time is then from its own rounds, the rounds resampled
+    stratum by stratum (a stratum: rounds with the same programs in them, `_strata`), the
+    same draws for every program in a stratum, and a program that left early is brought to
+    the whole run's level by the programs sampled to the end (`_bridged`)."""
+    ends = _ends(samples)
+    rounds = int(ends.max())
+    samples = samples[:, :rounds]
+    slots = np.zeros(rounds, dtype=np.int64) if slots is None else np.asarray(slots)[:rounds]
     rng = np.random.default_rng(seed)
-    labels = np.unique(slots) if slots is not None else np.zeros(1)
-    if slots is None or len(labels) < 2:
-        idx = rng.integers(0, rounds, size=(resamples, rounds))
-        return np.median(samples, axis=1), np.median(samples[:, idx], axis=2)
-    groups = [np.flatnonzero(slots == s) for s in labels]
-    point = _copy_medians_mean(samples, groups)
-    idx = _resampled_rounds(slots, groups, resamples, rng)
-    # every position of a resample holds a round of the same copy as in every other
-    # resample (whole cycles, or rounds within each copy): group the positions once
-    drawn = [np.flatnonzero(slots[idx[0]] == s) for s in labels]
-    boot = _copy_medians_mean(samples[:, idx], drawn)
-    boot = point[:, None] + (boot - point[:, None]) * _expansion(groups)
+    bounds = _strata(ends)
+    idx = _stratified_rounds(slots, bounds, resamples, rng)
+    point = np.empty(len(samples))
+    boot = np.empty((len(samples), resamples))
+    factor = np.ones(len(samples))
+    for end in np.unique(ends):
+        rows = ends == end
+        groups = _groups(slots[:end])
+        # every position of a resample holds a round of the same copy as in every other
+        # resample (whole cycles, or rounds within each copy): group the positions once
+        drawn = _groups(slots[idx[0, :end]])
+        point[rows] = _copy_medians_mean(samples[rows, :end], groups)
+        boot[rows] = _copy_medians_mean(samples[rows][:, idx[:, :end]], drawn)
+        factor[rows] = _expansion_strata(slots, [b for b in bounds if b <= end])
+    point, boot = _bridged(samples, slots, idx, ends, point, boot)
+    boot = point[:, None] + (boot - point[:, None]) * factor[:, None]
+    if len(np.unique(slots)) < 2:
+        return point, boot
     relative: float | np.ndarray
     if pooled is not None:
         relative, df = pooled
@@ -954,11 +986,77 @@ def _round_bootstrap(
         # a program whose copies spread 2% and one whose copies spread 0.8% in 8.7% of
         # simulated runs (its own alone: 3.3%, CIs 2% wider where all spread alike), and
         # the full pipeline's A/A twin failed in 6.7% of 720 elementwise_chain runs
-        relative = _copy_variance(samples, groups, per_program=True, upper=upper)
-        df = len(groups) - 1
-    copy_var = relative * np.maximum(point, 0.0) ** 2 / len(groups)
+        relative = _copy_variance(samples, _groups(slots), per_program=True, upper=upper)
+        df = len(np.unique(slots)) - 1
+    copy_var = relative * np.maximum(point, 0.0) ** 2 / len(np.unique(slots))
     draws = rng.standard_t(df, size=boot.shape)
     return point, boot + draws * np.sqrt(copy_var)[:, None]
+
+
+def _groups(slots: np.ndarray) -> list[np.ndarray]:
+    """The positions of each slot in `slots`, slot by slot."""
+    return [np.flatnonzero(slots == s) for s in np.unique(slots)]
+
+
+def _ends(samples: np.ndarray) -> np.ndarray:
+    """Each program's rounds: one past its last measured (not NaN) round. Focused rounds
+    leave programs out for good (`time_interleaved`), so a program's rounds are the first
+    `end` of every row, all measured."""
+    measured = ~np.isnan(samples)
+    ends = samples.shape[1] - np.argmax(measured[:, ::-1], axis=1)
+    ends[~measured.any(axis=1)] = 0
+    if not all(measured[i, :e].all() for i, e in enumerate(ends)):
+        raise ValueError("a program's rounds must be a run from the first, then none")
+    return ends
+
+
+def _strata(ends: np.ndarray) -> list[int]:
+    """The bounds of the strata of rounds: 0, then every round where a program left."""
+    return [0, *sorted({int(e) for e in ends if e > 0})]
+
+
+def _stratified_rounds(
+    slots: np.ndarray, bounds: list[int], resamples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """`_resampled_rounds` stratum by stratum (`bounds`), the strata in place: position r
+    of every resample holds a round of r's stratum, so a program's rounds are the first
+    `end` positions of a resample as they are of the samples."""
+    parts = []
+    for a, b in itertools.pairwise(bounds):
+        parts.append(a + _resampled_rounds(slots[a:b], _groups(slots[a:b]), resamples, rng))
+    return np.concatenate(parts, axis=1)
+
+
+def _bridged(
+    samples: np.ndarray,
+    slots: np.ndarray,
+    idx: np.ndarray,
+    ends: np.ndarray,
+    point: np.ndarray,
+    boot: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Programs that left the rounds early, each brought to the level of the whole run: its
+    time times the programs sampled to the end (the reference) over the whole run against
+    the same programs over the rounds it was in (a geometric mean over the reference), in
+    the point and in every replicate. So a machine that ran faster or slower after it left
+    is not taken for an effect: the difference between it and a reference program is their
+    ratio over their common rounds, at the reference's whole-run level. Nothing changes
+    where every program ran every round."""
+    rounds = samples.shape[1]
+    reference = ends == rounds
+    early = [int(e) for e in np.unique(ends) if e < rounds]
+    if not early or not reference.any():
+        return point, boot
+    point, boot = point.copy(), boot.copy()
+    full_point, full_boot = np.log(point[reference]), np.log(boot[reference])
+    for end in early:
+        groups, drawn = _groups(slots[:end]), _groups(slots[idx[0, :end]])
+        then = np.log(_copy_medians_mean(samples[reference, :end], groups))
+        then_boot = np.log(_copy_medians_mean(samples[reference][:, idx[:, :end]], drawn))
+        rows = ends == end
+        point[rows] *= np.exp(np.mean(full_point - then))
+        boot[rows] *= np.exp(np.mean(full_boot - then_boot, axis=0))[None, :]
+    return point, boot
 
 
 def _copy_medians_mean(samples: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
@@ -1028,13 +1126,30 @@ def _expansion(groups: list[np.ndarray]) -> float:
     medians: up to 9% wider; the pooled median without any factor: 89.5%)."""
     if len(groups) < 2:
         return 1.0
+    return _t_over_z(_resampled_df(groups))
+
+
+def _resampled_df(groups: list[np.ndarray]) -> int:
+    """The degrees of freedom of what `_resampled_rounds` draws from (`_expansion`)."""
     if _by_cycles(groups):
-        df = min(len(g) for g in groups) - 1
-    else:
-        df = sum(len(g) for g in groups) - len(groups)
+        return min(len(g) for g in groups) - 1
+    return sum(len(g) for g in groups) - len(groups)
+
+
+def _t_over_z(df: int) -> float:
+    """Student's 97.5% quantile over the normal's (1 below one degree of freedom)."""
     if df < 1:
         return 1.0
     return float(t_quantile(0.975, df) / NormalDist().inv_cdf(0.975))
+
+
+def _expansion_strata(slots: np.ndarray, bounds: list[int]) -> float:
+    """`_expansion` for rounds resampled stratum by stratum (`_stratified_rounds`, strata
+    between `bounds`): the degrees of freedom summed over the strata. 1 for a single copy.
+    For one stratum, `_expansion` itself."""
+    if len(np.unique(slots[: bounds[-1]])) < 2:
+        return 1.0
+    return _t_over_z(sum(_resampled_df(_groups(slots[a:b])) for a, b in itertools.pairwise(bounds)))
 
 
 @overload
@@ -1064,19 +1179,25 @@ def _copy_variance(
     copy variance, and never the zero that the subtraction gives when a few rounds per copy
     leave more noise than offset (elementwise_chain at 8 rounds per copy: pooled over the
     programs exactly 0 in 3 of 16 runs whose copies, run on, spread 1.5-4%); what
-    `_verdicts_resolved` judges by, so that such an estimate cannot end sampling."""
-    logs = np.log(np.maximum(samples, 1e-30))
-    resid = logs - np.median(logs, axis=1, keepdims=True)
-    programs = len(samples)
-    if programs > 1:
-        resid = resid - resid.mean(axis=0, keepdims=True)
-    means = np.stack([resid[:, g].mean(axis=1) for g in groups], axis=1)
-    noise = np.stack([resid[:, g].var(axis=1, ddof=1) / len(g) for g in groups], axis=1)
-    scale = programs / (programs - 1) if programs > 1 else 1.0
-    own = means.var(axis=1, ddof=1) - (0.0 if upper else noise.mean(axis=1))
+    `_unresolved` judges by, so that such an estimate cannot end sampling."""
+    logs = np.log(np.maximum(samples, 1e-30))  # NaN where a program sat a round out
+    resid = logs - np.nanmedian(logs, axis=1, keepdims=True)
+    present = (~np.isnan(resid)).sum(axis=0)  # programs in each round
+    shared = present > 1
+    if shared.any():  # the common factor out, each round's residuals scaled by P/(P-1) in
+        # variance for the share of itself a program's common factor took out
+        common = np.nanmean(resid[:, shared], axis=0, keepdims=True)
+        resid[:, shared] = (resid[:, shared] - common) * np.sqrt(present[shared] / (present[shared] - 1))
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a copy a program never ran on
+        means = np.stack([np.nanmean(resid[:, g], axis=1) for g in groups], axis=1)
+        noise = np.stack([np.nanvar(resid[:, g], axis=1, ddof=1) / (~np.isnan(resid[:, g])).sum(axis=1)
+                          for g in groups], axis=1)  # fmt: skip
+        own = np.nanvar(means, axis=1, ddof=1) - (0.0 if upper else np.nanmean(noise, axis=1))
+    own = np.nan_to_num(own, nan=0.0)
     if per_program:
-        return np.maximum(own, 0.0) * scale
-    return max(float(np.mean(own)), 0.0) * scale
+        return np.maximum(own, 0.0)
+    return max(float(np.mean(own)), 0.0)
 
 
 def _floor(ratio: Interval, scale_s: float) -> tuple[float, float]:

@@ -10,7 +10,7 @@ reason is recorded.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,9 +36,9 @@ class Timing:
     @property
     def cpu_over_wall(self) -> float | None:
         """The median per-sample ratio of CPU time to wall time (None without CPU times)."""
-        if self.cpu_samples is None or not len(self.cpu_samples):
+        if self.cpu_samples is None or not np.isfinite(self.cpu_samples).any():
             return None
-        return float(np.median(self.cpu_samples / np.maximum(self.samples, 1e-12)))
+        return float(np.nanmedian(self.cpu_samples / np.maximum(self.samples, 1e-12)))
 
     def to_json(self) -> dict:
         out = {"timer": self.timer, "reps_per_sample": self.reps, "warmup": self.warmup,
@@ -116,6 +116,12 @@ def settle() -> float:
     return time.perf_counter() - start
 
 
+def _measured(samples: list[float]) -> np.ndarray:
+    """A function's samples without the rounds it sat out (NaN, `Rounds.run`)."""
+    values = np.array(samples)
+    return values[~np.isnan(values)]
+
+
 class Rounds:
     """Interleaved sampling of several functions: after warm-up and calibration, each
     `run()` takes one sample of every function, in a fresh random order. The building block
@@ -142,8 +148,14 @@ class Rounds:
         self.cpu: dict[str, list[float]] = {name: [] for name in fns}
         """CPU time per call of the process, beside each sample (`Timing.cpu_samples`)."""
 
-    def run(self) -> None:
-        for name in self.rng.permutation(list(self.fns)):
+    def run(self, active: Collection[str] | None = None) -> None:
+        """One round: a sample of every function, or of the `active` ones only (the others
+        get NaN, so that round r is position r of every function's samples)."""
+        names = list(self.fns) if active is None else [n for n in self.fns if n in active]
+        for name in set(self.fns) - set(names):
+            self.samples[name].append(float("nan"))
+            self.cpu[name].append(float("nan"))
+        for name in self.rng.permutation(names):
             start = time.process_time_ns()
             self.samples[name].append(_sample(self.fns[name], self.reps[name]))
             self.cpu[name].append((time.process_time_ns() - start) * 1e-9 / self.reps[name])
@@ -162,36 +174,43 @@ def time_interleaved(
     seed: int = 0,
     floor_rounds: int | None = None,
     on_round: Callable[[int], None] | None = None,
-    resolved: Callable[[dict[str, list[float]]], bool] | None = None,
+    needed: Callable[[dict[str, list[float]]], Collection[str]] | None = None,
     quiesce: bool = False,
+    cycle: int = 1,
 ) -> dict[str, Timing]:
     """Time several functions in interleaved rounds, each round in a fresh random order, so
     that drift (clocks, other load) hits every variant alike. One sample per function per
     round; stops when every median's CI half-width is under `precision` (checked from
     `min_rounds` on), at `max_rounds`, or when the budget is spent (checked from
     `floor_rounds` on, by default `min_rounds`). `on_round(n)` is called after round n.
-    `resolved(samples)`, where given, replaces the precision rule: sampling stops (reason
-    "resolved") once it returns True, asked from `min_rounds` on, every fifth round up to
-    100 rounds, then every twentieth part of the rounds so far (its bootstrap grows with
-    the rounds: asked every fifth round, 2000 rounds would ask 400 times). `quiesce`: wait
-    after every sample until no thread of the process runs (`settle`, untimed; the budget
-    counts it)."""
+    `needed(samples)`, where given, replaces the precision rule and focuses the rounds: it
+    names the functions still to be sampled, and the rounds from then on sample only those
+    (the others' samples NaN; a function left out is never sampled again); sampling stops
+    (reason "resolved") when it names none. It is asked from `min_rounds` on, every fifth
+    round up to 100 rounds, then every twentieth part of the rounds so far (its bootstrap
+    grows with the rounds: asked every fifth round, 2000 rounds would ask 400 times), each
+    time at the next multiple of `cycle` rounds (a cycle: one round on every placement, so
+    a function leaves at a cycle's end). `quiesce`: wait after every sample until no
+    thread of the process runs (`settle`, untimed; the budget counts it)."""
     floor = min_rounds if floor_rounds is None else floor_rounds
     rounds = Rounds(fns, warmup, min_sample_s, seed, quiesce)
     samples, reps = rounds.samples, rounds.reps
     deadline = time.perf_counter() + budget_s
     reason = "max_samples"
-    next_ask = min_rounds
+    next_ask = -(-min_rounds // cycle) * cycle
+    active: set[str] | None = None
     for r in range(max_rounds):
-        rounds.run()
+        rounds.run(active)
         if on_round is not None:
             on_round(r + 1)
-        if r + 1 >= min_rounds and resolved is not None:
+        if r + 1 >= min_rounds and needed is not None:
             if r + 1 >= next_ask:
-                next_ask = r + 1 + max(5, (r + 1) // 20)
-                if resolved(samples):
+                next_ask = -(-(r + 1 + max(5, (r + 1) // 20)) // cycle) * cycle
+                still = set(needed(samples)) & (set(fns) if active is None else active)
+                if not still:
                     reason = "resolved"
                     break
+                active = still
         elif r + 1 >= min_rounds and all(
             median_ci(np.array(s)).half_width <= precision for s in samples.values()
         ):
@@ -206,7 +225,7 @@ def time_interleaved(
             reps[name],
             warmup,
             reason,
-            median_ci(np.array(s)),
+            median_ci(_measured(s)),
             getattr(fns[name], "timer", "perf_counter_ns"),
             None if hasattr(fns[name], "sample") else np.array(rounds.cpu[name]),
         )  # fmt: skip
