@@ -689,7 +689,7 @@ def test_rounds_go_on_with_only_the_functions_still_needed() -> None:
     assert timings["a"].stop_reason == "resolved" and len(a) == looks[-1]
     assert not np.isnan(a[:12]).any() and np.isnan(a[12:]).all()  # left at the first look
     assert not np.isnan(b).any()  # named to the end
-    assert not np.isnan(c[: looks[2]]).any() and np.isnan(c[looks[2]:]).all()
+    assert not np.isnan(c[: looks[2]]).any() and np.isnan(c[looks[2] :]).all()
     assert timings["a"].estimate.n == 12 and timings["b"].estimate.n == len(b)
 
 
@@ -714,7 +714,7 @@ def test_a_program_that_left_the_rounds_early_is_at_the_run_s_level() -> None:
         common = 1 + noise / 2 * r.standard_normal(rounds)
         machine = np.where(np.arange(rounds) < copies * early, 1.0, 1.0 + drift)
         samples = levels[:, None] * offsets[:, slots] * (common * machine)[None] * (1 + noise * r.standard_normal((3, rounds)))  # fmt: skip
-        samples[0, copies * early:] = np.nan
+        samples[0, copies * early :] = np.nan
         return samples
 
     samples = run(0, 0.10, 0.005)
@@ -741,9 +741,10 @@ def test_attribution_samples_on_with_the_open_passes_only(capsys) -> None:
     while the passes still open (a zero-cost plant, never narrower than a tiny precision)
     go on to the budget. The record says how many rounds each program had, and so does the
     printed summary."""
+    from rich.console import Console
+
     from irkit.cli.views import show_attribution
     from irkit.measure.attribution import MIN_ROUNDS_PER_COPY
-    from rich.console import Console
 
     spec = "lower-graph-to-loops,plant-work{iters=200000},plant-zero"
     result = attribute(CHAIN, spec, "cpu", "prefix", {"N": 8, "D": 16}, budget_s=3.0,
@@ -758,7 +759,10 @@ def test_attribution_samples_on_with_the_open_passes_only(capsys) -> None:
     assert per[work] == per[full] == per["aa-twin"] == proto["rounds"] > per[empty]
     assert rec["passes"][0]["significant"] and rec["passes"][0]["saved_s"]["value"] < 0
     show_attribution(Console(width=200), rec)
-    assert f"2 of 5 programs left once their passes had verdicts, after {per[empty]} rounds" in capsys.readouterr().out
+    assert (
+        f"2 of 5 programs left once their passes had verdicts, after {per[empty]} rounds"
+        in capsys.readouterr().out
+    )
 
 
 def test_the_stopping_rule_never_takes_the_copy_variance_for_zero() -> None:

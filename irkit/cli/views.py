@@ -40,8 +40,10 @@ def _focused(proto: dict) -> str:
     if len(counts) < 2:
         return ""
     left = sum(1 for n in per.values() if n < counts[-1])
-    return (f" ({left} of {len(per)} programs left once their passes had verdicts, after "
-            f"{counts[0]}{'' if len(counts) == 2 else f'-{counts[-2]}'} rounds)")
+    return (
+        f" ({left} of {len(per)} programs left once their passes had verdicts, after "
+        f"{counts[0]}{'' if len(counts) == 2 else f'-{counts[-2]}'} rounds)"
+    )
 
 
 def show_attribution(console: Console, rec: dict) -> None:

@@ -1187,7 +1187,9 @@ def _copy_variance(
     if shared.any():  # the common factor out, each round's residuals scaled by P/(P-1) in
         # variance for the share of itself a program's common factor took out
         common = np.nanmean(resid[:, shared], axis=0, keepdims=True)
-        resid[:, shared] = (resid[:, shared] - common) * np.sqrt(present[shared] / (present[shared] - 1))
+        resid[:, shared] = (resid[:, shared] - common) * np.sqrt(
+            present[shared] / (present[shared] - 1)
+        )
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a copy a program never ran on
         means = np.stack([np.nanmean(resid[:, g], axis=1) for g in groups], axis=1)
