@@ -653,7 +653,8 @@ def test_a_verdict_out_of_reach_gives_its_rounds_to_those_within_reach() -> None
     two 10 s programs cannot be known in the rounds the rest of the budget buys; a 1% one
     between 1 s programs can: the slow pass's programs leave (it is named, to be recorded),
     the fast pass's stay. With time enough nothing is left out; with none, nothing is
-    either (there is nothing to give the rounds to)."""
+    either (there is nothing to give the rounds to). A pass one of whose programs has left
+    needs nothing more."""
     from irkit.measure.attribution import _unresolved
 
     plan = make_plan("prefix", 3)  # masks: FFF, TFF, TTF, TTT
@@ -673,6 +674,10 @@ def test_a_verdict_out_of_reach_gives_its_rounds_to_those_within_reach() -> None
     assert futile == [0] and needed == {"c", "d"}
     assert _unresolved(*args, seconds_left=1e9, round_cost=cost) == ({"a", "b", "c", "d"}, [])
     assert _unresolved(*args, seconds_left=0.0, round_cost=cost) == ({"a", "b", "c", "d"}, [])
+    left = rows.copy()
+    left[0, 32:] = np.nan  # "a" left the rounds: the slow pass is past helping, "b" alone
+    # would be sampled for nothing
+    assert _unresolved(plan, key_of, row_of, left, slots, 0.001, 0) == ({"c", "d"}, [])
 
 
 def test_a_small_effect_is_known_only_once_its_stricter_interval_is_narrow() -> None:

@@ -462,25 +462,33 @@ def _unresolved(
     round noise out of it, and early on that can leave zero. None needed: every verdict is
     in.
 
+    A pass one of whose programs has left the rounds is past helping (the others alone
+    would be sampled for nothing: a program that stayed alone ran 1800 rounds of a trial
+    once its pass, given up for out of reach, came back within reach) and needs nothing.
+
     Futility (with `seconds_left` of the budget and `round_cost`, the seconds a round spends
-    on each program, its twins included): an open pass whose verdict is out of reach in the
-    rounds the rest of the budget buys at their present cost (its 99.9% half-width shrunk as
-    the rounds and cycles grow, still wider than both its saving and its precision) gives
-    its rounds to the passes that can still get one, where there are any: its programs
-    leave unless those need them. Its CI is reported as measured, wider than it might have
-    been; the others' narrower. On conv_block under load, the pass in 8.3 ms contexts held
-    80% of every round while 5% plants in 0.6 ms ones stayed unresolved."""
+    on each program, its twins included): an open pass whose verdict is out of reach even
+    with the rest of the budget's rounds to its own programs alone (its 99.9% half-width
+    shrunk as the rounds and cycles grow, still wider than both its saving and its
+    precision) gives its rounds to the passes that can still get one, where there are any:
+    its programs leave unless those need them (and once those have their verdicts the run
+    ends, the budget's rest unspent: it could not have given this pass one). Its CI is
+    reported as measured. On conv_block under load, a pass in 8.3 ms contexts held 80% of
+    every round while 5% plants in 0.6 ms ones were still open. (Judged at the rounds that
+    all the open passes' programs together would buy, it gave up 2% plants that had the
+    time to get a verdict alone, and the run then ended with most of its budget unspent.)"""
     point, boot = _round_bootstrap(rows, 300, seed, slots[: rows.shape[1]], upper=True)
     t_point = {m: point[row_of[key_of[m]]] for m in plan.masks}
     t_boot = {m: boot[row_of[key_of[m]]] for m in plan.masks}
     c_point, c_boot = plan.contributions(t_point), plan.contributions(t_boot)
     open_passes: dict[int, tuple[set[str], float, float]] = {}  # its programs, half-width, reach
-    rounds = int(_ends(rows).max())
+    ends = _ends(rows)
+    rounds = int(ends.max())
     copies = len(np.unique(slots[:rounds]))
     for i in range(plan.k):
         contexts = [(key_of[a], key_of[b]) for a, b in plan.pairs(i) if key_of[a] != key_of[b]]
-        if not contexts:
-            continue
+        if not contexts or any(ends[row_of[k]] < rounds for pair in contexts for k in pair):
+            continue  # nothing to resolve, or a program of it left: its CI is what it is
         scale = precision * sum(
             w * max(t_point[a], t_point[b]) for w, a, b in plan.weighted_pairs(i)
         )
@@ -496,14 +504,14 @@ def _unresolved(
     everything = {k for keys, _, _ in open_passes.values() for k in keys}
     if seconds_left is None or round_cost is None:
         return everything, []
-    # the rounds to the budget's end at their present cost, every open pass in them
-    end = rounds + max(seconds_left, 0.0) / max(sum(round_cost[k] for k in everything), 1e-12)
-    shrink = (
-        math.sqrt(rounds / end)
-        * _t_over_z(int(end // copies) - 1)
-        / _t_over_z(rounds // copies - 1)
-    )
-    futile = [i for i, (_, half, reach) in open_passes.items() if half * shrink > reach]
+
+    def out_of_reach(keys: set[str], half: float, reach: float) -> bool:
+        """Even with the rest of the budget's rounds to its own programs alone."""
+        end = rounds + max(seconds_left, 0.0) / max(sum(round_cost[k] for k in keys), 1e-12)
+        shrink = math.sqrt(rounds / end) * _t_over_z(int(end // copies) - 1) / _t_over_z(rounds // copies - 1)  # fmt: skip
+        return half * shrink > reach
+
+    futile = [i for i, args in open_passes.items() if out_of_reach(*args)]
     if len(futile) == len(open_passes):
         return everything, []
     return {k for i, (keys, _, _) in open_passes.items() if i not in futile for k in keys}, futile
