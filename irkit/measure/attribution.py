@@ -419,8 +419,6 @@ def significance(saved: Interval, changes: bool, floor_s: float = 0.0) -> tuple[
 
 TIMERS = ("launches", "graph")
 STOPS = ("verdicts", "medians")
-MIN_SAMPLE_S = 2e-4
-"""`time_interleaved`'s shortest sample (a faster program is called that long a round)."""
 MIN_ROUNDS_PER_COPY = 8
 """Rounds per copy before attribution may stop on its verdicts or its precision (`stop`)."""
 BUDGET_ROUNDS_PER_COPY = 2
@@ -444,77 +442,43 @@ def _unresolved(
     slots: np.ndarray,
     precision: float,
     seed: int,
-    seconds_left: float | None = None,
-    round_cost: Mapping[str, float] | None = None,
-) -> tuple[set[str], list[int]]:
+) -> set[str]:
     """The programs whose rounds are still needed: those in the contexts of every pass that
-    changes code and has no verdict yet; and the open passes left out as out of reach.
+    changes code and has no verdict yet. A verdict: the saving's 99.9% CI
+    (`RESOLVE_CONFIDENCE`) excludes 0 (a clear effect), or is narrower than `precision` of
+    the time of the programs it is measured between either side (an effect smaller than
+    that, known well enough: the slower of each pair, weighted as the pair enters the
+    contribution, as every median is judged against its own time under `stop="medians"`;
+    against the full program's time, conv_block's `fold-transposes`, 56 us between two
+    8.3 ms programs, its full program 0.59 ms, never got a verdict under load). A quick
+    bootstrap (300 resamples) over the samples so far, its copy variance bounded from above
+    (`_copy_variance`'s `upper`): the reported CIs take the round noise out of it, and
+    early on that can leave zero. None needed: every verdict is in. A pass one of whose
+    programs has left the rounds needs nothing more: the others alone would be sampled for
+    nothing.
 
-    A verdict: the saving's 99.9% CI (`RESOLVE_CONFIDENCE`) excludes 0 (a clear effect),
-    or is narrower than `precision` of the time of the programs it is measured between
-    either side (an effect smaller than that, known well enough: the slower of each pair,
-    weighted as the pair enters the contribution, as every median is judged against its own
-    time under `stop="medians"`). Against the full program's time instead, a pass acting in
-    a slow context (conv_block's `fold-transposes`, 56 us in 8.3 ms programs, its full
-    program 0.59 ms) never got a verdict under load, and its two programs took 80% of every
-    round to the end. A quick bootstrap (300 resamples) over the samples so far, its copy
-    variance bounded from above (`_copy_variance`'s `upper`): the reported CIs take the
-    round noise out of it, and early on that can leave zero. None needed: every verdict is
-    in.
-
-    A pass one of whose programs has left the rounds is past helping (the others alone
-    would be sampled for nothing: a program that stayed alone ran 1800 rounds of a trial
-    once its pass, given up for out of reach, came back within reach) and needs nothing.
-
-    Futility (with `seconds_left` of the budget and `round_cost`, the seconds a round spends
-    on each program, its twins included): an open pass whose verdict is out of reach even
-    with the rest of the budget's rounds to its own programs alone (its 99.9% half-width
-    shrunk as the rounds and cycles grow, still wider than both its saving and its
-    precision) gives its rounds to the passes that can still get one, where there are any:
-    its programs leave unless those need them (and once those have their verdicts the run
-    ends, the budget's rest unspent: it could not have given this pass one). Its CI is
-    reported as measured. On conv_block under load, a pass in 8.3 ms contexts held 80% of
-    every round while 5% plants in 0.6 ms ones were still open. (Judged at the rounds that
-    all the open passes' programs together would buy, it gave up 2% plants that had the
-    time to get a verdict alone, and the run then ended with most of its budget unspent.)"""
+    (Tried and taken out, 2026-11-28: a pass whose verdict looked out of reach in the rest
+    of the budget, its half-width shrunk by the rounds to come against its present saving,
+    gave its rounds to the others. On conv_block it gave up 5% plants whose estimate sat
+    near 0 a few cycles in, and runs ended with the budget unspent once the passes within
+    reach had their verdicts.)"""
     point, boot = _round_bootstrap(rows, 300, seed, slots[: rows.shape[1]], upper=True)
     t_point = {m: point[row_of[key_of[m]]] for m in plan.masks}
     t_boot = {m: boot[row_of[key_of[m]]] for m in plan.masks}
     c_point, c_boot = plan.contributions(t_point), plan.contributions(t_boot)
-    open_passes: dict[int, tuple[set[str], float, float]] = {}  # its programs, half-width, reach
     ends = _ends(rows)
-    rounds = int(ends.max())
-    copies = len(np.unique(slots[:rounds]))
+    needed: set[str] = set()
     for i in range(plan.k):
         contexts = [(key_of[a], key_of[b]) for a, b in plan.pairs(i) if key_of[a] != key_of[b]]
-        if not contexts or any(ends[row_of[k]] < rounds for pair in contexts for k in pair):
+        if not contexts or any(ends[row_of[k]] < ends.max() for pair in contexts for k in pair):
             continue  # nothing to resolve, or a program of it left: its CI is what it is
         scale = precision * sum(
             w * max(t_point[a], t_point[b]) for w, a, b in plan.weighted_pairs(i)
         )
         ci = Interval.of(float(c_point[i]), c_boot[i], RESOLVE_CONFIDENCE)
-        half = (ci.high - ci.low) / 2
-        if ci.excludes(0.0) or half <= scale:
-            continue
-        open_passes[i] = (
-            {k for pair in contexts for k in pair},
-            half,
-            max(abs(float(c_point[i])), scale),
-        )
-    everything = {k for keys, _, _ in open_passes.values() for k in keys}
-    if seconds_left is None or round_cost is None:
-        return everything, []
-
-    def out_of_reach(keys: set[str], half: float, reach: float) -> bool:
-        """Even with the rest of the budget's rounds to its own programs alone."""
-        end = rounds + max(seconds_left, 0.0) / max(sum(round_cost[k] for k in keys), 1e-12)
-        shrink = math.sqrt(rounds / end) * _t_over_z(int(end // copies) - 1) / _t_over_z(rounds // copies - 1)  # fmt: skip
-        return half * shrink > reach
-
-    futile = [i for i, args in open_passes.items() if out_of_reach(*args)]
-    if len(futile) == len(open_passes):
-        return everything, []
-    return {k for i, (keys, _, _) in open_passes.items() if i not in futile for k in keys}, futile
+        if not ci.excludes(0.0) and (ci.high - ci.low) / 2 > scale:
+            needed.update(k for pair in contexts for k in pair)
+    return needed
 
 
 def _timed(bound: Any, timer: str, backend: str) -> Callable[[], None]:
@@ -691,21 +655,12 @@ def attribute(
     # at least once more before its first sample (a slow variant's call can take seconds)
     load_start, queue_start = load_average(), run_queue()
 
-    twinned = Counter(key_of[mask] for mask in twins.values())
-    out_of_reach: dict[str, int] = {}  # pass -> the rounds it had when it was left open
-
-    def needed(samples_now: dict[str, list[float]], seconds_left: float) -> set[str]:
+    def needed(samples_now: dict[str, list[float]]) -> set[str]:
         """The programs (and twins) the rounds go on with: those of the passes without a
-        verdict that can still get one in the budget (`_unresolved`), each twin with its
-        program."""
+        verdict (`_unresolved`), each twin with its program."""
         rows = np.array([samples_now[k] for k in programs])
         row_of = {k: i for i, k in enumerate(programs)}
-        cost = {k: max(float(np.nanmedian(rows[i])), MIN_SAMPLE_S) * (1 + twinned[k])
-                for k, i in row_of.items()}  # fmt: skip
-        keys, futile = _unresolved(plan, key_of, row_of, rows, np.array(slots), precision, seed,
-                                   seconds_left, cost)  # fmt: skip
-        for i in futile:
-            out_of_reach.setdefault(steps[optional[i]].label, rows.shape[1])
+        keys = _unresolved(plan, key_of, row_of, rows, np.array(slots), precision, seed)
         return keys | {name for name, mask in twins.items() if key_of[mask] in keys}
 
     # the budget may end sampling after BUDGET_ROUNDS_PER_COPY; verdicts (or precision) only
@@ -717,7 +672,7 @@ def attribute(
                                max(min_rounds, MIN_ROUNDS_PER_COPY * copies), max_rounds,
                                warmup=0, seed=seed, floor_rounds=max(min_rounds, BUDGET_ROUNDS_PER_COPY * copies),
                                on_round=on_round, needed=needed if stop == "verdicts" else None,
-                               cycle=copies, min_sample_s=MIN_SAMPLE_S)  # fmt: skip
+                               cycle=copies)  # fmt: skip
     tick("measure", max_rounds, max_rounds)
     keys = list(fns)
     samples = np.stack([timings[k].samples for k in keys])
@@ -885,12 +840,9 @@ def attribute(
         "that left keeps the rounds it had (a whole number of cycles), its time brought to the "
         "whole run's level by the programs sampled to the end (their time over the run against "
         "over its rounds), and the bootstrap resamples each stratum of rounds (rounds with the "
-        "same programs) on its own; an open pass whose verdict is out of reach in the rest "
-        "of the budget even with the rounds to itself leaves too, while another can still get "
-        "one (left_out_of_reach: the pass and its rounds then)"
+        "same programs) on its own"
         if stop == "verdicts"
         else None,
-        "left_out_of_reach": out_of_reach if stop == "verdicts" else None,
         "stop_reason": stop,
         "precision": precision,
         "stop": stop,

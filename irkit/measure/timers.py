@@ -174,7 +174,7 @@ def time_interleaved(
     seed: int = 0,
     floor_rounds: int | None = None,
     on_round: Callable[[int], None] | None = None,
-    needed: Callable[[dict[str, list[float]], float], Collection[str]] | None = None,
+    needed: Callable[[dict[str, list[float]]], Collection[str]] | None = None,
     quiesce: bool = False,
     cycle: int = 1,
 ) -> dict[str, Timing]:
@@ -183,8 +183,8 @@ def time_interleaved(
     round; stops when every median's CI half-width is under `precision` (checked from
     `min_rounds` on), at `max_rounds`, or when the budget is spent (checked from
     `floor_rounds` on, by default `min_rounds`). `on_round(n)` is called after round n.
-    `needed(samples, seconds_left)`, where given, replaces the precision rule and focuses
-    the rounds: it names the functions still to be sampled (`seconds_left`: of the budget), and the rounds from then on sample only those
+    `needed(samples)`, where given, replaces the precision rule and focuses the rounds: it
+    names the functions still to be sampled, and the rounds from then on sample only those
     (the others' samples NaN; a function left out is never sampled again); sampling stops
     (reason "resolved") when it names none. It is asked from `min_rounds` on, every fifth
     round up to 100 rounds, then every twentieth part of the rounds so far (its bootstrap
@@ -206,8 +206,7 @@ def time_interleaved(
         if r + 1 >= min_rounds and needed is not None:
             if r + 1 >= next_ask:
                 next_ask = -(-(r + 1 + max(5, (r + 1) // 20)) // cycle) * cycle
-                left = deadline - time.perf_counter()
-                still = set(needed(samples, left)) & (set(fns) if active is None else active)
+                still = set(needed(samples)) & (set(fns) if active is None else active)
                 if not still:
                     reason = "resolved"
                     break
