@@ -274,17 +274,17 @@ def ci_reanalysis_rules() -> list[str]:
 
 def _check_saved_rounds(record: dict) -> None:
     """Each run's saved rounds (`--rounds`) are enough to recompute its contributions: the
-    point estimate of every pass, from the rounds and slots as attribution computes it."""
+    point estimate of every pass, from the rounds and slots as attribution computes it
+    (programs that left the rounds early NaN after, brought to the run's level)."""
     import numpy as np
 
-    from irkit.measure.attribution import _copy_medians_mean, make_plan
+    from irkit.measure.attribution import _round_bootstrap, make_plan
 
     for t in record["trials"]:
         saved = np.load(t["rounds_file"])
         seconds, slots = saved["seconds"], saved["slots"]
         assert seconds.shape[1] == slots.size and len(saved["programs"]) == seconds.shape[0]
-        groups = [np.flatnonzero(slots == s) for s in np.unique(slots)]
-        point = _copy_medians_mean(seconds, groups)
+        point = _round_bootstrap(seconds, 10, 0, slots)[0]
         masks = [tuple(bool(x) for x in m) for m in saved["masks"]]
         times = {m: point[i] for m, i in zip(masks, saved["variant_program"], strict=True)}
         plan = make_plan(t["strategy"], len(saved["passes"]))
