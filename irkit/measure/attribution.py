@@ -446,11 +446,13 @@ def _unresolved(
     """The programs whose rounds are still needed: those in the contexts of every pass that
     changes code and has no verdict yet. A verdict: the saving's 99.9% CI
     (`RESOLVE_CONFIDENCE`) excludes 0 (a clear effect), or is narrower than `precision` of
-    the time of the programs it is measured between either side (an effect smaller than
-    that, known well enough: the slower of each pair, weighted as the pair enters the
-    contribution, as every median is judged against its own time under `stop="medians"`;
-    against the full program's time, conv_block's `fold-transposes`, 56 us between two
-    8.3 ms programs, its full program 0.59 ms, never got a verdict under load). A quick
+    the full program's time or of the programs it is measured between, whichever is
+    longer, either side (an effect smaller than that, known well enough; its contexts: the
+    slower of each pair, weighted as the pair enters the contribution. Against the full
+    program's time alone, conv_block's `fold-transposes`, 56 us between two 8.3 ms
+    programs, its full program 0.59 ms, never got a verdict under load; against its
+    contexts alone, a pass between two 5 us programs of a 0.2 ms pipeline ran to the
+    rounds' cap). A quick
     bootstrap (300 resamples) over the samples so far, its copy variance bounded from above
     (`_copy_variance`'s `upper`): the reported CIs take the round noise out of it, and
     early on that can leave zero. None needed: every verdict is in. A pass one of whose
@@ -472,9 +474,8 @@ def _unresolved(
         contexts = [(key_of[a], key_of[b]) for a, b in plan.pairs(i) if key_of[a] != key_of[b]]
         if not contexts or any(ends[row_of[k]] < ends.max() for pair in contexts for k in pair):
             continue  # nothing to resolve, or a program of it left: its CI is what it is
-        scale = precision * sum(
-            w * max(t_point[a], t_point[b]) for w, a, b in plan.weighted_pairs(i)
-        )
+        context = sum(w * max(t_point[a], t_point[b]) for w, a, b in plan.weighted_pairs(i))
+        scale = precision * max(context, float(t_point[plan.full]))
         ci = Interval.of(float(c_point[i]), c_boot[i], RESOLVE_CONFIDENCE)
         if not ci.excludes(0.0) and (ci.high - ci.low) / 2 > scale:
             needed.update(k for pair in contexts for k in pair)
@@ -829,7 +830,7 @@ def attribute(
         "as Student-t noise; the replicates spread about the point by ci_expansion "
         "(t(n-1)/z at 97.5%, n the units resampled)",
         "bootstrap_unit": "cycles" if _by_cycles(groups) else "rounds",
-        "ci_expansion": _expansion(groups),
+        "ci_expansion": _expansion_strata(slot_of, _strata(_ends(samples))),
         "copy_sd": copy_sd,
         "copy_sd_method": "the relative standard deviation of a copy's offset, pooled over "
         "the programs (random effects on log times, each round's common factor removed)",
@@ -848,8 +849,9 @@ def attribute(
         "stop": stop,
         "stop_method": "verdicts: every pass's 99.9% CI (its copy variance bounded from above: "
         "the copies' means' spread, round noise left in) excludes 0 or is within "
-        "precision x the time of the programs it is measured between (the slower of each "
-        f"pair, weighted as the pairs enter it) either side, checked from {MIN_ROUNDS_PER_COPY} rounds per "
+        "precision x the full program's time or the time of the programs it is measured "
+        "between (the slower of each pair, weighted as the pairs enter it), whichever is "
+        f"longer, either side, checked from {MIN_ROUNDS_PER_COPY} rounds per "
         "copy on, every fifth round up to 100 rounds, then every twentieth part of the rounds "
         f"so far; the budget may end sampling after {BUDGET_ROUNDS_PER_COPY} rounds per copy"
         if stop == "verdicts"
