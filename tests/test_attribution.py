@@ -629,6 +629,16 @@ def test_sampling_stops_when_every_verdict_is_resolved() -> None:
     assert _unresolved(plan, same, row_of, rows, slots, 0.001, 0) == set()
 
 
+def _prefix_of_three(levels: tuple[float, float, float], rounds: int, copies: int, seed: int):
+    """Two passes switched on in turn (prefix): the plan, its programs "a", "b", "c" at
+    `levels` with 2% noise a round, and the rounds' slots."""
+    plan = make_plan("prefix", 2)
+    rng = np.random.default_rng(seed)
+    rows = np.array([f * (1 + 0.02 * rng.standard_normal(rounds)) for f in levels])
+    key_of = dict(zip(plan.masks, ["a", "b", "c"], strict=True))
+    return plan, key_of, {"a": 0, "b": 1, "c": 2}, rows, np.arange(rounds) % copies
+
+
 def test_a_small_effect_is_known_against_the_programs_it_is_measured_between() -> None:
     """Issue 24: "known well enough" is relative to the full program or to the pass's own
     contexts, whichever is longer: a 0.5% saving between two slow programs (10 s, ten times
@@ -639,16 +649,10 @@ def test_a_small_effect_is_known_against_the_programs_it_is_measured_between() -
     (against its contexts alone, tiny programs ran to the rounds' cap)."""
     from irkit.measure.attribution import _unresolved
 
-    plan = make_plan("prefix", 2)
-    rng = np.random.default_rng(4)
-    rounds = 240
-    slots = np.arange(rounds) % 4
-    rows = np.array([f * (1 + 0.02 * rng.standard_normal(rounds)) for f in (10.0, 9.95, 1.0)])
-    key_of = dict(zip(plan.masks, ["a", "b", "c"], strict=True))
-    row_of = {"a": 0, "b": 1, "c": 2}
+    plan, key_of, row_of, rows, slots = _prefix_of_three((10.0, 9.95, 1.0), 240, 4, 4)
     assert _unresolved(plan, key_of, row_of, rows, slots, 0.02, 0) == set()
     assert _unresolved(plan, key_of, row_of, rows, slots, 0.002, 0) == {"a", "b"}
-    fast = np.array([f * (1 + 0.02 * rng.standard_normal(rounds)) for f in (0.01, 0.00995, 1.0)])
+    fast = _prefix_of_three((0.01, 0.00995, 1.0), 240, 4, 14)[3]
     assert _unresolved(plan, key_of, row_of, fast, slots, 0.002, 0) == set()
 
 
@@ -684,13 +688,7 @@ def test_a_small_effect_is_known_only_once_its_stricter_interval_is_narrow() -> 
         _unresolved,
     )
 
-    plan = make_plan("prefix", 2)
-    rng = np.random.default_rng(5)
-    rounds = 64
-    slots = np.arange(rounds) % 8
-    rows = np.array([f * (1 + 0.02 * rng.standard_normal(rounds)) for f in (1.0, 0.7, 0.7)])
-    key_of = dict(zip(plan.masks, ["a", "b", "c"], strict=True))
-    row_of = {"a": 0, "b": 1, "c": 2}
+    plan, key_of, row_of, rows, slots = _prefix_of_three((1.0, 0.7, 0.7), 64, 8, 5)
     point, boot = _round_bootstrap(rows, 300, 0, slots, upper=True)  # what the rule computes
     saved = plan.contributions(dict(zip(plan.masks, point, strict=True)))[1]
     saved_boot = plan.contributions(dict(zip(plan.masks, boot, strict=True)))[1]
