@@ -475,6 +475,24 @@ def test_ci_coverage_simulation_prints_both_estimators() -> None:
         assert all(0.0 <= float(c.split("%")[0]) <= 100.0 for c in cells)
 
 
+def test_ci_coverage_simulation_of_focused_rounds() -> None:
+    """benchmarks/ci_coverage_sim.py --focused runs its cases (few trials: coverage is a share
+    between 0 and 1 and widths are positive, nothing more asserted)."""
+    r = subprocess.run([sys.executable, "benchmarks/ci_coverage_sim.py", "--focused", "--trials",
+                        "3", "--resamples", "50"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and "%" in line]
+    assert len(rows) == 5
+    for row in rows:
+        cells = [c for c in row.split("|") if "(" in c]
+        assert len(cells) == 2
+        for c in cells:
+            assert (
+                0.0 <= float(c.split("%")[0]) <= 100.0 and float(c.split("(")[1].rstrip(") ")) > 0
+            )
+
+
 def test_run_to_run_measures_a_pair_trial_by_trial_and_keeps_the_record(tmp_path: Path) -> None:
     """benchmarks/run_to_run.py at a smoke size: every trial checked and timed, the record
     holds the trials and a summary computed from them (no timing outcome asserted); a
