@@ -460,37 +460,31 @@ def test_fidelity_off_the_cpu_takes_the_truth_unscaled_and_scores_the_launch() -
     assert np.isfinite(seconds)
 
 
+def _simulated_cells(*args: str, rows: int) -> list[list[str]]:
+    """benchmarks/ci_coverage_sim.py's table at a few trials: each row's two "coverage
+    (width)" cells, `rows` rows, every coverage a share between 0 and 1."""
+    r = subprocess.run([sys.executable, "benchmarks/ci_coverage_sim.py", *args, "--resamples", "50"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if line.startswith("| ") and "%" in line]
+    assert len(lines) == rows
+    cells = [[c for c in line.split("|") if "(" in c] for line in lines]
+    assert all(len(row) == 2 for row in cells)
+    assert all(0.0 <= float(c.split("%")[0]) <= 100.0 for row in cells for c in row)
+    return cells
+
+
 def test_ci_coverage_simulation_prints_both_estimators() -> None:
     """benchmarks/ci_coverage_sim.py runs (few trials: its numbers are not asserted, only
     that each case gets both estimators' coverage, a share between 0 and 1)."""
-    r = subprocess.run([sys.executable, "benchmarks/ci_coverage_sim.py", "--trials", "5",
-                        "--resamples", "50"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300)  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and "%" in line]
-    assert len(rows) == 7
-    for row in rows:
-        cells = [c for c in row.split("|") if "(" in c]
-        assert len(cells) == 2
-        assert all(0.0 <= float(c.split("%")[0]) <= 100.0 for c in cells)
+    _simulated_cells("--trials", "5", rows=7)
 
 
 def test_ci_coverage_simulation_of_focused_rounds() -> None:
     """benchmarks/ci_coverage_sim.py --focused runs its cases (few trials: coverage is a share
     between 0 and 1 and widths are positive, nothing more asserted)."""
-    r = subprocess.run([sys.executable, "benchmarks/ci_coverage_sim.py", "--focused", "--trials",
-                        "3", "--resamples", "50"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300)  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and "%" in line]
-    assert len(rows) == 5
-    for row in rows:
-        cells = [c for c in row.split("|") if "(" in c]
-        assert len(cells) == 2
-        for c in cells:
-            assert (
-                0.0 <= float(c.split("%")[0]) <= 100.0 and float(c.split("(")[1].rstrip(") ")) > 0
-            )
+    cells = _simulated_cells("--focused", "--trials", "3", rows=5)
+    assert all(float(c.split("(")[1].rstrip(") ")) > 0 for row in cells for c in row)
 
 
 def test_run_to_run_measures_a_pair_trial_by_trial_and_keeps_the_record(tmp_path: Path) -> None:
