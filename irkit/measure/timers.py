@@ -197,7 +197,11 @@ def time_interleaved(
     samples, reps = rounds.samples, rounds.reps
     deadline = time.perf_counter() + budget_s
     reason = "max_samples"
-    next_ask = -(-min_rounds // cycle) * cycle
+
+    def on_cycle(n: int) -> int:  # the first whole cycle at or after round n
+        return -(-n // cycle) * cycle
+
+    next_ask = on_cycle(min_rounds)
     active: set[str] | None = None
     for r in range(max_rounds):
         rounds.run(active)
@@ -205,7 +209,7 @@ def time_interleaved(
             on_round(r + 1)
         if r + 1 >= min_rounds and needed is not None:
             if r + 1 >= next_ask:
-                next_ask = -(-(r + 1 + max(5, (r + 1) // 20)) // cycle) * cycle
+                next_ask = on_cycle(r + 1 + max(5, (r + 1) // 20))
                 still = set(needed(samples)) & (set(fns) if active is None else active)
                 if not still:
                     reason = "resolved"
