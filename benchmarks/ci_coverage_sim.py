@@ -27,12 +27,14 @@ Deterministic (seeded); prints a table, no timing involved.
     python benchmarks/ci_coverage_sim.py --focused [--trials 300]
 
 Focused rounds (attribution's `stop="verdicts"` since 2026-11-28): three programs (1.6,
-1.05, 1.0), the first leaving the rounds after 8 cycles, the others sampled to the end;
+1.05, 1.0), the first leaving the rounds after 8 or 10 cycles, or from then on sampled only
+every k-th cycle (for its cost, `attribution._cost_periods`), the others in every round;
 each round's time off its copy's level by `round_sd`, times a common factor per round
-(half that), times the machine's speed, which may step by `drift` when the first program
-leaves. Reported: how often the 95% CI covers the true difference between the program that
-left and one sampled to the end, as a ratio (drift moves both alike), and between the two
-sampled to the end, in seconds at the run's level; and the CIs' median widths.
+(half that), times the machine's speed, which may step by `drift` after the first cycles,
+or only in the cycles the first program is in after them. Reported: how often the 95% CI
+covers the true difference between the first program and one of every round, as a ratio
+(drift moves both alike), and between the two of every round, in seconds at the run's
+level; and the CIs' median widths.
 """
 
 from __future__ import annotations
@@ -93,34 +95,50 @@ def coverage(method, copies, cycles, copy_sd, round_sd, trials, resamples) -> tu
     return covered / trials, float(np.median(widths))
 
 
-FOCUSED_CASES = [  # copies, cycles before the first program leaves, after, copy_sd, round_sd, drift
-    (16, 8, 40, 0.01, 0.08, 0.0),
-    (16, 8, 40, 0.01, 0.08, 0.05),
-    (16, 8, 8, 0.01, 0.08, 0.0),
-    (22, 8, 20, 0.01, 0.002, 0.0),
-    (8, 10, 60, 0.003, 0.03, -0.05),
+FOCUSED_CASES = [  # copies, cycles with every program, after, the first's period after
+    # (0: it left), copy_sd, round_sd, drift (after the first cycles; "its": only in the
+    # cycles the first program is in after them)
+    (16, 8, 40, 0, 0.01, 0.08, 0.0),
+    (16, 8, 40, 0, 0.01, 0.08, 0.05),
+    (16, 8, 8, 0, 0.01, 0.08, 0.0),
+    (22, 8, 20, 0, 0.01, 0.002, 0.0),
+    (8, 10, 60, 0, 0.003, 0.03, -0.05),
+    (16, 8, 40, 4, 0.01, 0.08, 0.0),
+    (16, 8, 64, 16, 0.01, 0.08, 0.0),
+    (16, 8, 40, 8, 0.01, 0.04, 0.05),
+    (16, 8, 40, 4, 0.01, 0.08, "its"),
+    (22, 8, 40, 2, 0.01, 0.002, 0.0),
 ]
+ITS_DRIFT = 0.10
+"""The machine's step in the cases whose drift is "its": 10% slower in just the cycles the
+first program is sampled in after the first (the worst case for a thinned program)."""
 
 
-def focused(copies, early, late, copy_sd, round_sd, drift, trials, resamples) -> tuple[float, float, float, float]:  # fmt: skip
-    """Coverage and median width of the left program's ratio to a program sampled to the end,
-    and of the difference between two programs sampled to the end."""
+def focused(copies, early, late, period, copy_sd, round_sd, drift, trials, resamples) -> tuple[float, float, float, float]:  # fmt: skip
+    """Coverage and median width of the first program's ratio to a program sampled in every
+    round, and of the difference between two programs sampled in every round."""
     rounds = copies * (early + late)
     slots = np.arange(rounds) % copies
+    cycle = np.arange(rounds) // copies
     levels = np.array([1.6, 1.05, 1.0])
+    first = (cycle < early) | ((cycle % period == 0) if period else False)
+    later = cycle >= early
+    step = (
+        np.where(later & first, ITS_DRIFT, 0.0) if drift == "its" else np.where(later, drift, 0.0)
+    )
     left, end = [], []
     for t in range(trials):
         rng = np.random.default_rng(t)
         offsets = 1 + copy_sd * rng.standard_normal((3, copies))
         common = 1 + round_sd / 2 * rng.standard_normal(rounds)
-        machine = np.where(np.arange(rounds) < copies * early, 1.0, 1.0 + drift)
+        machine = 1.0 + step
         noise = 1 + round_sd * rng.standard_normal((3, rounds))
         samples = levels[:, None] * offsets[:, slots] * (common * machine)[None] * noise
-        samples[0, copies * early :] = np.nan
+        samples[0, ~first] = np.nan
         point, boot = attribution._round_bootstrap(samples, resamples, t, slots)
         ratio = np.quantile(boot[0] / boot[1], [0.025, 0.975])
         # the truth at the run's level: the machine's mean speed over the run, to first order
-        level = 1 + drift * late / (early + late)
+        level = float(np.mean(machine))
         diff = np.quantile(boot[1] - boot[2], [0.025, 0.975])
         left.append((ratio[0] <= 1.6 / 1.05 <= ratio[1], ratio[1] - ratio[0]))
         end.append((diff[0] <= 0.05 * level <= diff[1], diff[1] - diff[0]))
@@ -135,14 +153,16 @@ def main() -> int:
     ap.add_argument("--focused", action="store_true", help="programs leaving the rounds early")
     args = ap.parse_args()
     if args.focused:
-        print("| copies | cycles with all, then without the first | copy sd | round sd | drift "
-              "| left / to the end: coverage (width) | to the end, difference: coverage (width) |")  # fmt: skip
+        print("| copies | cycles with all, then the first left (period 0) or every k-th | copy sd "
+              "| round sd | drift | the first / one of every round: coverage (width) "
+              "| two of every round, difference: coverage (width) |")  # fmt: skip
         print("|---|---|---|---|---|---|---|")
         for case in FOCUSED_CASES:
             cl, wl, ce, we = focused(*case, args.trials, args.resamples)
-            copies, early, late, copy_sd, round_sd, drift = case
-            print(f"| {copies} | {early}, {late} | {copy_sd:.1%} | {round_sd:.1%} | {drift:+.0%} "
-                  f"| {cl:.1%} ({wl:.3f}) | {ce:.1%} ({we:.4f}) |", flush=True)  # fmt: skip
+            copies, early, late, period, copy_sd, round_sd, drift = case
+            said = f"{ITS_DRIFT:+.0%} in its cycles" if drift == "its" else f"{drift:+.0%}"
+            print(f"| {copies} | {early}, {late}, period {period} | {copy_sd:.1%} | {round_sd:.1%} "
+                  f"| {said} | {cl:.1%} ({wl:.3f}) | {ce:.1%} ({we:.4f}) |", flush=True)  # fmt: skip
         print(f"{args.trials} trials each, {args.resamples} resamples; truth: ratio 1.6/1.05, difference 0.05 at the run's level")  # fmt: skip
         return 0
     print("| copies | rounds per copy | copy sd | round sd | pooled median: coverage (width) "

@@ -34,16 +34,28 @@ def fmt_ci(ci: dict, fmt=fmt_time) -> str:
 
 
 def _focused(proto: dict) -> str:
-    """How many rounds the programs had, where some left early (focused rounds)."""
+    """How many rounds the programs had, where some left early or were sampled every few
+    cycles for their cost (focused rounds)."""
     per = proto.get("rounds_per_program") or {}
     counts = sorted(set(per.values()))
     if len(counts) < 2:
         return ""
-    left = sum(1 for n in per.values() if n < counts[-1])
-    return (
-        f" ({left} of {len(per)} programs left once their passes had verdicts, after "
-        f"{counts[0]}{'' if len(counts) == 2 else f'-{counts[-2]}'} rounds)"
-    )
+    programs = [k for k in per if not k.startswith("aa-twin")]
+    left = proto.get("programs_left")
+    if left is None:  # records before 2026-11-28's periods: every program short of the most left
+        left = [k for k in programs if per[k] < counts[-1]]
+    said = []
+    if left:
+        rounds = sorted({per[k] for k in left})
+        said.append(f"{len(left)} of {len(programs)} programs left once their passes had "
+                    f"verdicts, after {rounds[0]}{'' if len(rounds) == 1 else f'-{rounds[-1]}'} "
+                    "rounds")  # fmt: skip
+    periods = {k: p for k, p in (proto.get("periods") or {}).items() if p > 1}
+    if periods:
+        ks = sorted(set(periods.values()))
+        said.append(f"{len(periods)} sampled every {ks[0]}{'' if len(ks) == 1 else f'-{ks[-1]}'}"
+                    " cycles for their cost at the end")  # fmt: skip
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def show_attribution(console: Console, rec: dict) -> None:

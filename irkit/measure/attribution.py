@@ -61,7 +61,7 @@ import math
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
@@ -78,7 +78,7 @@ from irkit.measure import check_protocol
 from irkit.measure.roofline import Ceilings, roof_point
 from irkit.measure.slots import Rotation, bind_slots, check_placements, checked_bound, io_of
 from irkit.measure.stats import Estimate, t_quantile
-from irkit.measure.timers import time_interleaved
+from irkit.measure.timers import Rounds, time_interleaved
 from irkit.pipelines import Step, apply_pipelines, pipeline_steps
 from irkit.runtime.backend import Bound, bound_bytes
 
@@ -442,9 +442,26 @@ def _unresolved(
     slots: np.ndarray,
     precision: float,
     seed: int,
+    left: Collection[str] = (),
 ) -> set[str]:
-    """The programs whose rounds are still needed: those in the contexts of every pass that
-    changes code and has no verdict yet. A verdict: the saving's 99.9% CI
+    """The programs whose rounds are still needed: those of the open passes
+    (`_open_passes`)."""
+    open_ = _open_passes(plan, key_of, row_of, rows, slots, precision, seed, left)
+    return set().union(*open_)
+
+
+def _open_passes(
+    plan: Plan,
+    key_of: Mapping[Mask, str],
+    row_of: Mapping[str, int],
+    rows: np.ndarray,
+    slots: np.ndarray,
+    precision: float,
+    seed: int,
+    left: Collection[str] = (),
+) -> list[set[str]]:
+    """The passes that change code and have no verdict yet, each as the programs of its
+    contexts. A verdict: the saving's 99.9% CI
     (`RESOLVE_CONFIDENCE`) excludes 0 (a clear effect), or is narrower than `precision` of
     the full program's time or of the programs it is measured between, whichever is
     longer, either side (an effect smaller than that, known well enough; its contexts: the
@@ -456,8 +473,8 @@ def _unresolved(
     bootstrap (300 resamples) over the samples so far, its copy variance bounded from above
     (`_copy_variance`'s `upper`): the reported CIs take the round noise out of it, and
     early on that can leave zero. None needed: every verdict is in. A pass one of whose
-    programs has left the rounds needs nothing more: the others alone would be sampled for
-    nothing.
+    programs has left the rounds (`left`) needs nothing more: the others alone would be
+    sampled for nothing.
 
     (Tried and taken out, 2026-11-28: a pass whose verdict looked out of reach in the rest
     of the budget, its half-width shrunk by the rounds to come against its present saving,
@@ -468,19 +485,59 @@ def _unresolved(
     t_point = {m: point[row_of[key_of[m]]] for m in plan.masks}
     t_boot = {m: boot[row_of[key_of[m]]] for m in plan.masks}
     c_point, c_boot = plan.contributions(t_point), plan.contributions(t_boot)
-    ends = _ends(rows)
-    left = {k for k, row in row_of.items() if ends[row] < ends.max()}
-    needed: set[str] = set()
+    needed: list[set[str]] = []
     for i in range(plan.k):
         contexts = [(key_of[a], key_of[b]) for a, b in plan.pairs(i) if key_of[a] != key_of[b]]
-        if not contexts or left.intersection(k for pair in contexts for k in pair):
+        if not contexts or set(left).intersection(k for pair in contexts for k in pair):
             continue  # nothing to resolve, or a program of it left: its CI is what it is
         context = sum(w * max(t_point[a], t_point[b]) for w, a, b in plan.weighted_pairs(i))
         scale = precision * max(context, float(t_point[plan.full]))
         ci = Interval.of(float(c_point[i]), c_boot[i], RESOLVE_CONFIDENCE)
         if not ci.excludes(0.0) and (ci.high - ci.low) / 2 > scale:
-            needed.update(k for pair in contexts for k in pair)
+            needed.append({k for pair in contexts for k in pair})
     return needed
+
+
+MAX_PERIOD = 16
+"""The longest period, in cycles, `_cost_periods` gives a program still needed."""
+
+
+def _cost_periods(
+    rows: np.ndarray, slots: np.ndarray, costs: np.ndarray, passes: list[list[int]]
+) -> np.ndarray:
+    """The period, in cycles, at which each program of `rows` [program, round] (NaN: a
+    round it sat out) is sampled from now on, for the open `passes` (each the rows of the
+    programs it is measured between; `costs`: seconds a sample of each): powers of two
+    from 1 (the pass that needs rounds most) to `MAX_PERIOD`, a program at the shortest
+    period of the passes it serves. Neyman's allocation: a pass whose programs' rounds
+    spread sigma_p (a fraction of their time) and cost c_p, n rounds of them, the budget
+    fixing the sum of n sum(c_p), makes the sum over passes of the relative variances,
+    sum(sigma_p^2) / n each, least at n in proportion to sqrt(sum(sigma_p^2) / sum(c_p)).
+    Each verdict is judged relative to the programs the pass is measured between
+    (`_unresolved`), so a slow pair's rounds buy as much of its verdict as a fast pair's of
+    its own, at many times the price: conv_block's two 8.3 ms programs around
+    `fold-transposes` (rounds spreading 3-6%) took 80% of every round while its plants'
+    0.6 ms programs (13-17% under load) had a fifth of the rounds they could have. sigma_p:
+    the median absolute deviation (times 1.4826) of the log times about each copy's median.
+    A period doubles only where a pass needs half the rounds or fewer (rounded down, so
+    that chance differences in two alike pairs' spreads do not split them); powers of two,
+    so that programs of different periods share the longer period's cycles."""
+    logs = np.log(np.maximum(rows, 1e-30))
+    resid = np.full_like(logs, np.nan)
+    for g in _groups(slots[: rows.shape[1]]):
+        resid[:, g] = logs[:, g] - _nan_median(logs[:, g])[:, None]
+    variance = (1.4826 * _nan_median(np.abs(resid))) ** 2
+    need = np.array([math.sqrt(np.nansum(variance[p]) / max(float(np.sum(costs[p])), 1e-12))
+                     for p in passes])  # fmt: skip
+    periods = np.full(len(rows), MAX_PERIOD, dtype=np.int64)
+    if not (need > 0).any():
+        periods[[r for p in passes for r in p]] = 1
+        return periods
+    with np.errstate(divide="ignore"):
+        steps = np.floor(np.log2(need.max() / need))
+    for p, step in zip(passes, np.clip(steps, 0, math.log2(MAX_PERIOD)), strict=True):
+        periods[p] = np.minimum(periods[p], 2 ** int(step))
+    return periods
 
 
 def _timed(bound: Any, timer: str, backend: str) -> Callable[[], None]:
@@ -657,13 +714,32 @@ def attribute(
     # at least once more before its first sample (a slow variant's call can take seconds)
     load_start, queue_start = load_average(), run_queue()
 
-    def needed(samples_now: dict[str, list[float]]) -> set[str]:
-        """The programs (and twins) the rounds go on with: those of the passes without a
-        verdict (`_unresolved`), each twin with its program."""
-        rows = np.array([samples_now[k] for k in programs])
+    full_key, empty_key = key_of[plan.full], key_of[plan.empty]
+    gone: set[str] = set()  # programs out of the rounds for good
+    periods_now: dict[str, int] = {}  # the last look's periods, in cycles
+
+    def needed(now: Rounds) -> dict[str, int]:
+        """The programs (and twins) the rounds go on with, and each one's period in cycles:
+        those of the passes without a verdict (`_unresolved`), sampled by their need and
+        cost (`_cost_periods`), each twin with its program; and while any is, the full
+        program in every round, the reference that brings the others to the run's level
+        (`_round_bootstrap`)."""
+        rows = np.array([now.samples[k] for k in programs])
         row_of = {k: i for i, k in enumerate(programs)}
-        keys = _unresolved(plan, key_of, row_of, rows, np.array(slots), precision, seed)
-        return keys | {name for name, mask in twins.items() if key_of[mask] in keys}
+        passes = _open_passes(plan, key_of, row_of, rows, np.array(slots), precision, seed, gone)
+        if not passes:
+            return {}
+        order = sorted(set().union(*passes), key=row_of.__getitem__)
+        at = {k: j for j, k in enumerate(order)}
+        periods = _cost_periods(rows[[row_of[k] for k in order]], np.array(slots),
+                                np.array([now.cost(k) for k in order]),
+                                [[at[k] for k in p] for p in passes])  # fmt: skip
+        out = {k: int(p) for k, p in zip(order, periods, strict=True)} | {full_key: 1}
+        gone.update(set(programs) - set(out))
+        periods_now.clear()
+        periods_now.update(out)
+        return out | {name: out[key_of[mask]] for name, mask in twins.items()
+                      if key_of[mask] in out}  # fmt: skip
 
     # the budget may end sampling after BUDGET_ROUNDS_PER_COPY; verdicts (or precision) only
     # after MIN_ROUNDS_PER_COPY: mlp's Shapley (40 programs, 5 copies, one core loaded)
@@ -685,8 +761,6 @@ def attribute(
     row = {k: i for i, k in enumerate(keys)}
     t_point = {m: point[row[key_of[m]]] for m in plan.masks}
     t_boot = {m: boot[row[key_of[m]]] for m in plan.masks}
-
-    full_key, empty_key = key_of[plan.full], key_of[plan.empty]
 
     # the twins are one family: the run's A/A check fails when either does, so each is
     # judged at 95% for the pair (Bonferroni), as the per-context checks are for theirs;
@@ -831,18 +905,26 @@ def attribute(
         "as Student-t noise; the replicates spread about the point by ci_expansion "
         "(t(n-1)/z at 97.5%, n the units resampled)",
         "bootstrap_unit": "cycles" if _by_cycles(groups) else "rounds",
-        "ci_expansion": _expansion_strata(slot_of, _strata(_ends(samples))),
+        "ci_expansion": _expansion(groups),
         "copy_sd": copy_sd,
         "copy_sd_method": "the relative standard deviation of a copy's offset, pooled over "
         "the programs (random effects on log times, each round's common factor removed)",
         "rounds": rounds,
-        "rounds_per_program": {k: int(n) for k, n in zip(keys, _ends(samples), strict=True)},
+        "rounds_per_program": {
+            k: int(n) for k, n in zip(keys, (~np.isnan(samples)).sum(axis=1), strict=True)
+        },
+        "programs_left": sorted(gone),
+        "periods": periods_now or None,
         "focus_method": "from the first look on (see stop_method), the rounds go on with only "
-        "the programs in the contexts of passes without a verdict (and their twins); a program "
-        "that left keeps the rounds it had (a whole number of cycles), its time brought to the "
-        "whole run's level by the programs sampled to the end (their time over the run against "
-        "over its rounds), and the bootstrap resamples each stratum of rounds (rounds with the "
-        "same programs) on its own"
+        "the programs in the contexts of passes without a verdict (and their twins), each "
+        "sampled every k-th cycle, k a power of two from 1 to "
+        f"{MAX_PERIOD} by Neyman's allocation over the open passes (rounds in proportion to "
+        "the square root of their programs' relative round variance over their cost), and "
+        "the full program in every round as the reference; a program's time is from its "
+        "own rounds, brought to the whole run's level by the programs sampled in every round "
+        "(their time over the run against over its rounds); the bootstrap resamples whole "
+        "cycles of the run, each program's median over its own rounds among those drawn; "
+        "periods: the last look's"
         if stop == "verdicts"
         else None,
         "stop_reason": stop,
@@ -964,31 +1046,37 @@ def _round_bootstrap(
     estimated elsewhere (over more programs) instead. `upper`: the copy variance bounded from above (`_copy_variance`'s
     `upper`), for the stopping rule.
 
-    Focused rounds (`time_interleaved`'s `needed`): a program left out of the later rounds
-    has NaN there. Each program's time is then from its own rounds, the rounds resampled
-    stratum by stratum (a stratum: rounds with the same programs in them, `_strata`), the
-    same draws for every program in a stratum, and a program that left early is brought to
-    the whole run's level by the programs sampled to the end (`_bridged`)."""
-    ends = _ends(samples)
-    rounds = int(ends.max())
-    samples = samples[:, :rounds]
-    slots = np.zeros(rounds, dtype=np.int64) if slots is None else np.asarray(slots)[:rounds]
+    Focused rounds (`time_interleaved`'s `needed`): a program sampled in only some of the
+    rounds (it left once its passes had verdicts, or is sampled every k-th cycle for its
+    cost) has NaN in the others. The rounds are resampled over the whole run as ever, the
+    same draws for every program, and each program's time is from its own rounds among
+    those drawn (`_copy_medians_mean` leaves NaN out), brought to the whole run's level by
+    the programs sampled in every round (`_bridged`); its t-expansion counts its own rounds.
+    Rounds where no program was sampled are left out."""
+    present = ~np.isnan(samples)
+    measured = present.any(axis=0)
+    samples, present = samples[:, measured], present[:, measured]
+    rounds = samples.shape[1]
+    slots = (np.zeros(rounds, dtype=np.int64) if slots is None
+             else np.asarray(slots)[: len(measured)][measured])  # fmt: skip
     rng = np.random.default_rng(seed)
-    bounds = _strata(ends)
-    idx = _stratified_rounds(slots, bounds, resamples, rng)
+    groups = _groups(slots)
+    idx = _resampled_rounds(slots, groups, resamples, rng)
+    # every position of a resample holds a round of the same copy as in every other
+    # resample (whole cycles, or rounds within each copy): group the positions once
+    drawn = _groups(slots[idx[0]])
+    if not present.all():
+        idx = _redrawn_empty(idx, present, slots, groups, drawn, rng)
     point = np.empty(len(samples))
     boot = np.empty((len(samples), resamples))
     factor = np.ones(len(samples))
-    for end in np.unique(ends):
-        rows = ends == end
-        groups = _groups(slots[:end])
-        # every position of a resample holds a round of the same copy as in every other
-        # resample (whole cycles, or rounds within each copy): group the positions once
-        drawn = _groups(slots[idx[0, :end]])
-        point[rows] = _copy_medians_mean(samples[rows, :end], groups)
-        boot[rows] = _copy_medians_mean(samples[rows][:, idx[:, :end]], drawn)
-        factor[rows] = _expansion_strata(slots, [b for b in bounds if b <= end])
-    point, boot = _bridged(samples, slots, idx, ends, point, boot)
+    patterns, which = np.unique(present, axis=0, return_inverse=True)
+    for j, pattern in enumerate(patterns):
+        rows = which.reshape(-1) == j
+        point[rows] = _copy_medians_mean(samples[rows], groups)
+        boot[rows] = _copy_medians_mean(samples[rows][:, idx], drawn)
+        factor[rows] = _expansion(_groups(slots[pattern]))
+    point, boot = _bridged(samples, present, groups, idx, drawn, point, boot)
     boot = point[:, None] + (boot - point[:, None]) * factor[:, None]
     copies = len(np.unique(slots))
     if copies < 2:
@@ -1018,77 +1106,93 @@ def _groups(slots: np.ndarray) -> list[np.ndarray]:
     return [np.flatnonzero(slots == s) for s in np.unique(slots)]
 
 
-def _ends(samples: np.ndarray) -> np.ndarray:
-    """Each program's rounds: one past its last measured (not NaN) round. Focused rounds
-    leave programs out for good (`time_interleaved`), so a program's rounds are the first
-    `end` of every row, all measured."""
-    measured = ~np.isnan(samples)
-    ends = samples.shape[1] - np.argmax(measured[:, ::-1], axis=1)
-    ends[~measured.any(axis=1)] = 0
-    if not all(measured[i, :e].all() for i, e in enumerate(ends)):
-        raise ValueError("a program's rounds must be a run from the first, then none")
-    return ends
-
-
-def _strata(ends: np.ndarray) -> list[int]:
-    """The bounds of the strata of rounds: 0, then every round where a program left."""
-    return [0, *sorted({int(e) for e in ends if e > 0})]
-
-
-def _stratified_rounds(
-    slots: np.ndarray, bounds: list[int], resamples: int, rng: np.random.Generator
+def _redrawn_empty(
+    idx: np.ndarray,
+    present: np.ndarray,
+    slots: np.ndarray,
+    groups: list[np.ndarray],
+    drawn: list[np.ndarray],
+    rng: np.random.Generator,
 ) -> np.ndarray:
-    """`_resampled_rounds` stratum by stratum (`bounds`), the strata in place: position r
-    of every resample holds a round of r's stratum, so a program's rounds are the first
-    `end` positions of a resample as they are of the samples."""
-    parts = []
-    for a, b in itertools.pairwise(bounds):
-        parts.append(a + _resampled_rounds(slots[a:b], _groups(slots[a:b]), resamples, rng))
-    return np.concatenate(parts, axis=1)
+    """`idx` with the replicates that drew none of some program's rounds on some copy
+    (`present` [program, round]) drawn again, until none does: a program's time is a mean
+    over all its copies. Rare (a program sampled in 8 of 48 cycles: e^-8.8 of replicates),
+    but a replicate without a value is a CI without ends (simulated, 1 in 50 CIs of a program
+    that left after 8 cycles was NaN)."""
+    idx = idx.copy()
+    patterns = np.unique(present, axis=0)
+    for _ in range(1000):
+        empty = np.zeros(len(idx), dtype=bool)
+        for pattern in patterns:
+            here = pattern[idx]
+            for positions in drawn:
+                empty |= ~here[:, positions].any(axis=1)
+        if not empty.any():
+            return idx
+        idx[empty] = _resampled_rounds(slots, groups, int(empty.sum()), rng)
+    raise ValueError("a program's rounds are too few to resample")
 
 
 def _bridged(
     samples: np.ndarray,
-    slots: np.ndarray,
+    present: np.ndarray,
+    groups: list[np.ndarray],
     idx: np.ndarray,
-    ends: np.ndarray,
+    drawn: list[np.ndarray],
     point: np.ndarray,
     boot: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Programs that left the rounds early, each brought to the level of the whole run: its
-    time times the programs sampled to the end (the reference) over the whole run against
-    the same programs over the rounds it was in (a geometric mean over the reference), in
-    the point and in every replicate. So a machine that ran faster or slower after it left
-    is not taken for an effect: the difference between it and a reference program is their
-    ratio over their common rounds, at the reference's whole-run level. Nothing changes
-    where every program ran every round."""
-    rounds = samples.shape[1]
-    reference = ends == rounds
-    early = [int(e) for e in np.unique(ends) if e < rounds]
-    if not early or not reference.any():
+    """Programs sampled in only some rounds (`present`), each brought to the level of the
+    whole run: its time times the programs sampled in every round (the reference) over the
+    whole run against the same programs over the rounds it was in (a geometric mean over
+    the reference), in the point and in every replicate (the rounds `idx` drew, grouped by
+    copy as `drawn`). So a machine that ran faster or slower after a program left, or in
+    the cycles a thinned program sat out, is not taken for an effect: the difference
+    between it and a reference program is their ratio over their common rounds, at the
+    reference's whole-run level. Nothing changes where every program ran every round, or
+    where none did."""
+    reference = present.all(axis=1)
+    if reference.all() or not reference.any():
         return point, boot
     point, boot = point.copy(), boot.copy()
+    ref, ref_drawn = samples[reference], samples[reference][:, idx]
     full_point, full_boot = np.log(point[reference]), np.log(boot[reference])
-    for end in early:
-        groups, drawn = _groups(slots[:end]), _groups(slots[idx[0, :end]])
-        then = np.log(_copy_medians_mean(samples[reference, :end], groups))
-        then_boot = np.log(_copy_medians_mean(samples[reference][:, idx[:, :end]], drawn))
-        rows = ends == end
+    for pattern in np.unique(present[~reference], axis=0):
+        then = np.log(_copy_medians_mean(np.where(pattern, ref, np.nan), groups))
+        then_boot = np.log(_copy_medians_mean(np.where(pattern[idx], ref_drawn, np.nan), drawn))
+        rows = (present == pattern).all(axis=1)
         point[rows] *= np.exp(np.mean(full_point - then))
         boot[rows] *= np.exp(np.mean(full_boot - then_boot, axis=0))[None, :]
     return point, boot
 
 
+def _nan_median(values: np.ndarray) -> np.ndarray:
+    """The median over the last axis with NaN left out (NaN where all are): sorted, NaN
+    last, the middle one or two of the values measured. (`np.nanmedian` goes row by row on
+    long axes: seconds on a bootstrap's replicates.)"""
+    ordered = np.sort(values, axis=-1)
+    n = (~np.isnan(values)).sum(axis=-1, keepdims=True)
+    low = np.take_along_axis(ordered, np.maximum(n - 1, 0) // 2, axis=-1)
+    high = np.take_along_axis(ordered, n // 2, axis=-1)
+    return ((low + high) / 2)[..., 0]
+
+
 def _copy_medians_mean(samples: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
     """A program's time over its copies: each copy's median over its rounds (the last
-    axis of `samples`, positions grouped by copy), averaged over the copies. Where copies
+    axis of `samples`, positions grouped by copy; NaN, rounds it sat out, left out),
+    averaged over the copies (those with a round). Where copies
     differ by more than a round varies, the rounds pooled are a mixture, one narrow peak
     per copy, and their median moves like the median of the copy levels: up to pi/2 the
     variance of their mean, which is what the copy term of `_round_bootstrap` allows for
     (simulated, `benchmarks/ci_coverage_sim.py`, 600 runs a case: 92.2-92.8% coverage for
     the pooled median, 94.2-95.3% for this, same widths). It is also what the copies' truth is: the mean
     offset of a placement is zero, the median of a handful of them is not."""
-    return np.mean([np.median(samples[..., g], axis=-1) for g in groups], axis=0)
+    if not np.isnan(samples).any():
+        return np.mean([np.median(samples[..., g], axis=-1) for g in groups], axis=0)
+    medians = np.stack([_nan_median(samples[..., g]) for g in groups])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a replicate that drew none of a copy's
+        return np.nanmean(medians, axis=0)
 
 
 MIN_CYCLES = 8
@@ -1161,15 +1265,6 @@ def _t_over_z(df: int) -> float:
     if df < 1:
         return 1.0
     return float(t_quantile(0.975, df) / NormalDist().inv_cdf(0.975))
-
-
-def _expansion_strata(slots: np.ndarray, bounds: list[int]) -> float:
-    """`_expansion` for rounds resampled stratum by stratum (`_stratified_rounds`, strata
-    between `bounds`): the degrees of freedom summed over the strata. 1 for a single copy.
-    For one stratum, `_expansion` itself."""
-    if len(np.unique(slots[: bounds[-1]])) < 2:
-        return 1.0
-    return _t_over_z(sum(_resampled_df(_groups(slots[a:b])) for a, b in itertools.pairwise(bounds)))
 
 
 @overload

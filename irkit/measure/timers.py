@@ -10,7 +10,7 @@ reason is recorded.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -122,6 +122,15 @@ def _measured(samples: list[float]) -> np.ndarray:
     return values[~np.isnan(values)]
 
 
+def _periods(asked: Mapping[str, int], still: Collection[str]) -> dict[str, int]:
+    """`time_interleaved`'s periods from what `needed` asked: the functions still in the
+    rounds only (one left out is never taken back), each at least 1, and scaled so that the
+    shortest is 1 (no cycle without a sample)."""
+    periods = {n: max(1, int(k)) for n, k in asked.items() if n in still}
+    shortest = min(periods.values(), default=1)
+    return {n: max(1, round(k / shortest)) for n, k in periods.items()}
+
+
 class Rounds:
     """Interleaved sampling of several functions: after warm-up and calibration, each
     `run()` takes one sample of every function, in a fresh random order. The building block
@@ -147,6 +156,11 @@ class Rounds:
         self.samples: dict[str, list[float]] = {name: [] for name in fns}
         self.cpu: dict[str, list[float]] = {name: [] for name in fns}
         """CPU time per call of the process, beside each sample (`Timing.cpu_samples`)."""
+
+    def cost(self, name: str) -> float:
+        """Seconds one sample of `name` takes: its calls per sample times its median call
+        (over the rounds it was in)."""
+        return self.reps[name] * float(np.median(_measured(self.samples[name])))
 
     def run(self, active: Collection[str] | None = None) -> None:
         """One round: a sample of every function, or of the `active` ones only (the others
@@ -174,7 +188,7 @@ def time_interleaved(
     seed: int = 0,
     floor_rounds: int | None = None,
     on_round: Callable[[int], None] | None = None,
-    needed: Callable[[dict[str, list[float]]], Collection[str]] | None = None,
+    needed: Callable[[Rounds], Collection[str] | Mapping[str, int]] | None = None,
     quiesce: bool = False,
     cycle: int = 1,
 ) -> dict[str, Timing]:
@@ -183,15 +197,21 @@ def time_interleaved(
     round; stops when every median's CI half-width is under `precision` (checked from
     `min_rounds` on), at `max_rounds`, or when the budget is spent (checked from
     `floor_rounds` on, by default `min_rounds`). `on_round(n)` is called after round n.
-    `needed(samples)`, where given, replaces the precision rule and focuses the rounds: it
-    names the functions still to be sampled, and the rounds from then on sample only those
-    (the others' samples NaN; a function left out is never sampled again); sampling stops
-    (reason "resolved") when it names none. It is asked from `min_rounds` on, every fifth
-    round up to 100 rounds, then every twentieth part of the rounds so far (its bootstrap
-    grows with the rounds: asked every fifth round, 2000 rounds would ask 400 times), each
-    time at the next multiple of `cycle` rounds (a cycle: one round on every placement, so
-    a function leaves at a cycle's end). `quiesce`: wait after every sample until no
-    thread of the process runs (`settle`, untimed; the budget counts it)."""
+
+    `needed(rounds)`, where given, replaces the precision rule and focuses the rounds: it
+    is given the `Rounds` so far (their samples, NaN where a function sat a round out, and
+    each function's calls per sample) and names the functions still to be sampled, or maps
+    each to its period in cycles (a cycle: `cycle` rounds, one on every placement; a
+    function of period k is sampled in the cycles whose index is a multiple of k, so that
+    functions of one period, or of powers of two, share their cycles); the rounds from then
+    on sample only those (the others' samples NaN; a function left out is never sampled
+    again); sampling stops (reason "resolved") when it names none. It is asked from
+    `min_rounds` on, every fifth round up to 100 rounds, then every twentieth part of the
+    rounds so far (its bootstrap grows with the rounds: asked every fifth round, 2000
+    rounds would ask 400 times), each time at the next multiple of `cycle` rounds, so a
+    function leaves, or changes its period, at a cycle's end. `quiesce`: wait after every
+    sample until no thread of the process runs (`settle`, untimed; the budget counts
+    it)."""
     floor = min_rounds if floor_rounds is None else floor_rounds
     rounds = Rounds(fns, warmup, min_sample_s, seed, quiesce)
     samples, reps = rounds.samples, rounds.reps
@@ -202,19 +222,23 @@ def time_interleaved(
         return -(-n // cycle) * cycle
 
     next_ask = on_cycle(min_rounds)
-    active: set[str] | None = None
+    periods: dict[str, int] | None = None  # None: every function every round
     for r in range(max_rounds):
-        rounds.run(active)
+        if periods is None:
+            rounds.run()
+        else:
+            rounds.run({n for n, k in periods.items() if (r // cycle) % k == 0})
         if on_round is not None:
             on_round(r + 1)
         if r + 1 >= min_rounds and needed is not None:
             if r + 1 >= next_ask:
                 next_ask = on_cycle(r + 1 + max(5, (r + 1) // 20))
-                still = set(needed(samples)) & (set(fns) if active is None else active)
-                if not still:
+                asked = needed(rounds)
+                asked = asked if isinstance(asked, Mapping) else dict.fromkeys(asked, 1)
+                periods = _periods(asked, fns if periods is None else periods)
+                if not periods:
                     reason = "resolved"
                     break
-                active = still
         elif r + 1 >= min_rounds and all(
             median_ci(np.array(s)).half_width <= precision for s in samples.values()
         ):
