@@ -910,6 +910,27 @@ def test_attribution_samples_on_with_the_open_passes_only(capsys) -> None:
     )
 
 
+def test_the_summary_says_which_programs_left_and_which_went_by_cost() -> None:
+    """The printed summary of focused rounds: how many programs left and after how many
+    rounds, and how many went every few cycles for their cost (twins not counted); records
+    from before periods were recorded: every program short of the most rounds left."""
+    from irkit.cli.views import _focused
+
+    per = {"a": 128, "b": 128, "c": 300, "d": 640, "e": 640, "aa-twin": 640}
+    proto = {"rounds_per_program": per, "programs_left": ["a", "b"],
+             "periods": {"c": 8, "d": 1, "e": 1}}  # fmt: skip
+    assert _focused(proto) == (
+        " (2 of 5 programs left once their passes had verdicts, after 128 rounds; "
+        "1 sampled in one cycle of every 8 for their cost at the end)"
+    )
+    old = {"rounds_per_program": {"a": 128, "b": 256, "c": 640, "aa-twin": 640}}
+    assert (
+        _focused(old)
+        == " (2 of 3 programs left once their passes had verdicts, after 128-256 rounds)"
+    )
+    assert _focused({"rounds_per_program": {"a": 640, "aa-twin": 640}}) == ""
+
+
 def test_the_stopping_rule_never_takes_the_copy_variance_for_zero() -> None:
     """Issue 24: with a few rounds per copy the round noise in the copies' means can exceed
     their spread, and the reported CIs' copy variance (the spread less that noise) is then

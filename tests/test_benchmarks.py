@@ -481,9 +481,10 @@ def test_ci_coverage_simulation_prints_both_estimators() -> None:
 
 
 def test_ci_coverage_simulation_of_focused_rounds() -> None:
-    """benchmarks/ci_coverage_sim.py --focused runs its cases (few trials: coverage is a share
+    """benchmarks/ci_coverage_sim.py --focused runs its ten cases, programs that left and
+    programs sampled every k-th cycle (few trials: coverage is a share
     between 0 and 1 and widths are positive, nothing more asserted)."""
-    cells = _simulated_cells("--focused", "--trials", "3", rows=5)
+    cells = _simulated_cells("--focused", "--trials", "3", rows=10)
     assert all(float(c.split("(")[1].rstrip(") ")) > 0 for row in cells for c in row)
 
 

@@ -879,7 +879,7 @@ def _measure_options(p, budget: float, several: bool = False) -> None:
         "stop sampling when every pass's verdict is known: its 99.9%% CI excludes 0 "
         "or is narrower than this fraction of the full program (or of the programs it is "
         "measured between, if slower) either side; the rounds go on with the programs of "
-        "the passes still open"
+        "the passes still open, a slow pair every few cycles (by need and cost)"
         if several
         else "stop sampling when every median's 95%% CI half-width is under this fraction"
     )

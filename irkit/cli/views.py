@@ -53,8 +53,8 @@ def _focused(proto: dict) -> str:
     periods = {k: p for k, p in (proto.get("periods") or {}).items() if p > 1}
     if periods:
         ks = sorted(set(periods.values()))
-        said.append(f"{len(periods)} sampled every {ks[0]}{'' if len(ks) == 1 else f'-{ks[-1]}'}"
-                    " cycles for their cost at the end")  # fmt: skip
+        said.append(f"{len(periods)} sampled in one cycle of every {ks[0]}"
+                    f"{'' if len(ks) == 1 else f'-{ks[-1]}'} for their cost at the end")  # fmt: skip
     return f" ({'; '.join(said)})" if said else ""
 
 

@@ -603,7 +603,9 @@ def attribute(
     each compiled and bound separately, the rounds rotating through them (`Placements`;
     None: `auto_placements`, by the count of programs; fewer where their buffers and kept
     scratch would hold more than `placement_budget()`). `stop`: "verdicts"
-    (sampling stops when every pass's verdict is resolved, `_unresolved`; the rounds go on with the programs of the passes still open) or
+    (sampling stops when every pass's verdict is resolved, `_unresolved`; the rounds go on
+    with the programs of the passes still open, each every k-th cycle by its need and cost,
+    `_cost_periods`) or
     "medians" (when every program's median is within `precision`)."""
     from irkit.frontend import load
     from irkit.measure.fingerprint import (
