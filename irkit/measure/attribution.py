@@ -434,22 +434,6 @@ above 1% of the program, trials that stopped so missed their plants' truth in 12
 CIs, against 2-5% for the ones that ran to the budget (docs/results.md))."""
 
 
-def _unresolved(
-    plan: Plan,
-    key_of: Mapping[Mask, str],
-    row_of: Mapping[str, int],
-    rows: np.ndarray,
-    slots: np.ndarray,
-    precision: float,
-    seed: int,
-    left: Collection[str] = (),
-) -> set[str]:
-    """The programs whose rounds are still needed: those of the open passes
-    (`_open_passes`)."""
-    open_ = _open_passes(plan, key_of, row_of, rows, slots, precision, seed, left)
-    return set().union(*open_)
-
-
 def _open_passes(
     plan: Plan,
     key_of: Mapping[Mask, str],
@@ -514,7 +498,7 @@ def _cost_periods(
     fixing the sum of n sum(c_p), makes the sum over passes of the relative variances,
     sum(sigma_p^2) / n each, least at n in proportion to sqrt(sum(sigma_p^2) / sum(c_p)).
     Each verdict is judged relative to the programs the pass is measured between
-    (`_unresolved`), so a slow pair's rounds buy as much of its verdict as a fast pair's of
+    (`_open_passes`), so a slow pair's rounds buy as much of its verdict as a fast pair's of
     its own, at many times the price: conv_block's two 8.3 ms programs around
     `fold-transposes` (rounds spreading 3-6%) took 80% of every round while its plants'
     0.6 ms programs (13-17% under load) had a fifth of the rounds they could have. sigma_p:
@@ -603,7 +587,7 @@ def attribute(
     each compiled and bound separately, the rounds rotating through them (`Placements`;
     None: `auto_placements`, by the count of programs; fewer where their buffers and kept
     scratch would hold more than `placement_budget()`). `stop`: "verdicts"
-    (sampling stops when every pass's verdict is resolved, `_unresolved`; the rounds go on
+    (sampling stops when every pass's verdict is resolved, `_open_passes`; the rounds go on
     with the programs of the passes still open, each every k-th cycle by its need and cost,
     `_cost_periods`) or
     "medians" (when every program's median is within `precision`)."""
@@ -722,7 +706,7 @@ def attribute(
 
     def needed(now: Rounds) -> dict[str, int]:
         """The programs (and twins) the rounds go on with, and each one's period in cycles:
-        those of the passes without a verdict (`_unresolved`), sampled by their need and
+        those of the passes without a verdict (`_open_passes`), sampled by their need and
         cost (`_cost_periods`), each twin with its program; and while any is, the full
         program in every round, the reference that brings the others to the run's level
         (`_round_bootstrap`)."""
@@ -1296,7 +1280,7 @@ def _copy_variance(
     copy variance, and never the zero that the subtraction gives when a few rounds per copy
     leave more noise than offset (elementwise_chain at 8 rounds per copy: pooled over the
     programs exactly 0 in 3 of 16 runs whose copies, run on, spread 1.5-4%); what
-    `_unresolved` judges by, so that such an estimate cannot end sampling."""
+    `_open_passes` judges by, so that such an estimate cannot end sampling."""
     logs = np.log(np.maximum(samples, 1e-30))  # NaN where a program sat a round out
     resid = logs - np.nanmedian(logs, axis=1, keepdims=True)
     present = (~np.isnan(resid)).sum(axis=0)  # programs in each round
