@@ -778,29 +778,54 @@ def test_rounds_sample_each_function_at_its_period() -> None:
     assert measured["b"][third:fifth].sum() > 0 and timings["a"].stop_reason == "resolved"
 
 
+def _three_programs(
+    t: int, levels: np.ndarray, slots: np.ndarray, machine: np.ndarray, first: np.ndarray,
+    noise: float,
+) -> np.ndarray:  # fmt: skip
+    """Simulated rounds of three programs at `levels` on the copies `slots` (a 1% copy
+    offset each), each round's time off by `noise` and by a common factor (half that),
+    times the machine's speed; the first program sampled only in the rounds `first`."""
+    r = np.random.default_rng(t)
+    copies, rounds = len(np.unique(slots)), len(slots)
+    offsets = 1 + 0.01 * r.standard_normal((3, copies))
+    common = 1 + noise / 2 * r.standard_normal(rounds)
+    samples = levels[:, None] * offsets[:, slots] * (common * machine)[None] * (1 + noise * r.standard_normal((3, rounds)))  # fmt: skip
+    samples[0, ~first] = np.nan
+    return samples
+
+
+def _covered(run, slots: np.ndarray, truths: list[tuple[int, int, float]]) -> np.ndarray:
+    """How often, over 200 seeded runs (`run(t)`), each difference's 95% CI holds its truth."""
+    from irkit.measure.attribution import _round_bootstrap
+
+    covered = np.zeros(len(truths))
+    trials = 200
+    for t in range(trials):
+        point, boot = _round_bootstrap(run(t), 400, t, slots)
+        for j, (x, y, truth) in enumerate(truths):
+            low, high = np.quantile(boot[x] - boot[y], [0.025, 0.975])
+            covered[j] += low <= truth <= high
+    return covered / trials
+
+
 def test_a_program_that_left_the_rounds_early_is_at_the_run_s_level() -> None:
     """Issue 24: a program whose passes have verdicts leaves the rounds (`_open_passes`);
     the machine may then run faster or slower. Simulated: a program at 1.6 leaves after 8
     cycles of 16 copies, the machine is 10% slower for the 40 cycles after; its difference
     to a program sampled to the end keeps their ratio (1.6 / 1.05), at the whole run's
     level, where the raw medians would take the slowdown for an effect. With no drift, the
-    stratified bootstrap covers both differences at about the stated rate. Deterministic
-    (seeded), nothing timed."""
+    bootstrap covers both differences at about the stated rate. Deterministic (seeded),
+    nothing timed."""
     from irkit.measure.attribution import _round_bootstrap
 
     copies, early, late = 16, 8, 40
     rounds = copies * (early + late)
     slots = np.arange(rounds) % copies
     levels = np.array([1.6, 1.05, 1.0])
+    first = np.arange(rounds) < copies * early
 
     def run(t: int, drift: float, noise: float) -> np.ndarray:
-        r = np.random.default_rng(t)
-        offsets = 1 + 0.01 * r.standard_normal((3, copies))
-        common = 1 + noise / 2 * r.standard_normal(rounds)
-        machine = np.where(np.arange(rounds) < copies * early, 1.0, 1.0 + drift)
-        samples = levels[:, None] * offsets[:, slots] * (common * machine)[None] * (1 + noise * r.standard_normal((3, rounds)))  # fmt: skip
-        samples[0, copies * early :] = np.nan
-        return samples
+        return _three_programs(t, levels, slots, np.where(first, 1.0, 1.0 + drift), first, noise)
 
     samples = run(0, 0.10, 0.005)
     point, boot = _round_bootstrap(samples, 400, 0, slots)
@@ -810,22 +835,17 @@ def test_a_program_that_left_the_rounds_early_is_at_the_run_s_level() -> None:
     assert raw[0] / raw[1] < 1.6 / 1.05 / 1.05  # what the raw medians would say
     assert (boot[0] - boot[1]).std() > (boot[2] - boot[1]).std()  # 128 rounds against 768
 
-    covered = np.zeros(2)
-    trials = 200
-    for t in range(trials):
-        point, boot = _round_bootstrap(run(t, 0.0, 0.08), 400, t, slots)
-        for j, (x, y, truth) in enumerate([(0, 1, 0.55), (1, 2, 0.05)]):
-            low, high = np.quantile(boot[x] - boot[y], [0.025, 0.975])
-            covered[j] += low <= truth <= high
-    assert (covered / trials >= 0.93).all() and (covered / trials <= 0.995).all(), covered
+    covered = _covered(lambda t: run(t, 0.0, 0.08), slots, [(0, 1, 0.55), (1, 2, 0.05)])
+    assert (covered >= 0.93).all() and (covered <= 0.995).all(), covered
 
 
 def test_a_program_sampled_every_few_cycles_is_at_the_run_s_level() -> None:
     """Issue 24 (rounds by cost): a slow program sampled only every fourth cycle after the
-    first eight, the machine 10% slower in just those cycles; its time is the run's level (its ratio to a program of every round kept within 1%; the raw
-    medians of the cycles it was in would be off), and over 200 runs without drift its
-    difference to a program of every round, and one between two of every round, are
-    covered at about the stated rate. Deterministic (seeded), nothing timed."""
+    first eight, the machine 10% slower in just those cycles; its time is the run's level
+    (its ratio to a program of every round kept within 1%; the raw medians of the cycles it
+    was in would be off), and over 200 runs without drift its difference to a program of
+    every round, and one between two of every round, are covered at about the stated rate.
+    Deterministic (seeded), nothing timed."""
     from irkit.measure.attribution import _round_bootstrap
 
     copies, cycles = 16, 48
@@ -836,13 +856,8 @@ def test_a_program_sampled_every_few_cycles_is_at_the_run_s_level() -> None:
     levels = np.array([8.0, 1.05, 1.0])
 
     def run(t: int, drift: float, noise: float) -> np.ndarray:
-        r = np.random.default_rng(t)
-        offsets = 1 + 0.01 * r.standard_normal((3, copies))
-        common = 1 + noise / 2 * r.standard_normal(rounds)
         machine = 1.0 + drift * ((cycle >= 8) & (cycle % 4 == 0))  # slower when it was thinned
-        samples = levels[:, None] * offsets[:, slots] * (common * machine)[None] * (1 + noise * r.standard_normal((3, rounds)))  # fmt: skip
-        samples[0, ~thinned] = np.nan
-        return samples
+        return _three_programs(t, levels, slots, machine, thinned, noise)
 
     samples = run(0, 0.10, 0.005)
     point, boot = _round_bootstrap(samples, 400, 0, slots)
@@ -851,14 +866,8 @@ def test_a_program_sampled_every_few_cycles_is_at_the_run_s_level() -> None:
     assert raw[0] / raw[1] > 8.0 / 1.05 * 1.03  # what the cycles it was in alone would say
     assert (boot[0] - boot[1]).std() > (boot[2] - boot[1]).std()
 
-    covered = np.zeros(2)
-    trials = 200
-    for t in range(trials):
-        point, boot = _round_bootstrap(run(t, 0.0, 0.08), 400, t, slots)
-        for j, (x, y, truth) in enumerate([(0, 1, 6.95), (1, 2, 0.05)]):
-            low, high = np.quantile(boot[x] - boot[y], [0.025, 0.975])
-            covered[j] += low <= truth <= high
-    assert (covered / trials >= 0.93).all() and (covered / trials <= 0.995).all(), covered
+    covered = _covered(lambda t: run(t, 0.0, 0.08), slots, [(0, 1, 6.95), (1, 2, 0.05)])
+    assert (covered >= 0.93).all() and (covered <= 0.995).all(), covered
 
 
 def test_rounds_go_by_need_and_cost() -> None:

@@ -712,12 +712,13 @@ def attribute(
         (`_round_bootstrap`)."""
         rows = np.array([now.samples[k] for k in programs])
         row_of = {k: i for i, k in enumerate(programs)}
-        passes = _open_passes(plan, key_of, row_of, rows, np.array(slots), precision, seed, gone)
+        slots_now = np.array(slots)
+        passes = _open_passes(plan, key_of, row_of, rows, slots_now, precision, seed, gone)
         if not passes:
             return {}
         order = sorted(set().union(*passes), key=row_of.__getitem__)
         at = {k: j for j, k in enumerate(order)}
-        periods = _cost_periods(rows[[row_of[k] for k in order]], np.array(slots),
+        periods = _cost_periods(rows[[row_of[k] for k in order]], slots_now,
                                 np.array([now.cost(k) for k in order]),
                                 [[at[k] for k in p] for p in passes])  # fmt: skip
         out = {k: int(p) for k, p in zip(order, periods, strict=True)} | {full_key: 1}
