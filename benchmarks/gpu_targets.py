@@ -1,7 +1,12 @@
 """The optimized CUDA pipeline against cuBLAS, PyTorch eager and torch.compile (issue 18's ladder).
 
     python benchmarks/gpu_targets.py [--quick] [-p default-cuda] [--no-compile] [--only NAME]
+                                     [--variant 'WORKLOAD:PASS{OPTIONS}[;PASS{...}]']
                                      [--out benchmarks/results/gpu_targets.jsonl]
+
+`--variant` times a workload once more with pass options of your own (added to its own; each
+replaces the pipeline's pass of its name), in the same rounds as the default pipeline: a
+one-off question on a lent device without a new entry in WORKLOADS below.
 
 With no device it says so in one line and exits 1.
 
@@ -54,7 +59,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -384,10 +389,20 @@ def main() -> int:
     parser.add_argument("--tile", action="append", default=[], metavar="OPTIONS",
                         help="also time the gemm with gpu-tile-matmul{OPTIONS} (repeatable), "
                              "e.g. --tile block-k=16")  # fmt: skip
+    parser.add_argument("--variant", action="append", default=[], metavar="WORKLOAD:PASSES",
+                        help="also time WORKLOAD with these pass options against its default "
+                             "(repeatable), e.g. 'transformer_block:gpu-tile-matmul{min-blocks=2}'")  # fmt: skip
     args = parser.parse_args()
-    gemm = WORKLOADS[0]
-    tiled = [Workload(f"gemm[{t}]", gemm.source, gemm.dims, gemm.quick_dims, gemm.peer,
-                      gemm.target, f"gpu-tile-matmul{{{t}}}") for t in args.tile]  # fmt: skip
+    by_name = {w.name: w for w in WORKLOADS}
+    variants = [("gemm", f"gpu-tile-matmul{{{t}}}") for t in args.tile]
+    for spec in args.variant:
+        name, _, passes = spec.partition(":")
+        if name not in by_name or not passes:
+            parser.error(f"--variant {spec!r}: expected WORKLOAD:PASSES, WORKLOAD one of "
+                         f"{', '.join(by_name)}")  # fmt: skip
+        variants.append((name, passes))
+    tiled = [replace(by_name[n], name=f"{n}[{p}]", passes=";".join(filter(None, [by_name[n].passes, p])))
+             for n, p in variants]  # fmt: skip
     try:
         from irkit.runtime.cuda import copy_bandwidth, device
 
