@@ -362,3 +362,21 @@ def test_fill_sms_gives_a_short_grid_smaller_tiles_with_the_same_results() -> No
     assert grids[0][0] == (256, 64) and len(grids[0]) == 2  # the tiles, then the partials' sum
     assert grids[1] == [(4, 256)]
     np.testing.assert_allclose(results[0], results[1], rtol=1e-4, atol=1e-4)
+
+
+def test_fill_sms_pairs_blocks_on_a_grid_of_few_waves_with_the_same_results() -> None:
+    """fill-sms's pairing (`_paired`): with `sms=8`, a ragged 200 x 250 x 40 gemm in 128 x 128
+    tiles is 4 blocks, half a wave: 128 x 64 tiles instead, 8 blocks of 128 threads bounded to
+    two an SM. Both it and fill-sms=false match the float64 reference, and each other bit for
+    bit (the same k order per output: only the tiles' shape changed)."""
+    module = irkit.load("examples/gemm.graph", {"M": 200, "N": 250, "K": 40})
+    results, launches = [], []
+    for fill in ("true", "false"):
+        pipeline = f"lower-graph-to-loops,gpu-tile-matmul{{sms=8 fill-sms={fill}}},map-to-gpu"
+        exe = irkit.compile(module, backend="cuda-host", pipeline=pipeline)
+        assert _passes(exe, module, seed=3)
+        launches.append([(k.launch["grid"][0], k.launch["block"][0], k.launch.get("min_blocks"))
+                         for k in exe.gpu_kernels])  # fmt: skip
+        results.append(exe(*random_inputs(module, seed=3))[0])
+    assert launches == [[(8, 128, 2)], [(4, 256, None)]]
+    np.testing.assert_array_equal(results[0], results[1])
