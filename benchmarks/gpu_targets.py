@@ -369,6 +369,8 @@ def _line(rec: dict) -> str:
                        f"[{rec[f'speed_vs_{p}']['ci_low']:.3f}, {rec[f'speed_vs_{p}']['ci_high']:.3f}]"
                        for p in rec["peers"])  # fmt: skip
     verdict = {True: "met", False: "NOT MET", None: "-"}[rec["verdict"]]
+    if "rung" in rec:  # the ladder's highest rung whose ratio the CI's low end reaches
+        verdict = f"{rec['rung']}x rung reached" if rec["rung"] else "NOT MET (below 0.5x)"
     against_default = ""
     if "speed_vs_irkit_default" in rec:
         d = rec["speed_vs_irkit_default"]

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from irkit.measure.timers import MIN_SAMPLE_S, calibrate
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -131,15 +133,39 @@ def test_gpu_targets_needs_a_device() -> None:
     assert r.stderr.strip() == "gpu_targets: error: no CUDA device available"
 
 
-def test_every_gpu_targets_variant_builds_kernels_nvrtc_compiles() -> None:
-    """Each workload's pipeline (a variant's options merged into default-cuda) lowers its
-    model at the quick sizes to kernels NVRTC compiles for sm_90: a variant the next GPU
-    session would time cannot fail on a typo. (No GPU needed; nothing runs.)"""
+def _gpu_targets():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import gpu_targets
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
+    return gpu_targets
+
+
+def test_gpu_targets_prints_the_ladder_rung_reached_and_checks_variants() -> None:
+    """The gemm's line names the highest rung whose ratio its CI's low end reaches (a 0.897x
+    median with CI [0.890, 0.906] read "met" beside "0.9x" before); `--variant` names a
+    workload or fails in one line."""
+    g = _gpu_targets()
+    rec = {"workload": "gemm", "irkit": {"seconds": {"median": 3.0e-3}}, "gflops": 45000.0,
+           "fraction_of_copy_bw": 0.016, "peers": ["cublas"],
+           "speed_vs_cublas": {"median": 0.897, "ci_low": 0.890, "ci_high": 0.906},
+           "target": "ladder: 0.5x, 0.7x, 0.9x cuBLAS", "rung": 0.7, "verdict": True}  # fmt: skip
+    assert g._line(rec).endswith("ladder: 0.5x, 0.7x, 0.9x cuBLAS: 0.7x rung reached")
+    assert g._line({**rec, "rung": None, "verdict": False}).endswith("NOT MET (below 0.5x)")
+    r = subprocess.run(
+        [sys.executable, "benchmarks/gpu_targets.py", "--variant", "gemm_typo:gpu-coarsen"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "--variant 'gemm_typo:gpu-coarsen': expected WORKLOAD:PASSES" in r.stderr
+
+
+def test_every_gpu_targets_variant_builds_kernels_nvrtc_compiles() -> None:
+    """Each workload's pipeline (a variant's options merged into default-cuda) lowers its
+    model at the quick sizes to kernels NVRTC compiles for sm_90: a variant the next GPU
+    session would time cannot fail on a typo. (No GPU needed; nothing runs.)"""
+    gpu_targets = _gpu_targets()
     from irkit.codegen.cuda import gpu_kernels, kernel_source
     from irkit.codegen.nvrtc import compile_cuda
     from irkit.pipelines import apply_passes, parse_passes
@@ -458,6 +484,20 @@ def test_fidelity_off_the_cpu_takes_the_truth_unscaled_and_scores_the_launch() -
     seconds = fidelity.call_timer(bound, "device")()
     assert bound.calls == 1 and 0 <= seconds < 1
     assert np.isfinite(seconds)
+
+    class Events:  # a device's events: 50 us a call, as attribution's timers would see it
+        def __init__(self) -> None:
+            self.asked: list[int] = []
+
+        def sample(self, reps: int) -> float:
+            self.asked.append(reps)
+            return 50e-6
+
+    events = Events()
+    Host.timed_graph = lambda self: events  # type: ignore[method-assign]
+    assert fidelity.call_timer(Host(), "device")() == 50e-6
+    # batched as attribution's Rounds batch a 50-us program: 4 calls (200 us) a sample
+    assert events.asked[-1] == calibrate(events, MIN_SAMPLE_S) == 4
 
 
 def _simulated_cells(*args: str, rows: int) -> list[list[str]]:

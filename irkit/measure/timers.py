@@ -48,6 +48,11 @@ class Timing:
         return out
 
 
+MIN_SAMPLE_S = 2e-4
+"""The shortest sample the interleaved timers take: calls are batched back to back until one
+batch lasts this long (`calibrate`)."""
+
+
 def calibrate(fn: Callable[[], None], min_sample_s: float) -> int:
     """Calls per sample so that one sample lasts at least `min_sample_s`."""
     reps = 1
@@ -65,7 +70,7 @@ def time_cpu(
     min_samples: int = 10,
     max_samples: int = 200,
     warmup: int = 1,
-    min_sample_s: float = 2e-4,
+    min_sample_s: float = MIN_SAMPLE_S,
     floor_samples: int = 3,
 ) -> Timing:
     """Time one function (see the module docstring); returns per-call seconds.
@@ -142,7 +147,7 @@ class Rounds:
         self,
         fns: dict[str, Callable[[], None]],
         warmup: int = 1,
-        min_sample_s: float = 2e-4,
+        min_sample_s: float = MIN_SAMPLE_S,
         seed: int = 0,
         quiesce: bool = False,
     ):
@@ -184,7 +189,7 @@ def time_interleaved(
     min_rounds: int = 10,
     max_rounds: int = 200,
     warmup: int = 1,
-    min_sample_s: float = 2e-4,
+    min_sample_s: float = MIN_SAMPLE_S,
     seed: int = 0,
     floor_rounds: int | None = None,
     on_round: Callable[[int], None] | None = None,
