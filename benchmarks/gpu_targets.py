@@ -43,8 +43,9 @@ transformer_block with its batch matmuls one thread per output (`batch=false`) a
 its batch matmuls 64 x 64 tiles, 512 blocks), and the row
 kernels (layer_norm, softmax, transformer_block's) with their reductions by a shared-memory
 tree and statistics read back from global memory, as before 2026-11-27
-(`map-to-gpu{shuffle=false forward=false}`, the `*_tree` workloads), and layer_norm with
-shuffles but no forwarding (`forward=false`).
+(`map-to-gpu{shuffle=false forward=false}`, the `*_tree` workloads), layer_norm with
+shuffles but no forwarding (`forward=false`), and softmax with 512 threads a row
+(`row-items=8`, which made layer_norm 1.06x faster on the H200 at dbb5b27).
 
 Protocol: each irkit variant is first checked against the float64 reference (never timed if
 wrong) and against each peer's output; then all are timed in interleaved, randomly ordered
@@ -154,6 +155,8 @@ WORKLOADS = [
              "map-to-gpu{shuffle=false forward=false}"),
     Workload("layernorm_no_forward", "examples/layernorm.graph", {"T": 16384, "H": 1024},
              {"T": 1024, "H": 1024}, "layer_norm", "bandwidth", "map-to-gpu{forward=false}"),
+    Workload("softmax_row_items8", "examples/softmax.graph", {"R": 4096, "C": 4096},
+             {"R": 512, "C": 512}, "softmax", "bandwidth", "map-to-gpu{row-items=8}"),
     Workload("softmax_tree", "examples/softmax.graph", {"R": 4096, "C": 4096},
              {"R": 512, "C": 512}, "softmax", "bandwidth", "map-to-gpu{shuffle=false forward=false}"),
     Workload("mlp", "examples/mlp.graph", {"B": 512, "D": 1024, "F": 4096},
