@@ -347,20 +347,30 @@ def test_copies_dropped_give_their_memory_maps_back() -> None:
     assert maps() - before < 40  # kept, 40 copies held over 40 x 256 maps
 
 
+def _with_and_without_fill_sms(dims: dict[str, int], options: str, seed: int):
+    """The gemm example under gpu-tile-matmul{OPTIONS fill-sms=true}, then =false, on
+    cuda-host, each checked against the float64 reference: each one's launches (grid, block,
+    min_blocks) and its result."""
+    module = irkit.load("examples/gemm.graph", dims)
+    launches, results = [], []
+    for fill in ("true", "false"):
+        tile = " ".join(filter(None, (options, f"fill-sms={fill}")))
+        pipeline = f"lower-graph-to-loops,gpu-tile-matmul{{{tile}}},map-to-gpu"
+        exe = irkit.compile(module, backend="cuda-host", pipeline=pipeline)
+        assert _passes(exe, module, seed=seed)
+        launches.append([(k.launch["grid"][0], k.launch["block"][0], k.launch.get("min_blocks"))
+                         for k in exe.gpu_kernels])  # fmt: skip
+        results.append(exe(*random_inputs(module, seed=seed))[0])
+    return launches, results
+
+
 def test_fill_sms_gives_a_short_grid_smaller_tiles_with_the_same_results() -> None:
     """gpu-tile-matmul's fill-sms on a 256^3 gemm (4 blocks of 128 x 128 on 132 SMs): 32 x 32
     tiles with split-K, 256 blocks and the partials' kernel; both that and fill-sms=false
     match the float64 reference, and each other within f32's reassociation."""
-    module = irkit.load("examples/gemm.graph", {"M": 256, "N": 256, "K": 256})
-    results, grids = [], []
-    for fill in ("true", "false"):
-        pipeline = f"lower-graph-to-loops,gpu-tile-matmul{{fill-sms={fill}}},map-to-gpu"
-        exe = irkit.compile(module, backend="cuda-host", pipeline=pipeline)
-        assert _passes(exe, module, seed=2)
-        grids.append([(k.launch["grid"][0], k.launch["block"][0]) for k in exe.gpu_kernels])
-        results.append(exe(*random_inputs(module, seed=2))[0])
-    assert grids[0][0] == (256, 64) and len(grids[0]) == 2  # the tiles, then the partials' sum
-    assert grids[1] == [(4, 256)]
+    launches, results = _with_and_without_fill_sms({"M": 256, "N": 256, "K": 256}, "", seed=2)
+    assert launches[0][0] == (256, 64, None) and len(launches[0]) == 2  # tiles, partials' sum
+    assert launches[1] == [(4, 256, None)]
     np.testing.assert_allclose(results[0], results[1], rtol=1e-4, atol=1e-4)
 
 
@@ -369,14 +379,6 @@ def test_fill_sms_pairs_blocks_on_a_grid_of_few_waves_with_the_same_results() ->
     tiles is 4 blocks, half a wave: 128 x 64 tiles instead, 8 blocks of 128 threads bounded to
     two an SM. Both it and fill-sms=false match the float64 reference, and each other bit for
     bit (the same k order per output: only the tiles' shape changed)."""
-    module = irkit.load("examples/gemm.graph", {"M": 200, "N": 250, "K": 40})
-    results, launches = [], []
-    for fill in ("true", "false"):
-        pipeline = f"lower-graph-to-loops,gpu-tile-matmul{{sms=8 fill-sms={fill}}},map-to-gpu"
-        exe = irkit.compile(module, backend="cuda-host", pipeline=pipeline)
-        assert _passes(exe, module, seed=3)
-        launches.append([(k.launch["grid"][0], k.launch["block"][0], k.launch.get("min_blocks"))
-                         for k in exe.gpu_kernels])  # fmt: skip
-        results.append(exe(*random_inputs(module, seed=3))[0])
+    launches, results = _with_and_without_fill_sms({"M": 200, "N": 250, "K": 40}, "sms=8", seed=3)
     assert launches == [[(8, 128, 2)], [(4, 256, None)]]
     np.testing.assert_array_equal(results[0], results[1])
