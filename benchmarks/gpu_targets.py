@@ -6,7 +6,8 @@
 
 `--variant` times a workload once more with pass options of your own (added to its own; each
 replaces the pipeline's pass of its name), in the same rounds as the default pipeline: a
-one-off question on a lent device without a new entry in WORKLOADS below.
+one-off question on a lent device without a new entry in WORKLOADS below. With `--variant`
+and no `--only`, the variants alone run.
 
 With no device it says so in one line and exits 1.
 
@@ -395,8 +396,9 @@ def main() -> int:
                         help="also time the gemm with gpu-tile-matmul{OPTIONS} (repeatable), "
                              "e.g. --tile block-k=16")  # fmt: skip
     parser.add_argument("--variant", action="append", default=[], metavar="WORKLOAD:PASSES",
-                        help="also time WORKLOAD with these pass options against its default "
-                             "(repeatable), e.g. 'transformer_block:gpu-tile-matmul{min-blocks=2}'")  # fmt: skip
+                        help="time WORKLOAD with these pass options against its default "
+                             "(repeatable; without --only, the variants alone), "
+                             "e.g. 'transformer_block:gpu-tile-matmul{min-blocks=2}'")  # fmt: skip
     args = parser.parse_args()
     by_name = {w.name: w for w in WORKLOADS}
     variants = [("gemm", f"gpu-tile-matmul{{{t}}}") for t in args.tile]
@@ -406,6 +408,9 @@ def main() -> int:
             parser.error(f"--variant {spec!r}: expected WORKLOAD:PASSES, WORKLOAD one of "
                          f"{', '.join(by_name)}")  # fmt: skip
         variants.append((name, passes))
+    unknown = [n for n in args.only if n not in by_name]
+    if unknown:
+        parser.error(f"--only {', '.join(unknown)}: no such workload; one of {', '.join(by_name)}")
     tiled = [replace(by_name[n], name=f"{n}[{p}]", passes=";".join(filter(None, [by_name[n].passes, p])))
              for n, p in variants]  # fmt: skip
     try:
@@ -425,8 +430,8 @@ def main() -> int:
           flush=True)  # fmt: skip
     failed = []
     for w in WORKLOADS + tiled:
-        if args.only and w.name not in args.only and w not in tiled:
-            continue
+        if w not in tiled and (w.name not in args.only if args.only else bool(args.variant)):
+            continue  # not named; with --variant and no --only, the variants alone run
         dims = w.quick_dims if args.quick else w.dims
         try:
             rec = measure(w, dims, args.pipeline, budget, torch, dev, copy_bw, not args.no_compile)

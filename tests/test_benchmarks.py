@@ -144,8 +144,8 @@ def _gpu_targets():
 
 def test_gpu_targets_prints_the_ladder_rung_reached_and_checks_variants() -> None:
     """The gemm's line names the highest rung whose ratio its CI's low end reaches (a 0.897x
-    median with CI [0.890, 0.906] read "met" beside "0.9x" before); `--variant` names a
-    workload or fails in one line."""
+    median with CI [0.890, 0.906] read "met" beside "0.9x" before); `--variant` and `--only`
+    name workloads or fail in one line (a typo in --only had run nothing, silently)."""
     g = _gpu_targets()
     rec = {"workload": "gemm", "irkit": {"seconds": {"median": 3.0e-3}}, "gflops": 45000.0,
            "fraction_of_copy_bw": 0.016, "peers": ["cublas"],
@@ -159,6 +159,10 @@ def test_gpu_targets_prints_the_ladder_rung_reached_and_checks_variants() -> Non
     )  # fmt: skip
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "--variant 'gemm_typo:gpu-coarsen': expected WORKLOAD:PASSES" in r.stderr
+    r = subprocess.run([sys.executable, "benchmarks/gpu_targets.py", "--only", "gemm", "--only", "softmx"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "--only softmx: no such workload" in r.stderr.splitlines()[-1]
 
 
 def test_every_gpu_targets_variant_builds_kernels_nvrtc_compiles() -> None:
