@@ -253,6 +253,30 @@ def test_interchange_matmul_is_bit_identical_to_the_dot_product() -> None:
         np.testing.assert_array_equal(a, b)
 
 
+def test_interchange_matmul_rewrites_an_implicit_gemm_bit_identically() -> None:
+    """A convolution as an implicit GEMM left untiled (A read through the patches' index
+    arithmetic, fused with its epilogue): row updates, the same bits as the dot form
+    interpreted element by element, and the reference's values; ragged sizes, strides and
+    padding, on one thread and on two."""
+    module = parse_source(
+        "model c\ninput x : f32[2, 3, 9, 7]\nparam w : f32[5, 3, 3, 2]\nparam s : f32[5]\n"
+        "param t : f32[5]\nparam m : f32[5]\nparam v : f32[5]\n"
+        "c = conv2d(x, w, strides=[2, 1], padding=[1, 0, 1, 1])\n"
+        "output y = relu(batch_norm(c, s, t, m, v, eps=1e-5))\n",
+        "c.graph", ".graph",
+    )  # fmt: skip
+    spec = "conv-layout,conv-to-matmul{implicit=true},fuse-kernels,lower-graph-to-loops"
+    rewritten = apply_passes(module.clone(), parse_passes(spec + ",interchange-matmul"))
+    assert not [op for op in rewritten.walk() if isinstance(op, scf.ForOp) and op.iter_args]
+    inputs = random_inputs(module, seed=4)
+    dot = irkit.compile(module, spec, backend="cuda-sim")(*inputs)
+    for extra in ("", ",cpu-parallelize{threads=2 min-work=0}"):
+        rows = irkit.compile(module, spec + ",interchange-matmul" + extra, backend="cpu")(*inputs)
+        for a, b in zip(dot, rows, strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert_matches(module, spec + ",interchange-matmul", "cpu", seed=4)
+
+
 def test_interchange_matmul_handles_batches_and_leaves_what_it_cannot() -> None:
     batched = parse_source(
         "model b\ninput q : f32[2, 3, 5, 8]\ninput k : f32[1, 3, 8, 6]\n"

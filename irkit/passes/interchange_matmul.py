@@ -25,6 +25,13 @@ order with the same operations, so the result is the dot form's, bit for bit; th
 loop reads B and the row contiguously, which LLVM vectorizes: that program, 4.1 s -> 0.22 s
 a call (each row of A still streams all of B: no blocking, which is cpu-tile-matmul's job).
 
+A read through index arithmetic (`match_matmul`'s gather: an implicit GEMM's patches, read
+in place from the padded input, as `conv-to-matmul{implicit=true}` and `fuse-kernels` leave a
+convolution) keeps that arithmetic, cloned into the k loop, so it runs once per (i, k)
+instead of once per multiply-add: conv_block's fused convolution left untiled ran 3-5x
+slower than the unfused im2col and matmul, which charged `fuse-kernels` a slowdown in every
+attribution context without `cpu-tile-matmul`.
+
 Only f32/f64 nests `match_matmul` recognizes, with a row of C of at most `ROW_BYTES` (a
 pool thread's stack holds it); anything else stays as it is. Not an optimization of the
 pipeline (`cpu-tile-matmul` replaces these nests where it applies): it is how the CPU
@@ -66,7 +73,11 @@ def interchange(nest: MatmulNest, fn: func.FuncOp) -> bool:
     assert isinstance(mul, arith.MulfOp) and isinstance(add, arith.AddfOp)
     first = mul.operands[0].owner  # A's load (indices ending [i, k]) or B's
     k_iv = nest.k_loop.body.block.args[0]
-    a_first = isinstance(first, memref.LoadOp) and list(first.indices[-2:]) == [nest.i, k_iv]
+    a_first = isinstance(first, memref.LoadOp) and (
+        list(first.indices) == list(nest.a_indices)
+        if nest.a_gather
+        else list(first.indices[-2:]) == [nest.i, k_iv]
+    )
     acc_first = add.operands[0] is nest.k_loop.body.block.args[1]
     old = nest.loop
     b = LoopBuilder(fn.body.block)
@@ -86,7 +97,8 @@ def interchange(nest: MatmulNest, fn: func.FuncOp) -> bool:
         return []
 
     def update(k: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-        a = b.add(memref.LoadOp.get(nest.a, [*prefix_a, i, k]))
+        at = nest.a_index(i, k, b.add) if nest.a_gather else [*prefix_a, i, k]
+        a = b.add(memref.LoadOp.get(nest.a, at))  # once per (i, k), not per (i, j, k)
 
         def axpy(j: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
             x = b.add(memref.LoadOp.get(nest.b, [*prefix_b, k, j]))
@@ -138,7 +150,7 @@ class InterchangeMatmulPass(ModulePass):
         require_loop_level(op, "interchange-matmul", cpu=True)
         for fn in kernels(op):
             for loop in _top_level_loops(fn):
-                nest = match_matmul(loop, batched=True)
+                nest = match_matmul(loop, batched=True, gather=True)
                 if nest is not None:
                     interchange(nest, fn)
 
@@ -160,7 +172,7 @@ def _applies(nest: MatmulNest | None) -> bool:
 def needs_interchange(module: ModuleOp) -> bool:
     """Whether `interchange-matmul` would change `module` (a query; nothing changes)."""
     return any(
-        _applies(match_matmul(loop, batched=True))
+        _applies(match_matmul(loop, batched=True, gather=True))
         for fn in kernels(module)
         for loop in _top_level_loops(fn)
     )
