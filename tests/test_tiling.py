@@ -223,6 +223,52 @@ def test_cpu_tile_transpose_is_bit_identical(shape, perm, tiled: bool) -> None:
         np.testing.assert_array_equal(irkit.compile(module, s, backend="cpu")(x)[0], want)
 
 
+# --- the CPU tile follows the host --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "features,bits,registers",
+    [("+avx512f,+avx2,+avx,-prefer-256-bit", 512, 32), ("+avx512f,+avx2,+avx,+prefer-256-bit", 256, 32),
+     ("-avx512f,+avx2,+avx", 256, 16), ("-avx512f,-avx2,-avx,+sse4.2", 128, 16)],
+)  # fmt: skip
+def test_cpu_tiles_take_the_host_vector_width_and_registers(
+    monkeypatch, features, bits, registers
+) -> None:
+    """vector-bits=0 and nr=0 (the defaults) resolve to the host's: its widest vector (256
+    where IRKIT_VECTOR_BITS=256 made an AVX-512 host prefer them) and as many B vectors as
+    leave the 6-row tile's accumulators, B's vectors and a broadcast in its register file;
+    explicit options stay as given."""
+    from irkit.codegen import host
+    from irkit.passes.cpu_tile_matmul import CpuTileMatmulPass
+
+    monkeypatch.setattr(host, "host_target", lambda: host.HostTarget("cpu", features))
+    assert (host.host_vector_bits(), host.host_vector_registers()) == (bits, registers)
+    auto = CpuTileMatmulPass().resolved()
+    lanes = bits // 32
+    assert auto.vector_bits == bits and auto.nr % lanes == 0
+    vectors = auto.nr // lanes
+    assert auto.mr * vectors + vectors + 1 <= registers < 2 * (auto.mr * vectors + vectors + 1)
+    given = CpuTileMatmulPass(vector_bits=512, nr=64)
+    assert given.resolved() == given
+
+
+def test_default_cpu_tiles_fit_this_host_and_match() -> None:
+    """On the host the tests run on: default-cpu's microkernels use its vector width, and
+    their accumulators fit its registers (an AVX-512 tile on an AVX2 host had spilled);
+    the result matches the reference."""
+    from irkit.codegen.host import host_vector_bits, host_vector_registers
+
+    module = matmul_model(37, 100, 29, "bias_relu")
+    spec = "fuse-kernels,lower-graph-to-loops,cpu-tile-matmul"
+    tiled = apply_passes(module.clone(), parse_passes(spec))
+    widths = {t.get_shape()[0] for op in tiled.walk() for t in op.result_types
+              if isinstance(t, vector.VectorType)}  # type: ignore[attr-defined]  # fmt: skip
+    assert widths == {host_vector_bits() // 32}
+    accumulators = max(len(op.iter_args) for op in tiled.walk() if isinstance(op, scf.ForOp))
+    assert accumulators + accumulators // 6 + 1 <= host_vector_registers()
+    assert_matches(module, spec, "cpu", seed=5)
+
+
 # --- interchange-matmul ----------------------------------------------------------------------
 
 

@@ -50,8 +50,13 @@ contraction C compilers make under -ffp-contract.
 Options:
 
     mr=6              rows of C per microkernel (its register tile is mr x nr)
-    nr=64             columns per microkernel and per packed panel, a multiple of the lanes
-    vector-bits=512   vector register width (512 for AVX-512; 256 for AVX2)
+    nr=0              columns per microkernel and per packed panel, a multiple of the lanes;
+                      0 (auto): 4 vectors where the host has 32 vector registers (AVX-512:
+                      64 f32 at 512 bits), 2 where it has 16 (AVX2: 16 f32 at 256 bits)
+    vector-bits=0     vector register width: 512 (AVX-512), 256 (AVX2) or 128; 0 (auto):
+                      the host's widest (`host_vector_bits`; IRKIT_VECTOR_BITS=256 narrows
+                      an AVX-512 host's). The AVX-512 tile on an AVX2 host (48 ymm
+                      accumulators in 16 registers) ran transformer_block 2.5x slower
     pack=true         pack B into contiguous panels before the microkernels run
     min-panels=4      with fewer panels, the row tiles are the parallel loop (0: never)
     kc=-1             the k steps per block of a panel; 0, or K <= kc: K in one block;
@@ -74,13 +79,14 @@ Options:
                       others do not evict it first
 
 With 32 vector registers (AVX-512), mr * nr / lanes accumulators plus nr / lanes B vectors
-plus one broadcast must stay at most 32: the defaults use 24 + 4 + 1.
+plus one broadcast must stay at most 32: the defaults use 24 + 4 + 1; with 16 (AVX2), 12 + 2
++ 1.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from xdsl.context import Context
@@ -89,6 +95,7 @@ from xdsl.dialects.builtin import MemRefType, ModuleOp, UnitAttr, VectorType
 from xdsl.ir import Block, BlockArgument, Region, SSAValue
 from xdsl.passes import ModulePass
 
+from irkit.codegen.host import host_vector_bits, host_vector_registers
 from irkit.dialects.cpu import PrefetchOp
 from irkit.errors import IrkitError, require
 from irkit.loops import (
@@ -117,26 +124,39 @@ class CpuTileMatmulPass(ModulePass):
     is_optimization = True
 
     mr: int = 6
-    nr: int = 64
-    vector_bits: int = 512
+    nr: int = 0  # 0: as many vectors as the host's registers hold (`resolved`)
+    vector_bits: int = 0  # 0: the host's (`host_vector_bits`)
     pack: bool = True
     kc: int = -1
     min_panels: int = 4
     prefetch: bool = True
 
+    def resolved(self) -> CpuTileMatmulPass:
+        """The options with the host's values where they are 0 (auto): `vector-bits` the
+        host's widest vector, `nr` 4 vectors with 32 vector registers (AVX-512: 6 x 4
+        accumulators, 4 of B, 1 broadcast) and 2 with 16 (AVX2, SSE: 12 + 2 + 1), BLIS's
+        shapes for those ISAs. On a 2-core znver3 VM (AVX2), transformer_block ran 2.52x
+        [2.45, 2.61] faster at 256 bits and nr=16 than with the AVX-512 tile (6 x 64 at 512
+        bits: 48 ymm accumulators, spilled), and 1.6x faster than untiled (2026-11-28,
+        `irkit-bench tune`)."""
+        bits = self.vector_bits or host_vector_bits()
+        nr = self.nr or bits // 32 * (4 if host_vector_registers() >= 32 else 2)
+        return replace(self, vector_bits=bits, nr=nr)
+
     def check_options(self) -> None:
-        require(self.vector_bits in (128, 256, 512), "vector-bits", self.vector_bits,
-                "must be 128, 256 or 512")  # fmt: skip
+        require(self.vector_bits in (0, 128, 256, 512), "vector-bits", self.vector_bits,
+                "must be 128, 256 or 512 (or 0: the host's)")  # fmt: skip
         require(1 <= self.mr <= 16, "mr", self.mr, "must be from 1 to 16")
-        lanes = self.vector_bits // 32  # f32's; f64's (half as many) divide it
-        require(0 < self.nr <= 1024 and self.nr % lanes == 0, "nr", self.nr,
-                f"must be a positive multiple of the {lanes} f32 lanes of a "
-                f"{self.vector_bits}-bit vector, at most 1024")  # fmt: skip
+        lanes = (self.vector_bits or 128) // 32  # f32's; f64's (half as many) divide it
+        require(0 <= self.nr <= 1024 and self.nr % lanes == 0, "nr", self.nr,
+                f"must be a multiple of the {lanes} f32 lanes of a "
+                f"{self.vector_bits or 'host'}-bit vector, at most 1024 (or 0: auto)")  # fmt: skip
         require(self.kc >= -1, "kc", self.kc,
                 "must be -1 (auto), 0 (no K blocking) or positive")  # fmt: skip
         require(self.min_panels >= 0, "min-panels", self.min_panels, "must be non-negative")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        options = self.resolved()
         callers = _Callers(op)
         for fn in list(op.ops):
             if not isinstance(fn, func.FuncOp) or KERNEL_ATTR not in fn.attributes:
@@ -144,7 +164,7 @@ class CpuTileMatmulPass(ModulePass):
             for loop in [o for o in fn.walk() if isinstance(o, scf.ParallelOp)]:
                 nest = match_matmul(loop, batched=True, gather=True)
                 if nest is not None:
-                    _Tiler(self, nest, fn, callers).rewrite()
+                    _Tiler(options, nest, fn, callers).rewrite()
 
 
 class _Callers:

@@ -39,6 +39,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, Region, SSAValue
 from xdsl.passes import ModulePass
 
+from irkit.codegen.host import host_vector_bits
 from irkit.errors import require
 from irkit.loops import constant_int, kernels, require_loop_level
 from irkit.passes.loop_builder import FunctionConstants
@@ -171,11 +172,11 @@ class CpuTileTransposePass(ModulePass):
     name = "cpu-tile-transpose"
     is_optimization = True
 
-    vector_bits: int = 512
+    vector_bits: int = 0  # 0: the host's widest vector (`host_vector_bits`)
 
     def check_options(self) -> None:
-        require(self.vector_bits in (128, 256, 512), "vector-bits", self.vector_bits,
-                "must be 128, 256 or 512")  # fmt: skip
+        require(self.vector_bits in (0, 128, 256, 512), "vector-bits", self.vector_bits,
+                "must be 128, 256 or 512 (or 0: the host's)")  # fmt: skip
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self.check_options()
@@ -185,4 +186,4 @@ class CpuTileTransposePass(ModulePass):
             for loop in top:
                 found = match_transpose(loop)
                 if found is not None:
-                    tile(found, fn, self.vector_bits // 32)
+                    tile(found, fn, (self.vector_bits or host_vector_bits()) // 32)
