@@ -54,9 +54,11 @@ def test_cpu_tile_matmul_matches_the_reference(m: int, n: int, k: int, epilogue:
     module = matmul_model(m, n, k, epilogue)
     spec = "fuse-kernels,lower-graph-to-loops,cpu-tile-matmul"
     tiled = apply_passes(module.clone(), parse_passes(spec))
-    # the nest was rewritten (it had at least one whole vector of columns)
+    # the nest was rewritten (it had at least one whole vector of the host's columns)
+    from irkit.passes.cpu_tile_matmul import CpuTileMatmulPass
+
     has_fma = any(isinstance(op, vector.FMAOp) for op in tiled.walk())
-    assert has_fma == (n >= 16)
+    assert has_fma == (n >= CpuTileMatmulPass().resolved().vector_bits // 32)
     assert_matches(module, spec, "cpu", seed=m + n + k)
 
 
@@ -76,7 +78,7 @@ def test_cpu_tile_matmul_options_stay_correct(options: str) -> None:
 
 def test_cpu_tile_matmul_handles_f64_with_eight_lanes() -> None:
     module = matmul_model(7, 40, 9, "bias_relu", dtype="f64")
-    spec = "fuse-kernels,lower-graph-to-loops,cpu-tile-matmul{nr=16}"
+    spec = "fuse-kernels,lower-graph-to-loops,cpu-tile-matmul{nr=16 vector-bits=512}"
     tiled = apply_passes(module.clone(), parse_passes(spec))
     lanes = {op.result.type.get_shape()[0] for op in tiled.walk() if isinstance(op, vector.LoadOp)}
     assert lanes == {8}
@@ -88,8 +90,9 @@ def test_weights_are_packed_once_per_bind(threads: int) -> None:
     """A param B is packed by an irkit.once kernel: a bound executable runs it at bind and
     its graph reads the packed copy (changing the bound weight afterwards changes nothing;
     clearing the packed buffer does), while a plain call packs the weights it is given."""
-    module = matmul_model(13, 128, 7)  # two whole panels: no tail columns read w itself
-    spec = f"fuse-kernels,lower-graph-to-loops,cpu-tile-matmul,cpu-parallelize{{threads={threads} min-work=0}}"
+    module = matmul_model(13, 128, 7)  # two whole panels of 64: no tail columns read w itself
+    spec = ("fuse-kernels,lower-graph-to-loops,cpu-tile-matmul{vector-bits=512 nr=64},"
+            f"cpu-parallelize{{threads={threads} min-work=0}}")  # fmt: skip
     exe = irkit.compile(module, spec, backend="cpu")
     assert [k.once for k in exe.kernels] == [True, False]
     rng = np.random.default_rng(0)
@@ -238,11 +241,12 @@ def test_cpu_tiles_take_the_host_vector_width_and_registers(
     where IRKIT_VECTOR_BITS=256 made an AVX-512 host prefer them) and as many B vectors as
     leave the 6-row tile's accumulators, B's vectors and a broadcast in its register file;
     explicit options stay as given."""
-    from irkit.codegen import host
+    from irkit import host
     from irkit.passes.cpu_tile_matmul import CpuTileMatmulPass
 
-    monkeypatch.setattr(host, "host_target", lambda: host.HostTarget("cpu", features))
-    assert (host.host_vector_bits(), host.host_vector_registers()) == (bits, registers)
+    monkeypatch.setattr(host, "cpu_features", lambda: frozenset(features.split(",")))
+    monkeypatch.setenv("IRKIT_VECTOR_BITS", "256" if "+prefer-256-bit" in features else "512")
+    assert (host.vector_bits(), host.vector_registers()) == (bits, registers)
     auto = CpuTileMatmulPass().resolved()
     lanes = bits // 32
     assert auto.vector_bits == bits and auto.nr % lanes == 0
@@ -256,7 +260,8 @@ def test_default_cpu_tiles_fit_this_host_and_match() -> None:
     """On the host the tests run on: default-cpu's microkernels use its vector width, and
     their accumulators fit its registers (an AVX-512 tile on an AVX2 host had spilled);
     the result matches the reference."""
-    from irkit.codegen.host import host_vector_bits, host_vector_registers
+    from irkit.host import vector_bits as host_vector_bits
+    from irkit.host import vector_registers as host_vector_registers
 
     module = matmul_model(37, 100, 29, "bias_relu")
     spec = "fuse-kernels,lower-graph-to-loops,cpu-tile-matmul"
@@ -654,15 +659,17 @@ def test_cpu_k_blocking_by_default_where_a_panel_outgrows_its_share_of_l2(
 
     assert (k * 64 * 4 > AUTO_KC_PANEL_BYTES) == blocked
     module = matmul_model(3, 64, k, "plain")
-    spec = "fuse-kernels,lower-graph-to-loops,cpu-tile-matmul"
-    tiled = apply_passes(module.clone(), parse_passes(spec))
+    spec = "fuse-kernels,lower-graph-to-loops,cpu-tile-matmul{{vector-bits=512 nr=64{}}}"
+    tiled = apply_passes(module.clone(), parse_passes(spec.format("")))
     loads_of_c = [
         op for op in tiled.walk() if isinstance(op, vector.LoadOp) and op.base.name_hint == "y"
     ]
     assert bool(loads_of_c) == blocked
     inputs = random_inputs(module, seed=1)
-    want = irkit.compile(module, spec + "{kc=0}", backend="cpu")(*inputs)[0]
-    np.testing.assert_array_equal(want, irkit.compile(module, spec, backend="cpu")(*inputs)[0])
+    want = irkit.compile(module, spec.format(" kc=0"), backend="cpu")(*inputs)[0]
+    np.testing.assert_array_equal(
+        want, irkit.compile(module, spec.format(""), backend="cpu")(*inputs)[0]
+    )
 
 
 @pytest.mark.parametrize("m,n,k", [(37, 64, 9), (40, 150, 5), (7, 200, 12), (5, 16, 3)])

@@ -52,21 +52,6 @@ def host_target() -> HostTarget:
     return HostTarget(llvm.get_host_cpu_name(), features)
 
 
-def host_vector_bits() -> int:
-    """The widest vector the host's code uses: 512 with AVX-512 (256 where IRKIT_VECTOR_BITS=256
-    asks for the narrower, as `host_target` does), 256 with AVX or AVX2, else 128."""
-    features = host_target().features.split(",")
-    if "+avx512f" in features and "+prefer-256-bit" not in features:
-        return 512
-    return 256 if "+avx" in features else 128
-
-
-def host_vector_registers() -> int:
-    """Vector registers the host's ISA names: 32 with AVX-512 (zmm0-31, and ymm0-31 through
-    AVX-512VL), else 16."""
-    return 32 if "+avx512f" in host_target().features.split(",") else 16
-
-
 OPTIMIZATION = "O3, loop and SLP vectorization, loop unrolling"
 """What `optimize` runs: part of the machine-code cache's key."""
 

@@ -45,12 +45,8 @@ def host_fingerprint() -> dict:
     import llvmlite
     import llvmlite.binding as llvm
 
-    from irkit.codegen.host import (
-        host_target,
-        host_vector_bits,
-        host_vector_registers,
-        thread_pool,
-    )
+    from irkit.codegen.host import host_target, thread_pool
+    from irkit.host import vector_bits, vector_registers
     from irkit.version import __version__
 
     target = host_target()
@@ -75,8 +71,8 @@ def host_fingerprint() -> dict:
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT") if thread_pool() == "gomp" else None,
         "vector_bits_pref": os.environ.get("IRKIT_VECTOR_BITS", "512"),
         # what cpu-tile-matmul's and cpu-tile-transpose's vector-bits=0 resolve to here
-        "vector_bits": host_vector_bits(),
-        "vector_registers": host_vector_registers(),
+        "vector_bits": vector_bits(),
+        "vector_registers": vector_registers(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 

@@ -54,7 +54,7 @@ Options:
                       0 (auto): 4 vectors where the host has 32 vector registers (AVX-512:
                       64 f32 at 512 bits), 2 where it has 16 (AVX2: 16 f32 at 256 bits)
     vector-bits=0     vector register width: 512 (AVX-512), 256 (AVX2) or 128; 0 (auto):
-                      the host's widest (`host_vector_bits`; IRKIT_VECTOR_BITS=256 narrows
+                      the host's widest (`irkit.host.vector_bits`; IRKIT_VECTOR_BITS=256 narrows
                       an AVX-512 host's). The AVX-512 tile on an AVX2 host (48 ymm
                       accumulators in 16 registers) ran transformer_block 2.5x slower
     pack=true         pack B into contiguous panels before the microkernels run
@@ -95,7 +95,8 @@ from xdsl.dialects.builtin import MemRefType, ModuleOp, UnitAttr, VectorType
 from xdsl.ir import Block, BlockArgument, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from irkit.codegen.host import host_vector_bits, host_vector_registers
+from irkit.host import vector_bits as host_vector_bits
+from irkit.host import vector_registers as host_vector_registers
 from irkit.dialects.cpu import PrefetchOp
 from irkit.errors import IrkitError, require
 from irkit.loops import (
@@ -125,7 +126,7 @@ class CpuTileMatmulPass(ModulePass):
 
     mr: int = 6
     nr: int = 0  # 0: as many vectors as the host's registers hold (`resolved`)
-    vector_bits: int = 0  # 0: the host's (`host_vector_bits`)
+    vector_bits: int = 0  # 0: the host's (`irkit.host.vector_bits`)
     pack: bool = True
     kc: int = -1
     min_panels: int = 4
@@ -147,10 +148,13 @@ class CpuTileMatmulPass(ModulePass):
         require(self.vector_bits in (0, 128, 256, 512), "vector-bits", self.vector_bits,
                 "must be 128, 256 or 512 (or 0: the host's)")  # fmt: skip
         require(1 <= self.mr <= 16, "mr", self.mr, "must be from 1 to 16")
-        lanes = (self.vector_bits or 128) // 32  # f32's; f64's (half as many) divide it
+        # with vector-bits=0 an nr must suit any host: a multiple of the widest vector's lanes
+        bits = self.vector_bits or 512
+        lanes = bits // 32  # f32's; f64's (half as many) divide it
         require(0 <= self.nr <= 1024 and self.nr % lanes == 0, "nr", self.nr,
-                f"must be a multiple of the {lanes} f32 lanes of a "
-                f"{self.vector_bits or 'host'}-bit vector, at most 1024 (or 0: auto)")  # fmt: skip
+                f"must be a positive multiple of the {lanes} f32 lanes of a {bits}-bit vector"
+                f"{' (vector-bits=0: the widest a host may have)' if not self.vector_bits else ''}"
+                ", at most 1024, or 0 (auto)")  # fmt: skip
         require(self.kc >= -1, "kc", self.kc,
                 "must be -1 (auto), 0 (no K blocking) or positive")  # fmt: skip
         require(self.min_panels >= 0, "min-panels", self.min_panels, "must be non-negative")

@@ -39,7 +39,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from irkit.codegen.host import host_vector_bits
+from irkit.host import vector_bits as host_vector_bits
 from irkit.errors import require
 from irkit.loops import constant_int, kernels, require_loop_level
 from irkit.passes.loop_builder import FunctionConstants
@@ -172,7 +172,7 @@ class CpuTileTransposePass(ModulePass):
     name = "cpu-tile-transpose"
     is_optimization = True
 
-    vector_bits: int = 0  # 0: the host's widest vector (`host_vector_bits`)
+    vector_bits: int = 0  # 0: the host's widest vector (`irkit.host.vector_bits`)
 
     def check_options(self) -> None:
         require(self.vector_bits in (0, 128, 256, 512), "vector-bits", self.vector_bits,

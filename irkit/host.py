@@ -1,0 +1,34 @@
+"""What the host CPU offers the CPU passes, from LLVM's view of it (llvmlite): its vector width
+and vector registers. Below the passes and the code generators alike, so that a pass can shape
+its code for the host (`cpu-tile-matmul{vector-bits=0 nr=0}`) without importing codegen."""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+
+
+@cache
+def cpu_features() -> frozenset[str]:
+    """The host CPU's features as LLVM names them, each with its sign (`+avx2`, `-avx512f`)."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    return frozenset(llvm.get_host_cpu_features().flatten().split(","))
+
+
+def vector_bits(features: frozenset[str] | None = None) -> int:
+    """The widest vector the host's code uses: 512 with AVX-512 (256 where IRKIT_VECTOR_BITS=256
+    asks an AVX-512 host for the narrower, as the code generator then prefers), 256 with AVX
+    or AVX2, else 128."""
+    features = cpu_features() if features is None else features
+    if "+avx512f" in features:
+        return 256 if os.environ.get("IRKIT_VECTOR_BITS", "512") == "256" else 512
+    return 256 if "+avx" in features else 128
+
+
+def vector_registers(features: frozenset[str] | None = None) -> int:
+    """Vector registers the host's ISA names: 32 with AVX-512 (zmm0-31, and ymm0-31 through
+    AVX-512VL), else 16."""
+    features = cpu_features() if features is None else features
+    return 32 if "+avx512f" in features else 16
