@@ -95,10 +95,10 @@ from xdsl.dialects.builtin import MemRefType, ModuleOp, UnitAttr, VectorType
 from xdsl.ir import Block, BlockArgument, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from irkit.host import vector_bits as host_vector_bits
-from irkit.host import vector_registers as host_vector_registers
 from irkit.dialects.cpu import PrefetchOp
 from irkit.errors import IrkitError, require
+from irkit.host import vector_bits as host_vector_bits
+from irkit.host import vector_registers as host_vector_registers
 from irkit.loops import (
     KERNEL_ATTR,
     ONCE_ATTR,

@@ -39,8 +39,8 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from irkit.host import vector_bits as host_vector_bits
 from irkit.errors import require
+from irkit.host import vector_bits as host_vector_bits
 from irkit.loops import constant_int, kernels, require_loop_level
 from irkit.passes.loop_builder import FunctionConstants
 
