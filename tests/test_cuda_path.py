@@ -557,6 +557,18 @@ def test_split_k_fills_an_h100_on_mlp() -> None:
     assert tiled_grids(_default_cuda_with("gpu-tile-matmul{split-k=1}")) == [32, 128]
 
 
+@pytest.mark.parametrize("dtype,launch", [("f32", (512, 128, 2)), ("f64", (256, 256, None))])
+def test_fill_sms_pairs_only_the_measured_f32_tiles(dtype: str, launch: tuple) -> None:
+    """fill-sms's pairing (128 x 64 tiles, two blocks an SM) where 128 x 128 tiles make at most
+    4 waves: measured for f32 on an H200 and applied there only; an f64 gemm keeps its
+    256 blocks of 256 threads, unbounded."""
+    module = parse_source(f"model g\ninput a : {dtype}[2048, 256]\ninput b : {dtype}[256, 2048]\n"
+                          "output c = matmul(a, b)\n", "g.graph", ".graph")  # fmt: skip
+    tiled = apply_passes(module, parse_passes("lower-graph-to-loops,gpu-tile-matmul,map-to-gpu"))
+    launches = [launch_of(f) for f in gpu_kernels(tiled)]
+    assert [(d["grid"][0], d["block"][0], d.get("min_blocks")) for d in launches] == [launch]  # type: ignore[index,union-attr]
+
+
 def test_split_k_options_are_checked() -> None:
     with pytest.raises(IrkitError, match="split-k"):
         parse_passes("gpu-tile-matmul{split-k=-1}")

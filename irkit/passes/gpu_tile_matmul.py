@@ -904,7 +904,8 @@ def _paired(o: GpuTileMatmulPass, tiled: _TiledKernel) -> _TiledKernel:
     (1.085x), and the smaller tiles alone lost (0.953x): the pair needs both. Tensor-core
     tiles and any other register tile are left as they are (not measured)."""
     t = tiled.o
-    if (tiled.mma or not tiled.warp_tiled or (t.block_m, t.block_n, t.thread_m, t.thread_n)
+    if (tiled.mma or not tiled.warp_tiled or not isinstance(tiled.nest.element_type, Float32Type)
+            or (t.block_m, t.block_n, t.thread_m, t.thread_n)
             != (128, 128, 8, 8) or 2 * tiled.blocks < t.sms
             or tiled.blocks > PAIR_WAVES * t.sms):  # fmt: skip
         return tiled
