@@ -17,18 +17,22 @@ def cpu_features() -> frozenset[str]:
     return frozenset(llvm.get_host_cpu_features().flatten().split(","))
 
 
-def vector_bits(features: frozenset[str] | None = None) -> int:
-    """The widest vector the host's code uses: 512 with AVX-512 (256 where IRKIT_VECTOR_BITS=256
-    asks an AVX-512 host for the narrower, as the code generator then prefers), 256 with AVX
-    or AVX2, else 128."""
-    features = cpu_features() if features is None else features
+def narrow_vectors() -> bool:
+    """Whether IRKIT_VECTOR_BITS=256 asks an AVX-512 host for 256-bit vectors (the code
+    generator's `prefer-256-bit`, and `vector_bits`)."""
+    return os.environ.get("IRKIT_VECTOR_BITS", "512") == "256"
+
+
+def vector_bits() -> int:
+    """The widest vector the host's code uses: 512 with AVX-512 (256 under `narrow_vectors`),
+    256 with AVX or AVX2, else 128."""
+    features = cpu_features()
     if "+avx512f" in features:
-        return 256 if os.environ.get("IRKIT_VECTOR_BITS", "512") == "256" else 512
+        return 256 if narrow_vectors() else 512
     return 256 if "+avx" in features else 128
 
 
-def vector_registers(features: frozenset[str] | None = None) -> int:
+def vector_registers() -> int:
     """Vector registers the host's ISA names: 32 with AVX-512 (zmm0-31, and ymm0-31 through
     AVX-512VL), else 16."""
-    features = cpu_features() if features is None else features
-    return 32 if "+avx512f" in features else 16
+    return 32 if "+avx512f" in cpu_features() else 16

@@ -17,6 +17,7 @@ from xdsl.dialects.builtin import ModuleOp
 from irkit.codegen import pool
 from irkit.codegen.disk_cache import cache_key, read, write
 from irkit.codegen.llvm import LLVMEmitter, global_ops, to_llvm
+from irkit.host import narrow_vectors
 from irkit.ir import structure_key
 from irkit.loops import callees, kernels
 
@@ -47,8 +48,7 @@ def host_target() -> HostTarget:
     if "+avx512f" in features.split(","):
         # said either way: Intel's tuning prefers 256 bits, AMD's Zen 4/5 prefer 512 (there
         # IRKIT_VECTOR_BITS=256 changed nothing until it was said)
-        narrow = os.environ.get("IRKIT_VECTOR_BITS", "512") == "256"
-        features += ",+prefer-256-bit" if narrow else ",-prefer-256-bit"
+        features += ",+prefer-256-bit" if narrow_vectors() else ",-prefer-256-bit"
     return HostTarget(llvm.get_host_cpu_name(), features)
 
 
