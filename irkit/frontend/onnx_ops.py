@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
+from xdsl.dialects.builtin import BoolAttr, Float64Type, FloatAttr, IntegerAttr, StringAttr, i64
 from xdsl.ir import SSAValue
 
 from irkit.dialects import graph as g
@@ -109,7 +110,7 @@ def _pow(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
 def _leaky_relu(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     (x,) = inputs(im, node)
     return [
-        im.op(g.LeakyReluOp, x, alpha=g.FloatAttr(attrs(node).get("alpha", 0.01), g.Float64Type()))
+        im.op(g.LeakyReluOp, x, alpha=FloatAttr(attrs(node).get("alpha", 0.01), Float64Type()))
     ]
 
 
@@ -117,7 +118,7 @@ def _gelu(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     (x,) = inputs(im, node)
     approx = attrs(node).get("approximate", "none")
     approx = approx.decode() if isinstance(approx, bytes) else approx
-    return [im.op(g.GeluOp, x, approximate=g.StringAttr(approx))]
+    return [im.op(g.GeluOp, x, approximate=StringAttr(approx))]
 
 
 def _cast(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
@@ -226,7 +227,7 @@ def _conv(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     strides, dil = list(a.get("strides", [1, 1])), list(a.get("dilations", [1, 1]))
     t, left, b, r = _auto_pads(im, node, shape(x)[2:], kernel, strides, dil)
     y = im.op(g.Conv2dOp, x, w, strides=g.int_array(strides), padding=g.int_array([t, left, b, r]),
-              dilations=g.int_array(dil), groups=g.IntegerAttr(a.get("group", 1), g.i64))  # fmt: skip
+              dilations=g.int_array(dil), groups=IntegerAttr(a.get("group", 1), i64))  # fmt: skip
     if len(node.input) > 2 and node.input[2]:
         bias = im.add_op(g.ReshapeOp.build_to(im.tensor(node.input[2]), [shape(w)[0], 1, 1]))
         y = im.op(g.AddOp, y, bias)
@@ -240,11 +241,11 @@ def _softmax(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     (x,) = inputs(im, node)
     axis = attrs(node).get("axis", -1 if im.opset >= 13 else 1) % max(rank(x), 1)
     if im.opset >= 13 or axis == rank(x) - 1:
-        return [im.op(g.SoftmaxOp, x, axis=g.IntegerAttr(axis, g.i64))]
+        return [im.op(g.SoftmaxOp, x, axis=IntegerAttr(axis, i64))]
     # before opset 13: softmax over the flattened trailing axes [axis, rank)
     s = shape(x)
     flat = im.add_op(g.ReshapeOp.build_to(x, [int(np.prod(s[:axis])), int(np.prod(s[axis:]))]))
-    y = im.op(g.SoftmaxOp, flat, axis=g.IntegerAttr(1, g.i64))
+    y = im.op(g.SoftmaxOp, flat, axis=IntegerAttr(1, i64))
     return [im.add_op(g.ReshapeOp.build_to(y, list(s)))]
 
 
@@ -264,10 +265,10 @@ def _layer_norm(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     eps = a.get("epsilon", 1e-5)
     if not any(node.output[1:]):
         return [
-            im.op(g.LayerNormOp, x, scale, bias, axes=axes, eps=g.FloatAttr(eps, g.Float64Type()))
+            im.op(g.LayerNormOp, x, scale, bias, axes=axes, eps=FloatAttr(eps, Float64Type()))
         ]
     # Mean and InvStdDev are wanted too: the same two-pass computation, written out.
-    keep = g.BoolAttr.from_bool(True)
+    keep = BoolAttr.from_bool(True)
     mean = im.op(g.ReduceMeanOp, x, axes=axes, keepdims=keep)
     d = im.op(g.SubOp, x, mean)
     var = im.op(g.ReduceMeanOp, im.op(g.MulOp, d, d), axes=axes, keepdims=keep)
@@ -287,7 +288,7 @@ def _batch_norm(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     if any(o for o in node.output[1:]) or attrs(node).get("training_mode", 0):
         raise im.unsupported("BatchNormalization in training mode; irkit imports inference graphs")
     x, scale, bias, mean, var = inputs(im, node)
-    eps = g.FloatAttr(attrs(node).get("epsilon", 1e-5), g.Float64Type())
+    eps = FloatAttr(attrs(node).get("epsilon", 1e-5), Float64Type())
     return [im.op(g.BatchNormOp, x, scale, bias, mean, var, eps=eps)]
 
 
@@ -312,7 +313,7 @@ def _reduce(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
         axes = list(range(rank(x)))
     if rank(x) == 0:
         return [im.op(g.AddOp, x, im.scalar(0.0, x))]
-    keep = g.BoolAttr.from_bool(bool(a.get("keepdims", 1)))
+    keep = BoolAttr.from_bool(bool(a.get("keepdims", 1)))
     return [
         im.op(REDUCERS[node.op_type], x, axes=g.int_array([int(i) for i in axes]), keepdims=keep)
     ]
@@ -339,7 +340,7 @@ def _pool(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     }
     if node.op_type == "MaxPool":
         return [im.op(g.MaxPool2dOp, x, **props)]
-    cip = g.BoolAttr.from_bool(bool(a.get("count_include_pad", 0)))
+    cip = BoolAttr.from_bool(bool(a.get("count_include_pad", 0)))
     return [im.op(g.AvgPool2dOp, x, count_include_pad=cip, **props)]
 
 
@@ -378,7 +379,7 @@ def _lrn(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
                 )
             )
     padded = im.op(g.ConcatOp, *[p for k, p in parts if k == 0], sq, *[p for k, p in parts if k == 1],
-                   axis=g.IntegerAttr(1, g.i64)) if parts else sq  # fmt: skip
+                   axis=IntegerAttr(1, i64)) if parts else sq  # fmt: skip
     total = None
     for i in range(size):
         window = im.op(g.SliceOp, padded, starts=g.int_array([0, i, *[0] * len(rest)]),
@@ -428,7 +429,7 @@ def _squeeze_unsqueeze(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]
 
 def _concat(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     values = inputs(im, node)
-    return [im.op(g.ConcatOp, *values, axis=g.IntegerAttr(attrs(node)["axis"], g.i64))]
+    return [im.op(g.ConcatOp, *values, axis=IntegerAttr(attrs(node)["axis"], i64))]
 
 
 def _slice(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:

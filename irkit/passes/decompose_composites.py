@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import BoolAttr, ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -75,7 +75,7 @@ class DecomposeSoftmaxPattern(RewritePattern):
         b = _Emitter(rewriter, op)
         rank = len(op.input.type.get_shape())  # type: ignore[attr-defined]
         axes = g.int_array([g.int_of(op.properties, "axis") % rank])
-        keep = g.BoolAttr.from_bool(True)
+        keep = BoolAttr.from_bool(True)
         peak = b.op(g.ReduceMaxOp, op.input, axes=axes, keepdims=keep)
         e = b.op(g.ExpOp, b.op(g.SubOp, op.input, peak))
         total = b.op(g.ReduceSumOp, e, axes=axes, keepdims=keep)
@@ -91,7 +91,7 @@ class DecomposeLayerNormPattern(RewritePattern):
         b = _Emitter(rewriter, op)
         rank = len(op.input.type.get_shape())  # type: ignore[attr-defined]
         axes = g.int_array(sorted(a % rank for a in g.ints(op.properties, "axes")))
-        keep = g.BoolAttr.from_bool(True)
+        keep = BoolAttr.from_bool(True)
         mean = b.op(g.ReduceMeanOp, op.input, axes=axes, keepdims=keep)
         c = b.op(g.SubOp, op.input, mean)
         d = b.op(g.SubOp, c, b.op(g.ReduceMeanOp, c, axes=axes, keepdims=keep))
