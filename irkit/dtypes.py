@@ -1,4 +1,9 @@
-"""Element types irkit handles, by their names in the .graph language and in MLIR."""
+"""Element types irkit handles, by their names in the .graph language and in MLIR.
+
+Floats (f16, bf16, f32, f64) and, as run-time values, signless integers (i32, i64) and
+booleans (i1, one byte a value in memory, as numpy's bool). Integer arithmetic is exact
+(two's complement, wrapping as C and LLVM wrap); the reference computes integers in int64.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,10 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     Float64Type,
+    IntegerType,
+    i1,
+    i32,
+    i64,
 )
 from xdsl.ir import Attribute
 
@@ -22,6 +31,9 @@ DTYPES: dict[str, Attribute] = {
     "bf16": BFloat16Type(),
     "f32": Float32Type(),
     "f64": Float64Type(),
+    "i32": i32,
+    "i64": i64,
+    "i1": i1,
 }
 
 NUMPY: dict[str, np.dtype] = {
@@ -29,7 +41,13 @@ NUMPY: dict[str, np.dtype] = {
     "bf16": np.dtype(ml_dtypes.bfloat16),
     "f32": np.dtype(np.float32),
     "f64": np.dtype(np.float64),
+    "i32": np.dtype(np.int32),
+    "i64": np.dtype(np.int64),
+    "i1": np.dtype(np.bool_),
 }
+
+FLOAT_NAMES = ("f16", "bf16", "f32", "f64")
+INTEGER_NAMES = ("i32", "i64", "i1")
 
 
 def dtype_name(element_type: Attribute) -> str:
@@ -47,6 +65,23 @@ def numpy_dtype(element_type: Attribute) -> np.dtype:
 FLOAT_TYPES = (Float16Type, Float32Type, Float64Type)
 
 
+def is_integer(element_type: Attribute) -> bool:
+    """An integer or boolean element type (i1, i32, i64)."""
+    return isinstance(element_type, IntegerType)
+
+
+def is_bool(element_type: Attribute) -> bool:
+    return isinstance(element_type, IntegerType) and element_type.width.data == 1
+
+
+def reference_dtype(element_type: Attribute) -> np.dtype:
+    """What the reference computes a value of this type in: float64 for floats (far finer
+    than any backend's rounding), int64 for integers (exact), bool for i1."""
+    if is_bool(element_type):
+        return np.dtype(np.bool_)
+    return np.dtype(np.int64) if is_integer(element_type) else np.dtype(np.float64)
+
+
 def dense_array(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
     """A dense elements attribute's values as a flat numpy array, read straight from its
     bytes for f16/f32/f64 (xDSL's `get_values` unpacks element by element into Python
@@ -54,6 +89,10 @@ def dense_array(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
     element = attr.get_element_type()
     if isinstance(element, FLOAT_TYPES):
         return np.frombuffer(attr.data.data, dtype=np.dtype(element.format))
+    if is_bool(element):  # one byte a value, 0xFF for true
+        return np.frombuffer(attr.data.data, dtype=np.uint8) != 0
+    if isinstance(element, IntegerType) and element.width.data in (32, 64):
+        return np.frombuffer(attr.data.data, dtype=np.dtype(f"<i{element.width.data // 8}"))
     return np.array(attr.get_values())
 
 
@@ -61,6 +100,14 @@ def dense_attr(tensor_type: Any, values: np.ndarray | Sequence[float]) -> DenseI
     """A dense elements attribute of `tensor_type` holding `values` (one value: a splat), as
     `DenseIntOrFPElementsAttr.from_list` builds it, from numpy's bytes for f16/f32/f64."""
     element = tensor_type.get_element_type()
+    if isinstance(element, IntegerType) and element.width.data in (1, 32, 64):
+        width = element.width.data
+        flat = np.asarray(values).reshape(-1)
+        flat = (flat != 0).astype(np.int8) * -1 if width == 1 else flat.astype(f"<i{width // 8}")
+        count = int(np.prod(tensor_type.get_shape(), dtype=np.int64))
+        if flat.size == 1 and count != 1:
+            flat = np.repeat(flat, count)
+        return DenseIntOrFPElementsAttr(tensor_type, BytesAttr(flat.tobytes()))
     if not isinstance(element, FLOAT_TYPES):
         return DenseIntOrFPElementsAttr.from_list(
             tensor_type, list(np.asarray(values).reshape(-1).tolist())
@@ -70,3 +117,35 @@ def dense_attr(tensor_type: Any, values: np.ndarray | Sequence[float]) -> DenseI
     if flat.size == 1 and count != 1:
         flat = np.repeat(flat, count)
     return DenseIntOrFPElementsAttr(tensor_type, BytesAttr(flat.tobytes()))
+
+
+INT_POISON = -0x5A5A5A5B
+"""What an integer buffer holds before a kernel writes it (as NaN does a float one)."""
+BOOL_POISON = 0xA5
+"""The byte a boolean buffer holds before a kernel writes it: neither 0 nor 1, so an
+element never written shows (`unwritten`)."""
+
+
+def poison(array: np.ndarray) -> None:
+    """Fill `array` with what no kernel writes: NaN, `INT_POISON`, or `BOOL_POISON` bytes."""
+    if array.dtype == np.bool_:
+        array.view(np.uint8)[...] = BOOL_POISON
+    elif array.dtype.kind in "iu":
+        array[...] = INT_POISON
+    else:
+        array[...] = np.nan
+
+
+def poisoned(shape: Sequence[int], dtype: Any) -> np.ndarray:
+    """A fresh array of `shape` filled by `poison`."""
+    out = np.empty(tuple(shape), dtype)
+    poison(out)
+    return out
+
+
+def unwritten(array: np.ndarray) -> np.ndarray:
+    """Where a boolean array holds a byte that is neither 0 nor 1 (never written, or written
+    by a kernel that did not store a boolean); all False for other types."""
+    if array.dtype != np.bool_:
+        return np.zeros(array.shape, np.bool_)
+    return array.view(np.uint8) > 1

@@ -7,7 +7,18 @@ import re
 import numpy as np
 import pytest
 from xdsl.dialects import test as xdsl_test
-from xdsl.dialects.builtin import BoolAttr, IntegerAttr, TensorType, bf16, f16, f32, i32, i64
+from xdsl.dialects.builtin import (
+    BoolAttr,
+    IntegerAttr,
+    IntegerType,
+    TensorType,
+    bf16,
+    f16,
+    f32,
+    i1,
+    i32,
+    i64,
+)
 from xdsl.utils.exceptions import VerifyException
 
 from irkit.dialects import graph as g
@@ -81,9 +92,20 @@ def test_mixed_dtypes_rejected() -> None:
         g.AddOp.create_inferred([value([4], f32), value([4], f16)])
 
 
-def test_integer_tensors_rejected() -> None:
-    with pytest.raises(VerifyException, match="element type i32"):
-        g.ReluOp.create_inferred([value([4], i32)])
+def test_element_kinds_checked() -> None:
+    """Integers are values of the ops defined on them (exact arithmetic), and refused by
+    the ones that are not (a transcendental, a softmax); other integer widths not at all."""
+    g.ReluOp.create_inferred([value([4], i32)]).verify()
+    with pytest.raises(VerifyException, match=r"graph.exp operand #0 is i32 \(int\); it takes float"):
+        g.ExpOp.create_inferred([value([4], i32)])
+    with pytest.raises(VerifyException, match="graph.add operand #0 is i1 .bool."):
+        g.AddOp.create_inferred([value([4], i1), value([4], i1)])
+    with pytest.raises(VerifyException, match="element type i16"):
+        g.ReluOp.create_inferred([value([4], IntegerType(16))])
+    with pytest.raises(VerifyException, match="graph.gather operand #1 is f32"):
+        g.GatherOp.create_inferred([value([4]), value([2])], {"axis": IntegerAttr(0, i64)})
+    with pytest.raises(VerifyException, match="graph.where operand #0 is f32"):
+        g.WhereOp.create_inferred([value([4]), value([4]), value([4])])
 
 
 def test_missing_required_property() -> None:

@@ -1,6 +1,7 @@
 """Property tests: every graph op, lowered to loops and compiled for the CPU, agrees with
 the float64 reference on random shapes (broadcasting, odd and size-1 extents, rank 0 where
-the op allows it) and every element type the CPU backend supports (f32, f64, f16, bf16).
+the op allows it) and every element type the op is defined on (f32, f64, f16, bf16; i32,
+i64 and i1 where the op takes integers or booleans, exactly).
 
 Each case is a one-op .graph model written by a hypothesis strategy; the check is the same
 one `irkit-bench run` applies (poisoned outputs, tolerance by dtype, NaN never passes).
@@ -18,7 +19,11 @@ import irkit
 from irkit.frontend.graph_lang import OPS, parse_graph
 from irkit.runtime.check import check
 
-DTYPES = st.sampled_from(["f32", "f64", "f16", "bf16"])
+FLOATS = ["f32", "f64", "f16", "bf16"]
+DTYPES = st.sampled_from(FLOATS)
+NUMERIC = st.sampled_from([*FLOATS, "i32", "i64"])
+ANY = st.sampled_from([*FLOATS, "i32", "i64", "i1"])
+INTEGERS = st.sampled_from(["i32", "i64"])
 DIM = st.integers(1, 7)
 SETTINGS = settings(
     max_examples=20, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
@@ -33,8 +38,12 @@ def fmt(values: list[int]) -> str:
     return "[" + ", ".join(map(str, values)) + "]"
 
 
-def model(inputs: dict[str, list[int]], expr: str, dtype: str) -> str:
-    decls = "\n".join(f"input {n} : {dtype}{fmt(s)}" for n, s in inputs.items())
+def model(
+    inputs: dict[str, list[int]], expr: str, dtype: str, types: dict[str, str] | None = None
+) -> str:
+    """A one-output model; `types` gives some inputs another element type than `dtype`."""
+    types = types or {}
+    decls = "\n".join(f"input {n} : {types.get(n, dtype)}{fmt(s)}" for n, s in inputs.items())
     return f"model case\n{decls}\noutput y = {expr}\n"
 
 
@@ -65,8 +74,8 @@ def binary_case(draw, op: str) -> str:
     a, b = draw(broadcast_pair())
     expr = {"add": "x + z", "sub": "x - z", "mul": "x * z", "div": "x / z"}.get(op, f"{op}(x, z)")
     if op == "pow":
-        expr = "pow(abs(x) + 0.5, z)"
-    return model({"x": a, "z": b}, expr, draw(DTYPES))
+        return model({"x": a, "z": b}, "pow(abs(x) + 0.5, z)", draw(DTYPES))
+    return model({"x": a, "z": b}, expr, draw(NUMERIC))
 
 
 UNARY_EXPR = {
@@ -81,13 +90,15 @@ UNARY_EXPR = {
 @st.composite
 def unary_case(draw, op: str) -> str:
     expr = UNARY_EXPR.get(op, f"{op}(x)").format(approx=draw(st.sampled_from(["none", "tanh"])))
-    return model({"x": draw(shape())}, expr, draw(DTYPES))
+    dtypes = NUMERIC if op in ("neg", "abs", "relu") else DTYPES
+    return model({"x": draw(shape())}, expr, draw(dtypes))
 
 
 @st.composite
 def cast_case(draw, op: str) -> str:
-    source, target = draw(DTYPES), draw(DTYPES)
-    return model({"x": draw(shape())}, f"cast(x * 3.0, dtype={target})", source)
+    source, target = draw(ANY), draw(ANY)
+    scaled = "x" if source == "i1" else "x * 3.0"
+    return model({"x": draw(shape())}, f"cast({scaled}, dtype={target})", source)
 
 
 @st.composite
@@ -96,7 +107,8 @@ def reduce_case(draw, op: str) -> str:
     axes = draw(st.lists(st.integers(0, len(s) - 1), min_size=1, max_size=len(s), unique=True))
     neg = [a - len(s) if draw(st.booleans()) else a for a in axes]
     keep = str(draw(st.booleans())).lower()
-    return model({"x": s}, f"{op}(x, axes={fmt(neg)}, keepdims={keep})", draw(DTYPES))
+    dtypes = DTYPES if op == "reduce_mean" else NUMERIC
+    return model({"x": s}, f"{op}(x, axes={fmt(neg)}, keepdims={keep})", draw(dtypes))
 
 
 @st.composite
@@ -221,7 +233,68 @@ def slice_case(draw, op: str) -> str:
     return model({"x": s}, expr, draw(DTYPES))
 
 
+@st.composite
+def compare_case(draw, op: str) -> str:
+    a, b = draw(broadcast_pair())
+    dtype = draw(ANY if op == "equal" else NUMERIC)
+    if dtype.startswith("f"):  # some equal elements: the operands rounded to tenths
+        x, z = (
+            "cast(cast(x * 10.0, dtype=i32), dtype={t}) * 0.1",
+            "cast(cast(z * 10.0, dtype=i32), dtype={t}) * 0.1",
+        )
+        return model({"x": a, "z": b}, f"{op}({x.format(t=dtype)}, {z.format(t=dtype)})", dtype)
+    return model({"x": a, "z": b}, f"{op}(x, z)", dtype)
+
+
+@st.composite
+def logic_case(draw, op: str) -> str:
+    if op == "not":
+        return model({"x": draw(shape())}, "not(x)", "i1")
+    a, b = draw(broadcast_pair())
+    return model({"x": a, "z": b}, f"{op}(x, z)", "i1")
+
+
+@st.composite
+def float_test_case(draw, op: str) -> str:
+    expr = {"is_nan": "is_nan(log(x))", "is_inf": "is_inf(x / (x - x){flags})"}[op]
+    flags = draw(st.sampled_from(["", ", positive=false", ", negative=false"]))
+    return model({"x": draw(shape())}, expr.format(flags=flags), draw(DTYPES))
+
+
+@st.composite
+def where_case(draw, op: str) -> str:
+    out = draw(shape())
+    shapes = [[1 if draw(st.booleans()) else d for d in out[len(out) - draw(st.integers(0, len(out))):]]
+              for _ in range(3)]  # fmt: skip
+    return model(
+        {"c": shapes[0], "x": shapes[1], "z": shapes[2]}, "where(c, x, z)", draw(ANY), {"c": "i1"}
+    )
+
+
+@st.composite
+def gather_case(draw, op: str) -> str:
+    data, indices = draw(shape(1)), draw(shape(0, 2))
+    axis = draw(st.integers(-len(data), len(data) - 1))
+    types = {"i": draw(INTEGERS)}
+    return model({"x": data, "i": indices}, f"gather(x, i, axis={axis})", draw(ANY), types)
+
+
+@st.composite
+def broadcast_to_case(draw, op: str) -> str:
+    target = draw(shape())
+    keep = draw(st.integers(0, len(target)))
+    src = [1 if draw(st.booleans()) else d for d in target[len(target) - keep :]]
+    return model({"x": src}, f"broadcast_to(x, shape={fmt(target)})", draw(ANY))
+
+
 STRATEGIES = {
+    **{op: compare_case for op in ("equal", "less", "less_equal", "greater", "greater_equal")},
+    **{op: logic_case for op in ("and", "or", "xor", "not")},
+    "is_nan": float_test_case,
+    "is_inf": float_test_case,
+    "where": where_case,
+    "gather": gather_case,
+    "broadcast_to": broadcast_to_case,
     **{op: binary_case for op in ("add", "sub", "mul", "div", "max", "min", "pow")},
     **{
         op: unary_case

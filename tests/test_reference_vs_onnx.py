@@ -26,6 +26,7 @@ class Case:
     inputs: dict[str, list[int]]
     nodes: list[onnx.NodeProto]
     initializers: list[onnx.TensorProto] = field(default_factory=list)
+    types: dict[str, str] = field(default_factory=dict)  # inputs not f32: "i64", "i1", ...
 
 
 def ints(name: str, values: list[int]) -> onnx.TensorProto:
@@ -96,6 +97,34 @@ CASES = [
     Case("slice", "slice(x, starts=[1, 0, -4], limits=[3, 4, 5], strides=[1, 2, 2])", {"x": [3, 4, 5]},
          [node("Slice", ["x", "st", "en", "ax", "sp"])],
          [ints("st", [1, 0, -4]), ints("en", [3, 4, 5]), ints("ax", [0, 1, 2]), ints("sp", [1, 2, 2])]),
+    Case("gather", "gather(x, i, axis=1)", {"x": [3, 4, 5], "i": [2, 3]}, [node("Gather", ["x", "i"], axis=1)],
+         types={"i": "i64"}),
+    Case("gather_i32", "gather(x, i, axis=-1)", {"x": [3, 4], "i": [6]}, [node("Gather", ["x", "i"], axis=-1)],
+         types={"i": "i32"}),
+    Case("broadcast_to", "broadcast_to(z, shape=[2, 3, 4])", {"z": [3, 1]}, [node("Expand", ["z", "shape"])],
+         [ints("shape", [2, 3, 4])]),
+    *[Case(op, f"{op}(x, z)", {"x": [3, 4], "z": [4]}, [node(onnx_op, ["x", "z"])], types={"x": "i64", "z": "i64"})
+      for op, onnx_op in [("equal", "Equal"), ("less", "Less"), ("less_equal", "LessOrEqual"),
+                          ("greater", "Greater"), ("greater_equal", "GreaterOrEqual")]],
+    Case("less_f32", "less(x, z)", XZ, [node("Less", ["x", "z"])]),
+    *[Case(op, f"{op}(x, z)", {"x": [3, 4], "z": [4]}, [node(onnx_op, ["x", "z"])], types={"x": "i1", "z": "i1"})
+      for op, onnx_op in [("and", "And"), ("or", "Or"), ("xor", "Xor")]],
+    Case("not", "not(x)", X, [node("Not", ["x"])], types={"x": "i1"}),
+    Case("is_nan", "is_nan(log(x))", X, [helper.make_node("Log", ["x"], ["l"]), node("IsNaN", ["l"])]),
+    Case("is_inf", "is_inf(log(abs(x) - abs(x)) * x, negative=false)", X,  # -inf * x
+         [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Sub", ["a", "a"], ["zero"]),
+          helper.make_node("Log", ["zero"], ["l"]), helper.make_node("Mul", ["l", "x"], ["q"]),
+          node("IsInf", ["q"], detect_negative=0)]),
+    Case("where", "where(c, x, z)", {"c": [3, 1], "x": [3, 4], "z": [4]}, [node("Where", ["c", "x", "z"])],
+         types={"c": "i1"}),
+    *[Case(f"cast_{t}", f"cast(x * 10.0, dtype={t})", X,
+           [helper.make_node("Mul", ["x", "k"], ["p"]), node("Cast", ["p"], to=onnx_t)],
+           [numpy_helper.from_array(np.array(10.0, dtype=np.float32), "k")])
+      for t, onnx_t in [("i64", TensorProto.INT64), ("i32", TensorProto.INT32), ("i1", TensorProto.BOOL)]],
+    Case("cast_i64_f32", "cast(x, dtype=f32)", X, [node("Cast", ["x"], to=TensorProto.FLOAT)], types={"x": "i64"}),
+    Case("int_div", "(x - z) / (z + 1)", {"x": [3, 4], "z": [4]},  # toward zero, as C's
+         [helper.make_node("Sub", ["x", "z"], ["d"]), helper.make_node("Add", ["z", "one"], ["n"]), node("Div", ["d", "n"])],
+         [ints("one", [1])], types={"x": "i64", "z": "i64"}),
     Case("cast_f16", "cast(x * 1000.0, dtype=f16)", X,
          [helper.make_node("Mul", ["x", "k"], ["p"]), helper.make_node("Cast", ["p"], ["h"], to=TensorProto.FLOAT16),
           node("Cast", ["h"], to=TensorProto.FLOAT)],
@@ -104,15 +133,24 @@ CASES = [
 
 
 def _graph_source(case: Case) -> str:
-    decls = "\n".join(f"input {n} : f32[{', '.join(map(str, s))}]" for n, s in case.inputs.items())
+    decls = "\n".join(
+        f"input {n} : {case.types.get(n, 'f32')}[{', '.join(map(str, s))}]" for n, s in case.inputs.items()
+    )
     return f"model {case.name}\n{decls}\noutput y = {case.expr}\n"
 
 
-def _onnx_model(case: Case, out_shape: tuple[int, ...]) -> onnx.ModelProto:
+ONNX_TYPES = {"f32": TensorProto.FLOAT, "i64": TensorProto.INT64, "i32": TensorProto.INT32, "i1": TensorProto.BOOL}
+
+
+def _onnx_model(case: Case, out: np.ndarray) -> onnx.ModelProto:
     inputs = [
-        helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in case.inputs.items()
+        helper.make_tensor_value_info(n, ONNX_TYPES[case.types.get(n, "f32")], s)
+        for n, s in case.inputs.items()
     ]
-    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out_shape))
+    out_type = {"f": TensorProto.FLOAT, "i": TensorProto.INT64, "b": TensorProto.BOOL}[out.dtype.kind]
+    if out_type == TensorProto.INT64 and case.name.endswith("i32"):
+        out_type = TensorProto.INT32
+    output = helper.make_tensor_value_info("y", out_type, list(out.shape))
     graph = helper.make_graph(case.nodes, case.name, inputs, [output], case.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
     onnx.checker.check_model(model)
@@ -124,10 +162,15 @@ def test_reference_matches_onnx(case: Case) -> None:
     module = parse_graph(_graph_source(case), f"{case.name}.graph")
     arrays = irkit.random_inputs(module, seed=7)
     (ours,) = irkit.reference(module, *arrays)
-    (theirs,) = ReferenceEvaluator(_onnx_model(case, ours.shape)).run(
-        None, dict(zip(case.inputs, arrays, strict=True))
-    )
+    with np.errstate(all="ignore"):  # log(0) = -inf is a value here, not an error
+        (theirs,) = ReferenceEvaluator(_onnx_model(case, ours)).run(
+            None, dict(zip(case.inputs, arrays, strict=True))
+        )
     assert ours.shape == theirs.shape
+    if ours.dtype.kind in "bi":  # integers and booleans: exactly
+        assert ours.dtype.kind == theirs.dtype.kind
+        np.testing.assert_array_equal(ours, theirs)
+        return
     assert np.isfinite(ours).all()
     scale = max(1.0, float(np.abs(ours).max()))
     np.testing.assert_allclose(ours, theirs.astype(np.float64), rtol=2e-5, atol=2e-6 * scale)

@@ -363,6 +363,7 @@ class CPrinter:
         **dict.fromkeys(CALLS, float_call),
         arith.CmpfOp: cmpf, arith.CmpiOp: cmpi, arith.SelectOp: select,
         arith.SIToFPOp: cast, arith.FPToSIOp: cast, arith.IndexCastOp: cast, arith.NegfOp: negf,
+        arith.UIToFPOp: cast, arith.ExtSIOp: cast, arith.ExtUIOp: cast, arith.TruncIOp: cast,
         arith.MaxSIOp: minmax_int, arith.MinSIOp: minmax_int, arith.ConstantOp: constant,
         memref.LoadOp: load, memref.StoreOp: store, scf.ForOp: for_, scf.IfOp: if_,
         PrefetchOp: prefetch, func.CallOp: call,

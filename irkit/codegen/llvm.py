@@ -142,6 +142,14 @@ def llvm_type(t: Attribute) -> ll.Type:
     raise IrkitError(f"the llvm target has no type for {t}")
 
 
+def storage_type(element: Attribute) -> ll.Type:
+    """How a buffer holds an element: as `llvm_type`, but i1 in a byte (numpy's bool; a
+    load tests the byte against 0, a store writes 0 or 1)."""
+    if isinstance(element, IntegerType) and element.width.data == 1:
+        return ll.IntType(8)
+    return llvm_type(element)
+
+
 def _suffix(t: ll.Type) -> str:
     if isinstance(t, ll.VectorType):
         return f"v{t.count}{_suffix(t.element)}"
@@ -272,7 +280,7 @@ class LLVMEmitter:
         init = op.initial_value
         if not isinstance(init, DenseIntOrFPElementsAttr):
             raise IrkitError(f"memref.global @{op.sym_name.data} needs a dense initial value")
-        elem = llvm_type(mtype.element_type)
+        elem = storage_type(mtype.element_type)
         data = init.data.data
         if len(data) > LINK_BYTES:
             count = math.prod(mtype.get_shape())
@@ -284,6 +292,8 @@ class LLVMEmitter:
         values = init.get_values()
         if isinstance(mtype.element_type, BFloat16Type):
             consts = [ll.Constant(I16, _bf16_bits(float(v))) for v in values]
+        elif isinstance(mtype.element_type, IntegerType):
+            consts = [ll.Constant(elem, int(v)) for v in values]
         else:
             consts = [ll.Constant(elem, float(v)) for v in values]
         gv = ll.GlobalVariable(self.module, ll.ArrayType(elem, len(consts)), op.sym_name.data)
@@ -697,7 +707,7 @@ class LLVMEmitter:
         b = self.b
         assert b is not None
         shape = mtype.get_shape()
-        elem = llvm_type(mtype.element_type)
+        elem = storage_type(mtype.element_type)
         if any(isinstance(idx.owner, _SUM_OPS) for idx in indices):
             return b.gep(self.values[ref], [self._distributed(indices, shape, inbounds)],
                          inbounds=inbounds, source_etype=elem)  # fmt: skip
@@ -817,13 +827,20 @@ def _constant(em: LLVMEmitter, op: arith.ConstantOp) -> None:
 
 def _load(em: LLVMEmitter, op: memref.LoadOp) -> None:
     assert em.b is not None
-    t = llvm_type(op.res.type)
-    em.values[op.res] = em.b.load(em.address(op.memref, list(op.indices)), typ=t)
+    t = storage_type(op.res.type)
+    value = em.b.load(em.address(op.memref, list(op.indices)), typ=t)
+    if t != llvm_type(op.res.type):  # a boolean's byte
+        value = em.b.icmp_unsigned("!=", value, ll.Constant(t, 0))
+    em.values[op.res] = value
 
 
 def _store(em: LLVMEmitter, op: memref.StoreOp) -> None:
     assert em.b is not None
-    em.b.store(em.values[op.value], em.address(op.memref, list(op.indices)))
+    value = em.values[op.value]
+    t = storage_type(op.value.type)
+    if t != value.type:
+        value = em.b.zext(value, t)
+    em.b.store(value, em.address(op.memref, list(op.indices)))
 
 
 def _vector_load(em: LLVMEmitter, op: vector.LoadOp) -> None:
@@ -1073,6 +1090,10 @@ _HANDLERS: dict[type[Operation], Callable[[LLVMEmitter, Any], None]] = {
     arith.NegfOp: _unary(lambda b, x, t: b.fneg(x)),
     arith.SIToFPOp: _unary(lambda b, x, t: b.sitofp(x, t)),
     arith.FPToSIOp: _unary(lambda b, x, t: b.fptosi(x, t)),
+    arith.ExtSIOp: _unary(lambda b, x, t: b.sext(x, t)),
+    arith.ExtUIOp: _unary(lambda b, x, t: b.zext(x, t)),
+    arith.TruncIOp: _unary(lambda b, x, t: b.trunc(x, t)),
+    arith.UIToFPOp: _unary(lambda b, x, t: b.uitofp(x, t)),
     arith.BitcastOp: _unary(lambda b, x, t: b.bitcast(x, t)),
     arith.IndexCastOp: _unary(
         lambda b, x, t: (

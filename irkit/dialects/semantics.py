@@ -1,9 +1,12 @@
 """What each graph op computes: its float64 numpy semantics, beside the dialect.
 
 `IMPLS` maps each op class to a function of (op, operand arrays) returning the result in
-float64, whatever the model's element type, so that the reference's own rounding is far
-below any backend's; `graph.cast` alone rounds, to the precision it names (that rounding is
-the op's meaning). The reference (`irkit.runtime.reference`) evaluates models with it, and
+float64 for every float element type, so that the reference's own rounding is far below
+any backend's; `graph.cast` alone rounds, to the precision it names (that rounding is the
+op's meaning). Integer values are int64 and booleans bool (`irkit.dtypes.reference_dtype`):
+exact, and wrapped to their width by the caller (`wrap`). A comparison rounds float
+operands to their element type first, as a program holding them in that type compares
+them. The reference (`irkit.runtime.reference`) evaluates models with it, and
 `fold-constants` folds constant subgraphs with it, so both mean the same thing by an op.
 """
 
@@ -18,7 +21,8 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation
 
 from irkit.dialects import graph as g
-from irkit.dtypes import dense_array, numpy_dtype
+from irkit.dtypes import dense_array, is_bool, is_integer, numpy_dtype, reference_dtype
+from irkit.errors import IrkitError
 
 _erf = np.frompyfunc(math.erf, 1, 1)
 
@@ -176,12 +180,76 @@ def avg_pool2d(
 
 
 def cast(x: np.ndarray, element_type: Any) -> np.ndarray:
-    return x.astype(numpy_dtype(element_type)).astype(np.float64)
+    """`graph.cast`'s meaning (see its docstring), in the reference's types."""
+    if is_bool(element_type):
+        return x != 0
+    if not is_integer(element_type):
+        return x.astype(numpy_dtype(element_type)).astype(np.float64)
+    if x.dtype.kind == "f":
+        info = np.iinfo(numpy_dtype(element_type))
+        x = np.clip(np.trunc(np.nan_to_num(x, nan=0.0)), info.min, info.max)
+    return wrap(x.astype(np.int64), element_type)
+
+
+def wrap(x: np.ndarray, element_type: Any) -> np.ndarray:
+    """An integer value wrapped to its element type's width (two's complement), as int64."""
+    if is_integer(element_type) and not is_bool(element_type):
+        return x.astype(numpy_dtype(element_type)).astype(np.int64)
+    return x
+
+
+def divide(op: Operation, a: list[np.ndarray]) -> np.ndarray:
+    """IEEE division of floats; integers round toward zero (C's, LLVM's and onnxruntime's),
+    x / 0 is 0 and MIN / -1 wraps to MIN."""
+    x, y = a
+    if x.dtype.kind == "f":
+        return x / y
+    safe = np.where((y == 0) | (y == -1), 1, y)
+    q = np.abs(x) // np.abs(safe) * np.where((x < 0) != (safe < 0), -1, 1)
+    return np.where(y == 0, 0, np.where(y == -1, -x, q))
+
+
+def compare(op: Operation, a: list[np.ndarray]) -> np.ndarray:
+    """A comparison, with float operands rounded to their element type first."""
+    x, y = (_as_stored(v, operand) for v, operand in zip(a, op.operands, strict=True))
+    return _PREDICATES[op.PREDICATE](x, y)  # type: ignore[attr-defined]
+
+
+_PREDICATES: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "eq": np.equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+}  # fmt: skip
+
+
+def _as_stored(x: np.ndarray, value: Any) -> np.ndarray:
+    if x.dtype.kind != "f":
+        return x
+    return x.astype(numpy_dtype(value.type.element_type)).astype(np.float64)
+
+
+def is_inf(op: Operation, a: list[np.ndarray]) -> np.ndarray:
+    positive, negative = op.detects()  # type: ignore[attr-defined]
+    return (np.isposinf(a[0]) & positive) | (np.isneginf(a[0]) & negative)
+
+
+def gather(op: Operation, a: list[np.ndarray]) -> np.ndarray:
+    """np.take along the op's axis; an index outside [-extent, extent) is an error."""
+    data, indices = a
+    axis = op.normalized_axis()  # type: ignore[attr-defined]
+    extent = data.shape[axis]
+    bad = (indices < -extent) | (indices >= extent)
+    if bad.any():
+        value = int(indices[bad].flat[0])
+        raise IrkitError(
+            f"{op.name}: index {value} is out of range for axis {axis} of extent {extent} "
+            f"({int(bad.sum())} of {indices.size} indices out of range)"
+        )
+    return np.take(data, np.where(indices < 0, indices + extent, indices), axis=axis)
 
 
 def constant_value(op: g.ConstantOp) -> np.ndarray:
-    """A graph.constant's value as a float64 array of its shape."""
-    return dense_array(op.value).astype(np.float64).reshape(_out_shape(op))
+    """A graph.constant's value as an array of its shape in the reference's type."""
+    element = op.value.get_element_type()
+    return dense_array(op.value).astype(reference_dtype(element)).reshape(_out_shape(op))
 
 
 def _channels_first(
@@ -209,13 +277,13 @@ IMPLS: dict[type[Operation], Callable[[Any, list[np.ndarray]], np.ndarray]] = {
     g.AddOp: lambda op, a: a[0] + a[1],
     g.SubOp: lambda op, a: a[0] - a[1],
     g.MulOp: lambda op, a: a[0] * a[1],
-    g.DivOp: lambda op, a: a[0] / a[1],
+    g.DivOp: divide,
     g.MaxOp: lambda op, a: np.maximum(a[0], a[1]),
     g.MinOp: lambda op, a: np.minimum(a[0], a[1]),
     g.PowOp: lambda op, a: np.power(a[0], a[1]),
     g.NegOp: lambda op, a: -a[0],
     g.AbsOp: lambda op, a: np.abs(a[0]),
-    g.ReluOp: lambda op, a: np.maximum(a[0], 0.0),  # NaN propagates
+    g.ReluOp: lambda op, a: np.maximum(a[0], 0),  # NaN propagates
     g.LeakyReluOp: lambda op, a: np.where(a[0] >= 0, a[0], g.float_of(op.properties, "alpha") * a[0]),
     g.GeluOp: lambda op, a: gelu(a[0], op.approximate.data),
     g.SigmoidOp: lambda op, a: sigmoid(a[0]),
@@ -240,4 +308,15 @@ IMPLS: dict[type[Operation], Callable[[Any, list[np.ndarray]], np.ndarray]] = {
     g.ConcatOp: lambda op, a: np.concatenate(a, axis=g.int_of(op.properties, "axis")),
     g.SliceOp: lambda op, a: a[0][tuple(slice(s, e, st) for s, e, st in zip(g.ints(op.properties, "starts"), g.ints(op.properties, "limits"), g.ints(op.properties, "strides"), strict=True))],
     g.ConstantOp: lambda op, a: constant_value(op),
+    g.BroadcastToOp: lambda op, a: np.broadcast_to(a[0], _out_shape(op)).copy(),
+    g.GatherOp: gather,
+    g.EqualOp: compare, g.LessOp: compare, g.LessEqualOp: compare, g.GreaterOp: compare,
+    g.GreaterEqualOp: compare,
+    g.AndOp: lambda op, a: a[0] & a[1],
+    g.OrOp: lambda op, a: a[0] | a[1],
+    g.XorOp: lambda op, a: a[0] ^ a[1],
+    g.NotOp: lambda op, a: ~a[0],
+    g.IsNanOp: lambda op, a: np.isnan(a[0]),
+    g.IsInfOp: is_inf,
+    g.WhereOp: lambda op, a: np.where(a[0], a[1], a[2]),
 }  # fmt: skip

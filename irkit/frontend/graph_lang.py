@@ -50,7 +50,7 @@ from xdsl.irdl import VerificationContext
 from xdsl.utils.exceptions import VerifyException
 
 from irkit.dialects import graph
-from irkit.dtypes import DTYPES, numpy_dtype
+from irkit.dtypes import DTYPES, is_bool, is_integer, numpy_dtype
 from irkit.errors import IrkitError, SourceLocation
 from irkit.limits import INT64_MAX, MAX_NESTING, check_extents
 from irkit.loops import PARAM_ATTR
@@ -382,22 +382,35 @@ class _Builder:
         return op.results[0]
 
     def _tensors(self, t: lark.Tree, values: Sequence[Value]) -> list[SSAValue]:
-        """Scalars become rank-0 constants of the element type of the first tensor."""
-        tensor = next((v for v in values if isinstance(v, SSAValue)), None)
-        if tensor is None:
+        """Scalars become rank-0 constants of the element type of the first tensor that
+        is not boolean (a `where`'s condition gives its branches no type), or of the first
+        tensor where all are boolean."""
+        tensors = [v for v in values if isinstance(v, SSAValue)]
+        if not tensors:
             self._fail(t, "an op needs at least one tensor operand, got only scalar literals")
-        assert isinstance(tensor.type, TensorType)
-        element_type = tensor.type.element_type
-        largest = float(ml_dtypes.finfo(numpy_dtype(element_type)).max)
+        typed = next((v for v in tensors if not is_bool(graph.element_type_of(v))), tensors[0])
+        element_type = graph.element_type_of(typed)
         out = []
         for v in values:
             if not isinstance(v, SSAValue):
-                if abs(v) > largest:
-                    self._fail(t, f"the literal {v:g} does not fit in {element_type} "
-                                  f"(largest finite {largest:g})")  # fmt: skip
+                self._check_literal(t, v, element_type)
                 v = self._insert(t, graph.ConstantOp.from_values(element_type, [], [float(v)]))
             out.append(v)
         return out
+
+    def _check_literal(self, t: lark.Tree, v: float, element_type: Attribute) -> None:
+        if is_integer(element_type):
+            info = ml_dtypes.iinfo(numpy_dtype(element_type)) if not is_bool(element_type) else None
+            if v != int(v) or (info is None and v not in (0, 1)):
+                self._fail(t, f"the literal {v:g} is not a value of {element_type}")
+            if info is not None and not info.min <= v <= info.max:
+                self._fail(t, f"the literal {v:g} does not fit in {element_type} "
+                              f"(range {info.min} to {info.max})")  # fmt: skip
+            return
+        largest = float(ml_dtypes.finfo(numpy_dtype(element_type)).max)
+        if abs(v) > largest:
+            self._fail(t, f"the literal {v:g} does not fit in {element_type} "
+                          f"(largest finite {largest:g})")  # fmt: skip
 
     # --- static values (dims and attributes) -------------------------------------------------
 

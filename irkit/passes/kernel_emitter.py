@@ -33,7 +33,8 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from irkit.dialects import graph as g
 from irkit.dtypes import dense_array
-from irkit.passes.loop_builder import LOW_PRECISION, LoopBuilder, compute_type
+from irkit.passes import emit_exact as exact
+from irkit.passes.loop_builder import LoopBuilder, compute_type
 
 Index = list[SSAValue]
 Emit = Callable[["KernelEmitter", Operation, Index], SSAValue]
@@ -261,15 +262,6 @@ def _rsqrt(em: KernelEmitter, x: SSAValue, op: Operation) -> SSAValue:
     return em.fop(arith.DivfOp, em.const(1.0, x), em.fop(xmath.SqrtOp, x))
 
 
-def _cast(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
-    """Round to the target element type, then carry on in the target's compute type."""
-    x = em.operand_at(op, 0, idx)
-    target = dtype_of(op.results[0])
-    if isinstance(target, LOW_PRECISION):
-        return em.b.convert(em.b.convert(x, target), compute_type(target))
-    return em.b.convert(x, compute_type(target))
-
-
 def _constant(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
     value = op.value  # type: ignore[attr-defined]
     assert isinstance(value, DenseIntOrFPElementsAttr)
@@ -283,11 +275,7 @@ def _constant(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
 # --- reductions ------------------------------------------------------------------------------
 
 
-_COMBINE: dict[type, tuple[float, type[Operation]]] = {
-    g.ReduceSumOp: (0.0, arith.AddfOp),
-    g.ReduceMeanOp: (0.0, arith.AddfOp),
-    g.ReduceMaxOp: (-math.inf, arith.MaximumfOp),
-}
+_COMBINE: dict[type, str] = {g.ReduceSumOp: "sum", g.ReduceMeanOp: "sum", g.ReduceMaxOp: "max"}
 
 
 def reduce_over(
@@ -296,7 +284,7 @@ def reduce_over(
     """Reduce `src` over `axes` at result index `idx` (which keeps reduced axes if `keep`)."""
     shape = shape_of(src)
     ct = compute_type(dtype_of(src))
-    init, combine = _COMBINE[kind]
+    combine = _COMBINE[kind]
     kept = [i for i in range(len(shape)) if i not in axes]
     outer = [idx[i] for i in kept] if keep else list(idx)
 
@@ -306,9 +294,14 @@ def reduce_over(
             full[axis] = iv
         for axis, i in zip(kept, outer, strict=True):
             full[axis] = i
-        return [em.fop(combine, accs[0], em.value_at(src, full))]
+        return [
+            exact.arith_op(
+                em, "add" if combine == "sum" else "max", accs[0], em.value_at(src, full)
+            )
+        ]
 
-    (acc,) = em.b.for_nest([shape[a] for a in axes], [em.b.float(init, ct)], body)
+    init = em.b.float(exact.neutral(combine, ct), ct)
+    (acc,) = em.b.for_nest([shape[a] for a in axes], [init], body)
     if kind is g.ReduceMeanOp:
         return em.fop(arith.DivfOp, acc, em.b.float(math.prod(shape[a] for a in axes), ct))
     return acc
@@ -577,16 +570,16 @@ collapse onto each result axis, the element at a fine index). im2col's rows and 
 are (n, oy, ox) and (ky, kx, c): its innermost loop copies C contiguous channels."""
 
 EMITTERS: dict[type[Operation], Emit] = {
-    g.AddOp: _binary(lambda em, a, b: em.fop(arith.AddfOp, a, b)),
-    g.SubOp: _binary(lambda em, a, b: em.fop(arith.SubfOp, a, b)),
-    g.MulOp: _binary(lambda em, a, b: em.fop(arith.MulfOp, a, b)),
-    g.DivOp: _binary(lambda em, a, b: em.fop(arith.DivfOp, a, b)),
-    g.MaxOp: _binary(lambda em, a, b: em.fop(arith.MaximumfOp, a, b)),  # NaN propagates
-    g.MinOp: _binary(lambda em, a, b: em.fop(arith.MinimumfOp, a, b)),
+    g.AddOp: _binary(lambda em, a, b: exact.arith_op(em, "add", a, b)),
+    g.SubOp: _binary(lambda em, a, b: exact.arith_op(em, "sub", a, b)),
+    g.MulOp: _binary(lambda em, a, b: exact.arith_op(em, "mul", a, b)),
+    g.DivOp: _binary(exact.divide),
+    g.MaxOp: _binary(lambda em, a, b: exact.arith_op(em, "max", a, b)),  # NaN propagates
+    g.MinOp: _binary(lambda em, a, b: exact.arith_op(em, "min", a, b)),
     g.PowOp: _binary(lambda em, a, b: em.fop(xmath.PowFOp, a, b)),
-    g.NegOp: _unary(lambda em, x, op: em.fop(arith.NegfOp, x)),
-    g.AbsOp: _unary(lambda em, x, op: em.fop(xmath.AbsFOp, x)),
-    g.ReluOp: _unary(lambda em, x, op: em.fop(arith.MaximumfOp, x, em.const(0.0, x))),
+    g.NegOp: _unary(lambda em, x, op: exact.negate(em, x)),
+    g.AbsOp: _unary(lambda em, x, op: exact.absolute(em, x)),
+    g.ReluOp: _unary(lambda em, x, op: exact.arith_op(em, "max", x, em.const(0.0, x))),
     g.LeakyReluOp: _unary(_leaky_relu),
     g.GeluOp: _unary(_gelu),
     g.SigmoidOp: _unary(_sigmoid),
@@ -596,7 +589,7 @@ EMITTERS: dict[type[Operation], Emit] = {
     g.SqrtOp: _unary(lambda em, x, op: em.fop(xmath.SqrtOp, x)),
     g.RsqrtOp: _unary(_rsqrt),
     g.ErfOp: _unary(lambda em, x, op: em.fop(xmath.ErfOp, x)),
-    g.CastOp: _cast,
+    g.CastOp: exact.cast_op,
     g.ConstantOp: _constant,
     g.ReduceSumOp: _reduce,
     g.ReduceMaxOp: _reduce,
@@ -612,5 +605,19 @@ EMITTERS: dict[type[Operation], Emit] = {
     g.ReshapeOp: _reshape,
     g.SliceOp: _slice,
     g.ConcatOp: _concat,
+    g.BroadcastToOp: exact.broadcast_to,
+    g.GatherOp: exact.gather,
+    g.WhereOp: exact.where,
+    g.EqualOp: exact.compare,
+    g.LessOp: exact.compare,
+    g.LessEqualOp: exact.compare,
+    g.GreaterOp: exact.compare,
+    g.GreaterEqualOp: exact.compare,
+    g.AndOp: exact.logical(arith.AndIOp),
+    g.OrOp: exact.logical(arith.OrIOp),
+    g.XorOp: exact.logical(arith.XOrIOp),
+    g.NotOp: exact.logical_not,
+    g.IsNanOp: exact.is_nan,
+    g.IsInfOp: exact.is_inf,
 }
 """Per op: the scalar at one result index, built from its operands' scalars."""

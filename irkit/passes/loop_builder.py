@@ -20,6 +20,7 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     IndexType,
     IntegerAttr,
+    IntegerType,
     MemRefType,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
@@ -33,7 +34,10 @@ LOW_PRECISION = (Float16Type, BFloat16Type)
 
 
 def compute_type(element_type: Attribute) -> Attribute:
-    """The type arithmetic happens in: f64 for f64 data, f32 for everything narrower."""
+    """The type arithmetic happens in: f64 for f64 data, f32 for narrower floats; an
+    integer or boolean type is its own (integer arithmetic is exact at its width)."""
+    if isinstance(element_type, IntegerType):
+        return element_type
     return F64 if isinstance(element_type, Float64Type) else F32
 
 
@@ -67,10 +71,23 @@ class LoopBuilder:
         return self._constant((f"i{n}", INDEX), lambda: arith.ConstantOp(IntegerAttr(n, INDEX)))
 
     def float(self, x: float, type_: Attribute) -> SSAValue:
+        """A constant of a float type, or of an integer type (`x` truncated to an int)."""
+        if isinstance(type_, IntegerType):
+            return self.integer(int(x), type_)
         return self._constant(
             (f"f{float(x)!r}", type_),
             lambda: arith.ConstantOp(FloatAttr(float(x), cast(Any, type_))),
         )
+
+    def integer(self, n: int, type_: IntegerType) -> SSAValue:
+        """A constant of an integer type (i1: 0 or 1; others wrap to the width)."""
+        width = type_.width.data
+        n = (
+            int(bool(n))
+            if width == 1
+            else (n + (1 << (width - 1))) % (1 << width) - (1 << (width - 1))
+        )
+        return self._constant((f"i{n}", type_), lambda: arith.ConstantOp(IntegerAttr(n, type_)))
 
     # --- ops ---------------------------------------------------------------------------
 
@@ -90,7 +107,10 @@ class LoopBuilder:
         self.block.add_op(memref.StoreOp.get(value, buffer, indices))
 
     def convert(self, value: SSAValue, to: Attribute) -> SSAValue:
-        """extf or truncf between float types (rounding to nearest even)."""
+        """extf or truncf between float types (rounding to nearest even); an integer value
+        only to its own type (conversions with integers are `graph.cast`'s)."""
+        if value.type == to:
+            return value
         width: dict[type[Attribute], int] = {Float16Type: 16, BFloat16Type: 16, Float32Type: 32,
                                              Float64Type: 64}  # fmt: skip
         src, dst = width[type(value.type)], width[type(to)]

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp, TensorType
 
+from irkit import dtypes
 from irkit.dtypes import numpy_dtype
 from irkit.runtime.backend import Bound, Executable
 from irkit.runtime.reference import random_inputs, reference
@@ -57,6 +58,9 @@ class OutputCheck:
 
     def describe(self) -> str:
         verdict = "ok" if self.passed else "WRONG"
+        if np.dtype(self.dtype).kind in "biu":
+            return (f"{self.name}: {verdict} (exact {self.dtype}: {self.rel_error:.2%} of elements "
+                    f"differ, max |error| {self.max_abs_error:.0f})")  # fmt: skip
         extra = f", {self.bad_nonfinite} non-finite mismatches" if self.bad_nonfinite else ""
         against = ", against the reference with intermediates stored at their types" if self.reference == "stored" else ""  # fmt: skip
         return (
@@ -80,6 +84,8 @@ def compare(
     output's element type: storing the result in that type is part of what the model
     computes, and a value the type cannot hold (3.8e-30 in f16 is 0; 7e4 is inf) would
     otherwise be an error no backend could avoid (a fuzzing campaign found the first)."""
+    if np.dtype(dtype).kind in "biu":
+        return _compare_exact(name, np.asarray(out), ref, np.dtype(dtype), reference)
     got = np.asarray(out, dtype=np.float64)
     with np.errstate(over="ignore", under="ignore"):
         ref = np.asarray(ref, dtype=np.float64).astype(dtype).astype(np.float64)
@@ -96,6 +102,21 @@ def compare(
     return OutputCheck(name, str(dtype), err, max_abs, tol, bad, reference)
 
 
+def _compare_exact(
+    name: str, out: np.ndarray, ref: np.ndarray, dtype: np.dtype, reference: str
+) -> OutputCheck:
+    """Integers and booleans must be exact: the error is the fraction of elements that
+    differ (an unwritten boolean byte counts as a mismatch), the tolerance 0, and
+    `max_abs_error` the largest difference."""
+    unwritten = dtypes.unwritten(out)
+    got = out.astype(np.int64) if dtype != np.bool_ else out.view(np.uint8).astype(np.int64)
+    want = np.asarray(ref).astype(dtype).astype(np.int64)
+    wrong = (got != want) | unwritten
+    count = int(np.count_nonzero(wrong))
+    max_abs = float(np.max(np.abs(got - want))) if got.size else 0.0
+    return OutputCheck(name, str(dtype), count / max(got.size, 1), max_abs, 0.0, 0, reference)
+
+
 def check(
     exe: Executable,
     graph: ModuleOp,
@@ -107,7 +128,7 @@ def check(
     is (inputs, reference outputs) from `reference_case`, to check many variants of one
     graph against one reference evaluation."""
     inputs, expected_outputs = expected or reference_case(graph, seed)
-    poisoned = [np.full(s.shape, np.nan, dtype=s.dtype) for s in exe.outputs]
+    poisoned = [dtypes.poisoned(s.shape, s.dtype) for s in exe.outputs]
     got = exe(*inputs, out=poisoned)
     return compare_outputs(exe, graph, inputs, got, expected_outputs), inputs
 

@@ -23,6 +23,7 @@ from xdsl.ir import SSAValue
 
 from irkit.codegen.host import HostProgram, host_target, jit_program, machine_hash, relink
 from irkit.codegen.llvm import RELEASE, STEADY, linked_constants
+from irkit.dtypes import poison
 from irkit.errors import IrkitError
 from irkit.ir import entry_function, to_text
 from irkit.loops import cpu_threads, is_once, kernels, once_calls, prepared_buffers
@@ -201,7 +202,7 @@ class CpuExecutable:
             for buffer, a in zip(inputs, checked, strict=True):
                 np.copyto(buffer, a)
         for o in outputs:  # an output the graph does not write reads as NaN, not as garbage
-            o[...] = np.nan
+            poison(o)
         bound = CpuBound(self, [a.ctypes.data for a in [*inputs, *outputs]], outputs, [],
                          inputs=inputs)  # fmt: skip
         env: dict[SSAValue, np.ndarray] = dict(
@@ -225,7 +226,7 @@ class CpuExecutable:
         bound.keep.extend(env.values())
         kept = [(o, o.copy()) for o in outputs if o.ctypes.data in prepared]
         for o in outputs:
-            o[...] = np.nan
+            poison(o)
         bound.run_graph()
         for o, value in kept:  # the steady form does not run once-per-bind kernels
             np.copyto(o, value)

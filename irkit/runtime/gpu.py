@@ -20,6 +20,7 @@ from xdsl.ir import SSAValue
 
 from irkit.codegen.cuda import gpu_kernels, kernel_source
 from irkit.codegen.nvrtc import Compiled, check_limits, compile_cuda
+from irkit.dtypes import poison, poisoned
 from irkit.ir import to_text
 from irkit.loops import Launch, is_once, launch_of
 from irkit.loops.costs import count_flops, min_bytes
@@ -144,7 +145,7 @@ class SimulatedExecutable:
     def buffer(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """A fresh buffer: NaN, as fresh device memory holds garbage and an unwritten read
         must show."""
-        return np.full(shape, np.nan, dtype)
+        return poisoned(shape, dtype)
 
     def constant(self, step: Step) -> np.ndarray:
         """A "global" step's array, as kernels read it."""
@@ -164,7 +165,7 @@ class SimulatedExecutable:
             for buffer, a in zip(inputs_at, inputs, strict=True):
                 np.copyto(buffer, a)
             for o in outputs:
-                o[...] = np.nan
+                poison(o)
             inputs = inputs_at
         elif out is not None:
             outputs = check_out(name, self.outputs, out)

@@ -38,7 +38,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from irkit.dialects.cpu import PrefetchOp
 from irkit.dialects.warp import MMA_OPS, ShuffleOp
-from irkit.dtypes import numpy_dtype
+from irkit.dtypes import numpy_dtype, poisoned
 from irkit.errors import IrkitError
 from irkit.loops import SHARED_SPACE, launch_of
 from irkit.loops.scalar_ops import numpy_ops
@@ -170,9 +170,12 @@ class LockstepInterpreter:
         elif isinstance(op, arith.SelectOp):
             out = np.where(args[0], args[1], args[2])
         elif isinstance(
-            op, arith.ExtFOp | arith.TruncFOp | arith.SIToFPOp | arith.FPToSIOp | arith.IndexCastOp
+            op,
+            arith.ExtFOp | arith.TruncFOp | arith.SIToFPOp | arith.FPToSIOp | arith.IndexCastOp
+            | arith.UIToFPOp | arith.ExtSIOp | arith.ExtUIOp | arith.TruncIOp,
         ):
-            out = np.asarray(args[0]).astype(value_dtype(op.results[0].type))
+            with np.errstate(invalid="ignore"):  # a float out of an int's range: selected away
+                out = np.asarray(args[0]).astype(value_dtype(op.results[0].type))
         elif isinstance(op, arith.BitcastOp):
             out = np.asarray(args[0]).view(value_dtype(op.results[0].type))
         elif isinstance(op, gpu.ThreadIdOp | gpu.BlockIdOp | gpu.BlockDimOp | gpu.GridDimOp):
@@ -379,7 +382,7 @@ class LockstepInterpreter:
         if name not in self.shared:
             shape = (self.run.grid, *t.get_shape())
             # never-written shared memory reads as NaN, so a missing store shows
-            array = np.full(shape, np.nan, value_dtype(t.element_type))
+            array = poisoned(shape, value_dtype(t.element_type))
             self.shared[name] = array
             self.names[id(array)] = f"@{name} (shared)"
         return self.shared[name]

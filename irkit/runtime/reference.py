@@ -1,7 +1,8 @@
 """The numpy reference: the ground truth every backend and every pass is checked against.
 
-Each graph op is evaluated in float64 by its semantics (`irkit.dialects.semantics`), whatever
-the model's element type; outputs are float64 arrays.
+Each graph op is evaluated by its semantics (`irkit.dialects.semantics`): floats in float64,
+whatever the model's float type; integers exactly, in int64 wrapped to their width; booleans
+as bool. Outputs are float64, int64 or bool arrays accordingly.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 
 from irkit.dialects import graph as g
-from irkit.dialects.semantics import IMPLS
-from irkit.dtypes import NUMPY, numpy_dtype
+from irkit.dialects.semantics import IMPLS, wrap
+from irkit.dtypes import NUMPY, is_integer, numpy_dtype, reference_dtype
 from irkit.errors import IrkitError, expect
 from irkit.ir import location_of, model_function
 from irkit.limits import check_bytes, element_count
@@ -87,7 +88,7 @@ def reference(module: ModuleOp, *arrays: Any, stored: bool = False) -> list[np.n
     fn = model_function(module, graph_level=True)
     check_footprint(fn, graph_values(fn), 8, "float64 reference")
     env: dict[SSAValue, np.ndarray] = {
-        arg: a.astype(np.float64)
+        arg: _as_reference(a, arg)
         for arg, a in zip(fn.body.block.args, check_inputs(fn, arrays), strict=True)
     }
     with np.errstate(all="ignore"):  # inf and NaN are values here, not errors
@@ -115,19 +116,34 @@ def _evaluate_block(
             raise IrkitError(
                 f"the reference cannot evaluate {op.name}; it evaluates graph-dialect ops only"
             )
-        value = np.asarray(impl(op, [env[v] for v in op.operands]), dtype=np.float64)
+        try:
+            result = impl(op, [env[v] for v in op.operands])
+        except IrkitError as e:  # a value the op is not defined on (a gather index)
+            raise IrkitError(e.message, location_of(op)) from None
         t = op.results[0].type
-        if stored and isinstance(t, TensorType) and numpy_dtype(t.element_type) != np.float64:
-            value = value.astype(numpy_dtype(t.element_type)).astype(np.float64)
+        assert isinstance(t, TensorType)
+        element = t.element_type
+        value = wrap(np.asarray(result, dtype=reference_dtype(element)), element)
+        if stored and not is_integer(element) and numpy_dtype(element) != np.float64:
+            value = value.astype(numpy_dtype(element)).astype(np.float64)
         env[op.results[0]] = value
     return None
+
+
+def _as_reference(array: np.ndarray, arg: SSAValue) -> np.ndarray:
+    """An input in the reference's type for its argument: float64, exact int64 or bool."""
+    assert isinstance(arg.type, TensorType)
+    element = arg.type.element_type
+    return wrap(array.astype(reference_dtype(element)), element)
 
 
 def random_inputs(module: ModuleOp, seed: int = 0) -> list[np.ndarray]:
     """Fresh random arrays for the entry function's arguments, in their element types.
 
-    Values are uniform in [-1, 1), except arguments that feed an operand whose domain is
-    positive (a variance, a log), which are uniform in [0.5, 2)."""
+    Float values are uniform in [-1, 1), except arguments that feed an operand whose domain
+    is positive (a variance, a log), which are uniform in [0.5, 2). Integers are uniform in
+    [-n, n) where they are gather indices of an axis of extent n (the least such, through
+    views and casts), else in [0, 8); booleans are fair coins."""
     expect("irkit.random_inputs", "module", module, ModuleOp, "a module (irkit.load's result)")
     expect("irkit.random_inputs", "seed", seed, int, "an integer from 0 to 2^64-1")
     if not 0 <= seed < 2**64:
@@ -139,13 +155,45 @@ def random_inputs(module: ModuleOp, seed: int = 0) -> list[np.ndarray]:
     for arg in fn.body.block.args:
         assert isinstance(arg.type, TensorType)
         shape = arg.type.get_shape()
+        element = arg.type.element_type
+        if is_integer(element):
+            out.append(_random_integers(rng, arg, numpy_dtype(element)))
+            continue
         positive = any(
             isinstance(u.operation, g.GraphOp) and u.index in u.operation.POSITIVE_OPERANDS
             for u in arg.uses
         )
         values = rng.uniform(0.5, 2.0, shape) if positive else rng.uniform(-1.0, 1.0, shape)
-        out.append(values.astype(numpy_dtype(arg.type.element_type)))
+        out.append(values.astype(numpy_dtype(element)))
     return out
+
+
+def _random_integers(rng: np.random.Generator, arg: SSAValue, dtype: np.dtype) -> np.ndarray:
+    assert isinstance(arg.type, TensorType)
+    shape = arg.type.get_shape()
+    if dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(np.bool_)
+    extents = index_extents(arg)
+    if extents:
+        n = min(extents)
+        return rng.integers(-n, n, shape).astype(dtype)
+    return rng.integers(0, 8, shape).astype(dtype)
+
+
+_PASS_THROUGH = (g.ReshapeOp, g.TransposeOp, g.SliceOp, g.BroadcastToOp, g.ConcatOp, g.CastOp)
+
+
+def index_extents(value: SSAValue) -> list[int]:
+    """The extents of the axes `value` indexes as gather indices, directly or through views,
+    integer casts and concatenations."""
+    found: list[int] = []
+    for use in value.uses:
+        op = use.operation
+        if isinstance(op, g.GatherOp) and use.index == 1:
+            found.append(op.data.type.get_shape()[op.normalized_axis()])  # type: ignore[attr-defined]
+        elif isinstance(op, _PASS_THROUGH) and is_integer(g.element_type_of(op.results[0])):
+            found += index_extents(op.results[0])
+    return found
 
 
 class ReferenceExecutable:
@@ -165,7 +213,7 @@ class ReferenceExecutable:
             shape, dtype = a.type.get_shape(), numpy_dtype(a.type.element_type)
             self.inputs.append(TensorSpec(a.name_hint or f"arg{i}", shape, dtype))
         self.outputs = [
-            TensorSpec(f"out{i}", t.get_shape(), np.dtype(np.float64))  # type: ignore[attr-defined]
+            TensorSpec(f"out{i}", t.get_shape(), reference_dtype(t.element_type))  # type: ignore[attr-defined]
             for i, t in enumerate(fn.function_type.outputs.data)
         ]
 

@@ -14,6 +14,8 @@ from xdsl.dialects.builtin import (
     Float64Type,
     FloatAttr,
     IntegerAttr,
+    IntegerType,
+    Signedness,
     TensorType,
     i64,
 )
@@ -29,7 +31,25 @@ from irkit.dialects.shapes import Shape
 from irkit.limits import check_extents
 
 FLOAT_TYPES = (Float16Type, BFloat16Type, Float32Type, Float64Type)
+INTEGER_WIDTHS = (1, 32, 64)
+"""Integer element types graph values may have: i1 (booleans), i32 and i64."""
 Props = Mapping[str, Attribute]
+
+FLOAT, INT, BOOL = "float", "int", "bool"
+NUMERIC = frozenset({FLOAT, INT})
+ANY = frozenset({FLOAT, INT, BOOL})
+
+
+def kind_of(element_type: Attribute) -> str:
+    """ "float", "int" (i32, i64) or "bool" (i1)."""
+    if isinstance(element_type, IntegerType):
+        return BOOL if element_type.width.data == 1 else INT
+    return FLOAT
+
+
+def is_integer(element_type: Attribute) -> bool:
+    """An integer or boolean element type (computed exactly, never rounded)."""
+    return isinstance(element_type, IntegerType)
 
 
 # --- attribute helpers ------------------------------------------------------------------
@@ -78,15 +98,29 @@ def _tensor_types(types: Sequence[Attribute]) -> list[TensorType]:
     for i, t in enumerate(types):
         if not isinstance(t, TensorType):
             raise VerifyException(f"operand #{i} must be a tensor, got {t}")
-        if not isinstance(t.element_type, FLOAT_TYPES):
+        e = t.element_type
+        if not isinstance(e, FLOAT_TYPES) and not (
+            isinstance(e, IntegerType)
+            and e.width.data in INTEGER_WIDTHS
+            and e.signedness.data == Signedness.SIGNLESS
+        ):
             raise VerifyException(
-                f"operand #{i} has element type {t.element_type}; "
-                "graph ops take f16, bf16, f32 or f64"
+                f"operand #{i} has element type {e}; "
+                "graph values are f16, bf16, f32, f64, i64, i32 or i1"
             )
         if any(d < 0 for d in t.get_shape()):
             raise VerifyException(f"operand #{i} has a dynamic shape {t}; shapes must be static")
         out.append(t)
     return out
+
+
+def require_kind(op_name: str, index: int, t: TensorType, kinds: frozenset[str]) -> None:
+    kind = kind_of(t.element_type)
+    if kind not in kinds:
+        wanted = " or ".join(sorted(kinds))
+        raise VerifyException(
+            f"{op_name} operand #{index} is {t.element_type} ({kind}); it takes {wanted} values"
+        )
 
 
 def _same_dtype(types: Sequence[TensorType]) -> Attribute:
@@ -105,6 +139,11 @@ class GraphOp(IRDLOperation, ABC):
 
     traits = traits_def(Pure())
 
+    KINDS: ClassVar[frozenset[str]] = frozenset({FLOAT})
+    """The element kinds ("float", "int", "bool") the op's operands may have; an op whose
+    operands differ in kind (a select's condition, a gather's indices) overrides
+    `check_kinds`."""
+
     POSITIVE_OPERANDS: ClassVar[tuple[int, ...]] = ()
     """Operands whose meaningful domain is positive (e.g. a variance): random inputs for
     them are drawn from a positive range so the reference stays finite."""
@@ -113,6 +152,12 @@ class GraphOp(IRDLOperation, ABC):
     def infer(cls, types: Sequence[TensorType], props: Props) -> TensorType:
         """The result type for these operand types and properties, or a VerifyException."""
         raise NotImplementedError(cls.__name__)
+
+    @classmethod
+    def check_kinds(cls, types: Sequence[TensorType]) -> None:
+        """Refuse operands of an element kind the op is not defined on."""
+        for i, t in enumerate(types):
+            require_kind(cls.name, i, t, cls.KINDS)
 
     @classmethod
     def complete_properties(cls, types: Sequence[TensorType], props: Props) -> dict[str, Attribute]:
@@ -147,6 +192,7 @@ class GraphOp(IRDLOperation, ABC):
     def checked_infer(cls, types: Sequence[TensorType], props: Props) -> TensorType:
         """`infer`, and the result checked to be a shape irkit can hold: every extent
         positive (irkit has no empty tensors) and the element count within int64."""
+        cls.check_kinds(types)
         result = cls.infer(types, props)
         shape = list(result.get_shape())
         if any(d == 0 for d in shape):

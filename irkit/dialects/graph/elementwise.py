@@ -25,7 +25,7 @@ from xdsl.irdl import (
 from xdsl.utils.exceptions import VerifyException
 
 from irkit.dialects import shapes
-from irkit.dialects.graph.base import GraphOp, Props, _same_dtype, _tensor_types, tensor
+from irkit.dialects.graph.base import NUMERIC, GraphOp, Props, _same_dtype, _tensor_types, tensor
 from irkit.dialects.shapes import ShapeError
 
 # --- elementwise --------------------------------------------------------------------------
@@ -50,6 +50,7 @@ class AddOp(BinaryOp):
     """Elementwise lhs + rhs, broadcast as in numpy."""
 
     name = "graph.add"
+    KINDS: ClassVar[frozenset[str]] = NUMERIC
 
 
 @irdl_op_definition
@@ -57,6 +58,7 @@ class SubOp(BinaryOp):
     """Elementwise lhs - rhs, broadcast as in numpy."""
 
     name = "graph.sub"
+    KINDS: ClassVar[frozenset[str]] = NUMERIC
 
 
 @irdl_op_definition
@@ -64,6 +66,7 @@ class MulOp(BinaryOp):
     """Elementwise lhs * rhs, broadcast as in numpy."""
 
     name = "graph.mul"
+    KINDS: ClassVar[frozenset[str]] = NUMERIC
 
 
 @irdl_op_definition
@@ -71,6 +74,7 @@ class DivOp(BinaryOp):
     """lhs / rhs (IEEE division)."""
 
     name = "graph.div"
+    KINDS: ClassVar[frozenset[str]] = NUMERIC
 
 
 @irdl_op_definition
@@ -78,6 +82,7 @@ class MaxOp(BinaryOp):
     """max(lhs, rhs); NaN propagates."""
 
     name = "graph.max"
+    KINDS: ClassVar[frozenset[str]] = NUMERIC
 
 
 @irdl_op_definition
@@ -85,6 +90,7 @@ class MinOp(BinaryOp):
     """min(lhs, rhs); NaN propagates."""
 
     name = "graph.min"
+    KINDS: ClassVar[frozenset[str]] = NUMERIC
 
 
 @irdl_op_definition
@@ -112,6 +118,7 @@ class NegOp(UnaryOp):
     """Elementwise negation, -x (flips the sign of zeros and NaNs too)."""
 
     name = "graph.neg"
+    KINDS: ClassVar[frozenset[str]] = NUMERIC
 
 
 @irdl_op_definition
@@ -119,6 +126,7 @@ class AbsOp(UnaryOp):
     """Elementwise absolute value |x|."""
 
     name = "graph.abs"
+    KINDS: ClassVar[frozenset[str]] = NUMERIC
 
 
 @irdl_op_definition
@@ -126,6 +134,7 @@ class ReluOp(UnaryOp):
     """Elementwise max(x, 0); NaN propagates."""
 
     name = "graph.relu"
+    KINDS: ClassVar[frozenset[str]] = NUMERIC
 
 
 @irdl_op_definition
@@ -208,7 +217,10 @@ class ErfOp(UnaryOp):
 
 @irdl_op_definition
 class CastOp(GraphOp):
-    """Element type conversion with round-to-nearest-even; the shape is unchanged."""
+    """Element type conversion; the shape is unchanged. To a float type: round to nearest
+    even. Float to integer: toward zero, saturating at the type's range, NaN to 0 (C's cast
+    where it is defined, and defined everywhere). Integer to integer: wraps (two's
+    complement). To i1: x != 0 (NaN is true). From i1: 0 or 1."""
 
     name = "graph.cast"
     input = operand_def(TensorType)

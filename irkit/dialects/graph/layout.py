@@ -1,8 +1,10 @@
-"""Layout and data movement: transpose, reshape, concat, slice, constant."""
+"""Layout and data movement: transpose, reshape, concat, slice, broadcast_to, gather,
+constant."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 from xdsl.dialects.builtin import (
@@ -26,14 +28,18 @@ from xdsl.utils.exceptions import VerifyException
 
 from irkit.dialects import shapes
 from irkit.dialects.graph.base import (
+    ANY,
+    INT,
     GraphOp,
     Props,
     _numel,
     _same_dtype,
+    _shape,
     _tensor_types,
     int_array,
     int_of,
     ints,
+    require_kind,
     tensor,
 )
 from irkit.dialects.shapes import ShapeError
@@ -46,6 +52,7 @@ class TransposeOp(GraphOp):
     """result[i_perm[0], ..., ] = input[...]: result axis k is input axis perm[k]."""
 
     name = "graph.transpose"
+    KINDS: ClassVar[frozenset[str]] = ANY
     input = operand_def(TensorType)
     perm = prop_def(DenseArrayBase[I64])
     result = result_def(TensorType)
@@ -71,6 +78,7 @@ class ReshapeOp(GraphOp):
     given, not inferred."""
 
     name = "graph.reshape"
+    KINDS: ClassVar[frozenset[str]] = ANY
     input = operand_def(TensorType)
     result = result_def(TensorType)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
@@ -106,6 +114,7 @@ class ConcatOp(GraphOp):
     """Concatenation of one or more tensors along `axis`; all other extents agree."""
 
     name = "graph.concat"
+    KINDS: ClassVar[frozenset[str]] = ANY
     inputs = var_operand_def(TensorType)
     axis = prop_def(IntegerAttr[I64])
     result = result_def(TensorType)
@@ -135,6 +144,7 @@ class SliceOp(GraphOp):
     Fully normalized: one entry per axis, 0 <= start <= limit <= extent, stride >= 1."""
 
     name = "graph.slice"
+    KINDS: ClassVar[frozenset[str]] = ANY
     input = operand_def(TensorType)
     starts = prop_def(DenseArrayBase[I64])
     limits = prop_def(DenseArrayBase[I64])
@@ -183,10 +193,65 @@ class SliceOp(GraphOp):
 
 
 @irdl_op_definition
+class BroadcastToOp(GraphOp):
+    """The input broadcast to `shape` as numpy's `broadcast_to` does (axes aligned from
+    the right; each input extent 1 or equal to the target's)."""
+
+    name = "graph.broadcast_to"
+    KINDS: ClassVar[frozenset[str]] = ANY
+    input = operand_def(TensorType)
+    shape = prop_def(DenseArrayBase[I64])
+    result = result_def(TensorType)
+    assembly_format = "$input `shape` `=` $shape attr-dict `:` type($input) `->` type($result)"
+
+    @classmethod
+    def infer(cls, types: Sequence[TensorType], props: Props) -> TensorType:
+        src, target = types[0].get_shape(), ints(props, "shape")
+        if len(target) < len(src) or shapes.broadcast_shapes(src, target) != tuple(target):
+            raise ShapeError(f"cannot broadcast {list(src)} to {list(target)}")
+        return tensor(types[0].element_type, target)
+
+
+@irdl_op_definition
+class GatherOp(GraphOp):
+    """out[a..., i..., b...] = data[a..., indices[i...], b...] along `axis` (ONNX Gather,
+    numpy's take): the result's shape is data's with the axis replaced by indices' shape.
+    Indices are i32 or i64; a negative index counts from the end; one outside
+    [-extent, extent) is an error where the values are known (the reference, constant
+    folding), and never reads outside the tensor in generated code."""
+
+    name = "graph.gather"
+    KINDS: ClassVar[frozenset[str]] = ANY
+    data = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    result = result_def(TensorType)
+    assembly_format = (
+        "$data `,` $indices `axis` `=` $axis attr-dict `:` functional-type(operands, results)"
+    )
+
+    @classmethod
+    def check_kinds(cls, types: Sequence[TensorType]) -> None:
+        require_kind(cls.name, 1, types[1], frozenset({INT}))
+
+    @classmethod
+    def infer(cls, types: Sequence[TensorType], props: Props) -> TensorType:
+        data, indices = types[0].get_shape(), types[1].get_shape()
+        if not data:
+            raise ShapeError("gather needs data of rank >= 1")
+        axis = shapes.normalize_axis(int_of(props, "axis"), len(data))
+        return tensor(types[0].element_type, (*data[:axis], *indices, *data[axis + 1 :]))
+
+    def normalized_axis(self) -> int:
+        return shapes.normalize_axis(int_of(self.properties, "axis"), len(_shape(self.data)))
+
+
+@irdl_op_definition
 class ConstantOp(GraphOp):
     """A tensor constant; its type is the value's type."""
 
     name = "graph.constant"
+    KINDS: ClassVar[frozenset[str]] = ANY
     value = prop_def(DenseIntOrFPElementsAttr)
     result = result_def(TensorType)
 

@@ -29,6 +29,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from irkit.dialects import shapes
 from irkit.dialects.graph.base import (
+    NUMERIC,
     GraphOp,
     Props,
     _same_dtype,
@@ -82,6 +83,7 @@ class ReduceSumOp(ReduceOp):
     """Sum over axes."""
 
     name = "graph.reduce_sum"
+    KINDS: ClassVar[frozenset[str]] = NUMERIC
 
 
 @irdl_op_definition
@@ -89,6 +91,7 @@ class ReduceMaxOp(ReduceOp):
     """Maximum over axes; NaN propagates."""
 
     name = "graph.reduce_max"
+    KINDS: ClassVar[frozenset[str]] = NUMERIC
 
 
 @irdl_op_definition
