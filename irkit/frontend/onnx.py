@@ -41,7 +41,7 @@ from irkit.dialects import graph as g
 from irkit.dtypes import DTYPES, dense_attr
 from irkit.errors import IrkitError
 from irkit.frontend.files import check_model_file
-from irkit.frontend.onnx_ops import ONNX_DTYPES
+from irkit.frontend.onnx_common import ONNX_DTYPES
 from irkit.ir import ssa_name
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -267,8 +267,10 @@ class OnnxImporter:
             dtype = _array_dtype(array)
             if dtype is None:
                 raise self.unsupported(
-                    f"'{name}' is a {array.dtype} tensor; irkit computes on floats"
+                    f"'{name}' is a {array.dtype} tensor; irkit's element types are f16, bf16, "
+                    "f32, f64, i64, i32 and bool"
                 )
+            array = _in_range(self, name, array, dtype)
             op = g.ConstantOp.create_inferred([], {"value": _dense(array, DTYPES[dtype])})
             self.block.add_op(op)
             self.values[name] = op.results[0]
@@ -318,7 +320,8 @@ class OnnxImporter:
         if elem_type not in ONNX_DTYPES:
             name = TensorProto.DataType.Name(elem_type)
             raise self.unsupported(
-                f"{what} has element type {name}; irkit computes on f16, bf16, f32, f64"
+                f"{what} has element type {name}; irkit's element types are f16, bf16, f32, "
+                "f64, i64, i32 and bool"
             )
         return ONNX_DTYPES[elem_type]
 
@@ -330,10 +333,28 @@ def _shape_op(node: onnx.NodeProto, shape: np.ndarray) -> np.ndarray:
     return shape[attrs.get("start", 0) : attrs.get("end", len(shape))]
 
 
+_ARRAY_DTYPES = {
+    "float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int64": "i64",
+    "int32": "i32", "bool": "i1", "int8": "i32", "int16": "i32", "uint8": "i32",
+    "uint16": "i32", "uint32": "i64", "uint64": "i64",
+}  # fmt: skip
+"""The graph type a constant of each numpy type becomes (narrow integers widen exactly)."""
+
+
 def _array_dtype(array: np.ndarray) -> str | None:
-    name = str(array.dtype)
-    return {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}.get(name)
+    return _ARRAY_DTYPES.get(str(array.dtype))
+
+
+def _in_range(im: OnnxImporter, name: str, array: np.ndarray, dtype: str) -> np.ndarray:
+    """A uint64 constant must fit in i64: irkit's integers are signed."""
+    if array.dtype == np.uint64 and array.size and int(array.max()) > np.iinfo(np.int64).max:
+        raise im.unsupported(
+            f"'{name}' holds {int(array.max())}, beyond i64 (irkit's integers are signed)"
+        )
+    return array
 
 
 def _dense(array: np.ndarray, element_type: Attribute) -> DenseIntOrFPElementsAttr[Any]:
+    if array.dtype.kind in "biu":
+        return dense_attr(g.tensor(element_type, array.shape), array)
     return dense_attr(g.tensor(element_type, array.shape), np.asarray(array, np.float64))

@@ -9,46 +9,21 @@ ONNX and the graph dialect differ in what they can express, the converter raises
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
 from xdsl.dialects.builtin import BoolAttr, Float64Type, FloatAttr, IntegerAttr, StringAttr, i64
 from xdsl.ir import SSAValue
 
 from irkit.dialects import graph as g
 from irkit.dtypes import DTYPES
+from irkit.frontend.onnx_common import ONNX_DTYPES, Converter, attrs, inputs, rank, shape
+from irkit.frontend.onnx_exact import EXACT_CONVERTERS, EXACT_LIMITS
 
 if TYPE_CHECKING:  # the importer calls these converters; they only need its type
     from irkit.frontend.onnx import OnnxImporter
-
-ONNX_DTYPES: dict[int, str] = {  # element types irkit imports
-    TensorProto.FLOAT: "f32",
-    TensorProto.DOUBLE: "f64",
-    TensorProto.FLOAT16: "f16",
-    TensorProto.BFLOAT16: "bf16",
-}
-
-Converter = Callable[["OnnxImporter", onnx.NodeProto], list[SSAValue]]
-
-
-def attrs(node: onnx.NodeProto) -> dict:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-
-def inputs(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
-    return [im.tensor(n) for n in node.input if n]
-
-
-def rank(v: SSAValue) -> int:
-    return len(v.type.get_shape())  # type: ignore[attr-defined]
-
-
-def shape(v: SSAValue) -> tuple[int, ...]:
-    return tuple(v.type.get_shape())  # type: ignore[attr-defined]
-
 
 # --- elementwise ---------------------------------------------------------------------------
 
@@ -109,9 +84,7 @@ def _pow(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
 
 def _leaky_relu(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     (x,) = inputs(im, node)
-    return [
-        im.op(g.LeakyReluOp, x, alpha=FloatAttr(attrs(node).get("alpha", 0.01), Float64Type()))
-    ]
+    return [im.op(g.LeakyReluOp, x, alpha=FloatAttr(attrs(node).get("alpha", 0.01), Float64Type()))]
 
 
 def _gelu(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
@@ -126,7 +99,8 @@ def _cast(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     to = attrs(node)["to"]
     if to not in ONNX_DTYPES:
         raise im.unsupported(
-            f"casting to {onnx.TensorProto.DataType.Name(to)} (irkit computes on floats)"
+            f"casting to {onnx.TensorProto.DataType.Name(to)} "
+            "(irkit's element types: f16, bf16, f32, f64, i64, i32, bool)"
         )
     return [im.add_op(g.CastOp.build_to(x, DTYPES[ONNX_DTYPES[to]]))]
 
@@ -264,9 +238,7 @@ def _layer_norm(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     axes = g.int_array(list(range(axis, rank(x))))
     eps = a.get("epsilon", 1e-5)
     if not any(node.output[1:]):
-        return [
-            im.op(g.LayerNormOp, x, scale, bias, axes=axes, eps=FloatAttr(eps, Float64Type()))
-        ]
+        return [im.op(g.LayerNormOp, x, scale, bias, axes=axes, eps=FloatAttr(eps, Float64Type()))]
     # Mean and InvStdDev are wanted too: the same two-pass computation, written out.
     keep = BoolAttr.from_bool(True)
     mean = im.op(g.ReduceMeanOp, x, axes=axes, keepdims=keep)
@@ -489,6 +461,7 @@ CONVERTERS: dict[str, Converter] = {
     "Transpose": _transpose, "Reshape": _reshape, "Flatten": _flatten, "Concat": _concat,
     "Slice": _slice, "Squeeze": _squeeze_unsqueeze, "Unsqueeze": _squeeze_unsqueeze,
     "Identity": _identity, "Dropout": _identity, "Cast": _cast, "ConstantOfShape": _constant_of_shape,
+    **EXACT_CONVERTERS,
 }  # fmt: skip
 """Constant is not here: a Constant node is always folded at import."""
 
@@ -501,7 +474,7 @@ LIMITS: dict[str, str] = {
     "Dropout": "inference: identity; mask output unused",
     "Slice": "constant starts/ends/axes/steps; positive steps; a non-empty result (irkit has no empty tensors)",
     "Reshape": "constant shape; 0 and -1 rules, allowzero",
-    "Cast": "to f16, bf16, f32, f64",
+    "Cast": "to f16, bf16, f32, f64, i64, i32, bool (float to integer saturating, NaN to 0)",
     "MatMul": "any ranks (1-D operands promoted and squeezed)",
     "Softmax": "opset < 13 flattening semantics and opset >= 13 single-axis",
     "ReduceSum": "axes as attribute or input; noop_with_empty_axes",
@@ -509,6 +482,7 @@ LIMITS: dict[str, str] = {
     "ReduceMean": "axes as attribute or input",
     "Gemm": "alpha, beta, transA, transB, optional C",
     "LRN": "rank >= 3 (channels on axis 1)",
+    **EXACT_LIMITS,
 }
 """Per-op limits beyond 'f16, bf16, f32, f64 tensors with static shapes'."""
 
@@ -519,9 +493,10 @@ def support_table() -> str:
         "# ONNX ops irkit imports",
         "",
         "Generated from `irkit/frontend/onnx_ops.py` (`python -m irkit.frontend.onnx_ops`);",
-        "a test keeps this file equal to the table the importer uses. All ops take f16, bf16,",
-        "f32 and f64 tensors with static shapes (symbolic input dims need `--dim`); integer",
-        "tensors are only ever constants consumed at import (shapes, axes, pads). Any node",
+        "a test keeps this file equal to the table the importer uses. Tensors are f16, bf16,",
+        "f32, f64, i64, i32 or bool with static shapes (symbolic input dims need `--dim`);",
+        "arithmetic ops take floats and integers (exact), the rest floats unless the table",
+        "says. Shapes, axes and pads must be known at import. Any node",
         "whose inputs are all known at import is folded (onnx's reference implementation",
         "evaluates it), whatever its op type. Constant nodes are always folded.",
         "",

@@ -1,0 +1,41 @@
+"""What the ONNX converters share: the element types irkit imports and node helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import onnx
+from onnx import TensorProto, helper
+from xdsl.ir import SSAValue
+
+if TYPE_CHECKING:  # the importer calls the converters; they only need its type
+    from irkit.frontend.onnx import OnnxImporter
+
+ONNX_DTYPES: dict[int, str] = {  # element types irkit imports
+    TensorProto.FLOAT: "f32",
+    TensorProto.DOUBLE: "f64",
+    TensorProto.FLOAT16: "f16",
+    TensorProto.BFLOAT16: "bf16",
+    TensorProto.INT64: "i64",
+    TensorProto.INT32: "i32",
+    TensorProto.BOOL: "i1",
+}
+
+Converter = Callable[["OnnxImporter", onnx.NodeProto], list[SSAValue]]
+
+
+def attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def inputs(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    return [im.tensor(n) for n in node.input if n]
+
+
+def rank(v: SSAValue) -> int:
+    return len(v.type.get_shape())  # type: ignore[attr-defined]
+
+
+def shape(v: SSAValue) -> tuple[int, ...]:
+    return tuple(v.type.get_shape())  # type: ignore[attr-defined]
