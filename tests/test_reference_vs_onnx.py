@@ -134,12 +134,18 @@ CASES = [
 
 def _graph_source(case: Case) -> str:
     decls = "\n".join(
-        f"input {n} : {case.types.get(n, 'f32')}[{', '.join(map(str, s))}]" for n, s in case.inputs.items()
+        f"input {n} : {case.types.get(n, 'f32')}[{', '.join(map(str, s))}]"
+        for n, s in case.inputs.items()
     )
     return f"model {case.name}\n{decls}\noutput y = {case.expr}\n"
 
 
-ONNX_TYPES = {"f32": TensorProto.FLOAT, "i64": TensorProto.INT64, "i32": TensorProto.INT32, "i1": TensorProto.BOOL}
+ONNX_TYPES = {
+    "f32": TensorProto.FLOAT,
+    "i64": TensorProto.INT64,
+    "i32": TensorProto.INT32,
+    "i1": TensorProto.BOOL,
+}
 
 
 def _onnx_model(case: Case, out: np.ndarray) -> onnx.ModelProto:
@@ -147,7 +153,9 @@ def _onnx_model(case: Case, out: np.ndarray) -> onnx.ModelProto:
         helper.make_tensor_value_info(n, ONNX_TYPES[case.types.get(n, "f32")], s)
         for n, s in case.inputs.items()
     ]
-    out_type = {"f": TensorProto.FLOAT, "i": TensorProto.INT64, "b": TensorProto.BOOL}[out.dtype.kind]
+    out_type = {"f": TensorProto.FLOAT, "i": TensorProto.INT64, "b": TensorProto.BOOL}[
+        out.dtype.kind
+    ]
     if out_type == TensorProto.INT64 and case.name.endswith("i32"):
         out_type = TensorProto.INT32
     output = helper.make_tensor_value_info("y", out_type, list(out.shape))

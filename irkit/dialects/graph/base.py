@@ -119,7 +119,7 @@ def require_kind(op_name: str, index: int, t: TensorType, kinds: frozenset[str])
     if kind not in kinds:
         wanted = " or ".join(sorted(kinds))
         raise VerifyException(
-            f"{op_name} operand #{index} is {t.element_type} ({kind}); it takes {wanted} values"
+            f"operand #{index} is {t.element_type} ({kind}); {op_name} takes {wanted} values"
         )
 
 

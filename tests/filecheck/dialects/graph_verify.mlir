@@ -17,9 +17,16 @@ func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 
 // -----
 func.func @f(%x: tensor<4x8xi32>) -> tensor<4x8xi32> {
-  %0 = graph.relu %x : tensor<4x8xi32>
-// CHECK: graph_verify.mlir:[[# @LINE - 1]]:3: error: graph.relu: operand #0 has element type i32; graph ops take f16, bf16, f32 or f64
+  %0 = graph.exp %x : tensor<4x8xi32>
+// CHECK: graph_verify.mlir:[[# @LINE - 1]]:3: error: graph.exp: operand #0 is i32 (int); graph.exp takes float values
   func.return %0 : tensor<4x8xi32>
+}
+
+// -----
+func.func @f(%x: tensor<4x8xi16>) -> tensor<4x8xi16> {
+  %0 = graph.relu %x : tensor<4x8xi16>
+// CHECK: graph_verify.mlir:[[# @LINE - 1]]:3: error: graph.relu: operand #0 has element type i16; graph values are f16, bf16, f32, f64, i64, i32 or i1
+  func.return %0 : tensor<4x8xi16>
 }
 
 // -----
