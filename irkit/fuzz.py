@@ -5,7 +5,9 @@ passes, on a backend, against the float64 reference.
 
 A case is a `.graph` model drawn by `graph_sources` (elementwise ops with broadcasting, a
 scalar literal or a second input; reductions over random axes; softmax, layer_norm, matmul,
-transpose, reshape, cast; extents among 1, 3, 17, 33 and 127; f32, f64, f16 and bf16) and a
+transpose, reshape, cast; integers and booleans on the way: selects by comparisons, gathers
+by i32/i64 indices, integer arithmetic, broadcasts, NaN guards; extents among 1, 3, 17, 33
+and 127; f32, f64, f16 and bf16) and a
 pipeline drawn by `pipelines`: the backend's default pipeline with each optional pass kept
 or dropped, and each kept pass's options drawn from `OPTION_SPACE` (only combinations its
 `check_options` accepts). The property: the model compiles on the backend and every output
@@ -109,9 +111,13 @@ class _Model:
         return name
 
     def define(self, expr: str, shape: list[int], dtype: str) -> None:
+        self.values.append((self.line(expr), shape, dtype))
+
+    def line(self, expr: str) -> str:
+        """A value other steps do not draw (an integer or boolean one): its name."""
         name = f"v{len(self.lines)}"
         self.lines.append(f"{name} = {expr}")
-        self.values.append((name, shape, dtype))
+        return name
 
     def fits(self, shape: list[int]) -> bool:
         return math.prod(shape) <= self.max_elements
@@ -131,7 +137,10 @@ def _step(draw, m: _Model) -> None:
     """One op on a value drawn from those defined so far."""
     name, shape, dtype = draw(st.sampled_from(m.values))
     kind = draw(st.sampled_from(("unary", "binary", "binary", "reduce", "softmax", "matmul",
-                                 "transpose", "reshape", "layer_norm", "cast")))  # fmt: skip
+                                 "transpose", "reshape", "layer_norm", "cast", "exact")))  # fmt: skip
+    if kind == "exact":
+        _exact_step(draw, m, name, shape, dtype)
+        return
     rank = len(shape)
     if kind == "unary":
         op = draw(st.sampled_from(UNARY))
@@ -180,6 +189,46 @@ def _step(draw, m: _Model) -> None:
         m.define(f"cast({name}, dtype={to})", shape, to)
 
 
+INT_TYPES = ("i32", "i64")
+COMPARISONS = ("equal", "less", "less_equal", "greater", "greater_equal")
+
+
+def _exact_step(draw, m: _Model, name: str, shape: list[int], dtype: str) -> None:
+    """Integers and booleans on the way: a select by a comparison, a gather by integer
+    indices, integer arithmetic and back, a broadcast. Their integer and boolean values
+    stay out of `m.values`: every other step takes floats."""
+    rank = len(shape)
+    form = draw(st.sampled_from(("where", "gather", "int_chain", "broadcast_to", "nan_guard")))
+    if form == "where":
+        pred = draw(st.sampled_from(COMPARISONS))
+        cond = m.line(f"{pred}({name}, {draw(st.sampled_from(('0.0', '0.25', '-0.5')))})")
+        if draw(st.booleans()):
+            cond = m.line(f"{draw(st.sampled_from(('and', 'or', 'xor')))}({cond}, not({cond}))")
+        m.define(f"where({cond}, {name}, {name} * 2.0)", shape, dtype)
+    elif form == "gather":
+        axis = draw(st.integers(0, rank - 1))
+        count = draw(st.sampled_from(SIZES))
+        out = [*shape[:axis], count, *shape[axis + 1 :]]
+        if m.fits(out):
+            idx = m.input([count], draw(st.sampled_from(INT_TYPES)))
+            m.define(f"gather({name}, {idx}, axis={axis - rank if draw(st.booleans()) else axis})", out, dtype)  # fmt: skip
+    elif form == "int_chain":
+        it = draw(st.sampled_from(INT_TYPES))
+        i = m.line(f"cast({name} * 8.0, dtype={it})")
+        op = draw(
+            st.sampled_from(("{i} * 3 - 5", "{i} / 3", "max({i}, 0 - {i})", "abs({i}) + {i}"))
+        )
+        total = m.line(op.format(i=i))
+        m.define(f"cast({total}, dtype={dtype}) * 0.125", shape, dtype)
+    elif form == "broadcast_to":
+        lead = draw(st.sampled_from((1, 3)))
+        out = [lead, *shape]
+        if m.fits(out) and len(out) <= 4:
+            m.define(f"broadcast_to({name}, shape={fmt(out)})", out, dtype)
+    else:
+        m.define(f"where(is_nan(log({name})), {name} - {name}, {name})", shape, dtype)
+
+
 @st.composite
 def graph_sources(draw, backend: str = "cpu") -> str:
     """A random valid `.graph` model (see the module docstring)."""
@@ -193,7 +242,7 @@ def graph_sources(draw, backend: str = "cpu") -> str:
     if not m.lines:
         m.define(f"relu({x})", shape, dtype)
     outputs = [m.values[-1][0]]
-    if len(m.lines) > 2 and draw(st.booleans()):
+    if len(m.values) > 2 and draw(st.booleans()):
         outputs.append(draw(st.sampled_from([v[0] for v in m.values[1:-1]])))
     outs = [f"output {o}" for o in dict.fromkeys(outputs)]
     return "model fuzz\n" + "\n".join([*m.decls, *m.lines, *outs]) + "\n"

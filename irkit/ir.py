@@ -190,7 +190,7 @@ def entry_function(module: ModuleOp) -> func.FuncOp:
 def model_function(module: ModuleOp, graph_level: bool = False) -> func.FuncOp:
     """The entry function of a model that is to run: `entry_function`, checked to take and
     return only statically shaped tensors (or memrefs) of the element types irkit handles,
-    so that an MLIR function over i32 or `tensor<?xf32>` is refused with a clear error
+    so that an MLIR function over i16 or `tensor<?xf32>` is refused with a clear error
     instead of failing inside a backend. `graph_level`: tensors only (what the reference and
     random inputs need), not loop-level memrefs."""
     from irkit.dtypes import DTYPES
@@ -215,5 +215,5 @@ def _unrunnable(t: Attribute, dtypes, check_extents) -> str | None:
     if not isinstance(t, TensorType | MemRefType):
         return "irkit runs functions of ranked tensors only"
     if t.element_type not in dtypes:
-        return "irkit runs f16, bf16, f32 and f64 tensors"
+        return "irkit runs f16, bf16, f32, f64, i64, i32 and i1 tensors"
     return check_extents(t.get_shape())

@@ -127,8 +127,8 @@ def record(**total) -> str:
     return json.dumps(rec) + "\n"
 
 
-MLIR_I32 = """func.func @f(%a: tensor<4xi32>) -> tensor<4xi32> {
-  func.return %a : tensor<4xi32>
+MLIR_I16 = """func.func @f(%a: tensor<4xi16>) -> tensor<4xi16> {
+  func.return %a : tensor<4xi16>
 }
 """
 MLIR_DYN = """func.func @f(%a: tensor<?xf32>) -> tensor<?xf32> {
@@ -247,8 +247,8 @@ CASES: list[Case] = [
     Case("mlir-unknown-op", opt("m.mlir"), {"m.mlir": '"graph.nope"() : () -> ()\n'}, where="m.mlir:1", says="graph.nope"),
     Case("mlir-unregistered-dialect", opt("m.mlir"), {"m.mlir": '"zz.op"() : () -> ()\n'}, where="m.mlir:1", says="zz.op"),
     Case("mlir-result-type", opt("m.mlir"), {"m.mlir": MLIR_BAD_RESULT}, where="m.mlir:2", says="does not match the inferred type"),
-    Case("mlir-i32-run", bench("run", "m.mlir"), {"m.mlir": MLIR_I32}, where="m.mlir:1:1", says="irkit runs f16, bf16, f32 and f64 tensors"),
-    Case("mlir-i32-reference", bench("reference", "m.mlir"), {"m.mlir": MLIR_I32}, where="m.mlir:1:1", says="@f: argument a has type tensor<4xi32>"),
+    Case("mlir-i16-run", bench("run", "m.mlir"), {"m.mlir": MLIR_I16}, where="m.mlir:1:1", says="irkit runs f16, bf16, f32, f64, i64, i32 and i1 tensors"),
+    Case("mlir-i16-reference", bench("reference", "m.mlir"), {"m.mlir": MLIR_I16}, where="m.mlir:1:1", says="@f: argument a has type tensor<4xi16>"),
     Case("mlir-dynamic-run", bench("run", "m.mlir"), {"m.mlir": MLIR_DYN}, where="m.mlir:1:1", says="dynamic extents"),
     Case("mlir-dynamic-reference", bench("reference", "m.mlir"), {"m.mlir": MLIR_DYN}, where="m.mlir:1:1", says="dynamic extents"),
     Case("mlir-dynamic-attribute", bench("attribute", "m.mlir", "--budget", "0.1"), {"m.mlir": MLIR_DYN}, where="m.mlir:1:1", says="dynamic extents"),
@@ -271,7 +271,7 @@ CASES: list[Case] = [
     Case("onnx-shape-mismatch", opt("m.onnx"), {"m.onnx": _onnx([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], [_vi("x", [4, 3]), _vi("w", [4, 3])], [_vi("y", [4, 3])])}, where="m.onnx", says="shape inference failed"),
     Case("onnx-symbolic-dim", opt("m.onnx"), {"m.onnx": _onnx(RELU, [_vi("x", ["N", 4])], [_vi("y", ["N", 4])])}, where="m.onnx", says="give --dim N=SIZE"),
     Case("onnx-symbolic-unknown", opt("m.onnx", "--dim", "N=2", "--dim", "Q=2"), {"m.onnx": _onnx(RELU, [_vi("x", ["N", 4])], [_vi("y", ["N", 4])])}, where="m.onnx", says="Q"),
-    Case("onnx-int-input", bench("reference", "m.onnx"), {"m.onnx": _onnx(RELU, [_vi("x", [4], TensorProto.INT32)], [_vi("y", [4], TensorProto.INT32)])}, where="m.onnx", says="element type INT32"),
+    Case("onnx-int-input", bench("reference", "m.onnx"), {"m.onnx": _onnx(RELU, [_vi("x", [4], TensorProto.UINT16)], [_vi("y", [4], TensorProto.UINT16)])}, where="m.onnx", says="element type UINT16"),
     Case("onnx-external-missing", opt("m.onnx"), {"m.onnx": _external}, where="m.onnx", says="weights.bin"),
     # --- command-line flags -------------------------------------------------------------------------
     Case("seed-negative", bench("reference", "m.graph", "--seed", "-1"), {"m.graph": G}, code=2, where="--seed", says="from 0 to 2^64-1"),
