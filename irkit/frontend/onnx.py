@@ -271,6 +271,8 @@ class OnnxImporter:
                     "f32, f64, i64, i32 and bool"
                 )
             array = _in_range(self, name, array, dtype)
+            if array.size == 0:
+                raise self.unsupported(f"'{name}' is empty (shape {list(array.shape)}); irkit's tensors have positive extents")  # fmt: skip
             op = g.ConstantOp.create_inferred([], {"value": _dense(array, DTYPES[dtype])})
             self.block.add_op(op)
             self.values[name] = op.results[0]

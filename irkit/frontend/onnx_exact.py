@@ -1,10 +1,6 @@
-"""ONNX converters for indexing, selection, logic and the activations today's exporters
-write as one node: Gather, Where, comparisons, And/Or/Xor/Not, IsNaN/IsInf, Expand, Split,
-Clip, Reciprocal, HardSigmoid, HardSwish, Softplus, Mish.
-
-Each converter builds graph ops with ONNX's exact semantics; where ONNX's op is a
-composition of graph ops (Clip, HardSwish, Softplus), the composition is written once here.
-"""
+"""ONNX converters for indexing, selection and logic: Gather, Where, comparisons,
+And/Or/Xor/Not, IsNaN/IsInf, Expand, Split; each builds graph ops of ONNX's exact
+semantics (integers and booleans included)."""
 
 from __future__ import annotations
 
@@ -21,7 +17,7 @@ if TYPE_CHECKING:
     from irkit.frontend.onnx import OnnxImporter
 
 
-def _same(im: OnnxImporter, a: SSAValue, b: SSAValue) -> SSAValue:
+def same_type(im: OnnxImporter, a: SSAValue, b: SSAValue) -> SSAValue:
     """`b` in `a`'s element type where a constant's type differs (a literal 0 beside i64)."""
     if g.element_type_of(a) == g.element_type_of(b):
         return b
@@ -31,7 +27,7 @@ def _same(im: OnnxImporter, a: SSAValue, b: SSAValue) -> SSAValue:
 def comparison(cls: type[g.GraphOp]) -> Converter:
     def convert(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
         a, b = inputs(im, node)
-        return [im.op(cls, a, _same(im, a, b))]
+        return [im.op(cls, a, same_type(im, a, b))]
 
     return convert
 
@@ -44,7 +40,7 @@ def _gather(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
 
 def _where(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     cond, a, b = inputs(im, node)
-    return [im.op(g.WhereOp, cond, a, _same(im, a, b))]
+    return [im.op(g.WhereOp, cond, a, same_type(im, a, b))]
 
 
 def _is_inf(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
@@ -94,66 +90,6 @@ def _split(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     return out
 
 
-def _clip(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
-    """min(max(x, lo), hi) with the bounds given (inputs from opset 11, attributes before);
-    a NaN stays NaN, as onnxruntime's."""
-    x = im.tensor(node.input[0])
-    a = attrs(node)
-    lo = node.input[1] if len(node.input) > 1 else ""
-    hi = node.input[2] if len(node.input) > 2 else ""
-    low = im.tensor(lo) if lo else (im.scalar(a["min"], x) if "min" in a else None)
-    high = im.tensor(hi) if hi else (im.scalar(a["max"], x) if "max" in a else None)
-    out = x
-    if low is not None:
-        out = im.op(g.MaxOp, out, _same(im, x, low))
-    if high is not None:
-        out = im.op(g.MinOp, out, _same(im, x, high))
-    if out is x:  # no bounds: an identity, kept a distinct value for the output's name
-        out = im.op(g.MaxOp, x, x)
-    return [out]
-
-
-def _reciprocal(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
-    (x,) = inputs(im, node)
-    return [im.op(g.DivOp, im.scalar(1.0, x), x)]
-
-
-def hard_sigmoid(im: OnnxImporter, x: SSAValue, alpha: float, beta: float) -> SSAValue:
-    """max(0, min(1, alpha * x + beta))."""
-    y = im.op(g.AddOp, im.op(g.MulOp, x, im.scalar(alpha, x)), im.scalar(beta, x))
-    return im.op(g.MaxOp, im.op(g.MinOp, y, im.scalar(1.0, x)), im.scalar(0.0, x))
-
-
-def _hard_sigmoid(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
-    (x,) = inputs(im, node)
-    a = attrs(node)
-    return [hard_sigmoid(im, x, a.get("alpha", 0.2), a.get("beta", 0.5))]
-
-
-def _hard_swish(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
-    (x,) = inputs(im, node)
-    return [im.op(g.MulOp, x, hard_sigmoid(im, x, 1.0 / 6.0, 0.5))]
-
-
-def softplus(im: OnnxImporter, x: SSAValue) -> SSAValue:
-    """log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): never exp of a large x (which
-    overflows to inf where the answer is x)."""
-    tail = im.op(g.ExpOp, im.op(g.NegOp, im.op(g.AbsOp, x)))
-    return im.op(
-        g.AddOp, im.op(g.ReluOp, x), im.op(g.LogOp, im.op(g.AddOp, tail, im.scalar(1.0, x)))
-    )
-
-
-def _softplus(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
-    (x,) = inputs(im, node)
-    return [softplus(im, x)]
-
-
-def _mish(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
-    (x,) = inputs(im, node)
-    return [im.op(g.MulOp, x, im.op(g.TanhOp, softplus(im, x)))]
-
-
 def _unary(cls: type[g.GraphOp]) -> Converter:
     def convert(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
         (x,) = inputs(im, node)
@@ -169,13 +105,10 @@ EXACT_CONVERTERS: dict[str, Converter] = {
     "GreaterOrEqual": comparison(g.GreaterEqualOp),
     "And": comparison(g.AndOp), "Or": comparison(g.OrOp), "Xor": comparison(g.XorOp),
     "Not": _unary(g.NotOp), "IsNaN": _unary(g.IsNanOp), "IsInf": _is_inf,
-    "Clip": _clip, "Reciprocal": _reciprocal, "HardSigmoid": _hard_sigmoid,
-    "HardSwish": _hard_swish, "Softplus": _softplus, "Mish": _mish,
 }  # fmt: skip
 
 EXACT_LIMITS: dict[str, str] = {
     "Gather": "any axis; indices i32 or i64, negative from the end; out of range: an error where the values are known",
     "Expand": "constant shape",
     "Split": "constant sizes (input or attribute), or equal parts (num_outputs)",
-    "Clip": "bounds as inputs (opset 11+) or attributes",
 }  # fmt: skip

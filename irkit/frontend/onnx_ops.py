@@ -20,6 +20,7 @@ from xdsl.ir import SSAValue
 from irkit.dialects import graph as g
 from irkit.dtypes import DTYPES
 from irkit.frontend.onnx_common import ONNX_DTYPES, Converter, attrs, inputs, rank, shape
+from irkit.frontend.onnx_compose import COMPOSED_CONVERTERS, COMPOSED_LIMITS
 from irkit.frontend.onnx_exact import EXACT_CONVERTERS, EXACT_LIMITS
 
 if TYPE_CHECKING:  # the importer calls these converters; they only need its type
@@ -68,6 +69,8 @@ def _like(im: OnnxImporter, v: SSAValue, like: SSAValue) -> SSAValue:
 
 def _pow(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     base = im.tensor(node.input[0])
+    if g.is_integer(g.element_type_of(base)):
+        raise im.unsupported("Pow of an integer base (irkit raises floats to powers)")
     name = node.input[1]
     if name in im.consts and im.consts[name].dtype.kind in "iu":
         exponent = im.add_op(
@@ -193,19 +196,43 @@ def _auto_pads(im, node, spatial: Sequence[int], kernel, strides, dilations) -> 
 
 
 def _conv(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    """2-D convolution; a 1-D one (Whisper's and wav2vec2's front ends) is the 2-D one over
+    a height of 1 (`_lifted`)."""
     x, w = im.tensor(node.input[0]), im.tensor(node.input[1])
-    if rank(x) != 4:
-        raise im.unsupported(f"Conv on rank-{rank(x)} input; irkit has 2-D convolution only")
-    a = attrs(node)
-    kernel = list(a.get("kernel_shape", shape(w)[2:]))
-    strides, dil = list(a.get("strides", [1, 1])), list(a.get("dilations", [1, 1]))
-    t, left, b, r = _auto_pads(im, node, shape(x)[2:], kernel, strides, dil)
+    if rank(x) not in (3, 4):
+        raise im.unsupported(f"Conv on rank-{rank(x)} input; irkit has 1-D and 2-D convolution")
+    a = _lifted(im, node, x)
+    one_d = rank(x) == 3
+    if one_d:
+        x = im.add_op(g.ReshapeOp.build_to(x, [shape(x)[0], shape(x)[1], 1, shape(x)[2]]))
+        w = im.add_op(g.ReshapeOp.build_to(w, [shape(w)[0], shape(w)[1], 1, shape(w)[2]]))
+    strides, dil = list(a["strides"]), list(a["dilations"])
+    t, left, b, r = a["pads"]
     y = im.op(g.Conv2dOp, x, w, strides=g.int_array(strides), padding=g.int_array([t, left, b, r]),
               dilations=g.int_array(dil), groups=IntegerAttr(a.get("group", 1), i64))  # fmt: skip
     if len(node.input) > 2 and node.input[2]:
         bias = im.add_op(g.ReshapeOp.build_to(im.tensor(node.input[2]), [shape(w)[0], 1, 1]))
         y = im.op(g.AddOp, y, bias)
+    if one_d:
+        y = im.add_op(g.ReshapeOp.build_to(y, [shape(y)[0], shape(y)[1], shape(y)[3]]))
     return [y]
+
+
+def _lifted(im: OnnxImporter, node: onnx.NodeProto, x: SSAValue) -> dict:
+    """The node's window attributes for a 2-D op: kernel_shape, strides, dilations and
+    pads ([top, left, bottom, right], auto_pad resolved); a 1-D node's over a height of 1."""
+    a = dict(attrs(node))
+    spatial = list(shape(x)[2:])
+    n = len(spatial)
+    if "kernel_shape" not in a and len(node.input) > 1:
+        a["kernel_shape"] = list(shape(im.tensor(node.input[1]))[2:])
+    kernel = list(a["kernel_shape"])
+    strides, dil = list(a.get("strides", [1] * n)), list(a.get("dilations", [1] * n))
+    pads = _auto_pads(im, node, spatial, kernel, strides, dil)
+    if n == 1:
+        kernel, strides, dil = [1, *kernel], [1, *strides], [1, *dil]
+        pads = [0, pads[0], 0, pads[1]]
+    return {**a, "kernel_shape": kernel, "strides": strides, "dilations": dil, "pads": pads}
 
 
 # --- normalizations, reductions, pooling -------------------------------------------------------
@@ -252,8 +279,7 @@ def _layer_norm(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
 def _broadcast_to(im: OnnxImporter, v: SSAValue, target: Sequence[int]) -> SSAValue:
     if shape(v) == tuple(target):
         return v
-    zeros = g.ConstantOp.from_values(v.type.element_type, target, [0.0] * int(np.prod(target)))  # type: ignore[attr-defined]
-    return im.op(g.AddOp, im.add_op(zeros), v)
+    return im.op(g.BroadcastToOp, v, shape=g.int_array(list(target)))
 
 
 def _batch_norm(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
@@ -292,28 +318,53 @@ def _reduce(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
 
 
 def _pool(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    """2-D pooling (1-D over a height of 1); ceil_mode as floor mode over extra padding at
+    the bottom and right (a window may not start in it, as ONNX says), which a max pool
+    ignores (-inf) and an average pool excludes from its count (count_include_pad=0)."""
     (x,) = inputs(im, node)[:1]
-    if rank(x) != 4:
-        raise im.unsupported(f"{node.op_type} on rank-{rank(x)} input; irkit pools 2-D (NCHW)")
+    if rank(x) not in (3, 4):
+        raise im.unsupported(f"{node.op_type} on rank-{rank(x)} input; irkit pools 1-D and 2-D")
     if len(node.output) > 1 and node.output[1]:
         raise im.unsupported("MaxPool's Indices output is not supported")
-    a = attrs(node)
-    kernel, strides = list(a["kernel_shape"]), list(a.get("strides", [1, 1]))
-    dil = list(a.get("dilations", [1, 1]))
+    a = _lifted(im, node, x)
+    kernel, strides, dil, pads = a["kernel_shape"], a["strides"], a["dilations"], a["pads"]
     if dil != [1, 1]:
         raise im.unsupported("pooling with dilations is not supported")
+    one_d = rank(x) == 3
+    spatial = [1, shape(x)[2]] if one_d else list(shape(x)[2:])
+    cip = bool(a.get("count_include_pad", 0))
     if a.get("ceil_mode", 0):
-        raise im.unsupported("ceil_mode=1 is not supported (irkit pools in floor mode)")
-    pads = _auto_pads(im, node, shape(x)[2:], kernel, strides, dil)
+        extra = _ceil_extra(spatial, kernel, strides, pads)
+        if any(extra) and node.op_type == "AveragePool" and cip:
+            raise im.unsupported("AveragePool with ceil_mode=1 and count_include_pad=1")
+        pads = [pads[0], pads[1], pads[2] + extra[0], pads[3] + extra[1]]
+    if one_d:
+        x = im.add_op(g.ReshapeOp.build_to(x, [shape(x)[0], shape(x)[1], 1, shape(x)[2]]))
     props = {
         "kernel": g.int_array(kernel),
         "strides": g.int_array(strides),
         "padding": g.int_array(pads),
     }
     if node.op_type == "MaxPool":
-        return [im.op(g.MaxPool2dOp, x, **props)]
-    cip = BoolAttr.from_bool(bool(a.get("count_include_pad", 0)))
-    return [im.op(g.AvgPool2dOp, x, count_include_pad=cip, **props)]
+        y = im.op(g.MaxPool2dOp, x, **props)
+    else:
+        y = im.op(g.AvgPool2dOp, x, count_include_pad=BoolAttr.from_bool(cip), **props)
+    if one_d:
+        y = im.add_op(g.ReshapeOp.build_to(y, [shape(y)[0], shape(y)[1], shape(y)[3]]))
+    return [y]
+
+
+def _ceil_extra(spatial: Sequence[int], kernel, strides, pads) -> list[int]:
+    """Padding past the end that makes floor mode give ceil mode's extent, less a last
+    window that would start in the padding at the end (ONNX drops it)."""
+    extra = []
+    for i, (size, k, s) in enumerate(zip(spatial, kernel, strides, strict=True)):
+        span = size + pads[i] + pads[i + 2] - k
+        out = -(-span // s) + 1
+        if (out - 1) * s >= size + pads[i]:
+            out -= 1
+        extra.append(max(0, (out - 1) * s + k - (size + pads[i] + pads[i + 2])))
+    return extra
 
 
 def _global_avg_pool(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
@@ -462,13 +513,14 @@ CONVERTERS: dict[str, Converter] = {
     "Slice": _slice, "Squeeze": _squeeze_unsqueeze, "Unsqueeze": _squeeze_unsqueeze,
     "Identity": _identity, "Dropout": _identity, "Cast": _cast, "ConstantOfShape": _constant_of_shape,
     **EXACT_CONVERTERS,
+    **COMPOSED_CONVERTERS,
 }  # fmt: skip
 """Constant is not here: a Constant node is always folded at import."""
 
 LIMITS: dict[str, str] = {
-    "Conv": "2-D (rank-4 NCHW) only; auto_pad, pads, strides, dilations, group, bias",
-    "MaxPool": "2-D only; floor mode (ceil_mode=0), no dilations, no Indices output",
-    "AveragePool": "2-D only; floor mode, count_include_pad",
+    "Conv": "1-D and 2-D (NCL, NCHW); auto_pad, pads, strides, dilations, group, bias",
+    "MaxPool": "1-D and 2-D; floor and ceil mode; no dilations, no Indices output",
+    "AveragePool": "1-D and 2-D; floor mode, count_include_pad; ceil mode with count_include_pad=0",
     "LayerNormalization": "Y, Mean and InvStdDev outputs; computed in the input's type (stash_type ignored)",
     "BatchNormalization": "inference mode only",
     "Dropout": "inference: identity; mask output unused",
@@ -483,6 +535,7 @@ LIMITS: dict[str, str] = {
     "Gemm": "alpha, beta, transA, transB, optional C",
     "LRN": "rank >= 3 (channels on axis 1)",
     **EXACT_LIMITS,
+    **COMPOSED_LIMITS,
 }
 """Per-op limits beyond 'f16, bf16, f32, f64 tensors with static shapes'."""
 

@@ -1,0 +1,252 @@
+"""ONNX ops that are compositions of graph ops: Clip, Reciprocal, HardSigmoid, HardSwish,
+Softplus, Mish, InstanceNormalization, GroupNormalization, Pad, Tile, ReduceL2.
+
+Each composition is written once here, with ONNX's semantics; the graph ops it builds are
+fused and lowered like any others, so no new lowering is needed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+from xdsl.dialects.builtin import BoolAttr, Float64Type, FloatAttr, IntegerAttr, i64
+from xdsl.ir import SSAValue
+
+from irkit.dialects import graph as g
+from irkit.frontend.onnx_common import Converter, attrs, inputs, rank, shape
+from irkit.frontend.onnx_exact import same_type
+
+if TYPE_CHECKING:
+    from irkit.frontend.onnx import OnnxImporter
+
+
+def _clip(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    """min(max(x, lo), hi) with the bounds given (inputs from opset 11, attributes before);
+    a NaN stays NaN, as onnxruntime's."""
+    x = im.tensor(node.input[0])
+    a = attrs(node)
+    lo = node.input[1] if len(node.input) > 1 else ""
+    hi = node.input[2] if len(node.input) > 2 else ""
+    low = im.tensor(lo) if lo else (im.scalar(a["min"], x) if "min" in a else None)
+    high = im.tensor(hi) if hi else (im.scalar(a["max"], x) if "max" in a else None)
+    out = x
+    if low is not None:
+        out = im.op(g.MaxOp, out, same_type(im, x, low))
+    if high is not None:
+        out = im.op(g.MinOp, out, same_type(im, x, high))
+    if out is x:  # no bounds: an identity, kept a distinct value for the output's name
+        out = im.op(g.MaxOp, x, x)
+    return [out]
+
+
+def _reciprocal(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    (x,) = inputs(im, node)
+    return [im.op(g.DivOp, im.scalar(1.0, x), x)]
+
+
+def hard_sigmoid(im: OnnxImporter, x: SSAValue, alpha: float, beta: float) -> SSAValue:
+    """max(0, min(1, alpha * x + beta))."""
+    y = im.op(g.AddOp, im.op(g.MulOp, x, im.scalar(alpha, x)), im.scalar(beta, x))
+    return im.op(g.MaxOp, im.op(g.MinOp, y, im.scalar(1.0, x)), im.scalar(0.0, x))
+
+
+def _hard_sigmoid(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    (x,) = inputs(im, node)
+    a = attrs(node)
+    return [hard_sigmoid(im, x, a.get("alpha", 0.2), a.get("beta", 0.5))]
+
+
+def _hard_swish(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    (x,) = inputs(im, node)
+    return [im.op(g.MulOp, x, hard_sigmoid(im, x, 1.0 / 6.0, 0.5))]
+
+
+def softplus(im: OnnxImporter, x: SSAValue) -> SSAValue:
+    """log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): never exp of a large x (which
+    overflows to inf where the answer is x)."""
+    tail = im.op(g.ExpOp, im.op(g.NegOp, im.op(g.AbsOp, x)))
+    return im.op(
+        g.AddOp, im.op(g.ReluOp, x), im.op(g.LogOp, im.op(g.AddOp, tail, im.scalar(1.0, x)))
+    )
+
+
+def _softplus(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    (x,) = inputs(im, node)
+    return [softplus(im, x)]
+
+
+def _mish(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    (x,) = inputs(im, node)
+    return [im.op(g.MulOp, x, im.op(g.TanhOp, softplus(im, x)))]
+
+
+def _instance_norm(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    """Per sample and channel over the spatial axes: a layer_norm over them, then the
+    channel's scale and bias."""
+    x, scale, bias = inputs(im, node)
+    if rank(x) < 3:
+        raise im.error(f"InstanceNormalization needs rank >= 3 input, got rank {rank(x)}")
+    eps = attrs(node).get("epsilon", 1e-5)
+    y = _normalized(im, x, list(range(2, rank(x))), eps)
+    return [_channel_affine(im, y, scale, bias)]
+
+
+def _group_norm(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    """x as [N, G, C/G * spatial], normalized over the last axis, back to x's shape, then
+    per-channel scale and bias (opset 21; opset 18's per-group scale and bias broadcast
+    to their channels)."""
+    x, scale, bias = inputs(im, node)
+    a = attrs(node)
+    groups, eps = a["num_groups"], a.get("epsilon", 1e-5)
+    n, c = shape(x)[:2]
+    if c % groups:
+        raise im.error(f"GroupNormalization: {c} channels do not divide into {groups} groups")
+    grouped = im.add_op(g.ReshapeOp.build_to(x, [n, groups, -1]))
+    y = im.add_op(g.ReshapeOp.build_to(_normalized(im, grouped, [2], eps), list(shape(x))))
+    if shape(scale)[0] == groups and groups != c:  # opset 18: one scale per group
+        scale, bias = (_per_channel(im, v, groups, c) for v in (scale, bias))
+    return [_channel_affine(im, y, scale, bias)]
+
+
+def _per_channel(im: OnnxImporter, v: SSAValue, groups: int, channels: int) -> SSAValue:
+    wide = im.op(g.BroadcastToOp, im.add_op(g.ReshapeOp.build_to(v, [groups, 1])),
+                 shape=g.int_array([groups, channels // groups]))  # fmt: skip
+    return im.add_op(g.ReshapeOp.build_to(wide, [channels]))
+
+
+def _normalized(im: OnnxImporter, x: SSAValue, axes: list[int], eps: float) -> SSAValue:
+    norm = [shape(x)[a] for a in axes]
+    count = int(np.prod(norm))
+    element = g.element_type_of(x)
+    ones = im.add_op(g.ConstantOp.from_values(element, norm, [1.0] * count))
+    zeros = im.add_op(g.ConstantOp.from_values(element, norm, [0.0] * count))
+    return im.op(g.LayerNormOp, x, ones, zeros, axes=g.int_array(axes),
+                 eps=FloatAttr(eps, Float64Type()))  # fmt: skip
+
+
+def _channel_affine(im: OnnxImporter, y: SSAValue, scale: SSAValue, bias: SSAValue) -> SSAValue:
+    trailing = [1] * (rank(y) - 2)
+    s = im.add_op(g.ReshapeOp.build_to(scale, [shape(scale)[0], *trailing]))
+    b = im.add_op(g.ReshapeOp.build_to(bias, [shape(bias)[0], *trailing]))
+    return im.op(g.AddOp, im.op(g.MulOp, y, s), b)
+
+
+def _pad(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    """constant: the input between blocks of the value (concats); edge, reflect and wrap:
+    a gather along each padded axis by indices known at import (negative pads crop)."""
+    x = im.tensor(node.input[0])
+    a = attrs(node)
+    mode = a.get("mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if len(node.input) > 1 and node.input[1]:
+        pads = [int(p) for p in im.const(node.input[1], "Pad's pads").reshape(-1)]
+    else:
+        pads = [int(p) for p in a.get("pads", [])]
+    axes = list(range(rank(x)))
+    if len(node.input) > 3 and node.input[3]:
+        axes = [int(v) % rank(x) for v in im.const(node.input[3], "Pad's axes").reshape(-1)]
+    value = 0.0
+    if len(node.input) > 2 and node.input[2]:
+        value = float(im.const(node.input[2], "Pad's constant value").reshape(-1)[0])
+    elif "value" in a:
+        value = float(a["value"])
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise im.unsupported(f"Pad mode '{mode}'")
+    out = x
+    for k, axis in enumerate(axes):
+        before, after = pads[k], pads[k + len(axes)]
+        if before or after:
+            out = _pad_axis(im, out, axis, before, after, mode, value)
+    if out is x:
+        out = im.op(g.BroadcastToOp, x, shape=g.int_array(list(shape(x))))
+    return [out]
+
+
+def _pad_axis(
+    im: OnnxImporter, x: SSAValue, axis: int, before: int, after: int, mode: str, value: float
+) -> SSAValue:
+    n = shape(x)[axis]
+    if mode == "reflect" and max(before, after) >= n:
+        raise im.error(f"reflect padding of {max(before, after)} on an axis of extent {n}")
+    if mode != "constant" or before < 0 or after < 0:
+        positions = np.arange(-before, n + after)
+        if mode == "edge":
+            positions = np.clip(positions, 0, n - 1)
+        elif mode == "wrap":
+            positions = positions % n
+        elif mode == "reflect":
+            positions = np.abs(positions)
+            positions = np.where(positions > n - 1, 2 * (n - 1) - positions, positions)
+        if mode == "constant":  # a crop, then constant blocks for the positive side
+            kept = positions[(positions >= 0) & (positions < n)]
+            x = _take(im, x, axis, kept)
+            before, after = max(before, 0), max(after, 0)
+        else:
+            return _take(im, x, axis, positions)
+    blocks = [_block(im, x, axis, before, value)] if before else []
+    blocks.append(x)
+    if after:
+        blocks.append(_block(im, x, axis, after, value))
+    if len(blocks) == 1:
+        return x
+    return im.op(g.ConcatOp, *blocks, axis=IntegerAttr(axis, i64))
+
+
+def _block(im: OnnxImporter, x: SSAValue, axis: int, width: int, value: float) -> SSAValue:
+    """A constant block of `value`, `width` wide along `axis`, x's extents elsewhere."""
+    extents = list(shape(x))
+    extents[axis] = width
+    count = int(np.prod(extents))
+    return im.add_op(g.ConstantOp.from_values(g.element_type_of(x), extents, [value] * count))
+
+
+def _take(im: OnnxImporter, x: SSAValue, axis: int, positions: np.ndarray) -> SSAValue:
+    indices = im.add_op(g.ConstantOp.from_values(i64, [len(positions)], positions.tolist()))
+    return im.op(g.GatherOp, x, indices, axis=IntegerAttr(axis, i64))
+
+
+def _tile(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    """x repeated r_i times along each axis: x as [1, d0, 1, d1, ...] broadcast to
+    [r0, d0, r1, d1, ...], then merged pairwise."""
+    x = im.tensor(node.input[0])
+    repeats = [int(r) for r in im.const(node.input[1], "Tile's repeats").reshape(-1)]
+    dims = list(shape(x))
+    split = im.add_op(g.ReshapeOp.build_to(x, [v for d in dims for v in (1, d)]))
+    wide = im.op(g.BroadcastToOp, split, shape=g.int_array([v for r, d in zip(repeats, dims, strict=True) for v in (r, d)]))  # fmt: skip
+    return [
+        im.add_op(g.ReshapeOp.build_to(wide, [r * d for r, d in zip(repeats, dims, strict=True)]))
+    ]
+
+
+def _reduce_l2(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    """sqrt(sum(x^2)) over the axes (as input from opset 18, as attribute before)."""
+    x = im.tensor(node.input[0])
+    a = attrs(node)
+    if len(node.input) > 1 and node.input[1]:
+        axes = [int(v) for v in im.const(node.input[1], "ReduceL2's axes").reshape(-1)]
+    else:
+        axes = list(a.get("axes", []))
+    if not axes:
+        if a.get("noop_with_empty_axes", 0):
+            return [im.op(g.AbsOp, x)]  # sqrt(x^2), elementwise
+        axes = list(range(rank(x)))
+    keep = BoolAttr.from_bool(bool(a.get("keepdims", 1)))
+    total = im.op(g.ReduceSumOp, im.op(g.MulOp, x, x), axes=g.int_array(axes), keepdims=keep)
+    return [im.op(g.SqrtOp, total)]
+
+
+COMPOSED_CONVERTERS: dict[str, Converter] = {
+    "Clip": _clip, "Reciprocal": _reciprocal, "HardSigmoid": _hard_sigmoid,
+    "HardSwish": _hard_swish, "Softplus": _softplus, "Mish": _mish,
+    "InstanceNormalization": _instance_norm, "GroupNormalization": _group_norm,
+    "Pad": _pad, "Tile": _tile, "ReduceL2": _reduce_l2,
+}  # fmt: skip
+
+COMPOSED_LIMITS: dict[str, str] = {
+    "Clip": "bounds as inputs (opset 11+) or attributes",
+    "Pad": "constant, edge, reflect and wrap modes; constant pads, axes and value",
+    "Tile": "constant repeats",
+    "GroupNormalization": "per-channel (opset 21) or per-group (opset 18) scale and bias",
+}  # fmt: skip
