@@ -171,8 +171,15 @@ class LockstepInterpreter:
             out = np.where(args[0], args[1], args[2])
         elif isinstance(
             op,
-            arith.ExtFOp | arith.TruncFOp | arith.SIToFPOp | arith.FPToSIOp | arith.IndexCastOp
-            | arith.UIToFPOp | arith.ExtSIOp | arith.ExtUIOp | arith.TruncIOp,
+            arith.ExtFOp
+            | arith.TruncFOp
+            | arith.SIToFPOp
+            | arith.FPToSIOp
+            | arith.IndexCastOp
+            | arith.UIToFPOp
+            | arith.ExtSIOp
+            | arith.ExtUIOp
+            | arith.TruncIOp,
         ):
             with np.errstate(invalid="ignore"):  # a float out of an int's range: selected away
                 out = np.asarray(args[0]).astype(value_dtype(op.results[0].type))
