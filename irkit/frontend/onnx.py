@@ -136,6 +136,9 @@ def import_model(
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
         raise IrkitError(f"invalid ONNX model: {_short(e)}", where) from None
+    # The exporter's intermediate shapes may name symbolic dims the inputs no longer have
+    # (--dim fixed them): shapes are inferred anew from the inputs.
+    del model.graph.value_info[:]
     try:
         model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as e:  # InferenceError
@@ -239,6 +242,10 @@ class OnnxImporter:
             return False
         if node.op_type in ("RandomUniform", "RandomNormal", "Bernoulli"):
             return False
+        if node.op_type in NUMPY_FOLDS:  # where onnx's reference implementation is wrong
+            arrays = [self.consts[n] for n in node.input]
+            self.consts[node.output[0]] = NUMPY_FOLDS[node.op_type](node, arrays)
+            return True
         from onnx.reference import ReferenceEvaluator
 
         outputs = [o for o in node.output if o]
@@ -326,6 +333,20 @@ class OnnxImporter:
                 "f64, i64, i32 and bool"
             )
         return ONNX_DTYPES[elem_type]
+
+
+def _gather_elements(node: onnx.NodeProto, arrays: list[np.ndarray]) -> np.ndarray:
+    """GatherElements: onnx 1.23's reference implementation fails on an axis longer than
+    64 ("cannot reshape array of size 1", BERT's position ids)."""
+    data, indices = arrays
+    axis = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), 0)
+    axis %= data.ndim
+    wrapped = np.where(indices < 0, indices + data.shape[axis], indices)
+    return np.take_along_axis(data, wrapped, axis=axis)
+
+
+NUMPY_FOLDS = {"GatherElements": _gather_elements}
+"""Ops folded with numpy rather than onnx's reference implementation, and why."""
 
 
 def _shape_op(node: onnx.NodeProto, shape: np.ndarray) -> np.ndarray:

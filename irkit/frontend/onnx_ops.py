@@ -154,7 +154,9 @@ def _matmul(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
 def _inferred(im: OnnxImporter, name: str) -> tuple[int, ...] | None:
     for vi in [*im.graph.value_info, *im.graph.output]:
         if vi.name == name and vi.type.tensor_type.HasField("shape"):
-            return tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+            dims = vi.type.tensor_type.shape.dim
+            if all(d.HasField("dim_value") for d in dims):  # a symbolic dim says nothing
+                return tuple(d.dim_value for d in dims)
     return None
 
 
