@@ -287,7 +287,31 @@ def broadcast_to_case(draw, op: str) -> str:
     return model({"x": src}, f"broadcast_to(x, shape={fmt(target)})", draw(ANY))
 
 
+@st.composite
+def cumsum_case(draw, op: str) -> str:
+    s = draw(shape(1))
+    axis = draw(st.integers(-len(s), len(s) - 1))
+    flags = (
+        f"exclusive={str(draw(st.booleans())).lower()}, reverse={str(draw(st.booleans())).lower()}"
+    )
+    return model({"x": s}, f"cumsum(x, axis={axis}, {flags})", draw(NUMERIC))
+
+
+@st.composite
+def gather_elements_case(draw, op: str) -> str:
+    data = draw(shape(1))
+    axis = draw(st.integers(0, len(data) - 1))
+    indices = [
+        draw(st.integers(1, 7)) if k == axis else draw(st.integers(1, d))
+        for k, d in enumerate(data)
+    ]
+    expr = f"gather_elements(x, i, axis={axis - len(data) if draw(st.booleans()) else axis})"
+    return model({"x": data, "i": indices}, expr, draw(ANY), {"i": draw(INTEGERS)})
+
+
 STRATEGIES = {
+    "gather_elements": gather_elements_case,
+    "cumsum": cumsum_case,
     **{op: compare_case for op in ("equal", "less", "less_equal", "greater", "greater_equal")},
     **{op: logic_case for op in ("and", "or", "xor", "not")},
     "is_nan": float_test_case,

@@ -97,6 +97,13 @@ CASES = [
     Case("slice", "slice(x, starts=[1, 0, -4], limits=[3, 4, 5], strides=[1, 2, 2])", {"x": [3, 4, 5]},
          [node("Slice", ["x", "st", "en", "ax", "sp"])],
          [ints("st", [1, 0, -4]), ints("en", [3, 4, 5]), ints("ax", [0, 1, 2]), ints("sp", [1, 2, 2])]),
+    *[Case(f"cumsum_{ex}_{rev}", f"cumsum(x, axis=1, exclusive={str(ex).lower()}, reverse={str(rev).lower()})",
+           {"x": [3, 4, 5]}, [node("CumSum", ["x", "ax"], exclusive=int(ex), reverse=int(rev))], [numpy_helper.from_array(np.array(1, np.int64), "ax")])
+      for ex in (False, True) for rev in (False, True)],
+    Case("cumsum_i64", "cumsum(x, axis=-1)", {"x": [2, 6]}, [node("CumSum", ["x", "ax"])], [numpy_helper.from_array(np.array(-1, np.int64), "ax")],
+         types={"x": "i64"}),
+    Case("gather_elements", "gather_elements(x, i, axis=1)", {"x": [3, 4, 5], "i": [3, 6, 5]},
+         [node("GatherElements", ["x", "i"], axis=1)], types={"i": "i64"}),
     Case("gather", "gather(x, i, axis=1)", {"x": [3, 4, 5], "i": [2, 3]}, [node("Gather", ["x", "i"], axis=1)],
          types={"i": "i64"}),
     Case("gather_i32", "gather(x, i, axis=-1)", {"x": [3, 4], "i": [6]}, [node("Gather", ["x", "i"], axis=-1)],

@@ -235,7 +235,20 @@ def gather(op: Operation, a: list[np.ndarray]) -> np.ndarray:
     """np.take along the op's axis; an index outside [-extent, extent) is an error."""
     data, indices = a
     axis = op.normalized_axis()  # type: ignore[attr-defined]
-    extent = data.shape[axis]
+    return np.take(data, _in_range(op, indices, data.shape[axis], axis), axis=axis)
+
+
+def gather_elements(op: Operation, a: list[np.ndarray]) -> np.ndarray:
+    data, indices = a
+    axis = op.normalized_axis()  # type: ignore[attr-defined]
+    wrapped = _in_range(op, indices, data.shape[axis], axis)
+    region = tuple(slice(0, n) if k != axis else slice(None) for k, n in enumerate(indices.shape))
+    return np.take_along_axis(data[region], wrapped, axis=axis)
+
+
+def _in_range(op: Operation, indices: np.ndarray, extent: int, axis: int) -> np.ndarray:
+    """Indices with negative ones counted from the end; an IrkitError if any is outside
+    [-extent, extent)."""
     bad = (indices < -extent) | (indices >= extent)
     if bad.any():
         value = int(indices[bad].flat[0])
@@ -243,7 +256,19 @@ def gather(op: Operation, a: list[np.ndarray]) -> np.ndarray:
             f"{op.name}: index {value} is out of range for axis {axis} of extent {extent} "
             f"({int(bad.sum())} of {indices.size} indices out of range)"
         )
-    return np.take(data, np.where(indices < 0, indices + extent, indices), axis=axis)
+    return np.where(indices < 0, indices + extent, indices)
+
+
+def cumsum(op: Operation, a: list[np.ndarray]) -> np.ndarray:
+    x = a[0]
+    axis = op.normalized_axis()  # type: ignore[attr-defined]
+    exclusive, reverse = op.flags()  # type: ignore[attr-defined]
+    if reverse:
+        x = np.flip(x, axis)
+    out = np.cumsum(x, axis=axis, dtype=x.dtype)
+    if exclusive:
+        out = out - x
+    return np.flip(out, axis) if reverse else out
 
 
 def constant_value(op: g.ConstantOp) -> np.ndarray:
@@ -310,6 +335,8 @@ IMPLS: dict[type[Operation], Callable[[Any, list[np.ndarray]], np.ndarray]] = {
     g.ConstantOp: lambda op, a: constant_value(op),
     g.BroadcastToOp: lambda op, a: np.broadcast_to(a[0], _out_shape(op)).copy(),
     g.GatherOp: gather,
+    g.GatherElementsOp: gather_elements,
+    g.CumSumOp: cumsum,
     g.EqualOp: compare, g.LessOp: compare, g.LessEqualOp: compare, g.GreaterOp: compare,
     g.GreaterEqualOp: compare,
     g.AndOp: lambda op, a: a[0] & a[1],

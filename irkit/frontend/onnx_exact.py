@@ -38,6 +38,12 @@ def _gather(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     return [im.op(g.GatherOp, data, indices, axis=IntegerAttr(axis, i64))]
 
 
+def _gather_elements(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    data, indices = inputs(im, node)
+    axis = attrs(node).get("axis", 0)
+    return [im.op(g.GatherElementsOp, data, indices, axis=IntegerAttr(axis, i64))]
+
+
 def _where(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     cond, a, b = inputs(im, node)
     return [im.op(g.WhereOp, cond, a, same_type(im, a, b))]
@@ -90,6 +96,14 @@ def _split(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     return out
 
 
+def _cumsum(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    x = im.tensor(node.input[0])
+    axis = int(im.const(node.input[1], "CumSum's axis").reshape(-1)[0])
+    a = attrs(node)
+    flags = {k: BoolAttr.from_bool(bool(a.get(k, 0))) for k in ("exclusive", "reverse")}
+    return [im.op(g.CumSumOp, x, axis=IntegerAttr(axis, i64), **flags)]
+
+
 def _unary(cls: type[g.GraphOp]) -> Converter:
     def convert(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
         (x,) = inputs(im, node)
@@ -99,7 +113,7 @@ def _unary(cls: type[g.GraphOp]) -> Converter:
 
 
 EXACT_CONVERTERS: dict[str, Converter] = {
-    "Gather": _gather, "Where": _where, "Expand": _expand, "Split": _split,
+    "Gather": _gather, "GatherElements": _gather_elements, "Where": _where, "CumSum": _cumsum, "Expand": _expand, "Split": _split,
     "Equal": comparison(g.EqualOp), "Less": comparison(g.LessOp),
     "LessOrEqual": comparison(g.LessEqualOp), "Greater": comparison(g.GreaterOp),
     "GreaterOrEqual": comparison(g.GreaterEqualOp),
@@ -110,5 +124,6 @@ EXACT_CONVERTERS: dict[str, Converter] = {
 EXACT_LIMITS: dict[str, str] = {
     "Gather": "any axis; indices i32 or i64, negative from the end; out of range: an error where the values are known",
     "Expand": "constant shape",
+    "CumSum": "constant axis; exclusive, reverse",
     "Split": "constant sizes (input or attribute), or equal parts (num_outputs)",
 }  # fmt: skip

@@ -128,6 +128,21 @@ def broadcast_to(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
     return em.operand_at(op, 0, idx)
 
 
+def _index_into(em: KernelEmitter, raw: SSAValue, extent: int) -> SSAValue:
+    """An integer index as an index value: counted from the end if negative, clamped."""
+    at = em.b.add(arith.IndexCastOp(raw, IndexType()))
+    at = em.select(em.cmpi("slt", at, 0), em.b.iadd(at, extent), at)
+    return em.clamp(at, extent - 1)
+
+
+def gather_elements(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+    data, indices = op.operands
+    axis = op.normalized_axis()  # type: ignore[attr-defined]
+    extent = data.type.get_shape()[axis]  # type: ignore[attr-defined]
+    at = _index_into(em, em.value_at(indices, idx), extent)
+    return em.value_at(data, [*idx[:axis], at, *idx[axis + 1 :]])
+
+
 def gather(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
     """data[..., clamp(wrap(indices[j...])), ...]: the index read at the result's middle
     axes, a negative one counted from the end, and clamped into the axis."""
@@ -135,11 +150,7 @@ def gather(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
     axis = op.normalized_axis()  # type: ignore[attr-defined]
     rank = len(indices.type.get_shape())  # type: ignore[attr-defined]
     extent = data.type.get_shape()[axis]  # type: ignore[attr-defined]
-    raw = em.value_at(indices, idx[axis : axis + rank])
-    at = em.b.add(arith.IndexCastOp(raw, IndexType()))
-    negative = em.cmpi("slt", at, 0)
-    at = em.select(negative, em.b.iadd(at, extent), at)
-    at = em.clamp(at, extent - 1)
+    at = _index_into(em, em.value_at(indices, idx[axis : axis + rank]), extent)
     return em.value_at(data, [*idx[:axis], at, *idx[axis + rank :]])
 
 
@@ -189,6 +200,33 @@ def _saturating_fptosi(em: KernelEmitter, x: SSAValue, target: IntegerType) -> S
         em.b.add(arith.CmpfOp(x, bottom, "olt")), em.b.integer(-(2 ** (width - 1)), target), out
     )
     return em.select(em.b.add(arith.CmpfOp(x, x, "uno")), em.b.integer(0, target), out)
+
+
+_CUMSUM_PRED = {
+    (False, False): "sle",
+    (True, False): "slt",
+    (False, True): "sge",
+    (True, True): "sgt",
+}
+
+
+def cumsum(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+    """The running sum at `idx`: a loop over the whole axis adding the elements on the
+    summed side of idx (a select, no branch: the axis of a mask or of position ids)."""
+    x = op.operands[0]
+    axis = op.normalized_axis()  # type: ignore[attr-defined]
+    extent = x.type.get_shape()[axis]  # type: ignore[attr-defined]
+    pred = _CUMSUM_PRED[op.flags()]  # type: ignore[attr-defined]
+    ct = compute_type(g.element_type_of(x))
+    zero = em.b.float(0, ct)
+
+    def body(ivs: Index, accs: Index) -> Index:
+        at = [*idx[:axis], ivs[0], *idx[axis + 1 :]]
+        term = em.select(em.cmpi(pred, ivs[0], idx[axis]), em.value_at(x, at), zero)
+        return [arith_op(em, "add", accs[0], term)]
+
+    (acc,) = em.b.for_nest([extent], [zero], body)
+    return acc
 
 
 def neutral(kind: str, t: Attribute) -> float:

@@ -607,6 +607,8 @@ EMITTERS: dict[type[Operation], Emit] = {
     g.ConcatOp: _concat,
     g.BroadcastToOp: exact.broadcast_to,
     g.GatherOp: exact.gather,
+    g.GatherElementsOp: exact.gather_elements,
+    g.CumSumOp: exact.cumsum,
     g.WhereOp: exact.where,
     g.EqualOp: exact.compare,
     g.LessOp: exact.compare,

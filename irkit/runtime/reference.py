@@ -189,7 +189,7 @@ def index_extents(value: SSAValue) -> list[int]:
     found: list[int] = []
     for use in value.uses:
         op = use.operation
-        if isinstance(op, g.GatherOp) and use.index == 1:
+        if isinstance(op, g.GatherOp | g.GatherElementsOp) and use.index == 1:
             found.append(op.data.type.get_shape()[op.normalized_axis()])  # type: ignore[attr-defined]
         elif isinstance(op, _PASS_THROUGH) and is_integer(g.element_type_of(op.results[0])):
             found += index_extents(op.results[0])

@@ -76,6 +76,7 @@ from irkit.dialects.graph.layout import (
     BroadcastToOp,
     ConcatOp,
     ConstantOp,
+    GatherElementsOp,
     GatherOp,
     ReshapeOp,
     SliceOp,
@@ -100,6 +101,7 @@ from irkit.dialects.graph.logic import (
 )
 from irkit.dialects.graph.reductions import (
     BatchNormOp,
+    CumSumOp,
     LayerNormOp,
     ReduceMaxOp,
     ReduceMeanOp,
@@ -119,9 +121,9 @@ Graph = Dialect(
         AddOp, SubOp, MulOp, DivOp, MaxOp, MinOp, PowOp,
         NegOp, AbsOp, ReluOp, LeakyReluOp, GeluOp, SigmoidOp, TanhOp, ExpOp, LogOp, SqrtOp,
         RsqrtOp, ErfOp, CastOp,
-        ReduceSumOp, ReduceMaxOp, ReduceMeanOp, SoftmaxOp, LayerNormOp, BatchNormOp,
+        ReduceSumOp, ReduceMaxOp, ReduceMeanOp, CumSumOp, SoftmaxOp, LayerNormOp, BatchNormOp,
         MaxPool2dOp, AvgPool2dOp, GlobalAvgPoolOp,
-        TransposeOp, ReshapeOp, ConcatOp, SliceOp, ConstantOp, BroadcastToOp, GatherOp,
+        TransposeOp, ReshapeOp, ConcatOp, SliceOp, ConstantOp, BroadcastToOp, GatherOp, GatherElementsOp,
         EqualOp, LessOp, LessEqualOp, GreaterOp, GreaterEqualOp, AndOp, OrOp, XorOp, NotOp,
         IsNanOp, IsInfOp, WhereOp,
         KernelOp, YieldOp,
@@ -130,6 +132,8 @@ Graph = Dialect(
 )  # fmt: skip
 
 __all__ = [
+    "GatherElementsOp",
+    "CumSumOp",
     "ANY",
     "AbsOp",
     "AddOp",

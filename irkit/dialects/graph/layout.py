@@ -247,6 +247,42 @@ class GatherOp(GraphOp):
 
 
 @irdl_op_definition
+class GatherElementsOp(GraphOp):
+    """out[i...] = data[i... with the axis coordinate replaced by indices[i...]] (ONNX
+    GatherElements, numpy's take_along_axis): indices have data's rank and the result their
+    shape. Indices as `graph.gather`'s: i32 or i64, negative from the end, out of range an
+    error where known and never a read outside the tensor."""
+
+    name = "graph.gather_elements"
+    KINDS: ClassVar[frozenset[str]] = ANY
+    data = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    result = result_def(TensorType)
+    assembly_format = (
+        "$data `,` $indices `axis` `=` $axis attr-dict `:` functional-type(operands, results)"
+    )
+
+    @classmethod
+    def check_kinds(cls, types: Sequence[TensorType]) -> None:
+        require_kind(cls.name, 1, types[1], frozenset({INT}))
+
+    @classmethod
+    def infer(cls, types: Sequence[TensorType], props: Props) -> TensorType:
+        data, indices = types[0].get_shape(), types[1].get_shape()
+        if len(data) != len(indices) or not data:
+            raise ShapeError(f"gather_elements takes data and indices of one rank >= 1, got {list(data)} and {list(indices)}")  # fmt: skip
+        axis = shapes.normalize_axis(int_of(props, "axis"), len(data))
+        for k, (d, n) in enumerate(zip(data, indices, strict=True)):
+            if k != axis and n > d:
+                raise ShapeError(f"indices {list(indices)} exceed data {list(data)} off the axis")
+        return tensor(types[0].element_type, indices)
+
+    def normalized_axis(self) -> int:
+        return shapes.normalize_axis(int_of(self.properties, "axis"), len(_shape(self.data)))
+
+
+@irdl_op_definition
 class ConstantOp(GraphOp):
     """A tensor constant; its type is the value's type."""
 

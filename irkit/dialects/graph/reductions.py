@@ -102,6 +102,39 @@ class ReduceMeanOp(ReduceOp):
 
 
 @irdl_op_definition
+class CumSumOp(GraphOp):
+    """Running sums along `axis` (ONNX CumSum): out[..., i, ...] = sum of x[..., j, ...]
+    over j <= i (j < i when `exclusive`; j >= i, or j > i, when `reverse`)."""
+
+    name = "graph.cumsum"
+    KINDS: ClassVar[frozenset[str]] = NUMERIC
+    input = operand_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    exclusive = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+    reverse = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+    result = result_def(TensorType)
+    assembly_format = (
+        "$input `axis` `=` $axis (`exclusive` `=` $exclusive^)? (`reverse` `=` $reverse^)? "
+        "attr-dict `:` type($input) `->` type($result)"
+    )
+
+    @classmethod
+    def infer(cls, types: Sequence[TensorType], props: Props) -> TensorType:
+        shape = types[0].get_shape()
+        if not shape:
+            raise ShapeError("cumsum needs an input of rank >= 1")
+        shapes.normalize_axis(int_of(props, "axis"), len(shape))
+        return types[0]
+
+    def normalized_axis(self) -> int:
+        return shapes.normalize_axis(int_of(self.properties, "axis"), len(_shape(self.input)))
+
+    def flags(self) -> tuple[bool, bool]:
+        """(exclusive, reverse)."""
+        return bool_of(self.properties, "exclusive"), bool_of(self.properties, "reverse")
+
+
+@irdl_op_definition
 class SoftmaxOp(GraphOp):
     """exp(x - max) / sum(exp(x - max)) along `axis` (max-subtracted, so it never overflows)."""
 

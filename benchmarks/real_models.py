@@ -1,0 +1,343 @@
+"""The real-model suite: architectures people run, built from their libraries' definitions
+with every parameter random, exported to ONNX, imported by irkit and checked against
+onnxruntime; then compile time and speed against onnxruntime on one and two threads.
+
+    python benchmarks/real_models.py                     # the suite, full dims, every check
+    python benchmarks/real_models.py --set held-out      # the held-out models
+    python benchmarks/real_models.py --small --only bert,gpt2 --no-speed
+    python benchmarks/real_models.py --out benchmarks/results/real_models.jsonl
+
+Needs the `models` extra (`pip install -e '.[models]'`: torch's CPU build, transformers).
+Nothing is downloaded: each model is its configuration class with random weights. Every
+parameter and buffer is redrawn (`randomize`), biases and norms included: a zero bias or a
+unit scale left at its initial value folds away and hides a fault (the first study here
+missed a 60x slowdown that way). Fixed shapes: batch 1, sequence 128 (`--seq`), 224 x 224
+images, 16,000 audio samples (one second at 16 kHz); language models take int64 token ids
+and an attention mask.
+
+Each model gives one JSON record: its family, parameter count, whether it imported (and the
+error if not), the largest relative error against onnxruntime, compile time, and with
+speed measured, irkit's and onnxruntime's medians on one and two threads, timed
+interleaved in one process, with their ratio. `--gpu` also compiles every kernel's CUDA C
+with NVRTC under `default-cuda` and runs the program on cuda-host (at `--small` dims).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """One architecture: how to build it and what it takes."""
+
+    name: str
+    family: str  # cnn, mobile-cnn, vit, encoder-lm, decoder-lm, audio
+    build: Callable[[bool], Any]  # small -> a torch module in eval mode
+    inputs: str  # "image", "tokens", "audio", "features"
+
+
+def _hf(config_name: str, model_name: str, **config: Any) -> Callable[[bool], Any]:
+    """A transformers model from its configuration with `config` (full dims) and, small,
+    fewer layers and narrower ones."""
+
+    def build(small: bool) -> Any:
+        import transformers
+
+        cfg = dict(config)
+        if small:
+            cfg.update(_SMALL.get(config_name, {}))
+        configuration = getattr(transformers, config_name)(**cfg)
+        if hasattr(configuration, "_attn_implementation"):
+            configuration._attn_implementation = "eager"
+        return getattr(transformers, model_name)(configuration).eval()
+
+    return build
+
+
+_TEXT = {"vocab_size": 1000, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+_SMALL: dict[str, dict[str, Any]] = {
+    **dict.fromkeys(["ViTConfig", "DeiTConfig", "BeitConfig", "Dinov2Config"], {"image_size": 64}),
+    "SwinConfig": {"image_size": 64, "window_size": 4, "patch_size": 2},
+    "MobileViTConfig": {"image_size": 64},
+}  # fmt: skip
+"""Config changes at `--small` dims (64 x 64 images) where a model's config names its
+input size."""
+
+
+def _lm(hidden: int, layers: int, heads: int, inter: int) -> dict[str, Any]:
+    return {"hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
+            "intermediate_size": inter}  # fmt: skip
+
+
+SUITE: list[Spec] = [
+    # CNNs, mobile ones included
+    Spec("resnet", "cnn", _hf("ResNetConfig", "ResNetModel", depths=[1, 1, 1, 1], hidden_sizes=[32, 64, 128, 256], embedding_size=32), "image"),
+    Spec("convnext", "cnn", _hf("ConvNextConfig", "ConvNextModel", depths=[1, 1, 1, 1], hidden_sizes=[32, 64, 128, 256]), "image"),
+    Spec("regnet", "cnn", _hf("RegNetConfig", "RegNetModel", depths=[1, 1, 1, 1], hidden_sizes=[32, 64, 128, 256], groups_width=16), "image"),
+    Spec("mobilenet_v2", "mobile-cnn", _hf("MobileNetV2Config", "MobileNetV2Model", depth_multiplier=0.35), "image"),
+    Spec("mobilenet_v1", "mobile-cnn", _hf("MobileNetV1Config", "MobileNetV1Model", depth_multiplier=0.25), "image"),
+    Spec("efficientnet", "mobile-cnn", _hf("EfficientNetConfig", "EfficientNetModel", width_coefficient=0.25, depth_coefficient=0.25, hidden_dim=320), "image"),
+    # vision transformers
+    Spec("vit", "vit", _hf("ViTConfig", "ViTModel", **_lm(192, 4, 3, 768)), "image"),
+    Spec("deit", "vit", _hf("DeiTConfig", "DeiTModel", **_lm(192, 4, 3, 768)), "image"),
+    Spec("swin", "vit", _hf("SwinConfig", "SwinModel", embed_dim=32, depths=[1, 1, 2, 1], num_heads=[1, 2, 4, 8]), "image"),
+    Spec("dinov2", "vit", _hf("Dinov2Config", "Dinov2Model", **_lm(192, 4, 3, 768), image_size=224), "image"),
+    # encoder language models
+    Spec("bert", "encoder-lm", _hf("BertConfig", "BertModel", **_TEXT, **_lm(256, 4, 4, 1024)), "tokens"),
+    Spec("distilbert", "encoder-lm", _hf("DistilBertConfig", "DistilBertModel", **_TEXT, dim=256, n_layers=4, n_heads=4, hidden_dim=1024), "tokens"),
+    Spec("roberta", "encoder-lm", _hf("RobertaConfig", "RobertaModel", **_TEXT, **_lm(256, 4, 4, 1024)), "tokens"),
+    Spec("electra", "encoder-lm", _hf("ElectraConfig", "ElectraModel", **_TEXT, embedding_size=128, **_lm(256, 4, 4, 1024)), "tokens"),
+    # decoder language models (prefill: the whole sequence, causal)
+    Spec("gpt2", "decoder-lm", _hf("GPT2Config", "GPT2Model", **_TEXT, n_embd=256, n_layer=4, n_head=4), "tokens"),
+    Spec("llama", "decoder-lm", _hf("LlamaConfig", "LlamaModel", **_TEXT, **_lm(256, 4, 4, 688), num_key_value_heads=2), "tokens"),
+    Spec("qwen2", "decoder-lm", _hf("Qwen2Config", "Qwen2Model", **_TEXT, **_lm(256, 4, 4, 688), num_key_value_heads=2), "tokens"),
+    Spec("opt", "decoder-lm", _hf("OPTConfig", "OPTModel", **_TEXT, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, ffn_dim=1024, word_embed_proj_dim=256), "tokens"),
+    # audio encoders
+    Spec("whisper_encoder", "audio", _hf("WhisperConfig", "WhisperModel", d_model=256, encoder_layers=4, encoder_attention_heads=4, encoder_ffn_dim=1024, decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=256, num_mel_bins=80, max_source_positions=1500, vocab_size=1000, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1), "features"),
+    Spec("wav2vec2", "audio", _hf("Wav2Vec2Config", "Wav2Vec2Model", **_lm(256, 4, 4, 1024), conv_dim=[64] * 7), "audio"),
+]  # fmt: skip
+
+HELD_OUT: list[Spec] = [
+    Spec("resnet_wide", "cnn", _hf("ResNetConfig", "ResNetModel", depths=[2, 1, 1, 1], hidden_sizes=[48, 96, 192, 384], embedding_size=48, layer_type="bottleneck"), "image"),
+    Spec("convnextv2", "cnn", _hf("ConvNextV2Config", "ConvNextV2Model", depths=[1, 1, 1, 1], hidden_sizes=[32, 64, 128, 256]), "image"),
+    Spec("mobilevit", "mobile-cnn", _hf("MobileViTConfig", "MobileViTModel", hidden_sizes=[48, 64, 80], neck_hidden_sizes=[16, 16, 24, 32, 48, 64, 96]), "image"),
+    Spec("beit", "vit", _hf("BeitConfig", "BeitModel", **_lm(192, 4, 3, 768)), "image"),
+    Spec("albert", "encoder-lm", _hf("AlbertConfig", "AlbertModel", **_TEXT, embedding_size=128, **_lm(256, 4, 4, 1024)), "tokens"),
+    Spec("mistral", "decoder-lm", _hf("MistralConfig", "MistralModel", **_TEXT, **_lm(256, 4, 4, 688), num_key_value_heads=2), "tokens"),
+    Spec("hubert", "audio", _hf("HubertConfig", "HubertModel", **_lm(256, 4, 4, 1024), conv_dim=[64] * 7), "audio"),
+]  # fmt: skip
+
+SETS = {"suite": SUITE, "held-out": HELD_OUT}
+
+
+# --- building, randomizing, exporting ------------------------------------------------------------
+
+
+def randomize(model: Any, seed: int = 0) -> None:
+    """Every parameter and floating buffer redrawn: weights N(0, 1/fan_in), vectors
+    (biases, norm scales and shifts) around their role's value but never at it, so nothing
+    folds away (a unit scale or a zero bias would)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in [*model.named_parameters(), *model.named_buffers()]:
+            if not p.dtype.is_floating_point:
+                continue
+            noise = torch.randn(p.shape, generator=gen, dtype=p.dtype)
+            if p.dim() >= 2:
+                fan_in = math.prod(p.shape[1:])
+                p.copy_(noise / math.sqrt(fan_in))
+            elif "var" in name:  # running variances stay positive
+                p.copy_(0.5 + noise.abs() * 0.5)
+            elif any(k in name for k in ("weight", "gamma", "scale")):
+                p.copy_(1.0 + 0.1 * noise)
+            else:
+                p.copy_(0.1 * noise)
+
+
+def example_inputs(spec: Spec, seq: int, small: bool, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    if spec.inputs == "tokens":
+        mask = np.ones((1, seq), np.int64)
+        mask[0, seq - seq // 8 :] = 0  # right padding: the mask must matter
+        return {"input_ids": rng.integers(0, 1000, (1, seq)).astype(np.int64), "attention_mask": mask}
+    if spec.inputs == "image":
+        side = 64 if small else 224
+        return {"pixel_values": rng.normal(size=(1, 3, side, side)).astype(np.float32)}
+    if spec.inputs == "audio":
+        return {"input_values": rng.normal(size=(1, 4000 if small else 16000)).astype(np.float32)}
+    return {"input_features": rng.normal(size=(1, 80, 3000)).astype(np.float32)}  # 30 s of mel frames
+
+
+class _Wrapped:
+    """The model behind a forward of plain tensors returning its first output (the hidden
+    states), as torch.onnx's exporter wants; a Whisper model runs its encoder."""
+
+    @staticmethod
+    def make(model: Any, names: list[str]) -> Any:
+        import torch
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, *args: Any) -> Any:
+                kwargs = dict(zip(names, args, strict=True))
+                target = self.model.get_encoder() if hasattr(self.model, "get_encoder") and "input_features" in kwargs else self.model  # fmt: skip
+                out = target(**kwargs)
+                return out[0] if isinstance(out, tuple) else out.last_hidden_state
+
+        return Wrapped().eval()
+
+
+def export(spec: Spec, inputs: dict[str, np.ndarray], path: Path, small: bool) -> None:
+    import torch
+
+    model = spec.build(small)
+    randomize(model)
+    wrapped = _Wrapped.make(model, list(inputs))
+    args = tuple(torch.from_numpy(a) for a in inputs.values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(wrapped, args, str(path), input_names=list(inputs), output_names=["hidden"],
+                          opset_version=17, dynamo=False)  # fmt: skip
+
+
+# --- checking and timing -------------------------------------------------------------------------
+
+
+def onnxruntime_session(path: Path, threads: int) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def check_model(spec: Spec, path: Path, inputs: dict[str, np.ndarray], backend: str = "cpu") -> dict:
+    """Import, compile and compare with onnxruntime: the record's correctness fields."""
+    import irkit
+    from irkit.errors import IrkitError
+
+    record: dict[str, Any] = {"model": spec.name, "family": spec.family}
+    started = time.perf_counter()
+    try:
+        module = irkit.load(str(path))
+        record["import_s"] = round(time.perf_counter() - started, 3)
+        started = time.perf_counter()
+        exe = irkit.compile(module, backend=backend)
+        record["compile_s"] = round(time.perf_counter() - started, 3)
+    except IrkitError as e:
+        record.update(imported=False, error=str(e))
+        return record
+    (expected,) = onnxruntime_session(path, 1).run(None, inputs)
+    (got,) = exe(*inputs.values())
+    scale = float(np.linalg.norm(expected)) or 1.0
+    record.update(
+        imported=True,
+        rel_error=float(np.linalg.norm(got.astype(np.float64) - expected) / scale),
+        max_abs_error=float(np.max(np.abs(got.astype(np.float64) - expected))),
+        kernels=len(exe.kernels),
+    )
+    record["matches"] = record["rel_error"] <= 1e-4
+    record["_exe"] = exe
+    return record
+
+
+def time_against_onnxruntime(exe: Any, path: Path, inputs: dict[str, np.ndarray], threads: int,
+                             rounds: int = 15) -> dict:  # fmt: skip
+    """irkit's and onnxruntime's per-call medians, interleaved round by round, with the
+    median of the per-round ratios and its 95% interval over rounds (a bootstrap)."""
+    from irkit.runtime.cpu import set_threads  # type: ignore[attr-defined]
+
+    set_threads(threads)
+    session = onnxruntime_session(path, threads)
+    bound = exe.bind(*inputs.values())
+    run_ort = lambda: session.run(None, inputs)  # noqa: E731
+    run_irkit = bound.run_graph
+    for f in (run_irkit, run_ort):
+        f()
+    ours, theirs = [], []
+    for r in range(rounds):
+        order = [(run_irkit, ours), (run_ort, theirs)]
+        for f, sink in order if r % 2 == 0 else reversed(order):
+            t = time.perf_counter()
+            f()
+            sink.append(time.perf_counter() - t)
+    ratios = np.array(theirs) / np.array(ours)
+    boot = np.random.default_rng(0).choice(ratios, (2000, len(ratios)))
+    lo, hi = np.percentile(np.median(boot, axis=1), [2.5, 97.5])
+    return {f"irkit_ms_{threads}t": 1e3 * float(np.median(ours)), f"ort_ms_{threads}t": 1e3 * float(np.median(theirs)),
+            f"speed_vs_ort_{threads}t": float(np.median(ratios)), f"speed_ci_{threads}t": [float(lo), float(hi)]}  # fmt: skip
+
+
+def gpu_path(path: Path, inputs: dict[str, np.ndarray]) -> dict:
+    """NVRTC compiles every kernel's CUDA C (default-cuda) and cuda-host runs the program."""
+    import irkit
+
+    module = irkit.load(str(path))
+    exe = irkit.compile(module, backend="cuda-host")
+    (expected,) = onnxruntime_session(path, 1).run(None, inputs)
+    (got,) = exe(*inputs.values())
+    rel = float(np.linalg.norm(got.astype(np.float64) - expected) / (np.linalg.norm(expected) or 1.0))
+    from irkit.codegen.nvrtc import compile_cuda  # type: ignore[attr-defined]
+
+    compiled = sum(1 for k in exe.kernels if compile_cuda(k.source, k.name) is not None)
+    return {"cuda_host_rel_error": rel, "cuda_host_matches": rel <= 1e-4, "nvrtc_kernels": compiled}
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    specs = SETS[args.set]
+    if args.only:
+        wanted = set(args.only.split(","))
+        specs = [s for s in specs if s.name in wanted]
+    records = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for spec in specs:
+            inputs = example_inputs(spec, args.seq, args.small)
+            path = Path(tmp) / f"{spec.name}.onnx"
+            try:
+                export(spec, inputs, path, args.small)
+            except Exception as e:  # noqa: BLE001 - an exporter failure is recorded, not ours
+                records.append({"model": spec.name, "family": spec.family, "exported": False, "error": f"{type(e).__name__}: {e}"[:300]})  # fmt: skip
+                print(f"{spec.name:18s} export failed: {records[-1]['error']}", flush=True)
+                continue
+            record = check_model(spec, path, inputs)
+            exe = record.pop("_exe", None)
+            if exe is not None and args.speed:
+                for threads in (1, 2):
+                    record.update(time_against_onnxruntime(exe, path, inputs, threads))
+            if exe is not None and args.gpu:
+                record.update(gpu_path(path, inputs))
+            records.append(record)
+            print(_line(record), flush=True)
+    return records
+
+
+def _line(r: dict) -> str:
+    if not r.get("imported"):
+        return f"{r['model']:18s} {r['family']:11s} NOT IMPORTED: {r.get('error', '')[:160]}"
+    speed = "".join(f"  {r[f'speed_vs_ort_{t}t']:.2f}x ort ({t}t)" for t in (1, 2) if f"speed_vs_ort_{t}t" in r)
+    return (f"{r['model']:18s} {r['family']:11s} {'ok   ' if r['matches'] else 'WRONG'} rel err {r['rel_error']:.1e}"
+            f"  compile {r['compile_s']:.1f} s  {r['kernels']} kernels{speed}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--set", choices=sorted(SETS), default="suite")
+    parser.add_argument("--only", help="comma-separated model names")
+    parser.add_argument("--small", action="store_true", help="reduced dims (64 x 64 images, the --seq given)")
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--no-speed", dest="speed", action="store_false")
+    parser.add_argument("--gpu", action="store_true", help="NVRTC + cuda-host too")
+    parser.add_argument("--out", type=Path, help="append JSON lines here")
+    args = parser.parse_args(argv)
+    records = run(args)
+    if args.out:
+        with args.out.open("a") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+    imported = [r for r in records if r.get("imported")]
+    matched = [r for r in imported if r.get("matches")]
+    print(f"{len(imported)} of {len(records)} imported, {len(matched)} match onnxruntime within 1e-4")
+    return 0 if len(matched) == len(records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
