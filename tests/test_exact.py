@@ -209,3 +209,19 @@ def test_an_op_on_the_wrong_kind_names_the_node(tmp_path: Path) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     with pytest.raises(IrkitError, match=r"node 'bad_exp' \(Exp.*operand #0 is i64 \(int\); graph.exp takes float"):  # fmt: skip
         irkit.load(str(path))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_bias_written_first_is_still_a_tiled_epilogue(backend: str) -> None:
+    """`bias + matmul(...)` (torch's Add(bias, MatMul)) is tiled like `matmul(...) + bias`
+    and computes the same."""
+    module = parse_graph(
+        "model b\ninput a : f32[37, 64]\nparam w : f32[64, 48]\nparam bias : f32[48]\n"
+        "output y = bias + matmul(a, w)\n",
+        "b.graph",
+    )
+    exe = irkit.compile(module, backend=backend)
+    checks, _ = check(exe, module, seed=4)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
+    if backend == "cpu":
+        assert any(op.name == "vector.fma" for op in exe.module.walk())

@@ -132,6 +132,11 @@ def _matmul(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
         b = im.add_op(g.ReshapeOp.build_to(b, [shape(b)[0], 1]))
     if rank(a) == 2 and rank(b) == 2:
         out = im.op(g.MatmulOp, a, b)
+    elif rank(b) == 2:  # a linear layer: the batch dims of `a` are more rows of one matmul
+        rows = im.add_op(g.ReshapeOp.build_to(a, [-1, shape(a)[-1]]))
+        out = im.add_op(
+            g.ReshapeOp.build_to(im.op(g.MatmulOp, rows, b), [*shape(a)[:-1], shape(b)[1]])
+        )
     else:
         while rank(a) < 3:
             a = im.add_op(g.ReshapeOp.build_to(a, [1, *shape(a)]))

@@ -233,7 +233,20 @@ def _unary(fn: Callable[[KernelEmitter, SSAValue, Operation], SSAValue]) -> Emit
 
 
 def _binary(fn: Callable[[KernelEmitter, SSAValue, SSAValue], SSAValue]) -> Emit:
-    return lambda em, op, idx: fn(em, em.operand_at(op, 0, idx), em.operand_at(op, 1, idx))
+    def emit(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+        if _loops(em, op.operands[1]) and not _loops(em, op.operands[0]):
+            rhs = em.operand_at(op, 1, idx)  # `bias + matmul(...)`: the loop nest first
+            return fn(em, em.operand_at(op, 0, idx), rhs)
+        return fn(em, em.operand_at(op, 0, idx), em.operand_at(op, 1, idx))
+
+    return emit
+
+
+def _loops(em: KernelEmitter, value: SSAValue) -> bool:
+    """Whether computing `value` inline opens a loop (a contraction or a reduction): such
+    an operand is emitted first, so that a contraction's k loop opens its nest, as the tile
+    passes match it (torch exports `Add(bias, MatMul)`, the bias first)."""
+    return value not in em.buffers and isinstance(value.owner, _REUSING_OPS + (g.ReduceOp,))
 
 
 def _gelu(em: KernelEmitter, x: SSAValue, op: Operation) -> SSAValue:
