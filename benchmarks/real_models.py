@@ -72,9 +72,10 @@ _SMALL: dict[str, dict[str, Any]] = {
     **dict.fromkeys(["ViTConfig", "DeiTConfig", "BeitConfig", "Dinov2Config"], {"image_size": 64}),
     "SwinConfig": {"image_size": 64, "window_size": 4, "patch_size": 2},
     "MobileViTConfig": {"image_size": 64},
+    "WhisperConfig": {"max_source_positions": 100},
 }  # fmt: skip
-"""Config changes at `--small` dims (64 x 64 images) where a model's config names its
-input size."""
+"""Config changes at `--small` dims (64 x 64 images, 200 mel frames) where a model's
+config names its input size."""
 
 
 def _lm(hidden: int, layers: int, heads: int, inter: int) -> dict[str, Any]:

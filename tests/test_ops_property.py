@@ -335,6 +335,10 @@ STRATEGIES = {
             "sqrt",
             "rsqrt",
             "erf",
+            "sin",
+            "cos",
+            "floor",
+            "ceil",
         )
     },  # fmt: skip
     "cast": cast_case,

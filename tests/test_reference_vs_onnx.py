@@ -67,7 +67,8 @@ CASES = [
     Case("pow", "pow(abs(x), z)", {"x": [3, 4], "z": [4]}, [helper.make_node("Abs", ["x"], ["ax"]), node("Pow", ["ax", "z"])]),
     *[Case(op, f"{op}(x)", X, [node(onnx_op, ["x"])])
       for op, onnx_op in [("neg", "Neg"), ("abs", "Abs"), ("relu", "Relu"), ("sigmoid", "Sigmoid"), ("tanh", "Tanh"),
-                          ("exp", "Exp"), ("erf", "Erf")]],
+                          ("exp", "Exp"), ("erf", "Erf"), ("sin", "Sin"), ("cos", "Cos"), ("floor", "Floor"),
+                          ("ceil", "Ceil")]],
     Case("leaky_relu", "leaky_relu(x, alpha=0.2)", X, [node("LeakyRelu", ["x"], alpha=0.2)]),
     Case("gelu", "gelu(x)", X, [node("Gelu", ["x"])]),
     Case("gelu_tanh", 'gelu(x, approximate="tanh")', X, [node("Gelu", ["x"], approximate="tanh")]),

@@ -512,6 +512,7 @@ CONVERTERS: dict[str, Converter] = {
     "Neg": unary(g.NegOp), "Abs": unary(g.AbsOp), "Relu": unary(g.ReluOp), "LeakyRelu": _leaky_relu,
     "Gelu": _gelu, "Sigmoid": unary(g.SigmoidOp), "Tanh": unary(g.TanhOp), "Exp": unary(g.ExpOp),
     "Log": unary(g.LogOp), "Sqrt": unary(g.SqrtOp), "Erf": unary(g.ErfOp),
+    "Sin": unary(g.SinOp), "Cos": unary(g.CosOp), "Floor": unary(g.FloorOp), "Ceil": unary(g.CeilOp),
     "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv,
     "BatchNormalization": _batch_norm, "MaxPool": _pool, "AveragePool": _pool,
     "GlobalAveragePool": _global_avg_pool, "Softmax": _softmax, "LayerNormalization": _layer_norm,

@@ -216,6 +216,34 @@ class ErfOp(UnaryOp):
 
 
 @irdl_op_definition
+class SinOp(UnaryOp):
+    """Elementwise sine of x (radians)."""
+
+    name = "graph.sin"
+
+
+@irdl_op_definition
+class CosOp(UnaryOp):
+    """Elementwise cosine of x (radians)."""
+
+    name = "graph.cos"
+
+
+@irdl_op_definition
+class FloorOp(UnaryOp):
+    """The largest integer not above x, elementwise (as a float)."""
+
+    name = "graph.floor"
+
+
+@irdl_op_definition
+class CeilOp(UnaryOp):
+    """The smallest integer not below x, elementwise (as a float)."""
+
+    name = "graph.ceil"
+
+
+@irdl_op_definition
 class CastOp(GraphOp):
     """Element type conversion; the shape is unchanged. To a float type: round to nearest
     even. Float to integer: toward zero, saturating at the type's range, NaN to 0 (C's cast

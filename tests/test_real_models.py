@@ -1,0 +1,82 @@
+"""The real-model suite at small dims: every architecture of `benchmarks/real_models.py`
+(the suite and the held-out set: CNNs, mobile CNNs, vision transformers, encoder and decoder
+language models fed int64 token ids and a padding mask, audio encoders), built from
+transformers' definitions with every parameter random, exported by torch.onnx, imports,
+compiles and matches onnxruntime within 1e-4 on the CPU; one of each family also on the GPU
+path: its CUDA C compiled by NVRTC for sm_90 and run on cuda-host.
+
+Needs the `models` extra (torch's CPU build and transformers); skipped without it."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location(
+    "real_models", ROOT / "benchmarks" / "real_models.py"
+)
+assert _spec is not None and _spec.loader is not None
+rm = importlib.util.module_from_spec(_spec)
+sys.modules["real_models"] = rm
+_spec.loader.exec_module(rm)
+
+SEQ = 16
+ALL = {s.name: s for s in [*rm.SUITE, *rm.HELD_OUT]}
+GPU_PATH = ["resnet", "mobilenet_v2", "vit", "bert", "llama", "wav2vec2"]
+"""One of each family for the GPU path (cuda-host runs each block's threads as fibers:
+seconds a model at these dims)."""
+
+
+def _exported(name: str, tmp_path: Path) -> tuple[Path, dict]:
+    spec = ALL[name]
+    inputs = rm.example_inputs(spec, SEQ, small=True)
+    path = tmp_path / f"{name}.onnx"
+    rm.export(spec, inputs, path, small=True)
+    return path, inputs
+
+
+def test_the_suite_spans_the_families() -> None:
+    assert len(rm.SUITE) >= 20
+    families = {s.family for s in rm.SUITE}
+    assert families == {"cnn", "mobile-cnn", "vit", "encoder-lm", "decoder-lm", "audio"}
+    assert {s.family for s in rm.HELD_OUT} <= families
+    assert not {s.name for s in rm.SUITE} & {s.name for s in rm.HELD_OUT}
+
+
+def test_randomize_leaves_no_parameter_at_its_initial_value() -> None:
+    import torch
+
+    model = ALL["bert"].build(True)
+    rm.randomize(model)
+    for name, p in model.named_parameters():
+        if p.dim() == 1:  # biases and norm scales: neither all zeros nor all ones
+            assert not torch.all(p == 0) and not torch.all(p == 1), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_model_imports_and_matches_onnxruntime(name: str, tmp_path: Path) -> None:
+    path, inputs = _exported(name, tmp_path)
+    record = rm.check_model(ALL[name], path, inputs)
+    assert record.get("imported"), record.get("error")
+    assert record["matches"], (
+        f"{name}: relative error {record['rel_error']:.2e} against onnxruntime"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", GPU_PATH)
+def test_gpu_path_compiles_with_nvrtc_and_matches_on_cuda_host(name: str, tmp_path: Path) -> None:
+    path, inputs = _exported(name, tmp_path)
+    record = rm.gpu_path(path, inputs)
+    assert record["nvrtc_kernels"] > 0
+    assert record["cuda_host_matches"], (
+        f"{name}: relative error {record['cuda_host_rel_error']:.2e}"
+    )
