@@ -94,16 +94,23 @@ output b = cast(x, dtype=i1)
 
 
 def test_an_out_of_range_gather_index_is_an_error_never_a_read() -> None:
+    """Token ids outside the table: the reference says so at the gather's line, and every
+    backend refuses the input before any kernel runs (the input names the axis it indexes,
+    through a cast and a reshape)."""
     module = parse_graph(
-        "model g\ninput ids : i64[3]\nparam t : f32[4, 2]\noutput y = gather(t, ids, axis=0)\n",
+        "model g\ninput ids : i64[3]\nparam t : f32[4, 2]\n"
+        "output y = gather(t, reshape(cast(ids, dtype=i32), shape=[3]), axis=0)\n",
         "g.graph",
     )
     table = np.arange(8, dtype=np.float32).reshape(4, 2)
     with pytest.raises(IrkitError, match=r"g.graph:4:\d+: error: graph.gather: index 4 is out of range for axis 0 of extent 4"):  # fmt: skip
         irkit.reference(module, np.array([0, 4, -1]), table)
-    # generated code clamps: it never reads outside the table, whatever the index
-    (y,) = irkit.compile(module, backend="cpu")(np.array([0, 99, -1]), table)
-    np.testing.assert_array_equal(y, table[[0, 3, 3]])
+    for backend in BACKENDS:
+        exe = irkit.compile(module, backend=backend)
+        with pytest.raises(IrkitError, match=r"input ids holds -5 at \[2\], outside \[-4, 4\)"):
+            exe(np.array([0, 3, -5]), table)
+        (y,) = exe(np.array([0, 3, -4]), table)  # in range, negative from the end
+        np.testing.assert_array_equal(y, table[[0, 3, 0]])
 
 
 def test_random_indices_stay_in_range() -> None:

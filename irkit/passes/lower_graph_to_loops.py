@@ -32,12 +32,14 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseIntOrFPElementsAttr,
     DictionaryAttr,
+    IntegerAttr,
     MemRefType,
     ModuleOp,
     StringAttr,
     SymbolRefAttr,
     TensorType,
     UnitAttr,
+    i64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
@@ -48,6 +50,7 @@ from irkit.dtypes import dense_array, dense_attr
 from irkit.errors import IrkitError
 from irkit.ir import location_of, ssa_name
 from irkit.loops import (
+    INDEX_EXTENT_ATTR,
     KERNEL_ATTR,
     ONCE_ATTR,
     OUTPUT_ATTR,
@@ -299,7 +302,7 @@ def _build_driver(fn: func.FuncOp, kernels: list[tuple[Kernel, func.FuncOp]], mo
     block.add_op(func.ReturnOp())
     for v in allocated:
         free_after_last_use(block, env[v])
-    return _driver_function(fn, block)
+    return _driver_function(fn, block, _index_attrs(fn))
 
 
 def _arg_attrs(fn: func.FuncOp) -> list[DictionaryAttr]:
@@ -317,8 +320,19 @@ def _append(block: Block, op: Operation) -> SSAValue:
     return op.results[0]
 
 
-def _driver_function(fn: func.FuncOp, block: Block) -> func.FuncOp:
-    in_attrs = _arg_attrs(fn)
+def _index_attrs(fn: func.FuncOp) -> list[DictionaryAttr]:
+    """The graph function's argument attributes, with the least gather extent of each
+    argument that is (or becomes) gather indices."""
+    out = []
+    for arg, d in zip(fn.body.block.args, _arg_attrs(fn), strict=True):
+        extents = g.index_extents(arg)
+        if extents:
+            d = DictionaryAttr({**d.data, INDEX_EXTENT_ATTR: IntegerAttr(min(extents), i64)})
+        out.append(d)
+    return out
+
+
+def _driver_function(fn: func.FuncOp, block: Block, in_attrs: list[DictionaryAttr]) -> func.FuncOp:
     out_attrs = [DictionaryAttr({OUTPUT_ATTR: StringAttr(n)}) for n in _output_names(fn)]
     types = [a.type for a in block.args]
     driver = func.FuncOp(

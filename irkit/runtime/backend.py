@@ -91,6 +91,9 @@ class TensorSpec:
     name: str
     shape: tuple[int, ...]
     dtype: np.dtype
+    index_extent: int | None = None
+    """For integer inputs that are gather indices: the least extent they index; a value
+    outside [-index_extent, index_extent) is refused before anything runs."""
 
     def describe(self) -> str:
         return f"{self.name}: {self.dtype}{list(self.shape)}"
@@ -137,8 +140,23 @@ def check_arrays(
                     f"{what}: input {spec.name} has dtype {a.dtype}, expected {spec.dtype}"
                 )
             a = a.astype(spec.dtype)
+        if spec.index_extent is not None:
+            check_indices(what, spec, a)
         out.append(np.ascontiguousarray(a))
     return out
+
+
+def check_indices(what: str, spec: TensorSpec, a: np.ndarray) -> None:
+    """Gather indices must lie in [-extent, extent): a clear error, never a clamped read."""
+    n = spec.index_extent
+    assert n is not None
+    bad = (a < -n) | (a >= n)
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise IrkitError(
+            f"{what}: input {spec.name} holds {int(a[at])} at {list(at)}, outside [-{n}, {n}): "
+            f"it indexes an axis of extent {n} ({int(bad.sum())} of {a.size} values out of range)"
+        )
 
 
 PAGE = 4096
@@ -286,10 +304,10 @@ class Backend(Protocol):
 
 def driver_specs(fn: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """The driver's inputs and outputs (arguments marked irkit.output)."""
-    from xdsl.dialects.builtin import MemRefType, StringAttr
+    from xdsl.dialects.builtin import IntegerAttr, MemRefType, StringAttr
 
     from irkit.dtypes import numpy_dtype
-    from irkit.loops import OUTPUT_ATTR
+    from irkit.loops import INDEX_EXTENT_ATTR, OUTPUT_ATTR
 
     attrs = fn.arg_attrs.data if fn.arg_attrs else [None] * len(fn.body.block.args)
     inputs: list[TensorSpec] = []
@@ -299,7 +317,9 @@ def driver_specs(fn: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
         assert isinstance(t, MemRefType)
         out = d.data.get(OUTPUT_ATTR) if d is not None else None
         name = out.data if isinstance(out, StringAttr) else (arg.name_hint or f"arg{i}")
-        spec = TensorSpec(name, tuple(t.get_shape()), numpy_dtype(t.element_type))
+        extent = d.data.get(INDEX_EXTENT_ATTR) if d is not None else None
+        bound = extent.value.data if isinstance(extent, IntegerAttr) else None
+        spec = TensorSpec(name, tuple(t.get_shape()), numpy_dtype(t.element_type), bound)
         (outputs if out is not None else inputs).append(spec)
     return inputs, outputs
 

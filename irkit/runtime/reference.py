@@ -173,27 +173,11 @@ def _random_integers(rng: np.random.Generator, arg: SSAValue, dtype: np.dtype) -
     shape = arg.type.get_shape()
     if dtype == np.bool_:
         return rng.integers(0, 2, shape).astype(np.bool_)
-    extents = index_extents(arg)
+    extents = g.index_extents(arg)
     if extents:
         n = min(extents)
         return rng.integers(-n, n, shape).astype(dtype)
     return rng.integers(0, 8, shape).astype(dtype)
-
-
-_PASS_THROUGH = (g.ReshapeOp, g.TransposeOp, g.SliceOp, g.BroadcastToOp, g.ConcatOp, g.CastOp)
-
-
-def index_extents(value: SSAValue) -> list[int]:
-    """The extents of the axes `value` indexes as gather indices, directly or through views,
-    integer casts and concatenations."""
-    found: list[int] = []
-    for use in value.uses:
-        op = use.operation
-        if isinstance(op, g.GatherOp | g.GatherElementsOp) and use.index == 1:
-            found.append(op.data.type.get_shape()[op.normalized_axis()])  # type: ignore[attr-defined]
-        elif isinstance(op, _PASS_THROUGH) and is_integer(g.element_type_of(op.results[0])):
-            found += index_extents(op.results[0])
-    return found
 
 
 class ReferenceExecutable:

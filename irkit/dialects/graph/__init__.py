@@ -85,6 +85,7 @@ from irkit.dialects.graph.layout import (
     ReshapeOp,
     SliceOp,
     TransposeOp,
+    index_extents,
 )
 from irkit.dialects.graph.logic import (
     AndOp,
@@ -136,6 +137,7 @@ Graph = Dialect(
 )  # fmt: skip
 
 __all__ = [
+    "index_extents",
     "CeilOp",
     "CosOp",
     "FloorOp",

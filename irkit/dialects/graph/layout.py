@@ -36,9 +36,11 @@ from irkit.dialects.graph.base import (
     _same_dtype,
     _shape,
     _tensor_types,
+    element_type_of,
     int_array,
     int_of,
     ints,
+    is_integer,
     require_kind,
     tensor,
 )
@@ -328,3 +330,23 @@ class ConstantOp(GraphOp):
 
         value = dense_attr(tensor(element_type, shape), np.asarray(values, np.float64))
         return cls.create_inferred([], {"value": value})
+
+
+_INDEX_CARRIERS = (ReshapeOp, TransposeOp, SliceOp, BroadcastToOp, ConcatOp)
+
+
+def index_extents(value: SSAValue) -> list[int]:
+    """The extents of the axes `value` indexes as gather indices, directly or through
+    views, integer casts and concatenations (where the run time must keep it in range)."""
+    from irkit.dialects.graph.elementwise import CastOp
+
+    found: list[int] = []
+    for use in value.uses:
+        op = use.operation
+        if isinstance(op, GatherOp | GatherElementsOp) and use.index == 1:
+            found.append(_shape(op.data)[op.normalized_axis()])
+        elif isinstance(op, _INDEX_CARRIERS + (CastOp,)) and is_integer(
+            element_type_of(op.results[0])
+        ):
+            found += index_extents(op.results[0])
+    return found
