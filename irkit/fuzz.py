@@ -42,7 +42,8 @@ SIZES = (1, 3, 17, 33, 127)
 DTYPES = ("f32", "f64", "f16", "bf16")
 
 UNARY = ("relu", "neg", "abs", "tanh", "sigmoid", "gelu", "erf", "exp(0.25 * {x})",
-         "sqrt(abs({x}))", "log(abs({x}) + 2.0)", "leaky_relu({x}, alpha=0.1)")  # fmt: skip
+         "sqrt(abs({x}))", "log(abs({x}) + 2.0)", "leaky_relu({x}, alpha=0.1)", "sin", "cos",
+         "floor({x} * 8.0) * 0.125", "ceil({x} * 8.0) * 0.125")  # fmt: skip
 """Unary forms. Arguments stay where the op is well conditioned: log(1 + small) turns the
 f16 rounding of its argument at a kernel boundary (which the tolerance allows) into a large
 relative error of a small result (a 30-minute campaign found exactly that), so log's
@@ -198,7 +199,8 @@ def _exact_step(draw, m: _Model, name: str, shape: list[int], dtype: str) -> Non
     indices, integer arithmetic and back, a broadcast. Their integer and boolean values
     stay out of `m.values`: every other step takes floats."""
     rank = len(shape)
-    form = draw(st.sampled_from(("where", "gather", "int_chain", "broadcast_to", "nan_guard")))
+    form = draw(st.sampled_from(("where", "gather", "gather_elements", "cumsum", "int_chain",
+                                 "broadcast_to", "nan_guard")))  # fmt: skip
     if form == "where":
         pred = draw(st.sampled_from(COMPARISONS))
         cond = m.line(f"{pred}({name}, {draw(st.sampled_from(('0.0', '0.25', '-0.5')))})")
@@ -212,6 +214,14 @@ def _exact_step(draw, m: _Model, name: str, shape: list[int], dtype: str) -> Non
         if m.fits(out):
             idx = m.input([count], draw(st.sampled_from(INT_TYPES)))
             m.define(f"gather({name}, {idx}, axis={axis - rank if draw(st.booleans()) else axis})", out, dtype)  # fmt: skip
+    elif form == "gather_elements":
+        axis = draw(st.integers(0, rank - 1))
+        idx = m.input(shape, draw(st.sampled_from(INT_TYPES)))
+        m.define(f"gather_elements({name}, {idx}, axis={axis})", shape, dtype)
+    elif form == "cumsum":
+        axis = draw(st.integers(-rank, rank - 1))
+        flags = f"exclusive={str(draw(st.booleans())).lower()}, reverse={str(draw(st.booleans())).lower()}"
+        m.define(f"cumsum({name}, axis={axis}, {flags})", shape, dtype)
     elif form == "int_chain":
         it = draw(st.sampled_from(INT_TYPES))
         i = m.line(f"cast({name} * 8.0, dtype={it})")
