@@ -355,6 +355,27 @@ def _line(r: dict) -> str:
             f"  compile {r['compile_s']:.1f} s  {r['kernels']} kernels{speed}")  # fmt: skip
 
 
+def run_header(args: argparse.Namespace) -> dict:
+    """The run's record: the machine's and irkit's fingerprint, the peers' and the model
+    libraries' versions, the dims and the protocol."""
+    import onnxruntime
+    import torch
+    import transformers
+
+    from irkit.measure.fingerprint import host_fingerprint
+
+    return {
+        "kind": "run", "set": args.set, "small": args.small, "seq": args.seq,
+        "fingerprint": host_fingerprint(), "onnxruntime": onnxruntime.__version__,
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "protocol": "torch.onnx (TorchScript exporter) opset 17; irkit default-cpu; onnxruntime "
+                    "CPUExecutionProvider, all graph optimizations, intra-op threads = irkit's, "
+                    "not spinning; 21 interleaved rounds, each sample >= 20 ms of calls; one "
+                    "thread confined to one CPU; ratio = onnxruntime time / irkit time, median "
+                    "over rounds, 95% bootstrap interval",
+    }  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--set", choices=sorted(SETS), default="suite")
@@ -367,10 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", action="store_true", help="NVRTC + cuda-host too")
     parser.add_argument("--out", type=Path, help="append JSON lines here")
     args = parser.parse_args(argv)
+    header = run_header(args)
     records = run(args)
     if args.out:
         with args.out.open("a") as f:
-            for r in records:
+            for r in [header, *records]:
                 f.write(json.dumps(r) + "\n")
     imported = [r for r in records if r.get("imported")]
     matched = [r for r in imported if r.get("matches")]

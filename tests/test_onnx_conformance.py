@@ -3,8 +3,8 @@ reference and the CPU backend.
 
 Every case whose node types irkit's importer handles is imported with its integer and
 boolean inputs as run-time inputs; where the importer needs one at import (axes, shapes:
-irkit compiles static shapes), again with the non-float inputs bound to their test values. A
-case the
+irkit compiles static shapes), again with the non-float inputs bound to their test values,
+and then with every input but the first (a float scale). A case the
 importer refuses with `Unsupported` (a documented limit, e.g. an unsupported attribute or
 an integer data tensor) is counted, not failed; every case that imports must reproduce the
 expected outputs on both backends. The per-op tally is printed.
@@ -51,15 +51,16 @@ def run_case(case) -> str:
         if i.name not in {t.name for t in case.model.graph.initializer}
     ]
     arrays = [_array(x) for x in inputs]
-    bind: dict[str, np.ndarray] = {}
-    try:
-        module = import_model(case.model, case.name)
-    except Unsupported:
-        bind = {n: a for n, a in zip(names, arrays, strict=False) if str(a.dtype) not in FLOATS}
+    non_float = {n: a for n, a in zip(names, arrays, strict=False) if str(a.dtype) not in FLOATS}
+    all_but_data = dict(list(zip(names, arrays, strict=False))[1:])  # Resize's float scales
+    for bind in ({}, non_float, all_but_data):
         try:
             module = import_model(case.model, case.name, bind=bind)
+            break
         except Unsupported:
-            return "unsupported"
+            continue
+    else:
+        return "unsupported"
     feed = [a for n, a in zip(names, arrays, strict=False) if n not in bind]
     for backend in ("reference", "cpu"):
         outputs = irkit.compile(module, backend=backend)(*feed)

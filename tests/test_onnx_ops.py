@@ -1,6 +1,6 @@
 """The ONNX ops real exports need, one small model each, against onnxruntime on the CPU
 backend and the GPU path (cuda-host): 1-D convolution and pooling, ceil-mode pooling,
-instance and group normalization, padding in every mode, tiling, and the activations
+instance and group normalization, padding in every mode, tiling, resizing, and the activations
 written as compositions (with inputs where a naive composition overflows)."""
 
 from __future__ import annotations
@@ -103,6 +103,18 @@ CASES = {
     ),
     "clip_attributes": _model(
         [n("Clip", ["x"], ["y"], min=-0.25, max=0.5)], [_f32("x", [3, 5])], [_f32("y", None)], opset=6,
+    ),
+    **{
+        f"resize_{mode}_{transform}": _model(
+            [n("Resize", ["x", "", "scales"], ["y"], mode=mode, coordinate_transformation_mode=transform)],
+            [_f32("x", [1, 2, 5, 6])], [_f32("y", None)], [_init("scales", np.array([1, 1, 1.6, 0.5], np.float32))],
+        )
+        for mode, transform in [("linear", "half_pixel"), ("linear", "align_corners"), ("linear", "pytorch_half_pixel"),
+                                ("nearest", "asymmetric"), ("nearest", "half_pixel")]
+    },
+    "resize_sizes": _model(  # MobileViT's: bilinear to a size
+        [n("Resize", ["x", "", "", "sizes"], ["y"], mode="linear")],
+        [_f32("x", [1, 3, 7, 7])], [_f32("y", None)], [_init("sizes", np.array([1, 3, 8, 8], np.int64))],
     ),
     "reduce_l2": _model(
         [n("ReduceL2", ["x", "axes"], ["y"], keepdims=0)],

@@ -237,16 +237,105 @@ def _reduce_l2(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     return [im.op(g.SqrtOp, total)]
 
 
+def _resize(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    """nearest and linear (bilinear, trilinear: separable) interpolation, one gather (or
+    two and a weighted sum) per resized axis by indices and weights known at import."""
+    x = im.tensor(node.input[0])
+    a = attrs(node)
+    text = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in a.items()}
+    mode = text.get("mode", "nearest")
+    if mode not in ("nearest", "linear"):
+        raise im.unsupported(f"Resize mode '{mode}' (irkit resizes nearest and linear)")
+    if text.get("antialias", 0) or text.get("exclude_outside", 0) or "axes" in text:
+        raise im.unsupported("Resize with antialias, exclude_outside or axes")
+    in_shape = list(shape(x))
+    sizes, scales = _resize_sizes(im, node, in_shape)
+    out = x
+    for axis, (n_in, n_out) in enumerate(zip(in_shape, sizes, strict=True)):
+        if n_in == n_out:
+            continue
+        transform = text.get("coordinate_transformation_mode", "half_pixel")
+        if transform not in _TRANSFORMS:
+            raise im.unsupported(f"Resize coordinate_transformation_mode '{transform}'")
+        coords = _source_coords(transform, n_in, n_out, scales[axis])
+        if mode == "nearest":
+            idx = _nearest(coords, text.get("nearest_mode", "round_prefer_floor"), n_in)
+            out = _take(im, out, axis, idx)
+        else:
+            coords = np.clip(coords, 0, n_in - 1)
+            low = np.floor(coords).astype(np.int64)
+            high = np.minimum(low + 1, n_in - 1)
+            weight = coords - low
+            w_shape = [1] * rank(x)
+            w_shape[axis] = n_out
+            w = im.add_op(g.ConstantOp.from_values(g.element_type_of(x), w_shape, weight.tolist()))
+            lo, hi = _take(im, out, axis, low), _take(im, out, axis, high)
+            out = im.op(g.AddOp, lo, im.op(g.MulOp, im.op(g.SubOp, hi, lo), w))
+    if out is x:
+        out = im.op(g.BroadcastToOp, x, shape=g.int_array(in_shape))
+    return [out]
+
+
+def _resize_sizes(
+    im: OnnxImporter, node: onnx.NodeProto, in_shape: list[int]
+) -> tuple[list[int], list[float]]:
+    """The output extents and the scales the coordinates use: the given scales (an
+    extent floor(n * scale)), or out / in where sizes are given."""
+    names = list(node.input) + [""] * (4 - len(node.input))
+    if names[3]:
+        sizes = [int(v) for v in im.const(names[3], "Resize's sizes").reshape(-1)]
+        return sizes, [o / n for o, n in zip(sizes, in_shape, strict=True)]
+    scales_name = names[2] if im.opset >= 11 else names[1]
+    if not scales_name:
+        raise im.error("Resize needs scales or sizes")
+    scales = [float(v) for v in im.const(scales_name, "Resize's scales").reshape(-1)]
+    return [int(np.floor(n * sc)) for n, sc in zip(in_shape, scales, strict=True)], scales
+
+
+_TRANSFORMS = (
+    "half_pixel",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_half_pixel_for_nn",
+)
+
+
+def _source_coords(mode: str, n_in: int, n_out: int, scale: float) -> np.ndarray:
+    o = np.arange(n_out, dtype=np.float64)
+    if mode == "half_pixel":
+        return (o + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (o + 0.5) / scale - 0.5 if n_out > 1 else np.zeros(n_out)
+    if mode == "align_corners":
+        span = n_in * scale - 1  # ONNX's length_resized: n_in * scale, not floored
+        return o * (n_in - 1) / span if span > 0 else np.zeros(n_out)
+    if mode == "asymmetric":
+        return o / scale
+    if mode == "tf_half_pixel_for_nn":
+        return (o + 0.5) / scale
+    raise ValueError(f"Resize coordinate_transformation_mode '{mode}'")
+
+
+def _nearest(coords: np.ndarray, mode: str, n_in: int) -> np.ndarray:
+    rounded = {
+        "round_prefer_floor": np.ceil(coords - 0.5), "round_prefer_ceil": np.floor(coords + 0.5),
+        "floor": np.floor(coords), "ceil": np.ceil(coords),
+    }[mode]  # fmt: skip
+    return np.clip(rounded, 0, n_in - 1).astype(np.int64)
+
+
 COMPOSED_CONVERTERS: dict[str, Converter] = {
     "Clip": _clip, "Reciprocal": _reciprocal, "HardSigmoid": _hard_sigmoid,
     "HardSwish": _hard_swish, "Softplus": _softplus, "Mish": _mish,
     "InstanceNormalization": _instance_norm, "GroupNormalization": _group_norm,
-    "Pad": _pad, "Tile": _tile, "ReduceL2": _reduce_l2,
+    "Pad": _pad, "Tile": _tile, "ReduceL2": _reduce_l2, "Resize": _resize,
 }  # fmt: skip
 
 COMPOSED_LIMITS: dict[str, str] = {
     "Clip": "bounds as inputs (opset 11+) or attributes",
     "Pad": "constant, edge, reflect and wrap modes; constant pads, axes and value",
     "Tile": "constant repeats",
+    "Resize": "nearest and linear; sizes or scales known at import; no antialias, exclude_outside, axes",
     "GroupNormalization": "per-channel (opset 21) or per-group (opset 18) scale and bias",
 }  # fmt: skip
