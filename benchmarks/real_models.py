@@ -6,6 +6,8 @@ onnxruntime; then compile time and speed against onnxruntime on one and two thre
     python benchmarks/real_models.py --set held-out      # the held-out models
     python benchmarks/real_models.py --small --only bert,gpt2 --no-speed
     python benchmarks/real_models.py --out benchmarks/results/real_models.jsonl
+    python benchmarks/real_models.py --no-speed --export-dir models/   # + models/jobs.jsonl
+    irkit-bench suite --jobs models/jobs.jsonl --out attribution.jsonl  # each pass's worth
 
 Needs the `models` extra (`pip install -e '.[models]'`: torch's CPU build, transformers).
 Nothing is downloaded: each model is its configuration class with random weights. Every
@@ -324,9 +326,11 @@ def run(args: argparse.Namespace) -> list[dict]:
         specs = [s for s in specs if s.name in wanted]
     records = []
     with tempfile.TemporaryDirectory() as tmp:
+        folder = args.export_dir or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
         for spec in specs:
             inputs = example_inputs(spec, args.seq, args.small)
-            path = Path(tmp) / f"{spec.name}.onnx"
+            path = folder / f"{spec.name}.onnx"
             try:
                 export(spec, inputs, path, args.small)
             except Exception as e:  # noqa: BLE001 - an exporter failure is recorded, not ours
@@ -342,7 +346,17 @@ def run(args: argparse.Namespace) -> list[dict]:
                 record.update(gpu_path(path, inputs))
             records.append(record)
             print(_line(record), flush=True)
+            if args.export_dir and record.get("matches"):
+                _add_job(args.export_dir / "jobs.jsonl", spec, path, args.strategy)
     return records
+
+
+def _add_job(jobs: Path, spec: Spec, path: Path, strategy: str) -> None:
+    """A job for `irkit-bench suite --jobs`: attribute the default pipeline's passes."""
+    with jobs.open("a") as f:
+        f.write(
+            json.dumps({"workload": spec.name, "model": path.name, "strategy": strategy}) + "\n"
+        )
 
 
 def _line(r: dict) -> str:
@@ -387,6 +401,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-speed", dest="speed", action="store_false")
     parser.add_argument("--gpu", action="store_true", help="NVRTC + cuda-host too")
     parser.add_argument("--out", type=Path, help="append JSON lines here")
+    parser.add_argument(
+        "--export-dir",
+        type=Path,
+        help="keep the exported models here, with jobs.jsonl for irkit-bench suite --jobs",
+    )
+    parser.add_argument("--strategy", default="ablation", help="the jobs' attribution strategy")
     args = parser.parse_args(argv)
     header = run_header(args)
     records = run(args)

@@ -342,7 +342,10 @@ STRATEGIES = {
         )
     },  # fmt: skip
     "cast": cast_case,
-    **{op: reduce_case for op in ("reduce_sum", "reduce_max", "reduce_mean")},
+    **{
+        op: reduce_case
+        for op in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_mean")
+    },
     "softmax": softmax_case,
     "layer_norm": layer_norm_case,
     "batch_norm": batch_norm_case,

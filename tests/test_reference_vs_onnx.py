@@ -79,7 +79,8 @@ CASES = [
                              ("rsqrt", [helper.make_node("Sqrt", ["p"], ["s"]), node("Reciprocal", ["s"])])]],
     *[Case(f"{op}_{kd}", f"{op}(x, axes=[0, -1], keepdims={str(kd).lower()})", {"x": [3, 4, 5]},
            [node(onnx_op, ["x", "axes"], keepdims=int(kd))], [ints("axes", [0, -1])])
-      for op, onnx_op in [("reduce_sum", "ReduceSum"), ("reduce_max", "ReduceMax"), ("reduce_mean", "ReduceMean")]
+      for op, onnx_op in [("reduce_sum", "ReduceSum"), ("reduce_max", "ReduceMax"), ("reduce_mean", "ReduceMean"),
+                          ("reduce_min", "ReduceMin"), ("reduce_prod", "ReduceProd")]
       for kd in (False, True)],
     Case("softmax", "softmax(x, axis=1)", {"x": [3, 4, 5]}, [node("Softmax", ["x"], axis=1)]),
     Case("layer_norm", "layer_norm(x, g, b, axes=[1, 2], eps=1e-3)", {"x": [3, 4, 5], "g": [4, 5], "b": [4, 5]},

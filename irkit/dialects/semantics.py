@@ -325,6 +325,8 @@ IMPLS: dict[type[Operation], Callable[[Any, list[np.ndarray]], np.ndarray]] = {
     g.CastOp: lambda op, a: cast(a[0], op.result.type.element_type),
     g.ReduceSumOp: lambda op, a: np.sum(a[0], axis=op.normalized_axes(), keepdims=g.bool_of(op.properties, "keepdims")),
     g.ReduceMaxOp: lambda op, a: np.max(a[0], axis=op.normalized_axes(), keepdims=g.bool_of(op.properties, "keepdims")),
+    g.ReduceMinOp: lambda op, a: np.min(a[0], axis=op.normalized_axes(), keepdims=g.bool_of(op.properties, "keepdims")),
+    g.ReduceProdOp: lambda op, a: np.prod(a[0], axis=op.normalized_axes(), keepdims=g.bool_of(op.properties, "keepdims")),
     g.ReduceMeanOp: lambda op, a: np.mean(a[0], axis=op.normalized_axes(), keepdims=g.bool_of(op.properties, "keepdims")),
     g.SoftmaxOp: lambda op, a: softmax(a[0], g.int_of(op.properties, "axis")),
     g.LayerNormOp: lambda op, a: layer_norm(a[0], a[1], a[2], tuple(range(a[0].ndim - a[1].ndim, a[0].ndim)), g.float_of(op.properties, "eps")),

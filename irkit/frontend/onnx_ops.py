@@ -297,7 +297,8 @@ def _batch_norm(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     return [im.op(g.BatchNormOp, x, scale, bias, mean, var, eps=eps)]
 
 
-REDUCERS = {"ReduceSum": g.ReduceSumOp, "ReduceMax": g.ReduceMaxOp, "ReduceMean": g.ReduceMeanOp}
+REDUCERS = {"ReduceSum": g.ReduceSumOp, "ReduceMax": g.ReduceMaxOp, "ReduceMean": g.ReduceMeanOp,
+            "ReduceMin": g.ReduceMinOp, "ReduceProd": g.ReduceProdOp}  # fmt: skip
 
 
 def _reduce(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
@@ -517,6 +518,7 @@ CONVERTERS: dict[str, Converter] = {
     "BatchNormalization": _batch_norm, "MaxPool": _pool, "AveragePool": _pool,
     "GlobalAveragePool": _global_avg_pool, "Softmax": _softmax, "LayerNormalization": _layer_norm,
     "ReduceSum": _reduce, "ReduceMax": _reduce, "ReduceMean": _reduce, "LRN": _lrn,
+    "ReduceMin": _reduce, "ReduceProd": _reduce,
     "Transpose": _transpose, "Reshape": _reshape, "Flatten": _flatten, "Concat": _concat,
     "Slice": _slice, "Squeeze": _squeeze_unsqueeze, "Unsqueeze": _squeeze_unsqueeze,
     "Identity": _identity, "Dropout": _identity, "Cast": _cast, "ConstantOfShape": _constant_of_shape,
@@ -539,6 +541,8 @@ LIMITS: dict[str, str] = {
     "Softmax": "opset < 13 flattening semantics and opset >= 13 single-axis",
     "ReduceSum": "axes as attribute or input; noop_with_empty_axes",
     "ReduceMax": "axes as attribute or input",
+    "ReduceMin": "axes as attribute or input",
+    "ReduceProd": "axes as attribute or input",
     "ReduceMean": "axes as attribute or input",
     "Gemm": "alpha, beta, transA, transB, optional C",
     "LRN": "rank >= 3 (channels on axis 1)",

@@ -230,9 +230,11 @@ def cumsum(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
 
 
 def neutral(kind: str, t: Attribute) -> float:
-    """The reduction's starting value in type `t` ("sum": 0, "max": the least value)."""
-    if kind == "sum":
-        return 0
+    """The reduction's starting value in type `t` (add: 0, mul: 1, max: the least value,
+    min: the greatest)."""
+    if kind in ("add", "mul"):
+        return 0 if kind == "add" else 1
     if isinstance(t, IntegerType):
-        return -(2 ** (t.width.data - 1))
-    return float("-inf")
+        low = -(2 ** (t.width.data - 1))
+        return low if kind == "max" else -low - 1
+    return float("-inf") if kind == "max" else float("inf")

@@ -288,7 +288,10 @@ def _constant(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
 # --- reductions ------------------------------------------------------------------------------
 
 
-_COMBINE: dict[type, str] = {g.ReduceSumOp: "sum", g.ReduceMeanOp: "sum", g.ReduceMaxOp: "max"}
+_COMBINE: dict[type, str] = {
+    g.ReduceSumOp: "add", g.ReduceMeanOp: "add", g.ReduceMaxOp: "max", g.ReduceMinOp: "min",
+    g.ReduceProdOp: "mul",
+}  # fmt: skip
 
 
 def reduce_over(
@@ -307,11 +310,7 @@ def reduce_over(
             full[axis] = iv
         for axis, i in zip(kept, outer, strict=True):
             full[axis] = i
-        return [
-            exact.arith_op(
-                em, "add" if combine == "sum" else "max", accs[0], em.value_at(src, full)
-            )
-        ]
+        return [exact.arith_op(em, combine, accs[0], em.value_at(src, full))]
 
     init = em.b.float(exact.neutral(combine, ct), ct)
     (acc,) = em.b.for_nest([shape[a] for a in axes], [init], body)
@@ -610,6 +609,8 @@ EMITTERS: dict[type[Operation], Emit] = {
     g.ConstantOp: _constant,
     g.ReduceSumOp: _reduce,
     g.ReduceMaxOp: _reduce,
+    g.ReduceMinOp: _reduce,
+    g.ReduceProdOp: _reduce,
     g.ReduceMeanOp: _reduce,
     g.GlobalAvgPoolOp: _global_avg_pool,
     g.MatmulOp: _matmul,

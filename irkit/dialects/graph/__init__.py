@@ -110,7 +110,9 @@ from irkit.dialects.graph.reductions import (
     LayerNormOp,
     ReduceMaxOp,
     ReduceMeanOp,
+    ReduceMinOp,
     ReduceOp,
+    ReduceProdOp,
     ReduceSumOp,
     SoftmaxOp,
 )
@@ -126,7 +128,7 @@ Graph = Dialect(
         AddOp, SubOp, MulOp, DivOp, MaxOp, MinOp, PowOp,
         NegOp, AbsOp, ReluOp, LeakyReluOp, GeluOp, SigmoidOp, TanhOp, ExpOp, LogOp, SqrtOp,
         RsqrtOp, ErfOp, SinOp, CosOp, FloorOp, CeilOp, CastOp,
-        ReduceSumOp, ReduceMaxOp, ReduceMeanOp, CumSumOp, SoftmaxOp, LayerNormOp, BatchNormOp,
+        ReduceSumOp, ReduceMaxOp, ReduceMinOp, ReduceProdOp, ReduceMeanOp, CumSumOp, SoftmaxOp, LayerNormOp, BatchNormOp,
         MaxPool2dOp, AvgPool2dOp, GlobalAvgPoolOp,
         TransposeOp, ReshapeOp, ConcatOp, SliceOp, ConstantOp, BroadcastToOp, GatherOp, GatherElementsOp,
         EqualOp, LessOp, LessEqualOp, GreaterOp, GreaterEqualOp, AndOp, OrOp, XorOp, NotOp,
@@ -137,6 +139,8 @@ Graph = Dialect(
 )  # fmt: skip
 
 __all__ = [
+    "ReduceMinOp",
+    "ReduceProdOp",
     "index_extents",
     "CeilOp",
     "CosOp",

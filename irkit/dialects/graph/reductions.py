@@ -95,6 +95,22 @@ class ReduceMaxOp(ReduceOp):
 
 
 @irdl_op_definition
+class ReduceMinOp(ReduceOp):
+    """Minimum over axes; NaN propagates."""
+
+    name = "graph.reduce_min"
+    KINDS: ClassVar[frozenset[str]] = NUMERIC
+
+
+@irdl_op_definition
+class ReduceProdOp(ReduceOp):
+    """Product over axes (integers wrap)."""
+
+    name = "graph.reduce_prod"
+    KINDS: ClassVar[frozenset[str]] = NUMERIC
+
+
+@irdl_op_definition
 class ReduceMeanOp(ReduceOp):
     """Arithmetic mean over axes."""
 
