@@ -232,3 +232,23 @@ def test_a_bias_written_first_is_still_a_tiled_epilogue(backend: str) -> None:
     assert all(c.passed for c in checks), [c.describe() for c in checks]
     if backend == "cpu":
         assert any(op.name == "vector.fma" for op in exe.module.walk())
+
+
+def test_argmax_and_argmin_follow_numpy_on_ties_and_nans() -> None:
+    source = """
+model a
+input x : f32[3, 5]
+output first = argmax(x, axis=1, keepdims=false)
+output last = argmax(x, axis=1, keepdims=false, select_last_index=true)
+output low = argmin(x, axis=1, keepdims=false)
+"""
+    module = parse_graph(source, "a.graph")
+    nan = np.nan
+    x = np.array(
+        [[1, 3, 3, 0, 3], [2, nan, 5, nan, 1], [-np.inf, -np.inf, -np.inf, -np.inf, -np.inf]],
+        np.float32,
+    )
+    want = ([1, 1, 0], [4, 3, 4], [3, 1, 0])
+    for backend in ["reference", *BACKENDS]:
+        got = irkit.compile(module, backend=backend)(x)
+        assert [g.tolist() for g in got] == [list(w) for w in want], backend

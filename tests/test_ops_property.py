@@ -309,7 +309,19 @@ def gather_elements_case(draw, op: str) -> str:
     return model({"x": data, "i": indices}, expr, draw(ANY), {"i": draw(INTEGERS)})
 
 
+@st.composite
+def arg_case(draw, op: str) -> str:
+    s = draw(shape(1))
+    axis = draw(st.integers(-len(s), len(s) - 1))
+    flags = f"keepdims={str(draw(st.booleans())).lower()}, select_last_index={str(draw(st.booleans())).lower()}"
+    dtype = draw(NUMERIC)
+    x = "x" if dtype.startswith("i") else "floor(x * 4.0)"  # ties, so the first or last matters
+    return model({"x": s}, f"{op}({x}, axis={axis}, {flags})", dtype)
+
+
 STRATEGIES = {
+    "argmax": arg_case,
+    "argmin": arg_case,
     "gather_elements": gather_elements_case,
     "cumsum": cumsum_case,
     **{op: compare_case for op in ("equal", "less", "less_equal", "greater", "greater_equal")},

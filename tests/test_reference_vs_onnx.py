@@ -106,6 +106,11 @@ CASES = [
          types={"x": "i64"}),
     Case("gather_elements", "gather_elements(x, i, axis=1)", {"x": [3, 4, 5], "i": [3, 6, 5]},
          [node("GatherElements", ["x", "i"], axis=1)], types={"i": "i64"}),
+    *[Case(f"{op}_{last}", f"{op}(floor(x * 4.0), axis=1, keepdims=false, select_last_index={str(last).lower()})",
+           {"x": [3, 7]}, [helper.make_node("Mul", ["x", "four"], ["m"]), helper.make_node("Floor", ["m"], ["f"]),
+                           node(onnx_op, ["f"], axis=1, keepdims=0, select_last_index=int(last))],
+           [numpy_helper.from_array(np.array(4.0, np.float32), "four")])
+      for op, onnx_op in [("argmax", "ArgMax"), ("argmin", "ArgMin")] for last in (False, True)],
     Case("gather", "gather(x, i, axis=1)", {"x": [3, 4, 5], "i": [2, 3]}, [node("Gather", ["x", "i"], axis=1)],
          types={"i": "i64"}),
     Case("gather_i32", "gather(x, i, axis=-1)", {"x": [3, 4], "i": [6]}, [node("Gather", ["x", "i"], axis=-1)],

@@ -271,6 +271,18 @@ def cumsum(op: Operation, a: list[np.ndarray]) -> np.ndarray:
     return np.flip(out, axis) if reverse else out
 
 
+def arg_extremum(op: Operation, a: list[np.ndarray]) -> np.ndarray:
+    """numpy's argmax/argmin (a NaN is the extreme), the last occurrence when asked."""
+    x = a[0]
+    axis = op.normalized_axis()  # type: ignore[attr-defined]
+    pick = np.argmax if isinstance(op, g.ArgMaxOp) else np.argmin
+    if op.last():  # type: ignore[attr-defined]
+        out = x.shape[axis] - 1 - pick(np.flip(x, axis), axis=axis)
+    else:
+        out = pick(x, axis=axis)
+    return np.expand_dims(out, axis) if g.bool_of(op.properties, "keepdims") else out
+
+
 def constant_value(op: g.ConstantOp) -> np.ndarray:
     """A graph.constant's value as an array of its shape in the reference's type."""
     element = op.value.get_element_type()
@@ -343,6 +355,8 @@ IMPLS: dict[type[Operation], Callable[[Any, list[np.ndarray]], np.ndarray]] = {
     g.GatherOp: gather,
     g.GatherElementsOp: gather_elements,
     g.CumSumOp: cumsum,
+    g.ArgMaxOp: arg_extremum,
+    g.ArgMinOp: arg_extremum,
     g.EqualOp: compare, g.LessOp: compare, g.LessEqualOp: compare, g.GreaterOp: compare,
     g.GreaterEqualOp: compare,
     g.AndOp: lambda op, a: a[0] & a[1],

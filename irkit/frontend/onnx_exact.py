@@ -104,6 +104,17 @@ def _cumsum(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     return [im.op(g.CumSumOp, x, axis=IntegerAttr(axis, i64), **flags)]
 
 
+def _arg_extremum(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    (x,) = inputs(im, node)
+    a = attrs(node)
+    cls = g.ArgMaxOp if node.op_type == "ArgMax" else g.ArgMinOp
+    flags = {
+        k: BoolAttr.from_bool(bool(a.get(k, d)))
+        for k, d in (("keepdims", 1), ("select_last_index", 0))
+    }
+    return [im.op(cls, x, axis=IntegerAttr(a.get("axis", 0), i64), **flags)]
+
+
 def _unary(cls: type[g.GraphOp]) -> Converter:
     def convert(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
         (x,) = inputs(im, node)
@@ -113,6 +124,7 @@ def _unary(cls: type[g.GraphOp]) -> Converter:
 
 
 EXACT_CONVERTERS: dict[str, Converter] = {
+    "ArgMax": _arg_extremum, "ArgMin": _arg_extremum,
     "Gather": _gather, "GatherElements": _gather_elements, "Where": _where, "CumSum": _cumsum, "Expand": _expand, "Split": _split,
     "Equal": comparison(g.EqualOp), "Less": comparison(g.LessOp),
     "LessOrEqual": comparison(g.LessEqualOp), "Greater": comparison(g.GreaterOp),

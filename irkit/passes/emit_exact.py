@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import IndexType, IntegerType, i1
+from xdsl.dialects.builtin import IndexType, IntegerType, i1, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from irkit.dialects import graph as g
@@ -227,6 +227,41 @@ def cumsum(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
 
     (acc,) = em.b.for_nest([extent], [zero], body)
     return acc
+
+
+def arg_extremum(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+    """A loop along the axis carrying the best value and its index; a NaN beats any
+    number (numpy's rule); the last of equals wins with select_last_index."""
+    x = op.operands[0]
+    axis = op.normalized_axis()  # type: ignore[attr-defined]
+    keep = g.bool_of(op.properties, "keepdims")
+    outer = [*idx[:axis], *idx[axis + 1 :]] if keep else list(idx)
+    ct = compute_type(g.element_type_of(x))
+    most = isinstance(op, g.ArgMaxOp)
+    pred = ("sge" if op.last() else "sgt") if most else ("sle" if op.last() else "slt")  # type: ignore[attr-defined]
+    fpred = {"sge": "oge", "sgt": "ogt", "sle": "ole", "slt": "olt"}[pred]
+
+    def body(ivs: Index, accs: Index) -> Index:
+        best, at = accs
+        v = em.value_at(x, [*outer[:axis], ivs[0], *outer[axis:]])
+        if is_int(v):
+            better = em.b.add(arith.CmpiOp(v, best, pred))
+        else:
+            better = em.b.add(arith.CmpfOp(v, best, fpred))
+            v_nan = em.b.add(arith.CmpfOp(v, v, "uno"))
+            if op.last():  # type: ignore[attr-defined]
+                nan_wins = v_nan
+            else:
+                best_number = em.b.add(arith.CmpfOp(best, best, "ord"))
+                nan_wins = em.b.add(arith.AndIOp(v_nan, best_number))
+            better = em.b.add(arith.OrIOp(better, nan_wins))
+        position = em.b.add(arith.IndexCastOp(ivs[0], i64))
+        return [em.select(better, v, best), em.select(better, position, at)]
+
+    start = em.b.float(neutral("max" if most else "min", ct), ct)
+    extent = x.type.get_shape()[axis]  # type: ignore[attr-defined]
+    _, at = em.b.for_nest([extent], [start, em.b.integer(0, i64)], body)
+    return at
 
 
 def neutral(kind: str, t: Attribute) -> float:

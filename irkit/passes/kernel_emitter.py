@@ -627,6 +627,8 @@ EMITTERS: dict[type[Operation], Emit] = {
     g.GatherOp: exact.gather,
     g.GatherElementsOp: exact.gather_elements,
     g.CumSumOp: exact.cumsum,
+    g.ArgMaxOp: exact.arg_extremum,
+    g.ArgMinOp: exact.arg_extremum,
     g.WhereOp: exact.where,
     g.EqualOp: exact.compare,
     g.LessOp: exact.compare,

@@ -105,6 +105,9 @@ from irkit.dialects.graph.logic import (
     XorOp,
 )
 from irkit.dialects.graph.reductions import (
+    ArgExtremumOp,
+    ArgMaxOp,
+    ArgMinOp,
     BatchNormOp,
     CumSumOp,
     LayerNormOp,
@@ -128,7 +131,8 @@ Graph = Dialect(
         AddOp, SubOp, MulOp, DivOp, MaxOp, MinOp, PowOp,
         NegOp, AbsOp, ReluOp, LeakyReluOp, GeluOp, SigmoidOp, TanhOp, ExpOp, LogOp, SqrtOp,
         RsqrtOp, ErfOp, SinOp, CosOp, FloorOp, CeilOp, CastOp,
-        ReduceSumOp, ReduceMaxOp, ReduceMinOp, ReduceProdOp, ReduceMeanOp, CumSumOp, SoftmaxOp, LayerNormOp, BatchNormOp,
+        ReduceSumOp, ReduceMaxOp, ReduceMinOp, ReduceProdOp, ReduceMeanOp, CumSumOp, ArgMaxOp,
+        ArgMinOp, SoftmaxOp, LayerNormOp, BatchNormOp,
         MaxPool2dOp, AvgPool2dOp, GlobalAvgPoolOp,
         TransposeOp, ReshapeOp, ConcatOp, SliceOp, ConstantOp, BroadcastToOp, GatherOp, GatherElementsOp,
         EqualOp, LessOp, LessEqualOp, GreaterOp, GreaterEqualOp, AndOp, OrOp, XorOp, NotOp,
@@ -139,6 +143,9 @@ Graph = Dialect(
 )  # fmt: skip
 
 __all__ = [
+    "ArgExtremumOp",
+    "ArgMaxOp",
+    "ArgMinOp",
     "ReduceMinOp",
     "ReduceProdOp",
     "index_extents",

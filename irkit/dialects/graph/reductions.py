@@ -117,6 +117,50 @@ class ReduceMeanOp(ReduceOp):
     name = "graph.reduce_mean"
 
 
+class ArgExtremumOp(GraphOp, ABC):
+    """The index (i64) of the extreme element along `axis`: the first one, or the last
+    with `select_last_index`; a NaN counts as the extreme (numpy's rule)."""
+
+    KINDS: ClassVar[frozenset[str]] = NUMERIC
+    input = operand_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    keepdims = prop_def(BoolAttr, default_value=BoolAttr.from_bool(True))
+    select_last_index = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+    result = result_def(TensorType)
+    assembly_format = (
+        "$input `axis` `=` $axis (`keepdims` `=` $keepdims^)? "
+        "(`select_last_index` `=` $select_last_index^)? attr-dict `:` type($input) `->` type($result)"
+    )
+
+    @classmethod
+    def infer(cls, types: Sequence[TensorType], props: Props) -> TensorType:
+        shape = types[0].get_shape()
+        if not shape:
+            raise ShapeError(f"{cls.name} needs an input of rank >= 1")
+        axis = shapes.normalize_axis(int_of(props, "axis"), len(shape))
+        return tensor(i64, shapes.reduced_shape(shape, (axis,), bool_of(props, "keepdims")))
+
+    def normalized_axis(self) -> int:
+        return shapes.normalize_axis(int_of(self.properties, "axis"), len(_shape(self.input)))
+
+    def last(self) -> bool:
+        return bool_of(self.properties, "select_last_index")
+
+
+@irdl_op_definition
+class ArgMaxOp(ArgExtremumOp):
+    """The index of the greatest element along the axis (see ArgExtremumOp)."""
+
+    name = "graph.argmax"
+
+
+@irdl_op_definition
+class ArgMinOp(ArgExtremumOp):
+    """The index of the least element along the axis (see ArgExtremumOp)."""
+
+    name = "graph.argmin"
+
+
 @irdl_op_definition
 class CumSumOp(GraphOp):
     """Running sums along `axis` (ONNX CumSum): out[..., i, ...] = sum of x[..., j, ...]
