@@ -200,7 +200,7 @@ def _exact_step(draw, m: _Model, name: str, shape: list[int], dtype: str) -> Non
     stay out of `m.values`: every other step takes floats."""
     rank = len(shape)
     form = draw(st.sampled_from(("where", "gather", "gather_elements", "cumsum", "int_chain",
-                                 "broadcast_to", "nan_guard")))  # fmt: skip
+                                 "broadcast_to", "nan_guard", "argmax")))  # fmt: skip
     if form == "where":
         pred = draw(st.sampled_from(COMPARISONS))
         cond = m.line(f"{pred}({name}, {draw(st.sampled_from(('0.0', '0.25', '-0.5')))})")
@@ -218,6 +218,13 @@ def _exact_step(draw, m: _Model, name: str, shape: list[int], dtype: str) -> Non
         axis = draw(st.integers(0, rank - 1))
         idx = m.input(shape, draw(st.sampled_from(INT_TYPES)))
         m.define(f"gather_elements({name}, {idx}, axis={axis})", shape, dtype)
+    elif form == "argmax" and name.startswith("x"):  # of an input: exact on every side
+        axis = draw(st.integers(0, rank - 1))
+        op = draw(st.sampled_from(("argmax", "argmin")))
+        last = str(draw(st.booleans())).lower()
+        out = [1 if k == axis else d for k, d in enumerate(shape)]
+        arg = m.line(f"{op}(floor({name} * 4.0), axis={axis}, select_last_index={last})")
+        m.define(f"cast({arg}, dtype={dtype})", out, dtype)
     elif form == "cumsum":
         axis = draw(st.integers(-rank, rank - 1))
         flags = f"exclusive={str(draw(st.booleans())).lower()}, reverse={str(draw(st.booleans())).lower()}"
