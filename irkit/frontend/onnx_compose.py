@@ -1,5 +1,6 @@
 """ONNX ops that are compositions of graph ops: Clip, Reciprocal, HardSigmoid, HardSwish,
-Softplus, Mish, InstanceNormalization, GroupNormalization, Pad, Tile, ReduceL2.
+Softplus, Mish, InstanceNormalization, GroupNormalization, Pad, Tile, ReduceL2, Resize, Mod,
+Trilu.
 
 Each composition is written once here, with ONNX's semantics; the graph ops it builds are
 fused and lowered like any others, so no new lowering is needed.
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
-from xdsl.dialects.builtin import BoolAttr, Float64Type, FloatAttr, IntegerAttr, i64
+from xdsl.dialects.builtin import BoolAttr, Float64Type, FloatAttr, IntegerAttr, i1, i64
 from xdsl.ir import SSAValue
 
 from irkit.dialects import graph as g
@@ -325,17 +326,60 @@ def _nearest(coords: np.ndarray, mode: str, n_in: int) -> np.ndarray:
     return np.clip(rounded, 0, n_in - 1).astype(np.int64)
 
 
+def _mod(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    """fmod=1: C's fmod, the sign of the dividend (a - trunc(a / b) * b); fmod=0: the sign
+    of the divisor, as Python's % (that remainder moved by b where the signs differ). Floats
+    through the rounded quotient: exact while it is below 2^24 (f32)."""
+    a, b = inputs(im, node)
+    b = same_type(im, a, b)
+    fmod = attrs(node).get("fmod", 0)
+    integer = g.is_integer(g.element_type_of(a))
+    q = im.op(g.DivOp, a, b)
+    if not integer:
+        negative = im.op(g.LessOp, q, im.scalar(0.0, q))
+        q = im.op(g.WhereOp, negative, im.op(g.CeilOp, q), im.op(g.FloorOp, q))
+    r = im.op(g.SubOp, a, im.op(g.MulOp, q, b))
+    if not integer:  # a finite dividend over an infinite divisor: 0 * inf is NaN above
+        finite_over_inf = im.op(g.AndOp, im.op(g.IsInfOp, b), im.op(g.NotOp, im.op(g.IsInfOp, a)))
+        r = im.op(g.WhereOp, finite_over_inf, a, r)
+    if fmod:
+        return [r]
+    zero = im.scalar(0, r)
+    signs_differ = im.op(g.XorOp, im.op(g.LessOp, r, zero), im.op(g.LessOp, b, zero))
+    fix = im.op(g.AndOp, im.op(g.NotOp, im.op(g.EqualOp, r, zero)), signs_differ)
+    return [im.op(g.WhereOp, fix, im.op(g.AddOp, r, b), r)]
+
+
+def _trilu(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    """The upper (j - i >= k) or lower (j - i <= k) triangle of the last two axes, the
+    rest 0: a select by a mask known at import."""
+    x = im.tensor(node.input[0])
+    k = (
+        int(im.const(node.input[1], "Trilu's k").reshape(-1)[0])
+        if len(node.input) > 1 and node.input[1]
+        else 0
+    )
+    rows, cols = shape(x)[-2:]
+    diff = np.arange(cols)[None, :] - np.arange(rows)[:, None]
+    keep = diff >= k if attrs(node).get("upper", 1) else diff <= k
+    mask = im.add_op(g.ConstantOp.from_values(i1, [rows, cols], keep.reshape(-1).tolist()))
+    return [im.op(g.WhereOp, mask, x, im.scalar(0, x))]
+
+
 COMPOSED_CONVERTERS: dict[str, Converter] = {
     "Clip": _clip, "Reciprocal": _reciprocal, "HardSigmoid": _hard_sigmoid,
     "HardSwish": _hard_swish, "Softplus": _softplus, "Mish": _mish,
     "InstanceNormalization": _instance_norm, "GroupNormalization": _group_norm,
-    "Pad": _pad, "Tile": _tile, "ReduceL2": _reduce_l2, "Resize": _resize,
+    "Pad": _pad, "Tile": _tile, "ReduceL2": _reduce_l2, "Resize": _resize, "Mod": _mod,
+    "Trilu": _trilu,
 }  # fmt: skip
 
 COMPOSED_LIMITS: dict[str, str] = {
     "Clip": "bounds as inputs (opset 11+) or attributes",
     "Pad": "constant, edge, reflect and wrap modes; constant pads, axes and value",
     "Tile": "constant repeats",
+    "Mod": "fmod=0 (the divisor's sign) and fmod=1 (the dividend's); floats exact while |a / b| < 2^24",
+    "Trilu": "constant k",
     "Resize": "nearest and linear; sizes or scales known at import; no antialias, exclude_outside, axes",
     "GroupNormalization": "per-channel (opset 21) or per-group (opset 18) scale and bias",
 }  # fmt: skip
