@@ -116,6 +116,19 @@ CASES = {
         [n("Resize", ["x", "", "", "sizes"], ["y"], mode="linear")],
         [_f32("x", [1, 3, 7, 7])], [_f32("y", None)], [_init("sizes", np.array([1, 3, 8, 8], np.int64))],
     ),
+    **{
+        f"einsum_{k}": _model([n("Einsum", names, ["y"], equation=eq)], [_f32(v, sh) for v, sh in zip(names, shapes)],
+                              [_f32("y", None)])
+        for k, (eq, names, shapes) in enumerate([
+            ("bhid,bhjd->bhij", ["q", "k"], [[1, 2, 5, 4], [1, 2, 6, 4]]),
+            ("bhij,bhjd->bhid", ["p", "v"], [[1, 2, 5, 6], [1, 2, 6, 4]]),
+            ("i,j->ij", ["a", "b"], [[5], [7]]),
+            ("bnd,dk->bnk", ["x", "w"], [[2, 3, 4], [4, 6]]),
+            ("ij,jk", ["a", "b"], [[3, 4], [4, 5]]),
+            ("ijk->kj", ["x"], [[2, 3, 4]]),
+            ("bij,bkj->bik", ["a", "b"], [[2, 3, 4], [2, 5, 4]]),
+        ])
+    },
     "reduce_l2": _model(
         [n("ReduceL2", ["x", "axes"], ["y"], keepdims=0)],
         [_f32("x", [3, 4, 5])], [_f32("y", None)], [_init("axes", np.array([0, 2], np.int64))],

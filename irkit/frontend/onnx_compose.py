@@ -366,12 +366,69 @@ def _trilu(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     return [im.op(g.WhereOp, mask, x, im.scalar(0, x))]
 
 
+def _einsum(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    """One or two operands without repeated letters or '...': letters only one side holds
+    and the output lacks are summed first; then the batch letters (both sides and the
+    output), the free ones and the contracted ones become a (batch) matmul between
+    transposes and reshapes."""
+    equation = attrs(node)["equation"]
+    equation = (equation.decode() if isinstance(equation, bytes) else equation).replace(" ", "")
+    operands = inputs(im, node)
+    lhs, _, out = equation.partition("->")
+    terms = lhs.split(",")
+    if (
+        "." in equation
+        or len(terms) != len(operands)
+        or len(terms) > 2
+        or any(len(set(t)) != len(t) for t in terms)
+    ):
+        raise im.unsupported(f"Einsum '{equation}' (irkit: one or two operands, no '...' or repeated letters)")  # fmt: skip
+    if "->" not in equation:
+        out = "".join(sorted(c for c in set(lhs) - {","} if lhs.count(c) == 1))
+    others = [set("".join(terms[:i] + terms[i + 1 :])) for i in range(len(terms))]
+    reduced = []
+    for x, term, other in zip(operands, terms, others, strict=True):
+        drop = [i for i, c in enumerate(term) if c not in out and c not in other]
+        if drop:
+            x = im.op(g.ReduceSumOp, x, axes=g.int_array(drop), keepdims=BoolAttr.from_bool(False))
+            term = "".join(c for i, c in enumerate(term) if i not in drop)
+        reduced.append((x, term))
+    if len(reduced) == 1:
+        x, term = reduced[0]
+        return [_permuted(im, x, term, out)]
+    (a, ta), (b, tb) = reduced
+    batch = [c for c in ta if c in tb and c in out]
+    contracted = [c for c in ta if c in tb and c not in out]
+    free_a = [c for c in ta if c not in tb]
+    free_b = [c for c in tb if c not in ta]
+    size = {c: d for t, v in ((ta, a), (tb, b)) for c, d in zip(t, shape(v), strict=True)}
+    if any(dict(zip(ta, shape(a), strict=True))[c] != dict(zip(tb, shape(b), strict=True))[c] for c in batch + contracted):  # fmt: skip
+        raise im.unsupported(f"Einsum '{equation}' with broadcast letters")
+    prod = lambda cs: int(np.prod([size[c] for c in cs]))  # noqa: E731
+    a = im.add_op(g.ReshapeOp.build_to(_permuted(im, a, ta, "".join(batch + free_a + contracted)),
+                                       [prod(batch), prod(free_a), prod(contracted)]))  # fmt: skip
+    b = im.add_op(g.ReshapeOp.build_to(_permuted(im, b, tb, "".join(batch + contracted + free_b)),
+                                       [prod(batch), prod(contracted), prod(free_b)]))  # fmt: skip
+    y = im.op(g.BatchMatmulOp, a, b)
+    dims = [size[c] for c in batch + free_a + free_b]
+    y = im.add_op(g.ReshapeOp.build_to(y, dims or [1]))
+    if not dims:
+        return [im.add_op(g.ReshapeOp.build_to(y, []))]
+    return [_permuted(im, y, "".join(batch + free_a + free_b), out)]
+
+
+def _permuted(im: OnnxImporter, x: SSAValue, have: str, want: str) -> SSAValue:
+    if have == want:
+        return x
+    return im.op(g.TransposeOp, x, perm=g.int_array([have.index(c) for c in want]))
+
+
 COMPOSED_CONVERTERS: dict[str, Converter] = {
     "Clip": _clip, "Reciprocal": _reciprocal, "HardSigmoid": _hard_sigmoid,
     "HardSwish": _hard_swish, "Softplus": _softplus, "Mish": _mish,
     "InstanceNormalization": _instance_norm, "GroupNormalization": _group_norm,
     "Pad": _pad, "Tile": _tile, "ReduceL2": _reduce_l2, "Resize": _resize, "Mod": _mod,
-    "Trilu": _trilu,
+    "Trilu": _trilu, "Einsum": _einsum,
 }  # fmt: skip
 
 COMPOSED_LIMITS: dict[str, str] = {
@@ -380,6 +437,7 @@ COMPOSED_LIMITS: dict[str, str] = {
     "Tile": "constant repeats",
     "Mod": "fmod=0 (the divisor's sign) and fmod=1 (the dividend's); floats exact while |a / b| < 2^24",
     "Trilu": "constant k",
+    "Einsum": "one or two operands; no '...', repeated letters or broadcast letters",
     "Resize": "nearest and linear; sizes or scales known at import; no antialias, exclude_outside, axes",
     "GroupNormalization": "per-channel (opset 21) or per-group (opset 18) scale and bias",
 }  # fmt: skip
