@@ -129,6 +129,16 @@ CASES = {
             ("bij,bkj->bik", ["a", "b"], [[2, 3, 4], [2, 5, 4]]),
         ])
     },
+    "conv_transpose": _model(  # a decoder's upsampling: stride 2, pads, output_padding, groups
+        [n("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 3], pads=[1, 0, 0, 2], output_padding=[1, 0],
+           group=2, dilations=[1, 2])],
+        [_f32("x", [1, 4, 5, 6])], [_f32("y", None)],
+        [_init("w", rng.normal(size=(4, 3, 3, 2)).astype(np.float32)), _init("b", rng.normal(size=6).astype(np.float32))],
+    ),
+    "conv_transpose1d": _model(  # a vocoder's
+        [n("ConvTranspose", ["x", "w"], ["y"], strides=[4], pads=[2, 2])],
+        [_f32("x", [1, 3, 9])], [_f32("y", None)], [_init("w", rng.normal(size=(3, 2, 8)).astype(np.float32))],
+    ),
     "reduce_l2": _model(
         [n("ReduceL2", ["x", "axes"], ["y"], keepdims=0)],
         [_f32("x", [3, 4, 5])], [_f32("y", None)], [_init("axes", np.array([0, 2], np.int64))],

@@ -423,12 +423,88 @@ def _permuted(im: OnnxImporter, x: SSAValue, have: str, want: str) -> SSAValue:
     return im.op(g.TransposeOp, x, perm=g.int_array([have.index(c) for c in want]))
 
 
+def _conv_transpose(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    """The transposed convolution as a convolution (1-D over a height of 1, 2-D): the
+    input with stride - 1 zeros between its pixels, padded by dilation * (kernel - 1) less
+    the pads (plus output_padding at the end), convolved with the weight flipped and its
+    in/out channels swapped per group. (It does stride^2 times the multiplies it needs.)"""
+    x, w = im.tensor(node.input[0]), im.tensor(node.input[1])
+    if rank(x) not in (3, 4):
+        raise im.unsupported(f"ConvTranspose on rank-{rank(x)} input; irkit has 1-D and 2-D")
+    a = attrs(node)
+    one_d = rank(x) == 3
+    if one_d:
+        x = im.add_op(g.ReshapeOp.build_to(x, [*shape(x)[:2], 1, shape(x)[2]]))
+        w = im.add_op(g.ReshapeOp.build_to(w, [*shape(w)[:2], 1, shape(w)[2]]))
+    lift = (lambda v, fill: [fill, *v]) if one_d else (lambda v, fill: list(v))
+    kernel = list(shape(w)[2:])
+    strides = lift(a.get("strides", [1] * (2 - one_d)), 1)
+    dil = lift(a.get("dilations", [1] * (2 - one_d)), 1)
+    extra = lift(a.get("output_padding", [0] * (2 - one_d)), 0)
+    pads = a.get("pads", [0] * (4 - 2 * one_d))
+    begin, end = (lift(pads[: len(pads) // 2], 0), lift(pads[len(pads) // 2 :], 0))
+    if "output_shape" in a or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        raise im.unsupported("ConvTranspose with output_shape or auto_pad")
+    groups = a.get("group", 1)
+    x = _spread(im, x, strides)
+    lo = [d * (k - 1) - p for d, k, p in zip(dil, kernel, begin, strict=True)]
+    hi = [d * (k - 1) - p + e for d, k, p, e in zip(dil, kernel, end, extra, strict=True)]
+    if min(lo + hi) < 0:  # pads beyond the kernel crop the result
+        x = _crop(im, x, [max(0, -v) for v in lo], [max(0, -v) for v in hi])
+        lo, hi = [max(0, v) for v in lo], [max(0, v) for v in hi]
+    y = im.op(g.Conv2dOp, x, _flipped_weight(im, w, groups), strides=g.int_array([1, 1]),
+              padding=g.int_array([lo[0], lo[1], hi[0], hi[1]]), dilations=g.int_array(dil),
+              groups=IntegerAttr(groups, i64))  # fmt: skip
+    if len(node.input) > 2 and node.input[2]:
+        bias = im.add_op(g.ReshapeOp.build_to(im.tensor(node.input[2]), [shape(y)[1], 1, 1]))
+        y = im.op(g.AddOp, y, bias)
+    if one_d:
+        y = im.add_op(g.ReshapeOp.build_to(y, [shape(y)[0], shape(y)[1], shape(y)[3]]))
+    return [y]
+
+
+def _spread(im: OnnxImporter, x: SSAValue, strides: list[int]) -> SSAValue:
+    """x [N, C, H, W] with s - 1 zeros after each pixel along H and W, the trailing ones
+    cut: [N, C, (H - 1) sh + 1, (W - 1) sw + 1]."""
+    n, c, h, w = shape(x)
+    sh, sw = strides
+    if sh == sw == 1:
+        return x
+    x = im.add_op(g.ReshapeOp.build_to(x, [n, c, h, 1, w, 1]))
+    if sh > 1:
+        x = im.op(g.ConcatOp, x, _block(im, x, 3, sh - 1, 0.0), axis=IntegerAttr(3, i64))
+    if sw > 1:
+        x = im.op(g.ConcatOp, x, _block(im, x, 5, sw - 1, 0.0), axis=IntegerAttr(5, i64))
+    x = im.add_op(g.ReshapeOp.build_to(x, [n, c, h * sh, w * sw]))
+    return _crop(im, x, [0, 0], [sh - 1, sw - 1])
+
+
+def _crop(im: OnnxImporter, x: SSAValue, lo: list[int], hi: list[int]) -> SSAValue:
+    if not any(lo + hi):
+        return x
+    n, c, h, w = shape(x)
+    return im.op(g.SliceOp, x, starts=g.int_array([0, 0, lo[0], lo[1]]),
+                 limits=g.int_array([n, c, h - hi[0], w - hi[1]]))  # fmt: skip
+
+
+def _flipped_weight(im: OnnxImporter, w: SSAValue, groups: int) -> SSAValue:
+    """[C, O/g, kh, kw] -> [O, C/g, kh, kw], each kernel turned by 180 degrees."""
+    c, og, kh, kw = shape(w)
+    w = im.add_op(g.ReshapeOp.build_to(w, [groups, c // groups, og, kh, kw]))
+    w = im.op(g.TransposeOp, w, perm=g.int_array([0, 2, 1, 3, 4]))
+    w = im.add_op(g.ReshapeOp.build_to(w, [groups * og, c // groups, kh, kw]))
+    for axis, k in ((2, kh), (3, kw)):
+        if k > 1:
+            w = _take(im, w, axis, np.arange(k - 1, -1, -1))
+    return w
+
+
 COMPOSED_CONVERTERS: dict[str, Converter] = {
     "Clip": _clip, "Reciprocal": _reciprocal, "HardSigmoid": _hard_sigmoid,
     "HardSwish": _hard_swish, "Softplus": _softplus, "Mish": _mish,
     "InstanceNormalization": _instance_norm, "GroupNormalization": _group_norm,
     "Pad": _pad, "Tile": _tile, "ReduceL2": _reduce_l2, "Resize": _resize, "Mod": _mod,
-    "Trilu": _trilu, "Einsum": _einsum,
+    "Trilu": _trilu, "Einsum": _einsum, "ConvTranspose": _conv_transpose,
 }  # fmt: skip
 
 COMPOSED_LIMITS: dict[str, str] = {
@@ -438,6 +514,7 @@ COMPOSED_LIMITS: dict[str, str] = {
     "Mod": "fmod=0 (the divisor's sign) and fmod=1 (the dividend's); floats exact while |a / b| < 2^24",
     "Trilu": "constant k",
     "Einsum": "one or two operands; no '...', repeated letters or broadcast letters",
+    "ConvTranspose": "1-D and 2-D; strides, pads, dilations, group, output_padding, bias; no output_shape or auto_pad",
     "Resize": "nearest and linear; sizes or scales known at import; no antialias, exclude_outside, axes",
     "GroupNormalization": "per-channel (opset 21) or per-group (opset 18) scale and bias",
 }  # fmt: skip
