@@ -200,7 +200,7 @@ def _exact_step(draw, m: _Model, name: str, shape: list[int], dtype: str) -> Non
     stay out of `m.values`: every other step takes floats."""
     rank = len(shape)
     form = draw(st.sampled_from(("where", "gather", "gather_elements", "cumsum", "int_chain",
-                                 "broadcast_to", "nan_guard", "argmax")))  # fmt: skip
+                                 "broadcast_to", "nan_guard", "argmax", "scatter_nd")))  # fmt: skip
     if form == "where":
         pred = draw(st.sampled_from(COMPARISONS))
         cond = m.line(f"{pred}({name}, {draw(st.sampled_from(('0.0', '0.25', '-0.5')))})")
@@ -225,6 +225,12 @@ def _exact_step(draw, m: _Model, name: str, shape: list[int], dtype: str) -> Non
         out = [1 if k == axis else d for k, d in enumerate(shape)]
         arg = m.line(f"{op}(floor({name} * 4.0), axis={axis}, select_last_index={last})")
         m.define(f"cast({arg}, dtype={dtype})", out, dtype)
+    elif form == "scatter_nd":
+        lead = draw(st.sampled_from((1, 3)))
+        idx = m.input([lead, 1], draw(st.sampled_from(INT_TYPES)))
+        upd = m.input([lead, *shape[1:]], dtype)
+        mode = draw(st.sampled_from(("none", "add", "max")))
+        m.define(f'scatter_nd({name}, {idx}, {upd}, reduction="{mode}")', shape, dtype)
     elif form == "cumsum":
         axis = draw(st.integers(-rank, rank - 1))
         flags = f"exclusive={str(draw(st.booleans())).lower()}, reverse={str(draw(st.booleans())).lower()}"

@@ -252,3 +252,34 @@ output low = argmin(x, axis=1, keepdims=false)
     for backend in ["reference", *BACKENDS]:
         got = irkit.compile(module, backend=backend)(x)
         assert [g.tolist() for g in got] == [list(w) for w in want], backend
+
+
+def test_a_kv_cache_update_by_scatter_nd_matches_onnxruntime(tmp_path: Path) -> None:
+    """Decode's cache update: the new token's keys written at a run-time position of a
+    [batch, heads, positions, dim] cache (ScatterND with int64 indices), then read back."""
+    ort = pytest.importorskip("onnxruntime")
+    n = helper.make_node
+    graph = helper.make_graph(
+        [n("ScatterND", ["cache", "where", "new"], ["updated"]),
+         n("ReduceSum", ["updated", "axes"], ["y"], keepdims=0)],
+        "kv",
+        [helper.make_tensor_value_info("cache", TensorProto.FLOAT, [1, 2, 8, 4]),
+         helper.make_tensor_value_info("where", TensorProto.INT64, [1, 2, 3]),
+         helper.make_tensor_value_info("new", TensorProto.FLOAT, [1, 2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4]),
+         helper.make_tensor_value_info("updated", TensorProto.FLOAT, [1, 2, 8, 4])],
+        [numpy_helper.from_array(np.array([2], np.int64), "axes")],
+    )  # fmt: skip
+    path = tmp_path / "kv.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    rng = np.random.default_rng(3)
+    cache = rng.normal(size=(1, 2, 8, 4)).astype(np.float32)
+    where = np.array([[[0, 0, 5], [0, 1, -1]]], np.int64)  # head 1 at the last position
+    new = rng.normal(size=(1, 2, 4)).astype(np.float32)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"cache": cache, "where": where, "new": new})
+    module = irkit.load(str(path))
+    for backend in BACKENDS:
+        got = irkit.compile(module, backend=backend)(cache, where, new)
+        for e, o in zip(expected, got, strict=True):
+            np.testing.assert_allclose(o, e, rtol=1e-6, atol=1e-6, err_msg=backend)

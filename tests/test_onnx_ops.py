@@ -117,7 +117,7 @@ CASES = {
         [_f32("x", [1, 3, 7, 7])], [_f32("y", None)], [_init("sizes", np.array([1, 3, 8, 8], np.int64))],
     ),
     **{
-        f"einsum_{k}": _model([n("Einsum", names, ["y"], equation=eq)], [_f32(v, sh) for v, sh in zip(names, shapes)],
+        f"einsum_{k}": _model([n("Einsum", names, ["y"], equation=eq)], [_f32(v, sh) for v, sh in zip(names, shapes, strict=True)],
                               [_f32("y", None)])
         for k, (eq, names, shapes) in enumerate([
             ("bhid,bhjd->bhij", ["q", "k"], [[1, 2, 5, 4], [1, 2, 6, 4]]),

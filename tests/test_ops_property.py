@@ -319,7 +319,20 @@ def arg_case(draw, op: str) -> str:
     return model({"x": s}, f"{op}({x}, axis={axis}, {flags})", dtype)
 
 
+@st.composite
+def scatter_case(draw, op: str) -> str:
+    data = draw(shape(1))
+    k = draw(st.integers(1, len(data)))
+    lead = draw(shape(0, 2))
+    inputs = {"d": data, "i": [*lead, k], "u": [*lead, *data[k:]]}
+    mode = draw(st.sampled_from(["none", "add", "mul", "max", "min"]))
+    return model(
+        inputs, f'scatter_nd(d, i, u, reduction="{mode}")', draw(NUMERIC), {"i": draw(INTEGERS)}
+    )
+
+
 STRATEGIES = {
+    "scatter_nd": scatter_case,
     "argmax": arg_case,
     "argmin": arg_case,
     "gather_elements": gather_elements_case,

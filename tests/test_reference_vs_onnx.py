@@ -111,6 +111,8 @@ CASES = [
                            node(onnx_op, ["f"], axis=1, keepdims=0, select_last_index=int(last))],
            [numpy_helper.from_array(np.array(4.0, np.float32), "four")])
       for op, onnx_op in [("argmax", "ArgMax"), ("argmin", "ArgMin")] for last in (False, True)],
+    Case("scatter_nd", "scatter_nd(x, i, u)", {"x": [4, 3, 5], "i": [2, 2], "u": [2, 5]},
+         [node("ScatterND", ["x", "i", "u"])], types={"i": "i64"}),
     Case("gather", "gather(x, i, axis=1)", {"x": [3, 4, 5], "i": [2, 3]}, [node("Gather", ["x", "i"], axis=1)],
          types={"i": "i64"}),
     Case("gather_i32", "gather(x, i, axis=-1)", {"x": [3, 4], "i": [6]}, [node("Gather", ["x", "i"], axis=-1)],

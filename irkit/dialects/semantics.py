@@ -283,6 +283,26 @@ def arg_extremum(op: Operation, a: list[np.ndarray]) -> np.ndarray:
     return np.expand_dims(out, axis) if g.bool_of(op.properties, "keepdims") else out
 
 
+def scatter_nd(op: Operation, a: list[np.ndarray]) -> np.ndarray:
+    data, indices, updates = a
+    out = data.copy()
+    k = indices.shape[-1]
+    flat_idx = indices.reshape(-1, k)
+    flat_upd = updates.reshape(-1, *data.shape[k:])
+    combine = _SCATTER_COMBINE[op.reduction.data]  # type: ignore[attr-defined]
+    for raw, value in zip(flat_idx, flat_upd, strict=True):
+        at = tuple(int(i) + n if i < 0 else int(i) for i, n in zip(raw, data.shape, strict=False))
+        if all(0 <= i < n for i, n in zip(at, data.shape, strict=False)):
+            out[at] = combine(out[at], value)
+    return out
+
+
+_SCATTER_COMBINE: dict[str, Callable[[Any, Any], Any]] = {
+    "none": lambda old, new: new, "add": np.add, "mul": np.multiply, "max": np.maximum,
+    "min": np.minimum,
+}  # fmt: skip
+
+
 def constant_value(op: g.ConstantOp) -> np.ndarray:
     """A graph.constant's value as an array of its shape in the reference's type."""
     element = op.value.get_element_type()
@@ -355,6 +375,7 @@ IMPLS: dict[type[Operation], Callable[[Any, list[np.ndarray]], np.ndarray]] = {
     g.GatherOp: gather,
     g.GatherElementsOp: gather_elements,
     g.CumSumOp: cumsum,
+    g.ScatterNdOp: scatter_nd,
     g.ArgMaxOp: arg_extremum,
     g.ArgMinOp: arg_extremum,
     g.EqualOp: compare, g.LessOp: compare, g.LessEqualOp: compare, g.GreaterOp: compare,

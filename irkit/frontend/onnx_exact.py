@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import onnx
-from xdsl.dialects.builtin import BoolAttr, IntegerAttr, i64
+from xdsl.dialects.builtin import BoolAttr, IntegerAttr, StringAttr, i64
 from xdsl.ir import SSAValue
 
 from irkit.dialects import graph as g
@@ -115,6 +115,21 @@ def _arg_extremum(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     return [im.op(cls, x, axis=IntegerAttr(a.get("axis", 0), i64), **flags)]
 
 
+def _scatter_nd(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    reduction = attrs(node).get("reduction", b"none")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    data, indices, updates = inputs(im, node)
+    return [
+        im.op(
+            g.ScatterNdOp,
+            data,
+            indices,
+            same_type(im, data, updates),
+            reduction=StringAttr(reduction),
+        )
+    ]
+
+
 def _unary(cls: type[g.GraphOp]) -> Converter:
     def convert(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
         (x,) = inputs(im, node)
@@ -124,7 +139,7 @@ def _unary(cls: type[g.GraphOp]) -> Converter:
 
 
 EXACT_CONVERTERS: dict[str, Converter] = {
-    "ArgMax": _arg_extremum, "ArgMin": _arg_extremum,
+    "ArgMax": _arg_extremum, "ArgMin": _arg_extremum, "ScatterND": _scatter_nd,
     "Gather": _gather, "GatherElements": _gather_elements, "Where": _where, "CumSum": _cumsum, "Expand": _expand, "Split": _split,
     "Equal": comparison(g.EqualOp), "Less": comparison(g.LessOp),
     "LessOrEqual": comparison(g.LessEqualOp), "Greater": comparison(g.GreaterOp),
@@ -137,5 +152,6 @@ EXACT_LIMITS: dict[str, str] = {
     "Gather": "any axis; indices i32 or i64, negative from the end; out of range: an error where the values are known",
     "Expand": "constant shape",
     "CumSum": "constant axis; exclusive, reverse",
+    "ScatterND": "reduction none (the last of duplicate indices wins), add, mul, max, min",
     "Split": "constant sizes (input or attribute), or equal parts (num_outputs)",
 }  # fmt: skip

@@ -264,6 +264,37 @@ def arg_extremum(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
     return at
 
 
+def scatter_nd(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+    """The element at `idx`: data's, unless an index tuple names idx's first k coordinates
+    (the last such wins): a loop over the index tuples, a select per tuple."""
+    data, indices, updates = op.operands
+    ishape = indices.type.get_shape()  # type: ignore[attr-defined]
+    dshape = data.type.get_shape()  # type: ignore[attr-defined]
+    k = ishape[-1]
+    batch = list(ishape[:-1])
+    mode = op.reduction.data  # type: ignore[attr-defined]
+
+    def body(ivs: Index, accs: Index) -> Index:
+        hit = None
+        for axis in range(k):
+            raw = em.value_at(indices, [*ivs, em.b.index(axis)])
+            at = em.b.add(arith.IndexCastOp(raw, IndexType()))
+            at = em.select(em.cmpi("slt", at, 0), em.b.iadd(at, dshape[axis]), at)
+            same = em.cmpi("eq", at, idx[axis])
+            hit = same if hit is None else em.b.add(arith.AndIOp(hit, same))
+        assert hit is not None
+        value = em.value_at(updates, [*ivs, *idx[k:]])
+        if mode != "none":
+            value = arith_op(em, mode, accs[0], value)
+        return [em.select(hit, value, accs[0])]
+
+    start = em.value_at(data, idx)
+    if not batch:
+        return body([], [start])[0]
+    (out,) = em.b.for_nest(batch, [start], body)
+    return out
+
+
 def neutral(kind: str, t: Attribute) -> float:
     """The reduction's starting value in type `t` (add: 0, mul: 1, max: the least value,
     min: the greatest)."""

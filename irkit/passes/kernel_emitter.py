@@ -627,6 +627,7 @@ EMITTERS: dict[type[Operation], Emit] = {
     g.GatherOp: exact.gather,
     g.GatherElementsOp: exact.gather_elements,
     g.CumSumOp: exact.cumsum,
+    g.ScatterNdOp: exact.scatter_nd,
     g.ArgMaxOp: exact.arg_extremum,
     g.ArgMinOp: exact.arg_extremum,
     g.WhereOp: exact.where,

@@ -173,7 +173,7 @@ def _random_integers(rng: np.random.Generator, arg: SSAValue, dtype: np.dtype) -
     shape = arg.type.get_shape()
     if dtype == np.bool_:
         return rng.integers(0, 2, shape).astype(np.bool_)
-    extents = g.index_extents(arg)
+    extents = g.index_extents(arg, scatters=True)
     if extents:
         n = min(extents)
         return rng.integers(-n, n, shape).astype(dtype)

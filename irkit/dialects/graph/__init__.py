@@ -83,6 +83,7 @@ from irkit.dialects.graph.layout import (
     GatherElementsOp,
     GatherOp,
     ReshapeOp,
+    ScatterNdOp,
     SliceOp,
     TransposeOp,
     index_extents,
@@ -134,7 +135,7 @@ Graph = Dialect(
         ReduceSumOp, ReduceMaxOp, ReduceMinOp, ReduceProdOp, ReduceMeanOp, CumSumOp, ArgMaxOp,
         ArgMinOp, SoftmaxOp, LayerNormOp, BatchNormOp,
         MaxPool2dOp, AvgPool2dOp, GlobalAvgPoolOp,
-        TransposeOp, ReshapeOp, ConcatOp, SliceOp, ConstantOp, BroadcastToOp, GatherOp, GatherElementsOp,
+        TransposeOp, ReshapeOp, ConcatOp, SliceOp, ConstantOp, BroadcastToOp, GatherOp, GatherElementsOp, ScatterNdOp,
         EqualOp, LessOp, LessEqualOp, GreaterOp, GreaterEqualOp, AndOp, OrOp, XorOp, NotOp,
         IsNanOp, IsInfOp, WhereOp,
         KernelOp, YieldOp,
@@ -143,6 +144,7 @@ Graph = Dialect(
 )  # fmt: skip
 
 __all__ = [
+    "ScatterNdOp",
     "ArgExtremumOp",
     "ArgMaxOp",
     "ArgMinOp",

@@ -12,6 +12,7 @@ from xdsl.dialects.builtin import (
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
     IntegerAttr,
+    StringAttr,
     TensorType,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
@@ -285,6 +286,51 @@ class GatherElementsOp(GraphOp):
 
 
 @irdl_op_definition
+class ScatterNdOp(GraphOp):
+    """data with slices replaced (ONNX ScatterND): indices [..., k] name entries of data's
+    first k axes, each replaced by (`reduction` "none") or combined with ("add", "mul",
+    "max", "min") the matching slice of updates (indices.shape[:-1] + data.shape[k:]), in
+    the order of the indices (where two name one entry, the last replacement wins); a
+    negative index counts from the end; an index out of range changes nothing."""
+
+    REDUCTIONS: ClassVar[tuple[str, ...]] = ("none", "add", "mul", "max", "min")
+
+    name = "graph.scatter_nd"
+    KINDS: ClassVar[frozenset[str]] = ANY
+    data = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    updates = operand_def(TensorType)
+    reduction = prop_def(StringAttr, default_value=StringAttr("none"))
+    result = result_def(TensorType)
+    assembly_format = (
+        "$data `,` $indices `,` $updates (`reduction` `=` $reduction^)? attr-dict "
+        "`:` functional-type(operands, results)"
+    )
+
+    @classmethod
+    def check_kinds(cls, types: Sequence[TensorType]) -> None:
+        require_kind(cls.name, 1, types[1], frozenset({INT}))
+
+    @classmethod
+    def infer(cls, types: Sequence[TensorType], props: Props) -> TensorType:
+        data, indices, updates = (t.get_shape() for t in types)
+        _same_dtype([types[0], types[2]])
+        if not indices or not 1 <= indices[-1] <= len(data):
+            raise ShapeError(
+                f"scatter_nd indices {list(indices)} must end in k, 1 <= k <= {len(data)}"
+            )
+        mode = props.get("reduction", StringAttr("none"))
+        if not isinstance(mode, StringAttr) or mode.data not in cls.REDUCTIONS:
+            raise VerifyException(
+                f"scatter_nd reduction must be one of {', '.join(cls.REDUCTIONS)}"
+            )
+        expected = (*indices[:-1], *data[indices[-1] :])
+        if tuple(updates) != expected:
+            raise ShapeError(f"scatter_nd updates {list(updates)} must have shape {list(expected)}")
+        return types[0]
+
+
+@irdl_op_definition
 class ConstantOp(GraphOp):
     """A tensor constant; its type is the value's type."""
 
@@ -335,9 +381,11 @@ class ConstantOp(GraphOp):
 _INDEX_CARRIERS = (ReshapeOp, TransposeOp, SliceOp, BroadcastToOp, ConcatOp)
 
 
-def index_extents(value: SSAValue) -> list[int]:
+def index_extents(value: SSAValue, scatters: bool = False) -> list[int]:
     """The extents of the axes `value` indexes as gather indices, directly or through
-    views, integer casts and concatenations (where the run time must keep it in range)."""
+    views, integer casts and concatenations (where the run time must keep it in range);
+    with `scatters`, a scatter_nd's too (the least of the axes its tuples name: where random
+    indices are drawn, not a bound the run time holds them to)."""
     from irkit.dialects.graph.elementwise import CastOp
 
     found: list[int] = []
@@ -345,8 +393,10 @@ def index_extents(value: SSAValue) -> list[int]:
         op = use.operation
         if isinstance(op, GatherOp | GatherElementsOp) and use.index == 1:
             found.append(_shape(op.data)[op.normalized_axis()])
+        elif scatters and isinstance(op, ScatterNdOp) and use.index == 1:
+            found.append(min(_shape(op.data)[: _shape(op.indices)[-1]]))
         elif isinstance(op, _INDEX_CARRIERS + (CastOp,)) and is_integer(
             element_type_of(op.results[0])
         ):
-            found += index_extents(op.results[0])
+            found += index_extents(op.results[0], scatters)
     return found
