@@ -179,3 +179,17 @@ def test_llvm_target_on_graph_ir_says_to_lower_first() -> None:
         "-t llvm needs loop-level IR, but graph.matmul is still here; lower first with "
         "-p lower-graph-to-loops (or a pipeline such as baseline-cpu)"
     )
+
+
+def test_a_file_system_refusal_is_a_user_error_not_an_internal_one(capsys) -> None:
+    """A permission or a full disk is the environment's answer, not a bug in irkit: one line
+    naming the file, the user-error exit code (as root, no directory refuses a write, so the
+    refusal is raised where a write would meet it)."""
+    from irkit.cli.common import EXIT_USER, run_main
+
+    def body() -> None:
+        raise PermissionError(13, "Permission denied", "/srv/out/model.mlir")
+
+    assert run_main("irkit-opt", body) == EXIT_USER
+    err = capsys.readouterr().err
+    assert err == "irkit-opt: /srv/out/model.mlir: error: Permission denied\n"

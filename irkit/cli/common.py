@@ -64,6 +64,12 @@ def run_main(prog: str, body: Callable[[], int | None]) -> int:
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (e.g. `| head`); nothing left to say
         return 0
+    except OSError as e:  # the file system said no (a permission, a full disk): not a bug
+        if debug_level():
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"{prog}: {where}error: {e.strerror or one_line(e)}", file=sys.stderr)
+        return EXIT_USER
     except Exception as e:
         if debug_level():
             raise

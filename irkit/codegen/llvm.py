@@ -1134,4 +1134,12 @@ def _sqrt(b: ll.IRBuilder, t: ll.Type) -> ll.Function:
 def to_llvm(module: ModuleOp, name: str = "irkit", pool: str = "") -> ll.Module:
     """Translate a loop-level module into an (unoptimized) llvmlite module; threaded loops
     run on `pool` (see `LLVMEmitter.pool`; the process must have it installed or loaded)."""
+    from irkit.loops import launch_of
+
+    mapped = [op.sym_name.data for op in module.ops if isinstance(op, func.FuncOp) and launch_of(op) is not None]  # fmt: skip
+    if mapped:
+        raise IrkitError(
+            f"the llvm and asm targets take CPU-level IR; @{mapped[0]} is mapped to the GPU "
+            "(by map-to-gpu or a GPU pipeline): print it with -t cuda or -t ptx"
+        )
     return LLVMEmitter(module, name, pool).emit()

@@ -271,6 +271,8 @@ CASES: list[Case] = [
     Case("onnx-shape-mismatch", opt("m.onnx"), {"m.onnx": _onnx([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], [_vi("x", [4, 3]), _vi("w", [4, 3])], [_vi("y", [4, 3])])}, where="m.onnx", says="shape inference failed"),
     Case("onnx-symbolic-dim", opt("m.onnx"), {"m.onnx": _onnx(RELU, [_vi("x", ["N", 4])], [_vi("y", ["N", 4])])}, where="m.onnx", says="give --dim N=SIZE"),
     Case("onnx-symbolic-unknown", opt("m.onnx", "--dim", "N=2", "--dim", "Q=2"), {"m.onnx": _onnx(RELU, [_vi("x", ["N", 4])], [_vi("y", ["N", 4])])}, where="m.onnx", says="Q"),
+    Case("asm-of-gpu-ir", opt("m.graph", "-p", "default-cuda", "-t", "asm"), {"m.graph": MM}, where=None, says="the llvm and asm targets take CPU-level IR; @k0_matmul is mapped to the GPU"),
+    Case("onnx-gather-bad-kind", opt("m.onnx"), {"m.onnx": _onnx([helper.make_node("Gather", ["x", "x"], ["y"], name="g")], [_vi("x", [4])], [_vi("y", [4])])}, where="m.onnx: node 'g' (Gather", says="operand #1 is f32 (float); graph.gather takes int values"),
     Case("onnx-int-input", bench("reference", "m.onnx"), {"m.onnx": _onnx(RELU, [_vi("x", [4], TensorProto.UINT16)], [_vi("y", [4], TensorProto.UINT16)])}, where="m.onnx", says="element type UINT16"),
     Case("onnx-external-missing", opt("m.onnx"), {"m.onnx": _external}, where="m.onnx", says="weights.bin"),
     # --- command-line flags -------------------------------------------------------------------------
