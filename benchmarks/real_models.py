@@ -166,9 +166,8 @@ def example_inputs(spec: Spec, seq: int, small: bool, seed: int = 0) -> dict[str
         return {"pixel_values": rng.normal(size=(1, 3, side, side)).astype(np.float32)}
     if spec.inputs == "audio":
         return {"input_values": rng.normal(size=(1, 4000 if small else 16000)).astype(np.float32)}
-    return {
-        "input_features": rng.normal(size=(1, 80, 3000)).astype(np.float32)
-    }  # 30 s of mel frames
+    frames = 200 if small else 3000  # twice max_source_positions: 30 s of mel frames at full
+    return {"input_features": rng.normal(size=(1, 80, frames)).astype(np.float32)}
 
 
 class _Wrapped:
@@ -362,7 +361,11 @@ def _add_job(jobs: Path, spec: Spec, path: Path, strategy: str) -> None:
 def _line(r: dict) -> str:
     if not r.get("imported"):
         return f"{r['model']:18s} {r['family']:11s} NOT IMPORTED: {r.get('error', '')[:160]}"
-    speed = "".join(
+    gpu = ""
+    if "cuda_host_rel_error" in r:
+        verdict = "ok" if r["cuda_host_matches"] else "WRONG"
+        gpu = f"  cuda-host {verdict} ({r['cuda_host_rel_error']:.1e}), NVRTC {r['nvrtc_kernels']} kernels"
+    speed = gpu + "".join(
         f"  {r[f'speed_vs_ort_{t}t']:.2f}x ort ({t}t)" for t in (1, 2) if f"speed_vs_ort_{t}t" in r
     )
     return (f"{r['model']:18s} {r['family']:11s} {'ok   ' if r['matches'] else 'WRONG'} rel err {r['rel_error']:.1e}"

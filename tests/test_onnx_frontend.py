@@ -85,16 +85,16 @@ def test_not_an_onnx_file_is_one_line(tmp_path: Path) -> None:
 
 def test_an_unsupported_op_names_the_node(tmp_path: Path) -> None:
     graph = helper.make_graph(
-        [helper.make_node("Sin", ["x"], ["y"], name="wave")], "g",
+        [helper.make_node("Tan", ["x"], ["y"], name="wave")], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
     )  # fmt: skip
-    path = tmp_path / "sin.onnx"
+    path = tmp_path / "tan.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     with pytest.raises(IrkitError) as info:
         irkit.load(path)
     assert str(info.value) == (
-        f"{path}: node 'wave' (Sin, domain ai.onnx, opset 17): error: this op is not supported"
+        f"{path}: node 'wave' (Tan, domain ai.onnx, opset 17): error: this op is not supported"
     )
 
 
