@@ -273,6 +273,9 @@ CASES: list[Case] = [
     Case("onnx-symbolic-unknown", opt("m.onnx", "--dim", "N=2", "--dim", "Q=2"), {"m.onnx": _onnx(RELU, [_vi("x", ["N", 4])], [_vi("y", ["N", 4])])}, where="m.onnx", says="Q"),
     Case("asm-of-gpu-ir", opt("m.graph", "-p", "default-cuda", "-t", "asm"), {"m.graph": MM}, where=None, says="the llvm and asm targets take CPU-level IR; @k0_matmul is mapped to the GPU"),
     Case("onnx-gather-bad-kind", opt("m.onnx"), {"m.onnx": _onnx([helper.make_node("Gather", ["x", "x"], ["y"], name="g")], [_vi("x", [4])], [_vi("y", [4])])}, where="m.onnx: node 'g' (Gather", says="operand #1 is f32 (float); graph.gather takes int values"),
+    Case("onnx-uint64-overflow", opt("m.onnx"), {"m.onnx": _onnx([helper.make_node("Where", ["c", "big", "small"], ["y"], name="w")], [_vi("c", [2], TensorProto.BOOL)], [_vi("y", [2], TensorProto.UINT64)], [numpy_helper.from_array(np.array([1, 2**63], np.uint64), "big"), numpy_helper.from_array(np.array([0, 0], np.uint64), "small")])}, where="m.onnx: node 'w' (Where", says="'big' holds 9223372036854775808, beyond i64"),
+    Case("graph-int-literal-overflow", opt("m.graph"), {"m.graph": "model m\ninput i : i32[4]\noutput y = i + 3000000000\n"}, where="m.graph:3:", says="does not fit in i32"),
+    Case("graph-float-literal-for-int", opt("m.graph"), {"m.graph": "model m\ninput i : i64[4]\noutput y = i * 0.5\n"}, where="m.graph:3:", says="the literal 0.5 is not a value of i64"),
     Case("onnx-int-input", bench("reference", "m.onnx"), {"m.onnx": _onnx(RELU, [_vi("x", [4], TensorProto.UINT16)], [_vi("y", [4], TensorProto.UINT16)])}, where="m.onnx", says="element type UINT16"),
     Case("onnx-external-missing", opt("m.onnx"), {"m.onnx": _external}, where="m.onnx", says="weights.bin"),
     # --- command-line flags -------------------------------------------------------------------------
