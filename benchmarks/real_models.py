@@ -192,17 +192,24 @@ class _Wrapped:
         return Wrapped().eval()
 
 
-def export(spec: Spec, inputs: dict[str, np.ndarray], path: Path, small: bool) -> None:
+def export(
+    spec: Spec, inputs: dict[str, np.ndarray], path: Path, small: bool, dynamic: bool = False
+) -> None:
+    """Export the randomized model; `dynamic` names its batch and sequence dims symbolic
+    ("batch", "sequence") as exports for serving do, for --dim to bind."""
     import torch
 
     model = spec.build(small)
     randomize(model)
     wrapped = _Wrapped.make(model, list(inputs))
     args = tuple(torch.from_numpy(a) for a in inputs.values())
+    axes = {
+        n: {0: "batch", 1: "sequence"} if spec.inputs == "tokens" else {0: "batch"} for n in inputs
+    }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(wrapped, args, str(path), input_names=list(inputs), output_names=["hidden"],
-                          opset_version=17, dynamo=False)  # fmt: skip
+                          opset_version=17, dynamo=False, dynamic_axes=axes if dynamic else None)  # fmt: skip
 
 
 # --- checking and timing -------------------------------------------------------------------------

@@ -81,3 +81,26 @@ def test_gpu_path_compiles_with_nvrtc_and_matches_on_cuda_host(name: str, tmp_pa
     assert record["cuda_host_matches"], (
         f"{name}: relative error {record['cuda_host_rel_error']:.2e}"
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bert", "gpt2", "resnet"])
+def test_symbolic_batch_and_sequence_are_bound_with_dims(name: str, tmp_path: Path) -> None:
+    """An export with symbolic batch and sequence dims: unbound, one line naming the dim
+    and the flag; bound (--dim, irkit.load's dims), it imports and matches onnxruntime."""
+    import numpy as np
+
+    import irkit
+    from irkit.errors import IrkitError
+
+    spec = ALL[name]
+    inputs = rm.example_inputs(spec, SEQ, small=True)
+    path = tmp_path / f"{name}.onnx"
+    rm.export(spec, inputs, path, small=True, dynamic=True)
+    with pytest.raises(IrkitError, match="has a dynamic dim 'batch'; give --dim batch=SIZE"):
+        irkit.load(str(path))
+    dims = {"batch": 1, "sequence": SEQ} if spec.inputs == "tokens" else {"batch": 1}
+    module = irkit.load(str(path), dims=dims)
+    (expected,) = rm.onnxruntime_session(path, 1).run(None, inputs)
+    (got,) = irkit.compile(module, backend="cpu")(*inputs.values())
+    assert float(np.linalg.norm(got - expected) / np.linalg.norm(expected)) <= 1e-4
