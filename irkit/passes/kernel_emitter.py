@@ -243,10 +243,17 @@ def _binary(fn: Callable[[KernelEmitter, SSAValue, SSAValue], SSAValue]) -> Emit
 
 
 def _loops(em: KernelEmitter, value: SSAValue) -> bool:
-    """Whether computing `value` inline opens a loop (a contraction or a reduction): such
-    an operand is emitted first, so that a contraction's k loop opens its nest, as the tile
-    passes match it (torch exports `Add(bias, MatMul)`, the bias first)."""
-    return value not in em.buffers and isinstance(value.owner, _REUSING_OPS + (g.ReduceOp,))
+    """Whether computing `value` inline opens a loop (a contraction or a reduction, itself
+    or inside the elementwise expression that computes it): such an operand is emitted
+    first, so that a contraction's k loop opens its nest, as the tile passes match it
+    (torch exports `Add(bias, MatMul)`, the bias first, and a residual `Add(x, Add(bias,
+    MatMul))`)."""
+    if value in em.buffers:
+        return False
+    op = value.owner
+    if isinstance(op, _REUSING_OPS + (g.ReduceOp,)):
+        return True
+    return isinstance(op, g.BinaryOp | g.UnaryOp) and any(_loops(em, v) for v in op.operands)
 
 
 def _gelu(em: KernelEmitter, x: SSAValue, op: Operation) -> SSAValue:

@@ -143,7 +143,9 @@ def random_inputs(module: ModuleOp, seed: int = 0) -> list[np.ndarray]:
     Float values are uniform in [-1, 1), except arguments that feed an operand whose domain
     is positive (a variance, a log), which are uniform in [0.5, 2). Integers are uniform in
     [-n, n) where they are gather indices of an axis of extent n (the least such, through
-    views and casts), else in [0, 8); booleans are fair coins."""
+    views and casts), else 0 or 1 (the integers models take besides ids are masks and
+    segment ids, and positions computed from a mask must stay within their table);
+    booleans are fair coins."""
     expect("irkit.random_inputs", "module", module, ModuleOp, "a module (irkit.load's result)")
     expect("irkit.random_inputs", "seed", seed, int, "an integer from 0 to 2^64-1")
     if not 0 <= seed < 2**64:
@@ -177,7 +179,7 @@ def _random_integers(rng: np.random.Generator, arg: SSAValue, dtype: np.dtype) -
     if extents:
         n = min(extents)
         return rng.integers(-n, n, shape).astype(dtype)
-    return rng.integers(0, 8, shape).astype(dtype)
+    return rng.integers(0, 2, shape).astype(dtype)
 
 
 class ReferenceExecutable:
