@@ -49,6 +49,7 @@ class Spec:
     family: str  # cnn, mobile-cnn, vit, encoder-lm, decoder-lm, audio
     build: Callable[[bool], Any]  # small -> a torch module in eval mode
     inputs: str  # "image", "tokens", "audio", "features"
+    side: int = 0  # an image size the model requires at any dims (torchvision's ViT: 224)
 
 
 def _hf(config_name: str, model_name: str, **config: Any) -> Callable[[bool], Any]:
@@ -123,7 +124,60 @@ HELD_OUT: list[Spec] = [
     Spec("hubert", "audio", _hf("HubertConfig", "HubertModel", **_lm(256, 4, 4, 1024), conv_dim=[64] * 7), "audio"),
 ]  # fmt: skip
 
-SETS = {"suite": SUITE, "held-out": HELD_OUT}
+
+def _torchvision(name: str, **kwargs: Any) -> Callable[[bool], Any]:
+    """A torchvision model by its builder's name (weights=None: random). Its small dims are
+    its full ones: torchvision's models take any image size."""
+
+    def build(small: bool) -> Any:
+        return getattr(_torchvision_models(), name)(weights=None, **kwargs).eval()
+
+    return build
+
+
+def _torchvision_models() -> Any:
+    """torchvision.models, loaded beside torch's CPU build: PyPI's torchvision is built for
+    the CUDA torch, whose custom operators (nms, roi_align) it registers at import and cannot
+    here; the models need none of them, so a registration that fails is skipped."""
+    import torch.library
+
+    register = torch.library.register_fake
+
+    def tolerant(op: Any, *args: Any, **kwargs: Any) -> Any:
+        def decorate(fn: Any) -> Any:
+            try:
+                return register(op, *args, **kwargs)(fn)
+            except RuntimeError:  # the operator's kernel library did not load
+                return fn
+
+        return decorate
+
+    torch.library.register_fake = tolerant
+    try:
+        import torchvision.models
+    finally:
+        torch.library.register_fake = register
+    return torchvision.models
+
+
+TORCHVISION: list[Spec] = [
+    Spec("tv_resnet18", "cnn", _torchvision("resnet18"), "image"),
+    Spec("tv_resnet50", "cnn", _torchvision("resnet50"), "image"),
+    Spec("tv_densenet121", "cnn", _torchvision("densenet121"), "image"),
+    Spec("tv_regnet_y_400mf", "cnn", _torchvision("regnet_y_400mf"), "image"),
+    Spec("tv_convnext_tiny", "cnn", _torchvision("convnext_tiny"), "image"),
+    Spec("tv_squeezenet1_1", "mobile-cnn", _torchvision("squeezenet1_1"), "image"),
+    Spec("tv_shufflenet_v2", "mobile-cnn", _torchvision("shufflenet_v2_x1_0"), "image"),
+    Spec("tv_mobilenet_v2", "mobile-cnn", _torchvision("mobilenet_v2"), "image"),
+    Spec("tv_mobilenet_v3_small", "mobile-cnn", _torchvision("mobilenet_v3_small"), "image"),
+    Spec("tv_efficientnet_b0", "mobile-cnn", _torchvision("efficientnet_b0"), "image"),
+    Spec("tv_vit_b_16", "vit", _torchvision("vit_b_16"), "image", side=224),
+    Spec("tv_swin_t", "vit", _torchvision("swin_t"), "image"),
+]
+"""The first study's torchvision architectures, at their published widths (a second
+held-out set: other definitions of the suite's families)."""
+
+SETS = {"suite": SUITE, "held-out": HELD_OUT, "torchvision": TORCHVISION}
 
 
 # --- building, randomizing, exporting ------------------------------------------------------------
@@ -162,7 +216,7 @@ def example_inputs(spec: Spec, seq: int, small: bool, seed: int = 0) -> dict[str
             "attention_mask": mask,
         }
     if spec.inputs == "image":
-        side = 64 if small else 224
+        side = spec.side or (64 if small else 224)
         return {"pixel_values": rng.normal(size=(1, 3, side, side)).astype(np.float32)}
     if spec.inputs == "audio":
         return {"input_values": rng.normal(size=(1, 4000 if small else 16000)).astype(np.float32)}
@@ -172,7 +226,8 @@ def example_inputs(spec: Spec, seq: int, small: bool, seed: int = 0) -> dict[str
 
 class _Wrapped:
     """The model behind a forward of plain tensors returning its first output (the hidden
-    states), as torch.onnx's exporter wants; a Whisper model runs its encoder."""
+    states; a torchvision model's logits), as torch.onnx's exporter wants; a Whisper model
+    runs its encoder."""
 
     @staticmethod
     def make(model: Any, names: list[str]) -> Any:
@@ -184,6 +239,8 @@ class _Wrapped:
                 self.model = model
 
             def forward(self, *args: Any) -> Any:
+                if not hasattr(self.model, "config"):  # torchvision: forward(x) -> logits
+                    return self.model(*args)
                 kwargs = dict(zip(names, args, strict=True))
                 target = self.model.get_encoder() if hasattr(self.model, "get_encoder") and "input_features" in kwargs else self.model  # fmt: skip
                 out = target(**kwargs)

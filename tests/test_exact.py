@@ -285,3 +285,21 @@ def test_a_kv_cache_update_by_scatter_nd_matches_onnxruntime(tmp_path: Path) -> 
         got = irkit.compile(module, backend=backend)(cache, where, new)
         for e, o in zip(expected, got, strict=True):
             np.testing.assert_allclose(o, e, rtol=1e-6, atol=1e-6, err_msg=backend)
+
+
+def test_a_row_read_after_a_tiled_transpose_wrote_it_is_not_fused_across_rows() -> None:
+    """MobileNetV3's squeeze-excite: a kernel writes a transposed tensor by vector stores
+    (cpu-tile-transpose) and averages it per channel in a second nest. cpu-fuse-rows had
+    checked scalar accesses only, fused the two nests by rows and read planes other rows had
+    not written yet: NaN on a first call, the previous call's values after (no test of one
+    call per input could see it). Every call on fresh inputs must match."""
+    module = parse_graph(
+        "model se\ninput x : f32[1, 16, 16, 16]\nt = transpose(x, perm=[0, 3, 1, 2])\n"
+        "output y = t\noutput m = global_avg_pool(t)\n",
+        "se.graph",
+    )
+    exe = irkit.compile(module, backend="cpu")
+    for seed in range(3):
+        x = np.random.default_rng(seed).normal(size=(1, 16, 16, 16)).astype(np.float32)
+        for want, got in zip(irkit.reference(module, x), exe(x), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

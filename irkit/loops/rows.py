@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects import arith, func, memref, scf, vector
 from xdsl.dialects.builtin import IntegerAttr, MemRefType
 from xdsl.ir import Operation, SSAValue
 
@@ -183,40 +183,60 @@ def _domain(nest: Nest, op: Operation) -> dict[SSAValue, np.ndarray] | None:
     return env
 
 
+_STORES = (memref.StoreOp, vector.StoreOp)
+_LOADS = (memref.LoadOp, vector.LoadOp)
+
+
+def _access(op: Operation) -> tuple[SSAValue, list[SSAValue], int, bool] | None:
+    """(buffer, indices, lanes, is a store) of a scalar or vector memory access."""
+    if isinstance(op, memref.StoreOp | memref.LoadOp):
+        return op.memref, list(op.indices), 1, isinstance(op, memref.StoreOp)
+    if isinstance(op, vector.StoreOp | vector.LoadOp):
+        t = (op.vector if isinstance(op, vector.StoreOp) else op.result).type
+        lanes = math.prod(t.get_shape())  # type: ignore[attr-defined]
+        return op.base, list(op.indices), lanes, isinstance(op, vector.StoreOp)
+    return None
+
+
 def rows_legal(nests: Sequence[Nest], prefixes: Sequence[int]) -> bool:
     """Whether each element of every buffer the kernel writes is written and read by one row
-    only (exactly, over the iteration domain), so blocks need no synchronization."""
-    accesses = [
-        (nest, p, op)
-        for nest, p in zip(nests, prefixes, strict=True)
-        for top in nest.body
-        for op in top.walk()
-        if isinstance(op, memref.LoadOp | memref.StoreOp)
-    ]
-    written = {op.memref for _, _, op in accesses if isinstance(op, memref.StoreOp)}
+    only (exactly, over the iteration domain), so blocks need no synchronization. Vector
+    accesses count every lane (a tiled transpose writes its output by vector stores: a row
+    reading it must find each element written by its own row)."""
+    accesses = []
+    for nest, p in zip(nests, prefixes, strict=True):
+        for top in nest.body:
+            for op in top.walk():
+                found = _access(op)
+                if found is not None:
+                    accesses.append((nest, p, op, *found))
+    written = {buf for *_, buf, _, _, store in accesses if store}
     owner: dict[SSAValue, np.ndarray] = {}
     try:
-        for kind in (memref.StoreOp, memref.LoadOp):
-            for nest, p, op in accesses:
-                if not isinstance(op, kind) or op.memref not in written:
+        for want_store in (True, False):
+            for nest, p, op, buf, indices, lanes, store in accesses:
+                if store != want_store or buf not in written:
                     continue
                 env = _domain(nest, op)
                 if env is None:
                     return False
-                t = op.memref.type
+                t = buf.type
                 assert isinstance(t, MemRefType)
                 shape = t.get_shape()
                 strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
                 flat = sum(
-                    (_evaluate(i, env) * s for i, s in zip(op.indices, strides, strict=True)),
+                    (_evaluate(i, env) * s for i, s in zip(indices, strides, strict=True)),
                     np.zeros((), np.int64),
                 )
                 row = np.zeros((), np.int64)
                 for iv, e in zip(nest.ivs[:p], nest.extents[:p], strict=True):
                     row = row * e + env[iv]
                 flat, row = np.broadcast_arrays(flat, row)
-                table = owner.setdefault(op.memref, np.full(math.prod(shape), -1, np.int64))
-                if kind is memref.StoreOp:
+                if lanes > 1:  # the lanes run along the last axis, contiguous
+                    flat = flat[..., None] + np.arange(lanes)
+                    row = np.broadcast_to(row[..., None], flat.shape)
+                table = owner.setdefault(buf, np.full(math.prod(shape), -1, np.int64))
+                if store:
                     if np.any((table[flat] != -1) & (table[flat] != row)):
                         return False
                     table[flat.ravel()] = row.ravel()
