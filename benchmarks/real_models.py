@@ -57,6 +57,7 @@ def _hf(config_name: str, model_name: str, **config: Any) -> Callable[[bool], An
     fewer layers and narrower ones."""
 
     def build(small: bool) -> Any:
+        _torchvision_models(required=False)  # before transformers looks for torchvision
         import transformers
 
         cfg = dict(config)
@@ -135,11 +136,18 @@ def _torchvision(name: str, **kwargs: Any) -> Callable[[bool], Any]:
     return build
 
 
-def _torchvision_models() -> Any:
+def _torchvision_models(required: bool = True) -> Any:
     """torchvision.models, loaded beside torch's CPU build: PyPI's torchvision is built for
     the CUDA torch, whose custom operators (nms, roi_align) it registers at import and cannot
-    here; the models need none of them, so a registration that fails is skipped."""
+    here; the models need none of them, so a registration that fails is skipped. (Loaded so
+    before transformers first looks for torchvision, which would fail and take transformers'
+    vision models with it.) None where torchvision is not installed and not `required`."""
+    import importlib.util
+
     import torch.library
+
+    if not required and importlib.util.find_spec("torchvision") is None:
+        return None
 
     register = torch.library.register_fake
 
