@@ -49,7 +49,6 @@ class Spec:
     family: str  # cnn, mobile-cnn, vit, encoder-lm, decoder-lm, audio
     build: Callable[[bool], Any]  # small -> a torch module in eval mode
     inputs: str  # "image", "tokens", "audio", "features"
-    side: int = 0  # an image size the model requires at any dims (torchvision's ViT: 224)
 
 
 def _hf(config_name: str, model_name: str, **config: Any) -> Callable[[bool], Any]:
@@ -126,12 +125,16 @@ HELD_OUT: list[Spec] = [
 ]  # fmt: skip
 
 
-def _torchvision(name: str, **kwargs: Any) -> Callable[[bool], Any]:
-    """A torchvision model by its builder's name (weights=None: random). Its small dims are
-    its full ones: torchvision's models take any image size."""
+def _torchvision(name: str, small: dict[str, Any] | None = None) -> Callable[[bool], Any]:
+    """A torchvision model by its builder's name (weights=None: random); at small dims, with
+    `small` the class `VisionTransformer` itself, narrower (the builder fixes 224 x 224
+    inputs). The CNNs take any image size."""
 
-    def build(small: bool) -> Any:
-        return getattr(_torchvision_models(), name)(weights=None, **kwargs).eval()
+    def build(is_small: bool) -> Any:
+        models = _torchvision_models()
+        if is_small and small is not None:
+            return models.VisionTransformer(**small).eval()
+        return getattr(models, name)(weights=None).eval()
 
     return build
 
@@ -179,7 +182,22 @@ TORCHVISION: list[Spec] = [
     Spec("tv_mobilenet_v2", "mobile-cnn", _torchvision("mobilenet_v2"), "image"),
     Spec("tv_mobilenet_v3_small", "mobile-cnn", _torchvision("mobilenet_v3_small"), "image"),
     Spec("tv_efficientnet_b0", "mobile-cnn", _torchvision("efficientnet_b0"), "image"),
-    Spec("tv_vit_b_16", "vit", _torchvision("vit_b_16"), "image", side=224),
+    Spec(
+        "tv_vit_b_16",
+        "vit",
+        _torchvision(
+            "vit_b_16",
+            small={
+                "image_size": 64,
+                "patch_size": 16,
+                "num_layers": 2,
+                "num_heads": 4,
+                "hidden_dim": 128,
+                "mlp_dim": 256,
+            },
+        ),
+        "image",
+    ),
     Spec("tv_swin_t", "vit", _torchvision("swin_t"), "image"),
 ]
 """The first study's torchvision architectures, at their published widths (a second
@@ -224,7 +242,7 @@ def example_inputs(spec: Spec, seq: int, small: bool, seed: int = 0) -> dict[str
             "attention_mask": mask,
         }
     if spec.inputs == "image":
-        side = spec.side or (64 if small else 224)
+        side = 64 if small else 224
         return {"pixel_values": rng.normal(size=(1, 3, side, side)).astype(np.float32)}
     if spec.inputs == "audio":
         return {"input_values": rng.normal(size=(1, 4000 if small else 16000)).astype(np.float32)}

@@ -1,7 +1,8 @@
 """The real-model suite at small dims: every architecture of `benchmarks/real_models.py`
-(the suite and the held-out set: CNNs, mobile CNNs, vision transformers, encoder and decoder
+(the suite and two held-out sets: CNNs, mobile CNNs, vision transformers, encoder and decoder
 language models fed int64 token ids and a padding mask, audio encoders), built from
-transformers' definitions with every parameter random, exported by torch.onnx, imports,
+transformers' and torchvision's definitions with every parameter random, exported by
+torch.onnx, imports,
 compiles and matches onnxruntime within 1e-4 on the CPU; a CNN, a vision transformer and a
 language model also on the GPU path: CUDA C compiled by NVRTC for sm_90, run on cuda-host.
 
@@ -28,7 +29,7 @@ sys.modules["real_models"] = rm
 _spec.loader.exec_module(rm)
 
 SEQ = 16
-ALL = {s.name: s for s in [*rm.SUITE, *rm.HELD_OUT]}
+ALL = {s.name: s for s in [*rm.SUITE, *rm.HELD_OUT, *rm.TORCHVISION]}
 GPU_PATH = ["resnet", "vit", "bert"]
 """Three families for the GPU path in the tests (cuda-host runs each block's threads as
 fibers: 7-30 s a model at these dims); every model's GPU path is recorded by
@@ -48,6 +49,7 @@ def test_the_suite_spans_the_families() -> None:
     families = {s.family for s in rm.SUITE}
     assert families == {"cnn", "mobile-cnn", "vit", "encoder-lm", "decoder-lm", "audio"}
     assert {s.family for s in rm.HELD_OUT} <= families
+    assert {s.family for s in rm.TORCHVISION} <= families
     assert not {s.name for s in rm.SUITE} & {s.name for s in rm.HELD_OUT}
 
 

@@ -451,11 +451,25 @@ def _flatten(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
 
 
 def _squeeze_unsqueeze(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+    """A reshape to the shape computed here from the axes (an attribute before opset 13,
+    an input from it): onnx's inference leaves it unknown behind computed shapes
+    (torchvision's nn.MultiheadAttention)."""
     x = im.tensor(node.input[0])
-    expected = _inferred(im, node.output[0])
-    if expected is None:
-        raise im.error("shape inference gave this node's output no shape")
-    return _reshape_to(im, x, expected)
+    if len(node.input) > 1 and node.input[1]:
+        axes = [int(a) for a in im.const(node.input[1], f"{node.op_type}'s axes").reshape(-1)]
+    else:
+        axes = [int(a) for a in attrs(node).get("axes", [])]
+    dims = list(shape(x))
+    if node.op_type == "Unsqueeze":
+        out_rank = len(dims) + len(axes)
+        for axis in sorted(a % out_rank for a in axes):
+            dims.insert(axis, 1)
+    else:
+        drop = {a % len(dims) for a in axes} if axes else {i for i, d in enumerate(dims) if d == 1}
+        if any(dims[a] != 1 for a in drop):
+            raise im.error(f"Squeeze of axes {sorted(drop)} of shape {dims}: not all have extent 1")
+        dims = [d for i, d in enumerate(dims) if i not in drop]
+    return _reshape_to(im, x, dims)
 
 
 def _concat(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
