@@ -57,6 +57,10 @@ CASES = {
         [n("MaxPool", ["x"], ["y"], kernel_shape=[3, 2], strides=[2, 3], pads=[1, 0, 1, 1], ceil_mode=1)],
         [_f32("x", [1, 2, 10, 11])], [_f32("y", None)],
     ),
+    "maxpool_dilated": _model(
+        [n("MaxPool", ["x"], ["y"], kernel_shape=[3, 2], strides=[1, 2], dilations=[2, 3], pads=[1, 1, 2, 0], ceil_mode=1)],
+        [_f32("x", [1, 3, 11, 12])], [_f32("y", None)],
+    ),
     "avgpool_ceil": _model(
         [n("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)],
         [_f32("x", [1, 2, 10, 10])], [_f32("y", None)],

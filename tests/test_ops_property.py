@@ -182,9 +182,13 @@ def im2col_case(draw, op: str) -> str:
 
 @st.composite
 def pool_case(draw, op: str) -> str:
-    (h, kh, sh, _, t, b), (w, kw, sw, _, left, r) = draw(window()), draw(window())
-    h, w = max(h, kh - t - b), max(w, kw - left - r)
-    extra = f", count_include_pad={str(draw(st.booleans())).lower()}" if op == "avg_pool2d" else ""
+    (h, kh, sh, dh, t, b), (w, kw, sw, dw, left, r) = draw(window()), draw(window())
+    if op == "max_pool2d":
+        extra = f", dilations={fmt([dh, dw])}"
+    else:
+        dh = dw = 1
+        extra = f", count_include_pad={str(draw(st.booleans())).lower()}"
+    h, w = max(h, dh * (kh - 1) + 1 - t - b), max(w, dw * (kw - 1) + 1 - left - r)
     nhwc = draw(st.booleans())
     extra += ', layout="nhwc"' if nhwc else ""
     expr = f"{op}(x, kernel={fmt([kh, kw])}, strides={fmt([sh, sw])}, padding={fmt([t, left, b, r])}{extra})"

@@ -148,10 +148,11 @@ def max_pool2d(
     strides: Sequence[int],
     padding: Sequence[int],
     out_shape: Sequence[int],
+    dilations: Sequence[int] = (1, 1),
 ) -> np.ndarray:
     out = np.full(out_shape, -np.inf)
     for _, _, view in _windows(
-        _pad_hw(x, padding, -np.inf), kernel, strides, (1, 1), out_shape[2:]
+        _pad_hw(x, padding, -np.inf), kernel, strides, dilations, out_shape[2:]
     ):
         out = np.maximum(out, view)
     return out
@@ -363,7 +364,7 @@ IMPLS: dict[type[Operation], Callable[[Any, list[np.ndarray]], np.ndarray]] = {
     g.SoftmaxOp: lambda op, a: softmax(a[0], g.int_of(op.properties, "axis")),
     g.LayerNormOp: lambda op, a: layer_norm(a[0], a[1], a[2], tuple(range(a[0].ndim - a[1].ndim, a[0].ndim)), g.float_of(op.properties, "eps")),
     g.BatchNormOp: lambda op, a: batch_norm(a[0], a[1], a[2], a[3], a[4], g.float_of(op.properties, "eps")),
-    g.MaxPool2dOp: lambda op, a: _channels_first(op, a[0], lambda x, shape: max_pool2d(x, g.ints(op.properties, "kernel"), g.ints(op.properties, "strides"), g.ints(op.properties, "padding"), shape)),
+    g.MaxPool2dOp: lambda op, a: _channels_first(op, a[0], lambda x, shape: max_pool2d(x, g.ints(op.properties, "kernel"), g.ints(op.properties, "strides"), g.ints(op.properties, "padding"), shape, g.pool_dilations(op.properties))),
     g.AvgPool2dOp: lambda op, a: _channels_first(op, a[0], lambda x, shape: avg_pool2d(x, g.ints(op.properties, "kernel"), g.ints(op.properties, "strides"), g.ints(op.properties, "padding"), g.bool_of(op.properties, "count_include_pad"), shape)),
     g.GlobalAvgPoolOp: lambda op, a: np.mean(a[0], axis=tuple(range(2, a[0].ndim)), keepdims=True),
     g.TransposeOp: lambda op, a: np.transpose(a[0], g.ints(op.properties, "perm")),

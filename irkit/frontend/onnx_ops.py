@@ -336,13 +336,14 @@ def _pool(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
         raise im.unsupported("MaxPool's Indices output is not supported")
     a = _lifted(im, node, x)
     kernel, strides, dil, pads = a["kernel_shape"], a["strides"], a["dilations"], a["pads"]
-    if dil != [1, 1]:
-        raise im.unsupported("pooling with dilations is not supported")
+    if dil != [1, 1] and node.op_type != "MaxPool":
+        raise im.unsupported("AveragePool with dilations (irkit dilates max pools)")
     one_d = rank(x) == 3
     spatial = [1, shape(x)[2]] if one_d else list(shape(x)[2:])
     cip = bool(a.get("count_include_pad", 0))
     if a.get("ceil_mode", 0):
-        extra = _ceil_extra(spatial, kernel, strides, pads)
+        span = [d * (k - 1) + 1 for d, k in zip(dil, kernel, strict=True)]
+        extra = _ceil_extra(spatial, span, strides, pads)
         if any(extra) and node.op_type == "AveragePool" and cip:
             raise im.unsupported("AveragePool with ceil_mode=1 and count_include_pad=1")
         pads = [pads[0], pads[1], pads[2] + extra[0], pads[3] + extra[1]]
@@ -354,7 +355,7 @@ def _pool(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
         "padding": g.int_array(pads),
     }
     if node.op_type == "MaxPool":
-        y = im.op(g.MaxPool2dOp, x, **props)
+        y = im.op(g.MaxPool2dOp, x, dilations=g.int_array(dil), **props)
     else:
         y = im.op(g.AvgPool2dOp, x, count_include_pad=BoolAttr.from_bool(cip), **props)
     if one_d:
@@ -543,7 +544,7 @@ CONVERTERS: dict[str, Converter] = {
 
 LIMITS: dict[str, str] = {
     "Conv": "1-D and 2-D (NCL, NCHW); auto_pad, pads, strides, dilations, group, bias",
-    "MaxPool": "1-D and 2-D; floor and ceil mode; no dilations, no Indices output",
+    "MaxPool": "1-D and 2-D; floor and ceil mode, dilations; no Indices output",
     "AveragePool": "1-D and 2-D; floor mode, count_include_pad; ceil mode with count_include_pad=0",
     "LayerNormalization": "Y, Mean and InvStdDev outputs; computed in the input's type (stash_type ignored)",
     "BatchNormalization": "inference mode only",

@@ -150,14 +150,15 @@ def pool(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
     kh, kw = g.ints(op.properties, "kernel")
     oh, ow = shape_of(op.results[0])[1:3] if nhwc else shape_of(op.results[0])[2:]
     strides, pad = g.ints(op.properties, "strides"), g.ints(op.properties, "padding")
+    dil = g.pool_dilations(op.properties)
     ct = compute_type(dtype_of(x))
     is_max = isinstance(op, g.MaxPool2dOp)
     neutral = em.b.float(-math.inf if is_max else 0.0, ct)
 
     def body(ivs: Index, accs: Index) -> Index:
         ky, kx = ivs
-        iy, vy = _window_index(em, oy, ky, (strides[0], 1, pad[0], h, oh, kh))
-        ix, vx = _window_index(em, ox, kx, (strides[1], 1, pad[1], wd, ow, kw))
+        iy, vy = _window_index(em, oy, ky, (strides[0], dil[0], pad[0], h, oh, kh))
+        ix, vx = _window_index(em, ox, kx, (strides[1], dil[1], pad[1], wd, ow, kw))
         v = em.value_at(x, [n, iy, ix, c] if nhwc else [n, c, iy, ix])
         checks = [cond for cond in (vy, vx) if cond is not None]
         if checks:

@@ -45,6 +45,7 @@ from irkit.dialects.graph.contractions import (
     Pool2dOp,
     conv_layout,
     layout_of,
+    pool_dilations,
     pool_layout,
     window_output,
 )
@@ -144,6 +145,7 @@ Graph = Dialect(
 )  # fmt: skip
 
 __all__ = [
+    "pool_dilations",
     "ScatterNdOp",
     "ArgExtremumOp",
     "ArgMaxOp",

@@ -230,6 +230,10 @@ class Pool2dOp(GraphOp, ABC):
             form = "NHWC" if nhwc else "NCHW"
             raise ShapeError(f"{cls.name} takes a rank-4 {form} input, got {list(x)}")
         kernel, strides, pad = ints(props, "kernel"), ints(props, "strides"), ints(props, "padding")
+        dil = pool_dilations(props)
+        shapes.check_length(dil, 2, "dilations")
+        shapes.check_positive(dil, "dilations")
+        kernel = tuple(d * (k - 1) + 1 for d, k in zip(dil, kernel, strict=True))  # the span
         shapes.check_length(kernel, 2, "kernel")
         shapes.check_length(strides, 2, "strides")
         shapes.check_length(pad, 4, "padding")
@@ -253,13 +257,21 @@ class Pool2dOp(GraphOp, ABC):
 
 @irdl_op_definition
 class MaxPool2dOp(Pool2dOp):
-    """Maximum over each window; padding never wins (it counts as -inf)."""
+    """Maximum over each window, its taps `dilations` apart; padding never wins (it counts
+    as -inf)."""
 
     name = "graph.max_pool2d"
+    dilations = prop_def(DenseArrayBase[I64], default_value=int_array([1, 1]))
     assembly_format = (
         "$input `kernel` `=` $kernel (`strides` `=` $strides^)? (`padding` `=` $padding^)? "
-        "(`layout` `=` $layout^)? attr-dict `:` type($input) `->` type($result)"
+        "(`dilations` `=` $dilations^)? (`layout` `=` $layout^)? attr-dict "
+        "`:` type($input) `->` type($result)"
     )
+
+
+def pool_dilations(props: Props) -> tuple[int, ...]:
+    """A pool's dilations: a max pool's property, (1, 1) where it has none."""
+    return ints(props, "dilations") if "dilations" in props else (1, 1)
 
 
 @irdl_op_definition
