@@ -113,6 +113,8 @@ class KernelEmitter:
         self.b = builder
         self.buffers = buffers
         self._memo: dict[tuple[int, SSAValue, tuple[SSAValue, ...]], SSAValue] = {}
+        self.opens_loops: dict[SSAValue, bool] = {}
+        """By value: whether computing it inline opens a loop (`_loops`)."""
 
     def emit(self, materialized: Sequence[SSAValue]) -> None:
         for value in materialized:
@@ -251,10 +253,14 @@ def _loops(em: KernelEmitter, value: SSAValue) -> bool:
     MatMul))`)."""
     if value in em.buffers:
         return False
-    op = value.owner
-    if isinstance(op, _REUSING_OPS + (g.ReduceOp,)):
-        return True
-    return isinstance(op, g.BinaryOp | g.UnaryOp) and any(_loops(em, v) for v in op.operands)
+    known = em.opens_loops.get(value)
+    if known is None:  # memoized: an expression DAG shares operands (a chain of x * x)
+        op = value.owner
+        known = isinstance(op, _REUSING_OPS + (g.ReduceOp,)) or (
+            isinstance(op, g.BinaryOp | g.UnaryOp) and any(_loops(em, v) for v in op.operands)
+        )
+        em.opens_loops[value] = known
+    return known
 
 
 def _gelu(em: KernelEmitter, x: SSAValue, op: Operation) -> SSAValue:
