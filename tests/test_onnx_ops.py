@@ -61,6 +61,10 @@ CASES = {
         [n("MaxPool", ["x"], ["y"], kernel_shape=[3, 2], strides=[1, 2], dilations=[2, 3], pads=[1, 1, 2, 0], ceil_mode=1)],
         [_f32("x", [1, 3, 11, 12])], [_f32("y", None)],
     ),
+    "avgpool_dilated": _model(  # the taps inside the input counted, padding excluded
+        [n("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 1], dilations=[2, 2], pads=[2, 1, 2, 1])],
+        [_f32("x", [1, 2, 9, 8])], [_f32("y", None)],
+    ),
     "avgpool_ceil": _model(
         [n("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)],
         [_f32("x", [1, 2, 10, 10])], [_f32("y", None)],

@@ -183,11 +183,9 @@ def im2col_case(draw, op: str) -> str:
 @st.composite
 def pool_case(draw, op: str) -> str:
     (h, kh, sh, dh, t, b), (w, kw, sw, dw, left, r) = draw(window()), draw(window())
-    if op == "max_pool2d":
-        extra = f", dilations={fmt([dh, dw])}"
-    else:
-        dh = dw = 1
-        extra = f", count_include_pad={str(draw(st.booleans())).lower()}"
+    extra = f", dilations={fmt([dh, dw])}"
+    if op == "avg_pool2d":
+        extra += f", count_include_pad={str(draw(st.booleans())).lower()}"
     h, w = max(h, dh * (kh - 1) + 1 - t - b), max(w, dw * (kw - 1) + 1 - left - r)
     nhwc = draw(st.booleans())
     extra += ', layout="nhwc"' if nhwc else ""

@@ -165,13 +165,14 @@ def avg_pool2d(
     padding: Sequence[int],
     count_include_pad: bool,
     out_shape: Sequence[int],
+    dilations: Sequence[int] = (1, 1),
 ) -> np.ndarray:
     total = np.zeros(out_shape)
     count = np.zeros(out_shape[2:])
     ones = _pad_hw(np.ones((1, 1, *x.shape[2:])), padding, 0.0)[0, 0]
     windows = zip(
-        _windows(_pad_hw(x, padding, 0.0), kernel, strides, (1, 1), out_shape[2:]),
-        _windows(ones, kernel, strides, (1, 1), out_shape[2:]),
+        _windows(_pad_hw(x, padding, 0.0), kernel, strides, dilations, out_shape[2:]),
+        _windows(ones, kernel, strides, dilations, out_shape[2:]),
         strict=True,
     )
     for (_, _, view), (_, _, valid) in windows:
@@ -365,7 +366,7 @@ IMPLS: dict[type[Operation], Callable[[Any, list[np.ndarray]], np.ndarray]] = {
     g.LayerNormOp: lambda op, a: layer_norm(a[0], a[1], a[2], tuple(range(a[0].ndim - a[1].ndim, a[0].ndim)), g.float_of(op.properties, "eps")),
     g.BatchNormOp: lambda op, a: batch_norm(a[0], a[1], a[2], a[3], a[4], g.float_of(op.properties, "eps")),
     g.MaxPool2dOp: lambda op, a: _channels_first(op, a[0], lambda x, shape: max_pool2d(x, g.ints(op.properties, "kernel"), g.ints(op.properties, "strides"), g.ints(op.properties, "padding"), shape, g.pool_dilations(op.properties))),
-    g.AvgPool2dOp: lambda op, a: _channels_first(op, a[0], lambda x, shape: avg_pool2d(x, g.ints(op.properties, "kernel"), g.ints(op.properties, "strides"), g.ints(op.properties, "padding"), g.bool_of(op.properties, "count_include_pad"), shape)),
+    g.AvgPool2dOp: lambda op, a: _channels_first(op, a[0], lambda x, shape: avg_pool2d(x, g.ints(op.properties, "kernel"), g.ints(op.properties, "strides"), g.ints(op.properties, "padding"), g.bool_of(op.properties, "count_include_pad"), shape, g.pool_dilations(op.properties))),
     g.GlobalAvgPoolOp: lambda op, a: np.mean(a[0], axis=tuple(range(2, a[0].ndim)), keepdims=True),
     g.TransposeOp: lambda op, a: np.transpose(a[0], g.ints(op.properties, "perm")),
     g.ReshapeOp: lambda op, a: a[0].reshape(_out_shape(op)),

@@ -336,8 +336,6 @@ def _pool(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
         raise im.unsupported("MaxPool's Indices output is not supported")
     a = _lifted(im, node, x)
     kernel, strides, dil, pads = a["kernel_shape"], a["strides"], a["dilations"], a["pads"]
-    if dil != [1, 1] and node.op_type != "MaxPool":
-        raise im.unsupported("AveragePool with dilations (irkit dilates max pools)")
     one_d = rank(x) == 3
     spatial = [1, shape(x)[2]] if one_d else list(shape(x)[2:])
     cip = bool(a.get("count_include_pad", 0))
@@ -357,7 +355,13 @@ def _pool(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     if node.op_type == "MaxPool":
         y = im.op(g.MaxPool2dOp, x, dilations=g.int_array(dil), **props)
     else:
-        y = im.op(g.AvgPool2dOp, x, count_include_pad=BoolAttr.from_bool(cip), **props)
+        y = im.op(
+            g.AvgPool2dOp,
+            x,
+            count_include_pad=BoolAttr.from_bool(cip),
+            dilations=g.int_array(dil),
+            **props,
+        )
     if one_d:
         y = im.add_op(g.ReshapeOp.build_to(y, [shape(y)[0], shape(y)[1], shape(y)[3]]))
     return [y]
@@ -545,7 +549,7 @@ CONVERTERS: dict[str, Converter] = {
 LIMITS: dict[str, str] = {
     "Conv": "1-D and 2-D (NCL, NCHW); auto_pad, pads, strides, dilations, group, bias",
     "MaxPool": "1-D and 2-D; floor and ceil mode, dilations; no Indices output",
-    "AveragePool": "1-D and 2-D; floor mode, count_include_pad; ceil mode with count_include_pad=0",
+    "AveragePool": "1-D and 2-D; floor mode, count_include_pad, dilations; ceil mode with count_include_pad=0",
     "LayerNormalization": "Y, Mean and InvStdDev outputs; computed in the input's type (stash_type ignored)",
     "BatchNormalization": "inference mode only",
     "Dropout": "inference: identity; mask output unused",

@@ -163,13 +163,26 @@ def pool(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
         checks = [cond for cond in (vy, vx) if cond is not None]
         if checks:
             v = em.select(em.all_of(checks), v, neutral)
-        return [em.fop(arith.MaximumfOp if is_max else arith.AddfOp, accs[0], v)]
+        out = [em.fop(arith.MaximumfOp if is_max else arith.AddfOp, accs[0], v)]
+        if counting:  # a dilated window's taps inside the input, counted as they come
+            one = (
+                em.select(em.all_of(checks), em.b.float(1.0, ct), neutral)
+                if checks
+                else em.b.float(1.0, ct)
+            )
+            out.append(em.fop(arith.AddfOp, accs[1], one))
+        return out
 
-    (acc,) = em.b.for_nest([kh, kw], [neutral], body)
+    exact = is_max or g.bool_of(op.properties, "count_include_pad") or not any(pad)
+    counting = not is_max and not exact and tuple(dil) != (1, 1)
+    accs = em.b.for_nest([kh, kw], [neutral, neutral] if counting else [neutral], body)
+    acc = accs[0]
     if is_max:
         return acc
-    if g.bool_of(op.properties, "count_include_pad") or not any(pad):
+    if exact:
         return em.fop(arith.DivfOp, acc, em.b.float(kh * kw, ct))
+    if counting:
+        return em.fop(arith.DivfOp, acc, accs[1])
     count_y = _window_count(em, oy, strides[0], pad[0], kh, h)
     count_x = _window_count(em, ox, strides[1], pad[1], kw, wd)
     count = em.b.add(arith.MuliOp(count_y, count_x))

@@ -219,6 +219,7 @@ class Pool2dOp(GraphOp, ABC):
     kernel = prop_def(DenseArrayBase[I64])
     strides = prop_def(DenseArrayBase[I64], default_value=int_array([1, 1]))
     padding = prop_def(DenseArrayBase[I64], default_value=int_array([0, 0, 0, 0]))
+    dilations = prop_def(DenseArrayBase[I64], default_value=int_array([1, 1]))
     layout = prop_def(StringAttr, default_value=StringAttr("nchw"))
     result = result_def(TensorType)
 
@@ -261,7 +262,6 @@ class MaxPool2dOp(Pool2dOp):
     as -inf)."""
 
     name = "graph.max_pool2d"
-    dilations = prop_def(DenseArrayBase[I64], default_value=int_array([1, 1]))
     assembly_format = (
         "$input `kernel` `=` $kernel (`strides` `=` $strides^)? (`padding` `=` $padding^)? "
         "(`dilations` `=` $dilations^)? (`layout` `=` $layout^)? attr-dict "
@@ -270,20 +270,21 @@ class MaxPool2dOp(Pool2dOp):
 
 
 def pool_dilations(props: Props) -> tuple[int, ...]:
-    """A pool's dilations: a max pool's property, (1, 1) where it has none."""
+    """A pool's dilations, (1, 1) where the properties leave them at their default."""
     return ints(props, "dilations") if "dilations" in props else (1, 1)
 
 
 @irdl_op_definition
 class AvgPool2dOp(Pool2dOp):
-    """Mean over each window; padded positions count in the divisor only when
-    `count_include_pad` is true."""
+    """Mean over each window's taps (`dilations` apart); padded positions count in the
+    divisor only when `count_include_pad` is true."""
 
     name = "graph.avg_pool2d"
     count_include_pad = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
     assembly_format = (
         "$input `kernel` `=` $kernel (`strides` `=` $strides^)? (`padding` `=` $padding^)? "
-        "(`count_include_pad` `=` $count_include_pad^)? (`layout` `=` $layout^)? attr-dict "
+        "(`dilations` `=` $dilations^)? (`count_include_pad` `=` $count_include_pad^)? "
+        "(`layout` `=` $layout^)? attr-dict "
         "`:` type($input) `->` type($result)"
     )
 
