@@ -63,7 +63,7 @@ CASES = {
     ),
     "avgpool_dilated": _model(  # the taps inside the input counted, padding excluded
         [n("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 1], dilations=[2, 2], pads=[2, 1, 2, 1])],
-        [_f32("x", [1, 2, 9, 8])], [_f32("y", None)],
+        [_f32("x", [1, 2, 9, 8])], [_f32("y", None)], opset=19,
     ),
     "avgpool_ceil": _model(
         [n("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)],
