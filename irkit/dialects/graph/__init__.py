@@ -83,6 +83,7 @@ from irkit.dialects.graph.layout import (
     ConstantOp,
     GatherElementsOp,
     GatherOp,
+    IndexingOp,
     ReshapeOp,
     ScatterNdOp,
     SliceOp,
@@ -145,6 +146,7 @@ Graph = Dialect(
 )  # fmt: skip
 
 __all__ = [
+    "IndexingOp",
     "pool_dilations",
     "ScatterNdOp",
     "ArgExtremumOp",

@@ -3,6 +3,7 @@ constant."""
 
 from __future__ import annotations
 
+from abc import ABC
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -215,15 +216,9 @@ class BroadcastToOp(GraphOp):
         return tensor(types[0].element_type, target)
 
 
-@irdl_op_definition
-class GatherOp(GraphOp):
-    """out[a..., i..., b...] = data[a..., indices[i...], b...] along `axis` (ONNX Gather,
-    numpy's take): the result's shape is data's with the axis replaced by indices' shape.
-    Indices are i32 or i64; a negative index counts from the end; one outside
-    [-extent, extent) is an error where the values are known (the reference, constant
-    folding), and never reads outside the tensor in generated code."""
+class IndexingOp(GraphOp, ABC):
+    """An op reading `data` at positions `indices` (i32 or i64) name along `axis`."""
 
-    name = "graph.gather"
     KINDS: ClassVar[frozenset[str]] = ANY
     data = operand_def(TensorType)
     indices = operand_def(TensorType)
@@ -236,6 +231,20 @@ class GatherOp(GraphOp):
     @classmethod
     def check_kinds(cls, types: Sequence[TensorType]) -> None:
         require_kind(cls.name, 1, types[1], frozenset({INT}))
+
+    def normalized_axis(self) -> int:
+        return shapes.normalize_axis(int_of(self.properties, "axis"), len(_shape(self.data)))
+
+
+@irdl_op_definition
+class GatherOp(IndexingOp):
+    """out[a..., i..., b...] = data[a..., indices[i...], b...] along `axis` (ONNX Gather,
+    numpy's take): the result's shape is data's with the axis replaced by indices' shape.
+    Indices are i32 or i64; a negative index counts from the end; one outside
+    [-extent, extent) is an error where the values are known (the reference, constant
+    folding), and never reads outside the tensor in generated code."""
+
+    name = "graph.gather"
 
     @classmethod
     def infer(cls, types: Sequence[TensorType], props: Props) -> TensorType:
@@ -245,30 +254,15 @@ class GatherOp(GraphOp):
         axis = shapes.normalize_axis(int_of(props, "axis"), len(data))
         return tensor(types[0].element_type, (*data[:axis], *indices, *data[axis + 1 :]))
 
-    def normalized_axis(self) -> int:
-        return shapes.normalize_axis(int_of(self.properties, "axis"), len(_shape(self.data)))
-
 
 @irdl_op_definition
-class GatherElementsOp(GraphOp):
+class GatherElementsOp(IndexingOp):
     """out[i...] = data[i... with the axis coordinate replaced by indices[i...]] (ONNX
     GatherElements, numpy's take_along_axis): indices have data's rank and the result their
     shape. Indices as `graph.gather`'s: i32 or i64, negative from the end, out of range an
     error where known and never a read outside the tensor."""
 
     name = "graph.gather_elements"
-    KINDS: ClassVar[frozenset[str]] = ANY
-    data = operand_def(TensorType)
-    indices = operand_def(TensorType)
-    axis = prop_def(IntegerAttr[I64])
-    result = result_def(TensorType)
-    assembly_format = (
-        "$data `,` $indices `axis` `=` $axis attr-dict `:` functional-type(operands, results)"
-    )
-
-    @classmethod
-    def check_kinds(cls, types: Sequence[TensorType]) -> None:
-        require_kind(cls.name, 1, types[1], frozenset({INT}))
 
     @classmethod
     def infer(cls, types: Sequence[TensorType], props: Props) -> TensorType:
@@ -280,9 +274,6 @@ class GatherElementsOp(GraphOp):
             if k != axis and n > d:
                 raise ShapeError(f"indices {list(indices)} exceed data {list(data)} off the axis")
         return tensor(types[0].element_type, indices)
-
-    def normalized_axis(self) -> int:
-        return shapes.normalize_axis(int_of(self.properties, "axis"), len(_shape(self.data)))
 
 
 @irdl_op_definition
