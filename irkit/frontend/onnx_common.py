@@ -9,6 +9,8 @@ import onnx
 from onnx import TensorProto, helper
 from xdsl.ir import SSAValue
 
+from irkit.dialects import graph as g
+
 if TYPE_CHECKING:  # the importer calls the converters; they only need its type
     from irkit.frontend.onnx import OnnxImporter
 
@@ -39,3 +41,27 @@ def rank(v: SSAValue) -> int:
 
 def shape(v: SSAValue) -> tuple[int, ...]:
     return tuple(v.type.get_shape())  # type: ignore[attr-defined]
+
+
+def like(im: OnnxImporter, v: SSAValue, like: SSAValue) -> SSAValue:
+    """`v` in `like`'s element type (Pow's exponent may be an integer constant; a literal 0
+    beside an i64 tensor)."""
+    if v.type.element_type == like.type.element_type:  # type: ignore[attr-defined]
+        return v
+    return im.add_op(g.CastOp.build_to(v, like.type.element_type))  # type: ignore[attr-defined]
+
+
+def binary(cls: type[g.GraphOp]) -> Converter:
+    def convert(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+        a, b = inputs(im, node)
+        return [im.op(cls, a, like(im, b, a))]
+
+    return convert
+
+
+def unary(cls: type[g.GraphOp], **fixed) -> Converter:
+    def convert(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
+        (x,) = inputs(im, node)[:1]
+        return [im.op(cls, x, **fixed)]
+
+    return convert

@@ -16,8 +16,7 @@ from xdsl.dialects.builtin import BoolAttr, Float64Type, FloatAttr, IntegerAttr,
 from xdsl.ir import SSAValue
 
 from irkit.dialects import graph as g
-from irkit.frontend.onnx_common import Converter, attrs, inputs, rank, shape
-from irkit.frontend.onnx_exact import same_type
+from irkit.frontend.onnx_common import Converter, attrs, inputs, like, rank, shape
 
 if TYPE_CHECKING:
     from irkit.frontend.onnx import OnnxImporter
@@ -34,9 +33,9 @@ def _clip(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     high = im.tensor(hi) if hi else (im.scalar(a["max"], x) if "max" in a else None)
     out = x
     if low is not None:
-        out = im.op(g.MaxOp, out, same_type(im, x, low))
+        out = im.op(g.MaxOp, out, like(im, low, x))
     if high is not None:
-        out = im.op(g.MinOp, out, same_type(im, x, high))
+        out = im.op(g.MinOp, out, like(im, high, x))
     if out is x:  # no bounds: an identity, kept a distinct value for the output's name
         out = im.op(g.MaxOp, x, x)
     return [out]
@@ -331,7 +330,7 @@ def _mod(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     of the divisor, as Python's % (that remainder moved by b where the signs differ). Floats
     through the rounded quotient: exact while it is below 2^24 (f32)."""
     a, b = inputs(im, node)
-    b = same_type(im, a, b)
+    b = like(im, b, a)
     fmod = attrs(node).get("fmod", 0)
     integer = g.is_integer(g.element_type_of(a))
     q = im.op(g.DivOp, a, b)

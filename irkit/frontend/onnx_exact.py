@@ -11,25 +11,10 @@ from xdsl.dialects.builtin import BoolAttr, IntegerAttr, StringAttr, i64
 from xdsl.ir import SSAValue
 
 from irkit.dialects import graph as g
-from irkit.frontend.onnx_common import Converter, attrs, inputs, rank, shape
+from irkit.frontend.onnx_common import Converter, attrs, binary, inputs, like, rank, shape, unary
 
 if TYPE_CHECKING:
     from irkit.frontend.onnx import OnnxImporter
-
-
-def same_type(im: OnnxImporter, a: SSAValue, b: SSAValue) -> SSAValue:
-    """`b` in `a`'s element type where a constant's type differs (a literal 0 beside i64)."""
-    if g.element_type_of(a) == g.element_type_of(b):
-        return b
-    return im.add_op(g.CastOp.build_to(b, g.element_type_of(a)))
-
-
-def comparison(cls: type[g.GraphOp]) -> Converter:
-    def convert(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
-        a, b = inputs(im, node)
-        return [im.op(cls, a, same_type(im, a, b))]
-
-    return convert
 
 
 def _gather(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
@@ -46,7 +31,7 @@ def _gather_elements(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
 
 def _where(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     cond, a, b = inputs(im, node)
-    return [im.op(g.WhereOp, cond, a, same_type(im, a, b))]
+    return [im.op(g.WhereOp, cond, a, like(im, b, a))]
 
 
 def _is_inf(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
@@ -124,28 +109,20 @@ def _scatter_nd(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
             g.ScatterNdOp,
             data,
             indices,
-            same_type(im, data, updates),
+            like(im, updates, data),
             reduction=StringAttr(reduction),
         )
     ]
 
 
-def _unary(cls: type[g.GraphOp]) -> Converter:
-    def convert(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
-        (x,) = inputs(im, node)
-        return [im.op(cls, x)]
-
-    return convert
-
-
 EXACT_CONVERTERS: dict[str, Converter] = {
     "ArgMax": _arg_extremum, "ArgMin": _arg_extremum, "ScatterND": _scatter_nd,
     "Gather": _gather, "GatherElements": _gather_elements, "Where": _where, "CumSum": _cumsum, "Expand": _expand, "Split": _split,
-    "Equal": comparison(g.EqualOp), "Less": comparison(g.LessOp),
-    "LessOrEqual": comparison(g.LessEqualOp), "Greater": comparison(g.GreaterOp),
-    "GreaterOrEqual": comparison(g.GreaterEqualOp),
-    "And": comparison(g.AndOp), "Or": comparison(g.OrOp), "Xor": comparison(g.XorOp),
-    "Not": _unary(g.NotOp), "IsNaN": _unary(g.IsNanOp), "IsInf": _is_inf,
+    "Equal": binary(g.EqualOp), "Less": binary(g.LessOp),
+    "LessOrEqual": binary(g.LessEqualOp), "Greater": binary(g.GreaterOp),
+    "GreaterOrEqual": binary(g.GreaterEqualOp),
+    "And": binary(g.AndOp), "Or": binary(g.OrOp), "Xor": binary(g.XorOp),
+    "Not": unary(g.NotOp), "IsNaN": unary(g.IsNanOp), "IsInf": _is_inf,
 }  # fmt: skip
 
 EXACT_LIMITS: dict[str, str] = {

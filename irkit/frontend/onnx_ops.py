@@ -19,7 +19,17 @@ from xdsl.ir import SSAValue
 
 from irkit.dialects import graph as g
 from irkit.dtypes import DTYPES
-from irkit.frontend.onnx_common import ONNX_DTYPES, Converter, attrs, inputs, rank, shape
+from irkit.frontend.onnx_common import (
+    ONNX_DTYPES,
+    Converter,
+    attrs,
+    binary,
+    inputs,
+    like,
+    rank,
+    shape,
+    unary,
+)
 from irkit.frontend.onnx_compose import COMPOSED_CONVERTERS, COMPOSED_LIMITS
 from irkit.frontend.onnx_exact import EXACT_CONVERTERS, EXACT_LIMITS
 
@@ -27,14 +37,6 @@ if TYPE_CHECKING:  # the importer calls these converters; they only need its typ
     from irkit.frontend.onnx import OnnxImporter
 
 # --- elementwise ---------------------------------------------------------------------------
-
-
-def binary(cls: type[g.GraphOp]) -> Converter:
-    def convert(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
-        a, b = inputs(im, node)
-        return [im.op(cls, a, _like(im, b, a))]
-
-    return convert
 
 
 def variadic(cls: type[g.GraphOp]) -> Converter:
@@ -52,21 +54,6 @@ def variadic(cls: type[g.GraphOp]) -> Converter:
     return convert
 
 
-def unary(cls: type[g.GraphOp], **fixed) -> Converter:
-    def convert(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
-        (x,) = inputs(im, node)[:1]
-        return [im.op(cls, x, **fixed)]
-
-    return convert
-
-
-def _like(im: OnnxImporter, v: SSAValue, like: SSAValue) -> SSAValue:
-    """`v` in `like`'s element type (Pow's exponent may be an integer constant)."""
-    if v.type.element_type == like.type.element_type:  # type: ignore[attr-defined]
-        return v
-    return im.add_op(g.CastOp.build_to(v, like.type.element_type))  # type: ignore[attr-defined]
-
-
 def _pow(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     base = im.tensor(node.input[0])
     if g.is_integer(g.element_type_of(base)):
@@ -81,7 +68,7 @@ def _pow(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
             )  # fmt: skip
         )
     else:
-        exponent = _like(im, im.tensor(name), base)
+        exponent = like(im, im.tensor(name), base)
     return [im.op(g.PowOp, base, exponent)]
 
 

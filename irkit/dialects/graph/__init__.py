@@ -29,7 +29,6 @@ from irkit.dialects.graph.base import (
     int_array,
     int_of,
     ints,
-    is_integer,
     kind_of,
     tensor,
 )
@@ -126,6 +125,7 @@ from irkit.dialects.graph.regions import (
     KernelOp,
     YieldOp,
 )
+from irkit.dtypes import is_integer
 
 Graph = Dialect(
     "graph",

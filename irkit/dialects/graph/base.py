@@ -47,11 +47,6 @@ def kind_of(element_type: Attribute) -> str:
     return FLOAT
 
 
-def is_integer(element_type: Attribute) -> bool:
-    """An integer or boolean element type (computed exactly, never rounded)."""
-    return isinstance(element_type, IntegerType)
-
-
 # --- attribute helpers ------------------------------------------------------------------
 
 

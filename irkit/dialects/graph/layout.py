@@ -42,11 +42,11 @@ from irkit.dialects.graph.base import (
     int_array,
     int_of,
     ints,
-    is_integer,
     require_kind,
     tensor,
 )
 from irkit.dialects.shapes import ShapeError
+from irkit.dtypes import is_integer
 
 # --- layout and data movement -------------------------------------------------------------
 
