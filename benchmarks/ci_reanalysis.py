@@ -31,12 +31,15 @@ from pathlib import Path
 import numpy as np
 
 from irkit.measure import attribution
+from irkit.measure.records import read_records
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import fidelity  # noqa: E402
 
 PLANTS = ("plant-work", "plant-unwaste")
+# The rounds of the curated fidelity runs (43 MB of timings) left the tracked tree after this commit.
+ROUNDS_AT, ROUNDS_DIR = "12357f3", "benchmarks/results/fidelity/rounds"
 
 
 def _floor_pooled(seconds: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
@@ -99,14 +102,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     lines = ["| example | strategy | rule | planted | trials | coverage | median half-width (us) | 5% significant |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for text in Path(args.records).read_text().splitlines():
-        rec = json.loads(text)
+    for rec in read_records(args.records):
         fidelity.assign_truth(rec["trials"], fidelity.record_truth(rec), rec.get("backend", "cpu"))
         sizes = {v: float(k) for k, v in rec["plant_iters"].items()}
         table: dict = {}
         for t in rec["trials"]:
             if "rounds_file" not in t:
                 continue
+            if not Path(t["rounds_file"]).is_file():
+                sys.exit(f"{t['rounds_file']}: no such file; the curated runs' rounds are kept in git history, "
+                         f"not the tree: `git checkout {ROUNDS_AT} -- {ROUNDS_DIR}` restores them")  # fmt: skip
             saved = np.load(t["rounds_file"])
             for rule_name, rule in RULES.items():
                 point, boot = bootstrap(saved["seconds"], saved["slots"], rule, args.resamples, 0)

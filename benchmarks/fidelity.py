@@ -48,6 +48,7 @@ import numpy as np
 import irkit.measure.plants  # noqa: F401 (registers the plants)
 from irkit.frontend import load
 from irkit.measure.attribution import attribute
+from irkit.measure.records import read_records
 from irkit.measure.fingerprint import host_fingerprint, load_average
 from irkit.measure.runs import combine_runs
 from irkit.measure.stats import t_quantile
@@ -571,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the records of a JSON Lines file as a markdown table, and exit")  # fmt: skip
     args = ap.parse_args(argv)
     if args.markdown:
-        print(markdown([json.loads(line) for line in Path(args.markdown).read_text().splitlines()]))
+        print(markdown(list(read_records(args.markdown))))
         return 0
     loader = None
     if args.load:

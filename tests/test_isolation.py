@@ -114,6 +114,24 @@ def test_torn_tail_repair_keeps_whole_records(tmp_path) -> None:
     assert repair_torn_tail(path) and path.read_text() == ""
 
 
+def test_gzipped_record_files_read_as_their_text(tmp_path) -> None:
+    """Curated results are committed gzipped (benchmarks/results/fidelity); every reader
+    takes them as they are, and a damaged one is an error naming the file."""
+    import gzip
+
+    import pytest
+
+    from irkit.errors import IrkitError
+
+    path = tmp_path / "r.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"a": 1}\n{"b": 2}\n'))
+    assert list(read_records(path)) == [{"a": 1}, {"b": 2}]
+    path.write_bytes(gzip.compress(b'{"a": 1}\n')[:-6])
+    with pytest.raises(IrkitError) as e:
+        list(read_records(path))
+    assert "r.jsonl.gz" in str(e.value) and "cannot read" in str(e.value)
+
+
 def test_plugins_load_from_the_command_line_and_the_environment(
     tmp_path, capsys, monkeypatch
 ) -> None:

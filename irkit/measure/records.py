@@ -4,6 +4,7 @@ concatenation."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -72,7 +73,8 @@ def repair_torn_tail(path: str | Path) -> bool:
 
 
 def read_records(path: str | Path) -> Iterator[dict]:
-    """The records of a JSONL file (a single-record .json file works too). A line that is
+    """The records of a JSONL file (a single-record .json file, or either gzipped as
+    `.gz`, works too). A line that is
     not a JSON object is an error naming the file and line; a torn last line (a run killed
     while writing) is skipped."""
     for _, record in numbered_records(path):
@@ -96,10 +98,10 @@ def numbered_records(path: str | Path) -> Iterator[tuple[int, dict]]:
     if path.exists() and not path.is_file():
         raise IrkitError("not a regular file", str(path))
     try:
-        text = path.read_text()
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
     except FileNotFoundError:
         raise IrkitError("no such file", str(path)) from None
-    except (OSError, UnicodeDecodeError) as e:
+    except (OSError, EOFError, UnicodeDecodeError) as e:  # gzip's BadGzipFile is an OSError
         raise IrkitError(f"cannot read: {getattr(e, 'strerror', None) or e}", str(path)) from None
     stripped = text.strip()
     if stripped.startswith("{") and "\n{" not in stripped:
