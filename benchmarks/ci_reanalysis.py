@@ -24,7 +24,6 @@ Deterministic (seeded); prints a markdown table, times nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 

@@ -48,8 +48,8 @@ import numpy as np
 import irkit.measure.plants  # noqa: F401 (registers the plants)
 from irkit.frontend import load
 from irkit.measure.attribution import attribute
-from irkit.measure.records import read_records
 from irkit.measure.fingerprint import host_fingerprint, load_average
+from irkit.measure.records import read_records
 from irkit.measure.runs import combine_runs
 from irkit.measure.stats import t_quantile
 from irkit.measure.timers import MIN_SAMPLE_S, calibrate
