@@ -98,7 +98,11 @@ def numbered_records(path: str | Path) -> Iterator[tuple[int, dict]]:
     if path.exists() and not path.is_file():
         raise IrkitError("not a regular file", str(path))
     try:
-        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+        text = (
+            gzip.decompress(path.read_bytes()).decode()
+            if path.suffix == ".gz"
+            else path.read_text()
+        )
     except FileNotFoundError:
         raise IrkitError("no such file", str(path)) from None
     except (OSError, EOFError, UnicodeDecodeError) as e:  # gzip's BadGzipFile is an OSError
