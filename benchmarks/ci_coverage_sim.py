@@ -5,13 +5,13 @@
 Two programs 5% apart, each run on `copies` separately bound copies (each copy's level off
 its program's by `copy_sd`, relative, independently per program) for `cycles` rounds per
 copy, each round's time off its copy's level by `round_sd`. The CI of the difference is
-`irkit.measure.attribution._round_bootstrap`'s (cycle bootstrap, expanded, plus Student-t
+`irkit.measure.attribution.bootstrap.round_bootstrap`'s (cycle bootstrap, expanded, plus Student-t
 copy noise), around two point estimates of a program's time:
 
 - `pooled median`: the median of all of a program's rounds (what attribution reported
   until 2026-11-27);
 - `mean of copy medians`: each copy's median over its rounds, averaged over the copies
-  (what it reports since: `attribution._copy_medians_mean`).
+  (what it reports since: `attribution.bootstrap.copy_medians_mean`).
 
 Where copies dominate (copy_sd 1%, round_sd 0.2%), the pooled rounds are a mixture of narrow
 spikes, one per copy, and their median behaves like the median of the copy levels, whose
@@ -20,7 +20,7 @@ assumes: the CI is as wide either way, the pooled median's misses the truth more
 (92-93% against 94-96%, 600 trials each, 2026-11-26). Where rounds dominate, both cover
 at equal widths; the mean of copy medians, being the more efficient estimate there too,
 over-covers more. The pooled median is spread by Hesterberg's full expansion (as it was);
-the mean of copy medians by `attribution._expansion`'s t part alone (with sqrt(n/(n-1))
+the mean of copy medians by `attribution.bootstrap.expansion`'s t part alone (with sqrt(n/(n-1))
 too, its CIs were up to 9% wider: a median's bootstrap is not narrow as a mean's is).
 Deterministic (seeded); prints a table, no timing involved.
 
@@ -28,7 +28,7 @@ Deterministic (seeded); prints a table, no timing involved.
 
 Focused rounds (attribution's `stop="verdicts"` since 2026-11-28): three programs (1.6,
 1.05, 1.0), the first leaving the rounds after 8 or 10 cycles, or from then on sampled only
-every k-th cycle (for its cost, `attribution._cost_periods`), the others in every round;
+every k-th cycle (for its cost, `attribution.sampling.cost_periods`), the others in every round;
 each round's time off its copy's level by `round_sd`, times a common factor per round
 (half that), times the machine's speed, which may step by `drift` after the first cycles,
 or only in the cycles the first program is in after them. Reported: how often the 95% CI
@@ -57,15 +57,15 @@ CASES = [  # copies, cycles (rounds per copy), copy_sd, round_sd
 
 
 def pooled_median(samples: np.ndarray, resamples: int, seed: int, slots: np.ndarray):
-    """`_round_bootstrap` as it was before 2026-11-27: each program's estimate the median
+    """`round_bootstrap` as it was before 2026-11-27: each program's estimate the median
     of all its rounds pooled (the same resampled rounds, expansion and copy noise)."""
     rng = np.random.default_rng(seed)
     groups = [np.flatnonzero(slots == s) for s in np.unique(slots)]
     point = np.median(samples, axis=1)
-    idx = attribution._resampled_rounds(slots, groups, resamples, rng)
+    idx = attribution.bootstrap.resampled_rounds(slots, groups, resamples, rng)
     boot = np.median(samples[:, idx], axis=2)
     boot = point[:, None] + (boot - point[:, None]) * _mean_expansion(groups)
-    relative = attribution._copy_variance(samples, groups, per_program=True)
+    relative = attribution.bootstrap.copy_variance(samples, groups, per_program=True)
     copy_var = relative * np.maximum(point, 0.0) ** 2 / len(groups)
     draws = rng.standard_t(len(groups) - 1, size=boot.shape)
     return point, boot + draws * np.sqrt(copy_var)[:, None]
@@ -73,9 +73,9 @@ def pooled_median(samples: np.ndarray, resamples: int, seed: int, slots: np.ndar
 
 def _mean_expansion(groups: list[np.ndarray]) -> float:
     """The expansion as it was with the pooled median: Hesterberg's in full, sqrt(n/(n-1))
-    for a mean's bootstrap narrowness times `attribution._expansion`'s t(n-1)/z."""
+    for a mean's bootstrap narrowness times `attribution.bootstrap.expansion`'s t(n-1)/z."""
     n = min(len(g) for g in groups)
-    return float(np.sqrt(n / (n - 1))) * attribution._expansion(groups)
+    return float(np.sqrt(n / (n - 1))) * attribution.bootstrap.expansion(groups)
 
 
 def coverage(method, copies, cycles, copy_sd, round_sd, trials, resamples) -> tuple[float, float]:
@@ -135,7 +135,7 @@ def focused(copies, early, late, period, copy_sd, round_sd, drift, trials, resam
         noise = 1 + round_sd * rng.standard_normal((3, rounds))
         samples = levels[:, None] * offsets[:, slots] * (common * machine)[None] * noise
         samples[0, ~first] = np.nan
-        point, boot = attribution._round_bootstrap(samples, resamples, t, slots)
+        point, boot = attribution.bootstrap.round_bootstrap(samples, resamples, t, slots)
         ratio = np.quantile(boot[0] / boot[1], [0.025, 0.975])
         # the truth at the run's level: the machine's mean speed over the run, to first order
         level = float(np.mean(machine))
@@ -171,7 +171,7 @@ def main() -> int:
     for copies, cycles, copy_sd, round_sd in CASES:
         cells = [
             coverage(m, copies, cycles, copy_sd, round_sd, args.trials, args.resamples)
-            for m in (pooled_median, attribution._round_bootstrap)
+            for m in (pooled_median, attribution.bootstrap.round_bootstrap)
         ]
         print(f"| {copies} | {cycles} | {copy_sd:.1%} | {round_sd:.1%} | "
               + " | ".join(f"{c:.1%} ({w:.2%})" for c, w in cells) + " |", flush=True)  # fmt: skip

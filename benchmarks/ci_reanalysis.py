@@ -10,7 +10,7 @@ and under alternatives of its copy-variance term, and scores each against the ru
 median CI half-width, and how often 5% plants are significant (their CI excluding 0). The
 same rounds under every rule: the differences are the rules', not the machine's.
 
-Rules (the copy term of `attribution._round_bootstrap`):
+Rules (the copy term of `attribution.bootstrap.round_bootstrap`):
 - `own`: each program's copy variance from its own copies (attribution's rule);
 - `pooled`: one variance pooled over the run's programs;
 - `own, floor pooled/4`: each program's own, never below a quarter of the pooled one;
@@ -42,8 +42,8 @@ ROUNDS_AT, ROUNDS_DIR = "12357f3", "benchmarks/results/fidelity/rounds"
 
 
 def _floor_pooled(seconds: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
-    own = attribution._copy_variance(seconds, groups, per_program=True)
-    return np.maximum(own, attribution._copy_variance(seconds, groups) / 4)
+    own = attribution.bootstrap.copy_variance(seconds, groups, per_program=True)
+    return np.maximum(own, attribution.bootstrap.copy_variance(seconds, groups) / 4)
 
 
 def _median_based(seconds: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
@@ -66,19 +66,19 @@ def _median_based(seconds: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
 
 RULES = {
     "medians": _median_based,
-    "own": lambda s, g: attribution._copy_variance(s, g, per_program=True),
-    "pooled": lambda s, g: np.full(len(s), attribution._copy_variance(s, g)),
+    "own": lambda s, g: attribution.bootstrap.copy_variance(s, g, per_program=True),
+    "pooled": lambda s, g: np.full(len(s), attribution.bootstrap.copy_variance(s, g)),
     "own, floor pooled/4": _floor_pooled,
-    "upper": lambda s, g: attribution._copy_variance(s, g, per_program=True, upper=True),
+    "upper": lambda s, g: attribution.bootstrap.copy_variance(s, g, per_program=True, upper=True),
     "none": lambda s, g: np.zeros(len(s)),
 }
 
 
 def bootstrap(seconds: np.ndarray, slots: np.ndarray, rule, resamples: int, seed: int):
-    """`attribution._round_bootstrap` with the copy variance from `rule` (each program's,
+    """`attribution.bootstrap.round_bootstrap` with the copy variance from `rule` (each program's,
     with the degrees of freedom of its copies)."""
     groups = [np.flatnonzero(slots == s) for s in np.unique(slots)]
-    return attribution._round_bootstrap(seconds, resamples, seed, slots,
+    return attribution.bootstrap.round_bootstrap(seconds, resamples, seed, slots,
                                         pooled=(rule(seconds, groups), len(groups) - 1))  # fmt: skip
 
 

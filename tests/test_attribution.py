@@ -25,9 +25,9 @@ CHAIN = "examples/elementwise_chain.graph"
 
 def _unresolved(*args, **kwargs) -> set[str]:
     """The programs attribution's rounds go on with: those of the open passes."""
-    from irkit.measure.attribution import _open_passes
+    from irkit.measure.attribution.sampling import open_passes
 
-    return set().union(*_open_passes(*args, **kwargs))
+    return set().union(*open_passes(*args, **kwargs))
 
 
 SMALL = {"N": 64, "D": 256}
@@ -422,15 +422,15 @@ def test_the_bootstrap_resamples_placements_as_well_as_rounds() -> None:
     the copies' levels, which a new set of copies would move the median by; the two-stage
     bootstrap's CI covers it. The point is the plain median without copies, the mean of
     the copies' medians with them."""
-    from irkit.measure.attribution import _round_bootstrap
+    from irkit.measure.attribution.bootstrap import round_bootstrap
 
     rng = np.random.default_rng(0)
     copies, rounds = 4, 200
     slots = np.arange(rounds) % copies
     offsets = np.array([0.97, 1.03, 1.01, 0.99])
     samples = (offsets[slots] * (1 + 0.002 * rng.standard_normal(rounds)))[None, :]
-    point, flat = _round_bootstrap(samples, 2000, 0)
-    point2, placed = _round_bootstrap(samples, 2000, 0, slots)
+    point, flat = round_bootstrap(samples, 2000, 0)
+    point2, placed = round_bootstrap(samples, 2000, 0, slots)
     assert point[0] == np.median(samples)
     per_copy = [np.median(samples[0, slots == c]) for c in range(copies)]
     assert point2[0] == pytest.approx(np.mean(per_copy), rel=1e-12)
@@ -442,7 +442,7 @@ def test_the_bootstrap_resamples_placements_as_well_as_rounds() -> None:
     # one program per row: the replicates of every row draw the same rounds (copies with no
     # offsets here, so the rounds are all there is)
     steady = 1 + 0.01 * rng.standard_normal(rounds)
-    _, both = _round_bootstrap(np.vstack([steady, steady * 1.5]), 500, 1, slots)
+    _, both = round_bootstrap(np.vstack([steady, steady * 1.5]), 500, 1, slots)
     assert np.corrcoef(both)[0, 1] > 0.9
 
 
@@ -454,7 +454,7 @@ def test_the_placement_bootstrap_is_calibrated_on_simulated_programs() -> None:
     rotating through 4 copies. (Subtracting round noise estimated with the drift in it
     undercounted the copies' spread: A/A twins came out different 4 times in 21.)
     Deterministic (seeded): no timing is involved."""
-    from irkit.measure.attribution import _round_bootstrap
+    from irkit.measure.attribution.bootstrap import round_bootstrap
 
     rng = np.random.default_rng(7)
     rounds, copies, trials = 80, 4, 300
@@ -465,7 +465,7 @@ def test_the_placement_bootstrap_is_calibrated_on_simulated_programs() -> None:
         drift = 1 + 0.05 * rng.standard_normal() * np.linspace(-1, 1, rounds)
         common = (1 + 0.06 * rng.standard_normal(rounds)) * drift
         samples = levels[:, slots] * common * (1 + 0.04 * rng.standard_normal((2, rounds)))
-        _, boot = _round_bootstrap(samples, 400, t, slots)
+        _, boot = round_bootstrap(samples, 400, t, slots)
         low, high = np.quantile(boot[1] - boot[0], [0.025, 0.975])
         covered += low <= 0.05 <= high
     assert 0.91 <= covered / trials <= 0.99, covered / trials
@@ -489,7 +489,7 @@ def test_the_bootstrap_holds_a_program_s_own_drift_within_a_cycle(monkeypatch) -
             r = np.random.default_rng(t)
             stretch = np.repeat(0.015 * r.standard_normal((2, rounds // 4)), 4, axis=1)
             samples = np.array([[1.0], [1.05]]) * (1 + stretch + 0.01 * r.standard_normal((2, rounds)))  # fmt: skip
-            _, boot = attribution._round_bootstrap(samples, 400, t, slots)
+            _, boot = attribution.bootstrap.round_bootstrap(samples, 400, t, slots)
             low, high = np.quantile(boot[1] - boot[0], [0.025, 0.975])
             covered += low <= 0.05 <= high
         return covered / trials
@@ -534,11 +534,11 @@ def test_the_ci_is_expanded_for_the_few_cycles_it_resamples() -> None:
         return covered / trials, float(np.median(widths))
 
     groups = [np.flatnonzero(slots == s) for s in range(copies)]
-    assert attribution._expansion(groups) == pytest.approx(2.364624 / 1.959964, rel=1e-4)
+    assert attribution.bootstrap.expansion(groups) == pytest.approx(2.364624 / 1.959964, rel=1e-4)
     assert sim._mean_expansion(groups) == pytest.approx(
         math.sqrt(8 / 7) * 2.364624 / 1.959964, rel=1e-4
     )
-    now, width = coverage(attribution._round_bootstrap)
+    now, width = coverage(attribution.bootstrap.round_bootstrap)
     was, was_width = coverage(sim.pooled_median)
     assert now >= 0.95 and was >= 0.93, (now, was)
     assert width <= 1.03 * was_width, (width, was_width)
@@ -567,7 +567,7 @@ def test_each_program_s_ci_holds_its_own_copy_spread() -> None:
     quiet one covers the true difference at about the stated rate (its own copy variance,
     with its own copies' degrees of freedom; averaged with the one pooled over the programs,
     87.7% here). Deterministic (seeded): no timing is involved."""
-    from irkit.measure.attribution import _round_bootstrap
+    from irkit.measure.attribution.bootstrap import round_bootstrap
 
     rng = np.random.default_rng(11)
     rounds, copies, trials = 96, 8, 300
@@ -579,7 +579,7 @@ def test_each_program_s_ci_holds_its_own_copy_spread() -> None:
         levels = level * (1 + spread * rng.standard_normal((6, copies)))
         common = 1 + 0.02 * rng.standard_normal(rounds)
         samples = levels[:, slots] * common * (1 + 0.01 * rng.standard_normal((6, rounds)))
-        _, boot = _round_bootstrap(samples, 400, t, slots)
+        _, boot = round_bootstrap(samples, 400, t, slots)
         low, high = np.quantile(boot[1] - boot[0], [0.025, 0.975])
         covered += low <= level[1, 0] - level[0, 0] <= high
     assert 0.92 <= covered / trials <= 0.99, covered / trials
@@ -588,14 +588,14 @@ def test_each_program_s_ci_holds_its_own_copy_spread() -> None:
 def test_the_split_a_a_flags_a_program_whose_copies_differ() -> None:
     """Issue 24: the per-context A/A check splits a program's copies in two halves
     (alternate slots): equal copies pass, a half 10% slower fails."""
-    from irkit.measure.attribution import _split_aa
+    from irkit.measure.attribution.noise import split_aa
 
     rng = np.random.default_rng(1)
     slots = np.arange(160) % 4
     same = 1 + 0.01 * rng.standard_normal(160)
-    assert not _split_aa(same, slots, 1000, 0).excludes(1.0)
+    assert not split_aa(same, slots, 1000, 0).excludes(1.0)
     skewed = same * np.where(slots % 2 == 0, 1.1, 1.0)
-    ratio = _split_aa(skewed, slots, 1000, 0)
+    ratio = split_aa(skewed, slots, 1000, 0)
     assert ratio.excludes(1.0) and ratio.value == pytest.approx(1.1, rel=0.02)
 
 
@@ -603,13 +603,13 @@ def test_context_checks_hold_their_error_rate_for_the_family() -> None:
     """Issue 24: with 60 programs whose copies are alike, a 95% check each fails a few by
     chance; judged at 95% for the family (Bonferroni) none fail, while a program whose
     half of copies is 8% slower still does."""
-    from irkit.measure.attribution import _context_checks
+    from irkit.measure.attribution.noise import context_checks
 
     rng = np.random.default_rng(7)
     slots = np.arange(120) % 4
     rows = {f"p{i}": 1 + 0.02 * rng.standard_normal(120) for i in range(60)}
     rows["bad"] = rows["p0"] * np.where(slots % 2 == 0, 1.08, 1.0)
-    split, failed = _context_checks(rows, slots, 1000, 0)
+    split, failed = context_checks(rows, slots, 1000, 0)
     alone = sum(split[k].excludes(1.0) for k in rows if k != "bad")
     assert alone >= 1  # what one 95% check per program calls
     assert failed["bad"] and not any(v for k, v in failed.items() if k != "bad")
@@ -690,14 +690,12 @@ def test_a_small_effect_is_known_only_once_its_stricter_interval_is_narrow() -> 
     reported 95%: asked at every look, a 95% width stops sampling on the first chance dip
     under the precision and keeps it (elementwise_chain's trials that stopped so missed the
     truth in 12-50% of CIs, those that ran on in 2-5%). Between the two widths: open."""
-    from irkit.measure.attribution import (
-        RESOLVE_CONFIDENCE,
-        Interval,
-        _round_bootstrap,
-    )
+    from irkit.measure.attribution import Interval
+    from irkit.measure.attribution.bootstrap import round_bootstrap
+    from irkit.measure.attribution.sampling import RESOLVE_CONFIDENCE
 
     plan, key_of, row_of, rows, slots = _prefix_of_three((1.0, 0.7, 0.7), 64, 8, 5)
-    point, boot = _round_bootstrap(rows, 300, 0, slots, upper=True)  # what the rule computes
+    point, boot = round_bootstrap(rows, 300, 0, slots, upper=True)  # what the rule computes
     saved = plan.contributions(dict(zip(plan.masks, point, strict=True)))[1]
     saved_boot = plan.contributions(dict(zip(plan.masks, boot, strict=True)))[1]
     halves = [Interval.of(float(saved), saved_boot, c) for c in (0.95, RESOLVE_CONFIDENCE)]
@@ -796,12 +794,12 @@ def _three_programs(
 
 def _covered(run, slots: np.ndarray, truths: list[tuple[int, int, float]]) -> np.ndarray:
     """How often, over 200 seeded runs (`run(t)`), each difference's 95% CI holds its truth."""
-    from irkit.measure.attribution import _round_bootstrap
+    from irkit.measure.attribution.bootstrap import round_bootstrap
 
     covered = np.zeros(len(truths))
     trials = 200
     for t in range(trials):
-        point, boot = _round_bootstrap(run(t), 400, t, slots)
+        point, boot = round_bootstrap(run(t), 400, t, slots)
         for j, (x, y, truth) in enumerate(truths):
             low, high = np.quantile(boot[x] - boot[y], [0.025, 0.975])
             covered[j] += low <= truth <= high
@@ -809,14 +807,14 @@ def _covered(run, slots: np.ndarray, truths: list[tuple[int, int, float]]) -> np
 
 
 def test_a_program_that_left_the_rounds_early_is_at_the_run_s_level() -> None:
-    """Issue 24: a program whose passes have verdicts leaves the rounds (`_open_passes`);
+    """Issue 24: a program whose passes have verdicts leaves the rounds (`open_passes`);
     the machine may then run faster or slower. Simulated: a program at 1.6 leaves after 8
     cycles of 16 copies, the machine is 10% slower for the 40 cycles after; its difference
     to a program sampled to the end keeps their ratio (1.6 / 1.05), at the whole run's
     level, where the raw medians would take the slowdown for an effect. With no drift, the
     bootstrap covers both differences at about the stated rate. Deterministic (seeded),
     nothing timed."""
-    from irkit.measure.attribution import _round_bootstrap
+    from irkit.measure.attribution.bootstrap import round_bootstrap
 
     copies, early, late = 16, 8, 40
     rounds = copies * (early + late)
@@ -828,7 +826,7 @@ def test_a_program_that_left_the_rounds_early_is_at_the_run_s_level() -> None:
         return _three_programs(t, levels, slots, np.where(first, 1.0, 1.0 + drift), first, noise)
 
     samples = run(0, 0.10, 0.005)
-    point, boot = _round_bootstrap(samples, 400, 0, slots)
+    point, boot = round_bootstrap(samples, 400, 0, slots)
     assert point[0] / point[1] == pytest.approx(1.6 / 1.05, rel=0.01)
     assert point[1] == pytest.approx(1.05 * 1.10, rel=0.01)  # the run's level: mostly late
     raw = np.nanmedian(samples, axis=1)
@@ -846,7 +844,7 @@ def test_a_program_sampled_every_few_cycles_is_at_the_run_s_level() -> None:
     was in would be off), and over 200 runs without drift its difference to a program of
     every round, and one between two of every round, are covered at about the stated rate.
     Deterministic (seeded), nothing timed."""
-    from irkit.measure.attribution import _round_bootstrap
+    from irkit.measure.attribution.bootstrap import round_bootstrap
 
     copies, cycles = 16, 48
     rounds = copies * cycles
@@ -860,7 +858,7 @@ def test_a_program_sampled_every_few_cycles_is_at_the_run_s_level() -> None:
         return _three_programs(t, levels, slots, machine, thinned, noise)
 
     samples = run(0, 0.10, 0.005)
-    point, boot = _round_bootstrap(samples, 400, 0, slots)
+    point, boot = round_bootstrap(samples, 400, 0, slots)
     assert point[0] / point[1] == pytest.approx(8.0 / 1.05, rel=0.01)
     raw = np.nanmedian(samples, axis=1)
     assert raw[0] / raw[1] > 8.0 / 1.05 * 1.03  # what the cycles it was in alone would say
@@ -871,25 +869,25 @@ def test_a_program_sampled_every_few_cycles_is_at_the_run_s_level() -> None:
 
 
 def test_rounds_go_by_need_and_cost() -> None:
-    """Issue 24 (rounds by cost as well as need, `_cost_periods`): of two open passes, one
+    """Issue 24 (rounds by cost as well as need, `cost_periods`): of two open passes, one
     between two slow programs whose rounds spread little and one between two fast programs
     whose rounds spread much (conv_block's `fold-transposes` and its plants under load), the
     fast pair is sampled every cycle and the slow pair every eighth or sixteenth; two alike
     pairs stay alike however their spreads differ by chance; a program that serves an
     expensive pass and a cheaper one goes at the cheaper one's period."""
-    from irkit.measure.attribution import MAX_PERIOD, _cost_periods
+    from irkit.measure.attribution.sampling import MAX_PERIOD, cost_periods
 
     rng = np.random.default_rng(0)
     rounds, copies = 128, 16
     slots = np.arange(rounds) % copies
     spreads, levels = np.array([0.04, 0.04, 0.15, 0.15]), np.array([8.3e-3, 8.2e-3, 6e-4, 5.8e-4])
     rows = levels[:, None] * np.exp(spreads[:, None] * rng.standard_normal((4, rounds)))
-    periods = _cost_periods(rows, slots, levels, [[0, 1], [2, 3]])
+    periods = cost_periods(rows, slots, levels, [[0, 1], [2, 3]])
     assert periods[2] == periods[3] == 1 and periods[0] == periods[1] in (8, MAX_PERIOD)
     alike = levels[2] * np.exp(np.array([[0.12], [0.12], [0.17], [0.17]]) * rng.standard_normal((4, rounds)))  # fmt: skip
-    assert (_cost_periods(alike, slots, np.full(4, levels[2]), [[0, 1], [2, 3]]) == 1).all()
+    assert (cost_periods(alike, slots, np.full(4, levels[2]), [[0, 1], [2, 3]]) == 1).all()
     # a pass between the slow and the fast pair: program 1 at its period, not the slow pair's
-    shared = _cost_periods(rows, slots, levels, [[0, 1], [1, 2], [2, 3]])
+    shared = cost_periods(rows, slots, levels, [[0, 1], [1, 2], [2, 3]])
     assert shared[2] == shared[3] == 1 and 1 < shared[1] < shared[0] == periods[0]
 
 
@@ -950,7 +948,7 @@ def test_the_stopping_rule_never_takes_the_copy_variance_for_zero() -> None:
     their spread, and the reported CIs' copy variance (the spread less that noise) is then
     zero: a CI with no copy term, narrow by accident, that ended sampling. The stopping rule
     judges by the spread itself, an upper bound that the noise cannot cancel."""
-    from irkit.measure.attribution import _copy_variance
+    from irkit.measure.attribution.bootstrap import copy_variance
 
     rng = np.random.default_rng(0)
     copies, per = 16, 8
@@ -958,15 +956,15 @@ def test_the_stopping_rule_never_takes_the_copy_variance_for_zero() -> None:
     groups = [np.flatnonzero(slots == s) for s in range(copies)]
     offsets = 0.02 * rng.standard_normal((6, copies))  # a 2% copy spread
     noisy = np.exp(offsets[:, slots] + 0.2 * rng.standard_normal((6, copies * per)))
-    reported = _copy_variance(noisy, groups)
-    bound = _copy_variance(noisy, groups, upper=True)
-    own = _copy_variance(noisy, groups, per_program=True)
-    own_bound = _copy_variance(noisy, groups, per_program=True, upper=True)
+    reported = copy_variance(noisy, groups)
+    bound = copy_variance(noisy, groups, upper=True)
+    own = copy_variance(noisy, groups, per_program=True)
+    own_bound = copy_variance(noisy, groups, per_program=True, upper=True)
     assert bound > reported and np.all(own_bound >= own) and np.all(own_bound > 0)
     assert (own == 0).any()  # noise 0.2/sqrt(8) per copy's mean against a 0.02 spread
     # with the noise gone the two agree
     clean = np.exp(offsets[:, slots])
-    assert _copy_variance(clean, groups, upper=True) == pytest.approx(_copy_variance(clean, groups))
+    assert copy_variance(clean, groups, upper=True) == pytest.approx(copy_variance(clean, groups))
 
 
 def test_verdicts_end_sampling_only_after_rounds_on_every_copy() -> None:
@@ -1024,7 +1022,7 @@ def test_every_program_is_timed_as_several_placements(monkeypatch: pytest.Monkey
     per_slot = proto["programs_measured"] + 2
     assert len(set(inputs_at)) == 3 and len(set(inputs_at[:per_slot])) == 1
     assert proto["copy_sd"] is not None and 0.0 <= proto["copy_sd"] < 1.0  # reported, relative
-    from irkit.measure.attribution import MIN_CYCLES  # every copy's j-th round: cycle j
+    from irkit.measure.attribution.bootstrap import MIN_CYCLES  # every copy's j-th round: cycle j
 
     assert proto["bootstrap_unit"] == ("cycles" if proto["rounds"] // 3 >= MIN_CYCLES else "rounds")
     assert proto["ci_expansion"] > 1.0  # a few cycles or rounds per copy: never taken as known
@@ -1173,15 +1171,15 @@ def test_a_program_binds_into_another_program_s_buffers(backend: str) -> None:
 
 
 def test_shared_inputs_and_outputs_are_counted_once_a_slot() -> None:
-    """`_placements` with `shared_io`: a slot holds its inputs and outputs once, not once a
+    """`copies_within_budget` with `shared_io`: a slot holds its inputs and outputs once, not once a
     program, so more copies fit the same memory."""
-    from irkit.measure.attribution import _placements
+    from irkit.measure.attribution.placements import copies_within_budget
     from irkit.runtime.backend import bound_bytes
 
     exe = compile(CHAIN, "cse,lower-graph-to-loops", backend="cpu", dims=SMALL)
     io = bound_bytes(exe, io_only=True)
     assert io == sum(t.nbytes for t in [*exe.inputs, *exe.outputs])
-    own, shared = _placements(4, [exe, exe], 2), _placements(4, [exe, exe], 2, shared_io=True)
+    own, shared = copies_within_budget(4, [exe, exe], 2), copies_within_budget(4, [exe, exe], 2, shared_io=True)
     assert own[0] == shared[0] == 4
     assert own[1] - shared[1] == 4 * 3 * io  # each slot: one set of four (2 programs, 2 twins)
 
@@ -1214,7 +1212,8 @@ def test_copies_are_bounded_by_memory_and_the_output_says_so(tmp_path, capsys,
     """Copies hold inputs, outputs and scratch each: where the copies wanted would take more
     than `placement_budget()` (two thirds of IRKIT_MAX_MEMORY), fewer are bound, and the
     record and the printed output say how many were wanted and what they hold."""
-    from irkit.measure.attribution import _placements, placement_budget
+    from irkit.measure.attribution import placement_budget
+    from irkit.measure.attribution.placements import copies_within_budget
     from irkit.runtime.backend import bound_bytes
 
     exe = compile(CHAIN, "cse,lower-graph-to-loops", backend="cpu", dims=SMALL)
@@ -1224,8 +1223,8 @@ def test_copies_are_bounded_by_memory_and_the_output_says_so(tmp_path, capsys,
     five = first + 2 * lean + 4 * slot
     monkeypatch.setenv("IRKIT_MAX_MEMORY", str(five * 3 // 2 + 1))
     assert placement_budget() >= five > placement_budget() - slot
-    assert _placements(32, [exe], 2) == (5, five, placement_budget())
-    assert _placements(4, [exe], 2)[0] == 4
+    assert copies_within_budget(32, [exe], 2) == (5, five, placement_budget())
+    assert copies_within_budget(4, [exe], 2)[0] == 4
     out = tmp_path / "a.json"
     code = bench(["attribute", CHAIN, "-p", "cse,lower-graph-to-loops", "--backend", "cpu",
                   "--dim", "N=64", "--dim", "D=256", "--budget", "0.2", "--no-kernel-times",

@@ -308,13 +308,14 @@ def _check_saved_rounds(record: dict) -> None:
     (programs that left the rounds early NaN after, brought to the run's level)."""
     import numpy as np
 
-    from irkit.measure.attribution import _round_bootstrap, make_plan
+    from irkit.measure.attribution import make_plan
+    from irkit.measure.attribution.bootstrap import round_bootstrap
 
     for t in record["trials"]:
         saved = np.load(t["rounds_file"])
         seconds, slots = saved["seconds"], saved["slots"]
         assert seconds.shape[1] == slots.size and len(saved["programs"]) == seconds.shape[0]
-        point = _round_bootstrap(seconds, 10, 0, slots)[0]
+        point = round_bootstrap(seconds, 10, 0, slots)[0]
         masks = [tuple(bool(x) for x in m) for m in saved["masks"]]
         times = {m: point[i] for m, i in zip(masks, saved["variant_program"], strict=True)}
         plan = make_plan(t["strategy"], len(saved["passes"]))

@@ -259,8 +259,8 @@ def _attribute_once(args, model: str, dims: dict, kernel_times: bool) -> dict:
         bar, tick = _progress()
         with bar:
             record = attribute(
-                model, args.passes, args.backend, args.strategy, dims, args.precision,
-                args.budget, seed=args.seed, permutations=args.permutations, progress=tick,
+                model, args.passes, args.backend, args.strategy, dims, precision=args.precision,
+                budget_s=args.budget, seed=args.seed, permutations=args.permutations, progress=tick,
                 kernel_times=kernel_times, timer=args.timer,
                 placements=getattr(args, "placements", None),
             ).to_json()  # fmt: skip

@@ -253,7 +253,7 @@ def slowing_edits(
     CPU), which no number of rounds takes out and which a 5% threshold cannot tell from
     a slowdown."""
     from irkit.frontend import load
-    from irkit.measure.attribution import _placements
+    from irkit.measure.attribution.placements import copies_within_budget
     from irkit.runtime import compile, get_backend
 
     check_placements("slowing_edits", placements)
@@ -278,7 +278,7 @@ def slowing_edits(
     def versus(exe: Any, spec: str) -> Decision:
         nonlocal tests
         tests += 1
-        copies = _placements(placements, [base_exe, exe], 0)[0]  # as if unshared: at most
+        copies = copies_within_budget(placements, [base_exe, exe], 0)[0]  # as if unshared: at most
         sources = {"base": (base_exe, "the base"), "new": (exe, f"pipeline '{spec}'")}
         bound = bind_slots(chosen, sources, copies, graph, case, seed + tests)
         shares = io_of(bound["base"][0]) is not None

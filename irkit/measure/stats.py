@@ -116,3 +116,22 @@ def t_quantile(p: float, df: float) -> float:
              (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
              (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160)  # fmt: skip
     return z + sum(g / df ** (i + 1) for i, g in enumerate(terms))
+
+
+@dataclass(frozen=True)
+class Interval:
+    value: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, point: float, boot: np.ndarray, confidence: float = 0.95) -> Interval:
+        a = (1 - confidence) / 2
+        lo, hi = np.quantile(boot, [a, 1 - a]) if np.ndim(boot) else (point, point)
+        return cls(float(point), float(lo), float(hi))
+
+    def excludes(self, x: float) -> bool:
+        return not (self.low <= x <= self.high)
+
+    def to_json(self) -> dict:
+        return {"value": self.value, "ci_low": self.low, "ci_high": self.high}

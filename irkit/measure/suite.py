@@ -189,7 +189,7 @@ def run_job(job: Job, options: SuiteOptions, progress=None) -> dict:
     from irkit.measure.attribution import attribute
 
     result = attribute(job.model, job.pipeline or options.pipeline, options.backend,
-                       job.strategy, job.dims, options.precision, options.budget,
+                       job.strategy, job.dims, precision=options.precision, budget_s=options.budget,
                        seed=options.seed, permutations=options.permutations,
                        progress=progress)  # fmt: skip
     return result.to_json()

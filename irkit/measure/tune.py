@@ -180,7 +180,7 @@ def tune(
     import numpy as np
 
     from irkit.frontend import load
-    from irkit.measure.attribution import _placements
+    from irkit.measure.attribution.placements import copies_within_budget
     from irkit.measure.fingerprint import host_fingerprint
     from irkit.measure.slots import Rotation, bind_slots, check_placements, io_of, slot_ratio_ci
     from irkit.measure.timers import time_interleaved
@@ -247,7 +247,7 @@ def tune(
     # would differ by their copies' offsets too (a few percent on a CPU), and the fastest
     # of several would often be the one that landed well
     racers = [default, *survivors]
-    copies = _placements(placements, [p.exe for p in racers], 0)[0]  # as if unshared: at most
+    copies = copies_within_budget(placements, [p.exe for p in racers], 0)[0]  # as if unshared: at most
     bound = bind_slots(chosen, {p.spec: (p.exe, f"candidate '{p.spec}'") for p in racers},
                        copies, graph, case, seed)  # fmt: skip
     rotation = Rotation(bound)

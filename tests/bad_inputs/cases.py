@@ -415,7 +415,7 @@ def api_cases() -> list[tuple[str, Callable[[], object], str]]:
         _api("executable-out-dtype", lambda: irkit.compile(_module(), backend="reference")(np.zeros((4, 4)), np.zeros((4, 4)), out=[np.zeros((4, 4), np.float32)]), "output buffer out0 must be a writable contiguous"),
         _api("parse-bad-option", lambda: parse_passes("cpu-tile-matmul{nr=7}"), "option nr=7"),
         _api("apply-bad-option", lambda: apply_passes(_module(), [CpuTileMatmulPass(nr=7)]), "option nr=7"),
-        _api("attribute-permutations", lambda: attribute(gemm, "cse", "cpu", "shapley", {"M": 4, "N": 4, "K": 4}, 0.01, 0.1, permutations=0), "permutations must be a positive integer"),
+        _api("attribute-permutations", lambda: attribute(gemm, "cse", "cpu", "shapley", {"M": 4, "N": 4, "K": 4}, precision=0.01, budget_s=0.1, permutations=0), "permutations must be a positive integer"),
         _api("attribute-model-int", lambda: attribute(123, "cse", "cpu"), "attribute: model must be a module or a model file path"),  # type: ignore[arg-type]
         _api("attribute-pipeline-int", lambda: attribute(_module(), 5, "cpu"), "attribute: pipeline must be a pipeline spec"),  # type: ignore[arg-type]
         _api("compare-pipelines-model", lambda: compare_pipelines(42, "cse", "cse"), "compare_pipelines: model must be"),  # type: ignore[arg-type]
@@ -425,7 +425,7 @@ def api_cases() -> list[tuple[str, Callable[[], object], str]]:
         _api("parse-passes-int", lambda: parse_passes(5), "parse_passes: spec must be a pipeline spec"),  # type: ignore[arg-type]
         _api("apply-passes-module", lambda: apply_passes("x", []), "apply_passes: module must be a module"),  # type: ignore[arg-type]
         _api("apply-passes-strings", lambda: apply_passes(_module(), ["cse"]), "apply_passes: passes must be a list of pass instances"),  # type: ignore[list-item]
-        _api("attribute-strategy", lambda: attribute(gemm, "cse", "cpu", "banzhaf", {"M": 4, "N": 4, "K": 4}, 0.01, 0.1), "strategy"),
-        _api("attribute-budget", lambda: attribute(gemm, "cse", "cpu", "shapley", {"M": 4, "N": 4, "K": 4}, 0.01, float("nan")), "budget"),
-        _api("attribute-precision", lambda: attribute(gemm, "cse", "cpu", "shapley", {"M": 4, "N": 4, "K": 4}, -1.0, 1.0), "precision"),
+        _api("attribute-strategy", lambda: attribute(gemm, "cse", "cpu", "banzhaf", {"M": 4, "N": 4, "K": 4}, precision=0.01, budget_s=0.1), "strategy"),
+        _api("attribute-budget", lambda: attribute(gemm, "cse", "cpu", "shapley", {"M": 4, "N": 4, "K": 4}, precision=0.01, budget_s=float("nan")), "budget"),
+        _api("attribute-precision", lambda: attribute(gemm, "cse", "cpu", "shapley", {"M": 4, "N": 4, "K": 4}, precision=-1.0, budget_s=1.0), "precision"),
     ]  # fmt: skip

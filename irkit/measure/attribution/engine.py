@@ -1,0 +1,585 @@
+"""`attribute` as named phases over typed values: prepare, compile the variants, bind the
+placements, measure, check the noise floor, time the kernels, judge the passes, record."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from irkit.errors import IrkitError, expect
+from irkit.ir import model_function, structure_key
+from irkit.measure.attribution import protocol as prose
+from irkit.measure.attribution.bootstrap import (
+    by_cycles,
+    copy_variance,
+    expansion,
+    round_bootstrap,
+    slot_groups,
+)
+from irkit.measure.attribution.kernels import (
+    flush_bytes,
+    kernel_diff,
+    kernel_threads,
+    program_key,
+    shown_kernels,
+    time_kernels,
+)
+from irkit.measure.attribution.noise import (
+    aa_floor,
+    context_checks,
+    family_confidence,
+    significance,
+)
+from irkit.measure.attribution.options import AttributeOptions
+from irkit.measure.attribution.placements import auto_placements, copies_within_budget
+from irkit.measure.attribution.plan import Mask, Plan, describe_variant, make_plan, variant_spec
+from irkit.measure.attribution.record import Attribution, KernelTime, PassResult
+from irkit.measure.attribution.sampling import (
+    BUDGET_ROUNDS_PER_COPY,
+    KERNEL_MAX_ROUNDS,
+    MIN_ROUNDS_PER_COPY,
+    cost_periods,
+    open_passes,
+    timed_call,
+)
+from irkit.measure.attribution.types import Program, Progress
+from irkit.measure.roofline import Ceilings
+from irkit.measure.slots import Rotation, bind_slots, checked_bound, io_of
+from irkit.measure.stats import Interval
+from irkit.measure.timers import Rounds, time_interleaved
+from irkit.pipelines import Step, pipeline_steps
+
+
+def attribute(
+    model: ModuleOp | str | Path,
+    pipeline: str | None = None,
+    backend: str = "cpu",
+    strategy: str | None = None,
+    dims: Mapping[str, int] | None = None,
+    *,
+    options: AttributeOptions | None = None,
+    ceilings: Ceilings | None | Literal["backend"] = "backend",
+    progress: Progress | None = None,
+    **knobs: Any,
+) -> Attribution:
+    """Attribute the runtime of `model` under `pipeline` to its optional passes (the
+    protocol: `irkit.measure.attribution`). How it measures is `options`, or the defaults,
+    with any of `AttributeOptions`'s fields given as keywords (`budget_s=5`) replacing
+    theirs; `strategy` likewise. `ceilings`: the roofline's, by default the backend's own
+    (`Backend.ceilings()`); None for none."""
+    if strategy is not None:
+        knobs["strategy"] = strategy
+    opts = AttributeOptions.of(options, **knobs)
+    expect("attribute", "model", model, ModuleOp | str | Path, "a module or a model file path")
+    expect("attribute", "pipeline", pipeline, str | None, "a pipeline spec")
+    tick = progress or (lambda *_: None)
+    setup = _prepare(model, pipeline, backend, dims, ceilings, opts)
+    variants = _compile_variants(setup, tick)
+    binding = _bind_placements(setup, variants, opts, tick)
+    measured = _measure(setup, variants, binding, opts, tick)
+    noise = _noise_floor(setup, variants, binding, measured, opts)
+    kernels = _kernel_times(setup, variants, opts, tick)
+    passes = _judge_passes(setup, variants, measured, noise, kernels)
+    return _record(model, dims, opts, setup, variants, binding, measured, noise, kernels, passes)
+
+
+# --------------------------------------------------------------------------- the phases
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What is measured: the model, the backend, the pipeline's steps and the plan."""
+
+    graph: ModuleOp
+    backend: Any
+    selection: Any
+    ceilings: Ceilings | None
+    device_fingerprint: dict
+    spec: str
+    steps: list[Step]
+    optional: list[int]
+    plan: Plan
+    case: Any
+    """The reference's inputs and outputs every program is checked against."""
+
+
+def _prepare(
+    model: ModuleOp | str | Path,
+    pipeline: str | None,
+    backend: str,
+    dims: Mapping[str, int] | None,
+    ceilings: Ceilings | None | Literal["backend"],
+    opts: AttributeOptions,
+) -> Setup:
+    from irkit.frontend import load
+    from irkit.runtime import get_backend
+    from irkit.runtime.check import reference_case
+
+    graph = load(model, dims) if isinstance(model, str | Path) else model
+    model_function(graph)
+    chosen, selection = get_backend(backend)
+    if chosen.name == "reference":
+        raise IrkitError("attribution needs a compiling backend (cpu or cuda), not the reference")
+    spec = pipeline if pipeline is not None else chosen.default_pipeline
+    steps = pipeline_steps(spec)
+    optional = [n for n, s in enumerate(steps) if s.optional]
+    if not optional:
+        raise IrkitError(f"pipeline '{spec}' has no optional pass to attribute", "-p")
+    return Setup(graph, chosen, selection,
+                 chosen.ceilings() if ceilings == "backend" else ceilings,
+                 chosen.fingerprint(), spec, steps, optional,
+                 make_plan(opts.strategy, len(optional), opts.permutations, opts.seed),
+                 reference_case(graph, opts.seed))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Variants:
+    """Every variant compiled and checked: the distinct programs, which variant is which."""
+
+    programs: dict[str, Program]
+    key_of: dict[Mask, str]
+    records: list[dict]
+    """Each variant's passes, spec, program and kernels, for the record."""
+    compile_seconds: float
+    shared: Any
+    """`apply_pipelines`'s account of the walk (pass runs, IR states)."""
+    full_key: str
+    empty_key: str
+
+
+def _compile_variants(setup: Setup, tick: Progress) -> Variants:
+    """Every variant of the plan through its pipeline (one walk of their common prefixes,
+    `apply_pipelines`), lowered and compiled once per distinct lowered module, and each
+    distinct program bound once and checked against the reference (slot 0's copy)."""
+    from irkit.pipelines import apply_pipelines
+
+    plan, steps, optional, chosen = setup.plan, setup.steps, setup.optional, setup.backend
+    compiled: dict[tuple[int, int], tuple[Any, str]] = {}  # lowered IR -> (exe, program key)
+
+    def finish(module: ModuleOp) -> tuple[Any, str]:
+        lowered = chosen.lower(module)
+        if lowered is module:  # a final state, which apply_pipelines finishes once each
+            exe = chosen.compile(lowered)
+            return exe, program_key(exe)
+        ir_key = structure_key(lowered)
+        if ir_key not in compiled:
+            exe = chosen.compile(lowered)
+            compiled[ir_key] = (exe, program_key(exe))
+        return compiled[ir_key]
+
+    started = time.perf_counter()
+    choices = [[not s.optional or m[optional.index(n)] for n, s in enumerate(steps)]
+               for m in plan.masks]  # fmt: skip
+    shared = apply_pipelines(setup.graph, [s.spec for s in steps], choices, finish,
+                             on_result=lambda n: tick("compile", n, len(plan.masks)),
+                             on_step=lambda j: tick("passes", j, len(steps)))  # fmt: skip
+    compile_seconds = time.perf_counter() - started
+    programs: dict[str, Program] = {}
+    key_of: dict[Mask, str] = {}
+    records: list[dict] = []
+    for mask, (exe, key) in zip(plan.masks, shared.results, strict=True):
+        vspec = variant_spec(steps, optional, mask)
+        key_of[mask] = key
+        if key not in programs:
+            what = f"the variant with {describe_variant(steps, optional, mask)} ({vspec})"
+            first = next(iter(programs.values()), None)  # slot 0's buffers (`Placements`)
+            io = io_of(first.bound) if first else None
+            programs[key] = Program(key, exe, checked_bound(exe, setup.graph, setup.case, what, io))
+        programs[key].masks.append(mask)
+        records.append({"passes": [steps[optional[j]].label for j, m in enumerate(mask) if m],
+                        "spec": vspec, "program": key,
+                        "kernels": [k.hash for k in exe.kernels]})  # fmt: skip
+    tick("compile", len(plan.masks), len(plan.masks))
+    return Variants(programs, key_of, records, compile_seconds, shared,
+                    key_of[plan.full], key_of[plan.empty])  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Every program (and A/A twin) bound as `copies` placements, and the rotation through
+    them that the rounds call."""
+
+    twins: dict[str, Mask]
+    wanted: int
+    copies: int
+    copy_bytes: int
+    copy_budget: int
+    shares_io: bool
+    rotation: Rotation
+
+
+def _bind_placements(
+    setup: Setup, variants: Variants, opts: AttributeOptions, tick: Progress
+) -> Binding:
+    """Every program and twin bound as `copies` slots (`bind_slots`: slot by slot, each slot
+    into one set of inputs and outputs where the backend can), slot 0's programs those
+    bound at compile time; the copies as many as asked, or `auto_placements`, fewer where
+    they would hold more than `placement_budget()`."""
+    plan, programs, key_of = setup.plan, variants.programs, variants.key_of
+    twins = {"aa-twin": plan.full}
+    if variants.empty_key != variants.full_key:  # the other end of every context, too
+        twins["aa-twin-baseline"] = plan.empty
+    if not opts.twin:
+        twins = {}
+    wanted = opts.placements if opts.placements is not None else auto_placements(len(programs) + len(twins))  # fmt: skip
+    shares = io_of(next(iter(programs.values())).bound) is not None
+    copies, copy_bytes, copy_budget = copies_within_budget(
+        wanted, [p.exe for p in programs.values()], len(twins), shares
+    )
+    sources = {k: (p.exe, f"a copy of program {k}") for k, p in programs.items()}
+    sources.update({name: (programs[key_of[mask]].exe, f"the {name}")  # the twins: the same
+                    for name, mask in twins.items()})  # program, bound again as many times  # fmt: skip
+    bound = bind_slots(setup.backend, sources, copies, setup.graph, setup.case, opts.seed,
+                       first={k: p.bound for k, p in programs.items()}, tick=tick)  # fmt: skip
+    rotation = Rotation(bound, lambda b: timed_call(b, opts.timer, setup.backend.name))
+    return Binding(twins, wanted, copies, copy_bytes, copy_budget, shares, rotation)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The programs' interleaved rounds and their bootstrap."""
+
+    timings: dict[str, Any]
+    keys: list[str]
+    """The rows of `samples`: the programs' keys, the twins' names last."""
+    samples: np.ndarray
+    """Seconds [program, round]; NaN where a program sat a round out."""
+    slot_of: np.ndarray
+    point: np.ndarray
+    boot: np.ndarray
+    row: dict[str, int]
+    gone: set[str]
+    """Programs that left the rounds for good (their passes had verdicts)."""
+    periods: dict[str, int]
+    """The last look's sampling periods, in cycles."""
+    load: dict
+
+    def times(self, key_of: Mapping[Mask, str], masks: tuple[Mask, ...]) -> tuple[dict, dict]:
+        """Each variant's time: the point and the bootstrap replicates."""
+        return ({m: self.point[self.row[key_of[m]]] for m in masks},
+                {m: self.boot[self.row[key_of[m]]] for m in masks})  # fmt: skip
+
+
+def _measure(
+    setup: Setup, variants: Variants, binding: Binding, opts: AttributeOptions, tick: Progress
+) -> Measured:
+    """Interleaved rounds in a fresh random order each, round r on copy r mod copies, until
+    every verdict is known (`stop="verdicts"`, the rounds focused on the open passes'
+    programs) or every median within precision, or the programs' share of the budget is
+    spent; then one bootstrap of the times (`round_bootstrap`)."""
+    from irkit.measure.fingerprint import RunQueueSampler, load_average, load_record, run_queue
+
+    plan, programs, key_of, twins = setup.plan, variants.programs, variants.key_of, binding.twins
+    rotation, copies = binding.rotation, binding.copies
+    fns, slots = rotation.fns, rotation.slots
+    others = RunQueueSampler()  # other processes' runnable threads, through the rounds
+
+    def on_round(r: int) -> None:
+        rotation.on_round(r)
+        others()
+        tick("measure", r, opts.max_rounds)
+
+    # no separate warm-up call: binding ran every program once, and calibration calls each
+    # at least once more before its first sample (a slow variant's call can take seconds)
+    load_start, queue_start = load_average(), run_queue()
+    gone: set[str] = set()
+    periods_now: dict[str, int] = {}
+
+    def needed(now: Rounds) -> dict[str, int]:
+        """The programs (and twins) the rounds go on with, and each one's period in cycles:
+        those of the passes without a verdict (`open_passes`), sampled by their need and
+        cost (`cost_periods`), each twin with its program; and while any is, the full
+        program in every round, the reference that brings the others to the run's level
+        (`round_bootstrap`)."""
+        rows = np.array([now.samples[k] for k in programs])
+        row_of = {k: i for i, k in enumerate(programs)}
+        slots_now = np.array(slots)
+        passes = open_passes(plan, key_of, row_of, rows, slots_now, opts.precision, opts.seed, gone)  # fmt: skip
+        if not passes:
+            return {}
+        order = sorted(set().union(*passes), key=row_of.__getitem__)
+        at = {k: j for j, k in enumerate(order)}
+        periods = cost_periods(rows[[row_of[k] for k in order]], slots_now,
+                               np.array([now.cost(k) for k in order]),
+                               [[at[k] for k in p] for p in passes])  # fmt: skip
+        out = {k: int(p) for k, p in zip(order, periods, strict=True)} | {variants.full_key: 1}
+        gone.update(set(programs) - set(out))
+        periods_now.clear()
+        periods_now.update(out)
+        return out | {name: out[key_of[mask]] for name, mask in twins.items()
+                      if key_of[mask] in out}  # fmt: skip
+
+    # the budget may end sampling after BUDGET_ROUNDS_PER_COPY; verdicts (or precision) only
+    # after MIN_ROUNDS_PER_COPY: mlp's Shapley (40 programs, 5 copies, one core loaded)
+    # stopped on its verdicts after 10-15 rounds, a copy's offset then known from two or
+    # three rounds: its 20% plant's CIs held the truth in 15 of 20 trials and its A/A twins
+    # failed 12 of 120; from 40 rounds on, 19 of 20 and 3 of 120 (docs/results.md)
+    timings = time_interleaved(dict[str, Callable[[], None]](fns), opts.precision,
+                               opts.program_budget_s,
+                               max(opts.min_rounds, MIN_ROUNDS_PER_COPY * copies), opts.max_rounds,
+                               warmup=0, seed=opts.seed,
+                               floor_rounds=max(opts.min_rounds, BUDGET_ROUNDS_PER_COPY * copies),
+                               on_round=on_round,
+                               needed=needed if opts.stop == "verdicts" else None,
+                               cycle=copies)  # fmt: skip
+    tick("measure", opts.max_rounds, opts.max_rounds)
+    keys = list(fns)
+    samples = np.stack([timings[k].samples for k in keys])
+    slot_of = np.array(slots[: samples.shape[1]])
+    point, boot = round_bootstrap(samples, opts.resamples, opts.seed, slot_of)
+    full = variants.full_key
+    load = load_record(load_start, load_average(), timings[full].cpu_over_wall,
+                       kernel_threads(programs[full].exe), queue_start, run_queue(),
+                       others.mean, len(others.samples))  # fmt: skip
+    return Measured(timings, keys, samples, slot_of, point, boot,
+                    {k: i for i, k in enumerate(keys)}, gone, periods_now, load)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The run's A/A checks: the record's `noise_floor`, the floor every pass is judged
+    beyond where the twins' check failed, and each program's own (its split halves')."""
+
+    record: dict
+    run_floor_s: float
+    context_floor_s: dict[str, float]
+
+
+def _noise_floor(
+    setup: Setup, variants: Variants, binding: Binding, m: Measured, opts: AttributeOptions
+) -> Noise:
+    """The A/A checks: each twin against its program, at 95% for the twins together
+    (Bonferroni: each at 95% alone, one of the two excluded 1 in 5.8-6.7% of checks, a run
+    in about twice that, the 2026-11-25 records under load); and every program's copies
+    split in two halves (alternate slots) compared, each at 95% for the family of programs
+    (each at 95% alone, one of 10-80 programs failed by chance in most runs, and Shapley's
+    passes, which touch every context, were then judged beyond its floor: a 5% plant was
+    called significant in 60% of trials with CIs a quarter its size)."""
+    aa_confidence = family_confidence(len(binding.twins))
+
+    def aa_pair(name: str, key: str) -> tuple[Interval, float, float]:
+        """An A/A ratio at the twins' family confidence, its floor (the farthest end of its
+        CI from 1) and that floor in seconds at the program's own scale."""
+        ratio = Interval.of(m.point[m.row[name]] / m.point[m.row[key]],
+                            m.boot[m.row[name]] / m.boot[m.row[key]], aa_confidence)  # fmt: skip
+        return ratio, *aa_floor(ratio, float(m.point[m.row[key]]))
+
+    noise: dict[str, Any] = {"floor": 0.0, "floor_s": 0.0, "aa_failed": False}
+    if opts.twin:
+        aa, floor, floor_s = aa_pair("aa-twin", variants.full_key)
+        noise.update({"aa_ratio": aa.to_json(), "aa_confidence": aa_confidence,
+                      "floor": floor, "floor_full_s": floor_s, "method": prose.AA_TWIN})  # fmt: skip
+        failed = aa.excludes(1.0)
+        if "aa-twin-baseline" in m.row:
+            aa_base, floor_base, floor_base_s = aa_pair("aa-twin-baseline", variants.empty_key)
+            noise.update({"aa_ratio_baseline": aa_base.to_json(), "floor_baseline": floor_base,
+                          "floor_baseline_s": floor_base_s})  # fmt: skip
+            noise["method"] += prose.AA_TWIN_BASELINE
+            floor_s = max(floor_s, floor_base_s)
+            failed = failed or aa_base.excludes(1.0)
+        noise.update({"floor_s": floor_s, "aa_failed": failed})
+    else:
+        noise["method"] = "none (no A/A twin measured)"
+    programs = variants.programs
+    family = family_confidence(len(programs))
+    split, failed_context = context_checks(
+        {k: m.samples[m.row[k]] for k in programs}, m.slot_of, opts.resamples, opts.seed
+    )
+    noise["per_context"] = {
+        "method": prose.per_context_method(family, len(programs)),
+        "programs": {k: {"ratio": r.to_json(), "failed": failed_context[k]} for k, r in split.items()},
+        "failed": sum(failed_context.values()),
+    }  # fmt: skip
+    noise["rule"] = prose.RULE
+    noise["base"] = "seconds per call"
+    context_floor_s = {k: aa_floor(r, float(m.point[m.row[k]]))[1] if failed_context[k] else 0.0
+                       for k, r in split.items()}  # fmt: skip
+    return Noise(noise, noise["floor_s"] if noise["aa_failed"] else 0.0, context_floor_s)
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """Every kernel of every program by its code's hash, those shown timed alone."""
+
+    by_hash: dict[str, KernelTime]
+    shown: set[str]
+    programs: dict[str, Program]
+
+    def of(self, key: str) -> list[KernelTime]:
+        """The program's kernels in order, under their own names, with the time measured
+        for their hash."""
+        return [dataclasses.replace(self.by_hash[k.hash], name=k.name)
+                for k in self.programs[key].exe.kernels]  # type: ignore[attr-defined]  # fmt: skip
+
+
+def _kernel_times(
+    setup: Setup, variants: Variants, opts: AttributeOptions, tick: Progress
+) -> Kernels:
+    """The kernels the result shows (the baseline's, the full pipeline's, and what each
+    pass removed or added), timed alone on their program's data, with the kernels'
+    share of the budget; the others known by their code only."""
+    programs, plan, key_of = variants.programs, setup.plan, variants.key_of
+    by_hash = {
+        r.hash: KernelTime(r.name, r.hash, None, None, r.flops, r.min_bytes, None, r.once)
+        for p in programs.values() for r in p.exe.kernels  # type: ignore[attr-defined]
+    }  # fmt: skip
+    shown = shown_kernels(programs, [key_of[m] for i in range(plan.k) for m in plan.pair(i)],
+                          (variants.empty_key, variants.full_key))  # fmt: skip
+    if opts.kernel_times:
+        by_hash.update(time_kernels(programs, shown, opts.precision, opts.kernel_share_s,
+                                    opts.min_rounds, min(opts.max_rounds, KERNEL_MAX_ROUNDS),
+                                    opts.seed, setup.ceilings, tick))  # fmt: skip
+    return Kernels(by_hash, shown, programs)
+
+
+def _judge_passes(
+    setup: Setup, variants: Variants, m: Measured, noise: Noise, kernels: Kernels
+) -> list[PassResult]:
+    """Each pass's saving and speedup with their CIs, its verdict (`significance`, beyond
+    the floors of the A/A checks that concern it) and the kernels it removed and added."""
+    plan, steps, optional, key_of = setup.plan, setup.steps, setup.optional, variants.key_of
+    t_point, t_boot = m.times(key_of, plan.masks)
+    c_point, c_boot = plan.contributions(t_point), plan.contributions(t_boot)
+    results = []
+    for i in range(plan.k):
+        saved = Interval.of(float(c_point[i]), c_boot[i])
+        before = plan.before(i)
+        t_before_point, t_before_boot = t_point[before], t_boot[before]
+        speedup = Interval.of(t_before_point / (t_before_point - saved.value),
+                              t_before_boot / (t_before_boot - c_boot[i]))  # fmt: skip
+        changes = any(key_of[a] != key_of[b] for a, b in plan.pairs(i))
+        a, b = plan.pair(i)
+        removed, added = kernel_diff(kernels.of(key_of[a]), kernels.of(key_of[b]))
+        # a failed context's floor enters as much as that context enters the contribution:
+        # the larger of a pair's two floors, weighted as the pair is (one pair for prefix and
+        # ablation; Shapley's many, where the largest alone, the floor of one slow program
+        # among dozens, hid 20% effects whose CIs excluded 0 in every trial)
+        floors = noise.context_floor_s
+        floor_i = max(noise.run_floor_s, sum(w * max(floors[key_of[a]], floors[key_of[b]])
+                                             for w, a, b in plan.weighted_pairs(i)
+                                             if key_of[a] != key_of[b]))  # fmt: skip
+        significant, mde = significance(saved, changes, floor_i)
+        step = steps[optional[i]]
+        results.append(PassResult(step.label, step.spec, saved, speedup,
+                                  float(saved.value / t_before_point), significant, changes,
+                                  removed, added, mde))  # fmt: skip
+    return results
+
+
+def _record(
+    model: ModuleOp | str | Path,
+    dims: Mapping[str, int] | None,
+    opts: AttributeOptions,
+    setup: Setup,
+    variants: Variants,
+    binding: Binding,
+    m: Measured,
+    noise: Noise,
+    kernels: Kernels,
+    passes: list[PassResult],
+) -> Attribution:
+    """The attribution with its protocol: every knob, what the run did, and the host."""
+    from irkit.measure.fingerprint import host_fingerprint
+
+    plan, key_of = setup.plan, variants.key_of
+    t_point, t_boot = m.times(key_of, (plan.empty, plan.full))
+    full, empty = variants.full_key, variants.empty_key
+    for v in variants.records:
+        v["seconds"] = m.timings[v["program"]].estimate.to_json()
+    return Attribution(
+        model=str(model) if not isinstance(model, ModuleOp) else "<module>",
+        pipeline=setup.spec,
+        backend=setup.backend.name,
+        strategy=opts.strategy,
+        steps=setup.steps,
+        passes=passes,
+        variants=variants.records,
+        total_saved=Interval.of(t_point[plan.empty] - t_point[plan.full],
+                                t_boot[plan.empty] - t_boot[plan.full]),
+        total_speedup=Interval.of(t_point[plan.empty] / t_point[plan.full],
+                                  t_boot[plan.empty] / t_boot[plan.full]),
+        baseline=m.timings[empty].estimate,
+        full=m.timings[full].estimate,
+        noise=noise.record,
+        kernels={"baseline": kernels.of(empty), "full": kernels.of(full)},
+        protocol=_protocol(opts, setup, variants, binding, m, kernels),
+        fingerprint={**host_fingerprint(), **setup.device_fingerprint},
+        ceilings=setup.ceilings,
+        dims=dict(dims or {}),
+        rounds={"programs": m.keys, "seconds": m.samples, "slots": m.slot_of,
+                "variants": [(mask, key_of[mask]) for mask in plan.masks]},
+    )  # fmt: skip
+
+
+def _protocol(
+    opts: AttributeOptions,
+    setup: Setup,
+    variants: Variants,
+    binding: Binding,
+    m: Measured,
+    kernels: Kernels,
+) -> dict:
+    """The record's `protocol`: how this run measured, in its own numbers."""
+    groups = slot_groups(m.slot_of)
+    verdicts = opts.stop == "verdicts"
+    first = next(iter(m.timings.values()))
+    shared = variants.shared
+    return {
+        **prose.FIXED,
+        "timer": setup.backend.timer
+        + (", the driver replayed as one CUDA graph" if opts.timer == "graph" else ""),
+        "graph_replay": opts.timer == "graph",
+        "placements": binding.copies,
+        "placement_io": "shared" if binding.shares_io else "own",
+        "placements_wanted": opts.placements if opts.placements is not None else "auto",
+        "placements_limited": binding.wanted if binding.copies < binding.wanted else None,
+        "placement_bytes": binding.copy_bytes,
+        "placement_budget_bytes": binding.copy_budget,
+        "bootstrap_unit": "cycles" if by_cycles(groups) else "rounds",
+        "ci_expansion": expansion(groups),
+        "copy_sd": math.sqrt(copy_variance(m.samples, groups)) if len(groups) > 1 else None,
+        "rounds": m.samples.shape[1],
+        "rounds_per_program": {
+            k: int(n) for k, n in zip(m.keys, (~np.isnan(m.samples)).sum(axis=1), strict=True)
+        },
+        "programs_left": sorted(m.gone),
+        "periods": m.periods or None,
+        "focus_method": prose.FOCUS if verdicts else None,
+        "stop_reason": first.stop_reason,
+        "precision": opts.precision,
+        "stop": opts.stop,
+        "stop_method": prose.STOP_VERDICTS if verdicts else prose.STOP_MEDIANS,
+        "budget_s": opts.budget_s,
+        "budget_split_s": {"programs": opts.program_budget_s, "kernels": opts.kernel_share_s},
+        "min_rounds": opts.min_rounds,
+        "max_rounds": opts.max_rounds,
+        "reps_per_sample": {k: m.timings[k].reps for k in m.keys},
+        "warmup_calls": first.warmup,
+        "bootstrap_resamples": opts.resamples,
+        "seed": opts.seed,
+        "l2_flush": flush_bytes(setup.device_fingerprint),
+        "kernel_times": opts.kernel_times,
+        "kernels_timed": len(kernels.shown) if opts.kernel_times else 0,
+        "kernels_distinct": len(kernels.by_hash),
+        "programs_measured": len(variants.programs),
+        "programs_bound": len(binding.rotation.fns) * binding.copies,
+        "compile": {
+            "seconds": variants.compile_seconds,
+            "pass_runs": shared.pass_runs,
+            "ir_states": shared.states,
+            "pipeline_results": shared.finished,
+            "method": prose.COMPILE,
+        },
+        "variants": len(setup.plan.masks),
+        "permutations": len(setup.plan.permutations) or None,
+        "selection": setup.selection,
+        "load": m.load,
+    }
