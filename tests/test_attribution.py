@@ -1179,7 +1179,10 @@ def test_shared_inputs_and_outputs_are_counted_once_a_slot() -> None:
     exe = compile(CHAIN, "cse,lower-graph-to-loops", backend="cpu", dims=SMALL)
     io = bound_bytes(exe, io_only=True)
     assert io == sum(t.nbytes for t in [*exe.inputs, *exe.outputs])
-    own, shared = copies_within_budget(4, [exe, exe], 2), copies_within_budget(4, [exe, exe], 2, shared_io=True)
+    own, shared = (
+        copies_within_budget(4, [exe, exe], 2),
+        copies_within_budget(4, [exe, exe], 2, shared_io=True),
+    )
     assert own[0] == shared[0] == 4
     assert own[1] - shared[1] == 4 * 3 * io  # each slot: one set of four (2 programs, 2 twins)
 

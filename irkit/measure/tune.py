@@ -247,7 +247,7 @@ def tune(
     # would differ by their copies' offsets too (a few percent on a CPU), and the fastest
     # of several would often be the one that landed well
     racers = [default, *survivors]
-    copies = copies_within_budget(placements, [p.exe for p in racers], 0)[0]  # as if unshared: at most
+    copies = copies_within_budget(placements, [p.exe for p in racers], 0)[0]  # as if unshared
     bound = bind_slots(chosen, {p.spec: (p.exe, f"candidate '{p.spec}'") for p in racers},
                        copies, graph, case, seed)  # fmt: skip
     rotation = Rotation(bound)
