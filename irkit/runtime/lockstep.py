@@ -19,7 +19,7 @@ mapping pass needs: a wrong kernel fails, it is never skipped.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +100,36 @@ class _Launch:
         return self.grid * self.block
 
 
+Rule = Callable[["LockstepInterpreter", Any, list[Any], np.ndarray], Any]
+_RULES: dict[type[Operation], Rule] = {}
+"""The interpreter's rule for each op type (`impl`): called with the op, its operands'
+values and the lanes' mask; returns the result's value, or None for an op without one or
+whose rule binds its results itself (loops, MMA)."""
+
+
+def impl(*types: type[Operation]) -> Callable[[Rule], Rule]:
+    """Register the decorated method as the lockstep rule of `types` (xDSL's interpreters'
+    `@impl(Op)`, one rule an op)."""
+
+    def register(rule: Rule) -> Rule:
+        for t in types:
+            _RULES[t] = rule
+        return rule
+
+    return register
+
+
+def _rule(t: type[Operation], kernel: str, name: str) -> Rule:
+    """The rule for op type `t` (or the nearest base class with one)."""
+    rule = _RULES.get(t)
+    if rule is None:
+        rule = next((_RULES[b] for b in t.__mro__ if b in _RULES), None)
+        if rule is None:
+            raise LockstepError(f"@{kernel}: the lockstep interpretation has no rule for {name}")
+        _RULES[t] = rule
+    return rule
+
+
 class LockstepInterpreter:
     """Runs GPU-mapped kernels over numpy buffers (see the module docstring)."""
 
@@ -153,6 +183,8 @@ class LockstepInterpreter:
         return []
 
     def op(self, op: Operation, mask: np.ndarray) -> None:
+        """Run one op on every lane of `mask`: the arithmetic tables first, then the op's
+        rule (`impl`), its result (if any) kept in the op's element type."""
         env = self.env
         args = [env[v] for v in op.operands] if not isinstance(op, scf.ForOp | scf.IfOp) else []
         t = type(op)
@@ -162,82 +194,115 @@ class LockstepInterpreter:
             out = UNARY[t](args[0])
         elif t in TERNARY:
             out = TERNARY[t](*args)
-        elif isinstance(op, arith.ConstantOp):
-            assert isinstance(op.value, IntegerAttr | FloatAttr)
-            out = value_dtype(op.result.type).type(op.value.value.data)
-        elif isinstance(op, arith.CmpiOp | arith.CmpfOp):
-            out = self._compare(op, args)
-        elif isinstance(op, arith.SelectOp):
-            out = np.where(args[0], args[1], args[2])
-        elif isinstance(
-            op,
-            arith.ExtFOp
-            | arith.TruncFOp
-            | arith.SIToFPOp
-            | arith.FPToSIOp
-            | arith.IndexCastOp
-            | arith.UIToFPOp
-            | arith.ExtSIOp
-            | arith.ExtUIOp
-            | arith.TruncIOp,
-        ):
-            with np.errstate(invalid="ignore"):  # a float out of an int's range: selected away
-                out = np.asarray(args[0]).astype(value_dtype(op.results[0].type))
-        elif isinstance(op, arith.BitcastOp):
-            out = np.asarray(args[0]).view(value_dtype(op.results[0].type))
-        elif isinstance(op, gpu.ThreadIdOp | gpu.BlockIdOp | gpu.BlockDimOp | gpu.GridDimOp):
-            out = self._geometry(op)
-        elif isinstance(op, gpu.BarrierOp):
-            self._barrier(mask)
-            return
-        elif isinstance(op, memref.GetGlobalOp):
-            out = self._get_global(op)
-        elif isinstance(op, memref.LoadOp):
-            out = self._load(op.memref.type, op.name, args, mask)
-        elif isinstance(op, memref.StoreOp):
-            self._store(op.memref.type, op.name, args, mask)
-            return
-        elif isinstance(op, PrefetchOp):  # a CPU cache hint
-            return
-        elif isinstance(op, vector.LoadOp):
-            out = self._vector_load(op, args, mask)
-        elif isinstance(op, vector.StoreOp):
-            self._vector_store(op, args, mask)
-            return
-        elif isinstance(op, vector.ExtractOp):
-            out = self._extract(op, args[0])
-        elif isinstance(op, vector.BroadcastOp):  # a vector per lane: a trailing axis
-            lanes = op.vector.type.get_shape()[0]
-            out = np.repeat(np.asarray(args[0])[..., None], lanes, axis=-1)
-        elif isinstance(op, vector.InsertOp):
-            (position,) = op.static_position.get_values()
-            out = np.array(args[1], copy=True)
-            out[..., position] = args[0]
-        elif isinstance(op, MMA_OPS):
-            self._mma(op, args, mask)
-            return
-        elif isinstance(op, ShuffleOp):
-            out = self._shuffle(op, args, mask)
-        elif isinstance(op, scf.ForOp):
-            self._for(op, mask)
-            return
-        elif isinstance(op, scf.IfOp):
-            self._if(op, mask)
-            return
-        elif isinstance(op, func.CallOp) and len(op.res) == 1:  # a scalar function
-            out = self._call(op, args, mask)
         else:
-            raise LockstepError(
-                f"@{self.run.name}: the lockstep interpretation has no rule for {op.name}"
-            )
-        if op.results and not isinstance(op.results[0].type, MemRefType):
+            out = _rule(t, self.run.name, op.name)(self, op, args, mask)
+        if out is None:  # no result, or the rule kept its own (loops, MMA)
+            return
+        if not isinstance(op.results[0].type, MemRefType):
             kind = _DTYPES.get(op.results[0].type)
             if kind is None:
                 kind = _DTYPES[op.results[0].type] = value_dtype(op.results[0].type)
             out = np.asarray(out)
-            env[op.results[0]] = out.astype(kind, copy=False) if out.dtype != kind else out
-        elif op.results:
-            env[op.results[0]] = out
+            out = out.astype(kind, copy=False) if out.dtype != kind else out
+        env[op.results[0]] = out
+
+    # --- the rules: one an op (or a family of ops), registered with `impl` -----------------
+
+    @impl(arith.ConstantOp)
+    def _constant(self, op: arith.ConstantOp, args: list[Any], mask: np.ndarray) -> Any:
+        assert isinstance(op.value, IntegerAttr | FloatAttr)
+        return value_dtype(op.result.type).type(op.value.value.data)
+
+    @impl(arith.CmpiOp, arith.CmpfOp)
+    def _compare_op(
+        self, op: arith.CmpiOp | arith.CmpfOp, args: list[Any], mask: np.ndarray
+    ) -> Any:
+        return self._compare(op, args)
+
+    @impl(arith.SelectOp)
+    def _select(self, op: arith.SelectOp, args: list[Any], mask: np.ndarray) -> Any:
+        return np.where(args[0], args[1], args[2])
+
+    @impl(arith.ExtFOp, arith.TruncFOp, arith.SIToFPOp, arith.FPToSIOp, arith.IndexCastOp,
+          arith.UIToFPOp, arith.ExtSIOp, arith.ExtUIOp, arith.TruncIOp)  # fmt: skip
+    def _cast(self, op: Operation, args: list[Any], mask: np.ndarray) -> Any:
+        with np.errstate(invalid="ignore"):  # a float out of an int's range: selected away
+            return np.asarray(args[0]).astype(value_dtype(op.results[0].type))
+
+    @impl(arith.BitcastOp)
+    def _bitcast(self, op: arith.BitcastOp, args: list[Any], mask: np.ndarray) -> Any:
+        return np.asarray(args[0]).view(value_dtype(op.results[0].type))
+
+    @impl(gpu.ThreadIdOp, gpu.BlockIdOp, gpu.BlockDimOp, gpu.GridDimOp)
+    def _geometry_op(self, op: Operation, args: list[Any], mask: np.ndarray) -> Any:
+        return self._geometry(op)
+
+    @impl(gpu.BarrierOp)
+    def _barrier_op(self, op: gpu.BarrierOp, args: list[Any], mask: np.ndarray) -> None:
+        self._barrier(mask)
+
+    @impl(memref.GetGlobalOp)
+    def _get_global_op(self, op: memref.GetGlobalOp, args: list[Any], mask: np.ndarray) -> Any:
+        return self._get_global(op)
+
+    @impl(memref.LoadOp)
+    def _load_op(self, op: memref.LoadOp, args: list[Any], mask: np.ndarray) -> Any:
+        return self._load(op.memref.type, op.name, args, mask)
+
+    @impl(memref.StoreOp)
+    def _store_op(self, op: memref.StoreOp, args: list[Any], mask: np.ndarray) -> None:
+        self._store(op.memref.type, op.name, args, mask)
+
+    @impl(PrefetchOp)
+    def _prefetch(self, op: PrefetchOp, args: list[Any], mask: np.ndarray) -> None:
+        """A CPU cache hint: nothing to do."""
+
+    @impl(vector.LoadOp)
+    def _vector_load_op(self, op: vector.LoadOp, args: list[Any], mask: np.ndarray) -> Any:
+        return self._vector_load(op, args, mask)
+
+    @impl(vector.StoreOp)
+    def _vector_store_op(self, op: vector.StoreOp, args: list[Any], mask: np.ndarray) -> None:
+        self._vector_store(op, args, mask)
+
+    @impl(vector.ExtractOp)
+    def _extract_op(self, op: vector.ExtractOp, args: list[Any], mask: np.ndarray) -> Any:
+        return self._extract(op, args[0])
+
+    @impl(vector.BroadcastOp)
+    def _broadcast(self, op: vector.BroadcastOp, args: list[Any], mask: np.ndarray) -> Any:
+        """A vector per lane: a trailing axis."""
+        lanes = op.vector.type.get_shape()[0]
+        return np.repeat(np.asarray(args[0])[..., None], lanes, axis=-1)
+
+    @impl(vector.InsertOp)
+    def _insert(self, op: vector.InsertOp, args: list[Any], mask: np.ndarray) -> Any:
+        (position,) = op.static_position.get_values()
+        out = np.array(args[1], copy=True)
+        out[..., position] = args[0]
+        return out
+
+    @impl(*MMA_OPS)
+    def _mma_op(self, op: Operation, args: list[Any], mask: np.ndarray) -> None:
+        self._mma(op, args, mask)
+
+    @impl(ShuffleOp)
+    def _shuffle_op(self, op: ShuffleOp, args: list[Any], mask: np.ndarray) -> Any:
+        return self._shuffle(op, args, mask)
+
+    @impl(scf.ForOp)
+    def _for_op(self, op: scf.ForOp, args: list[Any], mask: np.ndarray) -> None:
+        self._for(op, mask)
+
+    @impl(scf.IfOp)
+    def _if_op(self, op: scf.IfOp, args: list[Any], mask: np.ndarray) -> None:
+        self._if(op, mask)
+
+    @impl(func.CallOp)
+    def _call_op(self, op: func.CallOp, args: list[Any], mask: np.ndarray) -> Any:
+        if len(op.res) != 1:  # only scalar functions are interpreted
+            raise LockstepError(f"@{self.run.name}: the lockstep interpretation has no rule for {op.name}")  # fmt: skip
+        return self._call(op, args, mask)
 
     def _call(self, op: func.CallOp, args: list[Any], mask: np.ndarray) -> Any:
         """A scalar function's result for every lane: its body run on the arguments."""
