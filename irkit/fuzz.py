@@ -48,8 +48,14 @@ UNARY = ("relu", "neg", "abs", "tanh", "sigmoid", "gelu", "erf", "exp(0.25 * {x}
 f16 rounding of its argument at a kernel boundary (which the tolerance allows) into a large
 relative error of a small result (a 30-minute campaign found exactly that), so log's
 argument is kept at 2 or more, as the op property tests do."""
-BINARY = ("{a} + {b}", "{a} - {b}", "{a} * {b}", "max({a}, {b})", "min({a}, {b})",
-          "{a} / (abs({b}) + 0.5)")  # fmt: skip
+BINARY = (
+    "{a} + {b}",
+    "{a} - {b}",
+    "{a} * {b}",
+    "max({a}, {b})",
+    "min({a}, {b})",
+    "{a} / (abs({b}) + 0.5)",
+)
 
 REDUCTIONS = {
     **dict.fromkeys(("f32", "f64"), ("reduce_sum", "reduce_max", "reduce_mean")),
@@ -157,12 +163,18 @@ def _step(draw, m: _Model) -> None:
             keep = draw(st.integers(0, rank))
             b = m.input([1 if draw(st.booleans()) else d for d in shape[rank - keep :]], dtype)
         a, b = (b, name) if draw(st.booleans()) and other != "literal" else (name, b)
-        forms = BINARY if other != "literal" else ("{a} + {b}", "{a} - {b}", "{a} * {b}", "{a} / {b}")  # fmt: skip
+        forms = (
+            BINARY if other != "literal" else ("{a} + {b}", "{a} - {b}", "{a} * {b}", "{a} / {b}")
+        )
         m.define(draw(st.sampled_from(forms)).format(a=a, b=b), shape, dtype)
     elif kind == "reduce" and rank >= 1:
         axes = draw(st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True))
         keep = draw(st.booleans())
-        out = [1 if i in axes else d for i, d in enumerate(shape)] if keep else [d for i, d in enumerate(shape) if i not in axes]  # fmt: skip
+        out = (
+            [1 if i in axes else d for i, d in enumerate(shape)]
+            if keep
+            else [d for i, d in enumerate(shape) if i not in axes]
+        )
         if not out:
             return  # a rank-0 result: keep graphs of ranked values
         op = draw(st.sampled_from(REDUCTIONS[dtype]))
@@ -213,7 +225,11 @@ def _exact_step(draw, m: _Model, name: str, shape: list[int], dtype: str) -> Non
         out = [*shape[:axis], count, *shape[axis + 1 :]]
         if m.fits(out):
             idx = m.input([count], draw(st.sampled_from(INT_TYPES)))
-            m.define(f"gather({name}, {idx}, axis={axis - rank if draw(st.booleans()) else axis})", out, dtype)  # fmt: skip
+            m.define(
+                f"gather({name}, {idx}, axis={axis - rank if draw(st.booleans()) else axis})",
+                out,
+                dtype,
+            )
     elif form == "gather_elements":
         axis = draw(st.integers(0, rank - 1))
         idx = m.input(shape, draw(st.sampled_from(INT_TYPES)))
@@ -292,7 +308,9 @@ def pipelines(draw, backend: str = "cpu", append: str = "") -> str:
             continue
         space = OPTION_SPACE.get(name, {})
         chosen = {k: draw(st.sampled_from(v)) for k, v in space.items() if draw(st.booleans())}
-        opts = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in chosen.items())  # fmt: skip
+        opts = " ".join(
+            f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in chosen.items()
+        )
         items.append(f"{name}{{{opts}}}" if opts else name)
     spec = ",".join([*items, *([append] if append else [])])
     try:
@@ -331,11 +349,15 @@ def write_reproducer(finding: Finding, out: Path) -> Path:
     """A .graph file holding the shrunk case, the error and the command that reproduces it."""
     from irkit.errors import one_line
 
-    digest = hashlib.sha256(f"{finding.source}{finding.pipeline}{finding.backend}".encode()).hexdigest()[:10]  # fmt: skip
+    digest = hashlib.sha256(
+        f"{finding.source}{finding.pipeline}{finding.backend}".encode()
+    ).hexdigest()[:10]
     path = out / f"fuzz-{finding.backend}-{digest}.graph"
     out.mkdir(parents=True, exist_ok=True)
-    header = (f"# irkit fuzz reproducer: {one_line(finding.error)[:400]}\n"
-              f"# RUN: irkit-bench run {path.name} -p '{finding.pipeline}' --backend {finding.backend}\n")  # fmt: skip
+    header = (
+        f"# irkit fuzz reproducer: {one_line(finding.error)[:400]}\n"
+        f"# RUN: irkit-bench run {path.name} -p '{finding.pipeline}' --backend {finding.backend}\n"
+    )
     path.write_text(header + finding.source)
     return path
 
@@ -368,8 +390,13 @@ def fuzz_round(
     last: list[Finding] = []
 
     @hseed(seed)
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=False,
-              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=False,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(graph_sources(backend), pipelines(backend, append))
     def prop(source: str, pipeline: str) -> None:
         counts[backend] = counts.get(backend, 0) + 1
@@ -407,9 +434,12 @@ def campaign(
             print(f"FOUND on {backend}: {finding.error[:200]}\n  -> {found[-1]}", flush=True)
         round_ += 1
         left = max(0.0, deadline - time.monotonic())
-        print(f"round {round_}: {sum(counts.values())} cases "
-              f"({', '.join(f'{b} {n}' for b, n in counts.items())}); {len(found)} finding(s); "
-              f"{left / 60:.1f} min left", flush=True)  # fmt: skip
+        print(
+            f"round {round_}: {sum(counts.values())} cases "
+            f"({', '.join(f'{b} {n}' for b, n in counts.items())}); {len(found)} finding(s); "
+            f"{left / 60:.1f} min left",
+            flush=True,
+        )
     return counts, found
 
 
@@ -418,8 +448,12 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m irkit.fuzz", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--minutes", type=float, default=5.0, help="campaign length (default 5)")
-    parser.add_argument("--backend", action="append", default=None,
-                        help="cpu and/or cuda-sim (repeatable; default both)")  # fmt: skip
+    parser.add_argument(
+        "--backend",
+        action="append",
+        default=None,
+        help="cpu and/or cuda-sim (repeatable; default both)",
+    )
     parser.add_argument("--out", default="fuzz-out", help="where shrunk reproducers go")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -427,9 +461,11 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     counts, found = campaign(backends, args.minutes, Path(args.out), args.seed)
     listed = "".join(f"\n  {p}" for p in found)
-    print(f"fuzz: {sum(counts.values())} cases in {(time.monotonic() - start) / 60:.1f} min "
-          f"({', '.join(f'{b} {n}' for b, n in counts.items())}), seed {args.seed}: "
-          f"{len(found)} finding(s){listed}")  # fmt: skip
+    print(
+        f"fuzz: {sum(counts.values())} cases in {(time.monotonic() - start) / 60:.1f} min "
+        f"({', '.join(f'{b} {n}' for b, n in counts.items())}), seed {args.seed}: "
+        f"{len(found)} finding(s){listed}"
+    )
     return 1 if found else 0
 
 

@@ -94,8 +94,11 @@ def _verify_op(op: Operation) -> None:
 
 def symbol_table(module: ModuleOp) -> dict[str, Operation]:
     """The module's top-level ops that have a symbol name, by name."""
-    return {o.sym_name.data: o for o in module.ops
-            if isinstance(getattr(o, "sym_name", None), StringAttr)}  # fmt: skip
+    return {
+        o.sym_name.data: o
+        for o in module.ops
+        if isinstance(getattr(o, "sym_name", None), StringAttr)
+    }
 
 
 def function_key(op: Operation, table: dict[str, Operation]) -> tuple | None:
@@ -155,11 +158,16 @@ def structure_key(module: Operation) -> tuple[int, int]:
             items.append(tuple((number(b, len(numbers)), tuple(number(a, len(numbers)) for a in b.args),
                                 tuple(attribute(a.type, len(_ATTRIBUTES)) for a in b.args))
                                for b in region.blocks))  # fmt: skip
-        items.append((op.name, tuple(number(v, len(numbers)) for v in op.operands),
-                      tuple(attribute(r.type, len(_ATTRIBUTES)) for r in op.results),
-                      tuple((k, attribute(v, len(_ATTRIBUTES))) for k, v in op.properties.items()),
-                      tuple((k, attribute(v, len(_ATTRIBUTES))) for k, v in op.attributes.items()),
-                      tuple(number(b, len(numbers)) for b in op.successors)))  # fmt: skip
+        items.append(
+            (
+                op.name,
+                tuple(number(v, len(numbers)) for v in op.operands),
+                tuple(attribute(r.type, len(_ATTRIBUTES)) for r in op.results),
+                tuple((k, attribute(v, len(_ATTRIBUTES))) for k, v in op.properties.items()),
+                tuple((k, attribute(v, len(_ATTRIBUTES))) for k, v in op.attributes.items()),
+                tuple(number(b, len(numbers)) for b in op.successors),
+            )
+        )
         for r in op.results:
             number(r, len(numbers))
     return hash(tuple(items)), count

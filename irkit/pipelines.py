@@ -220,8 +220,14 @@ def lower_for_cpu(module: ModuleOp) -> ModuleOp:
     if not is_loop_level(module):
         spec = "lower-graph-to-loops,interchange-matmul,block-reductions"
         return apply_passes(module, parse_passes(spec))
-    steps = [name for name, needed in (("interchange-matmul", needs_interchange),
-                                       ("block-reductions", needs_blocking)) if needed(module)]  # fmt: skip
+    steps = [
+        name
+        for name, needed in (
+            ("interchange-matmul", needs_interchange),
+            ("block-reductions", needs_blocking),
+        )
+        if needed(module)
+    ]
     if not steps:
         return module
     return apply_passes(module, parse_passes(",".join(steps)))
@@ -372,7 +378,13 @@ def apply_passes(
     took on transformer_block on the 2-core development machine (the passes 0.11-0.18 s)."""
     expect("apply_passes", "module", module, ModuleOp, "a module")
     for p in passes:
-        expect("apply_passes", "passes", p, ModulePass, "a list of pass instances (parse_passes' result)")  # fmt: skip
+        expect(
+            "apply_passes",
+            "passes",
+            p,
+            ModulePass,
+            "a list of pass instances (parse_passes' result)",
+        )
     ctx = ctx or make_context()
     for p in passes:  # every option is checked before any pass runs
         check_options(p)
@@ -399,10 +411,14 @@ def apply_passes(
             pass
     _apply_verifying_each(original, passes, ctx, None, reproducer_dir)
     if failed is not None:
-        raise PassFailure(failed.name, "it raised, and not when the pipeline was replayed: "
-                          "it is not deterministic")  # fmt: skip
-    raise IrkitError("the pipeline's result did not verify, and did when it was replayed with "
-                     "verification after each pass: a pass is not deterministic")  # fmt: skip
+        raise PassFailure(
+            failed.name,
+            "it raised, and not when the pipeline was replayed: it is not deterministic",
+        )
+    raise IrkitError(
+        "the pipeline's result did not verify, and did when it was replayed with "
+        "verification after each pass: a pass is not deterministic"
+    )
 
 
 def _apply_verifying_each(
@@ -490,9 +506,11 @@ def apply_pipelines(
     def replay(index: int) -> typing.NoReturn:
         passes = [p for j, spec in enumerate(steps) if masks[index][j] for p in parsed[spec]]
         _apply_verifying_each(module.clone(), passes, ctx, None, None)
-        raise IrkitError(f"pipeline '{','.join(s for j, s in enumerate(steps) if masks[index][j])}' "
-                         "failed when run with others sharing its passes, and not when "
-                         "replayed alone: a pass is not deterministic")  # fmt: skip
+        raise IrkitError(
+            f"pipeline '{','.join(s for j, s in enumerate(steps) if masks[index][j])}' "
+            "failed when run with others sharing its passes, and not when "
+            "replayed alone: a pass is not deterministic"
+        )
 
     work = module.clone()
     frontier: dict[int, tuple[ModuleOp, list[int]]] = {

@@ -41,7 +41,9 @@ def load_plugins(names: Iterable[str] = ()) -> list[str]:
         try:
             ep.load()
         except Exception as e:  # a broken installed plugin is the user's to see, in one line
-            raise IrkitError(f"plugin entry point '{ep.name}' ({ep.value}): cannot load: {type(e).__name__}: {one_line(e)}") from None  # fmt: skip
+            raise IrkitError(
+                f"plugin entry point '{ep.name}' ({ep.value}): cannot load: {type(e).__name__}: {one_line(e)}"
+            ) from None
     if wanted:
         os.environ[ENV] = os.pathsep.join(wanted)
     return wanted
@@ -68,4 +70,6 @@ def _import(name: str) -> None:
     except IrkitError:
         raise
     except Exception as e:  # ImportError, or anything the module raised while importing
-        raise IrkitError(f"--plugin {name}: cannot import it: {type(e).__name__}: {one_line(e)}") from None  # fmt: skip
+        raise IrkitError(
+            f"--plugin {name}: cannot import it: {type(e).__name__}: {one_line(e)}"
+        ) from None

@@ -131,7 +131,9 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = int(_number(text, int))
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be an integer from {low} to {high}, got {text!r}")  # fmt: skip
+            raise argparse.ArgumentTypeError(
+                f"must be an integer from {low} to {high}, got {text!r}"
+            )
         return value
 
     return parse
@@ -181,7 +183,9 @@ def check_output(
     `kind` written there (json, html or text)."""
     for source in inputs:
         if source is not None and same_file(path, source):
-            raise IrkitError(f"{flag} names an input of this command; refusing to write over it", str(path))  # fmt: skip
+            raise IrkitError(
+                f"{flag} names an input of this command; refusing to write over it", str(path)
+            )
     p = Path(path)
     if p.is_dir():
         raise IrkitError(f"{flag}: is a directory", str(path))
@@ -192,7 +196,10 @@ def check_output(
         with p.open("rb") as f:
             head = f.read(4096).lstrip()
         if head and not looks_right(head):
-            raise IrkitError(f"{flag}: the file exists and is not {what}; refusing to replace it (remove it first)", str(path))  # fmt: skip
+            raise IrkitError(
+                f"{flag}: the file exists and is not {what}; refusing to replace it (remove it first)",
+                str(path),
+            )
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise IrkitError(f"{flag}: directory {parent} does not exist", str(path))

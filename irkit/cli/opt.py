@@ -133,8 +133,14 @@ class IrkitOptMain(xDSLOptMain):
         path = self.args.input_file
         if path and Path(path).suffix.lower() == ".onnx":  # binary: the ONNX frontend reads it
             module = load(path, dict(self.args.dim))
-            apply_passes(module, passes, self.ctx, self._after_pass, self.args.reproducer_dir,
-                         verify_each=not self.args.no_verify_each)  # fmt: skip
+            apply_passes(
+                module,
+                passes,
+                self.ctx,
+                self._after_pass,
+                self.args.reproducer_dir,
+                verify_each=not self.args.no_verify_each,
+            )
             self._write(self.output_resulting_program(module))
             return
         text, filename, kind = self._read_input()
@@ -143,8 +149,14 @@ class IrkitOptMain(xDSLOptMain):
         for chunk in chunks:
             try:
                 module = parse_source(chunk, filename, kind, dict(self.args.dim))
-                apply_passes(module, passes, self.ctx, self._after_pass, self.args.reproducer_dir,
-                         verify_each=not self.args.no_verify_each)  # fmt: skip
+                apply_passes(
+                    module,
+                    passes,
+                    self.ctx,
+                    self._after_pass,
+                    self.args.reproducer_dir,
+                    verify_each=not self.args.no_verify_each,
+                )
                 outputs.append(self.output_resulting_program(module))
             except IrkitError as e:
                 if not self.args.verify_diagnostics:
@@ -156,7 +168,9 @@ class IrkitOptMain(xDSLOptMain):
         path = self.args.input_file
         if path is None or path == "-":
             if sys.stdin is None or sys.stdin.isatty():  # mlir-opt would wait for a ^D
-                raise IrkitError("no input file, and standard input is a terminal: give a model file or pipe MLIR in")  # fmt: skip
+                raise IrkitError(
+                    "no input file, and standard input is a terminal: give a model file or pipe MLIR in"
+                )
             return sys.stdin.read(), "<stdin>", "." + (self.args.frontend or "mlir")
         text = read_text(path)  # first: a missing file or a directory is said as such
         kind = "." + self.args.frontend if self.args.frontend else Path(path).suffix.lower()

@@ -47,14 +47,18 @@ def _focused(proto: dict) -> str:
     said = []
     if left:
         rounds = sorted({per[k] for k in left})
-        said.append(f"{len(left)} of {len(programs)} programs left once their passes had "
-                    f"verdicts, after {rounds[0]}{'' if len(rounds) == 1 else f'-{rounds[-1]}'} "
-                    "rounds")  # fmt: skip
+        said.append(
+            f"{len(left)} of {len(programs)} programs left once their passes had "
+            f"verdicts, after {rounds[0]}{'' if len(rounds) == 1 else f'-{rounds[-1]}'} "
+            "rounds"
+        )
     periods = {k: p for k, p in (proto.get("periods") or {}).items() if p > 1}
     if periods:
         ks = sorted(set(periods.values()))
-        said.append(f"{len(periods)} sampled in one cycle of every {ks[0]}"
-                    f"{'' if len(ks) == 1 else f'-{ks[-1]}'} for their cost at the end")  # fmt: skip
+        said.append(
+            f"{len(periods)} sampled in one cycle of every {ks[0]}"
+            f"{'' if len(ks) == 1 else f'-{ks[-1]}'} for their cost at the end"
+        )
     return f" ({'; '.join(said)})" if said else ""
 
 
@@ -84,17 +88,27 @@ def show_attribution(console: Console, rec: dict) -> None:
     load = proto.get("load")
     if load and load.get("loaded"):
         loads = [load.get("load_1min_start"), load.get("load_1min_end")]
-        said = (f"1-minute load {loads[0]:.2f} at the start, {loads[1]:.2f} at the end, on "
-                f"{load['cpus']} CPUs" if None not in loads else f"{load['cpus']} CPUs")  # fmt: skip
+        said = (
+            f"1-minute load {loads[0]:.2f} at the start, {loads[1]:.2f} at the end, on "
+            f"{load['cpus']} CPUs"
+            if None not in loads
+            else f"{load['cpus']} CPUs"
+        )
         if load.get("run_queue_mean") is not None:
-            said = (f"other processes' threads runnable {load['run_queue_mean']:.2f} on average "
-                    f"over {load['run_queue_samples']} readings; {said}")  # fmt: skip
+            said = (
+                f"other processes' threads runnable {load['run_queue_mean']:.2f} on average "
+                f"over {load['run_queue_samples']} readings; {said}"
+            )
         if load.get("crowded"):
-            said += (f"; {max(q for q in (load.get('run_queue_start'), load.get('run_queue_end')) if q is not None)} "
-                     f"other threads runnable beside the program's {load.get('threads') or 1}")  # fmt: skip
+            said += (
+                f"; {max(q for q in (load.get('run_queue_start'), load.get('run_queue_end')) if q is not None)} "
+                f"other threads runnable beside the program's {load.get('threads') or 1}"
+            )
         if load.get("waited_for_a_core"):
-            said += (f"; the full program had the CPU {load['cpu_over_wall']:.0%} of its wall "
-                     "time on one thread (it waited for a core)")  # fmt: skip
+            said += (
+                f"; the full program had the CPU {load['cpu_over_wall']:.0%} of its wall "
+                "time on one thread (it waited for a core)"
+            )
         console.print(
             f"the machine was loaded: {said}; expect a wider noise floor and copy-to-copy "
             "offsets (run again on a quiet machine to confirm, or with --quiet-machine)",
@@ -104,8 +118,7 @@ def show_attribution(console: Console, rec: dict) -> None:
     placements = proto.get("placements")
     if placements:
         spread = proto.get("copy_sd")
-        said = (f"; a copy's offset {spread:.2%} (sd), in every CI"
-                if spread is not None else "")  # fmt: skip
+        said = f"; a copy's offset {spread:.2%} (sd), in every CI" if spread is not None else ""
         console.print(
             f"{placements} placements: every program linked and bound {placements} times, "
             f"rounds rotating through the copies{said}; CIs resample rounds within copies and "
@@ -114,7 +127,7 @@ def show_attribution(console: Console, rec: dict) -> None:
                 "; a slot's programs share its input and output buffers"
                 if proto.get("placement_io") == "shared"
                 else ""
-            ),  # fmt: skip
+            ),
             highlight=False,
         )
     limited = proto.get("placements_limited")
@@ -209,7 +222,10 @@ def show_attribution(console: Console, rec: dict) -> None:
     console.print(table)
     if runs:
         gap = f", {runs['gap_s']:g} s apart" if runs["gap_s"] else ""
-        console.print(f"run to run ({runs['count']} runs{gap}; loaded in {sum(runs['loaded'])}):", highlight=False)  # fmt: skip
+        console.print(
+            f"run to run ({runs['count']} runs{gap}; loaded in {sum(runs['loaded'])}):",
+            highlight=False,
+        )
         for p in rec["passes"]:
             r = p.get("run_to_run")
             if r:
@@ -224,7 +240,11 @@ def show_attribution(console: Console, rec: dict) -> None:
         if not (k["removed"] or k["added"]):
             continue
         timed = k["saved_s"] is not None
-        kt = Table(title=f"kernels changed by {p['pass']}" + (" (each timed alone)" if timed else " (not timed: --no-kernel-times)"), title_justify="left")  # fmt: skip
+        kt = Table(
+            title=f"kernels changed by {p['pass']}"
+            + (" (each timed alone)" if timed else " (not timed: --no-kernel-times)"),
+            title_justify="left",
+        )
         for col in ("", "kernel", "count", "time each", "% of roof", "bound"):
             kt.add_column(
                 col, justify="right" if col in ("count", "time each", "% of roof") else "left"
@@ -232,9 +252,14 @@ def show_attribution(console: Console, rec: dict) -> None:
         for sign, ks in (("-", k["removed"]), ("+", k["added"])):
             for kk, count in _collapse(ks):
                 roof = kk.get("roofline") or {}
-                kt.add_row(sign, _kernel_name(kk), str(count), fmt_time(kk["seconds"]) if timed else "",
-                           f"{roof['percent_of_roof']:.1f}%" if roof else "",
-                           _bound(roof))  # fmt: skip
+                kt.add_row(
+                    sign,
+                    _kernel_name(kk),
+                    str(count),
+                    fmt_time(kk["seconds"]) if timed else "",
+                    f"{roof['percent_of_roof']:.1f}%" if roof else "",
+                    _bound(roof),
+                )
         console.print(kt)
     show_roofline(console, rec)
 
@@ -266,23 +291,30 @@ def show_roofline(console: Console, rec: dict) -> None:
         return  # not timed (--no-kernel-times)
     title = "kernels of the full pipeline"
     if ceilings:
-        title += (f" on the roofline: {ceilings['device']}, copy {ceilings['bandwidth'] / 1e9:.1f} GB/s, "
-                  f"fma {ceilings['flops'] / 1e9:.0f} GFLOP/s "
-                  f"({ceilings.get('flops_source', 'measured')})")  # fmt: skip
+        title += (
+            f" on the roofline: {ceilings['device']}, copy {ceilings['bandwidth'] / 1e9:.1f} GB/s, "
+            f"fma {ceilings['flops'] / 1e9:.0f} GFLOP/s "
+            f"({ceilings.get('flops_source', 'measured')})"
+        )
     table = Table(title=title, title_justify="left")
     for col in ("kernel", "time", "GFLOP/s", "GB/s", "FLOP/byte", "% of roof", "bound"):
         table.add_column(col, justify="left" if col in ("kernel", "bound") else "right")
     for k in kernels:
         roof = k.get("roofline") or {}
         table.add_row(
-            _kernel_name(k), fmt_time(k["seconds"]), f"{k['flops'] / k['seconds'] / 1e9:.2f}",
+            _kernel_name(k),
+            fmt_time(k["seconds"]),
+            f"{k['flops'] / k['seconds'] / 1e9:.2f}",
             f"{k['min_bytes'] / k['seconds'] / 1e9:.2f}",
             f"{k['flops'] / k['min_bytes']:.2f}" if k["min_bytes"] else "",
-            f"{roof['percent_of_roof']:.1f}%" if roof else "", _bound(roof),
-        )  # fmt: skip
+            f"{roof['percent_of_roof']:.1f}%" if roof else "",
+            _bound(roof),
+        )
     console.print(table)
-    levels = ", ".join(f"{lv['name']} {lv['bandwidth'] / 1e9:.0f} GB/s"
-                       for lv in (ceilings or {}).get("levels", ()))  # fmt: skip
+    levels = ", ".join(
+        f"{lv['name']} {lv['bandwidth'] / 1e9:.0f} GB/s"
+        for lv in (ceilings or {}).get("levels", ())
+    )
     if levels and ceilings:
         console.print(
             f"memory roofs by where a kernel's working set fits (timed warm, back to back): "

@@ -228,8 +228,11 @@ class CPrinter:
 
     def infix(self, op: Operation) -> None:
         sym = self.INFIX[type(op)]
-        self.define(op.results[0], f"{self.name(op.operands[0])} {sym} {self.name(op.operands[1])}",
-                    "i" if isinstance(op.results[0].type, IndexType) else "v")  # fmt: skip
+        self.define(
+            op.results[0],
+            f"{self.name(op.operands[0])} {sym} {self.name(op.operands[1])}",
+            "i" if isinstance(op.results[0].type, IndexType) else "v",
+        )
 
     def unsigned_infix(self, op: Operation) -> None:
         """divui, remui, shrui: the operands read as the unsigned type of their width."""
@@ -276,15 +279,19 @@ class CPrinter:
     def call(self, op: func.CallOp) -> None:
         """A call of a scalar function (printed before the kernels by `scalar_function`)."""
         if len(op.res) != 1:
-            raise IrkitError(f"the C printer calls only scalar functions, not @{op.callee.root_reference.data}")  # fmt: skip
+            raise IrkitError(
+                f"the C printer calls only scalar functions, not @{op.callee.root_reference.data}"
+            )
         args = ", ".join(self.name(v) for v in op.arguments)
         self.define(op.res[0], f"{op.callee.root_reference.data}({args})")
 
     def scalar_function(self, fn: func.FuncOp) -> str:
         """A scalar function (`irkit.inline`) as a `__device__ __forceinline__` C function."""
         self.names, self.counter, self.taken = {}, 0, set()
-        params = [f"{self.type_name(a.type)} {self.fresh(a, f'arg{i}', alone=True)}"
-                  for i, a in enumerate(fn.body.block.args)]  # fmt: skip
+        params = [
+            f"{self.type_name(a.type)} {self.fresh(a, f'arg{i}', alone=True)}"
+            for i, a in enumerate(fn.body.block.args)
+        ]
         self.lines, self.indent = [], 1
         for op in fn.body.block.ops:
             if isinstance(op, func.ReturnOp):
@@ -292,8 +299,10 @@ class CPrinter:
             else:
                 self.op(op)
         (result,) = fn.function_type.outputs.data
-        return (f"__device__ __forceinline__ {self.type_name(result)} "
-                f"{fn.sym_name.data}({', '.join(params)}) {{\n" + "\n".join(self.lines) + "\n}\n")  # fmt: skip
+        return (
+            f"__device__ __forceinline__ {self.type_name(result)} "
+            f"{fn.sym_name.data}({', '.join(params)}) {{\n" + "\n".join(self.lines) + "\n}\n"
+        )
 
     def load(self, op: memref.LoadOp) -> None:
         self.define(op.res, self.element(op.memref, list(op.indices)))
@@ -383,8 +392,12 @@ __device__ __forceinline__ double irkit_minimum(double a, double b) { return (a 
 __device__ __forceinline__ float irkit_rsqrtf(float a) { return 1.0f / sqrtf(a); }
 __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); }
 """
-    GEOMETRY: ClassVar[dict[type[Operation], tuple[str, str]]] = {gpu.ThreadIdOp: ("threadIdx", "tid"), gpu.BlockIdOp: ("blockIdx", "bid"),
-                gpu.BlockDimOp: ("blockDim", "ntid"), gpu.GridDimOp: ("gridDim", "nbid")}  # fmt: skip
+    GEOMETRY: ClassVar[dict[type[Operation], tuple[str, str]]] = {
+        gpu.ThreadIdOp: ("threadIdx", "tid"),
+        gpu.BlockIdOp: ("blockIdx", "bid"),
+        gpu.BlockDimOp: ("blockDim", "ntid"),
+        gpu.GridDimOp: ("gridDim", "nbid"),
+    }
 
     VECTOR_TYPES = {("f32", 4): "float4", ("f32", 2): "float2", ("f64", 2): "double2"}
     """CUDA's built-in vector types for the vectors irkit's GPU passes build (16-byte and
@@ -478,8 +491,10 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
     def convert(self, op: Operation) -> None:
         src, dst = op.operands[0].type, op.results[0].type
         x = self.name(op.operands[0])
-        narrow: dict[type[Attribute], tuple[str, str]] = {Float16Type: ("__half2float({})", "__float2half_rn({})"),
-                  BFloat16Type: ("__bfloat162float({})", "__float2bfloat16_rn({})")}  # fmt: skip
+        narrow: dict[type[Attribute], tuple[str, str]] = {
+            Float16Type: ("__half2float({})", "__float2half_rn({})"),
+            BFloat16Type: ("__bfloat162float({})", "__float2bfloat16_rn({})"),
+        }
         if type(src) in narrow:
             x = narrow[type(src)][0].format(x)
             src = Float32Type()
@@ -492,8 +507,12 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
     def bitcast(self, op: Operation) -> None:
         """Reinterpret 32 or 64 bits (CUDA's intrinsics; a C cast would convert)."""
         src, dst = op.operands[0].type, op.results[0].type
-        fns = {("i32", "f32"): "__int_as_float", ("f32", "i32"): "__float_as_int",
-               ("i64", "f64"): "__longlong_as_double", ("f64", "i64"): "__double_as_longlong"}  # fmt: skip
+        fns = {
+            ("i32", "f32"): "__int_as_float",
+            ("f32", "i32"): "__float_as_int",
+            ("i64", "f64"): "__longlong_as_double",
+            ("f64", "i64"): "__double_as_longlong",
+        }
         fn = fns.get((str(src), str(dst)))
         if fn is None:
             raise IrkitError(f"the CUDA printer cannot bitcast {src} to {dst}")
@@ -548,8 +567,9 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         threads = math.prod(block)
         self.names, self.counter = {}, 0  # names are per kernel: as NVRTC compiles each alone
         # shared arrays keep their global's name: no parameter or local may take it
-        self.taken = {op.name_.root_reference.data for op in fn.walk()
-                      if isinstance(op, memref.GetGlobalOp)}  # fmt: skip
+        self.taken = {
+            op.name_.root_reference.data for op in fn.walk() if isinstance(op, memref.GetGlobalOp)
+        }
         stored = {o.memref for o in fn.walk() if isinstance(o, memref.StoreOp)}
         stored |= {o.base for o in fn.walk() if isinstance(o, vector.StoreOp)}
         loaded = {o.memref for o in fn.walk() if isinstance(o, memref.LoadOp)}
@@ -633,7 +653,11 @@ def _mma_helper(kind: str) -> str:
     b = ", ".join(f"{t} b{i}" for i in range(4))
     c = ", ".join(f"float c{i}" for i in range(4))
     d = ", ".join(f"float* d{i}" for i in range(4))
-    pack = [f"irkit_pack_{kind}({x}{2 * i}, {x}{2 * i + 1})" for x, n in (("a", 4), ("b", 2)) for i in range(n)]  # fmt: skip
+    pack = [
+        f"irkit_pack_{kind}({x}{2 * i}, {x}{2 * i + 1})"
+        for x, n in (("a", 4), ("b", 2))
+        for i in range(n)
+    ]
     regs = ", ".join(f'"r"({r})' for r in pack)
     return (
         "#ifndef IRKIT_CUDA_HOST\n"
@@ -660,10 +684,12 @@ def _prelude(kernels: list[func.FuncOp]) -> str:
         ]
         for t in ([t.element_type] if isinstance(t, MemRefType) else [t])
     )
-    functions = sorted({_mma_function(op) for fn in kernels for op in fn.walk()
-                        if isinstance(op, MMA_OPS)})  # fmt: skip
-    helpers = "".join(TF32_HELPER if f.endswith("tf32") else _mma_helper(f.rsplit("_", 1)[1])
-                      for f in functions)  # fmt: skip
+    functions = sorted(
+        {_mma_function(op) for fn in kernels for op in fn.walk() if isinstance(op, MMA_OPS)}
+    )
+    helpers = "".join(
+        TF32_HELPER if f.endswith("tf32") else _mma_helper(f.rsplit("_", 1)[1]) for f in functions
+    )
     return (CudaPrinter.HALF_HEADERS if narrow else "") + CudaPrinter.PRELUDE + helpers
 
 
@@ -681,5 +707,8 @@ def _source(module: ModuleOp, kernels: list[func.FuncOp]) -> str:
     """The prelude, the scalar functions the kernels call, and the kernels."""
     printer = CudaPrinter(index_type_for(module))
     scalar = {f: None for fn in kernels for f in callees(module, fn)}
-    return (_prelude(kernels) + "".join("\n" + printer.scalar_function(f) for f in scalar)
-            + "".join("\n" + printer.kernel(fn) for fn in kernels))  # fmt: skip
+    return (
+        _prelude(kernels)
+        + "".join("\n" + printer.scalar_function(f) for f in scalar)
+        + "".join("\n" + printer.kernel(fn) for fn in kernels)
+    )

@@ -104,8 +104,7 @@ class HostLibrary:
 
     def launcher(self, name: str):
         fn = getattr(self.library, f"irkit_host_{name}")
-        fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint),
-                       ctypes.c_int]  # fmt: skip
+        fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint), ctypes.c_int]
         fn.restype = ctypes.c_int
         return fn
 

@@ -57,8 +57,9 @@ def _prune(folder: Path) -> None:
     if int.from_bytes(os.urandom(1), "little") % 32:
         return
     limit = float(os.environ.get("IRKIT_CACHE_MAX_MB", "1024")) * 2**20
-    entries = [(e.stat().st_atime, e.stat().st_size, e.path) for e in os.scandir(folder)
-               if e.is_file()]  # fmt: skip
+    entries = [
+        (e.stat().st_atime, e.stat().st_size, e.path) for e in os.scandir(folder) if e.is_file()
+    ]
     total = sum(size for _, size, _ in entries)
     if total <= limit:
         return

@@ -144,8 +144,12 @@ def _kernel_code(
     read_globals = {
         op.name_.root_reference.data for op in fn.walk() if isinstance(op, memref.GetGlobalOp)
     }
-    key = (structure_key(fn), pool, *[structure_key(globals_[g]) for g in sorted(read_globals)],
-           *[structure_key(f) for f in callees(module, fn)])  # fmt: skip
+    key = (
+        structure_key(fn),
+        pool,
+        *[structure_key(globals_[g]) for g in sorted(read_globals)],
+        *[structure_key(f) for f in callees(module, fn)],
+    )
     if key not in _KERNELS:
         ir_module = LLVMEmitter(module, "kernel", pool, names=False).emit_kernel(
             fn, KERNEL_PLACEHOLDER

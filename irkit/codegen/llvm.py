@@ -187,8 +187,7 @@ def global_ops(module: ModuleOp) -> dict[str, memref.GlobalOp]:
 class LLVMEmitter:
     """Translates one loop-level module into an llvmlite module."""
 
-    def __init__(self, module: ModuleOp, name: str = "irkit", pool: str = "",
-                 names: bool = True):  # fmt: skip
+    def __init__(self, module: ModuleOp, name: str = "irkit", pool: str = "", names: bool = True):
         self.source = module
         self.pool = pool
         """Where threaded loops run: "irkit" (`irkit.codegen.pool`), "gomp" (libgomp's
@@ -242,8 +241,14 @@ class LLVMEmitter:
         `symbols` (kernel name -> symbol; kernels with equal code share one), and
         `irkit.release`."""
         ops = [op for op in self.source.ops if not isinstance(op, memref.GlobalOp)]
-        called = {f for op in ops if isinstance(op, func.FuncOp) and op.sym_name.data not in symbols
-                  and not is_scalar_function(op) for f in callees(self.source, op)}  # fmt: skip
+        called = {
+            f
+            for op in ops
+            if isinstance(op, func.FuncOp)
+            and op.sym_name.data not in symbols
+            and not is_scalar_function(op)
+            for f in callees(self.source, op)
+        }
         ops = [op for op in ops if not is_scalar_function(op) or op in called]
         for op in ops:
             if not isinstance(op, func.FuncOp):
@@ -354,8 +359,9 @@ class LLVMEmitter:
             skip.add(v.owner)  # type: ignore[arg-type]
             skip.update(u.operation for u in v.uses if isinstance(u.operation, memref.DeallocOp))
         inputs = [llvm_type(t) for t in op.function_type.inputs.data] + [PTR] * len(prepared)
-        self.fn = ll.Function(self.module, ll.FunctionType(ll.VoidType(), inputs),
-                              op.sym_name.data + STEADY)  # fmt: skip
+        self.fn = ll.Function(
+            self.module, ll.FunctionType(ll.VoidType(), inputs), op.sym_name.data + STEADY
+        )
         self.fn.attributes.add("nounwind")
         for arg in self.fn.args:
             if arg.type == PTR:
@@ -382,8 +388,14 @@ class LLVMEmitter:
             self._op(op)
         return []
 
-    def _loop(self, lb: ll.Value, ub: ll.Value, step: ll.Value, inits: list[ll.Value],
-              body: Callable[[ll.Value, list[ll.Value]], list[ll.Value]]) -> list[ll.Value]:  # fmt: skip
+    def _loop(
+        self,
+        lb: ll.Value,
+        ub: ll.Value,
+        step: ll.Value,
+        inits: list[ll.Value],
+        body: Callable[[ll.Value, list[ll.Value]], list[ll.Value]],
+    ) -> list[ll.Value]:
         """A counted loop `for (iv = lb; iv < ub; iv += step)` carrying `inits`."""
         b = self.b
         assert b is not None and self.fn is not None
@@ -521,8 +533,9 @@ class LLVMEmitter:
                 handle = b.load(_item(b, handles, I64, t), typ=I64)
                 b.call(join, [handle, ll.Constant(PTR, None)])
 
-    def _claimed(self, op: scf.ParallelOp, name: str, body: ll.Function, live: list[ll.Value],
-                 threads: int) -> None:  # fmt: skip
+    def _claimed(
+        self, op: scf.ParallelOp, name: str, body: ll.Function, live: list[ll.Value], threads: int
+    ) -> None:
         """`op` on irkit's pool: one context (the live-ins, the first dimension's lower bound,
         step and trip count, and the number of chunks), a `void (ptr, i64 chunk)` trampoline
         running chunk c's contiguous share of the trips, and one `irkit_pool_run` call with
@@ -537,8 +550,9 @@ class LLVMEmitter:
         _realigned(trampoline)  # the body inlines into it
         tb = ll.IRBuilder(trampoline.append_basic_block("entry"))
         ctx, chunk = trampoline.args
-        fields = [tb.load(_field(tb, ctx, context, i), typ=t)
-                  for i, t in enumerate(context.elements)]  # fmt: skip
+        fields = [
+            tb.load(_field(tb, ctx, context, i), typ=t) for i, t in enumerate(context.elements)
+        ]
         *values, lb, step, trips, chunks = fields
         start = tb.sdiv(tb.mul(trips, chunk), chunks)
         end = tb.sdiv(tb.mul(trips, tb.add(chunk, ll.Constant(I64, 1))), chunks)
@@ -709,8 +723,12 @@ class LLVMEmitter:
         shape = mtype.get_shape()
         elem = storage_type(mtype.element_type)
         if any(isinstance(idx.owner, _SUM_OPS) for idx in indices):
-            return b.gep(self.values[ref], [self._distributed(indices, shape, inbounds)],
-                         inbounds=inbounds, source_etype=elem)  # fmt: skip
+            return b.gep(
+                self.values[ref],
+                [self._distributed(indices, shape, inbounds)],
+                inbounds=inbounds,
+                source_etype=elem,
+            )
         linear: ll.Value = ll.Constant(I64, 0)
         flags = ["nsw", "nuw"] if inbounds else []
         for i, (idx, dim) in enumerate(zip(indices, shape, strict=True)):
@@ -874,8 +892,9 @@ def _broadcast(em: LLVMEmitter, op: vector.BroadcastOp) -> None:
 def _shuffle(em: LLVMEmitter, op: vector.ShuffleOp) -> None:
     """`shufflevector` of two 1-D vectors by a constant mask."""
     assert em.b is not None
-    mask = ll.Constant(ll.VectorType(I32, len(op.mask.get_values())),
-                       [int(m) for m in op.mask.get_values()])  # fmt: skip
+    mask = ll.Constant(
+        ll.VectorType(I32, len(op.mask.get_values())), [int(m) for m in op.mask.get_values()]
+    )
     em.values[op.result] = em.b.shuffle_vector(em.values[op.v1], em.values[op.v2], mask)
 
 
@@ -1136,7 +1155,11 @@ def to_llvm(module: ModuleOp, name: str = "irkit", pool: str = "") -> ll.Module:
     run on `pool` (see `LLVMEmitter.pool`; the process must have it installed or loaded)."""
     from irkit.loops import launch_of
 
-    mapped = [op.sym_name.data for op in module.ops if isinstance(op, func.FuncOp) and launch_of(op) is not None]  # fmt: skip
+    mapped = [
+        op.sym_name.data
+        for op in module.ops
+        if isinstance(op, func.FuncOp) and launch_of(op) is not None
+    ]
     if mapped:
         raise IrkitError(
             f"the llvm and asm targets take CPU-level IR; @{mapped[0]} is mapped to the GPU "

@@ -132,8 +132,14 @@ def options_for(arch: str, source: str = "", extra: tuple[str, ...] = ()) -> tup
                 "nvidia-cuda-runtime wheel"
             )
         includes = (f"--include-path={where}",)
-    return (f"--gpu-architecture={arch}", "--std=c++17", "-default-device",
-            "--ptxas-options=-v", *includes, *extra)  # fmt: skip
+    return (
+        f"--gpu-architecture={arch}",
+        "--std=c++17",
+        "-default-device",
+        "--ptxas-options=-v",
+        *includes,
+        *extra,
+    )
 
 
 def parse_ptxas(log: str, name: str) -> Resources:
@@ -239,8 +245,14 @@ def _nvrtc_compile(
     return data, log
 
 
-def check_limits(name: str, arch: str, threads: int, resources: Resources, dynamic_shared: int = 0,
-                 device_limits: tuple[int, int] | None = None) -> None:  # fmt: skip
+def check_limits(
+    name: str,
+    arch: str,
+    threads: int,
+    resources: Resources,
+    dynamic_shared: int = 0,
+    device_limits: tuple[int, int] | None = None,
+) -> None:
     """Raise, naming the kernel, when a launch would exceed the threads or shared memory a
     block may have (the device's own limits when known, else the architecture's)."""
     max_threads, max_shared, regs = ARCH_LIMITS[arch]

@@ -32,6 +32,9 @@ def _cpu() -> Dialect:
 
 
 IRKIT_DIALECTS: dict[str, Callable[[], Dialect]] = {
-    "graph": _graph, "irkit_warp": _warp, "irkit_math": _math_ext, "irkit_cpu": _cpu,
-}  # fmt: skip
+    "graph": _graph,
+    "irkit_warp": _warp,
+    "irkit_math": _math_ext,
+    "irkit_cpu": _cpu,
+}
 """irkit's dialects by name, loaded lazily (for contexts and xDSL's universe)."""

@@ -218,8 +218,12 @@ def compare(op: Operation, a: list[np.ndarray]) -> np.ndarray:
 
 
 _PREDICATES: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "eq": np.equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
-}  # fmt: skip
+    "eq": np.equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+}
 
 
 def _as_stored(x: np.ndarray, value: Any) -> np.ndarray:
@@ -300,9 +304,12 @@ def scatter_nd(op: Operation, a: list[np.ndarray]) -> np.ndarray:
 
 
 _SCATTER_COMBINE: dict[str, Callable[[Any, Any], Any]] = {
-    "none": lambda old, new: new, "add": np.add, "mul": np.multiply, "max": np.maximum,
+    "none": lambda old, new: new,
+    "add": np.add,
+    "mul": np.multiply,
+    "max": np.maximum,
     "min": np.minimum,
-}  # fmt: skip
+}
 
 
 def constant_value(op: g.ConstantOp) -> np.ndarray:

@@ -17,7 +17,9 @@ def check_model_file(path: str | Path) -> Path:
     if p.is_dir():
         raise IrkitError("is a directory, not a model file", str(path))
     if not p.is_file():
-        raise IrkitError("not a regular file (a pipe, socket or device); irkit reads model files", str(path))  # fmt: skip
+        raise IrkitError(
+            "not a regular file (a pipe, socket or device); irkit reads model files", str(path)
+        )
     return p
 
 

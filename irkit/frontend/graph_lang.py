@@ -404,13 +404,17 @@ class _Builder:
             if v != int(v) or (info is None and v not in (0, 1)):
                 self._fail(t, f"the literal {v:g} is not a value of {element_type}")
             if info is not None and not info.min <= v <= info.max:
-                self._fail(t, f"the literal {v:g} does not fit in {element_type} "
-                              f"(range {info.min} to {info.max})")  # fmt: skip
+                self._fail(
+                    t,
+                    f"the literal {v:g} does not fit in {element_type} "
+                    f"(range {info.min} to {info.max})",
+                )
             return
         largest = float(ml_dtypes.finfo(numpy_dtype(element_type)).max)
         if abs(v) > largest:
-            self._fail(t, f"the literal {v:g} does not fit in {element_type} "
-                          f"(largest finite {largest:g})")  # fmt: skip
+            self._fail(
+                t, f"the literal {v:g} does not fit in {element_type} (largest finite {largest:g})"
+            )
 
     # --- static values (dims and attributes) -------------------------------------------------
 

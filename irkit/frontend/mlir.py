@@ -37,7 +37,10 @@ def parse_mlir(text: str, filename: str = "<input>") -> ModuleOp:
             _where(parser, filename),
         ) from None
     except VerifyException as e:  # an op's assembly format checks its types while parsing
-        raise IrkitError(f"invalid op: {one_line(e, 'its types do not fit its syntax')}", _where(parser, filename)) from None  # fmt: skip
+        raise IrkitError(
+            f"invalid op: {one_line(e, 'its types do not fit its syntax')}",
+            _where(parser, filename),
+        ) from None
     except ParseError as e:
         loc = e.span.get_location()
         msg = e.msg.strip()

@@ -250,9 +250,12 @@ class OnnxImporter:
 
         outputs = [o for o in node.output if o]
         graph = helper.make_graph(
-            [node], "fold", [], [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
+            [node],
+            "fold",
+            [],
+            [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
             [numpy_helper.from_array(self.consts[n], n) for n in dict.fromkeys(inputs)],
-        )  # fmt: skip
+        )
         folded = helper.make_model(graph, opset_imports=list(self.model.opset_import))
         try:
             with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -279,7 +282,9 @@ class OnnxImporter:
                 )
             array = _in_range(self, name, array, dtype)
             if array.size == 0:
-                raise self.unsupported(f"'{name}' is empty (shape {list(array.shape)}); irkit's tensors have positive extents")  # fmt: skip
+                raise self.unsupported(
+                    f"'{name}' is empty (shape {list(array.shape)}); irkit's tensors have positive extents"
+                )
             op = g.ConstantOp.create_inferred([], {"value": _dense(array, DTYPES[dtype])})
             self.block.add_op(op)
             self.values[name] = op.results[0]

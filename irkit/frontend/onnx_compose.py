@@ -111,8 +111,11 @@ def _group_norm(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
 
 
 def _per_channel(im: OnnxImporter, v: SSAValue, groups: int, channels: int) -> SSAValue:
-    wide = im.op(g.BroadcastToOp, im.add_op(g.ReshapeOp.build_to(v, [groups, 1])),
-                 shape=g.int_array([groups, channels // groups]))  # fmt: skip
+    wide = im.op(
+        g.BroadcastToOp,
+        im.add_op(g.ReshapeOp.build_to(v, [groups, 1])),
+        shape=g.int_array([groups, channels // groups]),
+    )
     return im.add_op(g.ReshapeOp.build_to(wide, [channels]))
 
 
@@ -122,8 +125,9 @@ def _normalized(im: OnnxImporter, x: SSAValue, axes: list[int], eps: float) -> S
     element = g.element_type_of(x)
     ones = im.add_op(g.ConstantOp.from_values(element, norm, [1.0] * count))
     zeros = im.add_op(g.ConstantOp.from_values(element, norm, [0.0] * count))
-    return im.op(g.LayerNormOp, x, ones, zeros, axes=g.int_array(axes),
-                 eps=FloatAttr(eps, Float64Type()))  # fmt: skip
+    return im.op(
+        g.LayerNormOp, x, ones, zeros, axes=g.int_array(axes), eps=FloatAttr(eps, Float64Type())
+    )
 
 
 def _channel_affine(im: OnnxImporter, y: SSAValue, scale: SSAValue, bias: SSAValue) -> SSAValue:
@@ -214,7 +218,11 @@ def _tile(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     repeats = [int(r) for r in im.const(node.input[1], "Tile's repeats").reshape(-1)]
     dims = list(shape(x))
     split = im.add_op(g.ReshapeOp.build_to(x, [v for d in dims for v in (1, d)]))
-    wide = im.op(g.BroadcastToOp, split, shape=g.int_array([v for r, d in zip(repeats, dims, strict=True) for v in (r, d)]))  # fmt: skip
+    wide = im.op(
+        g.BroadcastToOp,
+        split,
+        shape=g.int_array([v for r, d in zip(repeats, dims, strict=True) for v in (r, d)]),
+    )
     return [
         im.add_op(g.ReshapeOp.build_to(wide, [r * d for r, d in zip(repeats, dims, strict=True)]))
     ]
@@ -319,9 +327,11 @@ def _source_coords(mode: str, n_in: int, n_out: int, scale: float) -> np.ndarray
 
 def _nearest(coords: np.ndarray, mode: str, n_in: int) -> np.ndarray:
     rounded = {
-        "round_prefer_floor": np.ceil(coords - 0.5), "round_prefer_ceil": np.floor(coords + 0.5),
-        "floor": np.floor(coords), "ceil": np.ceil(coords),
-    }[mode]  # fmt: skip
+        "round_prefer_floor": np.ceil(coords - 0.5),
+        "round_prefer_ceil": np.floor(coords + 0.5),
+        "floor": np.floor(coords),
+        "ceil": np.ceil(coords),
+    }[mode]
     return np.clip(rounded, 0, n_in - 1).astype(np.int64)
 
 
@@ -381,7 +391,9 @@ def _einsum(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
         or len(terms) > 2
         or any(len(set(t)) != len(t) for t in terms)
     ):
-        raise im.unsupported(f"Einsum '{equation}' (irkit: one or two operands, no '...' or repeated letters)")  # fmt: skip
+        raise im.unsupported(
+            f"Einsum '{equation}' (irkit: one or two operands, no '...' or repeated letters)"
+        )
     if "->" not in equation:
         out = "".join(sorted(c for c in set(lhs) - {","} if lhs.count(c) == 1))
     others = [set("".join(terms[:i] + terms[i + 1 :])) for i in range(len(terms))]
@@ -401,13 +413,24 @@ def _einsum(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     free_a = [c for c in ta if c not in tb]
     free_b = [c for c in tb if c not in ta]
     size = {c: d for t, v in ((ta, a), (tb, b)) for c, d in zip(t, shape(v), strict=True)}
-    if any(dict(zip(ta, shape(a), strict=True))[c] != dict(zip(tb, shape(b), strict=True))[c] for c in batch + contracted):  # fmt: skip
+    if any(
+        dict(zip(ta, shape(a), strict=True))[c] != dict(zip(tb, shape(b), strict=True))[c]
+        for c in batch + contracted
+    ):
         raise im.unsupported(f"Einsum '{equation}' with broadcast letters")
     prod = lambda cs: int(np.prod([size[c] for c in cs]))  # noqa: E731
-    a = im.add_op(g.ReshapeOp.build_to(_permuted(im, a, ta, "".join(batch + free_a + contracted)),
-                                       [prod(batch), prod(free_a), prod(contracted)]))  # fmt: skip
-    b = im.add_op(g.ReshapeOp.build_to(_permuted(im, b, tb, "".join(batch + contracted + free_b)),
-                                       [prod(batch), prod(contracted), prod(free_b)]))  # fmt: skip
+    a = im.add_op(
+        g.ReshapeOp.build_to(
+            _permuted(im, a, ta, "".join(batch + free_a + contracted)),
+            [prod(batch), prod(free_a), prod(contracted)],
+        )
+    )
+    b = im.add_op(
+        g.ReshapeOp.build_to(
+            _permuted(im, b, tb, "".join(batch + contracted + free_b)),
+            [prod(batch), prod(contracted), prod(free_b)],
+        )
+    )
     y = im.op(g.BatchMatmulOp, a, b)
     dims = [size[c] for c in batch + free_a + free_b]
     y = im.add_op(g.ReshapeOp.build_to(y, dims or [1]))
@@ -451,9 +474,15 @@ def _conv_transpose(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     if min(lo + hi) < 0:  # pads beyond the kernel crop the result
         x = _crop(im, x, [max(0, -v) for v in lo], [max(0, -v) for v in hi])
         lo, hi = [max(0, v) for v in lo], [max(0, v) for v in hi]
-    y = im.op(g.Conv2dOp, x, _flipped_weight(im, w, groups), strides=g.int_array([1, 1]),
-              padding=g.int_array([lo[0], lo[1], hi[0], hi[1]]), dilations=g.int_array(dil),
-              groups=IntegerAttr(groups, i64))  # fmt: skip
+    y = im.op(
+        g.Conv2dOp,
+        x,
+        _flipped_weight(im, w, groups),
+        strides=g.int_array([1, 1]),
+        padding=g.int_array([lo[0], lo[1], hi[0], hi[1]]),
+        dilations=g.int_array(dil),
+        groups=IntegerAttr(groups, i64),
+    )
     if len(node.input) > 2 and node.input[2]:
         bias = im.add_op(g.ReshapeOp.build_to(im.tensor(node.input[2]), [shape(y)[1], 1, 1]))
         y = im.op(g.AddOp, y, bias)
@@ -482,8 +511,12 @@ def _crop(im: OnnxImporter, x: SSAValue, lo: list[int], hi: list[int]) -> SSAVal
     if not any(lo + hi):
         return x
     n, c, h, w = shape(x)
-    return im.op(g.SliceOp, x, starts=g.int_array([0, 0, lo[0], lo[1]]),
-                 limits=g.int_array([n, c, h - hi[0], w - hi[1]]))  # fmt: skip
+    return im.op(
+        g.SliceOp,
+        x,
+        starts=g.int_array([0, 0, lo[0], lo[1]]),
+        limits=g.int_array([n, c, h - hi[0], w - hi[1]]),
+    )
 
 
 def _flipped_weight(im: OnnxImporter, w: SSAValue, groups: int) -> SSAValue:
@@ -516,4 +549,4 @@ COMPOSED_LIMITS: dict[str, str] = {
     "ConvTranspose": "1-D and 2-D; strides, pads, dilations, group, output_padding, bias; no output_shape or auto_pad",
     "Resize": "nearest and linear; sizes or scales known at import; no antialias, exclude_outside, axes",
     "GroupNormalization": "per-channel (opset 21) or per-group (opset 18) scale and bias",
-}  # fmt: skip
+}

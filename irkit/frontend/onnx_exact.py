@@ -69,7 +69,9 @@ def _split(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
         part = -(-extent // a.get("num_outputs", outputs))
         sizes = [min(part, extent - i * part) for i in range(outputs)]
     if sum(sizes) != extent or len(sizes) != outputs:
-        raise im.error(f"split sizes {sizes} do not cover axis {axis} of extent {extent} in {outputs} parts")  # fmt: skip
+        raise im.error(
+            f"split sizes {sizes} do not cover axis {axis} of extent {extent} in {outputs} parts"
+        )
     out, start = [], 0
     for size in sizes:
         limits = list(shape(x))
@@ -131,4 +133,4 @@ EXACT_LIMITS: dict[str, str] = {
     "CumSum": "constant axis; exclusive, reverse",
     "ScatterND": "reduction none (the last of duplicate indices wins), add, mul, max, min",
     "Split": "constant sizes (input or attribute), or equal parts (num_outputs)",
-}  # fmt: skip
+}

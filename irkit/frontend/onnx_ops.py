@@ -65,7 +65,7 @@ def _pow(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
                 g.element_type_of(base),
                 im.consts[name].shape,
                 im.consts[name].astype(np.float64).reshape(-1).tolist(),
-            )  # fmt: skip
+            )
         )
     else:
         exponent = like(im, im.tensor(name), base)
@@ -284,8 +284,13 @@ def _batch_norm(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     return [im.op(g.BatchNormOp, x, scale, bias, mean, var, eps=eps)]
 
 
-REDUCERS = {"ReduceSum": g.ReduceSumOp, "ReduceMax": g.ReduceMaxOp, "ReduceMean": g.ReduceMeanOp,
-            "ReduceMin": g.ReduceMinOp, "ReduceProd": g.ReduceProdOp}  # fmt: skip
+REDUCERS = {
+    "ReduceSum": g.ReduceSumOp,
+    "ReduceMax": g.ReduceMaxOp,
+    "ReduceMean": g.ReduceMeanOp,
+    "ReduceMin": g.ReduceMinOp,
+    "ReduceProd": g.ReduceProdOp,
+}
 
 
 def _reduce(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
@@ -405,8 +410,13 @@ def _lrn(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
                    axis=IntegerAttr(1, i64)) if parts else sq  # fmt: skip
     total = None
     for i in range(size):
-        window = im.op(g.SliceOp, padded, starts=g.int_array([0, i, *[0] * len(rest)]),
-                       limits=g.int_array([n, i + c, *rest]), strides=g.int_array([1] * (2 + len(rest))))  # fmt: skip
+        window = im.op(
+            g.SliceOp,
+            padded,
+            starts=g.int_array([0, i, *[0] * len(rest)]),
+            limits=g.int_array([n, i + c, *rest]),
+            strides=g.int_array([1] * (2 + len(rest))),
+        )
         total = window if total is None else im.op(g.AddOp, total, window)
     assert total is not None
     scaled = im.op(g.AddOp, im.op(g.MulOp, total, im.scalar(alpha / size, x)), im.scalar(bias, x))

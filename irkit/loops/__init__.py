@@ -99,7 +99,9 @@ def require_loop_level(module: ModuleOp, what: str, cpu: bool = False) -> None:
         level = "CPU loop-level IR" if cpu else "loop-level IR"
         raise IrkitError(f"{what} needs {level}; run lower-graph-to-loops first")
     if cpu and "gpu" in dialects:
-        raise IrkitError(f"{what} needs CPU loop-level IR, not IR mapped onto the GPU (run it before map-to-gpu)")  # fmt: skip
+        raise IrkitError(
+            f"{what} needs CPU loop-level IR, not IR mapped onto the GPU (run it before map-to-gpu)"
+        )
 
 
 _DIALECT_OF: dict[type, str] = {}

@@ -60,8 +60,9 @@ def _trip_count(op: Operation) -> int:
     return 1
 
 
-def _executed(op: Operation, per_op: Callable[[Operation], int],
-              called: dict[str, int] | None = None) -> int:  # fmt: skip
+def _executed(
+    op: Operation, per_op: Callable[[Operation], int], called: dict[str, int] | None = None
+) -> int:
     """`per_op` summed over every execution of `op` and of everything nested in it, a call
     of a scalar function as the function's ops (inlined, the call is gone; its constants
     are hoisted out of the loop, made once as they were when expansions were inline)."""
@@ -79,8 +80,11 @@ def _executed(op: Operation, per_op: Callable[[Operation], int],
             called[name] = -1
             if callee is not None and is_scalar_function(callee):
                 body = callee.regions[0].blocks[0].ops
-                called[name] = sum(_executed(o, per_op, called) for o in body
-                                   if not isinstance(o, arith.ConstantOp | func.ReturnOp))  # fmt: skip
+                called[name] = sum(
+                    _executed(o, per_op, called)
+                    for o in body
+                    if not isinstance(o, arith.ConstantOp | func.ReturnOp)
+                )
         if called[name] >= 0:
             return called[name]  # the call itself is gone once inlined
     return per_op(op) + _trip_count(op) * inner

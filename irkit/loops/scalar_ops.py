@@ -88,7 +88,9 @@ SCALAR_OPS: dict[type[Operation], Scalar] = {
     xmath.FmaOp: Scalar(lambda a, b, c: a * b + c, "llvm.fma", ("fmaf", "fma"), flops=2),
     xmath.TanhOp: Scalar(np.tanh, "libm:tanh", ("tanhf", "tanh")),
     xmath.ErfOp: Scalar(_erf_like, "libm:erf", ("erff", "erf")),
-    xmath.RsqrtOp: Scalar(lambda x: np.reciprocal(np.sqrt(x)), None, ("irkit_rsqrtf", "irkit_rsqrt")),
+    xmath.RsqrtOp: Scalar(
+        lambda x: np.reciprocal(np.sqrt(x)), None, ("irkit_rsqrtf", "irkit_rsqrt")
+    ),
     LdexpOp: Scalar(np.ldexp, None, ("ldexpf", "ldexp")),
     # integer and index arithmetic
     arith.AddiOp: Scalar(np.add, "add", "+", floating=False),
@@ -106,13 +108,16 @@ SCALAR_OPS: dict[type[Operation], Scalar] = {
     arith.ShRUIOp: Scalar(_shrui, "lshr", ">>", floating=False, unsigned=True),
     arith.MaxSIOp: Scalar(np.maximum, None, None, floating=False),
     arith.MinSIOp: Scalar(np.minimum, None, None, floating=False),
-}  # fmt: skip
+}
 
 
 def llvm_builder_ops(floating: bool) -> dict[type[Operation], str]:
     """Ops the LLVM translator emits as one IRBuilder call (float ones take fast-math flags)."""
-    return {op: s.llvm for op, s in SCALAR_OPS.items()
-            if s.llvm and "." not in s.llvm and ":" not in s.llvm and s.floating == floating}  # fmt: skip
+    return {
+        op: s.llvm
+        for op, s in SCALAR_OPS.items()
+        if s.llvm and "." not in s.llvm and ":" not in s.llvm and s.floating == floating
+    }
 
 
 def llvm_intrinsics() -> dict[type[Operation], str]:
@@ -120,13 +125,17 @@ def llvm_intrinsics() -> dict[type[Operation], str]:
 
 
 def llvm_libm() -> dict[type[Operation], str]:
-    return {op: s.llvm.removeprefix("libm:") for op, s in SCALAR_OPS.items()
-            if s.llvm and s.llvm.startswith("libm:")}  # fmt: skip
+    return {
+        op: s.llvm.removeprefix("libm:")
+        for op, s in SCALAR_OPS.items()
+        if s.llvm and s.llvm.startswith("libm:")
+    }
 
 
 def c_infix(unsigned: bool) -> dict[type[Operation], str]:
-    return {op: s.c for op, s in SCALAR_OPS.items()
-            if isinstance(s.c, str) and s.unsigned == unsigned}  # fmt: skip
+    return {
+        op: s.c for op, s in SCALAR_OPS.items() if isinstance(s.c, str) and s.unsigned == unsigned
+    }
 
 
 def c_calls() -> dict[type[Operation], tuple[str, str]]:

@@ -84,9 +84,11 @@ def first_wrong_pass(
         return verdicts[k]
 
     if wrong(0):
-        raise IrkitError(f"the model is wrong on {chosen.name} with no pass of the pipeline "
-                         f"applied ({wrong(0)[0].describe()}): the fault is in the required "
-                         "lowering or the backend, not in a pass")  # fmt: skip
+        raise IrkitError(
+            f"the model is wrong on {chosen.name} with no pass of the pipeline "
+            f"applied ({wrong(0)[0].describe()}): the fault is in the required "
+            "lowering or the backend, not in a pass"
+        )
     if not wrong(len(passes)):
         return None
     good, bad = 0, len(passes)
@@ -94,13 +96,18 @@ def first_wrong_pass(
         mid = (good + bad) // 2
         good, bad = (good, mid) if wrong(mid) else (mid, bad)
     specs = [str(p.pipeline_pass_spec()) for p in passes]
-    diff = "".join(difflib.unified_diff(
-        to_text(modules[bad - 1]).splitlines(keepends=True),
-        to_text(modules[bad]).splitlines(keepends=True),
-        f"before {specs[bad - 1]}", f"after {specs[bad - 1]}", n=2,
-    ))  # fmt: skip
-    return WrongPass(bad, specs[bad - 1], wrong(bad), diff, ",".join(specs[: bad - 1]),
-                     len(verdicts))  # fmt: skip
+    diff = "".join(
+        difflib.unified_diff(
+            to_text(modules[bad - 1]).splitlines(keepends=True),
+            to_text(modules[bad]).splitlines(keepends=True),
+            f"before {specs[bad - 1]}",
+            f"after {specs[bad - 1]}",
+            n=2,
+        )
+    )
+    return WrongPass(
+        bad, specs[bad - 1], wrong(bad), diff, ",".join(specs[: bad - 1]), len(verdicts)
+    )
 
 
 # --- slowdowns ---------------------------------------------------------------------------------
@@ -153,8 +160,9 @@ def sequential_slower(
         spent = alpha / 2 if slots > 1 else alpha  # the other half: the slots, drawn once
         confidence = 1 - spent * 6 / (math.pi**2 * looks**2)
         rounds = np.arange(len(base))
-        ratio = slot_ratio_ci(np.array(new), np.array(base), rounds % slots, confidence,
-                              1 - alpha / 2)  # fmt: skip
+        ratio = slot_ratio_ci(
+            np.array(new), np.array(base), rounds % slots, confidence, 1 - alpha / 2
+        )
         # the rounds' order statistics reach the look's confidence (not below 6 rounds)
         reached = ratio_ci(np.array(new), np.array(base), confidence).confidence >= confidence
         bar = 1 + threshold
@@ -228,8 +236,10 @@ class Slowdown:
 
     @property
     def culprits(self) -> list[EditFinding]:
-        return sorted((f for f in self.findings if f.decision.verdict == "slower"),
-                      key=lambda f: -f.decision.ratio.median)  # fmt: skip
+        return sorted(
+            (f for f in self.findings if f.decision.verdict == "slower"),
+            key=lambda f: -f.decision.ratio.median,
+        )
 
 
 def slowing_edits(
@@ -261,14 +271,19 @@ def slowing_edits(
     chosen, _ = get_backend(backend)
     base_specs, edits = pipeline_edits(base, pipeline)
     if not edits:
-        raise IrkitError(f"'{pipeline}' and the base '{base}' are the same passes: nothing to bisect", "--slower-than")  # fmt: skip
+        raise IrkitError(
+            f"'{pipeline}' and the base '{base}' are the same passes: nothing to bisect",
+            "--slower-than",
+        )
     case = reference_case(graph, seed)
 
     def program(spec: str):
         exe = compile(graph, spec, chosen.name)
         bad = [c for c in check(exe, graph, seed, case)[0] if not c.passed]
         if bad:
-            raise IrkitError(f"pipeline '{spec}' computes a wrong result: {bad[0].describe()}; not timed (bisect without --slower-than finds the pass)")  # fmt: skip
+            raise IrkitError(
+                f"pipeline '{spec}' computes a wrong result: {bad[0].describe()}; not timed (bisect without --slower-than finds the pass)"
+            )
         return exe
 
     base_exe = program(",".join(base_specs))

@@ -77,8 +77,9 @@ def _verdict(base: dict, new: dict, threshold: float) -> Verdict:
     disjoint_slower = ns["ci_low"] > bs["ci_high"]
     disjoint_faster = ns["ci_high"] < bs["ci_low"]
     regression = disjoint_slower and change > floor
-    v = Verdict(base["workload"], bs, ns, change, floor, regression,
-                disjoint_faster and -change > floor)  # fmt: skip
+    v = Verdict(
+        base["workload"], bs, ns, change, floor, regression, disjoint_faster and -change > floor
+    )
     if not regression:
         return v
     saved_b = {p["pass"]: p["saved_s"]["value"] for p in base["passes"]}
@@ -90,12 +91,18 @@ def _verdict(base: dict, new: dict, threshold: float) -> Verdict:
     growth = {k: kn[k] - kb.get(k, 0.0) for k in kn}
     worst_kernel = max(growth, key=growth.__getitem__, default=None)
     return Verdict(
-        v.workload, bs, ns, change, floor, True, False,
+        v.workload,
+        bs,
+        ns,
+        change,
+        floor,
+        True,
+        False,
         worst_pass if worst_pass is not None and deltas[worst_pass] < 0 else None,
         deltas.get(worst_pass, 0.0) if worst_pass else 0.0,
         worst_kernel if worst_kernel is not None and growth[worst_kernel] > 0 else None,
         growth.get(worst_kernel, 0.0) if worst_kernel else 0.0,
-    )  # fmt: skip
+    )
 
 
 def _by_name(kernels: list[dict]) -> dict[str, float]:

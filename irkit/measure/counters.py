@@ -56,10 +56,13 @@ def collect(
     counters = parse_ncu_csv(done.stdout)
     if done.returncode != 0 or not counters:
         said = [ln for ln in (done.stderr + done.stdout).splitlines() if ln.strip()]
-        last = next((ln for ln in reversed(said) if "==ERROR==" in ln or "error" in ln.lower()),
-                    said[-1] if said else "no output")  # fmt: skip
-        raise IrkitError(f"--counters: ncu exited {done.returncode} and read no counters: "
-                         f"{last.strip()}")  # fmt: skip
+        last = next(
+            (ln for ln in reversed(said) if "==ERROR==" in ln or "error" in ln.lower()),
+            said[-1] if said else "no output",
+        )
+        raise IrkitError(
+            f"--counters: ncu exited {done.returncode} and read no counters: {last.strip()}"
+        )
     return counters
 
 

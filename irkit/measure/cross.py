@@ -28,10 +28,11 @@ def common_pipeline(backends: Sequence[str]) -> str:
     pipelines = [PIPELINES[get_backend(b)[0].default_pipeline] for b in backends]
     first, *others = pipelines
     names = [{p.name for p in parse_passes(",".join(o.passes))} for o in others]
-    kept = [spec for spec in first.passes
-            if all(parse_passes(spec)[0].name in n for n in names)]  # fmt: skip
+    kept = [spec for spec in first.passes if all(parse_passes(spec)[0].name in n for n in names)]
     if not kept:
-        raise IrkitError(f"the default pipelines of {', '.join(backends)} share no pass; give one with -p")  # fmt: skip
+        raise IrkitError(
+            f"the default pipelines of {', '.join(backends)} share no pass; give one with -p"
+        )
     return ",".join(kept)
 
 
@@ -40,7 +41,9 @@ def attribute_across(
 ) -> dict:
     """Attribute on each backend (`attribute_one(backend)` returns its record) and compare."""
     if len(backends) < 2 or len(set(backends)) != len(backends):
-        raise IrkitError(f"--backend: a comparison needs two or more different backends, got {','.join(backends)}")  # fmt: skip
+        raise IrkitError(
+            f"--backend: a comparison needs two or more different backends, got {','.join(backends)}"
+        )
     records = [attribute_one(b) for b in backends]
     return {
         "kind": "irkit.attribution.cross_backend",
@@ -64,10 +67,15 @@ def compare_passes(records: Sequence[dict]) -> list[dict]:
         effects = {}
         for record, table in zip(records, by_backend, strict=True):
             p = table.get(name)
-            effects[record["backend"]] = None if p is None else {
-                "speedup": p["speedup"], "significant": p["significant"],
-                "changes_code": p["changes_code"],
-            }  # fmt: skip
+            effects[record["backend"]] = (
+                None
+                if p is None
+                else {
+                    "speedup": p["speedup"],
+                    "significant": p["significant"],
+                    "changes_code": p["changes_code"],
+                }
+            )
         rows.append({"pass": name, "effects": effects, "verdict": verdict(effects)})
     return rows
 

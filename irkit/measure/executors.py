@@ -79,8 +79,13 @@ def call(fn: Callable[[Any], dict], job: Any, executor: str) -> Outcome:
     except IrkitError as e:
         return "failed", {**failure_record(job, "", "", str(e)), "worker": worker}
     except Exception as e:  # noqa: BLE001 - reported as the job's failure
-        failure = failure_record(job, "", "", f"internal error: {type(e).__name__}: {one_line(e)}",
-                           traceback.format_exc())  # fmt: skip
+        failure = failure_record(
+            job,
+            "",
+            "",
+            f"internal error: {type(e).__name__}: {one_line(e)}",
+            traceback.format_exc(),
+        )
         return "failed", {**failure, "worker": worker}
 
 
@@ -111,10 +116,16 @@ class RayExecutor:
             if address:
                 ray.init(address=address, log_to_driver=False)
             else:  # a local cluster of this machine: one timing slot
-                ray.init(num_cpus=os.cpu_count() or 1, resources={TIMING_RESOURCE: 1},
-                         include_dashboard=False, log_to_driver=False)  # fmt: skip
+                ray.init(
+                    num_cpus=os.cpu_count() or 1,
+                    resources={TIMING_RESOURCE: 1},
+                    include_dashboard=False,
+                    log_to_driver=False,
+                )
         if not ray.cluster_resources().get(TIMING_RESOURCE):
-            raise IrkitError(f"--executor ray: the cluster has no '{TIMING_RESOURCE}' resource; start each node with --resources='{{\"{TIMING_RESOURCE}\": 1}}'")  # fmt: skip
+            raise IrkitError(
+                f"--executor ray: the cluster has no '{TIMING_RESOURCE}' resource; start each node with --resources='{{\"{TIMING_RESOURCE}\": 1}}'"
+            )
 
     def map(self, fn, jobs):
         ray = self.ray
@@ -141,8 +152,13 @@ class SlurmExecutor:
 
     name = "slurm"
 
-    def __init__(self, folder: Path, partition: str | None = None, cluster: str | None = None,
-                 timeout_min: int = 60):  # fmt: skip
+    def __init__(
+        self,
+        folder: Path,
+        partition: str | None = None,
+        cluster: str | None = None,
+        timeout_min: int = 60,
+    ):
         try:
             import submitit
         except ImportError:
@@ -180,8 +196,13 @@ class SlurmExecutor:
         raise AssertionError("unreachable")
 
 
-def get_executor(name: str, out: Path, address: str | None = None, partition: str | None = None,
-                 cluster: str | None = None) -> Executor:  # fmt: skip
+def get_executor(
+    name: str,
+    out: Path,
+    address: str | None = None,
+    partition: str | None = None,
+    cluster: str | None = None,
+) -> Executor:
     if name == "local":
         return LocalExecutor()
     if name == "ray":

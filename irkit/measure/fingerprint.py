@@ -214,19 +214,24 @@ def load_record(
     else:
         others = bool(busy) and max(busy) - 1 > 0.5
     return {
-        "load_1min_start": start, "load_1min_end": end, "cpus": cpus,
-        "run_queue_start": run_queue_start, "run_queue_end": run_queue_end,
-        "run_queue_mean": run_queue_mean, "run_queue_samples": run_queue_samples,
-        "cpu_over_wall": cpu_over_wall, "threads": threads,
+        "load_1min_start": start,
+        "load_1min_end": end,
+        "cpus": cpus,
+        "run_queue_start": run_queue_start,
+        "run_queue_end": run_queue_end,
+        "run_queue_mean": run_queue_mean,
+        "run_queue_samples": run_queue_samples,
+        "cpu_over_wall": cpu_over_wall,
+        "threads": threads,
         "waited_for_a_core": waited,
         "crowded": crowded,
         "others_busy": others,
         "loaded": others or waited or crowded,
         "rule": "other processes' runnable threads (this process's own excluded) above 0.5 "
-                "on average through the measurement (where the OS gives no run queue: the "
-                "1-minute load average minus the measuring process above 0.5 at the start or "
-                "end), or other runnable threads plus the program's threads more than the "
-                "CPUs at the start, the end or on average, or a one-thread program on the CPU "
-                f"under {CPU_SHARE_FLOOR:.0%} of its wall time (process CPU time per call / "
-                "wall time per call, median)",
-    }  # fmt: skip
+        "on average through the measurement (where the OS gives no run queue: the "
+        "1-minute load average minus the measuring process above 0.5 at the start or "
+        "end), or other runnable threads plus the program's threads more than the "
+        "CPUs at the start, the end or on average, or a one-thread program on the CPU "
+        f"under {CPU_SHARE_FLOOR:.0%} of its wall time (process CPU time per call / "
+        "wall time per call, median)",
+    }

@@ -47,7 +47,10 @@ def check_appendable(path: str | Path) -> None:
     except (ValueError, UnicodeDecodeError):
         ok = False
     if not ok:
-        raise IrkitError("exists and is not a JSON Lines results file (one record per line); refusing to append to it", f"{path}:1")  # fmt: skip
+        raise IrkitError(
+            "exists and is not a JSON Lines results file (one record per line); refusing to append to it",
+            f"{path}:1",
+        )
 
 
 def repair_torn_tail(path: str | Path) -> bool:
@@ -164,7 +167,7 @@ ATTRIBUTION_FIELDS: dict = {
         "programs_measured": int,
         "rounds": int,
         "stop_reason": str,
-    },  # fmt: skip
+    },
     "passes": [
         {
             "pass": str,
@@ -174,7 +177,7 @@ ATTRIBUTION_FIELDS: dict = {
             "changes_code": bool,
             "kernels": {"removed": list, "added": list},
         }
-    ],  # fmt: skip
+    ],
     "kernels": {"baseline": [_KERNEL], "full": [_KERNEL]},
 }
 """The fields of an attribution record that `compare` and `report` read, and their kinds."""
@@ -197,9 +200,16 @@ def _invalid(value: object, spec: object, where: str) -> str | None:
     if isinstance(spec, list):
         if not isinstance(value, list):
             return f"field {where} must be a list"
-        return next((p for i, v in enumerate(value) if (p := _invalid(v, spec[0], f"{where}[{i}]"))), None)  # fmt: skip
+        return next(
+            (p for i, v in enumerate(value) if (p := _invalid(v, spec[0], f"{where}[{i}]"))), None
+        )
     if spec is _Positive:
-        ok = isinstance(value, _NUMBER) and not isinstance(value, bool) and math.isfinite(value) and value > 0  # fmt: skip
+        ok = (
+            isinstance(value, _NUMBER)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value > 0
+        )
         return None if ok else f"field {where} must be a positive number, got {value!r}"
     assert isinstance(spec, type | tuple)
     if isinstance(value, bool) and spec is not bool:

@@ -64,8 +64,9 @@ def waterfall(plt, rec: dict):
     labels.append("all passes")
     ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right")
     ax.set_ylabel(f"time per call ({unit})")
-    ax.set_title(f"{rec['workload']}: {rec['strategy']} contributions "
-                 f"(grey: not significant)", fontsize=10)  # fmt: skip
+    ax.set_title(
+        f"{rec['workload']}: {rec['strategy']} contributions (grey: not significant)", fontsize=10
+    )
     low = min(full, base) * scale
     ax.set_ylim(
         bottom=max(0.0, low - 0.25 * abs(base - full) * scale - 0.02 * low), top=peak * scale * 1.05
@@ -78,9 +79,13 @@ def roofline(plt, rec: dict):
     c = rec.get("ceilings")
     fig, ax = plt.subplots(figsize=(6, 3.8))
     points = []
-    for variant, style in (("baseline", dict(facecolors="none", edgecolors="#e76f51")),
-                           ("full", dict(color="#264653"))):  # fmt: skip
-        timed = [k for k in rec["kernels"][variant] if k["flops"] and k["min_bytes"] and k["seconds"]]  # fmt: skip
+    for variant, style in (
+        ("baseline", dict(facecolors="none", edgecolors="#e76f51")),
+        ("full", dict(color="#264653")),
+    ):
+        timed = [
+            k for k in rec["kernels"][variant] if k["flops"] and k["min_bytes"] and k["seconds"]
+        ]
         xs = [k["flops"] / k["min_bytes"] for k in timed]
         ys = [k["flops"] / k["seconds"] / 1e9 for k in timed]
         points += xs
@@ -98,8 +103,11 @@ def roofline(plt, rec: dict):
         hi = max(points + [c["flops"] / c["bandwidth"]]) * 4
         x = np.geomspace(lo, hi, 200)
         ax.plot(x, np.minimum(c["flops"], x * c["bandwidth"]) / 1e9, color="black", lw=1)
-        ax.set_title(f"roofline: {c['device']} (copy {c['bandwidth'] / 1e9:.1f} GB/s, "
-                     f"fma {c['flops'] / 1e9:.0f} GFLOP/s, measured)", fontsize=9)  # fmt: skip
+        ax.set_title(
+            f"roofline: {c['device']} (copy {c['bandwidth'] / 1e9:.1f} GB/s, "
+            f"fma {c['flops'] / 1e9:.0f} GFLOP/s, measured)",
+            fontsize=9,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("FLOPs per minimum byte")
@@ -180,8 +188,13 @@ def tuning_heatmap(plt, rec: dict):
     )
     fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(xs), 1.2 + 0.6 * len(ys)))
     cmap = plt.get_cmap("RdYlGn").with_extremes(bad="lightgrey")  # wrong, or dropped
-    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=min(0.8, np.nanmin(grid, initial=1)),
-                      vmax=max(1.2, np.nanmax(grid, initial=1)), aspect="auto")  # fmt: skip
+    image = ax.imshow(
+        np.ma.masked_invalid(grid),
+        cmap=cmap,
+        vmin=min(0.8, np.nanmin(grid, initial=1)),
+        vmax=max(1.2, np.nanmax(grid, initial=1)),
+        aspect="auto",
+    )
     ax.set_xticks(range(len(xs)), [str(x) for x in xs])
     ax.set_xlabel(dims[0]["option"])
     if len(dims) > 1:

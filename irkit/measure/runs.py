@@ -47,7 +47,11 @@ def _interval(values: Sequence[float], confidence: float, log: bool = False) -> 
     half = t_quantile(0.5 + confidence / 2, n - 1) * se
     mean = float(v.mean())
     if log:
-        return {"value": math.exp(mean), "ci_low": math.exp(mean - half), "ci_high": math.exp(mean + half)}  # fmt: skip
+        return {
+            "value": math.exp(mean),
+            "ci_low": math.exp(mean - half),
+            "ci_high": math.exp(mean + half),
+        }
     return {"value": mean, "ci_low": mean - half, "ci_high": mean + half}
 
 
@@ -59,8 +63,11 @@ def _run_to_run(values: Sequence[float], cis: Sequence[dict]) -> dict:
     se = np.array([(c["ci_high"] - c["ci_low"]) / (2 * 1.96) for c in cis])
     mean = float(v.mean())
     held = sum(c["ci_low"] <= mean <= c["ci_high"] for c in cis)
-    return {"sd_s": float(v.std(ddof=1)), "run_se_rms_s": float(np.sqrt((se**2).mean())),
-            "runs_holding_mean": int(held)}  # fmt: skip
+    return {
+        "sd_s": float(v.std(ddof=1)),
+        "run_se_rms_s": float(np.sqrt((se**2).mean())),
+        "runs_holding_mean": int(held),
+    }
 
 
 def combine_runs(records: Sequence[dict], gap_s: float = 0.0, confidence: float = 0.95) -> dict:
@@ -74,10 +81,15 @@ def combine_runs(records: Sequence[dict], gap_s: float = 0.0, confidence: float 
     for r in records[1:]:
         for key in same:
             if r.get(key) != first.get(key):
-                raise IrkitError(f"combine_runs: the runs differ in {key} ({first.get(key)!r} and {r.get(key)!r})")  # fmt: skip
+                raise IrkitError(
+                    f"combine_runs: the runs differ in {key} ({first.get(key)!r} and {r.get(key)!r})"
+                )
     out = copy.deepcopy(first)
     t975, t80 = t_quantile(0.5 + confidence / 2, n - 1), t_quantile(0.80, n - 1)
-    failed_floor = max((r["noise_floor"]["floor_s"] for r in records if r["noise_floor"].get("aa_failed")), default=0.0)  # fmt: skip
+    failed_floor = max(
+        (r["noise_floor"]["floor_s"] for r in records if r["noise_floor"].get("aa_failed")),
+        default=0.0,
+    )
     for i, p in enumerate(out["passes"]):
         each = [r["passes"][i] for r in records]
         if any(e["pass"] != p["pass"] for e in each):
@@ -89,27 +101,37 @@ def combine_runs(records: Sequence[dict], gap_s: float = 0.0, confidence: float 
         p["speedup"] = _interval([e["speedup"]["value"] for e in each], confidence, log=True)
         p["relative"] = float(np.mean([e["relative"] for e in each]))
         ci = p["saved_s"]
-        p["significant"] = bool((ci["ci_low"] > 0 or ci["ci_high"] < 0) and abs(ci["value"]) > failed_floor)  # fmt: skip
+        p["significant"] = bool(
+            (ci["ci_low"] > 0 or ci["ci_high"] < 0) and abs(ci["value"]) > failed_floor
+        )
         se = float(np.std(saved, ddof=1)) / math.sqrt(n)
         p["min_detectable_s"] = max(failed_floor, (t975 + t80) * se)
         p["run_to_run"] = _run_to_run(saved, [e["saved_s"] for e in each])
     total = out["total"]
     total["saved_s"] = _interval([r["total"]["saved_s"]["value"] for r in records], confidence)
-    total["speedup"] = _interval([r["total"]["speedup"]["value"] for r in records], confidence, log=True)  # fmt: skip
+    total["speedup"] = _interval(
+        [r["total"]["speedup"]["value"] for r in records], confidence, log=True
+    )
     for key in ("baseline_s", "full_s"):
         est = _interval([r["total"][key]["median"] for r in records], confidence)
-        total[key] = {"median": est["value"], "ci_low": est["ci_low"], "ci_high": est["ci_high"],
-                      "confidence": confidence, "n": n, "unit": "runs"}  # fmt: skip
+        total[key] = {
+            "median": est["value"],
+            "ci_low": est["ci_low"],
+            "ci_high": est["ci_high"],
+            "confidence": confidence,
+            "n": n,
+            "unit": "runs",
+        }
     total["sum_of_contributions_s"] = float(sum(p["saved_s"]["value"] for p in out["passes"]))
     out["noise_floor"]["rule"] = (
         f"over {n} runs: significant when the pass changes code and the 95% CI of the mean of "
         f"the runs' savings (Student's t, {n - 1} degrees of freedom, on their spread) "
         "excludes 0"
-        + (
-            f", beyond {failed_floor:.3g} s where a run's A/A check failed" if failed_floor else ""
-        )  # fmt: skip
+        + (f", beyond {failed_floor:.3g} s where a run's A/A check failed" if failed_floor else "")
     )
-    out["noise_floor"]["aa_failed_runs"] = sum(bool(r["noise_floor"].get("aa_failed")) for r in records)  # fmt: skip
+    out["noise_floor"]["aa_failed_runs"] = sum(
+        bool(r["noise_floor"].get("aa_failed")) for r in records
+    )
     out["protocol"]["runs"] = {
         "count": n,
         "gap_s": gap_s,
@@ -119,17 +141,26 @@ def combine_runs(records: Sequence[dict], gap_s: float = 0.0, confidence: float 
         "loaded": [r["protocol"]["load"]["loaded"] for r in records],
     }
     out["runs"] = [
-        {"passes": {e["pass"]: e["saved_s"] for e in r["passes"]},
-         "total_saved_s": r["total"]["saved_s"], "full_s": r["total"]["full_s"]["median"],
-         "load": r["protocol"]["load"], "stop_reason": r["protocol"].get("stop_reason"),
-         "rounds": r["protocol"].get("rounds"), "time": r.get("fingerprint", {}).get("time")}
+        {
+            "passes": {e["pass"]: e["saved_s"] for e in r["passes"]},
+            "total_saved_s": r["total"]["saved_s"],
+            "full_s": r["total"]["full_s"]["median"],
+            "load": r["protocol"]["load"],
+            "stop_reason": r["protocol"].get("stop_reason"),
+            "rounds": r["protocol"].get("rounds"),
+            "time": r.get("fingerprint", {}).get("time"),
+        }
         for r in records
-    ]  # fmt: skip
+    ]
     return out
 
 
-def attribute_runs(run: Callable[[int], dict], runs: int, gap_s: float = 0.0,
-                   sleep: Callable[[float], None] | None = None) -> dict:  # fmt: skip
+def attribute_runs(
+    run: Callable[[int], dict],
+    runs: int,
+    gap_s: float = 0.0,
+    sleep: Callable[[float], None] | None = None,
+) -> dict:
     """`runs` records from `run(i)` (run i, from 0), `gap_s` seconds apart, combined
     (`combine_runs`); one run's record as it is."""
     import time

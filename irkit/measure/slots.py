@@ -37,9 +37,15 @@ def check_placements(what: str, placements: Any, automatic: bool = False) -> Non
     (or None, where `automatic`)."""
     if automatic and placements is None:
         return
-    if isinstance(placements, bool) or not isinstance(placements, int) or not 1 <= placements <= MAX_PLACEMENTS:  # fmt: skip
+    if (
+        isinstance(placements, bool)
+        or not isinstance(placements, int)
+        or not 1 <= placements <= MAX_PLACEMENTS
+    ):
         also = " (or None: automatic)" if automatic else ""
-        raise IrkitError(f"{what}: placements must be an integer from 1 to {MAX_PLACEMENTS}{also}, got {placements!r}")  # fmt: skip
+        raise IrkitError(
+            f"{what}: placements must be an integer from 1 to {MAX_PLACEMENTS}{also}, got {placements!r}"
+        )
 
 
 class Placements:
@@ -70,9 +76,15 @@ class Rotation:
     ran on (`slots`) and selects slot r for the next. `timed`: what a round calls for a
     bound copy (its driver's launches by default)."""
 
-    def __init__(self, bound: Mapping[str, list[Any]], timed: Callable[[Any], Callable[[], None]] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        bound: Mapping[str, list[Any]],
+        timed: Callable[[Any], Callable[[], None]] | None = None,
+    ) -> None:
         timed = timed or (lambda b: b.timed_graph())
-        self.fns: dict[str, Callable[[], None]] = {k: Placements([timed(c) for c in bs]) for k, bs in bound.items()}  # fmt: skip
+        self.fns: dict[str, Callable[[], None]] = {
+            k: Placements([timed(c) for c in bs]) for k, bs in bound.items()
+        }
         self.copies = max(len(bs) for bs in bound.values())
         self.slots: list[int] = []
 
@@ -103,7 +115,9 @@ def io_of(bound: Any) -> list[Any] | None:
     return getattr(bound, "io", None)
 
 
-def checked_bound(exe: Any, graph: ModuleOp, case: Any, what: str, io: list[Any] | None = None) -> Any:  # fmt: skip
+def checked_bound(
+    exe: Any, graph: ModuleOp, case: Any, what: str, io: list[Any] | None = None
+) -> Any:
     """`exe` bound to the reference case's inputs, its outputs from binding checked against
     the reference (one call, not a check and a bind: a slow variant's call takes seconds);
     an error naming `what` (a variant or a pipeline) if wrong. Nothing wrong is ever timed.
@@ -188,8 +202,16 @@ def slot_ratio_ci(
     logs = np.log(np.asarray(numer[:n], np.float64) / np.asarray(denom[:n], np.float64))
     means = np.array([logs[slots[:n] == s].mean() for s in labels])
     level = confidence if slot_confidence is None else slot_confidence
-    term = t_quantile(1 - (1 - level) / 2, len(labels) - 1) * means.std(ddof=1) / math.sqrt(len(labels))  # fmt: skip
+    term = (
+        t_quantile(1 - (1 - level) / 2, len(labels) - 1)
+        * means.std(ddof=1)
+        / math.sqrt(len(labels))
+    )
     below, above = math.log(est.median / est.low), math.log(est.high / est.median)
-    return Estimate(est.median, est.median * math.exp(-math.hypot(below, term)),
-                    est.median * math.exp(math.hypot(above, term)), min(est.confidence, level),
-                    est.n)  # fmt: skip
+    return Estimate(
+        est.median,
+        est.median * math.exp(-math.hypot(below, term)),
+        est.median * math.exp(math.hypot(above, term)),
+        min(est.confidence, level),
+        est.n,
+    )

@@ -116,11 +116,19 @@ def run_plan(
     from irkit.runtime.backend import driver_plan, run_steps
 
     if not hasattr(exe, "launch"):
-        raise IrkitError(f"the {exe.backend} backend cannot run its kernels one by one on the host (snapshot needs cpu, cuda-sim or cuda-host)")  # fmt: skip
+        raise IrkitError(
+            f"the {exe.backend} backend cannot run its kernels one by one on the host (snapshot needs cpu, cuda-sim or cuda-host)"
+        )
     outputs = [_fresh(s.shape, s.dtype) for s in exe.outputs]
     env = dict(zip(exe.entry.body.block.args, [*inputs, *outputs], strict=True))
-    run_steps(driver_plan(exe.module), env, _fresh, lambda step: np.array(step.constant),
-              exe.launch, on_call)  # fmt: skip
+    run_steps(
+        driver_plan(exe.module),
+        env,
+        _fresh,
+        lambda step: np.array(step.constant),
+        exe.launch,
+        on_call,
+    )
     return outputs
 
 
@@ -162,7 +170,9 @@ def take_snapshots(
     wanted = list(names if kernels is None else kernels)
     for kernel in wanted:
         if kernel not in names:
-            raise IrkitError(f"--kernel: no kernel {kernel!r} in this program; it has {', '.join(names) or 'none'}")  # fmt: skip
+            raise IrkitError(
+                f"--kernel: no kernel {kernel!r} in this program; it has {', '.join(names) or 'none'}"
+            )
     captured: dict[str, dict[str, list[np.ndarray]]] = {k: {} for k in wanted}
 
     def on_call(name: str, buffers: list[np.ndarray], after: bool) -> None:
@@ -193,8 +203,14 @@ def take_snapshots(
         }  # fmt: skip
         meta = json.loads(json.dumps(meta))  # as the file will hold it (lists, not tuples)
         compiled = gpu[kernel].compiled if kernel in gpu else None
-        out.append(Snapshot(meta, data["before"], data["after"],
-                            compiled.cubin if compiled is not None else None))  # fmt: skip
+        out.append(
+            Snapshot(
+                meta,
+                data["before"],
+                data["after"],
+                compiled.cubin if compiled is not None else None,
+            )
+        )
     return out
 
 
@@ -216,8 +232,11 @@ def standalone_text(module: ModuleOp, fn: func.FuncOp) -> str:
     from irkit.loops import callees
 
     used = {op.name_.root_reference.data for op in fn.walk() if isinstance(op, memref.GetGlobalOp)}
-    globals_ = [op.clone() for op in module.ops
-                if isinstance(op, memref.GlobalOp) and op.sym_name.data in used]  # fmt: skip
+    globals_ = [
+        op.clone()
+        for op in module.ops
+        if isinstance(op, memref.GlobalOp) and op.sym_name.data in used
+    ]
     called = [f.clone() for f in callees(module, fn)]
     return to_text(ModuleOp([*globals_, fn.clone(), *called]))
 
@@ -245,10 +264,15 @@ def replay_module(snap: Snapshot) -> ModuleOp:
     block.add_op(func.CallOp(fn.sym_name.data, args, []))
     block.add_op(func.ReturnOp())
     attrs = [DictionaryAttr({})] * len(types) + [
-        DictionaryAttr({"irkit.output": StringAttr(snap.meta["arguments"][i]["name"])}) for i in written
-    ]  # fmt: skip
-    driver = func.FuncOp("replay", FunctionType.from_lists([*types, *outputs], []),
-                         Region(block), arg_attrs=ArrayAttr(attrs))  # fmt: skip
+        DictionaryAttr({"irkit.output": StringAttr(snap.meta["arguments"][i]["name"])})
+        for i in written
+    ]
+    driver = func.FuncOp(
+        "replay",
+        FunctionType.from_lists([*types, *outputs], []),
+        Region(block),
+        arg_attrs=ArrayAttr(attrs),
+    )
     fn.attributes.setdefault("irkit.kernel", UnitAttr())
     module.body.block.add_op(driver)
     return module
@@ -269,11 +293,17 @@ class ReplayResult:
     """Held to bit identity (the snapshot's backend), else to the type's tolerance."""
 
     def to_json(self) -> dict:
-        return {"kernel": self.kernel, "backend": self.backend, "matches": self.identical,
-                "held_to": "bit identity" if self.exact else "the element type's tolerance",
-                "mismatches": self.mismatches, "same_code": self.same_code,
-                "seconds": self.seconds.to_json() if self.seconds else None,
-                "against_current": self.compare, "notes": self.notes}  # fmt: skip
+        return {
+            "kernel": self.kernel,
+            "backend": self.backend,
+            "matches": self.identical,
+            "held_to": "bit identity" if self.exact else "the element type's tolerance",
+            "mismatches": self.mismatches,
+            "same_code": self.same_code,
+            "seconds": self.seconds.to_json() if self.seconds else None,
+            "against_current": self.compare,
+            "notes": self.notes,
+        }
 
 
 def _bound_kernel(snap: Snapshot, module: ModuleOp, backend: str):
@@ -319,17 +349,22 @@ def replay(
     result = ReplayResult(snap.kernel, backend, not mismatches, mismatches, same_code)
     result.exact = exe.backend == snap.meta["backend"]
     if not same_code:
-        result.notes.append("the replayed kernel's code differs from the recorded code "
-                            f"({exe.kernels[index].hash} vs {snap.meta['hash']}): another backend, "
-                            "compiler or commit")  # fmt: skip
+        result.notes.append(
+            "the replayed kernel's code differs from the recorded code "
+            f"({exe.kernels[index].hash} vs {snap.meta['hash']}): another backend, "
+            "compiler or commit"
+        )
     if not against_current:
         result.seconds = time_cpu(bound.timed_kernel(index), precision, budget_s).estimate
         return result
     current = rebuilt_module(snap)
     cexe, cbound, cmismatch = _bound_kernel(snap, current, backend)
     cindex = [k.name for k in cexe.kernels].index(snap.kernel)
-    timings = time_interleaved({"recorded": bound.timed_kernel(index),
-                                "current": cbound.timed_kernel(cindex)}, precision, budget_s)  # fmt: skip
+    timings = time_interleaved(
+        {"recorded": bound.timed_kernel(index), "current": cbound.timed_kernel(cindex)},
+        precision,
+        budget_s,
+    )
     from irkit.measure.stats import ratio_ci
 
     ratio = ratio_ci(timings["recorded"].samples, timings["current"].samples)
@@ -337,10 +372,11 @@ def replay(
     result.compare = {
         "current_hash": cexe.kernels[cindex].hash,
         "same_code": cexe.kernels[cindex].hash == exe.kernels[index].hash,
-        "current_bit_identical": not cmismatch, "current_mismatches": cmismatch,
+        "current_bit_identical": not cmismatch,
+        "current_mismatches": cmismatch,
         "current_s": timings["current"].estimate.to_json(),
         "speedup": {"median": ratio.median, "ci_low": ratio.low, "ci_high": ratio.high},
-    }  # fmt: skip
+    }
     return result
 
 
@@ -354,10 +390,18 @@ def rebuilt_module(snap: Snapshot) -> ModuleOp:
     chosen, _ = get_backend(meta["backend"])
     graph = load(meta["model"], meta["dims"] or None)
     exe = compile(graph, meta["pipeline"], chosen.name)
-    fn = next((f for f in exe.module.ops if isinstance(f, func.FuncOp)
-               and f.sym_name.data == snap.kernel), None)  # fmt: skip
+    fn = next(
+        (
+            f
+            for f in exe.module.ops
+            if isinstance(f, func.FuncOp) and f.sym_name.data == snap.kernel
+        ),
+        None,
+    )
     if fn is None:
-        raise IrkitError(f"the current commit's program has no kernel {snap.kernel!r}; its kernels: {', '.join(k.name for k in exe.kernels)}")  # fmt: skip
+        raise IrkitError(
+            f"the current commit's program has no kernel {snap.kernel!r}; its kernels: {', '.join(k.name for k in exe.kernels)}"
+        )
     types = [list(a["shape"]) for a in meta["arguments"]]
     if [t.get_shape() for t in fn.function_type.inputs.data] != [tuple(s) for s in types]:  # type: ignore[attr-defined]
         raise IrkitError(f"the current {snap.kernel} takes other arguments than the recorded one")

@@ -25,8 +25,13 @@ class Estimate:
         return (self.high - self.low) / 2 / self.median if self.median else float("inf")
 
     def to_json(self) -> dict:
-        return {"median": self.median, "ci_low": self.low, "ci_high": self.high,
-                "confidence": self.confidence, "n": self.n}  # fmt: skip
+        return {
+            "median": self.median,
+            "ci_low": self.low,
+            "ci_high": self.high,
+            "confidence": self.confidence,
+            "n": self.n,
+        }
 
 
 def median_ci(samples: np.ndarray, confidence: float = 0.95) -> Estimate:
@@ -112,9 +117,12 @@ def t_quantile(p: float, df: float) -> float:
             lo, hi = (mid, hi) if t_cdf(mid, n) < p else (lo, mid)
         return (lo + hi) / 2
     z = NormalDist().inv_cdf(p)
-    terms = ((z**3 + z) / 4, (5 * z**5 + 16 * z**3 + 3 * z) / 96,
-             (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
-             (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160)  # fmt: skip
+    terms = (
+        (z**3 + z) / 4,
+        (5 * z**5 + 16 * z**3 + 3 * z) / 96,
+        (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+        (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
+    )
     return z + sum(g / df ** (i + 1) for i, g in enumerate(terms))
 
 

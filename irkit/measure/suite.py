@@ -54,9 +54,15 @@ class Job:
     """The job's own deadline in a worker (None: the suite's)."""
 
     def key(self, backend: str, pipeline: str) -> str:
-        return job_key({"workload": self.workload, "backend": backend,
-                        "pipeline": self.pipeline or pipeline, "strategy": self.strategy,
-                        "dims": self.dims})  # fmt: skip
+        return job_key(
+            {
+                "workload": self.workload,
+                "backend": backend,
+                "pipeline": self.pipeline or pipeline,
+                "strategy": self.strategy,
+                "dims": self.dims,
+            }
+        )
 
 
 def _example(name: str) -> str:
@@ -157,8 +163,11 @@ def read_jobs(path: str | Path) -> tuple[Job, ...]:
             raise IrkitError(
                 'a job\'s "timeout_s" is a positive number of seconds', f"{path}:{line}"
             )
-        jobs.append(Job(r["workload"], model, dims, r.get("strategy", "shapley"),
-                        r.get("pipeline"), timeout))  # fmt: skip
+        jobs.append(
+            Job(
+                r["workload"], model, dims, r.get("strategy", "shapley"), r.get("pipeline"), timeout
+            )
+        )
     if not jobs:
         raise IrkitError("no jobs in the file", str(path))
     return tuple(jobs)
@@ -207,7 +216,9 @@ def _worker(conn, job: Job, options: SuiteOptions) -> None:  # pragma: no cover 
     except IrkitError as e:
         conn.send(("failed", str(e)))
     except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
-        conn.send(("failed", f"internal error: {type(e).__name__}: {one_line(e)}", traceback.format_exc()))  # fmt: skip
+        conn.send(
+            ("failed", f"internal error: {type(e).__name__}: {one_line(e)}", traceback.format_exc())
+        )
     finally:
         conn.close()
 
@@ -259,8 +270,11 @@ def _during(stage: tuple | None) -> str:
     if stage is None:
         return " while starting"
     phase, done, total = stage
-    what = {"compile": "compiling and checking variant", "measure": "timing round",
-            "kernels": "timing kernels, round"}.get(phase, phase)  # fmt: skip
+    what = {
+        "compile": "compiling and checking variant",
+        "measure": "timing round",
+        "kernels": "timing kernels, round",
+    }.get(phase, phase)
     return f" while {what} {min(done + 1, total)} of {total}"
 
 
@@ -301,7 +315,11 @@ def reproducer(job: Job, options: SuiteOptions, stage: tuple | None) -> str:
         plan = make_plan(job.strategy, len(optional), options.permutations, options.seed)
         if stage[1] < len(plan.masks):
             spec = variant_spec(steps, optional, plan.masks[stage[1]])
-            return (f"{env}irkit-bench run {shlex.quote(job.model)} -p {shlex.quote(spec)} "
-                    f"--backend {options.backend} {dims} --seed {options.seed}").strip()  # fmt: skip
-    return (f"{env}irkit-bench attribute {shlex.quote(job.model)} -p {shlex.quote(pipeline)} "
-            f"--backend {options.backend} {dims} --strategy {job.strategy} --seed {options.seed}").strip()  # fmt: skip
+            return (
+                f"{env}irkit-bench run {shlex.quote(job.model)} -p {shlex.quote(spec)} "
+                f"--backend {options.backend} {dims} --seed {options.seed}"
+            ).strip()
+    return (
+        f"{env}irkit-bench attribute {shlex.quote(job.model)} -p {shlex.quote(pipeline)} "
+        f"--backend {options.backend} {dims} --strategy {job.strategy} --seed {options.seed}"
+    ).strip()

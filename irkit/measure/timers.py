@@ -41,8 +41,13 @@ class Timing:
         return float(np.nanmedian(self.cpu_samples / np.maximum(self.samples, 1e-12)))
 
     def to_json(self) -> dict:
-        out = {"timer": self.timer, "reps_per_sample": self.reps, "warmup": self.warmup,
-               "stop_reason": self.stop_reason, "seconds": self.estimate.to_json()}  # fmt: skip
+        out = {
+            "timer": self.timer,
+            "reps_per_sample": self.reps,
+            "warmup": self.warmup,
+            "stop_reason": self.stop_reason,
+            "seconds": self.estimate.to_json(),
+        }
         if self.cpu_over_wall is not None:
             out["cpu_over_wall"] = self.cpu_over_wall
         return out
@@ -78,9 +83,15 @@ def time_cpu(
     Sampling goes on to `min_samples` unless the budget runs out first, and never stops
     before `floor_samples` (so a one-second kernel still gets a median of three)."""
     timings = time_interleaved(
-        {"fn": fn}, precision, budget_s, min_samples, max_samples, warmup, min_sample_s,
+        {"fn": fn},
+        precision,
+        budget_s,
+        min_samples,
+        max_samples,
+        warmup,
+        min_sample_s,
         floor_rounds=floor_samples,
-    )  # fmt: skip
+    )
     return timings["fn"]
 
 
@@ -261,6 +272,6 @@ def time_interleaved(
             median_ci(_measured(s)),
             getattr(fns[name], "timer", "perf_counter_ns"),
             None if hasattr(fns[name], "sample") else np.array(rounds.cpu[name]),
-        )  # fmt: skip
+        )
         for name, s in samples.items()
     }

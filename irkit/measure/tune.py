@@ -75,7 +75,9 @@ def parse_space(space: str) -> list[Dimension]:
             raise IrkitError(f"--space: {item.name} lists no option to tune")
         for option, values in item.parameters.items():
             if option not in fields:
-                raise IrkitError(f"--space: pass '{item.name}' has no option '{option}' (it has {', '.join(sorted(fields)) or 'none'})")  # fmt: skip
+                raise IrkitError(
+                    f"--space: pass '{item.name}' has no option '{option}' (it has {', '.join(sorted(fields)) or 'none'})"
+                )
             dims.append(Dimension(item.name, option, tuple(values)))
     return dims
 
@@ -203,7 +205,11 @@ def tune(
         key = tuple(k.hash for k in exe.kernels)
         if key not in programs:
             checks, bound = check_bound(exe, graph, case)
-            wrong = None if all(c.passed for c in checks) else "; ".join(c.describe() for c in checks if not c.passed)  # fmt: skip
+            wrong = (
+                None
+                if all(c.passed for c in checks)
+                else "; ".join(c.describe() for c in checks if not c.passed)
+            )
             programs[key] = Program(key, spec, [], None if wrong else bound, wrong, exe=exe)
         return programs[key]
 
@@ -218,18 +224,26 @@ def tune(
     others = [p for p in timed if p is not default]
     confidence = 1 - 0.05 / max(1, len(others))
     protocol: dict[str, Any] = {
-        "timer": chosen.timer, "candidates": len(cands), "programs": len(programs),
+        "timer": chosen.timer,
+        "candidates": len(cands),
+        "programs": len(programs),
         "wrong": sum(p.wrong is not None for p in programs.values()),
         "search": "all together" if len(timed) <= race else "successive halving, then a race",
         "comparison": "speedup over the default paired by round; declared when its CI is above 1",
-        "confidence": confidence, "precision": precision, "budget_s": budget_s, "seed": seed,
+        "confidence": confidence,
+        "precision": precision,
+        "budget_s": budget_s,
+        "seed": seed,
         "check": "every distinct program against the float64 reference before timing",
-    }  # fmt: skip
+    }
     res = TuneResult(str(model), base, chosen.name, space, dimensions, list(programs.values()),
                      default.key, confidence, protocol, host_fingerprint(), base)  # fmt: skip
     if not others:
-        why = ("every candidate compiles to the default's code" if not protocol["wrong"]
-               else "no candidate that compiles to other code is correct")  # fmt: skip
+        why = (
+            "every candidate compiles to the default's code"
+            if not protocol["wrong"]
+            else "no candidate that compiles to other code is correct"
+        )
         res.verdict = f"default kept: {why}"
         return _finish(res, graph, store)
     survivors = list(others)
@@ -248,37 +262,61 @@ def tune(
     # of several would often be the one that landed well
     racers = [default, *survivors]
     copies = copies_within_budget(placements, [p.exe for p in racers], 0)[0]  # as if unshared
-    bound = bind_slots(chosen, {p.spec: (p.exe, f"candidate '{p.spec}'") for p in racers},
-                       copies, graph, case, seed)  # fmt: skip
+    bound = bind_slots(
+        chosen,
+        {p.spec: (p.exe, f"candidate '{p.spec}'") for p in racers},
+        copies,
+        graph,
+        case,
+        seed,
+    )
     rotation = Rotation(bound)
-    timings = time_interleaved(rotation.fns, precision,
-                               budget_s - rung_budget * bool(rung), max(10, 4 * copies),
-                               max(200, 25 * copies), seed=seed,
-                               floor_rounds=max(10, 2 * copies), on_round=rotation.on_round)  # fmt: skip
+    timings = time_interleaved(
+        rotation.fns,
+        precision,
+        budget_s - rung_budget * bool(rung),
+        max(10, 4 * copies),
+        max(200, 25 * copies),
+        seed=seed,
+        floor_rounds=max(10, 2 * copies),
+        on_round=rotation.on_round,
+    )
     for p in racers:
         e = timings[p.spec].estimate
         p.seconds = {"median": e.median, "ci_low": e.low, "ci_high": e.high}
     best = min(survivors, key=lambda p: timings[p.spec].estimate.median)
-    ratio = slot_ratio_ci(np.array(timings[default.spec].samples),
-                          np.array(timings[best.spec].samples), np.array(rotation.slots), confidence)  # fmt: skip
-    protocol.update({"placements": copies,
-                     "placement_io": "shared" if io_of(bound[default.spec][0]) is not None else "own",
-                     "placement_method": "the race binds every program as this many slots "
-                     "(a slot's programs into one set of inputs and outputs where the backend "
-                     "can), round r running slot r mod placements; the speedup's CI is the "
-                     "paired ratio's over the rounds, widened by the slots' spread "
-                     "(slot_ratio_ci)"})  # fmt: skip
+    ratio = slot_ratio_ci(
+        np.array(timings[default.spec].samples),
+        np.array(timings[best.spec].samples),
+        np.array(rotation.slots),
+        confidence,
+    )
+    protocol.update(
+        {
+            "placements": copies,
+            "placement_io": "shared" if io_of(bound[default.spec][0]) is not None else "own",
+            "placement_method": "the race binds every program as this many slots "
+            "(a slot's programs into one set of inputs and outputs where the backend "
+            "can), round r running slot r mod placements; the speedup's CI is the "
+            "paired ratio's over the rounds, widened by the slots' spread "
+            "(slot_ratio_ci)",
+        }
+    )
     res.speedup = {"median": ratio.median, "ci_low": ratio.low, "ci_high": ratio.high}
     choice = best.choices[0]
     described = ", ".join(f"{k}={v}" for k, v in choice.items())
     if ratio.low > 1:
         res.declared, res.choice, res.pipeline = True, choice, best.spec
-        res.verdict = (f"winner: {described}, {ratio.median:.3f}x the default "
-                       f"[{ratio.low:.3f}, {ratio.high:.3f}] ({confidence:.1%} CI)")  # fmt: skip
+        res.verdict = (
+            f"winner: {described}, {ratio.median:.3f}x the default "
+            f"[{ratio.low:.3f}, {ratio.high:.3f}] ({confidence:.1%} CI)"
+        )
     else:
-        res.verdict = (f"default kept: the fastest candidate ({described}) is {ratio.median:.3f}x "
-                       f"the default [{ratio.low:.3f}, {ratio.high:.3f}] ({confidence:.1%} CI), "
-                       "not beyond it")  # fmt: skip
+        res.verdict = (
+            f"default kept: the fastest candidate ({described}) is {ratio.median:.3f}x "
+            f"the default [{ratio.low:.3f}, {ratio.high:.3f}] ({confidence:.1%} CI), "
+            "not beyond it"
+        )
     return _finish(res, graph, store)
 
 
@@ -301,10 +339,16 @@ def store_result(graph: ModuleOp, record: dict) -> Path:
     from irkit import tuning
 
     fp = record["fingerprint"]
-    entry = {"declared": record["declared"], "choice": record["choice"],
-             "pipeline": record["pipeline"], "speedup": record["speedup"],
-             "verdict": record["verdict"], "space": record["space"],
-             "git_sha": fp.get("git_sha"), "time": fp.get("time")}  # fmt: skip
+    entry = {
+        "declared": record["declared"],
+        "choice": record["choice"],
+        "pipeline": record["pipeline"],
+        "speedup": record["speedup"],
+        "verdict": record["verdict"],
+        "space": record["space"],
+        "git_sha": fp.get("git_sha"),
+        "time": fp.get("time"),
+    }
     return tuning.store(graph, record["base_pipeline"], record["machine"], entry)
 
 

@@ -64,15 +64,19 @@ class ConvertConvLayout(RewritePattern):
         if g.conv_layout(op.properties) == self.layout:
             return
         new_ops: list[g.GraphOp] = [
-            x := g.TransposeOp.create_inferred([op.input], {"perm": g.int_array(_INPUT[self.layout])}),
-            w := g.TransposeOp.create_inferred([op.weight], {"perm": g.int_array(_WEIGHT[self.layout])}),
+            x := g.TransposeOp.create_inferred(
+                [op.input], {"perm": g.int_array(_INPUT[self.layout])}
+            ),
+            w := g.TransposeOp.create_inferred(
+                [op.weight], {"perm": g.int_array(_WEIGHT[self.layout])}
+            ),
             conv := g.Conv2dOp.create_inferred(
                 [x, w], {**op.properties, "layout": StringAttr(self.layout)}
             ),
             back := g.TransposeOp.create_inferred(
                 [conv], {"perm": g.int_array(inverse_perm(_INPUT[self.layout]))}
             ),
-        ]  # fmt: skip
+        ]
         for new in new_ops:
             new.location = op.location
         conv.attributes.update(op.attributes)

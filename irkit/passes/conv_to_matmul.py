@@ -97,12 +97,13 @@ class ConvToMatmul(RewritePattern):
             window["padding"] = g.int_array([0, 0, 0, 0])
         new: list[g.GraphOp] = [
             *padding,
-            cols := g.ReshapeOp.build_to(op.input, [n * h * w, c]) if direct
+            cols := g.ReshapeOp.build_to(op.input, [n * h * w, c])
+            if direct
             else g.Im2colOp.create_inferred([source], {"kernel": g.int_array([kh, kw]), **window}),
             rhs := g.ReshapeOp.build_to(op.weight, [kh * kw * c, o]),
             mm := g.MatmulOp.create_inferred([cols, rhs]),
             out := g.ReshapeOp.build_to(mm, [n, oh, ow, o]),
-        ]  # fmt: skip
+        ]
         for x in new:
             _placed(x, op)
         if self.implicit and not direct:
@@ -157,13 +158,16 @@ class SinkReshape(RewritePattern):
     ) -> None:
         operands = list(op.operands)
         found = [
-            i for i, v in enumerate(operands)
-            if isinstance(r := v.owner, g.ReshapeOp) and v.has_one_use()
-            and len(_shape(r.input)) == 2 and _shape(r.input)[-1] == _shape(v)[-1]
+            i
+            for i, v in enumerate(operands)
+            if isinstance(r := v.owner, g.ReshapeOp)
+            and v.has_one_use()
+            and len(_shape(r.input)) == 2
+            and _shape(r.input)[-1] == _shape(v)[-1]
             and _shape(v) == _shape(op.results[0])
             and _shape(r.input) != _shape(v)  # an identity reshape splits nothing: sinking
             # one would build another below it, forever (found by fuzzing)
-        ]  # fmt: skip
+        ]
         if len(found) != 1:
             return
         (i,) = found
@@ -190,8 +194,11 @@ class SinkReshape(RewritePattern):
         if isinstance(op, g.BinaryOp):
             moved = type(op).create_inferred(moved_operands, dict(op.properties))
         else:
-            moved = type(op).create(operands=moved_operands, properties=dict(op.properties),
-                                    result_types=[g.tensor(element, m)])  # fmt: skip
+            moved = type(op).create(
+                operands=moved_operands,
+                properties=dict(op.properties),
+                result_types=[g.tensor(element, m)],
+            )
         moved.attributes.update(op.attributes)
         _placed(moved, op)
         after = _placed(g.ReshapeOp.build_to(moved, full), op)

@@ -221,8 +221,9 @@ def _output_row(
         if any(order.index(_phase(op, loop)) > order.index(last) for op in uses):
             continue
         inside = [op for op in uses if _phase(op, loop) is last]
-        if all(isinstance(op, memref.LoadOp) and tuple(op.indices[lead:]) in stored
-               for op in inside):  # fmt: skip
+        if all(
+            isinstance(op, memref.LoadOp) and tuple(op.indices[lead:]) in stored for op in inside
+        ):
             return out, out_lead
     return None
 
@@ -302,8 +303,10 @@ def _stores_and_loads(loop: scf.ForOp) -> tuple[list[memref.StoreOp], list[memre
 
 
 def _same_bounds(a: scf.ForOp, b: scf.ForOp) -> bool:
-    return all(x is y or (constant_int(x) is not None and constant_int(x) == constant_int(y))
-               for x, y in ((a.lb, b.lb), (a.ub, b.ub), (a.step, b.step)))  # fmt: skip
+    return all(
+        x is y or (constant_int(x) is not None and constant_int(x) == constant_int(y))
+        for x, y in ((a.lb, b.lb), (a.ub, b.ub), (a.step, b.step))
+    )
 
 
 def fuse_into_reductions(loop: scf.ParallelOp) -> None:
@@ -313,9 +316,13 @@ def fuse_into_reductions(loop: scf.ParallelOp) -> None:
     module docstring)."""
     for producer in list(loop.body.block.ops):
         consumer = producer.next_op
-        if not (isinstance(producer, scf.ForOp) and isinstance(consumer, scf.ForOp)
-                and not producer.iter_args and consumer.iter_args
-                and _same_bounds(producer, consumer)):  # fmt: skip
+        if not (
+            isinstance(producer, scf.ForOp)
+            and isinstance(consumer, scf.ForOp)
+            and not producer.iter_args
+            and consumer.iter_args
+            and _same_bounds(producer, consumer)
+        ):
             continue
         first, second = _stores_and_loads(producer), _stores_and_loads(consumer)
         if first is None or second is None or second[0]:

@@ -50,7 +50,9 @@ def default_threads() -> int:
     value = os.environ.get("IRKIT_NUM_THREADS", "").strip()
     if value:
         if not value.isdigit() or not 1 <= int(value) <= MAX_THREADS:
-            raise IrkitError(f"IRKIT_NUM_THREADS must be an integer from 1 to {MAX_THREADS}, not {value!r}")  # fmt: skip
+            raise IrkitError(
+                f"IRKIT_NUM_THREADS must be an integer from 1 to {MAX_THREADS}, not {value!r}"
+            )
         return int(value)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
@@ -67,8 +69,12 @@ class CpuParallelizePass(ModulePass):
     min_work: int = 1 << 20
 
     def check_options(self) -> None:
-        require(0 <= self.threads <= MAX_THREADS, "threads", self.threads,
-                f"must be 0 (automatic) to {MAX_THREADS}")  # fmt: skip
+        require(
+            0 <= self.threads <= MAX_THREADS,
+            "threads",
+            self.threads,
+            f"must be 0 (automatic) to {MAX_THREADS}",
+        )
         require(self.min_work >= 0, "min-work", self.min_work, "must be non-negative")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:

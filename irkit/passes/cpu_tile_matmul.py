@@ -145,18 +145,25 @@ class CpuTileMatmulPass(ModulePass):
         return replace(self, vector_bits=bits, nr=nr)
 
     def check_options(self) -> None:
-        require(self.vector_bits in (0, 128, 256, 512), "vector-bits", self.vector_bits,
-                "must be 128, 256 or 512 (or 0: the host's)")  # fmt: skip
+        require(
+            self.vector_bits in (0, 128, 256, 512),
+            "vector-bits",
+            self.vector_bits,
+            "must be 128, 256 or 512 (or 0: the host's)",
+        )
         require(1 <= self.mr <= 16, "mr", self.mr, "must be from 1 to 16")
         # with vector-bits=0 an nr must suit any host: a multiple of the widest vector's lanes
         bits = self.vector_bits or 512
         lanes = bits // 32  # f32's; f64's (half as many) divide it
-        require(0 <= self.nr <= 1024 and self.nr % lanes == 0, "nr", self.nr,
-                f"must be a positive multiple of the {lanes} f32 lanes of a {bits}-bit vector"
-                f"{' (vector-bits=0: the widest a host may have)' if not self.vector_bits else ''}"
-                ", at most 1024, or 0 (auto)")  # fmt: skip
-        require(self.kc >= -1, "kc", self.kc,
-                "must be -1 (auto), 0 (no K blocking) or positive")  # fmt: skip
+        require(
+            0 <= self.nr <= 1024 and self.nr % lanes == 0,
+            "nr",
+            self.nr,
+            f"must be a positive multiple of the {lanes} f32 lanes of a {bits}-bit vector"
+            f"{' (vector-bits=0: the widest a host may have)' if not self.vector_bits else ''}"
+            ", at most 1024, or 0 (auto)",
+        )
+        require(self.kc >= -1, "kc", self.kc, "must be -1 (auto), 0 (no K blocking) or positive")
         require(self.min_panels >= 0, "min-panels", self.min_panels, "must be non-negative")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
@@ -318,9 +325,11 @@ class _Tiler:
             if panels:
                 self._row_tiles(j0, tail_vectors, j0, self._from_b)
             else:  # all columns in the tail (N < nr): the row tiles are the parallel loop
-                self._parallel_rows(lambda i0, rows: self._k_blocks(
-                    lambda k: self._microkernel(i0, rows, j0, tail_vectors, j0, self._from_b, k)
-                ))  # fmt: skip
+                self._parallel_rows(
+                    lambda i0, rows: self._k_blocks(
+                        lambda k: self._microkernel(i0, rows, j0, tail_vectors, j0, self._from_b, k)
+                    )
+                )
         if vector_columns < nest.n:
             self._scalar_columns(vector_columns)
         if panels and self.pack and isinstance(packed.owner, memref.AllocOp):
@@ -419,11 +428,11 @@ class _Tiler:
             idx = [k, pb.iadd(j0, v * self.lanes)]
             return pb.add(vector.LoadOp(source, idx, self.vtype))
 
-        self._pack_loop(pb, panels, load, target,
-                        lambda p, k, v: [p, k, pb.index(v * self.lanes)])  # fmt: skip
+        self._pack_loop(pb, panels, load, target, lambda p, k, v: [p, k, pb.index(v * self.lanes)])
         block.add_op(func.ReturnOp())
-        kernel = func.FuncOp(name, ([weight.type, buffer.type], []), Region(block),
-                             visibility="private")  # fmt: skip
+        kernel = func.FuncOp(
+            name, ([weight.type, buffer.type], []), Region(block), visibility="private"
+        )
         kernel.attributes[KERNEL_ATTR] = UnitAttr()
         kernel.attributes[ONCE_ATTR] = UnitAttr()
         self.fn.parent_block().insert_op_before(kernel, self.fn)  # type: ignore[union-attr]

@@ -140,8 +140,9 @@ def tile(t: _Transpose, fn: func.FuncOp, lanes: int) -> bool:
                 continue
             for which, upper in ((i, False), (i + distance, True)):
                 mask = DenseArrayBase.from_list(i64, _shuffle_mask(distance, lanes, upper))
-                new[which] = add(vector.ShuffleOp(rows[i], rows[i + distance], mask,
-                                                  result_type=vtype))  # fmt: skip
+                new[which] = add(
+                    vector.ShuffleOp(rows[i], rows[i + distance], mask, result_type=vtype)
+                )
         rows = new
         distance //= 2
     for r in range(lanes):
@@ -153,8 +154,9 @@ def tile(t: _Transpose, fn: func.FuncOp, lanes: int) -> bool:
         body.add_op(op)
     body.add_op(scf.ReduceOp())
     zero, one = constants.index(0), constants.index(1)
-    loop = scf.ParallelOp([zero] * rank, [constants.index(b) for b in bounds],
-                          [one] * rank, Region(body))  # fmt: skip
+    loop = scf.ParallelOp(
+        [zero] * rank, [constants.index(b) for b in bounds], [one] * rank, Region(body)
+    )
     loop.attributes.update(t.loop.attributes)
     parent = t.loop.parent_block()
     assert parent is not None
@@ -175,8 +177,12 @@ class CpuTileTransposePass(ModulePass):
     vector_bits: int = 0  # 0: the host's widest vector (`irkit.host.vector_bits`)
 
     def check_options(self) -> None:
-        require(self.vector_bits in (0, 128, 256, 512), "vector-bits", self.vector_bits,
-                "must be 128, 256 or 512 (or 0: the host's)")  # fmt: skip
+        require(
+            self.vector_bits in (0, 128, 256, 512),
+            "vector-bits",
+            self.vector_bits,
+            "must be 128, 256 or 512 (or 0: the host's)",
+        )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self.check_options()

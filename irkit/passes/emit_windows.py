@@ -144,9 +144,11 @@ def im2col(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
 def pool(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
     x = op.operands[0]
     nhwc = g.pool_layout(op.properties) == "nhwc"
-    (n, oy, ox, c), (_, h, wd, _) = (idx, shape_of(x)) if nhwc else (
-        [idx[0], idx[2], idx[3], idx[1]], [shape_of(x)[i] for i in (0, 2, 3, 1)]
-    )  # fmt: skip
+    (n, oy, ox, c), (_, h, wd, _) = (
+        (idx, shape_of(x))
+        if nhwc
+        else ([idx[0], idx[2], idx[3], idx[1]], [shape_of(x)[i] for i in (0, 2, 3, 1)])
+    )
     kh, kw = g.ints(op.properties, "kernel")
     oh, ow = shape_of(op.results[0])[1:3] if nhwc else shape_of(op.results[0])[2:]
     strides, pad = g.ints(op.properties, "strides"), g.ints(op.properties, "padding")

@@ -85,8 +85,7 @@ from irkit.passes.loop_builder import FunctionConstants
 F32 = Float32Type()
 LOG2E = 1.44269504088896341
 C1, C2 = 0.693359375, -2.12194440e-4
-POLY = (1.3814551702e-3, 8.3686938353e-3, 4.1668387063e-2, 1.6666520825e-1,
-        4.9999993458e-1)  # fmt: skip
+POLY = (1.3814551702e-3, 8.3686938353e-3, 4.1668387063e-2, 1.6666520825e-1, 4.9999993458e-1)
 """P of exp(r) = 1 + r + r^2 P(r) on [-ln2/2, ln2/2]: degree 4, fitted to the relative error
 of the whole form (max 3.1e-9 in exact arithmetic, 1 ulp in f32 with FMAs over a dense grid
 of r). Cephes' degree-5 P is a hundred times more accurate there than f32 can hold, for one
@@ -100,13 +99,29 @@ ROUNDING = 12582912.0
 it in its low bits (for |v| < 2^22)."""
 ROUNDING_BITS = 0x4B400000
 """ROUNDING's bit pattern: the sum's bits minus these are the integer."""
-TANH_POLY = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
-             -3.33332819422e-1)  # fmt: skip
-ERF_NUMERATOR = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
-                 -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
-                 -1.60960333262415e-02)  # fmt: skip
-ERF_DENOMINATOR = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
-                   -7.37332916720468e-03, -1.42647390514189e-02)  # fmt: skip
+TANH_POLY = (
+    -5.70498872745e-3,
+    2.06390887954e-2,
+    -5.37397155531e-2,
+    1.33314422036e-1,
+    -3.33332819422e-1,
+)
+ERF_NUMERATOR = (
+    -2.72614225801306e-10,
+    2.77068142495902e-08,
+    -2.10102402082508e-06,
+    -5.69250639462346e-05,
+    -7.34990630326855e-04,
+    -2.95459980854025e-03,
+    -1.60960333262415e-02,
+)
+ERF_DENOMINATOR = (
+    -1.45660718464996e-05,
+    -2.13374055278905e-04,
+    -1.68282697438203e-03,
+    -7.37332916720468e-03,
+    -1.42647390514189e-02,
+)
 TWO_OVER_SQRT_PI = 1.1283791670955126
 LOG_POLY = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
             1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1,
@@ -290,16 +305,21 @@ class ExpandMathPass(ModulePass):
                 if kind not in functions:
                     functions[kind] = scalar_function(op, math_op, ldexp)
                 callee = {"callee": SymbolRefAttr(functions[kind].sym_name)}
-                call = func.CallOp.create(operands=math_op.operands, result_types=[F32],
-                                          properties=callee)  # 4x faster than func.CallOp()  # fmt: skip
+                call = func.CallOp.create(
+                    operands=math_op.operands, result_types=[F32], properties=callee
+                )  # 4x faster than func.CallOp()
                 math_op.parent_block().insert_op_before(call, math_op)  # type: ignore[union-attr]
                 math_op.results[0].replace_all_uses_with(call.res[0])
                 math_op.detach()
                 math_op.erase()
 
 
-NAMES: dict[type[Operation], str] = {xmath.ExpOp: "expf", xmath.TanhOp: "tanhf",
-                                     xmath.ErfOp: "erff", xmath.LogOp: "logf"}  # fmt: skip
+NAMES: dict[type[Operation], str] = {
+    xmath.ExpOp: "expf",
+    xmath.TanhOp: "tanhf",
+    xmath.ErfOp: "erff",
+    xmath.LogOp: "logf",
+}
 """The scalar functions' names (`irkit_<name>`; `_scalef` where the exp in them scales with
 `irkit_math.ldexp`)."""
 

@@ -131,12 +131,16 @@ class SinkThroughUnary(RewritePattern):
         x_type = x.type
         assert isinstance(x_type, TensorType)
         element = op.result.type.element_type
-        moved = type(op).create(operands=[x], properties=dict(op.properties),
-                                attributes=dict(op.attributes),
-                                result_types=[g.tensor(element, x_type.get_shape())])  # fmt: skip
+        moved = type(op).create(
+            operands=[x],
+            properties=dict(op.properties),
+            attributes=dict(op.attributes),
+            result_types=[g.tensor(element, x_type.get_shape())],
+        )
         moved.location = op.location
-        rewriter.replace(op, [moved, after := _transpose(moved.results[0], _perm(t), op)],
-                            [after.result])  # fmt: skip
+        rewriter.replace(
+            op, [moved, after := _transpose(moved.results[0], _perm(t), op)], [after.result]
+        )
         rewriter.erase(t)
 
 
@@ -169,8 +173,9 @@ class SinkThroughBinary(RewritePattern):
         moved = type(op).create_inferred(operands, dict(op.properties))
         moved.attributes.update(op.attributes)
         moved.location = op.location
-        rewriter.replace(op, [moved, after := _transpose(moved.results[0], perm, op)],
-                            [after.result])  # fmt: skip
+        rewriter.replace(
+            op, [moved, after := _transpose(moved.results[0], perm, op)], [after.result]
+        )
         for t in dead:
             rewriter.erase(t)
 
@@ -196,8 +201,9 @@ class SinkThroughPool(RewritePattern):
         moved = type(op).create_inferred([t.input], props)
         moved.attributes.update(op.attributes)
         moved.location = op.location
-        rewriter.replace(op, [moved, after := _transpose(moved.results[0], perm, op)],
-                            [after.result])  # fmt: skip
+        rewriter.replace(
+            op, [moved, after := _transpose(moved.results[0], perm, op)], [after.result]
+        )
         rewriter.erase(t)
 
 

@@ -126,8 +126,9 @@ class FuseKernelsPass(ModulePass):
     max_group_size: int = 64
 
     def check_options(self) -> None:
-        require(self.max_group_size >= 1, "max-group-size", self.max_group_size,
-                "must be at least 1")  # fmt: skip
+        require(
+            self.max_group_size >= 1, "max-group-size", self.max_group_size, "must be at least 1"
+        )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in op.ops:

@@ -229,9 +229,13 @@ class GpuTileMatmulPass(ModulePass):
             fn.erase()
 
     def check_options(self) -> None:
-        for name, value in (("block-m", self.block_m), ("block-n", self.block_n),
-                            ("block-k", self.block_k), ("thread-m", self.thread_m),
-                            ("thread-n", self.thread_n)):  # fmt: skip
+        for name, value in (
+            ("block-m", self.block_m),
+            ("block-n", self.block_n),
+            ("block-k", self.block_k),
+            ("thread-m", self.thread_m),
+            ("thread-n", self.thread_n),
+        ):
             if name == "block-k" and value == 0:
                 continue  # auto
             require(0 < value <= 1024, name, value, "must be from 1 to 1024 (block-k: or 0, auto)")
@@ -243,10 +247,14 @@ class GpuTileMatmulPass(ModulePass):
                 total % part == 0, name, total, f"must be a multiple of thread-{name[-1]}={part}"
             )
         threads = (self.block_m // self.thread_m) * (self.block_n // self.thread_n)
-        require(MIN_THREADS <= threads <= MAX_THREADS, "block-m", self.block_m,
-                f"with block-n={self.block_n}, thread-m={self.thread_m} and "
-                f"thread-n={self.thread_n} the tiles give {threads} threads per block; "
-                f"{MIN_THREADS} to {MAX_THREADS} are allowed")  # fmt: skip
+        require(
+            MIN_THREADS <= threads <= MAX_THREADS,
+            "block-m",
+            self.block_m,
+            f"with block-n={self.block_n}, thread-m={self.thread_m} and "
+            f"thread-n={self.thread_n} the tiles give {threads} threads per block; "
+            f"{MIN_THREADS} to {MAX_THREADS} are allowed",
+        )
         require(0 <= self.pad <= 64, "pad", self.pad, "must be from 0 to 64")
         require(0 <= self.split_k <= 4096, "split-k", self.split_k, "must be from 0 to 4096")
         require(0 <= self.min_blocks <= 32, "min-blocks", self.min_blocks, "must be from 0 to 32")
@@ -268,8 +276,14 @@ class _TiledKernel:
         block_k = o.block_k or self._auto_depth(o, block_m, block_n, nest.k, itemsize)
         if self.mma:
             block_k = -(-block_k // self.mma_k) * self.mma_k
-        self.o = replace(o, block_m=block_m, thread_m=thread_m, block_n=block_n, thread_n=thread_n,
-                         block_k=block_k)  # fmt: skip
+        self.o = replace(
+            o,
+            block_m=block_m,
+            thread_m=thread_m,
+            block_n=block_n,
+            thread_n=thread_n,
+            block_k=block_k,
+        )
         self._check_shared(itemsize)
         self.rows_t = block_m // thread_m  # threads along m
         self.cols_t = block_n // thread_n  # threads along n
@@ -278,8 +292,11 @@ class _TiledKernel:
         if self.mma:  # warps of 64 x 32 (fewer where the block is smaller), 32 lanes each
             self.warps = (max(1, block_m // MMA_WARP[0]), max(1, block_n // MMA_WARP[1]))
             self.threads = 32 * self.warps[0] * self.warps[1]
-            whole = (block_m % (self.warps[0] * MMA_M) == 0 and block_n % (self.warps[1] * MMA_N) == 0
-                     and block_k % self.mma_k == 0)  # fmt: skip
+            whole = (
+                block_m % (self.warps[0] * MMA_M) == 0
+                and block_n % (self.warps[1] * MMA_N) == 0
+                and block_k % self.mma_k == 0
+            )
             if not whole:  # block options that do not cut into instruction tiles: no mma
                 self.mma = self.tf32 = False
                 self.threads = self.rows_t * self.cols_t
@@ -299,8 +316,11 @@ class _TiledKernel:
         bounds; a GPU likes them too). 1 where the kernel is called other than once."""
         o, k_tiles = self.o, self.k_tiles
         name = self.fn.sym_name.data
-        calls = [c for c in module.walk() if isinstance(c, func.CallOp)
-                 and c.callee.root_reference.data == name]  # fmt: skip
+        calls = [
+            c
+            for c in module.walk()
+            if isinstance(c, func.CallOp) and c.callee.root_reference.data == name
+        ]
         if o.split_k == 1 or len(calls) != 1:
             return 1
         divisors = [d for d in range(1, k_tiles + 1) if k_tiles % d == 0]
@@ -337,10 +357,14 @@ class _TiledKernel:
         o = self.o
         stages = 2 if o.double_buffer else 1
         need = stages * o.block_k * (o.block_m + o.block_n + 2 * o.pad) * itemsize
-        require(need <= STATIC_SHARED_LIMIT, "block-k", o.block_k,
-                f"with block-m={o.block_m}, block-n={o.block_n}, pad={o.pad} and {stages} "
-                f"stage(s), the {itemsize}-byte tiles need {need} bytes of shared memory; a "
-                f"kernel's static shared memory is at most {STATIC_SHARED_LIMIT} bytes")  # fmt: skip
+        require(
+            need <= STATIC_SHARED_LIMIT,
+            "block-k",
+            o.block_k,
+            f"with block-m={o.block_m}, block-n={o.block_n}, pad={o.pad} and {stages} "
+            f"stage(s), the {itemsize}-byte tiles need {need} bytes of shared memory; a "
+            f"kernel's static shared memory is at most {STATIC_SHARED_LIMIT} bytes",
+        )
 
     def _warp_tiles(self) -> bool:
         """Whether the block's threads are laid out as warp sub-tiles: the register tile is
@@ -483,17 +507,28 @@ class _TiledKernel:
             accs = list(accs)
             for kk in range(0, o.block_k, step):
                 a_frags = [
-                    [t.add(memref.LoadOp.get(a_tile, [stage, t.iadd(k_lane, kk + dk),
-                                                      t.iadd(rows, mi * MMA_M + dm)]))
-                     for dm, dk in a_at]
+                    [
+                        t.add(
+                            memref.LoadOp.get(
+                                a_tile,
+                                [stage, t.iadd(k_lane, kk + dk), t.iadd(rows, mi * MMA_M + dm)],
+                            )
+                        )
+                        for dm, dk in a_at
+                    ]
                     for mi in range(tiles_m)
-                ]  # fmt: skip
+                ]
                 b_frags = [
-                    [t.add(memref.LoadOp.get(b_tile, [stage, t.iadd(k_lane, kk + dk),
-                                                      t.iadd(b_cols, ni * MMA_N)]))
-                     for dk, _ in b_at]
+                    [
+                        t.add(
+                            memref.LoadOp.get(
+                                b_tile, [stage, t.iadd(k_lane, kk + dk), t.iadd(b_cols, ni * MMA_N)]
+                            )
+                        )
+                        for dk, _ in b_at
+                    ]
                     for ni in range(tiles_n)
-                ]  # fmt: skip
+                ]
                 for mi in range(tiles_m):
                     for ni in range(tiles_n):
                         at = (mi * tiles_n + ni) * 4
@@ -546,10 +581,12 @@ class _TiledKernel:
         a_prefix, b_prefix, _ = (
             tuple(self._index(b, v, mapping) for v in p) for p in nest.prefixes
         )
-        a_copy = _Copy(a, a_tile, (nest.m, o.block_m), (nest.k, o.block_k), True, self._lanes_a(),
-                       a_prefix)  # fmt: skip
-        b_copy = _Copy(bb, b_tile, (nest.k, o.block_k), (nest.n, o.block_n), False,
-                       self._lanes_b(), b_prefix)  # fmt: skip
+        a_copy = _Copy(
+            a, a_tile, (nest.m, o.block_m), (nest.k, o.block_k), True, self._lanes_a(), a_prefix
+        )
+        b_copy = _Copy(
+            bb, b_tile, (nest.k, o.block_k), (nest.n, o.block_n), False, self._lanes_b(), b_prefix
+        )
         a_slots = self._slots(tid, o.block_m, o.block_k, a_copy.lanes)
         b_slots = self._slots(tid, o.block_k, o.block_n, b_copy.lanes)
 
@@ -820,8 +857,11 @@ def _split_k(module: ModuleOp, fn: func.FuncOp, nest: MatmulNest, splits: int, c
     """Give `fn` (about to be tiled with `splits` k ranges) its partial-sum buffer, and add
     the kernel that reduces the partials and runs the epilogue, called right after it."""
     name = fn.sym_name.data
-    (call,) = [c for c in module.walk() if isinstance(c, func.CallOp)
-               and c.callee.root_reference.data == name]  # fmt: skip
+    (call,) = [
+        c
+        for c in module.walk()
+        if isinstance(c, func.CallOp) and c.callee.root_reference.data == name
+    ]
     acc_type = nest.acc.type
     partials_type = MemRefType(acc_type, [splits, nest.m, nest.n])
     _, _, call = add_kernel_buffer(fn, call, partials_type, {SCRATCH_ATTR: UnitAttr()}, "partials")
@@ -831,8 +871,12 @@ def _split_k(module: ModuleOp, fn: func.FuncOp, nest: MatmulNest, splits: int, c
     reduce.attributes.pop(LAUNCH_ATTR, None)
     partials = reduce.body.block.args[-1]
     elements = nest.m * nest.n
-    index = b.add(arith.AddiOp(b.binary(arith.MuliOp, b.add(gpu.BlockIdOp(X)), REDUCE_THREADS),
-                               b.add(gpu.ThreadIdOp(X))))  # fmt: skip
+    index = b.add(
+        arith.AddiOp(
+            b.binary(arith.MuliOp, b.add(gpu.BlockIdOp(X)), REDUCE_THREADS),
+            b.add(gpu.ThreadIdOp(X)),
+        )
+    )
     inside = (
         b.add(arith.CmpiOp(index, b.index(elements), "ult")) if elements % REDUCE_THREADS else None
     )
@@ -904,13 +948,18 @@ def _paired(o: GpuTileMatmulPass, tiled: _TiledKernel) -> _TiledKernel:
     (1.085x), and the smaller tiles alone lost (0.953x): the pair needs both. Tensor-core
     tiles and any other register tile are left as they are (not measured)."""
     t = tiled.o
-    if (tiled.mma or not tiled.warp_tiled or not isinstance(tiled.nest.element_type, Float32Type)
-            or (t.block_m, t.block_n, t.thread_m, t.thread_n)
-            != (128, 128, 8, 8) or 2 * tiled.blocks < t.sms
-            or tiled.blocks > PAIR_WAVES * t.sms):  # fmt: skip
+    if (
+        tiled.mma
+        or not tiled.warp_tiled
+        or not isinstance(tiled.nest.element_type, Float32Type)
+        or (t.block_m, t.block_n, t.thread_m, t.thread_n) != (128, 128, 8, 8)
+        or 2 * tiled.blocks < t.sms
+        or tiled.blocks > PAIR_WAVES * t.sms
+    ):
         return tiled
-    pair = replace(o, block_m=128, block_n=64, thread_m=8, thread_n=8,
-                   min_blocks=max(o.min_blocks, 2))  # fmt: skip
+    pair = replace(
+        o, block_m=128, block_n=64, thread_m=8, thread_n=8, min_blocks=max(o.min_blocks, 2)
+    )
     return _TiledKernel(pair, tiled.fn, tiled.nest, tiled.module)
 
 
@@ -930,11 +979,19 @@ def _filling(tiled: _TiledKernel) -> _TiledKernel:
             max(min(o.thread_m, 4), o.thread_m // 2),
             max(min(o.thread_n, 4), o.thread_n // 2),
         )
-        if (min(block_m, block_n) < MIN_FILL_BLOCK or block_m % thread_m or block_n % thread_n
-                or (block_m // thread_m) * (block_n // thread_n) < MIN_THREADS):  # fmt: skip
+        if (
+            min(block_m, block_n) < MIN_FILL_BLOCK
+            or block_m % thread_m
+            or block_n % thread_n
+            or (block_m // thread_m) * (block_n // thread_n) < MIN_THREADS
+        ):
             break
-        smaller = _TiledKernel(replace(o, block_m=block_m, block_n=block_n, thread_m=thread_m,
-                                       thread_n=thread_n), fn, nest, module)  # fmt: skip
+        smaller = _TiledKernel(
+            replace(o, block_m=block_m, block_n=block_n, thread_m=thread_m, thread_n=thread_n),
+            fn,
+            nest,
+            module,
+        )
         if smaller.blocks <= best.blocks:
             break
         best = smaller

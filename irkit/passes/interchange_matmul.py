@@ -128,8 +128,9 @@ def interchange(nest: MatmulNest, fn: func.FuncOp) -> bool:
     body.add_op(scf.ReduceOp())
     extents = [e for _, e in nest.batch] + [nest.m]
     zero, one = b.index(0), b.index(1)
-    loop = scf.ParallelOp([zero] * len(extents), [b.index(e) for e in extents],
-                          [one] * len(extents), Region(body))  # fmt: skip
+    loop = scf.ParallelOp(
+        [zero] * len(extents), [b.index(e) for e in extents], [one] * len(extents), Region(body)
+    )
     loop.attributes.update(old.attributes)
     parent = old.parent_block()
     assert parent is not None

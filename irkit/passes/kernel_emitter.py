@@ -303,9 +303,12 @@ def _constant(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
 
 
 _COMBINE: dict[type, str] = {
-    g.ReduceSumOp: "add", g.ReduceMeanOp: "add", g.ReduceMaxOp: "max", g.ReduceMinOp: "min",
+    g.ReduceSumOp: "add",
+    g.ReduceMeanOp: "add",
+    g.ReduceMaxOp: "max",
+    g.ReduceMinOp: "min",
     g.ReduceProdOp: "mul",
-}  # fmt: skip
+}
 
 
 def reduce_over(

@@ -111,8 +111,12 @@ class LoopBuilder:
         only to its own type (conversions with integers are `graph.cast`'s)."""
         if value.type == to:
             return value
-        width: dict[type[Attribute], int] = {Float16Type: 16, BFloat16Type: 16, Float32Type: 32,
-                                             Float64Type: 64}  # fmt: skip
+        width: dict[type[Attribute], int] = {
+            Float16Type: 16,
+            BFloat16Type: 16,
+            Float32Type: 32,
+            Float64Type: 64,
+        }
         src, dst = width[type(value.type)], width[type(to)]
         if value.type == to:
             return value
@@ -270,7 +274,9 @@ def add_kernel_buffer(
 def free_after_last_use(block: Block, buffer: SSAValue) -> None:
     """`buffer`'s deallocation moved to just after the last op of `block` that reads or
     writes it, directly or through a view of it (`irkit.loops.VIEW_OPS`, `reshape-views`)."""
-    dealloc = next((u.operation for u in buffer.uses if isinstance(u.operation, memref.DeallocOp)), None)  # fmt: skip
+    dealloc = next(
+        (u.operation for u in buffer.uses if isinstance(u.operation, memref.DeallocOp)), None
+    )
     users: list[Operation] = []
     pending = [buffer]
     while pending:
@@ -291,8 +297,11 @@ def drop_kernel_arg(module: Operation, kernel: func.FuncOp, index: int) -> None:
     block = kernel.body.block
     assert not block.args[index].uses, "the parameter is still used"
     name = kernel.sym_name.data
-    calls = [op for op in module.walk() if isinstance(op, func.CallOp)
-             and op.callee.root_reference.data == name]  # fmt: skip
+    calls = [
+        op
+        for op in module.walk()
+        if isinstance(op, func.CallOp) and op.callee.root_reference.data == name
+    ]
     block.erase_arg(block.args[index])
     if kernel.arg_attrs is not None:
         roles = list(kernel.arg_attrs.data)

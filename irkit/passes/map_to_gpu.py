@@ -577,7 +577,7 @@ def map_kernel(
             return [
                 _rows_kernel(
                     fn, constants, nests, prefixes, block_size, module, row_items, shuffle, forward
-                )  # fmt: skip
+                )
             ]
     name = fn.sym_name.data
     if len(nests) == 1:
@@ -661,8 +661,12 @@ class MapToGpuPass(ModulePass):
 
     def check_options(self) -> None:
         b = self.block_size
-        require(32 <= b <= 1024 and not b & (b - 1), "block-size", b,
-                "must be a power of two from 32 to 1024")  # fmt: skip
+        require(
+            32 <= b <= 1024 and not b & (b - 1),
+            "block-size",
+            b,
+            "must be a power of two from 32 to 1024",
+        )
         require(1 <= self.row_items <= 1024, "row-items", self.row_items, "must be from 1 to 1024")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
@@ -676,7 +680,7 @@ class MapToGpuPass(ModulePass):
                 row_items=self.row_items,
                 shuffle=self.shuffle,
                 forward=self.forward,
-            )  # fmt: skip
+            )
             for fn in unmapped_kernels(op)
         }
         replace_kernels(op, mapped)

@@ -97,8 +97,12 @@ class PadLeadingDimsPass(ModulePass):
         require(self.align_bytes >= 1, "align-bytes", self.align_bytes, "must be positive")
         require(self.conflict_bytes >= 1, "conflict-bytes", self.conflict_bytes, "must be positive")
         require(self.skew_bytes >= 0, "skew-bytes", self.skew_bytes, "must be non-negative")
-        require(math.isfinite(self.max_growth) and self.max_growth >= 0, "max-growth",
-                self.max_growth, "must be a finite non-negative number")  # fmt: skip
+        require(
+            math.isfinite(self.max_growth) and self.max_growth >= 0,
+            "max-growth",
+            self.max_growth,
+            "must be a finite non-negative number",
+        )
 
     def padded_row(self, t: MemRefType) -> int:
         """The row length (elements) `t`'s buffer gets: its last dimension, rounded up to

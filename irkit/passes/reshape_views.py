@@ -77,8 +77,14 @@ class ReshapeViewsPass(ModulePass):
         if not reshapes:
             return
         once = once_kernels(op)
-        drivers = [f for f in op.ops if isinstance(f, func.FuncOp) and not f.is_declaration
-                   and KERNEL_ATTR not in f.attributes and not is_scalar_function(f)]  # fmt: skip
+        drivers = [
+            f
+            for f in op.ops
+            if isinstance(f, func.FuncOp)
+            and not f.is_declaration
+            and KERNEL_ATTR not in f.attributes
+            and not is_scalar_function(f)
+        ]
         for driver in drivers:
             for call in [c for c in driver.body.block.ops if isinstance(c, func.CallOp)]:
                 kernel = reshapes.get(call.callee.root_reference.data)

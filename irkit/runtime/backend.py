@@ -107,13 +107,22 @@ def check_out(what: str, specs: Sequence[TensorSpec], out: Any) -> list[np.ndarr
     """`out` (caller-provided output buffers) checked against `specs`: a sequence of
     C-contiguous arrays of exactly the outputs' shapes and dtypes, or one-line IrkitError."""
     if isinstance(out, np.ndarray) or not isinstance(out, Sequence):
-        raise IrkitError(f"{what}: out must be a list of {len(specs)} arrays, got {type(out).__name__}")  # fmt: skip
+        raise IrkitError(
+            f"{what}: out must be a list of {len(specs)} arrays, got {type(out).__name__}"
+        )
     if len(out) != len(specs):
         raise IrkitError(f"{what}: out must hold {len(specs)} arrays, got {len(out)}")
     for spec, o in zip(specs, out, strict=True):
-        if (not isinstance(o, np.ndarray) or o.shape != spec.shape or o.dtype != spec.dtype
-                or not o.flags.c_contiguous or not o.flags.writeable):  # fmt: skip
-            raise IrkitError(f"{what}: output buffer {spec.name} must be a writable contiguous {spec.describe()}")  # fmt: skip
+        if (
+            not isinstance(o, np.ndarray)
+            or o.shape != spec.shape
+            or o.dtype != spec.dtype
+            or not o.flags.c_contiguous
+            or not o.flags.writeable
+        ):
+            raise IrkitError(
+                f"{what}: output buffer {spec.name} must be a writable contiguous {spec.describe()}"
+            )
     return list(out)
 
 
@@ -188,12 +197,19 @@ def shared_io(
     writable (a device buffer, `cuda`'s, is both by construction)."""
     specs = [*inputs, *outputs]
     if len(io) != len(specs):
-        raise IrkitError(f"{name}: binding into {len(io)} shared buffers, but it has {len(inputs)} inputs and {len(outputs)} outputs")  # fmt: skip
+        raise IrkitError(
+            f"{name}: binding into {len(io)} shared buffers, but it has {len(inputs)} inputs and {len(outputs)} outputs"
+        )
     for spec, buffer in zip(specs, io, strict=True):
         host = isinstance(buffer, np.ndarray)
-        if (tuple(buffer.shape) != tuple(spec.shape) or np.dtype(buffer.dtype) != np.dtype(spec.dtype)
-                or (host and not (buffer.flags.c_contiguous and buffer.flags.writeable))):  # fmt: skip
-            raise IrkitError(f"{name}: shared buffer for '{spec.name}' is {np.dtype(buffer.dtype)}{list(buffer.shape)}, it needs a writable C-contiguous {spec.dtype}{list(spec.shape)}")  # fmt: skip
+        if (
+            tuple(buffer.shape) != tuple(spec.shape)
+            or np.dtype(buffer.dtype) != np.dtype(spec.dtype)
+            or (host and not (buffer.flags.c_contiguous and buffer.flags.writeable))
+        ):
+            raise IrkitError(
+                f"{name}: shared buffer for '{spec.name}' is {np.dtype(buffer.dtype)}{list(buffer.shape)}, it needs a writable C-contiguous {spec.dtype}{list(spec.shape)}"
+            )
     return list(io[: len(inputs)]), list(io[len(inputs) :])
 
 
@@ -395,8 +411,14 @@ def driver_plan(module: ModuleOp) -> list[Step]:
         if isinstance(op, memref.AllocOp):
             t = op.memref.type
             assert isinstance(t, MemRefType)
-            steps.append(Step("alloc", op.memref, shape=tuple(t.get_shape()),
-                              dtype=numpy_dtype(t.element_type)))  # fmt: skip
+            steps.append(
+                Step(
+                    "alloc",
+                    op.memref,
+                    shape=tuple(t.get_shape()),
+                    dtype=numpy_dtype(t.element_type),
+                )
+            )
         elif isinstance(op, memref.GetGlobalOp):
             g = globals_[op.name_.root_reference.data]
             t = g.type
@@ -408,13 +430,20 @@ def driver_plan(module: ModuleOp) -> list[Step]:
         elif isinstance(op, VIEW_OPS):
             shown = op.results[0].type
             assert isinstance(shown, MemRefType)
-            steps.append(Step("view", op.results[0], operands=(op.src,),
-                              shape=tuple(shown.get_shape())))  # fmt: skip
+            steps.append(
+                Step("view", op.results[0], operands=(op.src,), shape=tuple(shown.get_shape()))
+            )
         elif isinstance(op, memref.CopyOp):
             steps.append(Step("copy", operands=(op.source, op.destination)))
         elif isinstance(op, func.CallOp):
-            steps.append(Step("call", operands=tuple(op.arguments),
-                              callee=op.callee.root_reference.data, once=op in once))  # fmt: skip
+            steps.append(
+                Step(
+                    "call",
+                    operands=tuple(op.arguments),
+                    callee=op.callee.root_reference.data,
+                    once=op in once,
+                )
+            )
         elif isinstance(op, memref.DeallocOp):
             steps.append(Step("free", operands=(op.memref,)))
         elif not isinstance(op, func.ReturnOp):

@@ -148,9 +148,14 @@ def _cache_levels(target) -> tuple[dict, ...]:
         measured = sizes[name] // 2
         if name == "L3" and "L2" in sizes:
             measured = min(measured, 8 * sizes["L2"])
-        levels.append({"name": name, "bytes": min(sizes[name], 2 * measured),
-                       "bandwidth": _copy_loop_bandwidth(target, measured),
-                       "private": name != "L3"})  # fmt: skip
+        levels.append(
+            {
+                "name": name,
+                "bytes": min(sizes[name], 2 * measured),
+                "bandwidth": _copy_loop_bandwidth(target, measured),
+                "private": name != "L3",
+            }
+        )
     return tuple(levels)
 
 
@@ -192,8 +197,9 @@ def _copy_loop_bandwidth(target, working_set: int, repeats: int = 7) -> float:
     module.verify()
     engine = llvm.create_mcjit_compiler(module, target.machine())
     engine.finalize_object()
-    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                          ctypes.c_int64)(engine.get_function_address("copy_loop"))  # fmt: skip
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
+        engine.get_function_address("copy_loop")
+    )
     src = _aligned(vectors * width)
     dst = _aligned(vectors * width)
     fn(src.ctypes.data, dst.ctypes.data, vectors, reps)
@@ -255,8 +261,7 @@ def _fma_rate(target, chains: int = 12, iterations: int = 200_000, repeats: int 
     sums = [f"  %s0 = fadd <{width} x float> %d0, %d1"]
     for j in range(2, chains):
         sums.append(f"  %s{j - 1} = fadd <{width} x float> %s{j - 2}, %d{j}")
-    text = _FMA_KERNEL.format(w=width, phis=phis, fmas=fmas, sums="\n".join(sums),
-                              last=chains - 2)  # fmt: skip
+    text = _FMA_KERNEL.format(w=width, phis=phis, fmas=fmas, sums="\n".join(sums), last=chains - 2)
     module = llvm.parse_assembly(text)
     module.verify()
     engine = llvm.create_mcjit_compiler(module, target.machine())

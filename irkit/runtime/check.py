@@ -21,8 +21,7 @@ from irkit.dtypes import numpy_dtype
 from irkit.runtime.backend import Bound, Executable
 from irkit.runtime.reference import random_inputs, reference
 
-TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "tfloat32": 2e-3, "float16": 5e-3,
-             "bfloat16": 3e-2}  # fmt: skip
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "tfloat32": 2e-3, "float16": 5e-3, "bfloat16": 3e-2}
 """Relative-norm error allowed per element type (f32 accumulates in f32; f16 and bf16 are
 rounded at every kernel boundary). A model is held to the tolerance of the narrowest type
 anywhere in it: an f32 output computed from an f16 intermediate carries f16 rounding."""
@@ -59,10 +58,16 @@ class OutputCheck:
     def describe(self) -> str:
         verdict = "ok" if self.passed else "WRONG"
         if np.dtype(self.dtype).kind in "biu":
-            return (f"{self.name}: {verdict} (exact {self.dtype}: {self.rel_error:.2%} of elements "
-                    f"differ, max |error| {self.max_abs_error:.0f})")  # fmt: skip
+            return (
+                f"{self.name}: {verdict} (exact {self.dtype}: {self.rel_error:.2%} of elements "
+                f"differ, max |error| {self.max_abs_error:.0f})"
+            )
         extra = f", {self.bad_nonfinite} non-finite mismatches" if self.bad_nonfinite else ""
-        against = ", against the reference with intermediates stored at their types" if self.reference == "stored" else ""  # fmt: skip
+        against = (
+            ", against the reference with intermediates stored at their types"
+            if self.reference == "stored"
+            else ""
+        )
         return (
             f"{self.name}: {verdict} (relative error {self.rel_error:.2e}, "
             f"tolerance {self.tolerance:.0e}, max |error| {self.max_abs_error:.2e}{extra}{against})"

@@ -203,8 +203,9 @@ class CpuExecutable:
                 np.copyto(buffer, a)
         for o in outputs:  # an output the graph does not write reads as NaN, not as garbage
             poison(o)
-        bound = CpuBound(self, [a.ctypes.data for a in [*inputs, *outputs]], outputs, [],
-                         inputs=inputs)  # fmt: skip
+        bound = CpuBound(
+            self, [a.ctypes.data for a in [*inputs, *outputs]], outputs, [], inputs=inputs
+        )
         env: dict[SSAValue, np.ndarray] = dict(
             zip(self.entry.body.block.args, [*inputs, *outputs], strict=True)
         )
@@ -219,9 +220,13 @@ class CpuExecutable:
             if name in once:
                 prepared.update(args)
 
-        run_steps(driver_plan(self.module), env,
-                  lambda shape, dtype: page_aligned(TensorSpec("", shape, dtype)),
-                  lambda step: step.constant, launch)  # fmt: skip
+        run_steps(
+            driver_plan(self.module),
+            env,
+            lambda shape, dtype: page_aligned(TensorSpec("", shape, dtype)),
+            lambda step: step.constant,
+            launch,
+        )
         bound.args += [env[v].ctypes.data for v in self.prepared]
         bound.keep.extend(env.values())
         kept = [(o, o.copy()) for o in outputs if o.ctypes.data in prepared]

@@ -68,16 +68,23 @@ class Device:
 
     def attribute(self, attr: str) -> int:
         drv = _driver()
-        return int(_call(f"cuDeviceGetAttribute({attr})", drv.cuDeviceGetAttribute(
-            getattr(drv.CUdevice_attribute, attr), self.handle)))  # fmt: skip
+        return int(
+            _call(
+                f"cuDeviceGetAttribute({attr})",
+                drv.cuDeviceGetAttribute(getattr(drv.CUdevice_attribute, attr), self.handle),
+            )
+        )
 
     def fingerprint(self) -> dict[str, Any]:
         """What a GPU record carries: the device, driver and compiler, and (`clocks_start`)
         its clocks, temperature and power now; `clocks()` again after a run gives the end."""
         from irkit.codegen.nvrtc import nvrtc_version
 
-        static = {"driver": "driver_version", "sm_max_mhz": "clocks.max.sm",
-                  "memory_max_mhz": "clocks.max.mem"}  # fmt: skip
+        static = {
+            "driver": "driver_version",
+            "sm_max_mhz": "clocks.max.sm",
+            "memory_max_mhz": "clocks.max.mem",
+        }
         smi = query_smi(self.pci_bus_id, {**static, **SMI_CLOCKS})  # one nvidia-smi call
         major, minor = divmod(self.driver_version, 1000)
         return {
@@ -111,8 +118,13 @@ class Device:
         )
 
 
-SMI_CLOCKS = {"sm_mhz": "clocks.sm", "memory_mhz": "clocks.mem", "temperature_c": "temperature.gpu",
-              "power_w": "power.draw", "pstate": "pstate"}  # fmt: skip
+SMI_CLOCKS = {
+    "sm_mhz": "clocks.sm",
+    "memory_mhz": "clocks.mem",
+    "temperature_c": "temperature.gpu",
+    "power_w": "power.draw",
+    "pstate": "pstate",
+}
 """The state a timing depends on, as nvidia-smi's --query-gpu names it. (The driver API's
 clock attributes are the maximum rates, constant; the current ones come from NVML.)"""
 
@@ -121,8 +133,12 @@ def query_smi(pci_bus_id: str, fields: dict[str, str]) -> dict[str, Any]:
     """`fields` (our name -> nvidia-smi query name) for the GPU at `pci_bus_id`."""
     import subprocess
 
-    command = ["nvidia-smi", f"--id={pci_bus_id}", "--format=csv,noheader,nounits",
-               "--query-gpu=" + ",".join(fields.values())]  # fmt: skip
+    command = [
+        "nvidia-smi",
+        f"--id={pci_bus_id}",
+        "--format=csv,noheader,nounits",
+        "--query-gpu=" + ",".join(fields.values()),
+    ]
     try:
         text = subprocess.run(
             command, capture_output=True, text=True, timeout=20, check=True
@@ -298,7 +314,7 @@ class Launch:
                 stream,
                 ctypes.addressof(self._params),
                 0,
-            ),  # fmt: skip
+            ),
         )
 
 
@@ -312,12 +328,18 @@ class Copy:
 
     def __post_init__(self) -> None:
         if self.source.nbytes != self.destination.nbytes:
-            raise IrkitError(f"memref.copy between buffers of {self.source.nbytes} and "
-                             f"{self.destination.nbytes} bytes")  # fmt: skip
+            raise IrkitError(
+                f"memref.copy between buffers of {self.source.nbytes} and "
+                f"{self.destination.nbytes} bytes"
+            )
 
     def __call__(self, stream: Any) -> None:
-        _call("cuMemcpyDtoDAsync (memref.copy)", _driver().cuMemcpyDtoDAsync(
-            self.destination.ptr, self.source.ptr, self.destination.nbytes, stream))  # fmt: skip
+        _call(
+            "cuMemcpyDtoDAsync (memref.copy)",
+            _driver().cuMemcpyDtoDAsync(
+                self.destination.ptr, self.source.ptr, self.destination.nbytes, stream
+            ),
+        )
 
 
 @dataclass
@@ -337,8 +359,10 @@ class GpuTimed:
     def sample(self, reps: int) -> float:
         drv = _driver()
         if self._events is None:
-            self._events = (_call("cuEventCreate", drv.cuEventCreate(0)),
-                            _call("cuEventCreate", drv.cuEventCreate(0)))  # fmt: skip
+            self._events = (
+                _call("cuEventCreate", drv.cuEventCreate(0)),
+                _call("cuEventCreate", drv.cuEventCreate(0)),
+            )
         start, end = self._events
         self.dev.flush_l2()
         _call("cuEventRecord", drv.cuEventRecord(start, self.dev.stream))
@@ -457,8 +481,10 @@ class CudaExecutable:
             )
             if k.launch["shared"] > STATIC_SHARED_LIMIT:  # past 48 KB dynamic needs an opt-in
                 attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-                _call(f"cuFuncSetAttribute ({k.name})",
-                      drv.cuFuncSetAttribute(function, attr, k.launch["shared"]))  # fmt: skip
+                _call(
+                    f"cuFuncSetAttribute ({k.name})",
+                    drv.cuFuncSetAttribute(function, attr, k.launch["shared"]),
+                )
             self.functions[k.name] = function
 
     def copy(self) -> CudaExecutable:
@@ -515,8 +541,9 @@ class CudaExecutable:
                 steps.append(Copy(env[step.operands[0]], env[step.operands[1]]))
             elif step.kind == "call":
                 kernel = self._by_name[step.callee]
-                launches.append(Launch(kernel, self.functions[step.callee],
-                                       [env[v] for v in step.operands]))  # fmt: skip
+                launches.append(
+                    Launch(kernel, self.functions[step.callee], [env[v] for v in step.operands])
+                )
                 if step.once:  # reads only params and constants, uploaded above: run it now
                     launches[-1](self.dev.stream)
                 else:

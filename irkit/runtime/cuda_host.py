@@ -39,8 +39,11 @@ class Guarded(np.ndarray):
     def __array_finalize__(self, obj: np.ndarray | None) -> None:
         """A view of all of a guarded buffer (a driver's reshape view) has its red zones."""
         raw = getattr(obj, "raw", None)
-        if raw is not None and obj is not None and (self.ctypes.data, self.nbytes) == (
-            obj.ctypes.data, obj.nbytes):  # fmt: skip
+        if (
+            raw is not None
+            and obj is not None
+            and (self.ctypes.data, self.nbytes) == (obj.ctypes.data, obj.nbytes)
+        ):
             self.raw, self.offset = raw, obj.offset  # type: ignore[attr-defined]
 
     def intact(self) -> bool:
@@ -118,8 +121,12 @@ class CudaHostExecutable(SimulatedExecutable):
             self._constants[key] = guarded(step.constant.shape, step.constant.dtype, step.constant)
         return self._constants[key]
 
-    def _env(self, arrays: Sequence[Any], out: Sequence[np.ndarray] | None,
-             io: Sequence[np.ndarray] | None = None):  # fmt: skip
+    def _env(
+        self,
+        arrays: Sequence[Any],
+        out: Sequence[np.ndarray] | None,
+        io: Sequence[np.ndarray] | None = None,
+    ):
         env, outputs = super()._env(arrays, None, io)
         if io is None:  # shared buffers are another copy's, guarded already
             for arg in self.entry.body.block.args[: len(self.inputs)]:
@@ -129,7 +136,11 @@ class CudaHostExecutable(SimulatedExecutable):
     def __call__(self, *arrays: Any, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         from irkit.runtime.backend import check_out
 
-        targets = check_out(f"@{self.entry.sym_name.data}", self.outputs, out) if out is not None else None  # fmt: skip
+        targets = (
+            check_out(f"@{self.entry.sym_name.data}", self.outputs, out)
+            if out is not None
+            else None
+        )
         env, outputs = self._env(arrays, None)
         self.run_plan(env)
         if targets is None:
@@ -174,9 +185,15 @@ class CudaHostBackend:
         from irkit.codegen.nvrtc import nvrtc_version
 
         cxx = compiler()
-        return {"cuda_host": {"compiler": compiler_version(cxx) if cxx else None,
-                              "flags": " ".join(FLAGS), "arch": self.arch,
-                              "nvrtc": nvrtc_version(), "gpu": None}}  # fmt: skip
+        return {
+            "cuda_host": {
+                "compiler": compiler_version(cxx) if cxx else None,
+                "flags": " ".join(FLAGS),
+                "arch": self.arch,
+                "nvrtc": nvrtc_version(),
+                "gpu": None,
+            }
+        }
 
     def ceilings(self) -> None:
         return None  # host times of emulated threads have no GPU roofline

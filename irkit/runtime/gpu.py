@@ -72,8 +72,14 @@ def build_kernels(
         assert launch is not None
         kernel = GpuKernel(fn, name, source, launch, compiled)
         if compiled is not None:
-            check_limits(name, arch, kernel.threads, compiled.resources, launch["shared"],  # type: ignore[arg-type]
-                         device_limits)  # fmt: skip
+            check_limits(
+                name,
+                arch,
+                kernel.threads,
+                compiled.resources,
+                launch["shared"],  # type: ignore[arg-type]
+                device_limits,
+            )
         kernels.append(kernel)
     return kernels
 
@@ -151,8 +157,12 @@ class SimulatedExecutable:
         """A "global" step's array, as kernels read it."""
         return step.constant
 
-    def _env(self, arrays: Sequence[Any], out: Sequence[np.ndarray] | None,
-             io: Sequence[np.ndarray] | None = None):  # fmt: skip
+    def _env(
+        self,
+        arrays: Sequence[Any],
+        out: Sequence[np.ndarray] | None,
+        io: Sequence[np.ndarray] | None = None,
+    ):
         """The driver's arguments bound to `arrays` and fresh outputs (or `out`); with `io`
         (another bound program's, `SimulatedBound.io`), to those very buffers: the arrays
         copied into its inputs, its outputs filled with NaN again."""

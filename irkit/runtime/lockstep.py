@@ -301,7 +301,9 @@ class LockstepInterpreter:
     @impl(func.CallOp)
     def _call_op(self, op: func.CallOp, args: list[Any], mask: np.ndarray) -> Any:
         if len(op.res) != 1:  # only scalar functions are interpreted
-            raise LockstepError(f"@{self.run.name}: the lockstep interpretation has no rule for {op.name}")  # fmt: skip
+            raise LockstepError(
+                f"@{self.run.name}: the lockstep interpretation has no rule for {op.name}"
+            )
         return self._call(op, args, mask)
 
     def _call(self, op: func.CallOp, args: list[Any], mask: np.ndarray) -> Any:
@@ -378,10 +380,12 @@ class LockstepInterpreter:
     def _whole_warps(self, op: Operation, mask: np.ndarray) -> None:
         """A warp-collective op must be reached by every lane of a warp or by none."""
         if self.run.block % 32:
-            raise LockstepError(f"@{self.run.name}: {op.name} in a block of {self.run.block} threads (not whole warps)")  # fmt: skip
+            raise LockstepError(
+                f"@{self.run.name}: {op.name} in a block of {self.run.block} threads (not whole warps)"
+            )
         warps = mask.reshape(-1, 32)
         if (warps.any(axis=1) & ~warps.all(axis=1)).any():
-            raise LockstepError(f"@{self.run.name}: {op.name} reached by only some lanes of a warp")  # fmt: skip
+            raise LockstepError(f"@{self.run.name}: {op.name} reached by only some lanes of a warp")
 
     def _shuffle(self, op: ShuffleOp, args: list[Any], mask: np.ndarray) -> np.ndarray:
         """gpu.shuffle xor over whole warps: lane l receives lane l ^ offset's value, within
@@ -391,7 +395,9 @@ class LockstepInterpreter:
         value, offset, width = args
         offsets, widths = np.unique(np.asarray(offset)), np.unique(np.asarray(width))
         if offsets.size != 1 or widths.size != 1:
-            raise LockstepError(f"@{self.run.name}: gpu.shuffle with an offset or width that differs between lanes")  # fmt: skip
+            raise LockstepError(
+                f"@{self.run.name}: gpu.shuffle with an offset or width that differs between lanes"
+            )
         lanes = np.arange(32)
         group = lanes - lanes % int(widths[0])
         source = lanes ^ int(offsets[0])

@@ -191,7 +191,9 @@ class GraphOp(IRDLOperation, ABC):
         result = cls.infer(types, props)
         shape = list(result.get_shape())
         if any(d == 0 for d in shape):
-            raise VerifyException(f"the result would be empty (shape {shape}); irkit's tensors have positive extents")  # fmt: skip
+            raise VerifyException(
+                f"the result would be empty (shape {shape}); irkit's tensors have positive extents"
+            )
         problem = check_extents(shape)
         if problem:
             raise VerifyException(f"the result's {problem}")

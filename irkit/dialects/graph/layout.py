@@ -268,7 +268,9 @@ class GatherElementsOp(IndexingOp):
     def infer(cls, types: Sequence[TensorType], props: Props) -> TensorType:
         data, indices = types[0].get_shape(), types[1].get_shape()
         if len(data) != len(indices) or not data:
-            raise ShapeError(f"gather_elements takes data and indices of one rank >= 1, got {list(data)} and {list(indices)}")  # fmt: skip
+            raise ShapeError(
+                f"gather_elements takes data and indices of one rank >= 1, got {list(data)} and {list(indices)}"
+            )
         axis = shapes.normalize_axis(int_of(props, "axis"), len(data))
         for k, (d, n) in enumerate(zip(data, indices, strict=True)):
             if k != axis and n > d:

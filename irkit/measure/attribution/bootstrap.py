@@ -59,8 +59,11 @@ def round_bootstrap(
     measured = present.any(axis=0)
     samples, present = samples[:, measured], present[:, measured]
     rounds = samples.shape[1]
-    slots = (np.zeros(rounds, dtype=np.int64) if slots is None
-             else np.asarray(slots)[: len(measured)][measured])  # fmt: skip
+    slots = (
+        np.zeros(rounds, dtype=np.int64)
+        if slots is None
+        else np.asarray(slots)[: len(measured)][measured]
+    )
     rng = np.random.default_rng(seed)
     groups = slot_groups(slots)
     idx = resampled_rounds(slots, groups, resamples, rng)
@@ -226,8 +229,9 @@ def resampled_rounds(
         occurrence[g] = np.arange(len(g))
     complete = min(len(g) for g in groups)
     if not by_cycles(groups):
-        return np.concatenate([g[rng.integers(0, len(g), size=(resamples, len(g)))]
-                               for g in groups], axis=1)  # fmt: skip
+        return np.concatenate(
+            [g[rng.integers(0, len(g), size=(resamples, len(g)))] for g in groups], axis=1
+        )
     cycles = np.stack([g[:complete] for g in groups], axis=1)  # [cycle, copy]
     tail = np.flatnonzero(occurrence >= complete)
     drawn = cycles[rng.integers(0, complete, size=(resamples, complete))].reshape(resamples, -1)
@@ -308,8 +312,13 @@ def copy_variance(
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a copy a program never ran on
         means = np.stack([np.nanmean(resid[:, g], axis=1) for g in groups], axis=1)
-        noise = np.stack([np.nanvar(resid[:, g], axis=1, ddof=1) / (~np.isnan(resid[:, g])).sum(axis=1)
-                          for g in groups], axis=1)  # fmt: skip
+        noise = np.stack(
+            [
+                np.nanvar(resid[:, g], axis=1, ddof=1) / (~np.isnan(resid[:, g])).sum(axis=1)
+                for g in groups
+            ],
+            axis=1,
+        )
         own = np.nanvar(means, axis=1, ddof=1) - (0.0 if upper else np.nanmean(noise, axis=1))
     own = np.nan_to_num(own, nan=0.0)
     if per_program:

@@ -69,24 +69,39 @@ def compare_pipelines(
     from irkit.runtime.check import reference_case
 
     check_protocol("compare_pipelines", precision, budget_s, seed)
-    expect("compare_pipelines", "model", model, ModuleOp | str | Path, "a module or a model file path")  # fmt: skip
+    expect(
+        "compare_pipelines", "model", model, ModuleOp | str | Path, "a module or a model file path"
+    )
     check_placements("compare_pipelines", placements)
     graph = load(model, dims) if isinstance(model, str | Path) else model
     chosen, _ = get_backend(backend)
     case = reference_case(graph, seed)
     exes = {name: compile(graph, spec, chosen.name) for name, spec in (("a", a), ("b", b))}
-    what = {"a": f"pipeline '{a}'", "b": f"pipeline '{b}'", "twin": f"the A/A twin of pipeline '{a}'"}  # fmt: skip
+    what = {
+        "a": f"pipeline '{a}'",
+        "b": f"pipeline '{b}'",
+        "twin": f"the A/A twin of pipeline '{a}'",
+    }
     first_a = checked_bound(exes["a"], graph, case, what["a"])
     first = {"a": first_a, "b": checked_bound(exes["b"], graph, case, what["b"], io_of(first_a))}
     shares = io_of(first_a) is not None
     copies = copies_within_budget(placements, list(exes.values()), 1, shares)[0]
-    sources = {"a": (exes["a"], what["a"]), "b": (exes["b"], what["b"]), "twin": (exes["a"], what["twin"])}  # fmt: skip
+    sources = {
+        "a": (exes["a"], what["a"]),
+        "b": (exes["b"], what["b"]),
+        "twin": (exes["a"], what["twin"]),
+    }
     bound = bind_slots(chosen, sources, copies, graph, case, seed, first)
     rotation = Rotation(bound)
-    timings = time_interleaved(rotation.fns, precision, budget_s,
-                               max(min_rounds, MIN_ROUNDS_PER_COPY * copies), seed=seed,
-                               floor_rounds=max(min_rounds, BUDGET_ROUNDS_PER_COPY * copies),
-                               on_round=rotation.on_round)  # fmt: skip
+    timings = time_interleaved(
+        rotation.fns,
+        precision,
+        budget_s,
+        max(min_rounds, MIN_ROUNDS_PER_COPY * copies),
+        seed=seed,
+        floor_rounds=max(min_rounds, BUDGET_ROUNDS_PER_COPY * copies),
+        on_round=rotation.on_round,
+    )
     samples = np.stack([timings[k].samples for k in ("a", "b", "twin")])
     slot_of = np.array(rotation.slots[: samples.shape[1]])
     point, boot = round_bootstrap(samples, resamples, seed, slot_of)

@@ -176,11 +176,17 @@ def _compile_variants(setup: Setup, tick: Progress) -> Variants:
         return compiled[ir_key]
 
     started = time.perf_counter()
-    choices = [[not s.optional or m[optional.index(n)] for n, s in enumerate(steps)]
-               for m in plan.masks]  # fmt: skip
-    shared = apply_pipelines(setup.graph, [s.spec for s in steps], choices, finish,
-                             on_result=lambda n: tick("compile", n, len(plan.masks)),
-                             on_step=lambda j: tick("passes", j, len(steps)))  # fmt: skip
+    choices = [
+        [not s.optional or m[optional.index(n)] for n, s in enumerate(steps)] for m in plan.masks
+    ]
+    shared = apply_pipelines(
+        setup.graph,
+        [s.spec for s in steps],
+        choices,
+        finish,
+        on_result=lambda n: tick("compile", n, len(plan.masks)),
+        on_step=lambda j: tick("passes", j, len(steps)),
+    )
     compile_seconds = time.perf_counter() - started
     programs: dict[str, Program] = {}
     key_of: dict[Mask, str] = {}
@@ -194,12 +200,18 @@ def _compile_variants(setup: Setup, tick: Progress) -> Variants:
             io = io_of(first.bound) if first else None
             programs[key] = Program(key, exe, checked_bound(exe, setup.graph, setup.case, what, io))
         programs[key].masks.append(mask)
-        records.append({"passes": [steps[optional[j]].label for j, m in enumerate(mask) if m],
-                        "spec": vspec, "program": key,
-                        "kernels": [k.hash for k in exe.kernels]})  # fmt: skip
+        records.append(
+            {
+                "passes": [steps[optional[j]].label for j, m in enumerate(mask) if m],
+                "spec": vspec,
+                "program": key,
+                "kernels": [k.hash for k in exe.kernels],
+            }
+        )
     tick("compile", len(plan.masks), len(plan.masks))
-    return Variants(programs, key_of, records, compile_seconds, shared,
-                    key_of[plan.full], key_of[plan.empty])  # fmt: skip
+    return Variants(
+        programs, key_of, records, compile_seconds, shared, key_of[plan.full], key_of[plan.empty]
+    )
 
 
 @dataclass(frozen=True)
@@ -229,14 +241,22 @@ def _bind_placements(
         twins["aa-twin-baseline"] = plan.empty
     if not opts.twin:
         twins = {}
-    wanted = opts.placements if opts.placements is not None else auto_placements(len(programs) + len(twins))  # fmt: skip
+    wanted = (
+        opts.placements
+        if opts.placements is not None
+        else auto_placements(len(programs) + len(twins))
+    )
     shares = io_of(next(iter(programs.values())).bound) is not None
     copies, copy_bytes, copy_budget = copies_within_budget(
         wanted, [p.exe for p in programs.values()], len(twins), shares
     )
     sources = {k: (p.exe, f"a copy of program {k}") for k, p in programs.items()}
-    sources.update({name: (programs[key_of[mask]].exe, f"the {name}")  # the twins: the same
-                    for name, mask in twins.items()})  # program, bound again as many times  # fmt: skip
+    sources.update(
+        {
+            name: (programs[key_of[mask]].exe, f"the {name}")  # the twins: the same
+            for name, mask in twins.items()
+        }
+    )  # program, bound again as many times
     bound = bind_slots(setup.backend, sources, copies, setup.graph, setup.case, opts.seed,
                        first={k: p.bound for k, p in programs.items()}, tick=tick)  # fmt: skip
     rotation = Rotation(bound, lambda b: timed_call(b, opts.timer, setup.backend.name))
@@ -264,8 +284,10 @@ class Measured:
 
     def times(self, key_of: Mapping[Mask, str], masks: tuple[Mask, ...]) -> tuple[dict, dict]:
         """Each variant's time: the point and the bootstrap replicates."""
-        return ({m: self.point[self.row[key_of[m]]] for m in masks},
-                {m: self.boot[self.row[key_of[m]]] for m in masks})  # fmt: skip
+        return (
+            {m: self.point[self.row[key_of[m]]] for m in masks},
+            {m: self.boot[self.row[key_of[m]]] for m in masks},
+        )
 
 
 def _measure(
@@ -302,34 +324,43 @@ def _measure(
         rows = np.array([now.samples[k] for k in programs])
         row_of = {k: i for i, k in enumerate(programs)}
         slots_now = np.array(slots)
-        passes = open_passes(plan, key_of, row_of, rows, slots_now, opts.precision, opts.seed, gone)  # fmt: skip
+        passes = open_passes(plan, key_of, row_of, rows, slots_now, opts.precision, opts.seed, gone)
         if not passes:
             return {}
         order = sorted(set().union(*passes), key=row_of.__getitem__)
         at = {k: j for j, k in enumerate(order)}
-        periods = cost_periods(rows[[row_of[k] for k in order]], slots_now,
-                               np.array([now.cost(k) for k in order]),
-                               [[at[k] for k in p] for p in passes])  # fmt: skip
+        periods = cost_periods(
+            rows[[row_of[k] for k in order]],
+            slots_now,
+            np.array([now.cost(k) for k in order]),
+            [[at[k] for k in p] for p in passes],
+        )
         out = {k: int(p) for k, p in zip(order, periods, strict=True)} | {variants.full_key: 1}
         gone.update(set(programs) - set(out))
         periods_now.clear()
         periods_now.update(out)
-        return out | {name: out[key_of[mask]] for name, mask in twins.items()
-                      if key_of[mask] in out}  # fmt: skip
+        return out | {
+            name: out[key_of[mask]] for name, mask in twins.items() if key_of[mask] in out
+        }
 
     # the budget may end sampling after BUDGET_ROUNDS_PER_COPY; verdicts (or precision) only
     # after MIN_ROUNDS_PER_COPY: mlp's Shapley (40 programs, 5 copies, one core loaded)
     # stopped on its verdicts after 10-15 rounds, a copy's offset then known from two or
     # three rounds: its 20% plant's CIs held the truth in 15 of 20 trials and its A/A twins
     # failed 12 of 120; from 40 rounds on, 19 of 20 and 3 of 120 (docs/results.md)
-    timings = time_interleaved(dict[str, Callable[[], None]](fns), opts.precision,
-                               opts.program_budget_s,
-                               max(opts.min_rounds, MIN_ROUNDS_PER_COPY * copies), opts.max_rounds,
-                               warmup=0, seed=opts.seed,
-                               floor_rounds=max(opts.min_rounds, BUDGET_ROUNDS_PER_COPY * copies),
-                               on_round=on_round,
-                               needed=needed if opts.stop == "verdicts" else None,
-                               cycle=copies)  # fmt: skip
+    timings = time_interleaved(
+        dict[str, Callable[[], None]](fns),
+        opts.precision,
+        opts.program_budget_s,
+        max(opts.min_rounds, MIN_ROUNDS_PER_COPY * copies),
+        opts.max_rounds,
+        warmup=0,
+        seed=opts.seed,
+        floor_rounds=max(opts.min_rounds, BUDGET_ROUNDS_PER_COPY * copies),
+        on_round=on_round,
+        needed=needed if opts.stop == "verdicts" else None,
+        cycle=copies,
+    )
     tick("measure", opts.max_rounds, opts.max_rounds)
     keys = list(fns)
     samples = np.stack([timings[k].samples for k in keys])
@@ -368,8 +399,11 @@ def _noise_floor(
     def aa_pair(name: str, key: str) -> tuple[Interval, float, float]:
         """An A/A ratio at the twins' family confidence, its floor (the farthest end of its
         CI from 1) and that floor in seconds at the program's own scale."""
-        ratio = Interval.of(m.point[m.row[name]] / m.point[m.row[key]],
-                            m.boot[m.row[name]] / m.boot[m.row[key]], aa_confidence)  # fmt: skip
+        ratio = Interval.of(
+            m.point[m.row[name]] / m.point[m.row[key]],
+            m.boot[m.row[name]] / m.boot[m.row[key]],
+            aa_confidence,
+        )
         return ratio, *aa_floor(ratio, float(m.point[m.row[key]]))
 
     noise: dict[str, Any] = {"floor": 0.0, "floor_s": 0.0, "aa_failed": False}
@@ -380,8 +414,13 @@ def _noise_floor(
         failed = aa.excludes(1.0)
         if "aa-twin-baseline" in m.row:
             aa_base, floor_base, floor_base_s = aa_pair("aa-twin-baseline", variants.empty_key)
-            noise.update({"aa_ratio_baseline": aa_base.to_json(), "floor_baseline": floor_base,
-                          "floor_baseline_s": floor_base_s})  # fmt: skip
+            noise.update(
+                {
+                    "aa_ratio_baseline": aa_base.to_json(),
+                    "floor_baseline": floor_base,
+                    "floor_baseline_s": floor_base_s,
+                }
+            )
             noise["method"] += prose.AA_TWIN_BASELINE
             floor_s = max(floor_s, floor_base_s)
             failed = failed or aa_base.excludes(1.0)
@@ -395,13 +434,17 @@ def _noise_floor(
     )
     noise["per_context"] = {
         "method": prose.per_context_method(family, len(programs)),
-        "programs": {k: {"ratio": r.to_json(), "failed": failed_context[k]} for k, r in split.items()},
+        "programs": {
+            k: {"ratio": r.to_json(), "failed": failed_context[k]} for k, r in split.items()
+        },
         "failed": sum(failed_context.values()),
-    }  # fmt: skip
+    }
     noise["rule"] = prose.RULE
     noise["base"] = "seconds per call"
-    context_floor_s = {k: aa_floor(r, float(m.point[m.row[k]]))[1] if failed_context[k] else 0.0
-                       for k, r in split.items()}  # fmt: skip
+    context_floor_s = {
+        k: aa_floor(r, float(m.point[m.row[k]]))[1] if failed_context[k] else 0.0
+        for k, r in split.items()
+    }
     return Noise(noise, noise["floor_s"] if noise["aa_failed"] else 0.0, context_floor_s)
 
 
@@ -416,8 +459,10 @@ class Kernels:
     def of(self, key: str) -> list[KernelTime]:
         """The program's kernels in order, under their own names, with the time measured
         for their hash."""
-        return [dataclasses.replace(self.by_hash[k.hash], name=k.name)
-                for k in self.programs[key].exe.kernels]  # type: ignore[attr-defined]  # fmt: skip
+        return [
+            dataclasses.replace(self.by_hash[k.hash], name=k.name)
+            for k in self.programs[key].exe.kernels
+        ]  # type: ignore[attr-defined]
 
 
 def _kernel_times(
@@ -429,10 +474,14 @@ def _kernel_times(
     programs, plan, key_of = variants.programs, setup.plan, variants.key_of
     by_hash = {
         r.hash: KernelTime(r.name, r.hash, None, None, r.flops, r.min_bytes, None, r.once)
-        for p in programs.values() for r in p.exe.kernels  # type: ignore[attr-defined]
-    }  # fmt: skip
-    shown = shown_kernels(programs, [key_of[m] for i in range(plan.k) for m in plan.pair(i)],
-                          (variants.empty_key, variants.full_key))  # fmt: skip
+        for p in programs.values()
+        for r in p.exe.kernels  # type: ignore[attr-defined]
+    }
+    shown = shown_kernels(
+        programs,
+        [key_of[m] for i in range(plan.k) for m in plan.pair(i)],
+        (variants.empty_key, variants.full_key),
+    )
     if opts.kernel_times:
         by_hash.update(time_kernels(programs, shown, opts.precision, opts.kernel_share_s,
                                     opts.min_rounds, min(opts.max_rounds, KERNEL_MAX_ROUNDS),
@@ -453,8 +502,10 @@ def _judge_passes(
         saved = Interval.of(float(c_point[i]), c_boot[i])
         before = plan.before(i)
         t_before_point, t_before_boot = t_point[before], t_boot[before]
-        speedup = Interval.of(t_before_point / (t_before_point - saved.value),
-                              t_before_boot / (t_before_boot - c_boot[i]))  # fmt: skip
+        speedup = Interval.of(
+            t_before_point / (t_before_point - saved.value),
+            t_before_boot / (t_before_boot - c_boot[i]),
+        )
         changes = any(key_of[a] != key_of[b] for a, b in plan.pairs(i))
         a, b = plan.pair(i)
         removed, added = kernel_diff(kernels.of(key_of[a]), kernels.of(key_of[b]))
@@ -463,9 +514,14 @@ def _judge_passes(
         # ablation; Shapley's many, where the largest alone, the floor of one slow program
         # among dozens, hid 20% effects whose CIs excluded 0 in every trial)
         floors = noise.context_floor_s
-        floor_i = max(noise.run_floor_s, sum(w * max(floors[key_of[a]], floors[key_of[b]])
-                                             for w, a, b in plan.weighted_pairs(i)
-                                             if key_of[a] != key_of[b]))  # fmt: skip
+        floor_i = max(
+            noise.run_floor_s,
+            sum(
+                w * max(floors[key_of[a]], floors[key_of[b]])
+                for w, a, b in plan.weighted_pairs(i)
+                if key_of[a] != key_of[b]
+            ),
+        )
         significant, mde = significance(saved, changes, floor_i)
         step = steps[optional[i]]
         results.append(PassResult(step.label, step.spec, saved, speedup,
@@ -502,10 +558,12 @@ def _record(
         steps=setup.steps,
         passes=passes,
         variants=variants.records,
-        total_saved=Interval.of(t_point[plan.empty] - t_point[plan.full],
-                                t_boot[plan.empty] - t_boot[plan.full]),
-        total_speedup=Interval.of(t_point[plan.empty] / t_point[plan.full],
-                                  t_boot[plan.empty] / t_boot[plan.full]),
+        total_saved=Interval.of(
+            t_point[plan.empty] - t_point[plan.full], t_boot[plan.empty] - t_boot[plan.full]
+        ),
+        total_speedup=Interval.of(
+            t_point[plan.empty] / t_point[plan.full], t_boot[plan.empty] / t_boot[plan.full]
+        ),
         baseline=m.timings[empty].estimate,
         full=m.timings[full].estimate,
         noise=noise.record,
@@ -514,9 +572,13 @@ def _record(
         fingerprint={**host_fingerprint(), **setup.device_fingerprint},
         ceilings=setup.ceilings,
         dims=dict(dims or {}),
-        rounds={"programs": m.keys, "seconds": m.samples, "slots": m.slot_of,
-                "variants": [(mask, key_of[mask]) for mask in plan.masks]},
-    )  # fmt: skip
+        rounds={
+            "programs": m.keys,
+            "seconds": m.samples,
+            "slots": m.slot_of,
+            "variants": [(mask, key_of[mask]) for mask in plan.masks],
+        },
+    )
 
 
 def _protocol(

@@ -97,10 +97,14 @@ def time_kernels(
     for h, t in timings.items():
         r, e = records[h], t.estimate
         threads = int((r.launch or {}).get("threads", 1))  # CPU kernels; a GPU launch has none
-        roof = (roof_point(r.flops, r.min_bytes, e.median, ceilings, threads).to_json()
-                if ceilings else None)  # fmt: skip
-        out[h] = KernelTime(r.name, h, e.median, (e.low, e.high), r.flops, r.min_bytes, roof,
-                            r.once)  # fmt: skip
+        roof = (
+            roof_point(r.flops, r.min_bytes, e.median, ceilings, threads).to_json()
+            if ceilings
+            else None
+        )
+        out[h] = KernelTime(
+            r.name, h, e.median, (e.low, e.high), r.flops, r.min_bytes, roof, r.once
+        )
     return out
 
 

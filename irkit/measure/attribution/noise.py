@@ -24,8 +24,10 @@ def significance(saved: Interval, changes: bool, floor_s: float = 0.0) -> tuple[
     if not changes:
         return False, None
     half = (saved.high - saved.low) / 2
-    return (saved.excludes(0.0) and abs(saved.value) > floor_s,
-            max(floor_s, half * (1.96 + 0.84) / 1.96))  # fmt: skip
+    return (
+        saved.excludes(0.0) and abs(saved.value) > floor_s,
+        max(floor_s, half * (1.96 + 0.84) / 1.96),
+    )
 
 
 def aa_floor(ratio: Interval, scale_s: float) -> tuple[float, float]:
@@ -59,10 +61,13 @@ def context_checks(
     if len(labels) > 2:  # the copy variance pooled over every program (each half alone has
         # two or so copies: one degree of freedom, Cauchy tails that no family level survives)
         groups = [np.flatnonzero(slots == s) for s in labels]
-        pooled = (copy_variance(np.stack(list(rows.values())), groups),
-                  len(rows) * (len(labels) - 1))  # fmt: skip
-    split = {k: Interval.of(*_split_ratio(r, slots, resamples, seed, pooled))
-             for k, r in rows.items()}  # fmt: skip
+        pooled = (
+            copy_variance(np.stack(list(rows.values())), groups),
+            len(rows) * (len(labels) - 1),
+        )
+    split = {
+        k: Interval.of(*_split_ratio(r, slots, resamples, seed, pooled)) for k, r in rows.items()
+    }
     return split, {k: _widened(r, family).excludes(1.0) for k, r in split.items()}
 
 
@@ -73,8 +78,9 @@ def _widened(ci: Interval, confidence: float) -> Interval:
     resampling cycles, 4 of 600 alike programs failed at the family's 95% against 0.5
     expected; stretched from the 95% interval, 1 of 1200 (1.0 expected)."""
     scale = NormalDist().inv_cdf(1 - (1 - confidence) / 2) / NormalDist().inv_cdf(0.975)
-    return Interval(ci.value, ci.value - (ci.value - ci.low) * scale,
-                    ci.value + (ci.high - ci.value) * scale)  # fmt: skip
+    return Interval(
+        ci.value, ci.value - (ci.value - ci.low) * scale, ci.value + (ci.high - ci.value) * scale
+    )
 
 
 def _split_ratio(

@@ -46,17 +46,25 @@ class AttributeOptions:
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
-            raise IrkitError(f"attribute: unknown strategy {self.strategy!r}; choose from {', '.join(STRATEGIES)}")  # fmt: skip
+            raise IrkitError(
+                f"attribute: unknown strategy {self.strategy!r}; choose from {', '.join(STRATEGIES)}"
+            )
         check_protocol("attribute", self.precision, self.budget_s, self.seed)
         check_protocol("attribute", self.precision, self.kernel_budget_s, self.seed)
         p = self.permutations
         if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 100_000:
-            raise IrkitError(f"attribute: permutations must be a positive integer up to 100000, got {p!r}")  # fmt: skip
+            raise IrkitError(
+                f"attribute: permutations must be a positive integer up to 100000, got {p!r}"
+            )
         if self.stop not in STOPS:
-            raise IrkitError(f"attribute: unknown stop rule {self.stop!r}; choose from {', '.join(STOPS)}")  # fmt: skip
+            raise IrkitError(
+                f"attribute: unknown stop rule {self.stop!r}; choose from {', '.join(STOPS)}"
+            )
         check_placements("attribute", self.placements, automatic=True)
         if self.timer not in TIMERS:
-            raise IrkitError(f"attribute: unknown timer {self.timer!r}; choose from {', '.join(TIMERS)}")  # fmt: skip
+            raise IrkitError(
+                f"attribute: unknown timer {self.timer!r}; choose from {', '.join(TIMERS)}"
+            )
 
     @classmethod
     def of(cls, options: AttributeOptions | None = None, **knobs: Any) -> AttributeOptions:
@@ -65,7 +73,9 @@ class AttributeOptions:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(knobs) - names)
         if unknown:
-            raise IrkitError(f"attribute: unknown option {unknown[0]!r}; the options are {', '.join(sorted(names))}")  # fmt: skip
+            raise IrkitError(
+                f"attribute: unknown option {unknown[0]!r}; the options are {', '.join(sorted(names))}"
+            )
         return dataclasses.replace(options or cls(), **knobs)
 
     @property

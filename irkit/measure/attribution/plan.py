@@ -64,8 +64,10 @@ class Plan:
         if self.permutations:
             return [(1 / len(self.permutations), a, b) for a, b in self.pairs(i)]
         k = self.k
-        return [(math.factorial(sum(a)) * math.factorial(k - sum(a) - 1) / math.factorial(k), a, b)
-                for a, b in self.pairs(i)]  # fmt: skip
+        return [
+            (math.factorial(sum(a)) * math.factorial(k - sum(a) - 1) / math.factorial(k), a, b)
+            for a, b in self.pairs(i)
+        ]
 
     def contributions(self, t: Times) -> list[np.ndarray]:
         """Seconds saved per call by each pass (negative: the pass made it slower)."""

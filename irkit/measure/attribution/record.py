@@ -62,14 +62,20 @@ class PassResult:
 
     def to_json(self) -> dict:
         return {
-            "pass": self.label, "spec": self.spec, "saved_s": self.saved.to_json(),
-            "speedup": self.speedup.to_json(), "relative": self.relative,
-            "significant": self.significant, "changes_code": self.changes_code,
+            "pass": self.label,
+            "spec": self.spec,
+            "saved_s": self.saved.to_json(),
+            "speedup": self.speedup.to_json(),
+            "relative": self.relative,
+            "significant": self.significant,
+            "changes_code": self.changes_code,
             "min_detectable_s": self.min_detectable,
-            "kernels": {"removed": [k.to_json() for k in self.removed],
-                        "added": [k.to_json() for k in self.added],
-                        "saved_s": self.kernel_delta},
-        }  # fmt: skip
+            "kernels": {
+                "removed": [k.to_json() for k in self.removed],
+                "added": [k.to_json() for k in self.added],
+                "saved_s": self.kernel_delta,
+            },
+        }
 
 
 @dataclass
@@ -108,16 +114,21 @@ class Attribution:
             "pipeline": self.pipeline,
             "backend": self.backend,
             "strategy": self.strategy,
-            "steps": [{"pass": s.label, "spec": s.spec, "optional": s.optional} for s in self.steps],
+            "steps": [
+                {"pass": s.label, "spec": s.spec, "optional": s.optional} for s in self.steps
+            ],
             "passes": [p.to_json() for p in self.passes],
-            "total": {"saved_s": self.total_saved.to_json(),
-                      "speedup": self.total_speedup.to_json(),
-                      "baseline_s": self.baseline.to_json(), "full_s": self.full.to_json(),
-                      "sum_of_contributions_s": sum(p.saved.value for p in self.passes)},
+            "total": {
+                "saved_s": self.total_saved.to_json(),
+                "speedup": self.total_speedup.to_json(),
+                "baseline_s": self.baseline.to_json(),
+                "full_s": self.full.to_json(),
+                "sum_of_contributions_s": sum(p.saved.value for p in self.passes),
+            },
             "noise_floor": self.noise,
             "variants": self.variants,
             "kernels": {k: [t.to_json() for t in v] for k, v in self.kernels.items()},
             "ceilings": self.ceilings.to_json() if self.ceilings else None,
             "protocol": self.protocol,
             "fingerprint": self.fingerprint,
-        }  # fmt: skip
+        }

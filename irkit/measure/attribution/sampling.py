@@ -124,8 +124,9 @@ def cost_periods(
     for g in slot_groups(slots[: rows.shape[1]]):
         resid[:, g] = logs[:, g] - nan_median(logs[:, g])[:, None]
     variance = (1.4826 * nan_median(np.abs(resid))) ** 2
-    need = np.array([math.sqrt(np.nansum(variance[p]) / max(float(np.sum(costs[p])), 1e-12))
-                     for p in passes])  # fmt: skip
+    need = np.array(
+        [math.sqrt(np.nansum(variance[p]) / max(float(np.sum(costs[p])), 1e-12)) for p in passes]
+    )
     periods = np.full(len(rows), MAX_PERIOD, dtype=np.int64)
     if not (need > 0).any():
         periods[[r for p in passes for r in p]] = 1
@@ -143,5 +144,7 @@ def timed_call(bound: Any, timer: str, backend: str) -> Callable[[], None]:
         return bound.timed_graph()
     replay = bound.timed_replay()
     if replay is None:
-        raise IrkitError(f"--timer graph: the {backend} backend cannot replay a graph (CUDA graphs: --backend cuda)")  # fmt: skip
+        raise IrkitError(
+            f"--timer graph: the {backend} backend cannot replay a graph (CUDA graphs: --backend cuda)"
+        )
     return replay
