@@ -64,7 +64,19 @@ def _focused(proto: dict) -> str:
 
 def show_attribution(console: Console, rec: dict) -> None:
     """The pass table, the per-kernel view and the roofline of one attribution record."""
-    total, noise, proto = rec["total"], rec["noise_floor"], rec["protocol"]
+    _show_header(console, rec)
+    _show_load(console, rec["protocol"].get("load"))
+    _show_placements(console, rec["protocol"])
+    _show_aa(console, rec["noise_floor"])
+    _show_passes(console, rec)
+    _show_runs(console, rec)
+    _show_changed_kernels(console, rec)
+    show_roofline(console, rec)
+
+
+def _show_header(console: Console, rec: dict) -> None:
+    """What was measured, how, and the two ends: no optional pass and all of them."""
+    total, proto = rec["total"], rec["protocol"]
     console.print(
         f"[bold]{rec['model']}[/]  pipeline: {rec['pipeline']}  backend: {proto['selection']}  "
         f"strategy: {rec['strategy']}",
@@ -85,7 +97,10 @@ def show_attribution(console: Console, rec: dict) -> None:
         f"[{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]",
         highlight=False,
     )
-    load = proto.get("load")
+
+
+def _show_load(console: Console, load: dict | None) -> None:
+    """A warning where the machine was loaded while measuring, with what was seen."""
     if load and load.get("loaded"):
         loads = [load.get("load_1min_start"), load.get("load_1min_end")]
         said = (
@@ -115,6 +130,10 @@ def show_attribution(console: Console, rec: dict) -> None:
             style="yellow",
             highlight=False,
         )
+
+
+def _show_placements(console: Console, proto: dict) -> None:
+    """How many copies of every program were bound, and where memory limited them."""
     placements = proto.get("placements")
     if placements:
         spread = proto.get("copy_sd")
@@ -140,6 +159,10 @@ def show_attribution(console: Console, rec: dict) -> None:
             style="yellow",
             highlight=False,
         )
+
+
+def _show_aa(console: Console, noise: dict) -> None:
+    """The A/A checks: the twins' ratios, their verdict, and the per-context splits."""
     if "aa_ratio" in noise:
         aa = noise["aa_ratio"]
         failed = noise.get("aa_failed")
@@ -172,6 +195,12 @@ def show_attribution(console: Console, rec: dict) -> None:
                 "halves of copies differ (their passes judged beyond that floor)"
             )
         console.print(line, highlight=False, style="yellow" if failed else None)
+
+
+def _show_passes(console: Console, rec: dict) -> None:
+    """The per-pass table: saving, speedup, share, verdict, detectable effect, kernels."""
+    total, noise, proto = rec["total"], rec["noise_floor"], rec["protocol"]
+    sp = total["speedup"]
     rule = (
         "CI excludes 0 (beyond an A/A floor only where a check failed)"
         if noise.get("aa_failed") is not None
@@ -220,6 +249,11 @@ def show_attribution(console: Console, rec: dict) -> None:
     table.add_row("total", fmt_signed(saved_total), fmt_ci(total["saved_s"], fmt_signed),
                   f"{sp['value']:.3f}x", f"[{sp['ci_low']:.3f}, {sp['ci_high']:.3f}]", note, "", "", "")  # fmt: skip
     console.print(table)
+
+
+def _show_runs(console: Console, rec: dict) -> None:
+    """With --runs N: each pass's run-to-run spread against a run's own SE."""
+    runs = rec["protocol"].get("runs")
     if runs:
         gap = f", {runs['gap_s']:g} s apart" if runs["gap_s"] else ""
         console.print(
@@ -235,6 +269,10 @@ def show_attribution(console: Console, rec: dict) -> None:
                     f"of {runs['count']} runs' CIs held their mean",
                     highlight=False,
                 )
+
+
+def _show_changed_kernels(console: Console, rec: dict) -> None:
+    """For each pass that changed kernels, those it removed and added, timed alone."""
     for p in rec["passes"]:
         k = p["kernels"]
         if not (k["removed"] or k["added"]):
@@ -261,7 +299,6 @@ def show_attribution(console: Console, rec: dict) -> None:
                     _bound(roof),
                 )
         console.print(kt)
-    show_roofline(console, rec)
 
 
 def _bound(roof: dict) -> str:

@@ -179,18 +179,13 @@ def tune(
 ) -> TuneResult:
     """Search `space` over `pipeline` (see the module docstring). `placements`: the slots
     the final race binds every program in (`slots.bind_slots`)."""
-    import numpy as np
-
     from irkit.frontend import load
-    from irkit.measure.attribution.placements import copies_within_budget
     from irkit.measure.fingerprint import host_fingerprint
-    from irkit.measure.slots import Rotation, bind_slots, check_placements, io_of, slot_ratio_ci
-    from irkit.measure.timers import time_interleaved
-    from irkit.runtime import compile, get_backend
-    from irkit.runtime.check import check_bound, reference_case
+    from irkit.measure.slots import check_placements
+    from irkit.runtime import get_backend
+    from irkit.runtime.check import reference_case
 
     check_placements("tune", placements)
-
     tick = progress or (lambda *_: None)
     graph = load(model, dims) if isinstance(model, str | Path) else model
     chosen, _ = get_backend(backend)
@@ -198,28 +193,7 @@ def tune(
     dimensions = parse_space(space)
     cands = candidates(base, dimensions)
     case = reference_case(graph, seed)
-    programs: dict[tuple[str, ...], Program] = {}
-
-    def program_of(spec: str) -> Program:
-        exe = compile(graph, spec, chosen.name)
-        key = tuple(k.hash for k in exe.kernels)
-        if key not in programs:
-            checks, bound = check_bound(exe, graph, case)
-            wrong = (
-                None
-                if all(c.passed for c in checks)
-                else "; ".join(c.describe() for c in checks if not c.passed)
-            )
-            programs[key] = Program(key, spec, [], None if wrong else bound, wrong, exe=exe)
-        return programs[key]
-
-    default = program_of(base)
-    default.choices.append({"default": base})
-    if default.wrong:
-        raise IrkitError(f"the default pipeline '{base}' computes a wrong result: {default.wrong}")
-    for n, (choice, spec) in enumerate(cands):
-        program_of(spec).choices.append(choice)
-        tick("compile", n + 1, len(cands))
+    programs, default = _compile_candidates(graph, chosen.name, base, cands, case, tick)
     timed = [p for p in programs.values() if p.wrong is None]
     others = [p for p in timed if p is not default]
     confidence = 1 - 0.05 / max(1, len(others))
@@ -246,41 +220,103 @@ def tune(
         )
         res.verdict = f"default kept: {why}"
         return _finish(res, graph, store)
+    survivors, spent = _halve(default, others, race, precision, budget_s / 3, seed, tick)
+    best, ratio = _race(res, chosen, graph, case, default, survivors, precision,
+                        budget_s - spent, seed, placements)  # fmt: skip
+    _judge(res, best, ratio)
+    return _finish(res, graph, store)
+
+
+def _compile_candidates(
+    graph: ModuleOp, backend: str, base: str, cands: list, case: Any, tick: Callable
+) -> tuple[dict[tuple[str, ...], Program], Program]:
+    """Every candidate compiled; each distinct program (by its kernels' code) bound once and
+    checked against the reference. The default first; a wrong default is an error."""
+    from irkit.runtime import compile
+    from irkit.runtime.check import check_bound
+
+    programs: dict[tuple[str, ...], Program] = {}
+
+    def program_of(spec: str) -> Program:
+        exe = compile(graph, spec, backend)
+        key = tuple(k.hash for k in exe.kernels)
+        if key not in programs:
+            checks, bound = check_bound(exe, graph, case)
+            wrong = (
+                None
+                if all(c.passed for c in checks)
+                else "; ".join(c.describe() for c in checks if not c.passed)
+            )
+            programs[key] = Program(key, spec, [], None if wrong else bound, wrong, exe=exe)
+        return programs[key]
+
+    default = program_of(base)
+    default.choices.append({"default": base})
+    if default.wrong:
+        raise IrkitError(f"the default pipeline '{base}' computes a wrong result: {default.wrong}")
+    for n, (choice, spec) in enumerate(cands):
+        program_of(spec).choices.append(choice)
+        tick("compile", n + 1, len(cands))
+    return programs, default
+
+
+def _halve(
+    default: Program,
+    others: list[Program],
+    race: int,
+    precision: float,
+    rung_budget: float,
+    seed: int,
+    tick: Callable,
+) -> tuple[list[Program], float]:
+    """Successive halving until `race` programs are left (the default always among them):
+    at rung r the slower half out, timed on rung_budget / r. Returns the survivors and the
+    seconds the rungs were given (0 where none ran)."""
+    from irkit.measure.timers import time_interleaved
+
     survivors = list(others)
-    rung_budget = budget_s / 3
     rung = 0
-    while len(survivors) + 1 > race:  # successive halving: the slower half out
+    while len(survivors) + 1 > race:
         rung += 1
         fns = {p.spec: p.bound.timed_graph() for p in [default, *survivors]}
         t = time_interleaved(fns, precision, rung_budget / rung, min_rounds=5, seed=seed + rung)
         survivors.sort(key=lambda p: t[p.spec].estimate.median)
         survivors = survivors[: max(race - 1, len(survivors) // 2)]
         tick("halving", rung, rung)
-    # the race: every program bound as `placements` slots, a slot's programs in one set of
-    # inputs and outputs, the rounds rotating through them; bound once each, the programs
-    # would differ by their copies' offsets too (a few percent on a CPU), and the fastest
-    # of several would often be the one that landed well
+    return survivors, rung_budget * bool(rung)
+
+
+def _race(
+    res: TuneResult,
+    chosen: Any,
+    graph: ModuleOp,
+    case: Any,
+    default: Program,
+    survivors: list[Program],
+    precision: float,
+    budget_s: float,
+    seed: int,
+    placements: int,
+) -> tuple[Program, Any]:
+    """The race: every program bound as `placements` slots, a slot's programs in one set of
+    inputs and outputs, the rounds rotating through them (bound once each, the programs
+    would differ by their copies' offsets too, a few percent on a CPU, and the fastest of
+    several would often be the one that landed well). Returns the fastest and its speedup
+    over the default, paired by round, at the result's confidence."""
+    import numpy as np
+
+    from irkit.measure.attribution.placements import copies_within_budget
+    from irkit.measure.slots import Rotation, bind_slots, io_of, slot_ratio_ci
+    from irkit.measure.timers import time_interleaved
+
     racers = [default, *survivors]
     copies = copies_within_budget(placements, [p.exe for p in racers], 0)[0]  # as if unshared
-    bound = bind_slots(
-        chosen,
-        {p.spec: (p.exe, f"candidate '{p.spec}'") for p in racers},
-        copies,
-        graph,
-        case,
-        seed,
-    )
+    sources = {p.spec: (p.exe, f"candidate '{p.spec}'") for p in racers}
+    bound = bind_slots(chosen, sources, copies, graph, case, seed)
     rotation = Rotation(bound)
-    timings = time_interleaved(
-        rotation.fns,
-        precision,
-        budget_s - rung_budget * bool(rung),
-        max(10, 4 * copies),
-        max(200, 25 * copies),
-        seed=seed,
-        floor_rounds=max(10, 2 * copies),
-        on_round=rotation.on_round,
-    )
+    timings = time_interleaved(rotation.fns, precision, budget_s, max(10, 4 * copies),
+                               max(200, 25 * copies), seed=seed, floor_rounds=max(10, 2 * copies),
+                               on_round=rotation.on_round)  # fmt: skip
     for p in racers:
         e = timings[p.spec].estimate
         p.seconds = {"median": e.median, "ci_low": e.low, "ci_high": e.high}
@@ -289,9 +325,9 @@ def tune(
         np.array(timings[default.spec].samples),
         np.array(timings[best.spec].samples),
         np.array(rotation.slots),
-        confidence,
+        res.confidence,
     )
-    protocol.update(
+    res.protocol.update(
         {
             "placements": copies,
             "placement_io": "shared" if io_of(bound[default.spec][0]) is not None else "own",
@@ -303,8 +339,14 @@ def tune(
         }
     )
     res.speedup = {"median": ratio.median, "ci_low": ratio.low, "ci_high": ratio.high}
+    return best, ratio
+
+
+def _judge(res: TuneResult, best: Program, ratio: Any) -> None:
+    """A winner only where its speedup's CI is above 1; otherwise the default is kept."""
     choice = best.choices[0]
     described = ", ".join(f"{k}={v}" for k, v in choice.items())
+    confidence = res.confidence
     if ratio.low > 1:
         res.declared, res.choice, res.pipeline = True, choice, best.spec
         res.verdict = (
@@ -317,7 +359,6 @@ def tune(
             f"the default [{ratio.low:.3f}, {ratio.high:.3f}] ({confidence:.1%} CI), "
             "not beyond it"
         )
-    return _finish(res, graph, store)
 
 
 def _finish(result: TuneResult, graph: ModuleOp, store: bool) -> TuneResult:

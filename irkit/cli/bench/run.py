@@ -38,7 +38,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     from irkit.measure.run import run_model
 
@@ -76,7 +75,14 @@ def run(args) -> int:
     if not result.passed:
         console.print("[bold red]wrong result: not timed[/]")
         return 1
-    timer = result.kernels[0].timing.timer if result.kernels else "perf_counter_ns"
+    _say_where_it_ran(console, result)
+    console.print(_kernel_table(result))
+    _show_totals(console, result)
+    return 0
+
+
+def _say_where_it_ran(console, result) -> None:
+    """Whose times these are where no GPU ran them, and the device's copy bandwidth."""
     if result.backend == "cuda-sim":
         console.print(
             "[yellow]cuda-sim: the kernels ran in the lockstep interpreter on the CPU; "
@@ -87,13 +93,21 @@ def run(args) -> int:
             "[yellow]cuda-host: the CUDA C ran on the host CPU, each block's threads as "
             "fibers; the times below are the host's, not a GPU's[/]"
         )
-    copy_bw = result.copy_bandwidth
-    if copy_bw:
+    if result.copy_bandwidth:
+        copy_bw = result.copy_bandwidth
         console.print(
             f"device copy bandwidth (1 GiB device-to-device, read + write): "
             f"{copy_bw / 1e9:.0f} GB/s",
             highlight=False,
         )
+
+
+def _kernel_table(result):
+    """Every kernel's time with its CI, rates and samples; the graph's (and its replay's)."""
+    from rich.table import Table
+
+    timer = result.kernels[0].timing.timer if result.kernels else "perf_counter_ns"
+    copy_bw = result.copy_bandwidth
     warm = "" if timer.startswith("cuda") else ", warm caches"
     table = Table(title=f"per-call times: median [95% CI], {timer}{warm}")
     columns = ["kernel", "time", "95% CI", "GFLOP/s", "GB/s"]
@@ -153,7 +167,11 @@ def run(args) -> int:
             f"{r.estimate.n}x{r.reps}",
             r.stop_reason,
         )
-    console.print(table)
+    return table
+
+
+def _show_totals(console, result) -> None:
+    """The sum of the per-call kernels' medians, the once-per-bind ones, and the host."""
     per_call = [k for k in result.kernels if not k.record.once]
     once = len(result.kernels) - len(per_call)
     kernel_sum = sum(k.seconds for k in per_call)
@@ -168,7 +186,6 @@ def run(args) -> int:
         f"host {result.fingerprint.get('cpu')}, git {result.fingerprint.get('git_sha') or 'unknown'}",
         highlight=False,
     )
-    return 0
 
 
 def _read_counters(args, result, console) -> None:

@@ -146,21 +146,25 @@ def run(args) -> int:
             style = "dim" if status.startswith("skipped") else "bold red"
             console.print(f"  {job.workload}: {status}", style=style, highlight=False)
             continue
-        t = record["total"]
-        changed = [p for p in record["passes"] if p["changes_code"]]
-        passes = (
-            "; ".join(
-                f"{p['pass']} {fmt_signed(p['saved_s']['value'])}"
-                f"{'' if p['significant'] else ' (not significant)'}"
-                for p in changed
-            )
-            or "no optional pass changed the code"
-        )
-        console.print(
-            f"  {job.workload}: {fmt_time(t['baseline_s']['median'])} -> "
-            f"{fmt_time(t['full_s']['median'])} ({t['speedup']['value']:.3f}x "
-            f"[{t['speedup']['ci_low']:.3f}, {t['speedup']['ci_high']:.3f}]); {passes}; "
-            f"{record['suite_seconds']:.0f} s",
-            highlight=False,
-        )
+        console.print(_job_line(job.workload, record), highlight=False)
     return 1 if failed else 0
+
+
+def _job_line(workload: str, record: dict) -> str:
+    """One finished job: its two ends, the speedup's CI, and what each pass saved."""
+    t = record["total"]
+    changed = [p for p in record["passes"] if p["changes_code"]]
+    passes = (
+        "; ".join(
+            f"{p['pass']} {fmt_signed(p['saved_s']['value'])}"
+            f"{'' if p['significant'] else ' (not significant)'}"
+            for p in changed
+        )
+        or "no optional pass changed the code"
+    )
+    return (
+        f"  {workload}: {fmt_time(t['baseline_s']['median'])} -> "
+        f"{fmt_time(t['full_s']['median'])} ({t['speedup']['value']:.3f}x "
+        f"[{t['speedup']['ci_low']:.3f}, {t['speedup']['ci_high']:.3f}]); {passes}; "
+        f"{record['suite_seconds']:.0f} s"
+    )

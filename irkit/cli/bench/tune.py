@@ -45,17 +45,26 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     import json
-    from pathlib import Path
 
     from rich.console import Console
-    from rich.table import Table
-
-    from irkit.measure.executors import get_executor
-    from irkit.measure.tune import TuneJob, tune, tune_on
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.json:
         check_output(args.json, [args.file], "--json", "json")
+    record = _tune(args, console)
+    _show(console, args.file, record)
+    if args.json:
+        write_output(args.json, json.dumps(record, indent=2) + "\n", [args.file], "--json", "json")
+    return 0
+
+
+def _tune(args, console) -> dict:
+    """The tuning record: measured here, or as one job on the chosen executor."""
+    from pathlib import Path
+
+    from irkit.measure.executors import get_executor
+    from irkit.measure.tune import TuneJob, tune, tune_on
+
     dims = dict(args.dim) or None
     if args.executor == "local":
         bar, tick = progress()
@@ -98,9 +107,16 @@ def run(args) -> int:
         )
         console.print(f"tuning as one job on the {args.executor} executor ...", style="dim")
         record = tune_on(executor, job, store=not args.no_store)
+    return record
+
+
+def _show(console, file: str, record: dict) -> None:
+    """The candidates' table against the default, and the verdict."""
+    from rich.table import Table
+
     p = record["protocol"]
     console.print(
-        f"[bold]{args.file}[/]  pipeline: {record['base_pipeline']}  backend: "
+        f"[bold]{file}[/]  pipeline: {record['base_pipeline']}  backend: "
         f"{record['backend']}; {p['candidates']} candidates, {p['programs']} distinct "
         f"programs ({p['wrong']} wrong, never timed), each checked against the float64 "
         f"reference; {p['search']}",
@@ -137,6 +153,3 @@ def run(args) -> int:
             style="dim",
             highlight=False,
         )
-    if args.json:
-        write_output(args.json, json.dumps(record, indent=2) + "\n", [args.file], "--json", "json")
-    return 0
