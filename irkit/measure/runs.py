@@ -107,7 +107,14 @@ def combine_runs(records: Sequence[dict], gap_s: float = 0.0, confidence: float 
         se = float(np.std(saved, ddof=1)) / math.sqrt(n)
         p["min_detectable_s"] = max(failed_floor, (t975 + t80) * se)
         p["run_to_run"] = _run_to_run(saved, [e["saved_s"] for e in each])
-    total = out["total"]
+    _combine_totals(out["total"], records, confidence)
+    _combine_protocol(out, records, gap_s, failed_floor, confidence)
+    return out
+
+
+def _combine_totals(total: dict, records: Sequence[dict], confidence: float) -> None:
+    """The totals: the runs' mean saving and speedup, and each end's time, over the runs."""
+    n = len(records)
     total["saved_s"] = _interval([r["total"]["saved_s"]["value"] for r in records], confidence)
     total["speedup"] = _interval(
         [r["total"]["speedup"]["value"] for r in records], confidence, log=True
@@ -122,7 +129,16 @@ def combine_runs(records: Sequence[dict], gap_s: float = 0.0, confidence: float 
             "n": n,
             "unit": "runs",
         }
-    total["sum_of_contributions_s"] = float(sum(p["saved_s"]["value"] for p in out["passes"]))
+
+
+def _combine_protocol(
+    out: dict, records: Sequence[dict], gap_s: float, failed_floor: float, confidence: float
+) -> None:
+    """The rule the passes were judged by, the runs' protocol, and each run in brief."""
+    n = len(records)
+    out["total"]["sum_of_contributions_s"] = float(
+        sum(p["saved_s"]["value"] for p in out["passes"])
+    )
     out["noise_floor"]["rule"] = (
         f"over {n} runs: significant when the pass changes code and the 95% CI of the mean of "
         f"the runs' savings (Student's t, {n - 1} degrees of freedom, on their spread) "
@@ -152,7 +168,6 @@ def combine_runs(records: Sequence[dict], gap_s: float = 0.0, confidence: float 
         }
         for r in records
     ]
-    return out
 
 
 def attribute_runs(

@@ -192,6 +192,21 @@ class Rounds:
             if self.quiesce:
                 settle()
 
+    def timings(self, warmup: int, reason: str) -> dict[str, Timing]:
+        """Every function's samples, median and CI, and why sampling stopped."""
+        return {
+            name: Timing(
+                np.array(s),
+                self.reps[name],
+                warmup,
+                reason,
+                median_ci(_measured(s)),
+                getattr(self.fns[name], "timer", "perf_counter_ns"),
+                None if hasattr(self.fns[name], "sample") else np.array(self.cpu[name]),
+            )
+            for name, s in self.samples.items()
+        }
+
 
 def time_interleaved(
     fns: dict[str, Callable[[], None]],
@@ -230,7 +245,7 @@ def time_interleaved(
     it)."""
     floor = min_rounds if floor_rounds is None else floor_rounds
     rounds = Rounds(fns, warmup, min_sample_s, seed, quiesce)
-    samples, reps = rounds.samples, rounds.reps
+    samples = rounds.samples
     deadline = time.perf_counter() + budget_s
     reason = "max_samples"
 
@@ -263,15 +278,4 @@ def time_interleaved(
         if r + 1 >= floor and time.perf_counter() > deadline:
             reason = "budget"
             break
-    return {
-        name: Timing(
-            np.array(s),
-            reps[name],
-            warmup,
-            reason,
-            median_ci(_measured(s)),
-            getattr(fns[name], "timer", "perf_counter_ns"),
-            None if hasattr(fns[name], "sample") else np.array(rounds.cpu[name]),
-        )
-        for name, s in samples.items()
-    }
+    return rounds.timings(warmup, reason)

@@ -83,9 +83,23 @@ def round_bootstrap(
         factor[rows] = expansion(slot_groups(slots[pattern]))
     point, boot = _bridged(samples, present, groups, idx, drawn, point, boot)
     boot = point[:, None] + (boot - point[:, None]) * factor[:, None]
+    return point, _with_copy_noise(point, boot, samples, groups, pooled, upper, rng)
+
+
+def _with_copy_noise(
+    point: np.ndarray,
+    boot: np.ndarray,
+    samples: np.ndarray,
+    groups: list[np.ndarray],
+    pooled: tuple[float | np.ndarray, int] | None,
+    upper: bool,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """`boot` with each program's copy-to-copy variance added as Student-t noise, scaled by
+    its standard error over the copies (`round_bootstrap`); unchanged with one copy."""
     copies = len(groups)
     if copies < 2:
-        return point, boot
+        return boot
     relative: float | np.ndarray
     if pooled is not None:
         relative, df = pooled
@@ -103,7 +117,7 @@ def round_bootstrap(
         df = copies - 1
     copy_var = relative * np.maximum(point, 0.0) ** 2 / copies
     draws = rng.standard_t(df, size=boot.shape)
-    return point, boot + draws * np.sqrt(copy_var)[:, None]
+    return boot + draws * np.sqrt(copy_var)[:, None]
 
 
 def slot_groups(slots: np.ndarray) -> list[np.ndarray]:

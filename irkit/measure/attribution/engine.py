@@ -312,37 +312,7 @@ def _measure(
     # no separate warm-up call: binding ran every program once, and calibration calls each
     # at least once more before its first sample (a slow variant's call can take seconds)
     load_start, queue_start = load_average(), run_queue()
-    gone: set[str] = set()
-    periods_now: dict[str, int] = {}
-
-    def needed(now: Rounds) -> dict[str, int]:
-        """The programs (and twins) the rounds go on with, and each one's period in cycles:
-        those of the passes without a verdict (`open_passes`), sampled by their need and
-        cost (`cost_periods`), each twin with its program; and while any is, the full
-        program in every round, the reference that brings the others to the run's level
-        (`round_bootstrap`)."""
-        rows = np.array([now.samples[k] for k in programs])
-        row_of = {k: i for i, k in enumerate(programs)}
-        slots_now = np.array(slots)
-        passes = open_passes(plan, key_of, row_of, rows, slots_now, opts.precision, opts.seed, gone)
-        if not passes:
-            return {}
-        order = sorted(set().union(*passes), key=row_of.__getitem__)
-        at = {k: j for j, k in enumerate(order)}
-        periods = cost_periods(
-            rows[[row_of[k] for k in order]],
-            slots_now,
-            np.array([now.cost(k) for k in order]),
-            [[at[k] for k in p] for p in passes],
-        )
-        out = {k: int(p) for k, p in zip(order, periods, strict=True)} | {variants.full_key: 1}
-        gone.update(set(programs) - set(out))
-        periods_now.clear()
-        periods_now.update(out)
-        return out | {
-            name: out[key_of[mask]] for name, mask in twins.items() if key_of[mask] in out
-        }
-
+    focus = _Focus(plan, programs, key_of, twins, variants.full_key, slots, opts)
     # the budget may end sampling after BUDGET_ROUNDS_PER_COPY; verdicts (or precision) only
     # after MIN_ROUNDS_PER_COPY: mlp's Shapley (40 programs, 5 copies, one core loaded)
     # stopped on its verdicts after 10-15 rounds, a copy's offset then known from two or
@@ -358,7 +328,7 @@ def _measure(
         seed=opts.seed,
         floor_rounds=max(opts.min_rounds, BUDGET_ROUNDS_PER_COPY * copies),
         on_round=on_round,
-        needed=needed if opts.stop == "verdicts" else None,
+        needed=focus if opts.stop == "verdicts" else None,
         cycle=copies,
     )
     tick("measure", opts.max_rounds, opts.max_rounds)
@@ -371,7 +341,54 @@ def _measure(
                        kernel_threads(programs[full].exe), queue_start, run_queue(),
                        others.mean, len(others.samples))  # fmt: skip
     return Measured(timings, keys, samples, slot_of, point, boot,
-                    {k: i for i, k in enumerate(keys)}, gone, periods_now, load)  # fmt: skip
+                    {k: i for i, k in enumerate(keys)}, focus.gone, focus.periods, load)  # fmt: skip
+
+
+class _Focus:
+    """The rounds' focus under the verdicts rule (`time_interleaved`'s `needed`): the
+    programs (and twins) the rounds go on with, and each one's period in cycles: those of
+    the passes without a verdict (`open_passes`), sampled by their need and cost
+    (`cost_periods`), each twin with its program; and while any is, the full program in
+    every round, the reference that brings the others to the run's level
+    (`round_bootstrap`)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        programs: dict[str, Program],
+        key_of: dict[Mask, str],
+        twins: dict[str, Mask],
+        full_key: str,
+        slots: list[int],
+        opts: AttributeOptions,
+    ):
+        self.plan, self.programs, self.key_of, self.twins = plan, programs, key_of, twins
+        self.full_key, self.slots, self.opts = full_key, slots, opts
+        self.gone: set[str] = set()
+        """Programs out of the rounds for good."""
+        self.periods: dict[str, int] = {}
+        """The last look's periods, in cycles."""
+
+    def __call__(self, now: Rounds) -> dict[str, int]:
+        programs, key_of = self.programs, self.key_of
+        rows = np.array([now.samples[k] for k in programs])
+        row_of = {k: i for i, k in enumerate(programs)}
+        slots_now = np.array(self.slots)
+        passes = open_passes(self.plan, key_of, row_of, rows, slots_now, self.opts.precision,
+                             self.opts.seed, self.gone)  # fmt: skip
+        if not passes:
+            return {}
+        order = sorted(set().union(*passes), key=row_of.__getitem__)
+        at = {k: j for j, k in enumerate(order)}
+        periods = cost_periods(rows[[row_of[k] for k in order]], slots_now,
+                               np.array([now.cost(k) for k in order]),
+                               [[at[k] for k in p] for p in passes])  # fmt: skip
+        out = {k: int(p) for k, p in zip(order, periods, strict=True)} | {self.full_key: 1}
+        self.gone.update(set(programs) - set(out))
+        self.periods.clear()
+        self.periods.update(out)
+        return out | {name: out[key_of[mask]] for name, mask in self.twins.items()
+                      if key_of[mask] in out}  # fmt: skip
 
 
 @dataclass(frozen=True)
