@@ -458,15 +458,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     backends = args.backend or ["cpu", "cuda-sim"]
-    start = time.monotonic()
-    counts, found = campaign(backends, args.minutes, Path(args.out), args.seed)
-    listed = "".join(f"\n  {p}" for p in found)
-    print(
-        f"fuzz: {sum(counts.values())} cases in {(time.monotonic() - start) / 60:.1f} min "
-        f"({', '.join(f'{b} {n}' for b, n in counts.items())}), seed {args.seed}: "
-        f"{len(found)} finding(s){listed}"
-    )
-    return 1 if found else 0
+
+    def body() -> int:
+        from irkit.cli.common import check_writable
+
+        out = Path(args.out)
+        where = out if out.is_dir() else out.parent  # where a reproducer would be made
+        check_writable(where / "fuzz-probe", "--out", out)  # before the campaign, not after it
+        start = time.monotonic()
+        counts, found = campaign(backends, args.minutes, out, args.seed)
+        listed = "".join(f"\n  {p}" for p in found)
+        print(
+            f"fuzz: {sum(counts.values())} cases in {(time.monotonic() - start) / 60:.1f} min "
+            f"({', '.join(f'{b} {n}' for b, n in counts.items())}), seed {args.seed}: "
+            f"{len(found)} finding(s){listed}"
+        )
+        return 1 if found else 0
+
+    from irkit.cli.common import run_main
+
+    return run_main("fuzz", body)
 
 
 if __name__ == "__main__":

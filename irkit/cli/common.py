@@ -8,10 +8,12 @@ No Python traceback reaches the user unless IRKIT_DEBUG is set.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import stat
 import sys
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NoReturn
@@ -200,9 +202,24 @@ def check_output(
                 f"{flag}: the file exists and is not {what}; refusing to replace it (remove it first)",
                 str(path),
             )
+    check_writable(path, flag)
+
+
+def check_writable(path: str | Path, flag: str, shown: str | Path | None = None) -> None:
+    """A one-line error unless a file can be made where `path` is to be written: its
+    directory exists, and a file made and removed beside it succeeds (the one test that
+    holds for root, read-only filesystems and ACLs alike), before any work whose result
+    would then be lost. The error names `shown` (by default `path`)."""
+    p = Path(path)
+    shown = str(path if shown is None else shown)
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
-        raise IrkitError(f"{flag}: directory {parent} does not exist", str(path))
+        raise IrkitError(f"{flag}: directory {parent} does not exist", shown)
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{p.name}.", suffix=".probe"):
+            pass
+    except OSError as e:
+        raise IrkitError(f"{flag}: cannot write in {parent}: {e.strerror}", shown) from None
 
 
 def write_output(
@@ -225,5 +242,6 @@ def write_output(
             tmp.write_text(data)
         tmp.replace(p)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # on a read-only filesystem, unlink fails too
+            tmp.unlink(missing_ok=True)
         raise IrkitError(f"cannot write: {e.strerror}", str(path)) from None

@@ -309,6 +309,11 @@ CASES: list[Case] = [
     Case("json-over-another-model", bench("run", "m.graph", "--json", "other.graph"), {"m.graph": G, "other.graph": G}, where="other.graph", says="exists and is not a JSON record"),
     Case("json-over-onnx-model", bench("attribute", "m.graph", "--json", "w.onnx"), {"m.graph": G, "w.onnx": _onnx(RELU, [_vi("x", [4])], [_vi("y", [4])])}, where="w.onnx", says="not a JSON record"),
     Case("report-over-other-results", bench("report", "r.jsonl", "-o", "old.jsonl"), {"r.jsonl": record(), "old.jsonl": record()}, where="old.jsonl", says="exists and is not an HTML report"),
+    # a directory no one may write in (sysfs refuses new files even to root): said before any work
+    Case("opt-output-unwritable-dir", opt("m.graph", "-o", "/sys/out.mlir"), {"m.graph": G}, where="/sys/out.mlir", says="-o: cannot write in /sys"),
+    Case("run-json-unwritable-dir", bench("run", "m.graph", "--json", "/sys/run.json"), {"m.graph": G}, where="/sys/run.json", says="--json: cannot write in /sys"),
+    Case("suite-out-unwritable-dir", bench("suite", "--quick", "--out", "/sys/r.jsonl"), where="/sys/r.jsonl", says="--out: cannot write in /sys"),
+    Case("snapshot-unwritable-dir", bench("snapshot", "m.graph", "--kernel", "k0_relu", "-o", "/sys/k.snap"), {"m.graph": G}, where="/sys/k.snap", says="-o: cannot write in /sys"),
     Case("opt-output-over-binary", opt("m.graph", "-o", "w.onnx"), {"m.graph": G, "w.onnx": _onnx(RELU, [_vi("x", [4])], [_vi("y", [4])])}, where="w.onnx", says="exists and is not a text file"),
     Case("json-into-missing-dir", bench("run", "m.graph", "--json", "no/such/dir/r.json"), {"m.graph": G}, where="no/such/dir/r.json", says="does not exist"),
     Case("json-is-directory", bench("run", "m.graph", "--json", "out"), {"m.graph": G, "out": _dir}, where="out", says="is a directory"),

@@ -10,6 +10,7 @@ from irkit.cli.bench.options import (
     executor_options,
 )
 from irkit.cli.common import (
+    check_writable,
     fraction,
     positive_float,
     same_file,
@@ -98,6 +99,7 @@ def run(args) -> int:
         if job.pipeline:
             parse_passes(job.pipeline)
     out = Path(args.out)
+    check_writable(out, "--out")
     if args.jobs and same_file(out, args.jobs):
         from irkit.errors import IrkitError
 
