@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import weakref
 from functools import cache
 
 from xdsl.context import Context
@@ -180,8 +181,33 @@ def ssa_name(name: str) -> str:
     return cleaned if cleaned and not cleaned[0].isdigit() else f"v_{cleaned}"
 
 
+_SOURCES: weakref.WeakKeyDictionary[ModuleOp, tuple[str, str]] = weakref.WeakKeyDictionary()
+"""The file and text each module parsed from a file came from, for errors about it as a
+whole (xDSL's ops keep no source locations)."""
+
+
+def remember_source(module: ModuleOp, filename: str, text: str) -> None:
+    _SOURCES[module] = (filename, text)
+
+
+def _where_defined(module: ModuleOp, symbol: str | None) -> str | None:
+    """`file:line:col` of `func.func @symbol` in the module's source (the file alone where
+    the symbol is None or not found); None for a module built in memory."""
+    if module not in _SOURCES:
+        return None
+    filename, text = _SOURCES[module]
+    if symbol is not None:
+        m = re.search(rf"func\.func\s+(?:public\s+)?@{re.escape(symbol)}\b", text)
+        if m:
+            line = text.count("\n", 0, m.start()) + 1
+            col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+            return f"{filename}:{line}:{col}"
+    return filename
+
+
 def entry_function(module: ModuleOp) -> func.FuncOp:
-    """The model's function: the module's only public `func.func`."""
+    """The model's function: the module's only public `func.func`. An error otherwise
+    names the file (and the second public function's line) where the module came from one."""
     public = [
         op
         for op in module.ops
@@ -191,7 +217,14 @@ def entry_function(module: ModuleOp) -> func.FuncOp:
     ]
     if len(public) != 1:
         names = ", ".join(f"@{f.sym_name.data}" for f in public) or "none"
-        raise IrkitError(f"expected exactly one public func.func as the model, found {names}")
+        where = _where_defined(module, public[1].sym_name.data if len(public) > 1 else None)
+        raise IrkitError(
+            f"expected exactly one public func.func as the model, found {names} (make the "
+            "others private: func.func private @...)"
+            if len(public) > 1
+            else f"expected exactly one public func.func as the model, found {names}",
+            where,
+        )
     return public[0]
 
 

@@ -41,7 +41,7 @@ def parse_source(
     """Parse `text` as `kind` ('.graph' or '.mlir'), verified."""
     from irkit.frontend.graph_lang import parse_graph
     from irkit.frontend.mlir import parse_mlir
-    from irkit.ir import verify
+    from irkit.ir import remember_source, verify
 
     if kind == ".graph":
         module = parse_graph(text, filename, dims)
@@ -57,6 +57,7 @@ def parse_source(
             filename,
         )
     verify(module)
+    remember_source(module, filename, text)
     return module
 
 

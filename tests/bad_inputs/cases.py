@@ -309,6 +309,9 @@ CASES: list[Case] = [
     Case("json-over-another-model", bench("run", "m.graph", "--json", "other.graph"), {"m.graph": G, "other.graph": G}, where="other.graph", says="exists and is not a JSON record"),
     Case("json-over-onnx-model", bench("attribute", "m.graph", "--json", "w.onnx"), {"m.graph": G, "w.onnx": _onnx(RELU, [_vi("x", [4])], [_vi("y", [4])])}, where="w.onnx", says="not a JSON record"),
     Case("report-over-other-results", bench("report", "r.jsonl", "-o", "old.jsonl"), {"r.jsonl": record(), "old.jsonl": record()}, where="old.jsonl", says="exists and is not an HTML report"),
+    # an MLIR model must have one public function: the file, and the second one's line
+    Case("run-mlir-two-public", bench("run", "m.mlir"), {"m.mlir": "func.func @a(%x: memref<4xf32>) {\n  func.return\n}\nfunc.func @b(%x: memref<4xf32>) {\n  func.return\n}\n"}, where="m.mlir:4:1", says="found @a, @b"),
+    Case("run-mlir-no-function", bench("run", "m.mlir"), {"m.mlir": "builtin.module {\n}\n"}, where="m.mlir", says="found none"),
     # a directory no one may write in (sysfs refuses new files even to root): said before any work
     Case("opt-output-unwritable-dir", opt("m.graph", "-o", "/sys/out.mlir"), {"m.graph": G}, where="/sys/out.mlir", says="-o: cannot write in /sys"),
     Case("run-json-unwritable-dir", bench("run", "m.graph", "--json", "/sys/run.json"), {"m.graph": G}, where="/sys/run.json", says="--json: cannot write in /sys"),
