@@ -7,6 +7,10 @@ before the recursion), and its error names the size, the limit and how to change
   MLIR; tensor element counts too.
 - `MAX_RANK`: the highest tensor rank.
 - `MAX_NESTING`: how deeply a `.graph` expression may nest (Python's own parser allows 200).
+- `model_lines_limit()`: the most lines a `.graph` or `.mlir` model may have
+  (`IRKIT_MAX_MODEL_LINES`, default 200,000: a 200-layer transformer in `.graph` is a few
+  thousand), checked before parsing, which takes about 50 us a line: a 50 MB file whose last
+  line is wrong answers at once instead of after a minute.
 - `memory_limit()`: the bytes a run may allocate at once: `IRKIT_MAX_MEMORY` (bytes, or with
   a K/M/G/T suffix) or, by default, three quarters of this machine's physical memory.
 """
@@ -63,6 +67,30 @@ def memory_limit() -> tuple[int, str]:
     if total is None:
         return 1 << 40, "the default (set IRKIT_MAX_MEMORY to change it)"
     return total * 3 // 4, "75% of this machine's memory; set IRKIT_MAX_MEMORY to change it"
+
+
+MAX_MODEL_LINES = 200_000
+
+
+def model_lines_limit() -> tuple[int, str]:
+    """The most lines a text model may have, and where the limit comes from."""
+    text = os.environ.get("IRKIT_MAX_MODEL_LINES", "").strip()
+    if not text:
+        return MAX_MODEL_LINES, "set IRKIT_MAX_MODEL_LINES to change it"
+    if not text.isdigit() or int(text) <= 0:
+        raise IrkitError(f"IRKIT_MAX_MODEL_LINES={text!r}: expected a positive number of lines")
+    return int(text), "IRKIT_MAX_MODEL_LINES"
+
+
+def check_model_lines(text: str, filename: str) -> None:
+    """Refuse a model text longer than `model_lines_limit()` before parsing it, naming the
+    first line past the limit."""
+    limit, source = model_lines_limit()
+    if text.count("\n", 0, len(text)) > limit:
+        raise IrkitError(
+            f"the model has more than {limit:,} lines, irkit's limit ({source})",
+            f"{filename}:{limit + 1}:1",
+        )
 
 
 def check_bytes(nbytes: int, what: str) -> None:

@@ -812,3 +812,24 @@ def test_a_kernel_added_after_a_mapping_pass_is_mapped_too(backend: str) -> None
     assert all(c.passed for c in checks), [c.describe() for c in checks]
     assert "planted_work" in {k.name for k in exe.kernels}
     assert all(k.launch for k in exe.kernels)
+
+
+def test_cuda_sim_refuses_a_launch_too_big_to_interpret_before_making_inputs(monkeypatch) -> None:
+    """A lockstep interpretation holds every SSA value over every lane, and five shadows an
+    element for the race check: a program that would not fit the run's memory limit is an
+    IrkitError from `irkit.compile`, naming the kernel and what it needs, not a MemoryError
+    (or the kernel's OOM killer) mid-run."""
+    import irkit
+    from irkit.errors import IrkitError
+    from irkit.runtime.lockstep import lockstep_bytes
+
+    monkeypatch.setenv("IRKIT_MAX_MEMORY", "64M")
+    module = irkit.load("examples/softmax.graph", {"R": 4096, "C": 1024})
+    with pytest.raises(IrkitError) as e:
+        irkit.compile(module, "default-cuda", "cuda-sim")
+    assert "@k0_softmax" in str(e.value) and "over the limit of 64 MiB" in str(e.value)
+    small = irkit.load("examples/softmax.graph", {"R": 4, "C": 64})
+    exe = irkit.compile(small, "default-cuda", "cuda-sim")  # the same program, small: runs
+    kernel = next(op for op in exe.module.ops if getattr(op, "sym_name", None) and op.sym_name.data == "k0_softmax")  # fmt: skip
+    need, said = lockstep_bytes(kernel, check_races=True)
+    assert 0 < need < 64 << 20 and "race shadows for" in said

@@ -42,7 +42,10 @@ def parse_source(
     from irkit.frontend.graph_lang import parse_graph
     from irkit.frontend.mlir import parse_mlir
     from irkit.ir import remember_source, verify
+    from irkit.limits import check_model_lines
 
+    if kind in (".graph", ".mlir"):
+        check_model_lines(text, filename)
     if kind == ".graph":
         module = parse_graph(text, filename, dims)
     elif kind == ".mlir":

@@ -40,6 +40,7 @@ from irkit.dialects.cpu import PrefetchOp
 from irkit.dialects.warp import MMA_OPS, ShuffleOp
 from irkit.dtypes import numpy_dtype, poisoned
 from irkit.errors import IrkitError
+from irkit.limits import fmt_bytes, memory_limit
 from irkit.loops import SHARED_SPACE, launch_of
 from irkit.loops.scalar_ops import numpy_ops
 from irkit.runtime.gpu import SimulatedExecutable
@@ -588,6 +589,40 @@ class LockstepInterpreter:
 # --- the cuda-sim backend --------------------------------------------------------------------
 
 
+def lockstep_bytes(fn: func.FuncOp, check_races: bool) -> tuple[int, str]:
+    """What interpreting kernel `fn` holds at its peak, about, and what makes it up: every
+    SSA value is an array over all the launch's lanes (8 bytes a lane, kept to the end), and
+    with the race check every element of every buffer has five int64 shadows."""
+    cfg = launch_of(fn)
+    if cfg is None:
+        return 0, ""
+    lanes = math.prod(cfg["grid"]) * math.prod(cfg["block"])
+    values = sum(len(op.results) for op in fn.walk())
+    total = lanes * 8 * (values + 6)  # + the lane, thread, block ids and masks
+    said = f"{lanes:,} lanes x {values} values"
+    if check_races:
+        elements = sum(math.prod(a.type.get_shape()) for a in fn.args if isinstance(a.type, MemRefType))  # fmt: skip
+        total += 40 * elements
+        said += f", race shadows for {elements:,} elements"
+    return total, said
+
+
+def check_lockstep_memory(module: ModuleOp, check_races: bool) -> None:
+    """Refuse, before any input is made, a program whose lockstep interpretation would hold
+    more than the run's memory limit (`irkit.limits.memory_limit`): one line naming the
+    kernel and what the interpretation needs, instead of an allocation failing mid-run."""
+    limit, source = memory_limit()
+    for op in module.ops:
+        if isinstance(op, func.FuncOp):
+            need, said = lockstep_bytes(op, check_races)
+            if need > limit:
+                raise IrkitError(
+                    f"cuda-sim: interpreting @{op.sym_name.data} in lockstep needs about "
+                    f"{fmt_bytes(need)} ({said}), over the limit of {fmt_bytes(limit)} "
+                    f"({source}); run it with --backend cuda-host, on a GPU, or at smaller dims"
+                )
+
+
 class LockstepExecutable(SimulatedExecutable):
     """GPU-mapped IR run by the lockstep interpretation: correct answers, interpreter times."""
 
@@ -633,4 +668,5 @@ class LockstepBackend:
     def compile(self, module: ModuleOp) -> LockstepExecutable:
         from irkit.runtime.gpu import build_kernels
 
+        check_lockstep_memory(module, self.check_races)
         return LockstepExecutable(module, build_kernels(module, self.arch), self.check_races)

@@ -309,6 +309,12 @@ CASES: list[Case] = [
     Case("json-over-another-model", bench("run", "m.graph", "--json", "other.graph"), {"m.graph": G, "other.graph": G}, where="other.graph", says="exists and is not a JSON record"),
     Case("json-over-onnx-model", bench("attribute", "m.graph", "--json", "w.onnx"), {"m.graph": G, "w.onnx": _onnx(RELU, [_vi("x", [4])], [_vi("y", [4])])}, where="w.onnx", says="not a JSON record"),
     Case("report-over-other-results", bench("report", "r.jsonl", "-o", "old.jsonl"), {"r.jsonl": record(), "old.jsonl": record()}, where="old.jsonl", says="exists and is not an HTML report"),
+    # a model longer than the line limit is refused before parsing (a 50 MB file answers at once)
+    Case("graph-too-many-lines", opt("m.graph"), {"m.graph": G + "z = relu(y)\n" * 4}, env={"IRKIT_MAX_MODEL_LINES": "3"}, where="m.graph:4:1", says="more than 3 lines"),
+    Case("mlir-too-many-lines", opt("m.mlir"), {"m.mlir": "builtin.module {\n}\n" * 3}, env={"IRKIT_MAX_MODEL_LINES": "4"}, where="m.mlir:5:1", says="IRKIT_MAX_MODEL_LINES"),
+    Case("model-lines-limit-bad", opt("m.graph"), {"m.graph": G}, env={"IRKIT_MAX_MODEL_LINES": "lots"}, says="IRKIT_MAX_MODEL_LINES='lots'"),
+    # cuda-sim refuses a launch whose lockstep interpretation would not fit, before any input is made
+    Case("cuda-sim-lockstep-too-big", bench("run", "m.graph", "--backend", "cuda-sim", "--dim", "R=4096", "--dim", "C=1024"), {"m.graph": "model s\ndim R = 4\ndim C = 8\ninput x : f32[R, C]\noutput y = softmax(x, axis=-1)\n"}, env={"IRKIT_MAX_MEMORY": "64M"}, says="cuda-sim: interpreting @k0_softmax in lockstep needs about"),
     # an MLIR model must have one public function: the file, and the second one's line
     Case("run-mlir-two-public", bench("run", "m.mlir"), {"m.mlir": "func.func @a(%x: memref<4xf32>) {\n  func.return\n}\nfunc.func @b(%x: memref<4xf32>) {\n  func.return\n}\n"}, where="m.mlir:4:1", says="found @a, @b"),
     Case("run-mlir-no-function", bench("run", "m.mlir"), {"m.mlir": "builtin.module {\n}\n"}, where="m.mlir", says="found none"),
