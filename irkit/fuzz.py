@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from irkit.errors import IrkitError
+
 try:
     from hypothesis import strategies as st
 except ImportError:  # hypothesis comes with the test extra
@@ -460,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     backends = args.backend or ["cpu", "cuda-sim"]
 
     def body() -> int:
-        from irkit.cli.common import check_writable
+        from irkit.files import check_writable
 
         out = Path(args.out)
         where = out if out.is_dir() else out.parent  # where a reproducer would be made
@@ -475,9 +477,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1 if found else 0
 
-    from irkit.cli.common import run_main
-
-    return run_main("fuzz", body)
+    try:
+        return body()
+    except IrkitError as e:  # one line, as irkit's commands say it
+        print(f"fuzz: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

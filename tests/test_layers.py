@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent / "irkit"
 
 LAYERS: list[set[str]] = [
     {"irkit.errors"},
-    {"irkit.limits", "irkit.dtypes", "irkit.plugins", "irkit.version", "irkit.host"},
+    {"irkit.limits", "irkit.dtypes", "irkit.plugins", "irkit.version", "irkit.host", "irkit.files"},
     {"irkit.dialects"},
     {"irkit.ir"},
     {"irkit.loops"},

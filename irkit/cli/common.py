@@ -13,12 +13,12 @@ import math
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NoReturn
 
 from irkit.errors import IrkitError, one_line
+from irkit.files import check_writable
 
 EXIT_USER, EXIT_USAGE, EXIT_INTERNAL = 1, 2, 70
 
@@ -203,23 +203,6 @@ def check_output(
                 str(path),
             )
     check_writable(path, flag)
-
-
-def check_writable(path: str | Path, flag: str, shown: str | Path | None = None) -> None:
-    """A one-line error unless a file can be made where `path` is to be written: its
-    directory exists, and a file made and removed beside it succeeds (the one test that
-    holds for root, read-only filesystems and ACLs alike), before any work whose result
-    would then be lost. The error names `shown` (by default `path`)."""
-    p = Path(path)
-    shown = str(path if shown is None else shown)
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise IrkitError(f"{flag}: directory {parent} does not exist", shown)
-    try:
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{p.name}.", suffix=".probe"):
-            pass
-    except OSError as e:
-        raise IrkitError(f"{flag}: cannot write in {parent}: {e.strerror}", shown) from None
 
 
 def write_output(

@@ -16,7 +16,6 @@ from xdsl.dialects.builtin import ModuleOp
 
 from irkit.errors import IrkitError, expect
 from irkit.ir import model_function, structure_key
-from irkit.measure.attribution import protocol as prose
 from irkit.measure.attribution.bootstrap import (
     by_cycles,
     copy_variance,
@@ -41,6 +40,17 @@ from irkit.measure.attribution.noise import (
 from irkit.measure.attribution.options import AttributeOptions
 from irkit.measure.attribution.placements import auto_placements, copies_within_budget
 from irkit.measure.attribution.plan import Mask, Plan, describe_variant, make_plan, variant_spec
+from irkit.measure.attribution.protocol import (
+    AA_TWIN,
+    AA_TWIN_BASELINE,
+    COMPILE,
+    FIXED,
+    FOCUS,
+    RULE,
+    STOP_MEDIANS,
+    STOP_VERDICTS,
+    per_context_method,
+)
 from irkit.measure.attribution.record import Attribution, KernelTime, PassResult
 from irkit.measure.attribution.sampling import (
     BUDGET_ROUNDS_PER_COPY,
@@ -427,7 +437,7 @@ def _noise_floor(
     if opts.twin:
         aa, floor, floor_s = aa_pair("aa-twin", variants.full_key)
         noise.update({"aa_ratio": aa.to_json(), "aa_confidence": aa_confidence,
-                      "floor": floor, "floor_full_s": floor_s, "method": prose.AA_TWIN})  # fmt: skip
+                      "floor": floor, "floor_full_s": floor_s, "method": AA_TWIN})  # fmt: skip
         failed = aa.excludes(1.0)
         if "aa-twin-baseline" in m.row:
             aa_base, floor_base, floor_base_s = aa_pair("aa-twin-baseline", variants.empty_key)
@@ -438,7 +448,7 @@ def _noise_floor(
                     "floor_baseline_s": floor_base_s,
                 }
             )
-            noise["method"] += prose.AA_TWIN_BASELINE
+            noise["method"] += AA_TWIN_BASELINE
             floor_s = max(floor_s, floor_base_s)
             failed = failed or aa_base.excludes(1.0)
         noise.update({"floor_s": floor_s, "aa_failed": failed})
@@ -450,13 +460,13 @@ def _noise_floor(
         {k: m.samples[m.row[k]] for k in programs}, m.slot_of, opts.resamples, opts.seed
     )
     noise["per_context"] = {
-        "method": prose.per_context_method(family, len(programs)),
+        "method": per_context_method(family, len(programs)),
         "programs": {
             k: {"ratio": r.to_json(), "failed": failed_context[k]} for k, r in split.items()
         },
         "failed": sum(failed_context.values()),
     }
-    noise["rule"] = prose.RULE
+    noise["rule"] = RULE
     noise["base"] = "seconds per call"
     context_floor_s = {
         k: aa_floor(r, float(m.point[m.row[k]]))[1] if failed_context[k] else 0.0
@@ -612,7 +622,7 @@ def _protocol(
     first = next(iter(m.timings.values()))
     shared = variants.shared
     return {
-        **prose.FIXED,
+        **FIXED,
         "timer": setup.backend.timer
         + (", the driver replayed as one CUDA graph" if opts.timer == "graph" else ""),
         "graph_replay": opts.timer == "graph",
@@ -631,11 +641,11 @@ def _protocol(
         },
         "programs_left": sorted(m.gone),
         "periods": m.periods or None,
-        "focus_method": prose.FOCUS if verdicts else None,
+        "focus_method": FOCUS if verdicts else None,
         "stop_reason": first.stop_reason,
         "precision": opts.precision,
         "stop": opts.stop,
-        "stop_method": prose.STOP_VERDICTS if verdicts else prose.STOP_MEDIANS,
+        "stop_method": STOP_VERDICTS if verdicts else STOP_MEDIANS,
         "budget_s": opts.budget_s,
         "budget_split_s": {"programs": opts.program_budget_s, "kernels": opts.kernel_share_s},
         "min_rounds": opts.min_rounds,
@@ -655,7 +665,7 @@ def _protocol(
             "pass_runs": shared.pass_runs,
             "ir_states": shared.states,
             "pipeline_results": shared.finished,
-            "method": prose.COMPILE,
+            "method": COMPILE,
         },
         "variants": len(setup.plan.masks),
         "permutations": len(setup.plan.permutations) or None,
