@@ -12,14 +12,16 @@ from functools import cache
 from xdsl.context import Context
 from xdsl.dialects import func, get_all_dialects
 from xdsl.dialects.builtin import (
+    ContainerType,
     FileLineColLoc,
     MemRefType,
     ModuleOp,
+    ShapedType,
     StringAttr,
     SymbolRefAttr,
     TensorType,
 )
-from xdsl.ir import Attribute, Operation
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
@@ -172,6 +174,20 @@ def structure_key(module: Operation) -> tuple[int, int]:
         for r in op.results:
             number(r, len(numbers))
     return hash(tuple(items)), count
+
+
+def shape_of(value: SSAValue) -> tuple[int, ...]:
+    """The static shape of a shaped value: a tensor, a memref or a vector."""
+    t = value.type
+    assert isinstance(t, ShapedType), t
+    return tuple(t.get_shape())
+
+
+def element_type_of(value: SSAValue) -> Attribute:
+    """The element type of a shaped value."""
+    t = value.type
+    assert isinstance(t, ContainerType), t
+    return t.get_element_type()
 
 
 def ssa_name(name: str) -> str:

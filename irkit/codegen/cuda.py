@@ -471,7 +471,8 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
 
     def geometry(self, op: Operation) -> None:
         var, prefix = self.GEOMETRY[type(op)]
-        dim = op.dimension.data.value  # type: ignore[attr-defined]
+        assert isinstance(op, gpu.ThreadIdOp | gpu.BlockIdOp | gpu.BlockDimOp | gpu.GridDimOp)
+        dim = op.dimension.data.value
         self.define(op.results[0], f"({self.index_type}){var}.{dim}", prefix, alone=True)
 
     def barrier(self, op: Operation) -> None:

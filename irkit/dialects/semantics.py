@@ -211,10 +211,10 @@ def divide(op: Operation, a: list[np.ndarray]) -> np.ndarray:
     return np.where(y == 0, 0, np.where(y == -1, -x, q))
 
 
-def compare(op: Operation, a: list[np.ndarray]) -> np.ndarray:
+def compare(op: g.CompareOp, a: list[np.ndarray]) -> np.ndarray:
     """A comparison, with float operands rounded to their element type first."""
     x, y = (_as_stored(v, operand) for v, operand in zip(a, op.operands, strict=True))
-    return _PREDICATES[op.PREDICATE](x, y)  # type: ignore[attr-defined]
+    return _PREDICATES[op.PREDICATE](x, y)
 
 
 _PREDICATES: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
@@ -232,21 +232,21 @@ def _as_stored(x: np.ndarray, value: Any) -> np.ndarray:
     return x.astype(numpy_dtype(value.type.element_type)).astype(np.float64)
 
 
-def is_inf(op: Operation, a: list[np.ndarray]) -> np.ndarray:
-    positive, negative = op.detects()  # type: ignore[attr-defined]
+def is_inf(op: g.IsInfOp, a: list[np.ndarray]) -> np.ndarray:
+    positive, negative = op.detects()
     return (np.isposinf(a[0]) & positive) | (np.isneginf(a[0]) & negative)
 
 
-def gather(op: Operation, a: list[np.ndarray]) -> np.ndarray:
+def gather(op: g.GatherOp, a: list[np.ndarray]) -> np.ndarray:
     """np.take along the op's axis; an index outside [-extent, extent) is an error."""
     data, indices = a
-    axis = op.normalized_axis()  # type: ignore[attr-defined]
+    axis = op.normalized_axis()
     return np.take(data, _in_range(op, indices, data.shape[axis], axis), axis=axis)
 
 
-def gather_elements(op: Operation, a: list[np.ndarray]) -> np.ndarray:
+def gather_elements(op: g.GatherElementsOp, a: list[np.ndarray]) -> np.ndarray:
     data, indices = a
-    axis = op.normalized_axis()  # type: ignore[attr-defined]
+    axis = op.normalized_axis()
     wrapped = _in_range(op, indices, data.shape[axis], axis)
     region = tuple(slice(0, n) if k != axis else slice(None) for k, n in enumerate(indices.shape))
     return np.take_along_axis(data[region], wrapped, axis=axis)
@@ -265,10 +265,10 @@ def _in_range(op: Operation, indices: np.ndarray, extent: int, axis: int) -> np.
     return np.where(indices < 0, indices + extent, indices)
 
 
-def cumsum(op: Operation, a: list[np.ndarray]) -> np.ndarray:
+def cumsum(op: g.CumSumOp, a: list[np.ndarray]) -> np.ndarray:
     x = a[0]
-    axis = op.normalized_axis()  # type: ignore[attr-defined]
-    exclusive, reverse = op.flags()  # type: ignore[attr-defined]
+    axis = op.normalized_axis()
+    exclusive, reverse = op.flags()
     if reverse:
         x = np.flip(x, axis)
     out = np.cumsum(x, axis=axis, dtype=x.dtype)
@@ -277,25 +277,25 @@ def cumsum(op: Operation, a: list[np.ndarray]) -> np.ndarray:
     return np.flip(out, axis) if reverse else out
 
 
-def arg_extremum(op: Operation, a: list[np.ndarray]) -> np.ndarray:
+def arg_extremum(op: g.ArgExtremumOp, a: list[np.ndarray]) -> np.ndarray:
     """numpy's argmax/argmin (a NaN is the extreme), the last occurrence when asked."""
     x = a[0]
-    axis = op.normalized_axis()  # type: ignore[attr-defined]
+    axis = op.normalized_axis()
     pick = np.argmax if isinstance(op, g.ArgMaxOp) else np.argmin
-    if op.last():  # type: ignore[attr-defined]
+    if op.last():
         out = x.shape[axis] - 1 - pick(np.flip(x, axis), axis=axis)
     else:
         out = pick(x, axis=axis)
     return np.expand_dims(out, axis) if g.bool_of(op.properties, "keepdims") else out
 
 
-def scatter_nd(op: Operation, a: list[np.ndarray]) -> np.ndarray:
+def scatter_nd(op: g.ScatterNdOp, a: list[np.ndarray]) -> np.ndarray:
     data, indices, updates = a
     out = data.copy()
     k = indices.shape[-1]
     flat_idx = indices.reshape(-1, k)
     flat_upd = updates.reshape(-1, *data.shape[k:])
-    combine = _SCATTER_COMBINE[op.reduction.data]  # type: ignore[attr-defined]
+    combine = _SCATTER_COMBINE[op.reduction.data]
     for raw, value in zip(flat_idx, flat_upd, strict=True):
         at = tuple(int(i) + n if i < 0 else int(i) for i, n in zip(raw, data.shape, strict=False))
         if all(0 <= i < n for i, n in zip(at, data.shape, strict=False)):

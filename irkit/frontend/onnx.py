@@ -42,7 +42,7 @@ from irkit.dtypes import DTYPES, dense_attr
 from irkit.errors import IrkitError
 from irkit.frontend.files import check_model_file
 from irkit.frontend.onnx_common import ONNX_DTYPES
-from irkit.ir import ssa_name
+from irkit.ir import element_type_of, shape_of, ssa_name
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -301,7 +301,7 @@ class OnnxImporter:
     def shape(self, name: str) -> tuple[int, ...]:
         if name in self.consts:
             return tuple(self.consts[name].shape)
-        return tuple(self.tensor(name).type.get_shape())  # type: ignore[attr-defined]
+        return shape_of(self.tensor(name))
 
     def op(self, cls: type[g.GraphOp], *operands: SSAValue, **props: Attribute) -> SSAValue:
         new = cls.create_inferred(list(operands), props)
@@ -313,7 +313,7 @@ class OnnxImporter:
         return op.results[0]
 
     def scalar(self, value: float, like: SSAValue) -> SSAValue:
-        dtype = like.type.element_type  # type: ignore[attr-defined]
+        dtype = element_type_of(like)
         return self.add_op(g.ConstantOp.from_values(dtype, (), [float(value)]))
 
     def where(self) -> str:

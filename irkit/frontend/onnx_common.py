@@ -10,6 +10,7 @@ from onnx import TensorProto, helper
 from xdsl.ir import SSAValue
 
 from irkit.dialects import graph as g
+from irkit.ir import element_type_of, shape_of
 
 if TYPE_CHECKING:  # the importer calls the converters; they only need its type
     from irkit.frontend.onnx import OnnxImporter
@@ -36,19 +37,19 @@ def inputs(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
 
 
 def rank(v: SSAValue) -> int:
-    return len(v.type.get_shape())  # type: ignore[attr-defined]
+    return len(shape_of(v))
 
 
 def shape(v: SSAValue) -> tuple[int, ...]:
-    return tuple(v.type.get_shape())  # type: ignore[attr-defined]
+    return tuple(shape_of(v))
 
 
 def like(im: OnnxImporter, v: SSAValue, like: SSAValue) -> SSAValue:
     """`v` in `like`'s element type (Pow's exponent may be an integer constant; a literal 0
     beside an i64 tensor)."""
-    if v.type.element_type == like.type.element_type:  # type: ignore[attr-defined]
+    if element_type_of(v) == element_type_of(like):
         return v
-    return im.add_op(g.CastOp.build_to(v, like.type.element_type))  # type: ignore[attr-defined]
+    return im.add_op(g.CastOp.build_to(v, element_type_of(like)))
 
 
 def binary(cls: type[g.GraphOp]) -> Converter:

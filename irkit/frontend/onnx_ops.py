@@ -32,6 +32,7 @@ from irkit.frontend.onnx_common import (
 )
 from irkit.frontend.onnx_compose import COMPOSED_CONVERTERS, COMPOSED_LIMITS
 from irkit.frontend.onnx_exact import EXACT_CONVERTERS, EXACT_LIMITS
+from irkit.ir import element_type_of
 
 if TYPE_CHECKING:  # the importer calls these converters; they only need its type
     from irkit.frontend.onnx import OnnxImporter
@@ -391,7 +392,7 @@ def _lrn(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     sq = im.op(g.MulOp, x, x)
     lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
     parts = []
-    dtype = x.type.element_type  # type: ignore[attr-defined]
+    dtype = element_type_of(x)
     for k, count in ((0, lo), (1, hi)):
         if count:
             parts.append(

@@ -60,6 +60,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Operation, SSAValue
 
 from irkit.errors import IrkitError
+from irkit.ir import shape_of
 
 PARAM_ATTR = "irkit.param"
 """A driver (model function) argument that is a weight, not an activation."""
@@ -300,4 +301,4 @@ def logical_shape(fn: func.FuncOp, index: int) -> tuple[int, ...]:
     attrs = fn.arg_attrs
     if attrs is not None and EXTENT_ATTR in attrs.data[index].data:
         return tuple(attrs.data[index].data[EXTENT_ATTR].get_values())  # type: ignore[attr-defined]
-    return tuple(fn.body.block.args[index].type.get_shape())  # type: ignore[attr-defined]
+    return tuple(shape_of(fn.body.block.args[index]))

@@ -20,6 +20,7 @@ from xdsl.dialects.builtin import IntegerAttr, MemRefType
 from xdsl.ir import Operation, SSAValue
 
 from irkit.errors import IrkitError
+from irkit.ir import shape_of
 from irkit.loops import combiner, constant_value
 
 MAX_CHECKED_POINTS = 1 << 24
@@ -192,8 +193,7 @@ def _access(op: Operation) -> tuple[SSAValue, list[SSAValue], int, bool] | None:
     if isinstance(op, memref.StoreOp | memref.LoadOp):
         return op.memref, list(op.indices), 1, isinstance(op, memref.StoreOp)
     if isinstance(op, vector.StoreOp | vector.LoadOp):
-        t = (op.vector if isinstance(op, vector.StoreOp) else op.result).type
-        lanes = math.prod(t.get_shape())  # type: ignore[attr-defined]
+        lanes = math.prod(shape_of(op.vector if isinstance(op, vector.StoreOp) else op.result))
         return op.base, list(op.indices), lanes, isinstance(op, vector.StoreOp)
     return None
 

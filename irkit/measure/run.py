@@ -112,12 +112,13 @@ def run_model(
     start = time.perf_counter()
     exe = compile(model, pipeline, backend, dims, tuned=tuned)
     compile_seconds = time.perf_counter() - start
-    checks, inputs = check(exe, exe.graph, seed)  # type: ignore[attr-defined]
+    assert exe.graph is not None  # irkit.compile records it
+    checks, inputs = check(exe, exe.graph, seed)
     result = RunResult(
         model=str(model) if not isinstance(model, ModuleOp) else "<module>",
-        pipeline=exe.pipeline,  # type: ignore[attr-defined]
+        pipeline=exe.pipeline or "",
         backend=exe.backend,
-        selection=exe.selection,  # type: ignore[attr-defined]
+        selection=exe.selection or exe.backend,
         compile_seconds=compile_seconds,
         checks=checks,
         fingerprint=host_fingerprint(),

@@ -44,6 +44,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, Region
 
 from irkit.errors import IrkitError
+from irkit.ir import shape_of
 
 FORMAT = "irkit.snapshot"
 NOT_A_SNAPSHOT = "not an irkit snapshot (irkit-bench snapshot writes them)"
@@ -403,7 +404,7 @@ def rebuilt_module(snap: Snapshot) -> ModuleOp:
             f"the current commit's program has no kernel {snap.kernel!r}; its kernels: {', '.join(k.name for k in exe.kernels)}"
         )
     types = [list(a["shape"]) for a in meta["arguments"]]
-    if [t.get_shape() for t in fn.function_type.inputs.data] != [tuple(s) for s in types]:  # type: ignore[attr-defined]
+    if [shape_of(a) for a in fn.args] != [tuple(s) for s in types]:
         raise IrkitError(f"the current {snap.kernel} takes other arguments than the recorded one")
     rebuilt = Snapshot({**meta, "module": standalone_text(exe.module, fn)}, snap.before, snap.after)
     return replay_module(rebuilt)

@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from xdsl.dialects import arith, memref, scf
+from xdsl.dialects import arith, memref, scf, vector
 from xdsl.dialects.builtin import (
     BFloat16Type,
     Float16Type,
@@ -231,7 +231,8 @@ def match_matmul(
         """Whether `load` reads at these (iv, extent) positions after its batch part (batch
         ivs or constant zeros, in order; with `exact`, the batch ivs); a constant 0 stands
         for an iv whose extent is 1 (how the lowering writes a broadcast dimension)."""
-        idx = list(load.indices)  # type: ignore[attr-defined]
+        assert isinstance(load, memref.LoadOp | vector.LoadOp)
+        idx = list(load.indices)
         head, idx = idx[: len(idx) - len(dims)], idx[len(idx) - len(dims) :]
         if exact and head != list(batch_ivs):
             return False

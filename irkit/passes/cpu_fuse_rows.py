@@ -54,8 +54,10 @@ from xdsl.dialects import func, memref, scf
 from xdsl.dialects.builtin import IndexType, MemRefType, ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
 
 from irkit.errors import IrkitError
+from irkit.ir import shape_of
 from irkit.loops import OUTPUT_ATTR, SCRATCH_ATTR, constant_int, kernels, require_loop_level
 from irkit.loops.costs import buffer_bytes
 from irkit.loops.rows import Nest, nests_of, row_prefixes, rows_legal
@@ -133,7 +135,7 @@ def _row_slab(buffer: SSAValue, loop: scf.ParallelOp) -> int | None:
     ivs (each in one fixed position, all of them) or zero in unit dimensions: then each
     iteration reads and writes its own slab, and no other. None otherwise."""
     rows = set(loop.body.block.args)
-    shape = buffer.type.get_shape()  # type: ignore[attr-defined]
+    shape = shape_of(buffer)
     prefix: list[SSAValue | None] | None = None
     for use in buffer.uses:
         op = use.operation
@@ -169,7 +171,7 @@ def _writes_whole_row(store: memref.StoreOp, lead: int, phase: Operation) -> boo
     """Whether `store`'s trailing indices are the ivs of the loops from `phase` down to it,
     in order, each from 0 by 1 to its dimension's extent: the phase writes every element of
     the row, once."""
-    shape = store.memref.type.get_shape()  # type: ignore[attr-defined]
+    shape = shape_of(store.memref)
     loops: list[scf.ForOp] = []
     parent = store.parent_op()
     while parent is not None and isinstance(parent, scf.ForOp):
@@ -262,7 +264,7 @@ def privatize_rows(module: ModuleOp, fn: func.FuncOp, loop: scf.ParallelOp) -> N
             continue
         local = memref.AllocaOp.get(t.element_type, 64, row.get_shape())
         body = loop.body.block
-        body.insert_op_before(local, body.first_op)  # type: ignore[arg-type]
+        Rewriter.insert_op(local, InsertPoint.at_start(body))
         for use in list(arg.uses):
             op = use.operation
             assert isinstance(op, memref.LoadOp | memref.StoreOp)

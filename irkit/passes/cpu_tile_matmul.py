@@ -94,6 +94,7 @@ from xdsl.dialects import arith, func, memref, scf, vector
 from xdsl.dialects.builtin import MemRefType, ModuleOp, UnitAttr, VectorType
 from xdsl.ir import Block, BlockArgument, Region, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
 
 from irkit.dialects.cpu import PrefetchOp
 from irkit.errors import IrkitError, require
@@ -293,7 +294,7 @@ class _Tiler:
             self._matmul()
         for op in list(b.block.ops):
             op.detach()
-            nest.loop.parent_block().insert_op_before(op, nest.loop)  # type: ignore[union-attr]
+            Rewriter.insert_op(op, InsertPoint.before(nest.loop))
         nest.loop.detach()
         nest.loop.erase()
 
@@ -435,7 +436,7 @@ class _Tiler:
         )
         kernel.attributes[KERNEL_ATTR] = UnitAttr()
         kernel.attributes[ONCE_ATTR] = UnitAttr()
-        self.fn.parent_block().insert_op_before(kernel, self.fn)  # type: ignore[union-attr]
+        Rewriter.insert_op(kernel, InsertPoint.before(self.fn))
         driver = call.parent_block()
         assert driver is not None
         driver.insert_op_before(func.CallOp(name, [weight, buffer], []), call)

@@ -38,6 +38,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from irkit.dialects import graph as g
+from irkit.ir import element_type_of, shape_of
 
 
 class _Emitter:
@@ -46,7 +47,7 @@ class _Emitter:
     def __init__(self, rewriter: PatternRewriter, like: Operation):
         self.rewriter = rewriter
         self.like = like
-        self.dtype = like.results[0].type.element_type  # type: ignore[attr-defined]
+        self.dtype = element_type_of(like.results[0])
 
     def op(self, cls: type[g.GraphOp], *operands: SSAValue, **props) -> SSAValue:
         new = cls.create_inferred(list(operands), props)
@@ -73,7 +74,7 @@ class DecomposeSoftmaxPattern(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.SoftmaxOp, rewriter: PatternRewriter) -> None:
         b = _Emitter(rewriter, op)
-        rank = len(op.input.type.get_shape())  # type: ignore[attr-defined]
+        rank = len(shape_of(op.input))
         axes = g.int_array([g.int_of(op.properties, "axis") % rank])
         keep = BoolAttr.from_bool(True)
         peak = b.op(g.ReduceMaxOp, op.input, axes=axes, keepdims=keep)
@@ -89,7 +90,7 @@ class DecomposeLayerNormPattern(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.LayerNormOp, rewriter: PatternRewriter) -> None:
         b = _Emitter(rewriter, op)
-        rank = len(op.input.type.get_shape())  # type: ignore[attr-defined]
+        rank = len(shape_of(op.input))
         axes = g.int_array(sorted(a % rank for a in g.ints(op.properties, "axes")))
         keep = BoolAttr.from_bool(True)
         mean = b.op(g.ReduceMeanOp, op.input, axes=axes, keepdims=keep)
@@ -108,7 +109,7 @@ class DecomposeBatchNormPattern(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.BatchNormOp, rewriter: PatternRewriter) -> None:
         b = _Emitter(rewriter, op)
-        shape = op.input.type.get_shape()  # type: ignore[attr-defined]
+        shape = shape_of(op.input)
         channel = (shape[1], *([1] * (len(shape) - 2)))  # broadcasts against [N, C, ...]
         scale, bias, mean, var = (b.reshape(v, channel) for v in op.operands[1:])
         eps = b.scalar(g.float_of(op.properties, "eps"))

@@ -18,6 +18,7 @@ from xdsl.dialects.builtin import IndexType, IntegerType, i1, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from irkit.dialects import graph as g
+from irkit.ir import shape_of
 from irkit.passes.loop_builder import LOW_PRECISION, compute_type
 
 if TYPE_CHECKING:  # the kernel emitter calls these; they only need its type
@@ -72,10 +73,10 @@ def absolute(em: KernelEmitter, x: SSAValue) -> SSAValue:
     return em.select(negative, negate(em, x), x)
 
 
-def compare(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+def compare(em: KernelEmitter, op: g.CompareOp, idx: Index) -> SSAValue:
     """A comparison of the operands as the graph holds them: a float operand of a narrow
     type is rounded to it first (it is computed wider), as the reference compares."""
-    pred = op.PREDICATE  # type: ignore[attr-defined]
+    pred = op.PREDICATE
     a, b = (_as_held(em, op.operands[i], em.operand_at(op, i, idx)) for i in (0, 1))
     if is_int(a):
         return em.b.add(arith.CmpiOp(a, b, _CMPI[pred]))
@@ -106,9 +107,9 @@ def is_nan(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
     return em.b.add(arith.CmpfOp(x, x, "uno"))
 
 
-def is_inf(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+def is_inf(em: KernelEmitter, op: g.IsInfOp, idx: Index) -> SSAValue:
     x = em.operand_at(op, 0, idx)
-    positive, negative = op.detects()  # type: ignore[attr-defined]
+    positive, negative = op.detects()
     tests = []
     if positive:
         tests.append(em.b.add(arith.CmpfOp(x, em.const(float("inf"), x), "oeq")))
@@ -135,21 +136,21 @@ def _index_into(em: KernelEmitter, raw: SSAValue, extent: int) -> SSAValue:
     return em.clamp(at, extent - 1)
 
 
-def gather_elements(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+def gather_elements(em: KernelEmitter, op: g.GatherElementsOp, idx: Index) -> SSAValue:
     data, indices = op.operands
-    axis = op.normalized_axis()  # type: ignore[attr-defined]
-    extent = data.type.get_shape()[axis]  # type: ignore[attr-defined]
+    axis = op.normalized_axis()
+    extent = shape_of(data)[axis]
     at = _index_into(em, em.value_at(indices, idx), extent)
     return em.value_at(data, [*idx[:axis], at, *idx[axis + 1 :]])
 
 
-def gather(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+def gather(em: KernelEmitter, op: g.GatherOp, idx: Index) -> SSAValue:
     """data[..., clamp(wrap(indices[j...])), ...]: the index read at the result's middle
     axes, a negative one counted from the end, and clamped into the axis."""
     data, indices = op.operands
-    axis = op.normalized_axis()  # type: ignore[attr-defined]
-    rank = len(indices.type.get_shape())  # type: ignore[attr-defined]
-    extent = data.type.get_shape()[axis]  # type: ignore[attr-defined]
+    axis = op.normalized_axis()
+    rank = len(shape_of(indices))
+    extent = shape_of(data)[axis]
     at = _index_into(em, em.value_at(indices, idx[axis : axis + rank]), extent)
     return em.value_at(data, [*idx[:axis], at, *idx[axis + rank :]])
 
@@ -210,13 +211,13 @@ _CUMSUM_PRED = {
 }
 
 
-def cumsum(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+def cumsum(em: KernelEmitter, op: g.CumSumOp, idx: Index) -> SSAValue:
     """The running sum at `idx`: a loop over the whole axis adding the elements on the
     summed side of idx (a select, no branch: the axis of a mask or of position ids)."""
     x = op.operands[0]
-    axis = op.normalized_axis()  # type: ignore[attr-defined]
-    extent = x.type.get_shape()[axis]  # type: ignore[attr-defined]
-    pred = _CUMSUM_PRED[op.flags()]  # type: ignore[attr-defined]
+    axis = op.normalized_axis()
+    extent = shape_of(x)[axis]
+    pred = _CUMSUM_PRED[op.flags()]
     ct = compute_type(g.element_type_of(x))
     zero = em.b.float(0, ct)
 
@@ -229,16 +230,16 @@ def cumsum(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
     return acc
 
 
-def arg_extremum(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+def arg_extremum(em: KernelEmitter, op: g.ArgExtremumOp, idx: Index) -> SSAValue:
     """A loop along the axis carrying the best value and its index; a NaN beats any
     number (numpy's rule); the last of equals wins with select_last_index."""
     x = op.operands[0]
-    axis = op.normalized_axis()  # type: ignore[attr-defined]
+    axis = op.normalized_axis()
     keep = g.bool_of(op.properties, "keepdims")
     outer = [*idx[:axis], *idx[axis + 1 :]] if keep else list(idx)
     ct = compute_type(g.element_type_of(x))
     most = isinstance(op, g.ArgMaxOp)
-    pred = ("sge" if op.last() else "sgt") if most else ("sle" if op.last() else "slt")  # type: ignore[attr-defined]
+    pred = ("sge" if op.last() else "sgt") if most else ("sle" if op.last() else "slt")
     fpred = {"sge": "oge", "sgt": "ogt", "sle": "ole", "slt": "olt"}[pred]
 
     def body(ivs: Index, accs: Index) -> Index:
@@ -249,7 +250,7 @@ def arg_extremum(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
         else:
             better = em.b.add(arith.CmpfOp(v, best, fpred))
             v_nan = em.b.add(arith.CmpfOp(v, v, "uno"))
-            if op.last():  # type: ignore[attr-defined]
+            if op.last():
                 nan_wins = v_nan
             else:
                 best_number = em.b.add(arith.CmpfOp(best, best, "ord"))
@@ -259,20 +260,20 @@ def arg_extremum(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
         return [em.select(better, v, best), em.select(better, position, at)]
 
     start = em.b.float(neutral("max" if most else "min", ct), ct)
-    extent = x.type.get_shape()[axis]  # type: ignore[attr-defined]
+    extent = shape_of(x)[axis]
     _, at = em.b.for_nest([extent], [start, em.b.integer(0, i64)], body)
     return at
 
 
-def scatter_nd(em: KernelEmitter, op: Operation, idx: Index) -> SSAValue:
+def scatter_nd(em: KernelEmitter, op: g.ScatterNdOp, idx: Index) -> SSAValue:
     """The element at `idx`: data's, unless an index tuple names idx's first k coordinates
     (the last such wins): a loop over the index tuples, a select per tuple."""
     data, indices, updates = op.operands
-    ishape = indices.type.get_shape()  # type: ignore[attr-defined]
-    dshape = data.type.get_shape()  # type: ignore[attr-defined]
+    ishape = shape_of(indices)
+    dshape = shape_of(data)
     k = ishape[-1]
     batch = list(ishape[:-1])
-    mode = op.reduction.data  # type: ignore[attr-defined]
+    mode = op.reduction.data
 
     def body(ivs: Index, accs: Index) -> Index:
         hit = None

@@ -76,6 +76,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
 
 from irkit.dialects.math_ext import LdexpOp
 from irkit.errors import require
@@ -146,7 +147,7 @@ class _Emitter:
     def add(self, op: Operation) -> SSAValue:
         if isinstance(op, CONTRACTABLE):
             op.properties["fastmath"] = CONTRACT
-        self.anchor.parent_block().insert_op_before(op, self.anchor)  # type: ignore[union-attr]
+        Rewriter.insert_op(op, InsertPoint.before(self.anchor))
         return op.results[0]
 
     def f(self, x: float) -> SSAValue:
@@ -308,7 +309,7 @@ class ExpandMathPass(ModulePass):
                 call = func.CallOp.create(
                     operands=math_op.operands, result_types=[F32], properties=callee
                 )  # 4x faster than func.CallOp()
-                math_op.parent_block().insert_op_before(call, math_op)  # type: ignore[union-attr]
+                Rewriter.insert_op(call, InsertPoint.before(math_op))
                 math_op.results[0].replace_all_uses_with(call.res[0])
                 math_op.detach()
                 math_op.erase()

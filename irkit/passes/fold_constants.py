@@ -31,6 +31,7 @@ from xdsl.rewriter import Rewriter
 
 from irkit.dialects import graph as g
 from irkit.errors import require
+from irkit.ir import shape_of
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class FoldConstantsPass(ModulePass):
             return False
         if not all(isinstance(v.owner, g.ConstantOp) for v in op.operands):
             return False
-        shape = op.results[0].type.get_shape()  # type: ignore[attr-defined]
+        shape = shape_of(op.results[0])
         return int(np.prod(shape, dtype=np.int64)) <= self.max_elements
 
 

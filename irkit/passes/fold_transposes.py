@@ -41,7 +41,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from irkit.dialects import graph as g
-from irkit.ir import holds
+from irkit.ir import holds, shape_of
 
 
 def _perm(op: g.TransposeOp) -> list[int]:
@@ -98,7 +98,7 @@ class TransposeOfUnitAxes(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.TransposeOp, rewriter: PatternRewriter) -> None:
-        shape = op.input.type.get_shape()  # type: ignore[attr-defined]
+        shape = shape_of(op.input)
         moved = [p for p in _perm(op) if shape[p] != 1]
         if moved != sorted(moved) or _perm(op) == sorted(_perm(op)):
             return
@@ -218,7 +218,7 @@ def inverse_perm(perm: Sequence[int]) -> list[int]:
 def _broadcasts_into(small: SSAValue, full: SSAValue) -> bool:
     """Whether `small` is a strict broadcast operand against the result-shaped `full` (a
     per-channel scale, a bias): fewer elements, and no higher rank."""
-    s, f = (v.type.get_shape() for v in (small, full))  # type: ignore[attr-defined]
+    s, f = (shape_of(v) for v in (small, full))
     return len(s) <= len(f) and math.prod(s) < math.prod(f)
 
 
@@ -227,7 +227,7 @@ def _permuted_for(
 ) -> SSAValue:
     """`value` brought to full rank (leading 1s) and permuted by the inverse of `perm`: the
     operand that, transposed by `perm`, is the original broadcast operand."""
-    shape = value.type.get_shape()  # type: ignore[attr-defined]
+    shape = shape_of(value)
     if len(shape) < len(perm):
         reshape = g.ReshapeOp.build_to(value, [1] * (len(perm) - len(shape)) + list(shape))
         reshape.location = like.location

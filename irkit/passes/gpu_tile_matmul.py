@@ -130,6 +130,7 @@ from xdsl.passes import ModulePass
 
 from irkit.dtypes import numpy_dtype
 from irkit.errors import require
+from irkit.ir import shape_of
 from irkit.loops import (
     KERNEL_ATTR,
     LAUNCH_ATTR,
@@ -923,7 +924,7 @@ class _Slot(NamedTuple):
 def _row_length(buffer: SSAValue) -> int:
     """Elements from one row of a 2-d buffer to the next: its last dimension, which
     pad-leading-dims may have made longer than the logical extent."""
-    return buffer.type.get_shape()[-1]  # type: ignore[attr-defined]
+    return shape_of(buffer)[-1]
 
 
 MIN_FILL_BLOCK = 32

@@ -38,7 +38,9 @@ from irkit.passes import emit_windows as windows
 from irkit.passes.loop_builder import LoopBuilder, compute_type
 
 Index = list[SSAValue]
-Emit = Callable[["KernelEmitter", Operation, Index], SSAValue]
+Emit = Callable[["KernelEmitter", Any, Index], SSAValue]
+"""An op's loop body: given the emitter, the op (each emitter takes its own op class) and
+the output element's index, the value of that element."""
 
 
 def shape_of(value: SSAValue) -> tuple[int, ...]:

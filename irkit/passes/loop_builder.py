@@ -24,6 +24,7 @@ from xdsl.dialects.builtin import (
     MemRefType,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.rewriter import InsertPoint, Rewriter
 
 from irkit.loops import VIEW_OPS
 
@@ -232,7 +233,7 @@ class FunctionConstants:
         key = (attr, attr.type)
         if key not in self.known:
             op = arith.ConstantOp(attr)
-            self.entry.insert_op_before(op, self.entry.first_op)  # type: ignore[arg-type]
+            Rewriter.insert_op(op, InsertPoint.at_start(self.entry))
             self.known[key] = op.result
         return self.known[key]
 

@@ -55,6 +55,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
 
 from irkit.dialects.warp import SHUFFLE_TYPES, ShuffleOp
 from irkit.errors import require
@@ -600,8 +601,8 @@ def replace_kernels(op: ModuleOp, replaced: dict[str, list[func.FuncOp]]) -> Non
         if mapped is None:
             continue
         for part in mapped:
-            call.parent_block().insert_op_before(  # type: ignore[union-attr]
-                func.CallOp(part.sym_name.data, list(call.arguments), []), call
+            Rewriter.insert_op(
+                func.CallOp(part.sym_name.data, list(call.arguments), []), InsertPoint.before(call)
             )
         call.detach()
         call.erase()

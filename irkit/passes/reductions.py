@@ -55,6 +55,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
 
 from irkit.errors import require
 from irkit.loops import combiner, constant_int, require_loop_level
@@ -197,7 +198,7 @@ def block_nest(chain: list[scf.ForOp], block: int) -> bool:
         pos = arith.AddiOp(at_block, iv)
         iv.replace_all_uses_with(pos.result)
         pos.operands[1] = iv
-        head.body.block.insert_op_before(pos, head.body.block.first_op)  # type: ignore[arg-type]
+        Rewriter.insert_op(pos, InsertPoint.at_start(head.body.block))
         head.operands[1] = span
         into.add(scf.YieldOp(add_block(into, acc, head)))
         wide = main.results[0]

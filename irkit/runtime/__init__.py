@@ -151,9 +151,7 @@ def compile(  # noqa: A001 - the verb users expect, as in torch.compile
             selection += "; tuned: no winner recorded for this workload, pipeline and machine"
     module = chosen.lower(apply_passes(graph.clone(), parse_passes(spec) if spec else []))
     exe = chosen.compile(module)
-    exe.graph = graph  # type: ignore[attr-defined]
-    exe.pipeline = spec  # type: ignore[attr-defined]
-    exe.selection = selection  # type: ignore[attr-defined]
+    exe.graph, exe.pipeline, exe.selection = graph, spec, selection
     return exe
 
 

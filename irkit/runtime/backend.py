@@ -267,6 +267,15 @@ class BoundDefaults:
         """Let go of what only `run_kernel` needs (the graph still runs): nothing here."""
 
 
+class Provenance:
+    """The fields `irkit.compile` fills in on the executable it returns (`Executable`),
+    declared with their defaults: a backend's executable class inherits them."""
+
+    graph: ModuleOp | None = None
+    pipeline: str | None = None
+    selection: str | None = None
+
+
 class Executable(Protocol):
     """A compiled program. Optionally also `copy()`: another placement of the same compiled
     code (loaded or linked again, its own buffers), nothing generated or compiled again;
@@ -277,6 +286,12 @@ class Executable(Protocol):
     kernels: list[KernelRecord]
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
+    graph: ModuleOp | None
+    """Where it came from, as `irkit.compile` records it (None for an executable compiled
+    by its backend directly): the graph-level model, the pipeline run, and why this backend
+    (`Provenance` gives them their defaults)."""
+    pipeline: str | None
+    selection: str | None
 
     def __call__(
         self, *arrays: Any, out: Sequence[np.ndarray] | None = None

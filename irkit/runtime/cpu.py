@@ -31,6 +31,7 @@ from irkit.loops.costs import count_flops, min_bytes
 from irkit.runtime.backend import (
     BoundDefaults,
     KernelRecord,
+    Provenance,
     TensorSpec,
     check_arrays,
     check_out,
@@ -91,7 +92,7 @@ def _release(release: Callable[[], None], engine: llvm.ExecutionEngine) -> None:
     release()
 
 
-class CpuExecutable:
+class CpuExecutable(Provenance):
     """A compiled module: its driver and kernels as native functions."""
 
     backend = "cpu"

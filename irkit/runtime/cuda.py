@@ -25,7 +25,14 @@ from xdsl.dialects.builtin import ModuleOp
 from irkit.errors import IrkitError
 from irkit.ir import entry_function
 from irkit.loops import STATIC_SHARED_LIMIT
-from irkit.runtime.backend import check_arrays, check_out, driver_plan, driver_specs, shared_io
+from irkit.runtime.backend import (
+    Provenance,
+    check_arrays,
+    check_out,
+    driver_plan,
+    driver_specs,
+    shared_io,
+)
 from irkit.runtime.ceilings import Ceilings
 from irkit.runtime.gpu import GpuKernel, build_kernels
 
@@ -453,7 +460,7 @@ class CudaBound:
         _call("cuStreamSynchronize", _driver().cuStreamSynchronize(self.exe.dev.stream))
 
 
-class CudaExecutable:
+class CudaExecutable(Provenance):
     backend = "cuda"
 
     def __init__(self, module: ModuleOp, dev: Device):

@@ -24,7 +24,7 @@ from irkit.dtypes import poison, poisoned
 from irkit.ir import to_text
 from irkit.loops import Launch, is_once, launch_of
 from irkit.loops.costs import count_flops, min_bytes
-from irkit.runtime.backend import BoundDefaults, KernelRecord, Step, run_steps
+from irkit.runtime.backend import BoundDefaults, KernelRecord, Provenance, Step, run_steps
 
 
 @dataclass
@@ -71,15 +71,9 @@ def build_kernels(
         launch = launch_of(fn)
         assert launch is not None
         kernel = GpuKernel(fn, name, source, launch, compiled)
-        if compiled is not None:
-            check_limits(
-                name,
-                arch,
-                kernel.threads,
-                compiled.resources,
-                launch["shared"],  # type: ignore[arg-type]
-                device_limits,
-            )
+        if compiled is not None and arch is not None:
+            shared = int(launch["shared"])
+            check_limits(name, arch, kernel.threads, compiled.resources, shared, device_limits)
         kernels.append(kernel)
     return kernels
 
@@ -118,7 +112,7 @@ class SimulatedBound(BoundDefaults):
         pass
 
 
-class SimulatedExecutable:
+class SimulatedExecutable(Provenance):
     """A GPU-mapped program whose driver runs on the host and whose kernels `launcher` runs:
     correct answers, host times (not a GPU's). Once-per-bind kernels run on every call."""
 

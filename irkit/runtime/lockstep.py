@@ -40,6 +40,7 @@ from irkit.dialects.cpu import PrefetchOp
 from irkit.dialects.warp import MMA_OPS, ShuffleOp
 from irkit.dtypes import numpy_dtype, poisoned
 from irkit.errors import IrkitError
+from irkit.ir import shape_of
 from irkit.limits import fmt_bytes, memory_limit
 from irkit.loops import SHARED_SPACE, launch_of
 from irkit.loops.scalar_ops import numpy_ops
@@ -336,7 +337,8 @@ class LockstepInterpreter:
         return out
 
     def _geometry(self, op: Operation) -> Any:
-        dim = op.dimension.data  # type: ignore[attr-defined]
+        assert isinstance(op, gpu.ThreadIdOp | gpu.BlockIdOp | gpu.BlockDimOp | gpu.GridDimOp)
+        dim = op.dimension.data
         if dim != gpu.DimensionEnum.X:
             return np.int64(0) if isinstance(op, gpu.ThreadIdOp | gpu.BlockIdOp) else np.int64(1)
         values: dict[type[Operation], Any] = {
@@ -572,7 +574,7 @@ class LockstepInterpreter:
 
     def _vector_store(self, op: vector.StoreOp, args: list[Any], mask: np.ndarray) -> None:
         value, buffer, *indices = args
-        lanes = op.vector.type.get_shape()[0]  # type: ignore[attr-defined]
+        lanes = shape_of(op.vector)[0]
         value = np.asarray(value)
         for q in range(lanes):
             element = [value[..., q], buffer, *indices[:-1], indices[-1] + q]

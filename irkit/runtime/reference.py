@@ -21,7 +21,7 @@ from irkit.dtypes import NUMPY, is_integer, numpy_dtype, reference_dtype
 from irkit.errors import IrkitError, expect
 from irkit.ir import location_of, model_function
 from irkit.limits import check_bytes, element_count
-from irkit.runtime.backend import BoundDefaults
+from irkit.runtime.backend import BoundDefaults, Provenance
 
 
 def check_inputs(fn: func.FuncOp, arrays: Sequence[Any]) -> list[np.ndarray]:
@@ -182,7 +182,7 @@ def _random_integers(rng: np.random.Generator, arg: SSAValue, dtype: np.dtype) -
     return rng.integers(0, 2, shape).astype(dtype)
 
 
-class ReferenceExecutable:
+class ReferenceExecutable(Provenance):
     """The reference behind the backend protocol: float64 numpy on the graph module."""
 
     backend = "reference"
@@ -198,10 +198,12 @@ class ReferenceExecutable:
             assert isinstance(a.type, TensorType)
             shape, dtype = a.type.get_shape(), numpy_dtype(a.type.element_type)
             self.inputs.append(TensorSpec(a.name_hint or f"arg{i}", shape, dtype))
-        self.outputs = [
-            TensorSpec(f"out{i}", t.get_shape(), reference_dtype(t.element_type))  # type: ignore[attr-defined]
-            for i, t in enumerate(fn.function_type.outputs.data)
-        ]
+        self.outputs = []
+        for i, t in enumerate(fn.function_type.outputs.data):
+            assert isinstance(t, TensorType)  # graph level (model_function)
+            self.outputs.append(
+                TensorSpec(f"out{i}", t.get_shape(), reference_dtype(t.element_type))
+            )
 
     def __call__(self, *arrays: Any, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         if out is not None:

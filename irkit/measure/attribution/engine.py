@@ -486,10 +486,8 @@ class Kernels:
     def of(self, key: str) -> list[KernelTime]:
         """The program's kernels in order, under their own names, with the time measured
         for their hash."""
-        return [
-            dataclasses.replace(self.by_hash[k.hash], name=k.name)
-            for k in self.programs[key].exe.kernels
-        ]  # type: ignore[attr-defined]
+        kernels = self.programs[key].exe.kernels
+        return [dataclasses.replace(self.by_hash[k.hash], name=k.name) for k in kernels]
 
 
 def _kernel_times(
@@ -502,7 +500,7 @@ def _kernel_times(
     by_hash = {
         r.hash: KernelTime(r.name, r.hash, None, None, r.flops, r.min_bytes, None, r.once)
         for p in programs.values()
-        for r in p.exe.kernels  # type: ignore[attr-defined]
+        for r in p.exe.kernels
     }
     shown = shown_kernels(
         programs,

@@ -62,7 +62,7 @@ def shown_kernels(
     before, after, before, after...)."""
 
     def kernels(key: str) -> list[Any]:
-        return programs[key].exe.kernels  # type: ignore[attr-defined]
+        return programs[key].exe.kernels
 
     shown = {k.hash for key in whole for k in kernels(key)}
     for before, after in zip(pairs[::2], pairs[1::2], strict=True):
@@ -86,7 +86,7 @@ def time_kernels(
     fns: dict[str, Callable[[], None]] = {}
     records = {}
     for p in programs.values():
-        for i, record in enumerate(p.exe.kernels):  # type: ignore[attr-defined]
+        for i, record in enumerate(p.exe.kernels):
             if record.hash in hashes and record.hash not in fns:
                 fns[record.hash] = p.bound.timed_kernel(i)
                 records[record.hash] = record

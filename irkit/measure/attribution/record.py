@@ -56,9 +56,10 @@ class PassResult:
         alone (None when kernels were not timed); once-per-bind kernels are not per call."""
         removed = [k for k in self.removed if not k.once]
         added = [k for k in self.added if not k.once]
-        if any(k.seconds is None for k in [*removed, *added]):
+        seconds = [k.seconds for k in removed], [k.seconds for k in added]
+        if any(s is None for s in [*seconds[0], *seconds[1]]):
             return None
-        return sum(k.seconds for k in removed) - sum(k.seconds for k in added)  # type: ignore[misc]
+        return sum(s or 0.0 for s in seconds[0]) - sum(s or 0.0 for s in seconds[1])
 
     def to_json(self) -> dict:
         return {

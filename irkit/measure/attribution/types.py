@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from irkit.measure.attribution.plan import Mask
-from irkit.runtime.backend import Bound
+from irkit.runtime.backend import Bound, Executable
 
 Progress = Callable[[str, int, int], None]
 """Called as progress(phase, done, total) while compiling and measuring."""
@@ -17,6 +17,6 @@ class Program:
     """One distinct compiled program, and the variants that compile to it."""
 
     key: str
-    exe: object
+    exe: Executable
     bound: Bound
     masks: list[Mask] = field(default_factory=list)
