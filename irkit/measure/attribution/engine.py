@@ -3,11 +3,8 @@ placements, measure, check the noise floor, time the kernels, judge the passes, 
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,14 +14,9 @@ from xdsl.dialects.builtin import ModuleOp
 from irkit.errors import IrkitError, expect
 from irkit.ir import model_function, structure_key
 from irkit.measure.attribution.bootstrap import (
-    by_cycles,
-    copy_variance,
-    expansion,
     round_bootstrap,
-    slot_groups,
 )
 from irkit.measure.attribution.kernels import (
-    flush_bytes,
     kernel_diff,
     kernel_threads,
     program_key,
@@ -43,13 +35,9 @@ from irkit.measure.attribution.plan import Mask, Plan, describe_variant, make_pl
 from irkit.measure.attribution.protocol import (
     AA_TWIN,
     AA_TWIN_BASELINE,
-    COMPILE,
-    FIXED,
-    FOCUS,
     RULE,
-    STOP_MEDIANS,
-    STOP_VERDICTS,
     per_context_method,
+    protocol_record,
 )
 from irkit.measure.attribution.record import Attribution, KernelTime, PassResult
 from irkit.measure.attribution.sampling import (
@@ -60,12 +48,21 @@ from irkit.measure.attribution.sampling import (
     open_passes,
     timed_call,
 )
-from irkit.measure.attribution.types import Program, Progress
+from irkit.measure.attribution.types import (
+    Binding,
+    Kernels,
+    Measured,
+    Noise,
+    Program,
+    Progress,
+    Setup,
+    Variants,
+)
 from irkit.measure.roofline import Ceilings
 from irkit.measure.slots import Rotation, bind_slots, checked_bound, io_of
 from irkit.measure.stats import Interval
 from irkit.measure.timers import Rounds, time_interleaved
-from irkit.pipelines import Step, pipeline_steps
+from irkit.pipelines import pipeline_steps
 
 
 def attribute(
@@ -104,23 +101,6 @@ def attribute(
 # --------------------------------------------------------------------------- the phases
 
 
-@dataclass(frozen=True)
-class Setup:
-    """What is measured: the model, the backend, the pipeline's steps and the plan."""
-
-    graph: ModuleOp
-    backend: Any
-    selection: Any
-    ceilings: Ceilings | None
-    device_fingerprint: dict
-    spec: str
-    steps: list[Step]
-    optional: list[int]
-    plan: Plan
-    case: Any
-    """The reference's inputs and outputs every program is checked against."""
-
-
 def _prepare(
     model: ModuleOp | str | Path,
     pipeline: str | None,
@@ -148,21 +128,6 @@ def _prepare(
                  chosen.fingerprint(), spec, steps, optional,
                  make_plan(opts.strategy, len(optional), opts.permutations, opts.seed),
                  reference_case(graph, opts.seed))  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Variants:
-    """Every variant compiled and checked: the distinct programs, which variant is which."""
-
-    programs: dict[str, Program]
-    key_of: dict[Mask, str]
-    records: list[dict]
-    """Each variant's passes, spec, program and kernels, for the record."""
-    compile_seconds: float
-    shared: Any
-    """`apply_pipelines`'s account of the walk (pass runs, IR states)."""
-    full_key: str
-    empty_key: str
 
 
 def _compile_variants(setup: Setup, tick: Progress) -> Variants:
@@ -224,20 +189,6 @@ def _compile_variants(setup: Setup, tick: Progress) -> Variants:
     )
 
 
-@dataclass(frozen=True)
-class Binding:
-    """Every program (and A/A twin) bound as `copies` placements, and the rotation through
-    them that the rounds call."""
-
-    twins: dict[str, Mask]
-    wanted: int
-    copies: int
-    copy_bytes: int
-    copy_budget: int
-    shares_io: bool
-    rotation: Rotation
-
-
 def _bind_placements(
     setup: Setup, variants: Variants, opts: AttributeOptions, tick: Progress
 ) -> Binding:
@@ -271,33 +222,6 @@ def _bind_placements(
                        first={k: p.bound for k, p in programs.items()}, tick=tick)  # fmt: skip
     rotation = Rotation(bound, lambda b: timed_call(b, opts.timer, setup.backend.name))
     return Binding(twins, wanted, copies, copy_bytes, copy_budget, shares, rotation)
-
-
-@dataclass(frozen=True)
-class Measured:
-    """The programs' interleaved rounds and their bootstrap."""
-
-    timings: dict[str, Any]
-    keys: list[str]
-    """The rows of `samples`: the programs' keys, the twins' names last."""
-    samples: np.ndarray
-    """Seconds [program, round]; NaN where a program sat a round out."""
-    slot_of: np.ndarray
-    point: np.ndarray
-    boot: np.ndarray
-    row: dict[str, int]
-    gone: set[str]
-    """Programs that left the rounds for good (their passes had verdicts)."""
-    periods: dict[str, int]
-    """The last look's sampling periods, in cycles."""
-    load: dict
-
-    def times(self, key_of: Mapping[Mask, str], masks: tuple[Mask, ...]) -> tuple[dict, dict]:
-        """Each variant's time: the point and the bootstrap replicates."""
-        return (
-            {m: self.point[self.row[key_of[m]]] for m in masks},
-            {m: self.boot[self.row[key_of[m]]] for m in masks},
-        )
 
 
 def _measure(
@@ -401,16 +325,6 @@ class _Focus:
                       if key_of[mask] in out}  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Noise:
-    """The run's A/A checks: the record's `noise_floor`, the floor every pass is judged
-    beyond where the twins' check failed, and each program's own (its split halves')."""
-
-    record: dict
-    run_floor_s: float
-    context_floor_s: dict[str, float]
-
-
 def _noise_floor(
     setup: Setup, variants: Variants, binding: Binding, m: Measured, opts: AttributeOptions
 ) -> Noise:
@@ -473,21 +387,6 @@ def _noise_floor(
         for k, r in split.items()
     }
     return Noise(noise, noise["floor_s"] if noise["aa_failed"] else 0.0, context_floor_s)
-
-
-@dataclass(frozen=True)
-class Kernels:
-    """Every kernel of every program by its code's hash, those shown timed alone."""
-
-    by_hash: dict[str, KernelTime]
-    shown: set[str]
-    programs: dict[str, Program]
-
-    def of(self, key: str) -> list[KernelTime]:
-        """The program's kernels in order, under their own names, with the time measured
-        for their hash."""
-        kernels = self.programs[key].exe.kernels
-        return [dataclasses.replace(self.by_hash[k.hash], name=k.name) for k in kernels]
 
 
 def _kernel_times(
@@ -593,7 +492,7 @@ def _record(
         full=m.timings[full].estimate,
         noise=noise.record,
         kernels={"baseline": kernels.of(empty), "full": kernels.of(full)},
-        protocol=_protocol(opts, setup, variants, binding, m, kernels),
+        protocol=protocol_record(opts, setup, variants, binding, m, kernels),
         fingerprint={**host_fingerprint(), **setup.device_fingerprint},
         ceilings=setup.ceilings,
         dims=dict(dims or {}),
@@ -604,69 +503,3 @@ def _record(
             "variants": [(mask, key_of[mask]) for mask in plan.masks],
         },
     )
-
-
-def _protocol(
-    opts: AttributeOptions,
-    setup: Setup,
-    variants: Variants,
-    binding: Binding,
-    m: Measured,
-    kernels: Kernels,
-) -> dict:
-    """The record's `protocol`: how this run measured, in its own numbers."""
-    groups = slot_groups(m.slot_of)
-    verdicts = opts.stop == "verdicts"
-    first = next(iter(m.timings.values()))
-    shared = variants.shared
-    return {
-        **FIXED,
-        "timer": setup.backend.timer
-        + (", the driver replayed as one CUDA graph" if opts.timer == "graph" else ""),
-        "graph_replay": opts.timer == "graph",
-        "placements": binding.copies,
-        "placement_io": "shared" if binding.shares_io else "own",
-        "placements_wanted": opts.placements if opts.placements is not None else "auto",
-        "placements_limited": binding.wanted if binding.copies < binding.wanted else None,
-        "placement_bytes": binding.copy_bytes,
-        "placement_budget_bytes": binding.copy_budget,
-        "bootstrap_unit": "cycles" if by_cycles(groups) else "rounds",
-        "ci_expansion": expansion(groups),
-        "copy_sd": math.sqrt(copy_variance(m.samples, groups)) if len(groups) > 1 else None,
-        "rounds": m.samples.shape[1],
-        "rounds_per_program": {
-            k: int(n) for k, n in zip(m.keys, (~np.isnan(m.samples)).sum(axis=1), strict=True)
-        },
-        "programs_left": sorted(m.gone),
-        "periods": m.periods or None,
-        "focus_method": FOCUS if verdicts else None,
-        "stop_reason": first.stop_reason,
-        "precision": opts.precision,
-        "stop": opts.stop,
-        "stop_method": STOP_VERDICTS if verdicts else STOP_MEDIANS,
-        "budget_s": opts.budget_s,
-        "budget_split_s": {"programs": opts.program_budget_s, "kernels": opts.kernel_share_s},
-        "min_rounds": opts.min_rounds,
-        "max_rounds": opts.max_rounds,
-        "reps_per_sample": {k: m.timings[k].reps for k in m.keys},
-        "warmup_calls": first.warmup,
-        "bootstrap_resamples": opts.resamples,
-        "seed": opts.seed,
-        "l2_flush": flush_bytes(setup.device_fingerprint),
-        "kernel_times": opts.kernel_times,
-        "kernels_timed": len(kernels.shown) if opts.kernel_times else 0,
-        "kernels_distinct": len(kernels.by_hash),
-        "programs_measured": len(variants.programs),
-        "programs_bound": len(binding.rotation.fns) * binding.copies,
-        "compile": {
-            "seconds": variants.compile_seconds,
-            "pass_runs": shared.pass_runs,
-            "ir_states": shared.states,
-            "pipeline_results": shared.finished,
-            "method": COMPILE,
-        },
-        "variants": len(setup.plan.masks),
-        "permutations": len(setup.plan.permutations) or None,
-        "selection": setup.selection,
-        "load": m.load,
-    }

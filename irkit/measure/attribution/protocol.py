@@ -3,14 +3,26 @@ and the `protocol` and `noise_floor` sections built from a run's values."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from irkit.measure.attribution.bootstrap import MIN_CYCLES
+import numpy as np
+
+from irkit.measure.attribution.bootstrap import (
+    MIN_CYCLES,
+    by_cycles,
+    copy_variance,
+    expansion,
+    slot_groups,
+)
+from irkit.measure.attribution.kernels import flush_bytes
+from irkit.measure.attribution.options import AttributeOptions
 from irkit.measure.attribution.sampling import (
     BUDGET_ROUNDS_PER_COPY,
     MAX_PERIOD,
     MIN_ROUNDS_PER_COPY,
 )
+from irkit.measure.attribution.types import Binding, Kernels, Measured, Setup, Variants
 
 AA_TWIN = (
     "A/A: the full pipeline's program compiled and bound again, as many copies, timed "
@@ -96,3 +108,69 @@ FIXED: dict[str, Any] = {
     "check": "every distinct program against the float64 numpy reference before timing",
 }
 """The protocol's fields that are the same in every run."""
+
+
+def protocol_record(
+    opts: AttributeOptions,
+    setup: Setup,
+    variants: Variants,
+    binding: Binding,
+    m: Measured,
+    kernels: Kernels,
+) -> dict:
+    """The record's `protocol`: how this run measured, in its own numbers."""
+    groups = slot_groups(m.slot_of)
+    verdicts = opts.stop == "verdicts"
+    first = next(iter(m.timings.values()))
+    shared = variants.shared
+    return {
+        **FIXED,
+        "timer": setup.backend.timer
+        + (", the driver replayed as one CUDA graph" if opts.timer == "graph" else ""),
+        "graph_replay": opts.timer == "graph",
+        "placements": binding.copies,
+        "placement_io": "shared" if binding.shares_io else "own",
+        "placements_wanted": opts.placements if opts.placements is not None else "auto",
+        "placements_limited": binding.wanted if binding.copies < binding.wanted else None,
+        "placement_bytes": binding.copy_bytes,
+        "placement_budget_bytes": binding.copy_budget,
+        "bootstrap_unit": "cycles" if by_cycles(groups) else "rounds",
+        "ci_expansion": expansion(groups),
+        "copy_sd": math.sqrt(copy_variance(m.samples, groups)) if len(groups) > 1 else None,
+        "rounds": m.samples.shape[1],
+        "rounds_per_program": {
+            k: int(n) for k, n in zip(m.keys, (~np.isnan(m.samples)).sum(axis=1), strict=True)
+        },
+        "programs_left": sorted(m.gone),
+        "periods": m.periods or None,
+        "focus_method": FOCUS if verdicts else None,
+        "stop_reason": first.stop_reason,
+        "precision": opts.precision,
+        "stop": opts.stop,
+        "stop_method": STOP_VERDICTS if verdicts else STOP_MEDIANS,
+        "budget_s": opts.budget_s,
+        "budget_split_s": {"programs": opts.program_budget_s, "kernels": opts.kernel_share_s},
+        "min_rounds": opts.min_rounds,
+        "max_rounds": opts.max_rounds,
+        "reps_per_sample": {k: m.timings[k].reps for k in m.keys},
+        "warmup_calls": first.warmup,
+        "bootstrap_resamples": opts.resamples,
+        "seed": opts.seed,
+        "l2_flush": flush_bytes(setup.device_fingerprint),
+        "kernel_times": opts.kernel_times,
+        "kernels_timed": len(kernels.shown) if opts.kernel_times else 0,
+        "kernels_distinct": len(kernels.by_hash),
+        "programs_measured": len(variants.programs),
+        "programs_bound": len(binding.rotation.fns) * binding.copies,
+        "compile": {
+            "seconds": variants.compile_seconds,
+            "pass_runs": shared.pass_runs,
+            "ir_states": shared.states,
+            "pipeline_results": shared.finished,
+            "method": COMPILE,
+        },
+        "variants": len(setup.plan.masks),
+        "permutations": len(setup.plan.permutations) or None,
+        "selection": setup.selection,
+        "load": m.load,
+    }
