@@ -22,8 +22,9 @@ from irkit.loops import LAUNCH_ATTR, launch_of
 from irkit.passes.map_to_gpu import launch_attr
 from irkit.pipelines import apply_passes, parse_passes
 from irkit.runtime.check import check
+from irkit.runtime.cuda_sim import LockstepBackend
 from irkit.runtime.gpu import build_kernels
-from irkit.runtime.lockstep import LockstepBackend, LockstepError, LockstepInterpreter
+from irkit.runtime.lockstep import LockstepError, LockstepInterpreter
 from tests.conftest import SMALL, check_every_subset
 
 HOST_AND_GPU = ["cuda-sim", "cuda-host", pytest.param("cuda", marks=pytest.mark.gpu)]
@@ -821,7 +822,7 @@ def test_cuda_sim_refuses_a_launch_too_big_to_interpret_before_making_inputs(mon
     (or the kernel's OOM killer) mid-run."""
     import irkit
     from irkit.errors import IrkitError
-    from irkit.runtime.lockstep import lockstep_bytes
+    from irkit.runtime.cuda_sim import lockstep_bytes
 
     monkeypatch.setenv("IRKIT_MAX_MEMORY", "64M")
     module = irkit.load("examples/softmax.graph", {"R": 4096, "C": 1024})

@@ -231,7 +231,7 @@ def match_matmul(
         """Whether `load` reads at these (iv, extent) positions after its batch part (batch
         ivs or constant zeros, in order; with `exact`, the batch ivs); a constant 0 stands
         for an iv whose extent is 1 (how the lowering writes a broadcast dimension)."""
-        assert isinstance(load, memref.LoadOp | vector.LoadOp)
+        assert isinstance(load, memref.LoadOp | memref.StoreOp | vector.LoadOp | vector.StoreOp)
         idx = list(load.indices)
         head, idx = idx[: len(idx) - len(dims)], idx[len(idx) - len(dims) :]
         if exact and head != list(batch_ivs):

@@ -38,7 +38,7 @@ def _cuda() -> Backend:
 
 
 def _cuda_sim() -> Backend:
-    from irkit.runtime.lockstep import LockstepBackend
+    from irkit.runtime.cuda_sim import LockstepBackend
 
     return LockstepBackend()
 
