@@ -654,7 +654,7 @@ def test_cpu_k_blocking_by_default_where_a_panel_outgrows_its_share_of_l2(
 ) -> None:
     """kc=-1 (the default) blocks K by 512 once a packed panel (K x 64 f32) passes 512 KiB
     (K > 2048), with the bits of the unblocked form."""
-    from irkit.passes.cpu_tile_matmul import AUTO_KC_PANEL_BYTES
+    from irkit.passes.cpu_tile_policy import AUTO_KC_PANEL_BYTES
     from irkit.runtime.reference import random_inputs
 
     assert (k * 64 * 4 > AUTO_KC_PANEL_BYTES) == blocked

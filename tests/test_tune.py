@@ -62,7 +62,7 @@ def test_the_space_is_parsed_and_expanded_over_the_pipeline() -> None:
         ("cpu-tile-matmul{mr=4,6", "--space: "),
         ("no-such-pass{x=1}", "unknown pass 'no-such-pass'"),
         ("cpu-tile-matmul{mq=4}", "has no option 'mq'"),
-        ("cpu-tile-matmul", "lists no option to tune"),
+        ("fuse-kernels", "lists no option to tune, and the pass declares no search space"),
         ("gpu-tile-matmul{block-m=64}", "gpu-tile-matmul is not in the pipeline"),
         ("cpu-tile-matmul{mr=0,4}", "mr"),
     ],

@@ -4,7 +4,8 @@
     result.declared, result.choice, result.speedup        # or "default kept"
 
 The space names passes of the pipeline and, per option, the values to try (xDSL's pipeline
-syntax, where a comma-separated value is a list; options may be separated by `;` too). Every
+syntax, where a comma-separated value is a list; options may be separated by `;` too); a
+pass named alone (`--space cpu-tile-matmul`) brings the space it declares (`SEARCH_SPACE`). Every
 combination is a candidate pipeline: the base pipeline with those options set. Candidates are
 compiled, and those that compile to the same kernels are one program (timed once, the
 default's own included). Every program is checked against the float64 reference before it is
@@ -71,9 +72,10 @@ def parse_space(space: str) -> list[Dimension]:
         if factory is None:
             raise IrkitError(f"--space: unknown pass '{item.name}'")
         fields = {f.replace("_", "-") for f in factory().__dataclass_fields__}
-        if not item.parameters:
-            raise IrkitError(f"--space: {item.name} lists no option to tune")
-        for option, values in item.parameters.items():
+        parameters = dict(item.parameters) or dict(getattr(factory(), "SEARCH_SPACE", {}))
+        if not parameters:
+            raise IrkitError(f"--space: {item.name} lists no option to tune, and the pass declares no search space (SEARCH_SPACE)")  # fmt: skip
+        for option, values in parameters.items():
             if option not in fields:
                 raise IrkitError(
                     f"--space: pass '{item.name}' has no option '{option}' (it has {', '.join(sorted(fields)) or 'none'})"

@@ -55,19 +55,12 @@ Options:
                       64 f32 at 512 bits), 2 where it has 16 (AVX2: 16 f32 at 256 bits)
     vector-bits=0     vector register width: 512 (AVX-512), 256 (AVX2) or 128; 0 (auto):
                       the host's widest (`irkit.host.vector_bits`; IRKIT_VECTOR_BITS=256 narrows
-                      an AVX-512 host's). The AVX-512 tile on an AVX2 host (48 ymm
-                      accumulators in 16 registers) ran transformer_block 2.5x slower
+                      an AVX-512 host's)
     pack=true         pack B into contiguous panels before the microkernels run
     min-panels=4      with fewer panels, the row tiles are the parallel loop (0: never)
     kc=-1             the k steps per block of a panel; 0, or K <= kc: K in one block;
-                      -1 (auto): 512 where a whole panel (K x nr) would take more than
-                      AUTO_KC_PANEL_BYTES (512 KiB, a quarter of a 2 MiB L2), else 0.
-                      Measured on a 2-core Sapphire Rapids VM (2 MiB L2), interleaved against
-                      onnxruntime: mlp (64 x 4096 x 1024, a 1 MiB panel) 0.89x -> 0.95x
-                      onnxruntime with kc=512; gemm 1024^3 (256 KiB panels) 1.28x -> 1.16x,
-                      so it stays unblocked; on znver4 (1 MiB L2), kc = 128, 256 and 512
-                      measured the same as unblocked on gemm 1024^3, 384x512x8192,
-                      96x2048x4096 and mlp, within noise
+                      -1 (auto): `cpu_tile_policy.AUTO_KC` where a whole panel would pass a
+                      quarter of a 2 MiB L2 (the measurements: that module's docstring)
 
     prefetch=true     with B packed, the last nv whole row tiles of a panel (or K block)
                       prefetch the block after it into L2 (`irkit_cpu.prefetch`, a cache
@@ -87,7 +80,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf, vector
@@ -97,7 +90,8 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from irkit.dialects.cpu import PrefetchOp
-from irkit.errors import IrkitError, require
+from irkit.dtypes import numpy_dtype
+from irkit.errors import require
 from irkit.host import vector_bits as host_vector_bits
 from irkit.host import vector_registers as host_vector_registers
 from irkit.loops import (
@@ -109,12 +103,10 @@ from irkit.loops import (
     view_source,
 )
 from irkit.passes.contraction import MatmulNest, match_matmul
+from irkit.passes.cpu_tile_policy import CpuTile, cpu_tile, resolve_host
 from irkit.passes.loop_builder import LoopBuilder, add_kernel_buffer
 
 ALIGNMENT = 64
-AUTO_KC = 512
-AUTO_KC_PANEL_BYTES = 512 * 1024
-"""kc=-1 (auto) blocks K by AUTO_KC where a whole packed panel would be larger than this."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +116,13 @@ class CpuTileMatmulPass(ModulePass):
 
     name = "cpu-tile-matmul"
     is_optimization = True
+    SEARCH_SPACE: ClassVar[dict[str, tuple[int, ...]]] = {
+        "mr": (4, 6, 8),
+        "nr": (16, 32, 48, 64),
+        "kc": (0, 256, 512),
+    }
+    """What `irkit-bench tune --space cpu-tile-matmul` tries: the microkernel's rows, its
+    columns (whole vectors of any host), and K's blocking."""
 
     mr: int = 6
     nr: int = 0  # 0: as many vectors as the host's registers hold (`resolved`)
@@ -141,8 +140,9 @@ class CpuTileMatmulPass(ModulePass):
         [2.45, 2.61] faster at 256 bits and nr=16 than with the AVX-512 tile (6 x 64 at 512
         bits: 48 ymm accumulators, spilled), and 1.6x faster than untiled (2026-11-28,
         `irkit-bench tune`)."""
-        bits = self.vector_bits or host_vector_bits()
-        nr = self.nr or bits // 32 * (4 if host_vector_registers() >= 32 else 2)
+        bits, nr = resolve_host(
+            self.vector_bits, self.nr, host_vector_bits(), host_vector_registers()
+        )
         return replace(self, vector_bits=bits, nr=nr)
 
     def check_options(self) -> None:
@@ -176,7 +176,9 @@ class CpuTileMatmulPass(ModulePass):
             for loop in [o for o in fn.walk() if isinstance(o, scf.ParallelOp)]:
                 nest = match_matmul(loop, batched=True, gather=True)
                 if nest is not None:
-                    _Tiler(options, nest, fn, callers).rewrite()
+                    width = numpy_dtype(nest.element_type).itemsize * 8
+                    tile = cpu_tile(options, width, nest.k, str(nest.element_type))
+                    _Tiler(tile, nest, fn, callers).rewrite()
 
 
 class _Callers:
@@ -245,30 +247,15 @@ class _KBlock(NamedTuple):
 class _Tiler:
     """Builds the replacement of one matmul nest, before it, then erases it."""
 
-    def __init__(
-        self, options: CpuTileMatmulPass, nest: MatmulNest, fn: func.FuncOp, callers: _Callers
-    ):
-        self.nest, self.fn, self.callers = nest, fn, callers
-        width = nest.element_type.bitwidth  # type: ignore[attr-defined]
-        self.lanes = options.vector_bits // width
-        if options.nr % self.lanes or options.nr <= 0:
-            raise IrkitError(
-                f"cpu-tile-matmul: nr={options.nr} is not a multiple of the {self.lanes} "
-                f"lanes of a {options.vector_bits}-bit vector of {nest.element_type}"
-            )
-        self.mr, self.nr, self.pack = options.mr, options.nr, options.pack
-        self.min_panels = options.min_panels
-        self.prefetch = options.prefetch and options.pack
+    def __init__(self, tile: CpuTile, nest: MatmulNest, fn: func.FuncOp, callers: _Callers):
+        self.nest, self.fn, self.callers, self.tile = nest, fn, callers, tile
+        self.lanes, self.mr, self.nr, self.kc = tile.lanes, tile.mr, tile.nr, tile.kc
+        self.pack, self.prefetch, self.min_panels = tile.pack, tile.prefetch, tile.min_panels
         self.packed: tuple[SSAValue, Callable[[SSAValue, SSAValue, int], list[SSAValue]]] | None
         self.packed = None
         """The packed B and its index, while a microkernel reading it is built."""
         self.from_packed: Callable[[SSAValue, int, SSAValue], SSAValue] | None = None
         """The `source` reading the packed B (microkernels given it may prefetch)."""
-        kc = options.kc
-        if kc < 0:
-            panel = nest.k * self.nr * width // 8
-            kc = AUTO_KC if panel > AUTO_KC_PANEL_BYTES else 0
-        self.kc = kc if 0 < kc < nest.k else nest.k
         self.vtype = VectorType(nest.element_type, [self.lanes])
         self.b = LoopBuilder(fn.body.block)
         self.batch: dict[SSAValue, SSAValue] = {}

@@ -24,6 +24,7 @@ a store of it to the output at the ivs), f32 or i32 elements; anything else stay
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf, vector
@@ -173,6 +174,8 @@ class CpuTileTransposePass(ModulePass):
 
     name = "cpu-tile-transpose"
     is_optimization = True
+    SEARCH_SPACE: ClassVar[dict[str, tuple[int, ...]]] = {"vector-bits": (128, 256, 512)}
+    """What `irkit-bench tune --space cpu-tile-transpose` tries: the block's vector width."""
 
     vector_bits: int = 0  # 0: the host's widest vector (`irkit.host.vector_bits`)
 

@@ -1,117 +1,25 @@
 """gpu-tile-matmul: matmul kernels tiled through shared memory, with register tiles.
 
-`map-to-gpu` alone gives a matmul one thread per output, each reading a row of A and a column
-of B from global memory: 2 loads per multiply-add. This pass maps a kernel whose work is one
-matmul nest (`match_matmul`: a matmul, or a matmul with its fused epilogue) as the classic
-two-level tiling, before `map-to-gpu` sees it:
+A kernel whose work is one matmul nest (`match_matmul`: a matmul, a batch matmul, or either
+with its fused epilogue) becomes a tiled GPU kernel before `map-to-gpu` sees it: block tiles
+of C looping over K through shared memory (double-buffered, 16-byte loads), register tiles
+per thread laid out as warp sub-tiles, or `mma.sync` tensor-core tiles for f16/bf16 (and f32
+under `tf32=true`); split-K where the grid is short. The same sums in the same order as the
+untiled nest (split-K: another association, deterministic). The kernel carries
+`irkit.launch` with `mapping = "tiled"`. Kernels with more than one nest are left to
+`map-to-gpu`.
 
-- each **block** computes a `block-m x block-n` tile of C, looping over K in steps of
-  `block-k`: its threads copy the A tile (stored transposed, `[k][m]`) and the B tile
-  (`[k][n]`) into shared memory, coalesced, then a barrier;
-- each **thread** computes a `thread-m x thread-n` register tile: per k it reads `thread-m`
-  values of A and `thread-n` of B from shared memory and does `thread-m * thread-n`
-  multiply-adds (8 x 8: four FMAs per shared-memory load, what keeps the FMA pipes fed);
-  how a block's threads share the tile is the `warp-tile` option:
-  - **warp tiling** (the default, where the tiles allow it): each warp of 32 lanes, as
-    4 x 8, covers a `4*thread-m x 8*thread-n` sub-tile (32 x 64 with the defaults); a
-    thread's register tile is `thread-m/4 x thread-n/4` groups of 4 x 4 consecutive rows and
-    columns, so per k it reads its A and B values from shared memory as 16-byte vectors (f32)
-    (`thread-m/4 + thread-n/4` accesses instead of `thread-m + thread-n`; with 8 x 8 tiles,
-    4 instead of 16, the shared-memory traffic that otherwise caps the FMA rate), lanes
-    with the same 4 rows read the same words (a broadcast), and the 8 lanes along n read 32
-    consecutive words (no bank conflicts);
-  - **strided** (`warp-tile=false`, and the fallback where the register tile is not a
-    multiple of 4 x 4 or the block not of the warp's sub-tile): a thread's rows and columns
-    are strided by the number of threads along that side, so a warp reads consecutive
-    shared-memory words, one word per access;
-- the k loop inside a tile is **unrolled** (its trip count is the constant `block-k`);
-- both shared tiles have rows **padded** by `pad` words, so the transposed store of A hits
-  distinct banks;
-- **double buffering** (`double-buffer`): each shared tile has two stages; tile kt+1's
-  global loads are issued into registers before the multiply-adds on tile kt, and stored
-  into the other stage after them, so global latency hides behind arithmetic and each tile
-  costs one barrier instead of two (register-staged, as in the classic SGEMM kernels; the
-  last iteration re-reads its own tile, through a clamped index, rather than branch);
-- **16-byte loads** (`vector-loads`, f32): A's rows are read along k and B's along n as
-  `vector<4xf32>` (`float4`), where every row starts 16-byte aligned (K, resp. N, a
-  multiple of 4) and the tile's extent along the vector is whole vectors; B's vector goes
-  into shared memory as one 16-byte store too where its copy needs no bounds check, A's is
-  stored element by element (its tile is transposed);
-- the **epilogue** (bias, activation, residual) runs on the registers before the one store;
-  under warp tiling an f32 C whose rows are whole groups of 4 gets a thread's 4
-  consecutive columns as one 16-byte store (`vector-stores`);
-- **tensor cores** (`tensor-cores`, f16 and bf16): each warp computes a 64 x 32 tile of C
-  (smaller where the block is) as `irkit_warp.mma_m16n8k16` instructions, its lanes'
-  fragments read from the shared tiles (see `irkit.dialects.warp`), f32 accumulators;
-- bounds: where M, N or K is not a multiple of its tile, loads clamp their index and use 0
-  outside, and stores are guarded; where they are multiples, the kernel has no guards.
-
-Each output is still `init + sum over k in order` with one add per k, as in the untiled
-nest: the same arithmetic, and the same values under the lockstep interpretation.
-
-- **split-K** (`split-k`): where the grid of C tiles would leave most of the device's
-  `sms` multiprocessors idle (mlp at B=64: 32 and 8 blocks on a 132-SM H100), the k tiles
-  are split into `s` equal ranges and the grid is `s` times larger: each block sums its
-  range from zero into a partial buffer `[s, M, N]` the driver allocates, and a second
-  kernel (`<kernel>_splitk`, a plain loop nest `map-to-gpu` maps) adds the `s` partials in
-  order to the initial value and runs the epilogue. The reduction is deterministic (no
-  atomics; the same order every run), and each output is a sum of the same products in
-  another association, within the element type's tolerance of the unsplit sum. `s` is the
-  smallest divisor of the k tiles that fills `sms` blocks while every range keeps at least
-  4 k tiles (or the largest such divisor, where it fills at least half of them; else no
-  split).
-
-- **batch matmuls** (`batch_matmul`, attention's two products): one block per C tile and
-  batch entry, the entry's batch indices taken from the block number (row-major over the
-  batch extents), A and B read at them (a broadcast batch dimension at 0) and C stored at
-  them; no split-K (the batch entries fill the grid instead). Before, they ran one thread
-  per output: transformer_block at B=8, S=512 had its two 8 x 512 x 512 x 512 products
-  mapped flat, 8192 blocks reading A and B from global memory for every multiply-add.
-
-The kernel carries `irkit.launch` with `mapping = "tiled"`, so `map-to-gpu` leaves it alone.
-Kernels with more than one nest (a matmul fused with other loops) are left to `map-to-gpu`.
-Not done: TF32 for f32 inputs, 8-byte stores of the tensor-core path's C.
-
-Options (sizes in elements):
-
-    block-m=128 block-n=128 block-k=0   the block tile; block-k=0 (auto) is 64 bytes of k
-                                        (16 f32, 8 f64; half that where K is not a multiple),
-                                        halved while the tiles would pass 48 KB of shared
-                                        memory (16 over 8 for f32: 0.914x
-                                        cuBLAS against 0.850x on a 4096^3 gemm, H100, one
-                                        run; benchmarks/results/gpu_h100_2026-11-22)
-    thread-m=8 thread-n=8               the register tile; block-m/thread-m x block-n/thread-n
-                                        threads per block (256 with the defaults)
-    pad=4                               words added to each shared-memory row
-    double-buffer=true                  two shared-memory stages, one barrier per k tile
-    vector-loads=true                   16-byte global loads (and B's shared stores)
-    vector-stores=true                  16-byte stores of C (f32, warp tiling, N a multiple
-                                        of 4)
-    warp-tile=true                      warp sub-tiles with vector reads of shared memory
-    tensor-cores=true                   f16/bf16 matmuls on mma.sync m16n8k16 (sm_80+)
-    tf32=false                          f32 matmuls on TF32 mma.sync m16n8k8 (opt-in: inputs
-                                        rounded to 10 mantissa bits; checks use TF32's
-                                        tolerance, 2e-3)
-    split-k=0                           k ranges per C tile: 0 (auto, see above), 1 (never),
-                                        or at most this many (a divisor of the k tiles)
-    sms=132                             multiprocessors the grid should fill (H100 SXM: 132)
-    fill-sms=true                       where the grid, split-K included, would leave more
-                                        than half of `sms` idle, the block tile halved (the
-                                        register tile to 4 x 4) while that gives more blocks,
-                                        down to 32 x 32 (a 256^3 gemm on an H200: 2.48x);
-                                        where 128 x 128 f32 tiles fill the SMs in at most 4
-                                        waves, 128 x 64 tiles, two blocks an SM
-                                        (transformer_block on an H200: 1.10x)
-    batch=true                          batch matmuls tiled too (false: one thread per
-                                        output, as map-to-gpu maps them)
+Which tiles a matmul gets is data (`gpu_tile_policy.gpu_tile`: a pure function of these
+options and the problem's shape); this module builds the kernel that schedule describes.
+The options (sizes in elements), their defaults in `GpuTileMatmulPass`, and how each part
+works and was measured: docs/passes.md, "gpu-tile-matmul in detail".
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from math import prod
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, gpu, memref, scf, vector
@@ -136,37 +44,31 @@ from irkit.loops import (
     LAUNCH_ATTR,
     SCRATCH_ATTR,
     SHARED_SPACE,
-    STATIC_SHARED_LIMIT,
     constant_int,
     require_loop_level,
 )
 from irkit.loops.costs import count_flops
 from irkit.loops.rows import nests_of
 from irkit.passes.contraction import MatmulNest, match_matmul
+from irkit.passes.gpu_tile_policy import (
+    GROUP,
+    MAX_THREADS,
+    MIN_THREADS,
+    MMA_K,
+    MMA_K_TF32,
+    MMA_M,
+    MMA_N,
+    WARP_LANES,
+    GpuTile,
+    MatmulShape,
+    gpu_tile,
+)
 from irkit.passes.loop_builder import add_kernel_buffer
 from irkit.passes.map_to_gpu import GpuBuilder, X, launch_attr, new_kernel
 
-MIN_THREADS = 32
-"""Fewest threads a tiled block may have: one warp."""
-MAX_THREADS = 1024
-MMA_M, MMA_N, MMA_K = 16, 8, 16
-"""One tensor-core instruction's tile (mma.sync m16n8k16)."""
-MMA_K_TF32 = 8
-"""k of the TF32 instruction (mma.sync m16n8k8)."""
-MMA_WARP = (64, 32)
-"""A warp's tile of C under tensor cores: 4 x 4 instructions per k step, 64 f32 accumulators
-per lane (the register budget of the f32 path's 8 x 8)."""
 REDUCE_THREADS = 256
 """Threads per block of split-K's second kernel (one per element of C)."""
-MIN_SPLIT_TILES = 4
-"""The fewest k tiles auto split-K leaves each range (below it the partials' traffic and
-the second kernel outweigh the blocks gained)."""
 VECTOR_BYTES = 16
-WARP_LANES = (4, 8)
-"""A warp's 32 lanes as rows x columns of its sub-tile under `warp-tile`."""
-GROUP = 4
-"""Consecutive rows (columns) of a thread's register tile under `warp-tile`: one vector
-read of shared memory."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +78,17 @@ class GpuTileMatmulPass(ModulePass):
 
     name = "gpu-tile-matmul"
     is_optimization = True
+    SEARCH_SPACE: ClassVar[dict[str, tuple[int, ...]]] = {
+        "block-m": (64, 128),
+        "block-n": (64, 128),
+        "block-k": (0, 8, 16, 32),
+        "thread-m": (4, 8),
+        "thread-n": (4, 8),
+        "split-k": (0, 1),
+    }
+    """What `irkit-bench tune --space gpu-tile-matmul` tries: the block and register tiles,
+    the k depth (0: auto), and split-K on or off; every combination a valid block (64 to
+    1024 threads)."""
 
     block_m: int = 128
     block_n: int = 128
@@ -219,9 +132,7 @@ class GpuTileMatmulPass(ModulePass):
             )
             if nest is None:
                 continue
-            tiled = _TiledKernel(self, fn, nest, op)
-            if self.fill_sms:
-                tiled = _filling(_paired(self, tiled))
+            tiled = _TiledKernel(gpu_tile(self, _shape(nest, fn, op)), fn, nest, op)
             if tiled.splits > 1:
                 _split_k(op, fn, nest, tiled.splits, constants)
             kernel = tiled.build(constants)
@@ -263,125 +174,16 @@ class GpuTileMatmulPass(ModulePass):
 
 
 class _TiledKernel:
-    def __init__(self, o: GpuTileMatmulPass, fn: func.FuncOp, nest: MatmulNest, module: ModuleOp):
+    """Builds one tiled matmul kernel to the schedule `tile` (`gpu_tile_policy.gpu_tile`)."""
+
+    def __init__(self, tile: GpuTile, fn: func.FuncOp, nest: MatmulNest, module: ModuleOp):
         self.fn, self.nest, self.module = fn, nest, module
-        narrow = isinstance(nest.element_type, Float16Type | BFloat16Type)
-        self.tf32 = o.tf32 and isinstance(nest.element_type, Float32Type)
-        self.mma = (o.tensor_cores and narrow) or self.tf32
-        self.mma_k = MMA_K_TF32 if self.tf32 else MMA_K
-        block_m, thread_m = _fit(o.block_m, o.thread_m, nest.m)
-        block_n, thread_n = _fit(o.block_n, o.thread_n, nest.n)
-        itemsize = numpy_dtype(nest.element_type).itemsize
-        if self.mma:  # whole m16n8k16 tiles: the block at least 16 x 8, k in steps of 16
-            block_m, block_n = max(block_m, MMA_M), max(block_n, MMA_N)
-        block_k = o.block_k or self._auto_depth(o, block_m, block_n, nest.k, itemsize)
-        if self.mma:
-            block_k = -(-block_k // self.mma_k) * self.mma_k
-        self.o = replace(
-            o,
-            block_m=block_m,
-            thread_m=thread_m,
-            block_n=block_n,
-            thread_n=thread_n,
-            block_k=block_k,
-        )
-        self._check_shared(itemsize)
-        self.rows_t = block_m // thread_m  # threads along m
-        self.cols_t = block_n // thread_n  # threads along n
-        self.threads = self.rows_t * self.cols_t
-        self.warp_tiled = self._warp_tiles()
-        if self.mma:  # warps of 64 x 32 (fewer where the block is smaller), 32 lanes each
-            self.warps = (max(1, block_m // MMA_WARP[0]), max(1, block_n // MMA_WARP[1]))
-            self.threads = 32 * self.warps[0] * self.warps[1]
-            whole = (
-                block_m % (self.warps[0] * MMA_M) == 0
-                and block_n % (self.warps[1] * MMA_N) == 0
-                and block_k % self.mma_k == 0
-            )
-            if not whole:  # block options that do not cut into instruction tiles: no mma
-                self.mma = self.tf32 = False
-                self.threads = self.rows_t * self.cols_t
-        self.tiles = -(-nest.m // block_m) * -(-nest.n // block_n)
-        self.batches = prod(extent for _, extent in nest.batch)
-        self.k_tiles = -(-nest.k // block_k)
-        self.splits = self._splits(module) if not nest.batch else 1
-
-    @property
-    def blocks(self) -> int:
-        """The grid: C tiles, times k ranges, times batch entries."""
-        return self.tiles * self.splits * self.batches
-
-    def _splits(self, module: ModuleOp) -> int:
-        """How many k ranges each C tile's sum is split into (see split-K above): a divisor
-        of the k tiles, so every range has the same trip count (lockstep needs uniform loop
-        bounds; a GPU likes them too). 1 where the kernel is called other than once."""
-        o, k_tiles = self.o, self.k_tiles
-        name = self.fn.sym_name.data
-        calls = [
-            c
-            for c in module.walk()
-            if isinstance(c, func.CallOp) and c.callee.root_reference.data == name
-        ]
-        if o.split_k == 1 or len(calls) != 1:
-            return 1
-        divisors = [d for d in range(1, k_tiles + 1) if k_tiles % d == 0]
-        if o.split_k:
-            return max(d for d in divisors if d <= o.split_k)
-        if 2 * self.tiles > o.sms:  # at least half the multiprocessors busy already
-            return 1
-        need = -(-o.sms // self.tiles)
-        deep = [d for d in divisors if k_tiles // d >= MIN_SPLIT_TILES]
-        best = next((d for d in deep if d >= need), max(deep, default=1))
-        # a split that still leaves most multiprocessors idle costs a second launch and the
-        # partials' traffic for little: not done
-        return best if 2 * self.tiles * best >= o.sms else 1
-
-    @staticmethod
-    def _auto_depth(o: GpuTileMatmulPass, block_m: int, block_n: int, k: int, itemsize: int) -> int:
-        """block-k=0: 64 bytes of k per tile row where K is a multiple of it, else 32 (a
-        ragged K's bounds checks on twice the elements per thread made ptxas spill: 12 spills
-        on a 147-deep im2col matmul at 16 f32), halved until the tiles fit."""
-        stages = 2 if o.double_buffer else 1
-        depth = max(1, 64 // itemsize)
-        if k % depth:
-            depth = max(1, depth // 2)
-        while (
-            depth > 1
-            and stages * depth * (block_m + block_n + 2 * o.pad) * itemsize > STATIC_SHARED_LIMIT
-        ):
-            depth //= 2
-        return depth
-
-    def _check_shared(self, itemsize: int) -> None:
-        """The tiles are static `__shared__` arrays: refuse, naming the options, tiles past
-        the 48 KB a kernel may declare statically (NVRTC would fail with ptxas's words)."""
-        o = self.o
-        stages = 2 if o.double_buffer else 1
-        need = stages * o.block_k * (o.block_m + o.block_n + 2 * o.pad) * itemsize
-        require(
-            need <= STATIC_SHARED_LIMIT,
-            "block-k",
-            o.block_k,
-            f"with block-m={o.block_m}, block-n={o.block_n}, pad={o.pad} and {stages} "
-            f"stage(s), the {itemsize}-byte tiles need {need} bytes of shared memory; a "
-            f"kernel's static shared memory is at most {STATIC_SHARED_LIMIT} bytes",
-        )
-
-    def _warp_tiles(self) -> bool:
-        """Whether the block's threads are laid out as warp sub-tiles: the register tile is
-        whole 4 x 4 groups, the block whole warp sub-tiles, and shared rows stay aligned
-        for the vector reads."""
-        o = self.o
-        lanes_m, lanes_n = WARP_LANES
-        return (
-            o.warp_tile
-            and o.thread_m % GROUP == 0
-            and o.thread_n % GROUP == 0
-            and o.block_m % (o.thread_m * lanes_m) == 0
-            and o.block_n % (o.thread_n * lanes_n) == 0
-            and (o.block_m + o.pad) % GROUP == 0
-            and (o.block_n + o.pad) % GROUP == 0
-        )
+        self.tile, self.o = tile, tile.options
+        self.mma, self.tf32, self.mma_k = tile.mma, tile.tf32, tile.mma_k
+        self.rows_t, self.cols_t, self.threads = tile.rows_t, tile.cols_t, tile.threads
+        self.warp_tiled, self.warps = tile.warp_tiled, tile.warps
+        self.tiles, self.batches, self.k_tiles = tile.tiles, tile.batches, tile.k_tiles
+        self.splits = tile.splits
 
     def _thread_tile(self, b: GpuBuilder, tid: SSAValue) -> tuple[list[SSAValue], list[SSAValue]]:
         """The first row (column) of each of this thread's groups in the block tile: groups
@@ -553,7 +355,7 @@ class _TiledKernel:
         self.b, self.mapping = b, mapping
         a, bb = mapping[nest.a], mapping[nest.b]
         tiles_n = -(-nest.n // o.block_n)
-        grid = self.blocks
+        grid = self.tile.blocks
         stages = 2 if o.double_buffer else 1
         a_tile = self._shared(f"{name}_a_tile", [stages, o.block_k, o.block_m + o.pad])
         b_tile = self._shared(f"{name}_b_tile", [stages, o.block_k, o.block_n + o.pad])
@@ -854,6 +656,21 @@ class _TiledKernel:
                 )
 
 
+def _shape(nest: MatmulNest, fn: func.FuncOp, module: ModuleOp) -> MatmulShape:
+    """What `gpu_tile` decides by: the sizes, the element type, and whether the kernel is
+    called exactly once (where split-K can add its second kernel to the driver)."""
+    name = fn.sym_name.data
+    calls = sum(1 for c in module.walk()
+                if isinstance(c, func.CallOp) and c.callee.root_reference.data == name)  # fmt: skip
+    t = nest.element_type
+    dtype = (
+        "f16" if isinstance(t, Float16Type) else "bf16" if isinstance(t, BFloat16Type)
+        else "f32" if isinstance(t, Float32Type) else "f64"
+    )  # fmt: skip
+    return MatmulShape(nest.m, nest.n, nest.k, tuple(e for _, e in nest.batch), dtype,
+                       numpy_dtype(nest.element_type).itemsize, calls == 1)  # fmt: skip
+
+
 def _split_k(module: ModuleOp, fn: func.FuncOp, nest: MatmulNest, splits: int, constants) -> None:
     """Give `fn` (about to be tiled with `splits` k ranges) its partial-sum buffer, and add
     the kernel that reduces the partials and runs the epilogue, called right after it."""
@@ -925,88 +742,6 @@ def _row_length(buffer: SSAValue) -> int:
     """Elements from one row of a 2-d buffer to the next: its last dimension, which
     pad-leading-dims may have made longer than the logical extent."""
     return shape_of(buffer)[-1]
-
-
-MIN_FILL_BLOCK = 32
-"""The smallest block side `fill-sms` halves to (32 x 32 with 4 x 4 register tiles: 64
-threads, the warp sub-tile 16 x 32)."""
-
-
-PAIR_WAVES = 4
-"""`fill-sms` pairs blocks on a multiprocessor where the 128 x 128 tiles make at most this many
-waves of one block an SM (see `_paired`)."""
-
-
-def _paired(o: GpuTileMatmulPass, tiled: _TiledKernel) -> _TiledKernel:
-    """`fill-sms` on a grid of 128 x 128 f32 tiles (8 x 8 register tiles, warp-tiled) that
-    fills the multiprocessors but makes at most `PAIR_WAVES` waves: 128 x 64 tiles of 128
-    threads under `__launch_bounds__(128, 2)`, twice the blocks, two or more resident on each
-    SM to hide one another's loads. On an H200 with NVRTC 13.0 (2026-11-28, dbb5b27):
-    transformer_block at B=8 S=512 D=512 F=2048 (matmuls of 128 and 512 such blocks) 1.100x
-    [1.098, 1.101] faster end to end, every matmul kernel faster (62.5 -> 56.3 us at 4096 x
-    512 x 512); mlp at B=512 D=1024 F=4096 1.099x; but a 4096^3 gemm (1024 blocks, ~8 waves)
-    0.964x, where the large tile's arithmetic per load wins. 64 x 128 tiles gained less
-    (1.085x), and the smaller tiles alone lost (0.953x): the pair needs both. Tensor-core
-    tiles and any other register tile are left as they are (not measured)."""
-    t = tiled.o
-    if (
-        tiled.mma
-        or not tiled.warp_tiled
-        or not isinstance(tiled.nest.element_type, Float32Type)
-        or (t.block_m, t.block_n, t.thread_m, t.thread_n) != (128, 128, 8, 8)
-        or 2 * tiled.blocks < t.sms
-        or tiled.blocks > PAIR_WAVES * t.sms
-    ):
-        return tiled
-    pair = replace(
-        o, block_m=128, block_n=64, thread_m=8, thread_n=8, min_blocks=max(o.min_blocks, 2)
-    )
-    return _TiledKernel(pair, tiled.fn, tiled.nest, tiled.module)
-
-
-def _filling(tiled: _TiledKernel) -> _TiledKernel:
-    """`fill-sms`: where the C tiles, split-K included, would leave more than half of the
-    `sms` multiprocessors idle, the block tile halved (and its register tile, down to 4 x 4)
-    while that gives more blocks, to `MIN_FILL_BLOCK` at the least. A 256^3 gemm on an H200
-    (2026-11-27): 128 x 128 tiles, 4 blocks, 31.5 us; 64 x 64, 16 blocks, 2.30x faster; 32 x
-    32 (split-K 4: 256 blocks), 2.48x faster. Only where the grid is that short: a larger
-    problem keeps the large tiles' arithmetic per load."""
-    fn, nest, module = tiled.fn, tiled.nest, tiled.module
-    best = tiled
-    while 2 * best.blocks < best.o.sms:
-        o = best.o
-        block_m, block_n = o.block_m // 2, o.block_n // 2
-        thread_m, thread_n = (
-            max(min(o.thread_m, 4), o.thread_m // 2),
-            max(min(o.thread_n, 4), o.thread_n // 2),
-        )
-        if (
-            min(block_m, block_n) < MIN_FILL_BLOCK
-            or block_m % thread_m
-            or block_n % thread_n
-            or (block_m // thread_m) * (block_n // thread_n) < MIN_THREADS
-        ):
-            break
-        smaller = _TiledKernel(
-            replace(o, block_m=block_m, block_n=block_n, thread_m=thread_m, thread_n=thread_n),
-            fn,
-            nest,
-            module,
-        )
-        if smaller.blocks <= best.blocks:
-            break
-        best = smaller
-    return best
-
-
-def _fit(block: int, thread: int, extent: int) -> tuple[int, int]:
-    """A block side shrunk for a problem smaller than it (M = 4 rows with 128-row tiles would
-    leave 97% of the threads idle): the next power of two >= extent, with the register tile
-    shrunk to keep the number of threads along that side where it can."""
-    if extent >= block:
-        return block, thread
-    fitted = 1 << (extent - 1).bit_length()
-    return fitted, max(1, fitted // (block // thread))
 
 
 def _all(b: GpuBuilder, bounds: list[tuple[SSAValue, int, int]]) -> SSAValue | None:

@@ -1,0 +1,286 @@
+"""gpu-tile-matmul's schedule as data: which tiles a matmul gets (`gpu_tile`), chosen by a
+pure function of the pass's options and the problem's shape (`MatmulShape`), and applied by
+the emitter (`gpu_tile_matmul`). `irkit-bench tune` searches the options the pass declares
+(`GpuTileMatmulPass.SEARCH_SPACE`); tests table the choices against shapes.
+
+The choices, each measured where a number is given (docs/results.md, the GPU path):
+- a block side larger than the problem shrinks to the next power of two (`_fit`);
+- block-k=0: 64 bytes of k per tile row, 32 where K is not a multiple of it, halved until
+  the tiles fit the 48 KB of static shared memory (`_auto_depth`);
+- tensor cores (f16/bf16, or f32 under `tf32`) where the block cuts into whole warp tiles of
+  `mma.sync` instructions;
+- warp sub-tiles where the register tile is whole 4 x 4 groups (`_warp_tiles`);
+- split-K where the C tiles fill less than half the multiprocessors (`_splits`);
+- `fill-sms`: 128 x 64 tiles, two blocks an SM, where 128 x 128 f32 tiles make at most
+  `PAIR_WAVES` waves (`_paired`), and halved tiles where the grid is short (`_filling`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import prod
+from typing import TYPE_CHECKING
+
+from irkit.errors import require
+from irkit.loops import STATIC_SHARED_LIMIT
+
+if TYPE_CHECKING:
+    from irkit.passes.gpu_tile_matmul import GpuTileMatmulPass
+
+MIN_THREADS = 32
+"""Fewest threads a tiled block may have: one warp."""
+MAX_THREADS = 1024
+MMA_M, MMA_N, MMA_K = 16, 8, 16
+"""One tensor-core instruction's tile (mma.sync m16n8k16)."""
+MMA_K_TF32 = 8
+"""k of the TF32 instruction (mma.sync m16n8k8)."""
+MMA_WARP = (64, 32)
+"""A warp's tile of C under tensor cores: 4 x 4 instructions per k step, 64 f32 accumulators
+per lane (the register budget of the f32 path's 8 x 8)."""
+MIN_SPLIT_TILES = 4
+"""The fewest k tiles auto split-K leaves each range (below it the partials' traffic and
+the second kernel outweigh the blocks gained)."""
+WARP_LANES = (4, 8)
+"""A warp's 32 lanes as rows x columns of its sub-tile under `warp-tile`."""
+GROUP = 4
+"""Consecutive rows (columns) of a thread's register tile under `warp-tile`: one vector
+read of shared memory."""
+MIN_FILL_BLOCK = 32
+"""The smallest block side `fill-sms` halves to (32 x 32 with 4 x 4 register tiles: 64
+threads, the warp sub-tile 16 x 32)."""
+PAIR_WAVES = 4
+"""`fill-sms` pairs blocks on a multiprocessor where the 128 x 128 tiles make at most this many
+waves of one block an SM (see `_paired`)."""
+
+
+@dataclass(frozen=True)
+class MatmulShape:
+    """What the policy sees of one matmul nest."""
+
+    m: int
+    n: int
+    k: int
+    batch: tuple[int, ...]
+    """The batch extents (empty for a plain matmul)."""
+    dtype: str
+    """The element type: "f16", "bf16", "f32" or "f64"."""
+    itemsize: int
+    single_call: bool
+    """Whether the kernel is called exactly once (split-K needs its own driver call)."""
+
+
+@dataclass(frozen=True)
+class GpuTile:
+    """One matmul's schedule: what the emitter builds."""
+
+    options: GpuTileMatmulPass
+    """The pass's options with the block and register tiles resolved for this problem."""
+    mma: bool
+    """On tensor cores (`mma.sync`); otherwise SIMT register tiles."""
+    tf32: bool
+    mma_k: int
+    warps: tuple[int, int]
+    """Under tensor cores: warps along m and n (each a `MMA_WARP` tile, or smaller)."""
+    threads: int
+    warp_tiled: bool
+    """SIMT threads laid out as warp sub-tiles (vector reads of shared memory)."""
+    tiles: int
+    """C tiles (per batch entry)."""
+    batches: int
+    k_tiles: int
+    splits: int
+    """k ranges each C tile's sum is split into (split-K; 1: none)."""
+
+    @property
+    def rows_t(self) -> int:
+        """SIMT threads along m."""
+        return self.options.block_m // self.options.thread_m
+
+    @property
+    def cols_t(self) -> int:
+        """SIMT threads along n."""
+        return self.options.block_n // self.options.thread_n
+
+    @property
+    def blocks(self) -> int:
+        """The grid: C tiles, times k ranges, times batch entries."""
+        return self.tiles * self.splits * self.batches
+
+
+def gpu_tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
+    """The schedule of one matmul under options `o` (see the module docstring); a tile
+    the options make impossible (past static shared memory) is a one-line OptionError."""
+    tile = _tile(o, shape)
+    if o.fill_sms:
+        tile = _filling(_paired(o, tile, shape), shape)
+    return tile
+
+
+def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
+    narrow = shape.dtype in ("f16", "bf16")
+    tf32 = o.tf32 and shape.dtype == "f32"
+    mma = (o.tensor_cores and narrow) or tf32
+    mma_k = MMA_K_TF32 if tf32 else MMA_K
+    block_m, thread_m = _fit(o.block_m, o.thread_m, shape.m)
+    block_n, thread_n = _fit(o.block_n, o.thread_n, shape.n)
+    if mma:  # whole m16n8k16 tiles: the block at least 16 x 8, k in steps of 16
+        block_m, block_n = max(block_m, MMA_M), max(block_n, MMA_N)
+    block_k = o.block_k or _auto_depth(o, block_m, block_n, shape.k, shape.itemsize)
+    if mma:
+        block_k = -(-block_k // mma_k) * mma_k
+    o = replace(o, block_m=block_m, thread_m=thread_m, block_n=block_n, thread_n=thread_n,
+                block_k=block_k)  # fmt: skip
+    _check_shared(o, shape.itemsize)
+    threads = (block_m // thread_m) * (block_n // thread_n)
+    warps = (1, 1)
+    if mma:  # warps of 64 x 32 (fewer where the block is smaller), 32 lanes each
+        warps = (max(1, block_m // MMA_WARP[0]), max(1, block_n // MMA_WARP[1]))
+        whole = (
+            block_m % (warps[0] * MMA_M) == 0
+            and block_n % (warps[1] * MMA_N) == 0
+            and block_k % mma_k == 0
+        )
+        if whole:
+            threads = 32 * warps[0] * warps[1]
+        else:  # block options that do not cut into instruction tiles: no mma
+            mma = tf32 = False
+    tiles = -(-shape.m // block_m) * -(-shape.n // block_n)
+    k_tiles = -(-shape.k // block_k)
+    splits = _splits(o, tiles, k_tiles) if not shape.batch and shape.single_call else 1
+    return GpuTile(o, mma, tf32, mma_k, warps, threads, _warp_tiles(o), tiles,
+                   prod(shape.batch), k_tiles, splits)  # fmt: skip
+
+
+def _splits(o: GpuTileMatmulPass, tiles: int, k_tiles: int) -> int:
+    """How many k ranges each C tile's sum is split into (split-K): a divisor of the k
+    tiles, so every range has the same trip count (lockstep needs uniform loop bounds; a GPU
+    likes them too)."""
+    if o.split_k == 1:
+        return 1
+    divisors = [d for d in range(1, k_tiles + 1) if k_tiles % d == 0]
+    if o.split_k:
+        return max(d for d in divisors if d <= o.split_k)
+    if 2 * tiles > o.sms:  # at least half the multiprocessors busy already
+        return 1
+    need = -(-o.sms // tiles)
+    deep = [d for d in divisors if k_tiles // d >= MIN_SPLIT_TILES]
+    best = next((d for d in deep if d >= need), max(deep, default=1))
+    # a split that still leaves most multiprocessors idle costs a second launch and the
+    # partials' traffic for little: not done
+    return best if 2 * tiles * best >= o.sms else 1
+
+
+def _auto_depth(o: GpuTileMatmulPass, block_m: int, block_n: int, k: int, itemsize: int) -> int:
+    """block-k=0: 64 bytes of k per tile row where K is a multiple of it, else 32 (a ragged
+    K's bounds checks on twice the elements per thread made ptxas spill: 12 spills on a
+    147-deep im2col matmul at 16 f32), halved until the tiles fit."""
+    stages = 2 if o.double_buffer else 1
+    depth = max(1, 64 // itemsize)
+    if k % depth:
+        depth = max(1, depth // 2)
+    while (
+        depth > 1
+        and stages * depth * (block_m + block_n + 2 * o.pad) * itemsize > STATIC_SHARED_LIMIT
+    ):
+        depth //= 2
+    return depth
+
+
+def _check_shared(o: GpuTileMatmulPass, itemsize: int) -> None:
+    """The tiles are static `__shared__` arrays: refuse, naming the options, tiles past the
+    48 KB a kernel may declare statically (NVRTC would fail with ptxas's words)."""
+    stages = 2 if o.double_buffer else 1
+    need = stages * o.block_k * (o.block_m + o.block_n + 2 * o.pad) * itemsize
+    require(
+        need <= STATIC_SHARED_LIMIT,
+        "block-k",
+        o.block_k,
+        f"with block-m={o.block_m}, block-n={o.block_n}, pad={o.pad} and {stages} "
+        f"stage(s), the {itemsize}-byte tiles need {need} bytes of shared memory; a "
+        f"kernel's static shared memory is at most {STATIC_SHARED_LIMIT} bytes",
+    )
+
+
+def _warp_tiles(o: GpuTileMatmulPass) -> bool:
+    """Whether the block's threads are laid out as warp sub-tiles: the register tile is
+    whole 4 x 4 groups, the block whole warp sub-tiles, and shared rows stay aligned for the
+    vector reads."""
+    lanes_m, lanes_n = WARP_LANES
+    return (
+        o.warp_tile
+        and o.thread_m % GROUP == 0
+        and o.thread_n % GROUP == 0
+        and o.block_m % (o.thread_m * lanes_m) == 0
+        and o.block_n % (o.thread_n * lanes_n) == 0
+        and (o.block_m + o.pad) % GROUP == 0
+        and (o.block_n + o.pad) % GROUP == 0
+    )
+
+
+def _paired(o: GpuTileMatmulPass, tile: GpuTile, shape: MatmulShape) -> GpuTile:
+    """`fill-sms` on a grid of 128 x 128 f32 tiles (8 x 8 register tiles, warp-tiled) that
+    fills the multiprocessors but makes at most `PAIR_WAVES` waves: 128 x 64 tiles of 128
+    threads under `__launch_bounds__(128, 2)`, twice the blocks, two or more resident on each
+    SM to hide one another's loads. On an H200 with NVRTC 13.0 (2026-11-28, dbb5b27):
+    transformer_block at B=8 S=512 D=512 F=2048 (matmuls of 128 and 512 such blocks) 1.100x
+    [1.098, 1.101] faster end to end, every matmul kernel faster (62.5 -> 56.3 us at 4096 x
+    512 x 512); mlp at B=512 D=1024 F=4096 1.099x; but a 4096^3 gemm (1024 blocks, ~8 waves)
+    0.964x, where the large tile's arithmetic per load wins. 64 x 128 tiles gained less
+    (1.085x), and the smaller tiles alone lost (0.953x): the pair needs both. Tensor-core
+    tiles and any other register tile are left as they are (not measured)."""
+    t = tile.options
+    if (
+        tile.mma
+        or not tile.warp_tiled
+        or shape.dtype != "f32"
+        or (t.block_m, t.block_n, t.thread_m, t.thread_n) != (128, 128, 8, 8)
+        or 2 * tile.blocks < t.sms
+        or tile.blocks > PAIR_WAVES * t.sms
+    ):
+        return tile
+    pair = replace(
+        o, block_m=128, block_n=64, thread_m=8, thread_n=8, min_blocks=max(o.min_blocks, 2)
+    )
+    return _tile(pair, shape)
+
+
+def _filling(tile: GpuTile, shape: MatmulShape) -> GpuTile:
+    """`fill-sms`: where the C tiles, split-K included, would leave more than half of the
+    `sms` multiprocessors idle, the block tile halved (and its register tile, down to 4 x 4)
+    while that gives more blocks, to `MIN_FILL_BLOCK` at the least. A 256^3 gemm on an H200
+    (2026-11-27): 128 x 128 tiles, 4 blocks, 31.5 us; 64 x 64, 16 blocks, 2.30x faster; 32 x
+    32 (split-K 4: 256 blocks), 2.48x faster. Only where the grid is that short: a larger
+    problem keeps the large tiles' arithmetic per load."""
+    best = tile
+    while 2 * best.blocks < best.options.sms:
+        o = best.options
+        block_m, block_n = o.block_m // 2, o.block_n // 2
+        thread_m, thread_n = (
+            max(min(o.thread_m, 4), o.thread_m // 2),
+            max(min(o.thread_n, 4), o.thread_n // 2),
+        )
+        if (
+            min(block_m, block_n) < MIN_FILL_BLOCK
+            or block_m % thread_m
+            or block_n % thread_n
+            or (block_m // thread_m) * (block_n // thread_n) < MIN_THREADS
+        ):
+            break
+        smaller = _tile(
+            replace(o, block_m=block_m, block_n=block_n, thread_m=thread_m, thread_n=thread_n),
+            shape,
+        )
+        if smaller.blocks <= best.blocks:
+            break
+        best = smaller
+    return best
+
+
+def _fit(block: int, thread: int, extent: int) -> tuple[int, int]:
+    """A block side shrunk for a problem smaller than it (M = 4 rows with 128-row tiles would
+    leave 97% of the threads idle): the next power of two >= extent, with the register tile
+    shrunk to keep the number of threads along that side where it can."""
+    if extent >= block:
+        return block, thread
+    fitted = 1 << (extent - 1).bit_length()
+    return fitted, max(1, fitted // (block // thread))
