@@ -16,20 +16,23 @@ def blocks(lang: str) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", PAGE, re.S)
 
 
-def test_the_pass_recipe_runs_as_written(tmp_path: Path) -> None:
-    (plugin,) = blocks("python")
-    (commands,) = blocks("sh")
-    (tmp_path / "my_passes.py").write_text(plugin)
-    (tmp_path / "m.graph").write_text(
-        "model m\ninput x : f32[4, 8]\nparam w : f32[8, 8]\noutput y = relu(-(-matmul(x, w)))\n"
-    )
+def run_recipe(tmp_path: Path, code: str, shell: str, plugin: str, model: str) -> list[str]:
+    """The page's plugin block written as `plugin`, and each line of its shell block run
+    beside it (irkit-bench's with a short budget), each required to succeed: their outputs."""
+    ((tmp_path / plugin).write_text(blocks(code)[0]), (tmp_path / "m.graph").write_text(model))
     outputs = []
-    for line in commands.strip().splitlines():
+    for line in blocks(shell)[0].strip().splitlines():
         argv = shlex.split(line) + ["--budget", "0.2"] * ("irkit-bench" in line)
         r = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, (line, r.stdout, r.stderr)
         outputs.append(r.stdout)
-    ir, run, attribute = outputs
+    return outputs
+
+
+def test_the_pass_recipe_runs_as_written(tmp_path: Path) -> None:
+    assert len(blocks("python")) == len(blocks("sh")) == 1
+    model = "model m\ninput x : f32[4, 8]\nparam w : f32[8, 8]\noutput y = relu(-(-matmul(x, w)))\n"
+    ir, run, attribute = run_recipe(tmp_path, "python", "sh", "my_passes.py", model)
     assert "graph.neg" not in ir and "graph.matmul" in ir  # the double negation is gone
     assert "ok (relative error" in run  # checked against the reference, then timed
     assert "drop-double-neg" in attribute  # attribution measured the plugin's pass
@@ -80,19 +83,9 @@ def test_the_loop_pass_recipe_runs_as_written(tmp_path: Path) -> None:
     """The loop-pass recipe: its plugin unrolls the matmul's k loop (8 trips) and nothing
     else, the result is checked against the reference before it is timed, attribution
     measures the pass, and a bad option is one line naming it."""
-    (plugin,) = blocks("py")
-    (commands,) = blocks("shell")
-    (tmp_path / "my_loop_passes.py").write_text(plugin)
-    (tmp_path / "m.graph").write_text(
-        "model m\ninput x : f32[4, 8]\nparam w : f32[8, 8]\noutput y = relu(matmul(x, w))\n"
-    )
-    outputs = []
-    for line in commands.strip().splitlines():
-        argv = shlex.split(line) + ["--budget", "0.2"] * ("irkit-bench" in line)
-        r = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, (line, r.stdout, r.stderr)
-        outputs.append(r.stdout)
-    ir, run, attribute = outputs
+    assert len(blocks("py")) == len(blocks("shell")) == 1
+    model = "model m\ninput x : f32[4, 8]\nparam w : f32[8, 8]\noutput y = relu(matmul(x, w))\n"
+    ir, run, attribute = run_recipe(tmp_path, "py", "shell", "my_loop_passes.py", model)
     assert "scf.for" not in ir and "scf.parallel" in ir  # the k loop is gone, the rest kept
     assert ir.count("memref.load %w") == 8 and "arith.constant 7 : index" in ir
     assert "ok (relative error" in run

@@ -228,3 +228,13 @@ def write_output(
         with contextlib.suppress(OSError):  # on a read-only filesystem, unlink fails too
             tmp.unlink(missing_ok=True)
         raise IrkitError(f"cannot write: {e.strerror}", str(path)) from None
+
+
+def add_plugin_option(parser: argparse.ArgumentParser, also: str = "") -> None:
+    """`-L/--load-pass-plugin/--plugin MODULE_OR_FILE`, repeatable: what irkit-opt and every
+    irkit-bench command take to import a module that registers passes first."""
+    parser.add_argument(
+        "-L", "--load-pass-plugin", "--plugin", dest="plugin", action="append", default=[],
+        metavar="MODULE_OR_FILE",
+        help=f"import a module (or .py file) that registers passes first (repeatable){also}",
+    )  # fmt: skip

@@ -22,6 +22,7 @@ from xdsl.xdsl_opt_main import VersionAction, xDSLOptMain
 
 from irkit.cli.common import (
     OneLineArgumentParser,
+    add_plugin_option,
     check_output,
     debug_level,
     parse_dim,
@@ -95,16 +96,7 @@ class IrkitOptMain(xDSLOptMain):
         arg_parser.add_argument(
             "--list-passes", action="store_true", help="list passes and named pipelines, then exit"
         )
-        arg_parser.add_argument(
-            "-L",
-            "--load-pass-plugin",
-            "--plugin",
-            dest="plugin",
-            action="append",
-            default=[],
-            metavar="MODULE_OR_FILE",
-            help="import a module (or .py file) that registers passes first (repeatable)",
-        )
+        add_plugin_option(arg_parser)
         arg_parser.add_argument(
             "--no-verify-each",
             action="store_true",

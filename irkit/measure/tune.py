@@ -412,9 +412,17 @@ class TuneJob:
     placements: int = 8
 
 
-def _run_tune_job(job: TuneJob) -> dict:  # pragma: no cover - runs on a worker
+def tune_job(
+    job: TuneJob, store: bool = True, progress: Callable[[str, int, int], None] | None = None
+) -> TuneResult:
+    """`tune` with the job's arguments."""
     return tune(job.model, job.space, job.pipeline, job.backend, job.dims, job.precision,
-                job.budget_s, job.seed, store=False, placements=job.placements).to_json()  # fmt: skip
+                job.budget_s, job.seed, store=store, progress=progress,
+                placements=job.placements)  # fmt: skip
+
+
+def _run_tune_job(job: TuneJob) -> dict:  # pragma: no cover - runs on a worker
+    return tune_job(job, store=False).to_json()
 
 
 def tune_on(executor: Any, job: TuneJob, store: bool = True) -> dict:

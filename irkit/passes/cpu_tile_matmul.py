@@ -1,79 +1,29 @@
 """cpu-tile-matmul: register-blocked, vectorized matmul nests for the CPU (LLVM vector types).
 
-The naive nest computes each `C[i, j]` by a dot product: per multiply-add it loads one
-element of A and one of B (B with a stride of a whole row), so it runs at a few percent of
-the core's peak. This pass rewrites every matmul nest `match_matmul` recognizes into the
-scheme of BLIS-style microkernels:
+Every matmul nest `match_matmul` recognizes (plain, batched, or reading A through index
+arithmetic as an implicit-GEMM convolution does) becomes BLIS-style microkernels: B packed
+into panels of `nr` columns (weights once per bind, in an `irkit.once` kernel), an `mr x nr`
+tile of C kept in vector registers, the row tiles inside the panel loop (K blocked by `kc`
+where a panel would not stay in L2), the panel loop parallel for `cpu-parallelize`, the
+epilogue run on each tile while it is in L1, and the remainders handled by smaller
+microkernels and the original nest. The sum over k runs in the original order, each
+multiply-add fused (one rounding instead of two).
 
-- **packing**: B is copied once into panels of `nr` columns laid out `[panel][k][nr]`, so
-  the microkernel streams it contiguously (no 4 KiB-strided rows aliasing in the L1 sets).
-  Where B is a weight (a param or constant of the driver, read by a kernel with one call
-  site), the copy is its own kernel, marked `irkit.once`: a bound executable packs the
-  weights once, when they are bound, not on every call (mlp's 64-row batch reuses each
-  element of B only 64 times, which never paid for packing it per call). Otherwise the
-  kernel packs B on every call, into a buffer the driver allocates and keeps (a fresh
-  multi-megabyte buffer per call cost its page faults every time);
-- **register blocking**: a microkernel keeps an `mr x nr` tile of C in vector registers
-  (`mr * nr / lanes` accumulators of `vector<lanes x f32>`), and for each k loads `nr/lanes`
-  vectors of the B panel, broadcasts `mr` elements of A and issues `mr * nr / lanes` vector
-  FMAs;
-- **cache reuse**: the loop over row tiles is inside the loop over panels, so each packed
-  panel (K x nr) stays in L2 while every row tile of A passes over it; with `kc`, K is
-  also blocked: the row tiles run over one `kc x nr` block of the panel at a time (64 KiB
-  with kc=256, so it stays in L1/L2 however long K is), each tile's accumulators
-  stored to C after a block and loaded back for the next (exact: f32 in, f32 out, and the
-  sum still runs over k in order); the panel loop (and
-  the packing loop) are `scf.parallel`, each panel writing its own columns, so
-  `cpu-parallelize` can give each thread its own panels; with fewer than `min-panels`
-  panels (N < 256 with the defaults: a 64-channel convolution is one panel, which no
-  thread could share) the row tiles are the parallel loop instead, each running over the
-  panels;
-- the **epilogue** (bias, activation, residual...) runs on each tile right after it is
-  stored, while it is in L1, as the original scalar ops (LLVM vectorizes what it can);
-- **remainders**: a row tail gets a microkernel with fewer rows, a column tail of whole
-  vectors a microkernel reading B unpacked, and the last columns (fewer than one vector)
-  the original nest restricted to them.
-- **gathered A** (an implicit-GEMM convolution, `conv-to-matmul{implicit=true}`): where
-  the nest reads A through index arithmetic (`match_matmul(gather=True)`), each broadcast
-  of A clones that arithmetic for its row and k; LLVM hoists the row's part out of the k
-  loop and the codegen's distributed addressing leaves one add per row and step, so the
-  microkernel runs as fast as on a plain A (conv_block's matmul: 167 us against 180 us
-  with its im2col matrix, one znver4 core);
-- **batch matmuls** (`batch_matmul`, attention's two): the whole scheme runs once per
-  batch inside one `scf.parallel` over the batch dims (which `cpu-parallelize` threads),
-  each operand indexed at its batch (a broadcast batch dim stays at 0), B packed per batch.
-
-The sum over k runs in the original order for every element, with each multiply-add fused
-(one rounding instead of two): the only numerical difference from the input, and the
-contraction C compilers make under -ffp-contract.
+Which microkernel a nest gets is data (`cpu_tile_policy.cpu_tile`: a pure function of these
+options, the host and the nest); this module builds it. How each part works and what it was
+measured at: docs/passes.md, "cpu-tile-matmul in detail".
 
 Options:
 
     mr=6              rows of C per microkernel (its register tile is mr x nr)
     nr=0              columns per microkernel and per packed panel, a multiple of the lanes;
-                      0 (auto): 4 vectors where the host has 32 vector registers (AVX-512:
-                      64 f32 at 512 bits), 2 where it has 16 (AVX2: 16 f32 at 256 bits)
-    vector-bits=0     vector register width: 512 (AVX-512), 256 (AVX2) or 128; 0 (auto):
-                      the host's widest (`irkit.host.vector_bits`; IRKIT_VECTOR_BITS=256 narrows
-                      an AVX-512 host's)
+                      0 (auto): 4 vectors with 32 vector registers, 2 with 16
+    vector-bits=0     vector register width: 512, 256 or 128; 0 (auto): the host's widest
+                      (IRKIT_VECTOR_BITS=256 narrows an AVX-512 host's)
     pack=true         pack B into contiguous panels before the microkernels run
     min-panels=4      with fewer panels, the row tiles are the parallel loop (0: never)
-    kc=-1             the k steps per block of a panel; 0, or K <= kc: K in one block;
-                      -1 (auto): `cpu_tile_policy.AUTO_KC` where a whole panel would pass a
-                      quarter of a 2 MiB L2 (the measurements: that module's docstring)
-
-    prefetch=true     with B packed, the last nv whole row tiles of a panel (or K block)
-                      prefetch the block after it into L2 (`irkit_cpu.prefetch`, a cache
-                      line of its rows a k step; the next panel's for the last K block):
-                      with few rows, a panel's first tile otherwise waits for it from
-                      memory (64x1024 @ 1024x4096 ran at 84 GFLOP/s against 121 with 640
-                      rows on one core; mlp 13.7 -> 12.4 ms, 0.97x -> 1.06x onnxruntime).
-                      The last tiles, so that the rows of A streaming through L2 for the
-                      others do not evict it first
-
-With 32 vector registers (AVX-512), mr * nr / lanes accumulators plus nr / lanes B vectors
-plus one broadcast must stay at most 32: the defaults use 24 + 4 + 1; with 16 (AVX2), 12 + 2
-+ 1.
+    kc=-1             k steps per block of a panel; 0, or K <= kc: K in one block; -1 (auto)
+    prefetch=true     with B packed, the last row tiles of a panel prefetch the next block
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from irkit.cli.bench import (
     tune,
 )
 from irkit.cli.bench.options import default_model
-from irkit.cli.common import OneLineArgumentParser, run_main
+from irkit.cli.common import OneLineArgumentParser, add_plugin_option, run_main
 
 COMMANDS = (reference, run, attribute, suite, compare, bisect, tune, snapshot, replay, report)
 """One module a command, each with `add_parser(subparsers)` and `run(args) -> int`."""
@@ -48,17 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {}
     for module in COMMANDS:
         p = module.add_parser(sub)
-        p.add_argument(
-            "-L",
-            "--load-pass-plugin",
-            "--plugin",
-            dest="plugin",
-            action="append",
-            default=[],
-            metavar="MODULE_OR_FILE",
-            help="import a module (or .py file) that registers passes first; repeatable; "
-            "IRKIT_PLUGINS lists more",
-        )
+        add_plugin_option(p, "; IRKIT_PLUGINS lists more")
         commands[p.prog.split()[-1]] = module.run
     args = parser.parse_args(argv)
 

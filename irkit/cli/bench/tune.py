@@ -63,51 +63,23 @@ def _tune(args, console) -> dict:
     from pathlib import Path
 
     from irkit.measure.executors import get_executor
-    from irkit.measure.tune import TuneJob, tune, tune_on
+    from irkit.measure.tune import TuneJob, tune_job, tune_on
 
-    dims = dict(args.dim) or None
+    job = TuneJob(args.file, args.space, args.passes, args.backend, dict(args.dim) or None,
+                  args.precision, args.budget, args.seed, placements=args.placements)  # fmt: skip
     if args.executor == "local":
         bar, tick = progress()
         with bar:
-            record = tune(
-                args.file,
-                args.space,
-                args.passes,
-                args.backend,
-                dims,
-                args.precision,
-                args.budget,
-                args.seed,
-                store=not args.no_store,
-                progress=tick,
-                placements=args.placements,
-            ).to_json()
-    else:
-        job = TuneJob(
-            args.file,
-            args.space,
-            args.passes,
-            args.backend,
-            dims,
-            args.precision,
-            args.budget,
-            args.seed,
-            placements=args.placements,
-        )
-        import tempfile
+            return tune_job(job, store=not args.no_store, progress=tick).to_json()
+    import tempfile
 
-        # submitit's logs go beside the record, or to a temporary folder (not the cwd)
-        where = (
-            Path(args.json)
-            if args.json
-            else Path(tempfile.mkdtemp(prefix="irkit-tune-")) / "tune.json"
-        )
-        executor = get_executor(
-            args.executor, where, args.ray_address, args.slurm_partition, args.slurm_cluster
-        )
-        console.print(f"tuning as one job on the {args.executor} executor ...", style="dim")
-        record = tune_on(executor, job, store=not args.no_store)
-    return record
+    # submitit's logs go beside the record, or to a temporary folder (not the cwd)
+    where = Path(args.json) if args.json else Path(tempfile.mkdtemp(prefix="irkit-tune-")) / "tune.json"  # fmt: skip
+    executor = get_executor(
+        args.executor, where, args.ray_address, args.slurm_partition, args.slurm_cluster
+    )
+    console.print(f"tuning as one job on the {args.executor} executor ...", style="dim")
+    return tune_on(executor, job, store=not args.no_store)
 
 
 def _show(console, file: str, record: dict) -> None:
