@@ -521,11 +521,10 @@ class CudaExecutable(Provenance):
         placement slot into, so that where they lie is common to the slot's programs."""
         name = f"@{self.entry.sym_name.data}"
         inputs = check_arrays(name, self.inputs, arrays)
-        if io is not None:
-            ins, outs = shared_io(name, self.inputs, self.outputs, io)
-        else:
-            ins = [DeviceBuffer(spec.shape, spec.dtype) for spec in self.inputs]
-            outs = [DeviceBuffer(spec.shape, spec.dtype) for spec in self.outputs]
+        ins, outs = (
+            shared_io(name, self.inputs, self.outputs, io) if io is not None
+            else [[DeviceBuffer(s.shape, s.dtype) for s in specs] for specs in (self.inputs, self.outputs)]
+        )  # fmt: skip
         for buf, a in zip(ins, inputs, strict=True):
             buf.upload(a)
         for buf in outs:
