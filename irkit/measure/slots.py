@@ -28,6 +28,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from irkit.errors import IrkitError
 from irkit.measure.stats import Estimate, ratio_ci, t_quantile
+from irkit.runtime.backend import Copyable, ReleasesKernels, SharesIO
 
 MAX_PLACEMENTS = 64
 
@@ -97,7 +98,7 @@ class Rotation:
 def copy_of(backend: Any, exe: Any) -> Any:
     """Another placement of a compiled program: the backend's own copy (`exe.copy()`, the
     same code linked or loaded again) where it has one, else a fresh compile."""
-    if callable(getattr(exe, "copy", None)):
+    if isinstance(exe, Copyable):
         return exe.copy()
     return backend.compile(exe.module.clone())
 
@@ -112,7 +113,7 @@ def io_of(bound: Any) -> list[Any] | None:
     (sd over 24 slots); bound into the same buffers, by 28-44 us (their slot medians
     correlated 0.97 where they had 0.65-0.78). The effect measured is the same: fusion's
     saving, 75.2-76.5% of the program in three runs each way."""
-    return getattr(bound, "io", None)
+    return bound.io if isinstance(bound, SharesIO) else None
 
 
 def checked_bound(
@@ -166,7 +167,8 @@ def bind_slots(
             exe, what = sources[k]
             copy = checked_bound(copy_of(backend, exe), graph, case, what, io)
             io = io if io is not None else io_of(copy)
-            getattr(copy, "release_kernels", lambda: None)()
+            if isinstance(copy, ReleasesKernels):
+                copy.release_kernels()
             bound[k].append(copy)
             done += 1
             if tick is not None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from irkit.measure.stats import Estimate, median_ci
+from irkit.runtime.backend import SelfTimed
 
 
 @dataclass(frozen=True)
@@ -98,9 +99,8 @@ def time_cpu(
 def _sample(fn: Callable[[], None], reps: int) -> float:
     """Seconds per call over one batch of `reps` back-to-back calls. A function that times
     itself (a `sample(reps)` method, as GPU runs have: device events) is asked to."""
-    own = getattr(fn, "sample", None)
-    if own is not None:
-        return own(reps)
+    if isinstance(fn, SelfTimed):
+        return fn.sample(reps)
     start = time.perf_counter_ns()
     for _ in range(reps):
         fn()
@@ -193,19 +193,16 @@ class Rounds:
                 settle()
 
     def timings(self, warmup: int, reason: str) -> dict[str, Timing]:
-        """Every function's samples, median and CI, and why sampling stopped."""
-        return {
-            name: Timing(
-                np.array(s),
-                self.reps[name],
-                warmup,
-                reason,
-                median_ci(_measured(s)),
-                getattr(self.fns[name], "timer", "perf_counter_ns"),
-                None if hasattr(self.fns[name], "sample") else np.array(self.cpu[name]),
-            )
-            for name, s in self.samples.items()
-        }
+        """Every function's samples, median and CI, and why sampling stopped; a function
+        that times itself (`SelfTimed`) says by what clock, and has no CPU times."""
+        out = {}
+        for name, s in self.samples.items():
+            fn = self.fns[name]
+            own = fn.timer if isinstance(fn, SelfTimed) else None
+            cpu = None if own else np.array(self.cpu[name])
+            out[name] = Timing(np.array(s), self.reps[name], warmup, reason,
+                               median_ci(_measured(s)), own or "perf_counter_ns", cpu)  # fmt: skip
+        return out
 
 
 def time_interleaved(

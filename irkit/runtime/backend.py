@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
@@ -243,6 +243,40 @@ class Bound(Protocol):
         """The whole graph recorded once and replayed as one launch (a CUDA graph), where
         the device can; None elsewhere."""
         ...
+
+
+@runtime_checkable
+class ReleasesKernels(Protocol):
+    """A bound program that can let go of what only `run_kernel` needs (a copy whose kernels
+    are never timed alone)."""
+
+    def release_kernels(self) -> None: ...
+
+
+@runtime_checkable
+class SharesIO(Protocol):
+    """A bound program whose inputs' and outputs' buffers another program of the same
+    signature can be bound into (`Executable.bind(..., io=...)`)."""
+
+    io: list[Any]
+
+
+@runtime_checkable
+class Copyable(Protocol):
+    """An executable that can give another placement of its compiled code (loaded or linked
+    again, its own buffers), nothing generated or compiled again."""
+
+    def copy(self) -> Executable: ...
+
+
+@runtime_checkable
+class SelfTimed(Protocol):
+    """A timed call that times itself (device events around `reps` calls): the seconds per
+    call of one sample, and what clock it read."""
+
+    timer: str
+
+    def sample(self, reps: int) -> float: ...
 
 
 class BoundDefaults:

@@ -16,22 +16,22 @@ from irkit.measure.attribution.record import KernelTime
 from irkit.measure.attribution.types import Program, Progress
 from irkit.measure.roofline import Ceilings, roof_point
 from irkit.measure.timers import time_interleaved
+from irkit.runtime.backend import Executable
 
 
-def program_key(exe) -> str:
+def program_key(exe: Executable) -> str:
     """What identifies a compiled program: its kernels' compiled-code identities in order
     (`KernelRecord.code_hash`: on the CPU the kernel after O3, so a pass whose change LLVM
     folds away makes no new program and gets exactly zero), and its loop-level module's
     other ops (the driver, globals) as text. Two programs with equal keys run the same
     code; cheaper than hashing the whole module's text, which printed every kernel again."""
-    kernels = getattr(exe, "kernels", [])
+    kernels = exe.kernels
     names = {k.name for k in kernels}
     digest = hashlib.sha256()
     for k in kernels:
-        digest.update(f"{k.name}:{getattr(k, 'code_hash', '') or k.hash};".encode())
-    module = getattr(exe, "module", None)
-    if isinstance(module, ModuleOp):
-        for op in module.ops:
+        digest.update(f"{k.name}:{k.code_hash or k.hash};".encode())
+    if isinstance(exe.module, ModuleOp):
+        for op in exe.module.ops:
             if not (isinstance(op, func.FuncOp) and op.sym_name.data in names):
                 digest.update(to_text(op, generic=True).encode())
     return digest.hexdigest()[:16]
@@ -46,12 +46,9 @@ def flush_bytes(fingerprint: dict) -> int | None:
     return None
 
 
-def kernel_threads(exe: Any) -> int | None:
-    """The most threads one of the program's kernels runs on (None where unknown)."""
-    kernels = getattr(exe, "kernels", None)
-    if kernels is None:
-        return None
-    return max([(k.launch or {}).get("threads", 1) for k in kernels] or [1])
+def kernel_threads(exe: Executable) -> int:
+    """The most threads one of the program's kernels runs on."""
+    return max([(k.launch or {}).get("threads", 1) for k in exe.kernels] or [1])
 
 
 def shown_kernels(
