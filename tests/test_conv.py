@@ -28,6 +28,8 @@ CONVS = {
     "5x3_strided_asym": ((1, 3, 13, 10), (4, 3, 5, 3), "strides=[2, 3], padding=[2, 0, 1, 1]"),
     "dilated": ((1, 2, 12, 12), (3, 2, 3, 3), "dilations=[2, 2], padding=[2, 2, 2, 2]"),
     "grouped": ((1, 6, 8, 8), (4, 3, 3, 3), "groups=2, padding=[1, 1, 1, 1]"),
+    # kernel wider than a group's channels: conv-layout leaves it channels-first (keeps_nchw)
+    "grouped_wide": ((1, 8, 1, 40), (8, 2, 1, 12), "groups=4, padding=[0, 6, 0, 5]"),
 }
 
 
@@ -59,7 +61,7 @@ def test_nhwc_conv_is_the_nchw_conv_bit_for_bit(tmp_path: Path, name: str) -> No
     module = conv_module(tmp_path, name)
     nhwc = apply_passes(module.clone(), parse_passes("conv-layout"))
     (conv,) = [op for op in nhwc.walk() if isinstance(op, g.Conv2dOp)]
-    assert g.conv_layout(conv.properties) == "nhwc"
+    assert g.conv_layout(conv.properties) == ("nchw" if name == "grouped_wide" else "nhwc")
     direct = _outputs(module, "lower-graph-to-loops")
     converted = _outputs(module, "conv-layout,lower-graph-to-loops")
     np.testing.assert_array_equal(direct[0], converted[0])
@@ -70,7 +72,7 @@ def test_conv_to_matmul_is_the_direct_nest_bit_for_bit(tmp_path: Path, name: str
     module = conv_module(tmp_path, name)
     spec = "conv-layout,fold-transposes,conv-to-matmul"
     rewritten = apply_passes(module.clone(), parse_passes(spec))
-    grouped = name == "grouped"
+    grouped = name.startswith("grouped")
     assert _count(rewritten, g.MatmulOp) == (0 if grouped else 1)
     assert _count(rewritten, g.Conv2dOp) == (1 if grouped else 0)
     # a 1x1 convolution with unit strides and no padding needs no im2col
