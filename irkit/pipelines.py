@@ -85,6 +85,7 @@ PIPELINES: dict[str, Pipeline] = {
             "expand-math",
             "cpu-fuse-rows",
             "interchange-matmul",
+            "unroll-windows",
             "block-reductions",
             "reassociate-reductions",
             "cpu-parallelize",
@@ -98,6 +99,7 @@ PIPELINES: dict[str, Pipeline] = {
                 "cpu-tile-transpose",
                 "expand-math",
                 "cpu-fuse-rows",
+                "unroll-windows",
                 "reassociate-reductions",
                 "cpu-parallelize",
             }
@@ -107,7 +109,7 @@ PIPELINES: dict[str, Pipeline] = {
         "transpose and constant folding, fusion into kernel regions, loops, reshapes as views, padded row "
         "strides of intermediates, register-blocked vector matmuls, transposes in register "
         "blocks, vectorizable exp, "
-        "softmax/layer_norm phases run row by row, f32 sums in blocks added in f64, vectorized reductions, large loops on all CPUs (IRKIT_NUM_THREADS=1 for one thread)",
+        "softmax/layer_norm phases run row by row, convolution windows unrolled over channels-last data, f32 sums in blocks added in f64, vectorized reductions, large loops on all CPUs (IRKIT_NUM_THREADS=1 for one thread)",
     ),
     "default-cuda": Pipeline(
         "default-cuda",

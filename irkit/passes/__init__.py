@@ -120,6 +120,12 @@ def _interchange_matmul() -> type[ModulePass]:
     return InterchangeMatmulPass
 
 
+def _unroll_windows() -> type[ModulePass]:
+    from irkit.passes.unroll_windows import UnrollWindowsPass
+
+    return UnrollWindowsPass
+
+
 def _reassociate_reductions() -> type[ModulePass]:
     from irkit.passes.reductions import ReassociateReductionsPass
 
@@ -150,6 +156,7 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "reshape-views": _reshape_views,
     "cpu-fuse-rows": _cpu_fuse_rows,
     "interchange-matmul": _interchange_matmul,
+    "unroll-windows": _unroll_windows,
     "cpu-tile-transpose": _cpu_tile_transpose,
     "block-reductions": _block_reductions,
     "reassociate-reductions": _reassociate_reductions,
