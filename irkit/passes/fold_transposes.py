@@ -16,7 +16,8 @@ weight transposed back. This pass
   transposed becomes an NHWC pool, transposed after: conv_block's channels-last conv block
   then pools in NHWC, and only the pooled result, a quarter of the data, is transposed).
   Sinking changes no work by itself; it brings transposes together so that they compose
-  and cancel.
+  and cancel. Also below a concatenation of same-permuted tensors and constants (an
+  exported Pad), and a broadcast_to a tensor's own shape is dropped.
 
 Transposes of constants are fold-constants' work. Options: `sink` (bool). Purely a
 reordering of exact data movement: semantics-preserving bit for bit.
@@ -29,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, TensorType, i64
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -207,6 +208,54 @@ class SinkThroughPool(RewritePattern):
         rewriter.erase(t)
 
 
+class DropIdentityBroadcast(RewritePattern):
+    """broadcast_to(x) to x's own shape is x (an exported Pad of zero widths imports as one):
+    between a transpose and its inverse, it kept them from cancelling."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.BroadcastToOp, rewriter: PatternRewriter) -> None:
+        if op.input.type == op.result.type:
+            rewriter.replace(op, [], [op.input])
+
+
+class SinkThroughConcat(RewritePattern):
+    """concat(transpose(x, p), c, ..., axis = a) -> transpose(concat(x, c', ..., axis =
+    p[a]), p), where every other operand is the same permutation of a tensor or a constant
+    (c' its inverse permutation, folded by fold-constants): an exported Pad, imported as
+    concatenated constant slabs, between two layout transposes then lets them cancel
+    (MobileNet v2's blocks: 35 transposes in and out of NHWC around zero padding)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.ConcatOp, rewriter: PatternRewriter) -> None:
+        transposes = [_sole_transpose(v) for v in op.inputs]
+        first = next((t for t in transposes if t is not None), None)
+        if first is None:
+            return
+        perm = _perm(first)
+        for v, t in zip(op.inputs, transposes, strict=True):
+            if t is not None and _perm(t) != perm:
+                return
+            if t is None and not isinstance(v.owner, g.ConstantOp):
+                return
+        inputs = []
+        for v, t in zip(op.inputs, transposes, strict=True):
+            if t is not None:
+                inputs.append(t.input)
+            else:
+                back = _transpose(v, inverse_perm(perm), op)
+                rewriter.insert(back)
+                inputs.append(back.result)
+        axis = perm[g.int_of(op.properties, "axis") % len(perm)]
+        moved = g.ConcatOp.create_inferred(inputs, {"axis": IntegerAttr(axis, i64)})
+        moved.location = op.location
+        rewriter.replace(
+            op, [moved, after := _transpose(moved.results[0], perm, op)], [after.result]
+        )
+        for t in {t for t in transposes if t is not None}:
+            if not t.result.uses:
+                rewriter.erase(t)
+
+
 def inverse_perm(perm: Sequence[int]) -> list[int]:
     """q with transpose(transpose(x, perm), q) == x."""
     inverse = [0] * len(perm)
@@ -248,7 +297,9 @@ class FoldTransposesPass(ModulePass):
     sink: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if not holds(op, (g.TransposeOp, g.ReshapeOp)):  # every pattern starts from one
+        if not holds(
+            op, (g.TransposeOp, g.ReshapeOp, g.BroadcastToOp)
+        ):  # every pattern starts from one
             return
         patterns: list[RewritePattern] = [
             ComposeTransposes(),
@@ -256,5 +307,7 @@ class FoldTransposesPass(ModulePass):
             ComposeReshapes(),
         ]
         if self.sink:
-            patterns += [SinkThroughUnary(), SinkThroughBinary(), SinkThroughPool()]
+            patterns += [SinkThroughUnary(), SinkThroughBinary(), SinkThroughPool(),
+                         SinkThroughConcat()]  # fmt: skip
+        patterns.append(DropIdentityBroadcast())
         PatternRewriteWalker(GreedyRewritePatternApplier(patterns)).rewrite_module(op)
