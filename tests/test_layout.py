@@ -118,6 +118,39 @@ def test_fold_transposes_cancels_across_an_exported_pad(tmp_path: Path) -> None:
     _checked(module, "default-cpu")
 
 
+@pytest.mark.parametrize("activation", ["silu", "hardswish", "square"])
+def test_fold_transposes_cancels_across_an_activation_that_reads_its_input_twice(
+    tmp_path: Path, activation: str
+) -> None:
+    """x * f(x) between two convolutions (SiLU, HardSwish as the importer composes it, x * x):
+    the transpose that both factors read is split, sunk through each, and cancels with the
+    next conv's; the same values bit for bit."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), k)
+             for k, s in (("w1", (8, 4, 3, 3)), ("w2", (8, 8, 1, 1)))]  # fmt: skip
+    n = helper.make_node
+    act = {"silu": [n("Sigmoid", ["h"], ["s"]), n("Mul", ["h", "s"], ["a"])],
+           "hardswish": [n("HardSwish", ["h"], ["a"])],
+           "square": [n("Mul", ["h", "h"], ["a"])]}[activation]  # fmt: skip
+    nodes = [n("Conv", ["x", "w1"], ["h"], pads=[1, 1, 1, 1]), *act, n("Conv", ["a", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, activation,
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])],
+                              inits)  # fmt: skip
+    path = tmp_path / f"{activation}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    module = irkit.load(path)
+    folded = apply_passes(
+        module.clone(), parse_passes("conv-layout,fold-transposes,fold-constants")
+    )
+    assert _count(folded, g.TransposeOp) == 2  # into NHWC at the top, back at the bottom
+    inputs = [np.random.default_rng(6).standard_normal((1, 4, 6, 6)).astype(np.float32)]
+    plain = irkit.compile(module, "conv-layout,lower-graph-to-loops", "cpu")(*inputs)
+    folded_exe = irkit.compile(module, "conv-layout,fold-transposes,lower-graph-to-loops", "cpu")
+    np.testing.assert_array_equal(plain[0], folded_exe(*inputs)[0])
+    _checked(module, "default-cpu")
+
+
 def _gemm_trans_b(tmp_path: Path, dtype=np.float32, shape=(48, 40)) -> Path:
     """y = relu(x @ W^T + b), with W an initializer, as torch.nn.Linear exports it."""
     rng = np.random.default_rng(8)

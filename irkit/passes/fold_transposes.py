@@ -208,6 +208,56 @@ class SinkThroughPool(RewritePattern):
         rewriter.erase(t)
 
 
+class SplitSharedTranspose(RewritePattern):
+    """A transpose read by several elementwise ops that can each sink it becomes one
+    transpose per reader: x * sigmoid(x) (SiLU, Swish; HardSwish and Mish alike) of a
+    transposed tensor reads it twice, so neither reader could take it below itself, and
+    every activation of that kind between two channels-last convolutions kept their
+    transposes from cancelling. A reader can sink it when it is unary (or a cast), or
+    binary with its other operand the same transpose, a broadcast operand, or an elementwise
+    chain from the same transpose (`_unary_chain_from`, which sinks first)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.TransposeOp, rewriter: PatternRewriter) -> None:
+        uses = list(op.result.uses)
+        if len(uses) < 2 or not all(_can_sink(u.operation, op.result) for u in uses):
+            return
+        for use in uses[1:]:
+            copy = _transpose(op.input, _perm(op), op)
+            rewriter.insert(copy)
+            use.operation.operands[use.index] = copy.result
+
+
+def _can_sink(user: Operation, value: SSAValue) -> bool:
+    if isinstance(user, g.UnaryOp | g.CastOp):
+        return True
+    if not isinstance(user, g.BinaryOp):
+        return False
+    others = [v for v in user.operands if v != value]
+    return all(_scalar(v) or _broadcasts_into(v, user.results[0]) or _unary_chain_from(v, value)
+               for v in others)  # fmt: skip
+
+
+def _unary_chain_from(value: SSAValue, source: SSAValue) -> bool:
+    """Whether `value` is `source` through elementwise ops of one tensor operand each:
+    unary ops, casts, and binary ops whose other operand is a scalar or broadcasts (HardSwish
+    composed as min(max(x * a + b, 0), 6))."""
+    while True:
+        op = value.owner
+        if isinstance(op, g.UnaryOp | g.CastOp):
+            value = op.operands[0]
+        elif isinstance(op, g.BinaryOp):
+            full = [v for v in op.operands
+                    if not (_scalar(v) or _broadcasts_into(v, op.results[0]))]  # fmt: skip
+            if len(full) != 1:
+                return False
+            value = full[0]
+        else:
+            return False
+        if value == source:
+            return True
+
+
 class DropIdentityBroadcast(RewritePattern):
     """broadcast_to(x) to x's own shape is x (an exported Pad of zero widths imports as one):
     between a transpose and its inverse, it kept them from cancelling."""
@@ -308,6 +358,6 @@ class FoldTransposesPass(ModulePass):
         ]
         if self.sink:
             patterns += [SinkThroughUnary(), SinkThroughBinary(), SinkThroughPool(),
-                         SinkThroughConcat()]  # fmt: skip
+                         SinkThroughConcat(), SplitSharedTranspose()]  # fmt: skip
         patterns.append(DropIdentityBroadcast())
         PatternRewriteWalker(GreedyRewritePatternApplier(patterns)).rewrite_module(op)
