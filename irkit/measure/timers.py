@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from irkit.measure.stats import Estimate, median_ci
-from irkit.runtime.backend import SelfTimed
+from irkit.runtime.backend import NamedTimer, SelfTimed
 
 
 @dataclass(frozen=True)
@@ -193,15 +193,15 @@ class Rounds:
                 settle()
 
     def timings(self, warmup: int, reason: str) -> dict[str, Timing]:
-        """Every function's samples, median and CI, and why sampling stopped; a function
-        that times itself (`SelfTimed`) says by what clock, and has no CPU times."""
+        """Every function's samples, median and CI, and why sampling stopped; the clock a
+        function names (`NamedTimer`), and no CPU times for one that times itself."""
         out = {}
         for name, s in self.samples.items():
             fn = self.fns[name]
-            own = fn.timer if isinstance(fn, SelfTimed) else None
-            cpu = None if own else np.array(self.cpu[name])
+            timer = fn.timer if isinstance(fn, NamedTimer) else "perf_counter_ns"
+            cpu = None if isinstance(fn, SelfTimed) else np.array(self.cpu[name])
             out[name] = Timing(np.array(s), self.reps[name], warmup, reason,
-                               median_ci(_measured(s)), own or "perf_counter_ns", cpu)  # fmt: skip
+                               median_ci(_measured(s)), timer, cpu)  # fmt: skip
         return out
 
 

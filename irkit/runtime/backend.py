@@ -272,11 +272,16 @@ class Copyable(Protocol):
 @runtime_checkable
 class SelfTimed(Protocol):
     """A timed call that times itself (device events around `reps` calls): the seconds per
-    call of one sample, and what clock it read."""
-
-    timer: str
+    call of one sample."""
 
     def sample(self, reps: int) -> float: ...
+
+
+@runtime_checkable
+class NamedTimer(Protocol):
+    """A timed call that says what clock its samples read (`cuda_events ...`)."""
+
+    timer: str
 
 
 class BoundDefaults:
