@@ -125,14 +125,7 @@ class IrkitOptMain(xDSLOptMain):
         path = self.args.input_file
         if path and Path(path).suffix.lower() == ".onnx":  # binary: the ONNX frontend reads it
             module = load(path, dict(self.args.dim))
-            apply_passes(
-                module,
-                passes,
-                self.ctx,
-                self._after_pass,
-                self.args.reproducer_dir,
-                verify_each=not self.args.no_verify_each,
-            )
+            self._apply(module, passes)
             self._write(self.output_resulting_program(module))
             return
         text, filename, kind = self._read_input()
@@ -141,14 +134,7 @@ class IrkitOptMain(xDSLOptMain):
         for chunk in chunks:
             try:
                 module = parse_source(chunk, filename, kind, dict(self.args.dim))
-                apply_passes(
-                    module,
-                    passes,
-                    self.ctx,
-                    self._after_pass,
-                    self.args.reproducer_dir,
-                    verify_each=not self.args.no_verify_each,
-                )
+                self._apply(module, passes)
                 outputs.append(self.output_resulting_program(module))
             except IrkitError as e:
                 if not self.args.verify_diagnostics:
@@ -180,6 +166,12 @@ class IrkitOptMain(xDSLOptMain):
             print(f"// -----// IR after {p.pipeline_pass_spec()} //----- //", file=sys.stderr)
             Printer(stream=sys.stderr).print_op(module)
             print(file=sys.stderr)
+
+    def _apply(self, module, passes) -> None:
+        """The pipeline on `module` in place, verified as the flags ask, IR dumps and
+        reproducers as they ask."""
+        apply_passes(module, passes, self.ctx, self._after_pass, self.args.reproducer_dir,
+                     verify_each=not self.args.no_verify_each)  # fmt: skip
 
     def _write(self, text: str) -> None:
         out = self.args.output_file
