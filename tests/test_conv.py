@@ -30,6 +30,12 @@ CONVS = {
     "grouped": ((1, 6, 8, 8), (4, 3, 3, 3), "groups=2, padding=[1, 1, 1, 1]"),
     # kernel wider than a group's channels: conv-layout leaves it channels-first (keeps_nchw)
     "grouped_wide": ((1, 8, 1, 40), (8, 2, 1, 12), "groups=4, padding=[0, 6, 0, 5]"),
+    # groups of 8 channels: conv-to-matmul splits it into a matmul per group (RegNet's kind)
+    "split_groups": (
+        (1, 16, 9, 9),
+        (12, 8, 3, 3),
+        "groups=2, padding=[1, 1, 1, 1], strides=[2, 2]",
+    ),
     # depthwise, a window LLVM does not unroll by itself (ConvNeXt's): unroll-windows does
     "grouped_depthwise_7x7": ((1, 8, 10, 10), (8, 1, 7, 7), "groups=8, padding=[3, 3, 3, 3]"),
 }
@@ -75,10 +81,12 @@ def test_conv_to_matmul_is_the_direct_nest_bit_for_bit(tmp_path: Path, name: str
     spec = "conv-layout,fold-transposes,conv-to-matmul"
     rewritten = apply_passes(module.clone(), parse_passes(spec))
     grouped = name.startswith("grouped")
-    assert _count(rewritten, g.MatmulOp) == (0 if grouped else 1)
+    groups = 2 if name == "split_groups" else 1  # one matmul a group, concatenated
+    assert _count(rewritten, g.MatmulOp) == (0 if grouped else groups)
     assert _count(rewritten, g.Conv2dOp) == (1 if grouped else 0)
+    assert _count(rewritten, g.ConcatOp) == (groups > 1)
     # a 1x1 convolution with unit strides and no padding needs no im2col
-    assert _count(rewritten, g.Im2colOp) == (0 if grouped or name == "1x1" else 1)
+    assert _count(rewritten, g.Im2colOp) == (0 if grouped or name == "1x1" else groups)
     direct = _outputs(module, "conv-layout,lower-graph-to-loops")
     as_matmul = _outputs(module, f"{spec},lower-graph-to-loops")
     np.testing.assert_array_equal(direct[0], as_matmul[0])

@@ -2,7 +2,7 @@
 
 A direct convolution loop nest computes each output by a dot product over (ky, kx, c): the
 loop emitters cannot register-block or vectorize it, so it runs at scalar speed. An NHWC
-convolution (groups = 1) is exactly
+convolution (groups = 1; grouped ones are split first, below) is exactly
 
     reshape(matmul(im2col(x), reshape(w, [KH*KW*C, O])), [N, OH, OW, O])
 
@@ -30,10 +30,15 @@ znver4 core, for a padded input of 148 KB; the matmul then reads its rows 9 time
 and L2 instead of once from a matrix larger than L2. The CUDA pipeline keeps the im2col
 matrix (`gpu-tile-matmul` stages A tiles from a plain matrix).
 
+**Grouped convolutions** whose groups hold at least `min-group-channels` channels become one
+dense convolution per group (its slices of the input and the weights), concatenated, each
+then a matmul (`SplitGroups`); depthwise ones stay direct.
+
 Options:
-  max-expansion=16   leave a convolution direct when its im2col matrix would hold more than
-                     this many times the input's elements (KH*KW/stride^2, roughly)
-  implicit=false     implicit GEMM (above)
+  max-expansion=16      leave a convolution direct when its im2col matrix would hold more
+                        than this many times the input's elements (KH*KW/stride^2, roughly)
+  implicit=false        implicit GEMM (above)
+  min-group-channels=8  the fewest channels a group needs to be split into its own matmul
 
 Semantics: the same products, summed in the same (ky, kx, c) order; padded taps multiply
 zeros, as the direct loop's selects do. Bit-identical to the direct loop nest.
@@ -110,6 +115,53 @@ class ConvToMatmul(RewritePattern):
             cols.attributes[g.IMPLICIT_ATTR] = UnitAttr()
         mm.attributes.update(op.attributes)
         rewriter.replace(op, new, [out.result])
+
+
+class SplitGroups(RewritePattern):
+    """A grouped NHWC convolution whose groups hold at least `min_channels` channels
+    becomes one dense convolution per group, on its slice of the input's channels and of the
+    weights' output channels, concatenated along the channels: each then becomes a matmul
+    (`ConvToMatmul`). The direct grouped loop runs at scalar speed (RegNet's 3 x 3 groups of
+    16 channels: ~6 GFLOP/s, 88% of the model); the same products, summed in the same
+    (ky, kx, c) order. Depthwise convolutions (one channel a group) stay direct: with their
+    window unrolled they vectorize across the channels (`unroll-windows`)."""
+
+    def __init__(self, max_expansion: int, min_channels: int):
+        self.max_expansion = max_expansion
+        self.min_channels = min_channels
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.Conv2dOp, rewriter: PatternRewriter) -> None:
+        p = op.properties
+        groups = g.int_of(p, "groups")
+        if g.conv_layout(p) != "nhwc" or groups == 1:
+            return
+        n, h, w, c = _shape(op.input)
+        kh, kw, per_group, o = _shape(op.weight)
+        _, oh, ow, _ = _shape(op.result)
+        if per_group < self.min_channels or kh * kw * oh * ow > self.max_expansion * h * w:
+            return
+        out_group = o // groups
+        props = {**p, "groups": IntegerAttr(1, i64)}
+        new: list[g.GraphOp] = []
+        parts = []
+        for k in range(groups):
+            x = g.SliceOp.create_inferred([op.input], {
+                "starts": g.int_array([0, 0, 0, k * per_group]),
+                "limits": g.int_array([n, h, w, (k + 1) * per_group]),
+                "strides": g.int_array([1, 1, 1, 1])})  # fmt: skip
+            wk = g.SliceOp.create_inferred([op.weight], {
+                "starts": g.int_array([0, 0, 0, k * out_group]),
+                "limits": g.int_array([kh, kw, per_group, (k + 1) * out_group]),
+                "strides": g.int_array([1, 1, 1, 1])})  # fmt: skip
+            conv = g.Conv2dOp.create_inferred([x, wk], props)
+            conv.attributes.update(op.attributes)
+            new += [x, wk, conv]
+            parts.append(conv.results[0])
+        new.append(cat := g.ConcatOp.create_inferred(parts, {"axis": IntegerAttr(3, i64)}))
+        for made in new:
+            _placed(made, op)
+        rewriter.replace(op, new, [cat.results[0]])
 
 
 def _padded(x: SSAValue, padding: tuple[int, ...]) -> list[g.GraphOp]:
@@ -215,15 +267,22 @@ class ConvToMatmulPass(ModulePass):
 
     max_expansion: int = 16
     implicit: bool = False
+    min_group_channels: int = 8
 
     def check_options(self) -> None:
         require(self.max_expansion >= 1, "max-expansion", self.max_expansion, "must be >= 1")
+        require(self.min_group_channels >= 1, "min-group-channels", self.min_group_channels,
+                "must be >= 1")  # fmt: skip
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if not holds(op, (g.Conv2dOp, g.ReshapeOp)):  # the patterns' roots
             return
         PatternRewriteWalker(
             GreedyRewritePatternApplier(
-                [ConvToMatmul(self.max_expansion, self.implicit), SinkReshape()]
+                [
+                    ConvToMatmul(self.max_expansion, self.implicit),
+                    SinkReshape(),
+                    SplitGroups(self.max_expansion, self.min_group_channels),
+                ]  # fmt: skip
             )
         ).rewrite_module(op)
