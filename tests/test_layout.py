@@ -4,6 +4,7 @@ and change the IR as they say."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 import irkit
 from irkit.dialects import graph as g
 from irkit.errors import IrkitError
+from irkit.ir import shape_of
 from irkit.pipelines import apply_passes, parse_passes
 from irkit.runtime.check import check
 from tests.conftest import SMALL
@@ -145,6 +147,41 @@ def test_fold_transposes_cancels_across_an_activation_that_reads_its_input_twice
     )
     assert _count(folded, g.TransposeOp) == 2  # into NHWC at the top, back at the bottom
     inputs = [np.random.default_rng(6).standard_normal((1, 4, 6, 6)).astype(np.float32)]
+    plain = irkit.compile(module, "conv-layout,lower-graph-to-loops", "cpu")(*inputs)
+    folded_exe = irkit.compile(module, "conv-layout,fold-transposes,lower-graph-to-loops", "cpu")
+    np.testing.assert_array_equal(plain[0], folded_exe(*inputs)[0])
+    _checked(module, "default-cpu")
+
+
+def test_fold_transposes_cancels_across_a_squeeze_excite_block(tmp_path: Path) -> None:
+    """conv -> SiLU -> squeeze-excite (global average pool, 1x1 convs, sigmoid, the
+    activation scaled by it) -> conv, as EfficientNet exports it: the pool takes the
+    transpose below itself as a mean over the channels-last spatial axes, and every layout
+    transpose inside the block cancels; the same values bit for bit."""
+    rng = np.random.default_rng(7)
+    shapes = {"w1": (8, 4, 3, 3), "wr": (2, 8, 1, 1), "we": (8, 2, 1, 1), "w2": (8, 8, 1, 1)}
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), k)
+             for k, s in shapes.items()]  # fmt: skip
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w1"], ["h"], pads=[1, 1, 1, 1]), n("Sigmoid", ["h"], ["hs"]),
+             n("Mul", ["h", "hs"], ["a"]), n("GlobalAveragePool", ["a"], ["p"]),
+             n("Conv", ["p", "wr"], ["r"]), n("Relu", ["r"], ["rr"]), n("Conv", ["rr", "we"], ["e"]),
+             n("Sigmoid", ["e"], ["es"]), n("Mul", ["a", "es"], ["m"]), n("Conv", ["m", "w2"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "se",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])],
+                              inits)  # fmt: skip
+    path = tmp_path / "se.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    module = irkit.load(path)
+    folded = apply_passes(
+        module.clone(), parse_passes("conv-layout,fold-transposes,fold-constants")
+    )
+    assert _count(folded, g.GlobalAvgPoolOp) == 0 and _count(folded, g.ReduceMeanOp) == 1
+    big = [op for op in folded.walk() if isinstance(op, g.TransposeOp)
+           and math.prod(shape_of(op.result)) > 8]  # fmt: skip
+    assert len(big) == 2  # into NHWC at the top, back at the bottom
+    inputs = [np.random.default_rng(8).standard_normal((1, 4, 6, 6)).astype(np.float32)]
     plain = irkit.compile(module, "conv-layout,lower-graph-to-loops", "cpu")(*inputs)
     folded_exe = irkit.compile(module, "conv-layout,fold-transposes,lower-graph-to-loops", "cpu")
     np.testing.assert_array_equal(plain[0], folded_exe(*inputs)[0])

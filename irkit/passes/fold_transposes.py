@@ -17,7 +17,8 @@ weight transposed back. This pass
   then pools in NHWC, and only the pooled result, a quarter of the data, is transposed).
   Sinking changes no work by itself; it brings transposes together so that they compose
   and cancel. Also below a concatenation of same-permuted tensors and constants (an
-  exported Pad), and a broadcast_to a tensor's own shape is dropped.
+  exported Pad), and a global average pool (as a mean over the axes the transpose takes
+  to the spatial ones), and a broadcast_to a tensor's own shape is dropped.
 
 Transposes of constants are fold-constants' work. Options: `sink` (bool). Purely a
 reordering of exact data movement: semantics-preserving bit for bit.
@@ -30,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, TensorType, i64
+from xdsl.dialects.builtin import BoolAttr, IntegerAttr, ModuleOp, StringAttr, TensorType, i64
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -208,6 +209,30 @@ class SinkThroughPool(RewritePattern):
         rewriter.erase(t)
 
 
+class SinkThroughGlobalAvgPool(RewritePattern):
+    """global_avg_pool(transpose(y, p)) -> transpose(reduce_mean(y, the axes p takes to the
+    spatial ones, keepdims), p): the same means, summed in the same (spatial, in order)
+    order and divided by the same count; the transpose of a tensor whose moved axes are all
+    extent 1 then becomes a reshape. A squeeze-excite block (EfficientNet, MobileNet v3,
+    RegNet-Y) pools its channels-last activation, which then need not be transposed back."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.GlobalAvgPoolOp, rewriter: PatternRewriter) -> None:
+        t = _sole_transpose(op.input)
+        if t is None:
+            return
+        perm = _perm(t)
+        axes = sorted(perm[2:])
+        if [perm[i] for i in range(2, len(perm))] != axes:  # spatial order kept
+            return
+        mean = g.ReduceMeanOp.create_inferred(
+            [t.input], {"axes": g.int_array(axes), "keepdims": BoolAttr.from_bool(True)}
+        )
+        mean.location = op.location
+        rewriter.replace(op, [mean, after := _transpose(mean.results[0], perm, op)], [after.result])
+        rewriter.erase(t)
+
+
 class SplitSharedTranspose(RewritePattern):
     """A transpose read by several elementwise ops that can each sink it becomes one
     transpose per reader: x * sigmoid(x) (SiLU, Swish; HardSwish and Mish alike) of a
@@ -229,7 +254,7 @@ class SplitSharedTranspose(RewritePattern):
 
 
 def _can_sink(user: Operation, value: SSAValue) -> bool:
-    if isinstance(user, g.UnaryOp | g.CastOp):
+    if isinstance(user, g.UnaryOp | g.CastOp | g.GlobalAvgPoolOp):
         return True
     if not isinstance(user, g.BinaryOp):
         return False
@@ -358,6 +383,7 @@ class FoldTransposesPass(ModulePass):
         ]
         if self.sink:
             patterns += [SinkThroughUnary(), SinkThroughBinary(), SinkThroughPool(),
-                         SinkThroughConcat(), SplitSharedTranspose()]  # fmt: skip
+                         SinkThroughConcat(), SplitSharedTranspose(),
+                         SinkThroughGlobalAvgPool()]  # fmt: skip
         patterns.append(DropIdentityBroadcast())
         PatternRewriteWalker(GreedyRewritePatternApplier(patterns)).rewrite_module(op)
