@@ -95,11 +95,9 @@ def _say_where_it_ran(console, result) -> None:
         )
     if result.copy_bandwidth:
         copy_bw = result.copy_bandwidth
-        console.print(
-            f"device copy bandwidth (1 GiB device-to-device, read + write): "
-            f"{copy_bw / 1e9:.0f} GB/s",
-            highlight=False,
-        )
+        what = ("device copy bandwidth (1 GiB device-to-device" if result.backend == "cuda"
+                else "memory copy bandwidth (256 MiB, numpy")  # fmt: skip
+        console.print(f"{what}, read + write): {copy_bw / 1e9:.0f} GB/s", highlight=False)
 
 
 def _kernel_table(result):
