@@ -86,38 +86,49 @@ def test_fold_transposes_on_an_exported_transformer(tmp_path: Path) -> None:
     _checked(module, "fold-transposes,default-cpu")
 
 
+def _conv_net(tmp_path: Path, name: str, nodes: list, weights: dict, out: list[int],
+              extra: tuple = ()):  # fmt: skip
+    """An ONNX model of `nodes` from x: f32[1, 4, 6, 6] to y: f32`out`, its `weights` random
+    initializers (and `extra` ones as given), loaded."""
+    rng = np.random.default_rng(len(name))
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), k)
+             for k, s in weights.items()]  # fmt: skip
+    graph = helper.make_graph(nodes, name,
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)],
+                              [*inits, *extra])  # fmt: skip
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return irkit.load(path)
+
+
+def _folded_bit_for_bit(module):
+    """The module after conv-layout, fold-transposes and fold-constants, once its loops with
+    fold-transposes computed the same bits as without it, and default-cpu matched the
+    reference."""
+    inputs = [np.random.default_rng(4).standard_normal((1, 4, 6, 6)).astype(np.float32)]
+    plain = irkit.compile(module, "conv-layout,lower-graph-to-loops", "cpu")(*inputs)
+    folded = irkit.compile(module, "conv-layout,fold-transposes,lower-graph-to-loops", "cpu")
+    np.testing.assert_array_equal(plain[0], folded(*inputs)[0])
+    _checked(module, "default-cpu")
+    return apply_passes(module.clone(), parse_passes("conv-layout,fold-transposes,fold-constants"))
+
+
 def test_fold_transposes_cancels_across_an_exported_pad(tmp_path: Path) -> None:
     """Conv -> Pad -> Conv -> Pad(0) -> Conv as torch exports TF-style padding: the Pad's
     zero slabs (concatenated constants) and the zero-width Pad (an identity broadcast_to)
     kept every conv's transposes out of NHWC from cancelling (MobileNet v2: 104 of them,
     5.75 -> 1.51 ms once they cancel); now one transpose in and one out, and the same
     values bit for bit."""
-    rng = np.random.default_rng(3)
-    weights = {"w1": (8, 4, 1, 1), "w2": (8, 8, 3, 3), "w3": (8, 8, 1, 1)}
-    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), k)
-             for k, s in weights.items()]  # fmt: skip
-    inits += [numpy_helper.from_array(np.array(v, np.int64), k)
-              for k, v in (("pads", [0, 0, 1, 0, 0, 0, 0, 1]), ("none", [0] * 8))]  # fmt: skip
+    pads = [numpy_helper.from_array(np.array(v, np.int64), k)
+            for k, v in (("pads", [0, 0, 1, 0, 0, 0, 0, 1]), ("none", [0] * 8))]  # fmt: skip
     n = helper.make_node
     nodes = [n("Conv", ["x", "w1"], ["h"]), n("Pad", ["h", "pads"], ["p"]),
              n("Conv", ["p", "w2"], ["c"]), n("Pad", ["c", "none"], ["q"]),
              n("Conv", ["q", "w3"], ["y"])]  # fmt: skip
-    graph = helper.make_graph(nodes, "padded",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 5, 5])],
-                              inits)  # fmt: skip
-    path = tmp_path / "padded.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    module = irkit.load(path)
-    folded = apply_passes(
-        module.clone(), parse_passes("conv-layout,fold-transposes,fold-constants")
-    )
+    weights = {"w1": (8, 4, 1, 1), "w2": (8, 8, 3, 3), "w3": (8, 8, 1, 1)}
+    folded = _folded_bit_for_bit(_conv_net(tmp_path, "padded", nodes, weights, [1, 8, 5, 5], pads))
     assert _count(folded, g.TransposeOp) == 2 and _count(folded, g.BroadcastToOp) == 0
-    inputs = [np.random.default_rng(4).standard_normal((1, 4, 6, 6)).astype(np.float32)]
-    plain = irkit.compile(module, "conv-layout,lower-graph-to-loops", "cpu")(*inputs)
-    cancelled = irkit.compile(module, "conv-layout,fold-transposes,lower-graph-to-loops", "cpu")
-    np.testing.assert_array_equal(plain[0], cancelled(*inputs)[0])
-    _checked(module, "default-cpu")
 
 
 @pytest.mark.parametrize("activation", ["silu", "hardswish", "square"])
@@ -127,30 +138,14 @@ def test_fold_transposes_cancels_across_an_activation_that_reads_its_input_twice
     """x * f(x) between two convolutions (SiLU, HardSwish as the importer composes it, x * x):
     the transpose that both factors read is split, sunk through each, and cancels with the
     next conv's; the same values bit for bit."""
-    rng = np.random.default_rng(5)
-    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), k)
-             for k, s in (("w1", (8, 4, 3, 3)), ("w2", (8, 8, 1, 1)))]  # fmt: skip
     n = helper.make_node
     act = {"silu": [n("Sigmoid", ["h"], ["s"]), n("Mul", ["h", "s"], ["a"])],
            "hardswish": [n("HardSwish", ["h"], ["a"])],
            "square": [n("Mul", ["h", "h"], ["a"])]}[activation]  # fmt: skip
     nodes = [n("Conv", ["x", "w1"], ["h"], pads=[1, 1, 1, 1]), *act, n("Conv", ["a", "w2"], ["y"])]
-    graph = helper.make_graph(nodes, activation,
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])],
-                              inits)  # fmt: skip
-    path = tmp_path / f"{activation}.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    module = irkit.load(path)
-    folded = apply_passes(
-        module.clone(), parse_passes("conv-layout,fold-transposes,fold-constants")
-    )
+    weights = {"w1": (8, 4, 3, 3), "w2": (8, 8, 1, 1)}
+    folded = _folded_bit_for_bit(_conv_net(tmp_path, activation, nodes, weights, [1, 8, 6, 6]))
     assert _count(folded, g.TransposeOp) == 2  # into NHWC at the top, back at the bottom
-    inputs = [np.random.default_rng(6).standard_normal((1, 4, 6, 6)).astype(np.float32)]
-    plain = irkit.compile(module, "conv-layout,lower-graph-to-loops", "cpu")(*inputs)
-    folded_exe = irkit.compile(module, "conv-layout,fold-transposes,lower-graph-to-loops", "cpu")
-    np.testing.assert_array_equal(plain[0], folded_exe(*inputs)[0])
-    _checked(module, "default-cpu")
 
 
 def test_fold_transposes_cancels_across_a_squeeze_excite_block(tmp_path: Path) -> None:
@@ -158,34 +153,17 @@ def test_fold_transposes_cancels_across_a_squeeze_excite_block(tmp_path: Path) -
     activation scaled by it) -> conv, as EfficientNet exports it: the pool takes the
     transpose below itself as a mean over the channels-last spatial axes, and every layout
     transpose inside the block cancels; the same values bit for bit."""
-    rng = np.random.default_rng(7)
-    shapes = {"w1": (8, 4, 3, 3), "wr": (2, 8, 1, 1), "we": (8, 2, 1, 1), "w2": (8, 8, 1, 1)}
-    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), k)
-             for k, s in shapes.items()]  # fmt: skip
     n = helper.make_node
     nodes = [n("Conv", ["x", "w1"], ["h"], pads=[1, 1, 1, 1]), n("Sigmoid", ["h"], ["hs"]),
              n("Mul", ["h", "hs"], ["a"]), n("GlobalAveragePool", ["a"], ["p"]),
              n("Conv", ["p", "wr"], ["r"]), n("Relu", ["r"], ["rr"]), n("Conv", ["rr", "we"], ["e"]),
              n("Sigmoid", ["e"], ["es"]), n("Mul", ["a", "es"], ["m"]), n("Conv", ["m", "w2"], ["y"])]  # fmt: skip
-    graph = helper.make_graph(nodes, "se",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])],
-                              inits)  # fmt: skip
-    path = tmp_path / "se.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    module = irkit.load(path)
-    folded = apply_passes(
-        module.clone(), parse_passes("conv-layout,fold-transposes,fold-constants")
-    )
+    weights = {"w1": (8, 4, 3, 3), "wr": (2, 8, 1, 1), "we": (8, 2, 1, 1), "w2": (8, 8, 1, 1)}
+    folded = _folded_bit_for_bit(_conv_net(tmp_path, "se", nodes, weights, [1, 8, 6, 6]))
     assert _count(folded, g.GlobalAvgPoolOp) == 0 and _count(folded, g.ReduceMeanOp) == 1
     big = [op for op in folded.walk() if isinstance(op, g.TransposeOp)
            and math.prod(shape_of(op.result)) > 8]  # fmt: skip
     assert len(big) == 2  # into NHWC at the top, back at the bottom
-    inputs = [np.random.default_rng(8).standard_normal((1, 4, 6, 6)).astype(np.float32)]
-    plain = irkit.compile(module, "conv-layout,lower-graph-to-loops", "cpu")(*inputs)
-    folded_exe = irkit.compile(module, "conv-layout,fold-transposes,lower-graph-to-loops", "cpu")
-    np.testing.assert_array_equal(plain[0], folded_exe(*inputs)[0])
-    _checked(module, "default-cpu")
 
 
 def _gemm_trans_b(tmp_path: Path, dtype=np.float32, shape=(48, 40)) -> Path:
