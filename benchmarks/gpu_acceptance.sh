@@ -6,7 +6,8 @@
 # SKIP="attribute ..." leaves out the steps it names (their logs say so; "wheels": no install).
 # ATTRIBUTE_EXAMPLES="mlp ..." attributes those examples only; TARGETS_BUDGET=S gives each
 # gpu_targets workload S seconds of timing (default 8); LIMIT_<step>=S changes a step's
-# time limit (LIMIT_gpu_targets=240); DEADLINE=EPOCH_S cuts every step's limit to end by then
+# time limit (LIMIT_gpu_targets=240); TARGETS_ARGS="--only gemm_f16 ..." adds options to
+# gpu_targets.py's command line (a call's chosen workloads and variants); DEADLINE=EPOCH_S cuts every step's limit to end by then
 # (a call's own limit: the steps that fit finish and are archived, the last one is cut short).
 # BACKEND=cuda-host (or cuda-sim) runs the same steps without a GPU, to test the script
 # itself: the examples and attributions on that backend (host times, not GPU times), the
@@ -164,8 +165,10 @@ export -f run_examples
 export out budget
 step run_examples 150 run_examples
 
+read -r -a targets_args <<<"${TARGETS_ARGS:-}"
 if [ "$backend" = cuda ]; then
-  step gpu_targets 210 python3 benchmarks/gpu_targets.py "${targets[@]}" --out "$out/gpu_targets.jsonl"
+  step gpu_targets 210 python3 benchmarks/gpu_targets.py "${targets[@]}" "${targets_args[@]}" \
+    --out "$out/gpu_targets.jsonl"
 else
   SKIP="${SKIP:-} gpu_targets" step gpu_targets 1 true  # GPU peers: on a GPU only
 fi

@@ -14,7 +14,8 @@ With no device it says so in one line and exits 1.
 Workloads (fp32, plain CUDA C from irkit; peers in the same process, on the same device):
 
 - gemm 4096^3 against `torch.matmul` with TF32 off (cuBLAS SGEMM): the ladder's targets are
-  0.5x, then 0.7x, then 0.9x cuBLAS's speed for the default pipeline (warp-tiled); and the
+  0.5x, then 0.7x, then 0.9x, then 0.93x cuBLAS's speed for the default pipeline (warp-tiled),
+  a rung reached when the ratio's CI's low end is at or above it; and the
   same gemm with `gpu-tile-matmul{warp-tile=false}` (threads strided over the block tile,
   word reads of shared memory), so the run shows what warp tiling is worth;
 - bias + GELU on 4096 x 4096 (64 MB), softmax over 4096 x 4096 rows, layer_norm over
@@ -34,8 +35,9 @@ what the change is worth) and torch eager: gemm with `gpu-tile-matmul{min-blocks
 128 registers a thread) and with 16-byte stores of C (`vector-stores=true`); a 256^3 gemm (the
 example's size, whose default `fill-sms` makes 32 x 32 tiles and split-K) with 64 x 64 tiles
 and with the 128 x 128 tiles' 4 blocks (`fill-sms=false`); gemm with
-`gpu-tile-matmul{tf32=true}` against cuBLAS with TF32 on, an f16 gemm on tensor cores against cuBLAS's f16 gemm (no targets: the
-records say so), bias + GELU one point per thread (`gpu-coarsen{factor=1}`) and 8,
+`gpu-tile-matmul{tf32=true}` against cuBLAS with TF32 on (target 0.8x), f16 and bf16
+gemms on tensor cores, 4096^3 and 8192^3, against cuBLAS's at the same precision (issue 70's
+ladder: 0.6x, 0.8x, 0.95x), bias + GELU one point per thread (`gpu-coarsen{factor=1}`) and 8,
 layer_norm with `map-to-gpu{row-items=1}` (256 threads a row, as before 2026-11-26) and 8
 (128 threads), mlp without split-K, and with `fill-sms`'s smaller tiles instead of it,
 transformer_block with its batch matmuls one thread per output (`batch=false`) and with
@@ -89,6 +91,12 @@ input a : f16[M, K]
 input b : f16[K, N]
 output c = matmul(a, b)
 """
+GEMM_BF16 = GEMM_F16.replace("f16", "bf16")
+
+TENSOR_CORE_RUNGS = (0.6, 0.8, 0.95)
+"""Issue 70's ladder for bf16 and f16 against cuBLAS: 0.6x (mma.sync), 0.8x, 0.95x (wgmma)."""
+TF32_RUNGS = (0.8,)
+"""TF32 against cuBLAS with TF32 on."""
 
 BIAS_GELU = """model bias_gelu
 dim N = 4096
@@ -110,6 +118,7 @@ class Workload:
     passes: str = ""  # pass specs this variant changes (see `variant`)
     peer_tolerance: float = 1e-3  # largest |peer - irkit| / max |irkit| accepted
     targeted: bool = True  # False: no target at this size or precision, the ratio recorded
+    rungs: tuple[float, ...] = (0.5, 0.7, 0.9, 0.93)  # the ladder against cuBLAS (target "cublas")
 
 
 WORKLOADS = [
@@ -133,10 +142,19 @@ WORKLOADS = [
              "gpu-tile-matmul{fill-sms=false}", targeted=False),
     Workload("gemm_tf32", "examples/gemm.graph", {"M": 4096, "N": 4096, "K": 4096},
              {"M": 512, "N": 512, "K": 512}, "matmul_tf32", "cublas", "gpu-tile-matmul{tf32=true}",
-             peer_tolerance=1e-2, targeted=False),
+             peer_tolerance=1e-2, rungs=TF32_RUNGS),
     Workload("gemm_f16", GEMM_F16, {"M": 4096, "N": 4096, "K": 4096},
              {"M": 512, "N": 512, "K": 512}, "matmul", "cublas", peer_tolerance=1e-2,
-             targeted=False),
+             rungs=TENSOR_CORE_RUNGS),
+    Workload("gemm_bf16", GEMM_BF16, {"M": 4096, "N": 4096, "K": 4096},
+             {"M": 512, "N": 512, "K": 512}, "matmul", "cublas", peer_tolerance=2e-2,
+             rungs=TENSOR_CORE_RUNGS),
+    Workload("gemm_f16_8192", GEMM_F16, {"M": 8192, "N": 8192, "K": 8192},
+             {"M": 512, "N": 512, "K": 512}, "matmul", "cublas", peer_tolerance=1e-2,
+             rungs=TENSOR_CORE_RUNGS),
+    Workload("gemm_bf16_8192", GEMM_BF16, {"M": 8192, "N": 8192, "K": 8192},
+             {"M": 512, "N": 512, "K": 512}, "matmul", "cublas", peer_tolerance=2e-2,
+             rungs=TENSOR_CORE_RUNGS),
     Workload("bias_gelu", BIAS_GELU, {"N": 4096, "D": 4096}, {"N": 512, "D": 512},
              "bias_gelu", "bandwidth"),
     Workload("bias_gelu_one_point", BIAS_GELU, {"N": 4096, "D": 4096}, {"N": 512, "D": 512},
@@ -216,28 +234,31 @@ def torch_peers(torch: Any) -> dict[str, Any]:
 
 class TorchTimed:
     """A torch callable with the `sample(reps)` interface irkit's timers use: CUDA events on
-    torch's stream around `reps` calls, after overwriting a buffer twice the L2's size."""
+    torch's stream around each of `reps` calls, each after overwriting a buffer twice the
+    L2's size (every call cold, as `irkit.runtime.cuda.GpuTimed`)."""
 
-    timer = "cuda_events (torch stream, L2 flushed before each sample)"
+    timer = "cuda_events (torch stream, L2 flushed before each call)"
 
     def __init__(self, fn: Any, torch: Any, l2_bytes: int):
         self.fn, self.torch = fn, torch
         self.flush = torch.empty(max(2 * l2_bytes, 1 << 20), dtype=torch.uint8, device="cuda")
-        self.start = torch.cuda.Event(enable_timing=True)
-        self.end = torch.cuda.Event(enable_timing=True)
+        self.events: list[Any] = []
 
     def __call__(self) -> None:
         self.fn()
         self.torch.cuda.synchronize()
 
     def sample(self, reps: int) -> float:
-        self.flush.zero_()
-        self.start.record()
-        for _ in range(reps):
+        while len(self.events) < 2 * reps:
+            self.events.append(self.torch.cuda.Event(enable_timing=True))
+        for i in range(reps):
+            self.flush.zero_()
+            self.events[2 * i].record()
             self.fn()
-        self.end.record()
-        self.end.synchronize()
-        return self.start.elapsed_time(self.end) * 1e-3 / reps
+            self.events[2 * i + 1].record()
+        self.events[2 * reps - 1].synchronize()
+        ms = sum(self.events[2 * i].elapsed_time(self.events[2 * i + 1]) for i in range(reps))
+        return ms * 1e-3 / reps
 
 
 def load(w: Workload, dims: dict[str, int]):
@@ -326,7 +347,7 @@ def measure(
            for name in peers},
         "gflops": flops / t / 1e9,
         "copy_bandwidth_bytes_s": copy_bw, "fraction_of_copy_bw": moved / t / copy_bw,
-        "protocol": "interleaved randomized rounds, CUDA events, L2 flushed before each sample, "
+        "protocol": "interleaved randomized rounds, CUDA events, L2 flushed before each call, "
                     "TF32 off, irkit checked against float64 and against each peer first",
         "versions": {"torch": torch.__version__},
         "fingerprint": {**host_fingerprint(), "gpu": {**gpu, "clocks_end": dev.clocks()}},
@@ -350,9 +371,10 @@ def measure(
         rec["verdict"] = None
     elif w.target == "cublas":
         speed = rec["speed_vs_cublas"]
-        rec["target"] = "ladder: 0.5x, 0.7x, 0.9x cuBLAS"
-        rec["rung"] = max([r for r in (0.5, 0.7, 0.9) if speed["ci_low"] >= r], default=None)
-        rec["verdict"] = speed["ci_low"] >= 0.5
+        rec["target"] = f"ladder: {', '.join(f'{r}x' for r in w.rungs)} cuBLAS"
+        rec["rungs"] = list(w.rungs)
+        rec["rung"] = max([r for r in w.rungs if speed["ci_low"] >= r], default=None)
+        rec["verdict"] = speed["ci_low"] >= w.rungs[0]
     else:
         compiled = [p for p in ("torch_compile", "torch_compile_graphs") if p in peers]
         # the faster torch.compile mode (by median) is the peer the target names
@@ -374,7 +396,8 @@ def _line(rec: dict) -> str:
                        for p in rec["peers"])  # fmt: skip
     verdict = {True: "met", False: "NOT MET", None: "-"}[rec["verdict"]]
     if "rung" in rec:  # the ladder's highest rung whose ratio the CI's low end reaches
-        verdict = f"{rec['rung']}x rung reached" if rec["rung"] else "NOT MET (below 0.5x)"
+        lowest = rec.get("rungs", [0.5])[0]
+        verdict = f"{rec['rung']}x rung reached" if rec["rung"] else f"NOT MET (below {lowest}x)"
     against_default = ""
     if "speed_vs_irkit_default" in rec:
         d = rec["speed_vs_irkit_default"]

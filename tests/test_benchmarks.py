@@ -65,7 +65,9 @@ def test_cpu_peers_checks_both_then_times_them_against_onnxruntime(tmp_path: Pat
         # can use a second core (XLA's YNNPACK dots did, under its one-thread flags)
         assert rec["threads"] == 1 and len(rec["cpus"]) == 1
         assert {"irkit", "onnxruntime"} <= set(rec["cores_used"])
-        assert all(used <= 1.1 for used in rec["cores_used"].values()), rec["cores_used"]
+        # CPU time over wall time: a second core would read ~2; one core reads 1 plus the
+        # two clocks' skew (torch 1.12 on a loaded CI machine), so the bound is 1.5
+        assert all(used <= 1.5 for used in rec["cores_used"].values()), rec["cores_used"]
         assert rec["over_threads"] == []
 
 
@@ -153,6 +155,14 @@ def test_gpu_targets_prints_the_ladder_rung_reached_and_checks_variants() -> Non
            "target": "ladder: 0.5x, 0.7x, 0.9x cuBLAS", "rung": 0.7, "verdict": True}  # fmt: skip
     assert g._line(rec).endswith("ladder: 0.5x, 0.7x, 0.9x cuBLAS: 0.7x rung reached")
     assert g._line({**rec, "rung": None, "verdict": False}).endswith("NOT MET (below 0.5x)")
+    # the tensor-core ladder names its own lowest rung
+    half = {**rec, "rungs": [0.6, 0.8, 0.95], "rung": None, "verdict": False}
+    assert g._line(half).endswith("NOT MET (below 0.6x)")
+    by_name = {w.name: w for w in g.WORKLOADS}
+    assert by_name["gemm"].rungs[-1] == 0.93 and by_name["gemm_tf32"].rungs == (0.8,)
+    assert {by_name[n].rungs for n in ("gemm_f16", "gemm_bf16", "gemm_bf16_8192")} == {
+        (0.6, 0.8, 0.95)
+    }
     r = subprocess.run(
         [sys.executable, "benchmarks/gpu_targets.py", "--variant", "gemm_typo:gpu-coarsen"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,

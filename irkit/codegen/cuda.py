@@ -382,7 +382,16 @@ class CPrinter:
 class CudaPrinter(CPrinter):
     """CUDA C: kernels, thread geometry, barriers, shared memory, f16 and bf16."""
 
-    HALF_HEADERS = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+    HALF_HEADERS = (
+        "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+        "#ifndef IRKIT_CUDA_HOST  // cuda-host's header has them\n"
+        "struct __align__(4) irkit_f16x2 { __half v[2]; };\n"
+        "struct __align__(16) irkit_f16x8 { __half v[8]; };\n"
+        "struct __align__(4) irkit_bf16x2 { __nv_bfloat16 v[2]; };\n"
+        "struct __align__(16) irkit_bf16x8 { __nv_bfloat16 v[8]; };\n"
+        "#endif\n"
+    )
+    """The f16 and bf16 headers, and the vectors of them the GPU passes load and store."""
     PRELUDE = """\
 // NaN-propagating max/min (arith.maximumf/minimumf); fmaxf would drop a NaN.
 __device__ __forceinline__ float irkit_maximumf(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }
@@ -399,9 +408,18 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         gpu.GridDimOp: ("gridDim", "nbid"),
     }
 
-    VECTOR_TYPES = {("f32", 4): "float4", ("f32", 2): "float2", ("f64", 2): "double2"}
+    VECTOR_TYPES = {
+        ("f32", 4): "float4", ("f32", 2): "float2", ("f64", 2): "double2",
+        ("f16", 2): "irkit_f16x2", ("f16", 8): "irkit_f16x8",
+        ("bf16", 2): "irkit_bf16x2", ("bf16", 8): "irkit_bf16x8",
+    }  # fmt: skip
     """CUDA's built-in vector types for the vectors irkit's GPU passes build (16-byte and
-    8-byte accesses); their components are `.x .y .z .w`."""
+    8-byte accesses), components `.x .y .z .w`; and the prelude's for f16 and bf16 (a pair
+    is one 32-bit register of an mma, 8 are a 16-byte access), components `.v[i]`."""
+
+    def component(self, t: Attribute, i: int) -> str:
+        """Component `i` of a vector of type `t`, as CUDA C spells it."""
+        return f"v[{i}]" if self.type_name(t).startswith("irkit_") else "xyzw"[i]
 
     def type_name(self, t: Attribute) -> str:
         if isinstance(t, Float16Type):
@@ -447,6 +465,9 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         lanes = op.vector.type.get_shape()[0]
         x = self.name(op.source)
         name = self.fresh(op.vector, "v")
+        if t.startswith("irkit_"):  # the prelude's aggregates: brace-initialized
+            self.emit(f"{t} {name} = {{{{{', '.join([x] * lanes)}}}}};")
+            return
         self.emit(f"{t} {name} = make_{t}({', '.join([x] * lanes)});")
 
     def insert(self, op: vector.InsertOp) -> None:
@@ -461,13 +482,15 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         else:
             name = self.fresh(op.result, "v")
             self.emit(f"{self.type_name(op.result.type)} {name} = {old};")
-        self.emit(f"{name}.{'xyzw'[position[0]]} = {self.name(op.source)};")
+        self.emit(f"{name}.{self.component(op.result.type, position[0])} = {self.name(op.source)};")
 
     def extract(self, op: vector.ExtractOp) -> None:
         position = op.static_position.get_values()
         if op.dynamic_position or len(position) != 1:
             raise IrkitError("the CUDA printer extracts vector elements at one static position")
-        self.define(op.result, f"{self.name(op.vector)}.{'xyzw'[position[0]]}")
+        self.define(
+            op.result, f"{self.name(op.vector)}.{self.component(op.vector.type, position[0])}"
+        )
 
     def geometry(self, op: Operation) -> None:
         var, prefix = self.GEOMETRY[type(op)]
@@ -521,11 +544,17 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
 
     def mma(self, op: Operation) -> None:
         """A warp's tensor-core multiply-accumulate: the prelude's helper (inline PTX on the
-        GPU; an emulation on cuda-host) writes the lane's 4 results."""
+        GPU; an emulation on cuda-host) writes the lane's 4 results. Where each pair of A's
+        and B's values are the two halves of one loaded pair (`_register_pairs`), the pairs
+        go as they are, one 32-bit register each (`..._x2`), not unpacked and packed again."""
         names = [self.fresh(r, "d") for r in op.results]
         self.emit(f"float {', '.join(names)};")
-        args = ", ".join([*(self.name(v) for v in op.operands), *(f"&{n}" for n in names)])
-        self.emit(f"{_mma_function(op)}({args});")
+        function, inputs = _mma_function(op), list(op.operands)
+        pairs = _register_pairs(op)
+        if pairs is not None:
+            function, inputs = f"{function}_x2", [*pairs, *inputs[-4:]]
+        args = ", ".join([*(self.name(v) for v in inputs), *(f"&{n}" for n in names)])
+        self.emit(f"{function}({args});")
 
     def shuffle(self, op: ShuffleOp) -> None:
         """A warp's xor exchange (every lane of the warp together: the full mask). Its
@@ -643,6 +672,32 @@ __device__ __forceinline__ void irkit_mma_m16n8k8_tf32(float a0, float a1, float
 """`irkit_mma_m16n8k8_tf32`: PTX's TF32 mma.sync, each input rounded by cvt.rna.tf32.f32."""
 
 
+def _register_pairs(op: Operation) -> list[SSAValue] | None:
+    """The 2-vectors an m16n8k16 op's A and B values come from, a pair per 32-bit operand
+    register (values 2i and 2i + 1 are elements 0 and 1 of one vector), or None."""
+    if not isinstance(op, MmaM16n8k16Op):
+        return None
+    narrow = [*op.a, *op.b]
+    out = []
+    for lo, hi in zip(narrow[::2], narrow[1::2], strict=True):
+        ops = [v.owner for v in (lo, hi)]
+        if not all(isinstance(o, vector.ExtractOp) for o in ops):
+            return None
+        first, second = ops
+        assert isinstance(first, vector.ExtractOp) and isinstance(second, vector.ExtractOp)
+        if (
+            first.vector is not second.vector
+            or first.vector.type.get_shape() != (2,)
+            or first.dynamic_position
+            or second.dynamic_position
+            or first.static_position.get_values() != (0,)
+            or second.static_position.get_values() != (1,)
+        ):
+            return None
+        out.append(first.vector)
+    return out
+
+
 def _mma_helper(kind: str) -> str:
     """`irkit_mma_m16n8k16_<kind>`: PTX's mma.sync m16n8k16 with f32 accumulators, the
     operands in `irkit.dialects.warp`'s order (two 16-bit values per 32-bit register, the
@@ -660,6 +715,12 @@ def _mma_helper(kind: str) -> str:
         for i in range(n)
     ]
     regs = ", ".join(f'"r"({r})' for r in pack)
+    # the _x2 form: A's and B's pairs as the 32-bit registers they are
+    pair = f"irkit_{kind}x2"
+    a2 = ", ".join(f"{pair} a{i}" for i in range(4))
+    b2 = ", ".join(f"{pair} b{i}" for i in range(2))
+    regs2 = ", ".join(f'"r"(*reinterpret_cast<const unsigned*>(&{x}{i}))'
+                      for x, n in (("a", 4), ("b", 2)) for i in range(n))  # fmt: skip
     return (
         "#ifndef IRKIT_CUDA_HOST\n"
         f"__device__ __forceinline__ unsigned irkit_pack_{kind}({t} lo, {t} hi) "
@@ -669,6 +730,12 @@ def _mma_helper(kind: str) -> str:
         '{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\\n"\n'
         '      : "=f"(*d0), "=f"(*d1), "=f"(*d2), "=f"(*d3)\n'
         f'      : {regs}, "f"(c0), "f"(c1), "f"(c2), "f"(c3));\n'
+        "}\n"
+        f"__device__ __forceinline__ void irkit_mma_m16n8k16_{kind}_x2({a2}, {b2}, {c}, {d}) {{\n"
+        f'  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 '
+        '{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\\n"\n'
+        '      : "=f"(*d0), "=f"(*d1), "=f"(*d2), "=f"(*d3)\n'
+        f'      : {regs2}, "f"(c0), "f"(c1), "f"(c2), "f"(c3));\n'
         "}\n#endif\n"
     )
 

@@ -184,6 +184,9 @@ class _TiledKernel:
         self.warp_tiled, self.warps = tile.warp_tiled, tile.warps
         self.tiles, self.batches, self.k_tiles = tile.tiles, tile.batches, tile.k_tiles
         self.splits = tile.splits
+        # f16/bf16 on tensor cores: both shared tiles k-contiguous ([m][k] and [n][k]), so a
+        # lane's pairs of A and B are one 32-bit load each, and the copies 16 bytes wide
+        self.pairs, self.pad = tile.pairs, tile.pad
 
     def _thread_tile(self, b: GpuBuilder, tid: SSAValue) -> tuple[list[SSAValue], list[SSAValue]]:
         """The first row (column) of each of this thread's groups in the block tile: groups
@@ -306,6 +309,34 @@ class _TiledKernel:
         b_at = [b_of(0, i) for i in range(nb)]  # (k - k_lane, n - g)
         c_at = [c_coordinates(0, i) for i in range(4)]  # (row - g, column - 2t)
 
+        def pair(t: GpuBuilder, tile: SSAValue, stage: SSAValue, row: SSAValue, k: SSAValue):
+            """Elements k and k + 1 of a k-contiguous tile's row: one 32-bit load."""
+            v = t.add(vector.LoadOp(tile, [stage, row, k], VectorType(self.nest.element_type, [2])))
+            return [t.add(vector.ExtractOp(v, [q], self.nest.element_type)) for q in range(2)]
+
+        def compute_pairs(t: GpuBuilder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+            """f16/bf16: A's tile [m][k], B's [n][k]; values 2i and 2i + 1 of a lane's A (B)
+            are neighbours along k, loaded together."""
+            accs = list(accs)
+            for kk in range(0, o.block_k, step):
+                a_frags = [
+                    [x for dm, dk in a_at[::2]
+                     for x in pair(t, a_tile, stage, t.iadd(rows, mi * MMA_M + dm), t.iadd(k_lane, kk + dk))]
+                    for mi in range(tiles_m)
+                ]  # fmt: skip
+                b_frags = [
+                    [x for dk, _ in b_at[::2]
+                     for x in pair(t, b_tile, stage, t.iadd(b_cols, ni * MMA_N), t.iadd(k_lane, kk + dk))]
+                    for ni in range(tiles_n)
+                ]  # fmt: skip
+                for mi in range(tiles_m):
+                    for ni in range(tiles_n):
+                        at = (mi * tiles_n + ni) * 4
+                        op = op_class(a_frags[mi], b_frags[ni], accs[at : at + 4])
+                        t.add(op)
+                        accs[at : at + 4] = list(op.outputs)
+            return accs
+
         def compute(t: GpuBuilder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
             accs = list(accs)
             for kk in range(0, o.block_k, step):
@@ -346,7 +377,7 @@ class _TiledKernel:
             for ni in range(tiles_n)
             for dm, dn in c_at
         ]
-        return compute, outputs
+        return (compute_pairs if self.pairs else compute), outputs
 
     def build(self, constants) -> func.FuncOp:
         o, nest = self.o, self.nest
@@ -357,8 +388,12 @@ class _TiledKernel:
         tiles_n = -(-nest.n // o.block_n)
         grid = self.tile.blocks
         stages = 2 if o.double_buffer else 1
-        a_tile = self._shared(f"{name}_a_tile", [stages, o.block_k, o.block_m + o.pad])
-        b_tile = self._shared(f"{name}_b_tile", [stages, o.block_k, o.block_n + o.pad])
+        if self.pairs:  # k-contiguous: A [m][k], B [n][k]
+            a_tile = self._shared(f"{name}_a_tile", [stages, o.block_m, o.block_k + self.pad])
+            b_tile = self._shared(f"{name}_b_tile", [stages, o.block_n, o.block_k + self.pad])
+        else:  # A [k][m] (stored transposed), B [k][n]
+            a_tile = self._shared(f"{name}_a_tile", [stages, o.block_k, o.block_m + self.pad])
+            b_tile = self._shared(f"{name}_b_tile", [stages, o.block_k, o.block_n + self.pad])
 
         bid = b.add(gpu.BlockIdOp(X))
         tid = b.add(gpu.ThreadIdOp(X))
@@ -385,11 +420,13 @@ class _TiledKernel:
             tuple(self._index(b, v, mapping) for v in p) for p in nest.prefixes
         )
         a_copy = _Copy(
-            a, a_tile, (nest.m, o.block_m), (nest.k, o.block_k), True, self._lanes_a(), a_prefix
-        )
+            a, a_tile, (nest.m, o.block_m), (nest.k, o.block_k), not self.pairs, self._lanes_a(),
+            a_prefix,
+        )  # fmt: skip
         b_copy = _Copy(
-            bb, b_tile, (nest.k, o.block_k), (nest.n, o.block_n), False, self._lanes_b(), b_prefix
-        )
+            bb, b_tile, (nest.k, o.block_k), (nest.n, o.block_n), self.pairs, self._lanes_b(),
+            b_prefix,
+        )  # fmt: skip
         a_slots = self._slots(tid, o.block_m, o.block_k, a_copy.lanes)
         b_slots = self._slots(tid, o.block_k, o.block_n, b_copy.lanes)
 
@@ -526,10 +563,13 @@ class _TiledKernel:
             inner.add(vector.StoreOp(vec, c, [i, j]))
 
     def _vector_lanes(self) -> int:
-        """Elements per 16-byte access (f32 only), or 1 when `vector-loads` is off."""
-        if not self.o.vector_loads or not isinstance(self.nest.element_type, Float32Type):
+        """Elements per 16-byte access (f32; f16 and bf16 on tensor cores), or 1 when
+        `vector-loads` is off."""
+        if not self.o.vector_loads:
             return 1
-        return VECTOR_BYTES // 4
+        if self.pairs:
+            return VECTOR_BYTES // 2
+        return VECTOR_BYTES // 4 if isinstance(self.nest.element_type, Float32Type) else 1
 
     def _lanes_a(self) -> int:
         """A's rows are read along k: 16-byte loads when every row starts 16-byte aligned
@@ -547,7 +587,7 @@ class _TiledKernel:
         multiples of their tiles), and shared rows stay 16-byte aligned (pad)."""
         lanes, o, nest = self._vector_lanes(), self.o, self.nest
         aligned = (
-            (o.block_n + o.pad) % lanes == 0
+            (self.pairs or (o.block_n + self.pad) % lanes == 0)  # [n][k]: stored by element
             and o.block_n % lanes == 0
             and _row_length(nest.b) % lanes == 0
         )

@@ -37,6 +37,11 @@ MMA_K_TF32 = 8
 MMA_WARP = (64, 32)
 """A warp's tile of C under tensor cores: 4 x 4 instructions per k step, 64 f32 accumulators
 per lane (the register budget of the f32 path's 8 x 8)."""
+HALF_PAD = 8
+"""Under tensor cores with f16/bf16, both shared tiles are k-contiguous ([m][k], [n][k]: a
+lane's pairs along k are one 32-bit load) and each row is padded to a multiple of this many
+elements (16 bytes, so rows stay 16-byte aligned for the copies). With 32 of k a row is 20
+words: the 8 rows x 4 words of a warp's pair loads fall in 32 distinct banks."""
 MIN_SPLIT_TILES = 4
 """The fewest k tiles auto split-K leaves each range (below it the partials' traffic and
 the second kernel outweigh the blocks gained)."""
@@ -92,6 +97,17 @@ class GpuTile:
     """k ranges each C tile's sum is split into (split-K; 1: none)."""
 
     @property
+    def pairs(self) -> bool:
+        """f16/bf16 on tensor cores: k-contiguous tiles, A's and B's values loaded in pairs."""
+        return self.mma and not self.tf32
+
+    @property
+    def pad(self) -> int:
+        """Elements after each row of the shared tiles (`pad`; under `pairs`, rounded up to
+        `HALF_PAD`'s multiples)."""
+        return tile_pad(self.options.pad, self.pairs)
+
+    @property
     def rows_t(self) -> int:
         """SIMT threads along m."""
         return self.options.block_m // self.options.thread_m
@@ -125,12 +141,13 @@ def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
     block_n, thread_n = _fit(o.block_n, o.thread_n, shape.n)
     if mma:  # whole m16n8k16 tiles: the block at least 16 x 8, k in steps of 16
         block_m, block_n = max(block_m, MMA_M), max(block_n, MMA_N)
-    block_k = o.block_k or _auto_depth(o, block_m, block_n, shape.k, shape.itemsize)
+    pairs = mma and not tf32
+    block_k = o.block_k or _auto_depth(o, block_m, block_n, shape.k, shape.itemsize, pairs)
     if mma:
         block_k = -(-block_k // mma_k) * mma_k
     o = replace(o, block_m=block_m, thread_m=thread_m, block_n=block_n, thread_n=thread_n,
                 block_k=block_k)  # fmt: skip
-    _check_shared(o, shape.itemsize)
+    _check_shared(o, shape.itemsize, pairs)
     threads = (block_m // thread_m) * (block_n // thread_n)
     warps = (1, 1)
     if mma:  # warps of 64 x 32 (fewer where the block is smaller), 32 lanes each
@@ -170,27 +187,45 @@ def _splits(o: GpuTileMatmulPass, tiles: int, k_tiles: int) -> int:
     return best if 2 * tiles * best >= o.sms else 1
 
 
-def _auto_depth(o: GpuTileMatmulPass, block_m: int, block_n: int, k: int, itemsize: int) -> int:
+def tile_pad(pad: int, pairs: bool) -> int:
+    """The shared tiles' row padding: `pad`, or under `pairs` a multiple of `HALF_PAD`."""
+    return -(-max(pad, HALF_PAD) // HALF_PAD) * HALF_PAD if pairs else pad
+
+
+def shared_bytes(
+    o: GpuTileMatmulPass, block_m: int, block_n: int, depth: int, itemsize: int, pairs: bool
+) -> int:
+    """Bytes of the A and B tiles, every stage: rows of k under `pairs` ([m][k], [n][k]),
+    rows of m and n otherwise ([k][m], [k][n]), each row padded."""
+    stages = 2 if o.double_buffer else 1
+    pad = tile_pad(o.pad, pairs)
+    if pairs:
+        return stages * (block_m + block_n) * (depth + pad) * itemsize
+    return stages * depth * (block_m + block_n + 2 * pad) * itemsize
+
+
+def _auto_depth(
+    o: GpuTileMatmulPass, block_m: int, block_n: int, k: int, itemsize: int, pairs: bool
+) -> int:
     """block-k=0: 64 bytes of k per tile row where K is a multiple of it, else 32 (a ragged
     K's bounds checks on twice the elements per thread made ptxas spill: 12 spills on a
     147-deep im2col matmul at 16 f32), halved until the tiles fit."""
-    stages = 2 if o.double_buffer else 1
     depth = max(1, 64 // itemsize)
     if k % depth:
         depth = max(1, depth // 2)
     while (
         depth > 1
-        and stages * depth * (block_m + block_n + 2 * o.pad) * itemsize > STATIC_SHARED_LIMIT
+        and shared_bytes(o, block_m, block_n, depth, itemsize, pairs) > STATIC_SHARED_LIMIT
     ):
         depth //= 2
     return depth
 
 
-def _check_shared(o: GpuTileMatmulPass, itemsize: int) -> None:
+def _check_shared(o: GpuTileMatmulPass, itemsize: int, pairs: bool) -> None:
     """The tiles are static `__shared__` arrays: refuse, naming the options, tiles past the
     48 KB a kernel may declare statically (NVRTC would fail with ptxas's words)."""
     stages = 2 if o.double_buffer else 1
-    need = stages * o.block_k * (o.block_m + o.block_n + 2 * o.pad) * itemsize
+    need = shared_bytes(o, o.block_m, o.block_n, o.block_k, itemsize, pairs)
     require(
         need <= STATIC_SHARED_LIMIT,
         "block-k",

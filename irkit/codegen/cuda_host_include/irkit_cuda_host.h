@@ -57,6 +57,11 @@ inline double2 make_double2(double x, double y) { return {x, y}; }
 
 struct __half { unsigned short bits; };
 struct __nv_bfloat16 { unsigned short bits; };
+// pairs (one 32-bit register of an mma) and 16-byte vectors of them, as irkit's CUDA prints
+struct __attribute__((aligned(4))) irkit_f16x2 { __half v[2]; };
+struct __attribute__((aligned(16))) irkit_f16x8 { __half v[8]; };
+struct __attribute__((aligned(4))) irkit_bf16x2 { __nv_bfloat16 v[2]; };
+struct __attribute__((aligned(16))) irkit_bf16x8 { __nv_bfloat16 v[8]; };
 
 inline float __half2float(__half h) {
   unsigned sign = (h.bits & 0x8000u) << 16, exp = (h.bits >> 10) & 0x1f, man = h.bits & 0x3ffu;
@@ -414,6 +419,18 @@ inline void mma(const float* a, const float* b, const float* c, float* d, int li
   }
 IRKIT_MMA_HOST(f16, __half, __half2float)
 IRKIT_MMA_HOST(bf16, __nv_bfloat16, __bfloat162float)
+
+// the same with A's and B's values in pairs (one 32-bit register each on the GPU)
+#define IRKIT_MMA_HOST_X2(KIND, P)                                                            \
+  inline void irkit_mma_m16n8k16_##KIND##_x2(P a0, P a1, P a2, P a3, P b0, P b1, float c0,    \
+                                             float c1, float c2, float c3, float* d0,         \
+                                             float* d1, float* d2, float* d3) {               \
+    irkit_mma_m16n8k16_##KIND(a0.v[0], a0.v[1], a1.v[0], a1.v[1], a2.v[0], a2.v[1], a3.v[0],  \
+                              a3.v[1], b0.v[0], b0.v[1], b1.v[0], b1.v[1], c0, c1, c2, c3,    \
+                              d0, d1, d2, d3);                                                \
+  }
+IRKIT_MMA_HOST_X2(f16, irkit_f16x2)
+IRKIT_MMA_HOST_X2(bf16, irkit_bf16x2)
 
 namespace irkit_host {
 // TF32: the input rounded to 10 mantissa bits, to nearest with ties away (cvt.rna.tf32.f32).

@@ -38,7 +38,7 @@ def program_key(exe: Executable) -> str:
 
 
 def flush_bytes(fingerprint: dict) -> int | None:
-    """The bytes the backend overwrites before each sample (a GPU's L2 flush), where its
+    """The bytes the backend overwrites before each call (a GPU's L2 flush), where its
     fingerprint says; None for a backend that times warm caches."""
     for value in fingerprint.values():
         if isinstance(value, dict) and value.get("l2_flush_bytes"):
