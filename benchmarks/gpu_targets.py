@@ -261,6 +261,14 @@ class TorchTimed:
         return ms * 1e-3 / reps
 
 
+def _to_torch(torch: Any, a: np.ndarray) -> Any:
+    """An input on the device; bf16 (ml_dtypes, which torch.from_numpy refuses) by its bits."""
+    a = np.ascontiguousarray(a)
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16).cuda()
+    return torch.from_numpy(a).cuda()
+
+
 def load(w: Workload, dims: dict[str, int]):
     if w.source.endswith(".graph"):
         return irkit.load(ROOT / w.source, dims)
@@ -297,7 +305,7 @@ def measure(
     if not all(c.passed for c in checks):
         raise IrkitError(f"irkit's result is wrong; not timed: {[c.describe() for c in checks]}")
     ours = exe(*inputs)[0]
-    args = [torch.from_numpy(np.ascontiguousarray(a)).cuda() for a in inputs]
+    args = [_to_torch(torch, a) for a in inputs]
     fn = torch_peers(torch)[w.peer]
     peers = {"cublas": fn} if w.target == "cublas" else {"torch_eager": fn}
     dropped: dict[str, str] = {}
@@ -311,7 +319,7 @@ def measure(
     for name, peer in list(peers.items()):  # torch.compile compiles here, before any timing
         try:
             for _ in range(3 if name == "torch_compile_graphs" else 1):  # warm-up, recording
-                theirs = peer(*args).cpu().numpy().astype(np.float64)
+                theirs = peer(*args).float().cpu().numpy().astype(np.float64)
         except Exception as e:  # a peer that cannot run is recorded, not the workload lost
             if name != "torch_compile_graphs":
                 raise

@@ -660,6 +660,28 @@ def test_lockstep_refuses_an_mma_some_lanes_skip() -> None:
         )
 
 
+def test_lockstep_refuses_an_ldmatrix_whose_base_differs_between_lanes() -> None:
+    """ldmatrix's lanes take their row addresses from one warp-uniform base (the GPU derives
+    each lane's address from it): a base that varies by lane is refused, not run as if each
+    lane loaded its own rows."""
+    graph = parse_source(HALF_GEMM.format(t="f16", m=16, n=16, k=16), "g.graph", ".graph")
+    module = apply_passes(graph, parse_passes("default-cuda"))
+    from xdsl.dialects import arith
+
+    from irkit.dialects.warp import LdmatrixX4Op
+
+    fn = gpu_kernels(module)[0]
+    load = next(op for op in fn.walk() if isinstance(op, LdmatrixX4Op))
+    tid = next(op for op in fn.walk() if isinstance(op, gpu.ThreadIdOp)).result
+    c2 = arith.ConstantOp.from_int_and_width(2, tid.type)
+    lane_row = arith.DivUIOp(tid, c2.result)  # rows 0..15 by lane: not uniform
+    load.parent_block().insert_ops_before([c2, lane_row], load)  # type: ignore[union-attr]
+    load.operands[-2] = lane_row.result
+    x = np.ones((16, 16), np.float16)
+    with pytest.raises(LockstepError, match="base that differs between the lanes of a warp"):
+        _run(module, fn.sym_name.data, [x, x, np.zeros((16, 16), np.float16)])
+
+
 @pytest.mark.parametrize("backend", HOST_AND_GPU)
 @pytest.mark.parametrize("dims", [(70, 52, 40), (64, 64, 64), (36, 200, 24)])
 def test_vector_stores_of_c_match_the_reference(dims, backend: str) -> None:

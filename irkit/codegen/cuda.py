@@ -37,7 +37,13 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from irkit.dialects.cpu import PrefetchOp
-from irkit.dialects.warp import MMA_OPS, MmaM16n8k16Op, ShuffleModeEnum, ShuffleOp
+from irkit.dialects.warp import (
+    MMA_OPS,
+    LdmatrixX4Op,
+    MmaM16n8k16Op,
+    ShuffleModeEnum,
+    ShuffleOp,
+)
 from irkit.errors import IrkitError
 from irkit.loops import SHARED_SPACE, callees, is_loop_level, kernels, launch_of
 from irkit.loops.scalar_ops import c_calls, c_infix
@@ -556,6 +562,21 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         args = ", ".join([*(self.name(v) for v in inputs), *(f"&{n}" for n in names)])
         self.emit(f"{function}({args});")
 
+    def ldmatrix(self, op: LdmatrixX4Op) -> None:
+        """A warp's ldmatrix.x4: the prelude's helper derives the lane's row address from
+        the base element and the matrices' offsets (in elements, from the buffer's row
+        length), and writes the lane's four pairs."""
+        t = op.source.type
+        assert isinstance(t, MemRefType)
+        stride = t.get_shape()[-1]
+        names = [self.fresh(r, "m") for r in op.pairs]
+        self.emit(f"{self.type_name(op.pairs[0].type)} {', '.join(names)};")
+        base = self.element(op.source, list(op.indices))
+        offsets = ", ".join(str(r * stride + c) for r, c in op.origins)
+        pointers = ", ".join(f"&{n}" for n in names)
+        kind = "bf16" if isinstance(t.element_type, BFloat16Type) else "f16"
+        self.emit(f"irkit_ldmatrix_x4_{kind}(&{base}, {stride}, {offsets}, {pointers});")
+
     def shuffle(self, op: ShuffleOp) -> None:
         """A warp's xor exchange (every lane of the warp together: the full mask). Its
         `valid` flag is not printed: irkit's passes shuffle within whole warps."""
@@ -568,6 +589,7 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         **dict.fromkeys(GEOMETRY, geometry),
         **dict.fromkeys(MMA_OPS, mma),
         ShuffleOp: shuffle,
+        LdmatrixX4Op: ldmatrix,
         arith.BitcastOp: bitcast,
         gpu.BarrierOp: barrier,
         memref.GetGlobalOp: get_global,
@@ -740,6 +762,27 @@ def _mma_helper(kind: str) -> str:
     )
 
 
+def _ldmatrix_helper(kind: str) -> str:
+    """`irkit_ldmatrix_x4_<kind>`: PTX's ldmatrix.x4, lane l giving the address of row l % 8
+    of matrix l / 8 (the base plus that matrix's offset); kept from a host build, whose
+    header has its own."""
+    t = "__half" if kind == "f16" else "__nv_bfloat16"
+    pair = f"irkit_{kind}x2"
+    outs = ", ".join(f'"=r"(*reinterpret_cast<unsigned*>(d{j}))' for j in range(4))
+    return (
+        "#ifndef IRKIT_CUDA_HOST\n"
+        f"__device__ __forceinline__ void irkit_ldmatrix_x4_{kind}(const {t}* base, int stride, "
+        f"int o0, int o1, int o2, int o3, {pair}* d0, {pair}* d1, {pair}* d2, {pair}* d3) {{\n"
+        "  const unsigned lane = threadIdx.x & 31u, j = lane >> 3;\n"
+        "  const int o = j == 0u ? o0 : j == 1u ? o1 : j == 2u ? o2 : o3;\n"
+        "  const unsigned address = (unsigned)__cvta_generic_to_shared("
+        "base + (int)(lane & 7u) * stride + o);\n"
+        '  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n"\n'
+        f'      : {outs} : "r"(address));\n'
+        "}\n#endif\n"
+    )
+
+
 def _prelude(kernels: list[func.FuncOp]) -> str:
     """The helpers, cuda_fp16.h/cuda_bf16.h only where a kernel touches f16 or bf16, and the
     tensor-core helpers only where a kernel uses them."""
@@ -758,6 +801,17 @@ def _prelude(kernels: list[func.FuncOp]) -> str:
     helpers = "".join(
         TF32_HELPER if f.endswith("tf32") else _mma_helper(f.rsplit("_", 1)[1]) for f in functions
     )
+    loads = sorted(
+        {
+            "bf16" if isinstance(shape_type.element_type, BFloat16Type) else "f16"
+            for fn in kernels
+            for op in fn.walk()
+            if isinstance(op, LdmatrixX4Op)
+            for shape_type in [op.source.type]
+            if isinstance(shape_type, MemRefType)
+        }
+    )
+    helpers += "".join(_ldmatrix_helper(kind) for kind in loads)
     return (CudaPrinter.HALF_HEADERS if narrow else "") + CudaPrinter.PRELUDE + helpers
 
 

@@ -22,6 +22,16 @@ each input rounded to 10 mantissa bits, to nearest with ties away from zero, as 
 Every lane of the warp must execute them together (no divergence), as on the GPU. They are
 printed as calls of `irkit_mma_<shape>_<type>` (inline PTX on the GPU, an emulation through
 the fiber scheduler on `cuda-host`), and interpreted by lockstep over whole warps.
+
+`irkit_warp.ldmatrix_x4`: a warp's load of four 8 x 8 matrices of 16-bit values from shared
+memory, PTX's `ldmatrix.sync.aligned.m8n8.x4.shared.b16`, with the lanes' row addresses
+derived from one warp-uniform base: matrix j's origin is the base plus `offsets[j]` (rows,
+columns of the buffer's last two dimensions), and lane l receives, as its result j, the pair
+at row `l / 4`, columns `2 (l % 4)` and `2 (l % 4) + 1` of matrix j. (On the GPU, lane
+`8 j + r` gives the address of matrix j's row r.) With offsets (0,0), (8,0), (0,8), (8,8) on
+a row-major 16 x 16 tile of A, the four results are exactly a lane's pairs of A for
+m16n8k16; on two 8-row tiles of B stored [n][k], (0,0), (0,8), (8,0), (8,8) give the pairs
+of B for two instructions. Each matrix row is 16 bytes and must be 16-byte aligned.
 """
 
 from __future__ import annotations
@@ -29,7 +39,18 @@ from __future__ import annotations
 from enum import auto
 from typing import ClassVar
 
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, Float64Type, IntegerType
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    DenseArrayBase,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    IndexType,
+    IntegerType,
+    MemRefType,
+    VectorType,
+    i64,
+)
 from xdsl.dialects.utils import EnumAttribute
 from xdsl.ir import Dialect, SpacedOpaqueSyntaxAttribute, SSAValue
 from xdsl.irdl import (
@@ -149,6 +170,48 @@ class MmaM16n8k8Tf32Op(IRDLOperation):
             raise VerifyException("every operand and result is f32")
 
 
+@irdl_op_definition
+class LdmatrixX4Op(IRDLOperation):
+    """A warp's four 8 x 8 matrices of f16 or bf16 from a shared buffer (see the module
+    docstring): operands the buffer and the warp-uniform base indices; `offsets` matrix j's
+    origin as (row, column) pairs; results four `vector<2xT>`, lane l's pair of each."""
+
+    name = "irkit_warp.ldmatrix_x4"
+
+    source = operand_def(MemRefType)
+    indices = var_operand_def(IndexType)
+    offsets = prop_def(DenseArrayBase)
+    pairs = var_result_def()
+
+    def __init__(self, source: SSAValue, indices: list[SSAValue], offsets: list[tuple[int, int]]):
+        t = source.type
+        assert isinstance(t, MemRefType)
+        flat = [int(x) for rc in offsets for x in rc]
+        super().__init__(
+            operands=[source, indices],
+            properties={"offsets": DenseArrayBase.from_list(i64, flat)},
+            result_types=[[VectorType(t.element_type, [2])] * 4],
+        )
+
+    @property
+    def origins(self) -> list[tuple[int, int]]:
+        """Matrix j's origin relative to the base: (rows, columns)."""
+        flat = [int(v) for v in self.offsets.get_values()]
+        return list(zip(flat[::2], flat[1::2], strict=True))
+
+    def verify_(self) -> None:
+        t = self.source.type
+        assert isinstance(t, MemRefType)
+        if not isinstance(t.element_type, Float16Type | BFloat16Type):
+            raise VerifyException(f"{self.name} loads f16 or bf16, not {t.element_type}")
+        if len(self.indices) != t.get_num_dims() or t.get_num_dims() < 2:
+            raise VerifyException(f"{self.name} takes one index per dimension (at least 2)")
+        if len(self.pairs) != 4 or len(self.offsets.get_values()) != 8:
+            raise VerifyException(f"{self.name} has 4 (row, column) offsets and 4 results")
+        if any(r.type != VectorType(t.element_type, [2]) for r in self.pairs):
+            raise VerifyException(f"{self.name}'s results are vector<2x{t.element_type}>")
+
+
 MMA_OPS = (MmaM16n8k16Op, MmaM16n8k8Tf32Op)
 
 
@@ -248,11 +311,11 @@ class ShuffleOp(IRDLOperation):
         return op
 
 
-WARP_COLLECTIVES = (*MMA_OPS, ShuffleOp)
+WARP_COLLECTIVES = (*MMA_OPS, ShuffleOp, LdmatrixX4Op)
 """Ops every lane of a warp executes together (cuda-host's emulation waits for them all)."""
 
 
-Warp = Dialect("irkit_warp", [MmaM16n8k16Op, MmaM16n8k8Tf32Op], [])
+Warp = Dialect("irkit_warp", [MmaM16n8k16Op, MmaM16n8k8Tf32Op, LdmatrixX4Op], [])
 
 
 def gpu_dialect() -> Dialect:

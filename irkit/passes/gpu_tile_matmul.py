@@ -104,6 +104,7 @@ class GpuTileMatmulPass(ModulePass):
     fill_sms: bool = True  # smaller block tiles where the grid would leave most `sms` idle
     batch: bool = True  # batch matmuls tiled too (false: left to map-to-gpu, as before)
     tensor_cores: bool = True  # f16/bf16: mma.sync m16n8k16 (sm_80 and later)
+    ldmatrix: bool = True  # f16/bf16 on tensor cores: fragments by ldmatrix.x4 (false: pair loads)
     tf32: bool = False  # f32 through TF32 tensor cores (opt-in: 10-bit mantissa products)
     vector_stores: bool = False  # f32 C: a thread's 4 consecutive columns as one float4
     # __launch_bounds__(threads, min-blocks) where > 0. An option, not a default: two
@@ -275,6 +276,7 @@ class _TiledKernel:
         `irkit.dialects.warp`) and issues one `irkit_warp.mma_m16n8k16` per 16 x 8 piece.
         Returns the k-tile step and each accumulator's row and column in the block tile."""
         from irkit.dialects.warp import (
+            LdmatrixX4Op,
             MmaM16n8k8Tf32Op,
             MmaM16n8k16Op,
             a_coordinates,
@@ -291,9 +293,8 @@ class _TiledKernel:
         warp, lane = b.binary(arith.DivUIOp, tid, 32), b.binary(arith.RemUIOp, tid, 32)
         g, t4 = b.binary(arith.DivUIOp, lane, 4), b.binary(arith.RemUIOp, lane, 4)
         two_t = b.binary(arith.MuliOp, t4, 2)
-        rows = b.add(
-            arith.AddiOp(b.binary(arith.MuliOp, b.binary(arith.DivUIOp, warp, warps_n), warp_m), g)
-        )
+        row0 = b.binary(arith.MuliOp, b.binary(arith.DivUIOp, warp, warps_n), warp_m)  # uniform
+        rows = b.add(arith.AddiOp(row0, g))
         cols = b.binary(arith.MuliOp, b.binary(arith.RemUIOp, warp, warps_n), warp_n)
         b_cols = b.add(arith.AddiOp(cols, g))  # B's column (n) of this lane
         c_cols = b.add(arith.AddiOp(cols, two_t))  # C's first column of this lane
@@ -314,21 +315,45 @@ class _TiledKernel:
             v = t.add(vector.LoadOp(tile, [stage, row, k], VectorType(self.nest.element_type, [2])))
             return [t.add(vector.ExtractOp(v, [q], self.nest.element_type)) for q in range(2)]
 
+        def ldmatrix(t: GpuBuilder, tile: SSAValue, stage: SSAValue, row: SSAValue, k: int,
+                     origins: list[tuple[int, int]]) -> list[list[SSAValue]]:  # fmt: skip
+            """Four pairs a lane, from the warp's 8 x 8 matrices at `origins` from (row, k)."""
+            op = LdmatrixX4Op(tile, [stage, row, t.index(k)], origins)
+            t.add(op)
+            et = self.nest.element_type
+            return [[t.add(vector.ExtractOp(v, [q], et)) for q in range(2)] for v in op.pairs]
+
+        def a_pairs(t: GpuBuilder, stage: SSAValue, mi: int, kk: int) -> list[SSAValue]:
+            """A lane's 8 values of A for the mi-th 16 rows, by ldmatrix or pair loads."""
+            if self.o.ldmatrix:
+                origins = [(dm, dk) for dm, dk in a_at[::2]]  # (0,0) (8,0) (0,8) (8,8)
+                return [x for p in ldmatrix(t, a_tile, stage, t.iadd(row0, mi * MMA_M), kk, origins)
+                        for x in p]  # fmt: skip
+            return [x for dm, dk in a_at[::2]
+                    for x in pair(t, a_tile, stage, t.iadd(rows, mi * MMA_M + dm), t.iadd(k_lane, kk + dk))]  # fmt: skip
+
+        def b_pairs(t: GpuBuilder, stage: SSAValue, kk: int) -> list[list[SSAValue]]:
+            """A lane's 4 values of B for each 8 columns: two tiles an ldmatrix (a last odd
+            one, and all without `ldmatrix`, by pair loads)."""
+            out: list[list[SSAValue]] = []
+            for ni in range(tiles_n):
+                if self.o.ldmatrix and ni % 2 == 0 and ni + 1 < tiles_n:
+                    origins = [(0, dk) for dk, _ in b_at[::2]]
+                    origins += [(MMA_N, dk) for dk, _ in b_at[::2]]  # (0,0) (0,8) (8,0) (8,8)
+                    p = ldmatrix(t, b_tile, stage, t.iadd(cols, ni * MMA_N), kk, origins)
+                    out += [[*p[0], *p[1]], [*p[2], *p[3]]]
+                elif len(out) == ni:
+                    out.append([x for dk, _ in b_at[::2]
+                                for x in pair(t, b_tile, stage, t.iadd(b_cols, ni * MMA_N), t.iadd(k_lane, kk + dk))])  # fmt: skip
+            return out
+
         def compute_pairs(t: GpuBuilder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
             """f16/bf16: A's tile [m][k], B's [n][k]; values 2i and 2i + 1 of a lane's A (B)
-            are neighbours along k, loaded together."""
+            are neighbours along k: one pair of an ldmatrix.x4, or one 32-bit load."""
             accs = list(accs)
             for kk in range(0, o.block_k, step):
-                a_frags = [
-                    [x for dm, dk in a_at[::2]
-                     for x in pair(t, a_tile, stage, t.iadd(rows, mi * MMA_M + dm), t.iadd(k_lane, kk + dk))]
-                    for mi in range(tiles_m)
-                ]  # fmt: skip
-                b_frags = [
-                    [x for dk, _ in b_at[::2]
-                     for x in pair(t, b_tile, stage, t.iadd(b_cols, ni * MMA_N), t.iadd(k_lane, kk + dk))]
-                    for ni in range(tiles_n)
-                ]  # fmt: skip
+                a_frags = [a_pairs(t, stage, mi, kk) for mi in range(tiles_m)]
+                b_frags = b_pairs(t, stage, kk)
                 for mi in range(tiles_m):
                     for ni in range(tiles_n):
                         at = (mi * tiles_n + ni) * 4

@@ -37,7 +37,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, Operation, SSAValue
 
 from irkit.dialects.cpu import PrefetchOp
-from irkit.dialects.warp import MMA_OPS, ShuffleOp
+from irkit.dialects.warp import MMA_OPS, LdmatrixX4Op, ShuffleOp
 from irkit.dtypes import numpy_dtype, poisoned
 from irkit.errors import IrkitError
 from irkit.ir import shape_of
@@ -286,6 +286,10 @@ class LockstepInterpreter:
     def _mma_op(self, op: Operation, args: list[Any], mask: np.ndarray) -> None:
         self._mma(op, args, mask)
 
+    @impl(LdmatrixX4Op)
+    def _ldmatrix_op(self, op: LdmatrixX4Op, args: list[Any], mask: np.ndarray) -> None:
+        self._ldmatrix(op, args, mask)
+
     @impl(ShuffleOp)
     def _shuffle_op(self, op: ShuffleOp, args: list[Any], mask: np.ndarray) -> Any:
         return self._shuffle(op, args, mask)
@@ -439,6 +443,34 @@ class LockstepInterpreter:
             for lane in range(32):
                 out[:, lane] = d[(slice(None), *c_coordinates(lane, i))]
             self.env[result] = out.reshape(n)
+
+    def _ldmatrix(self, op: LdmatrixX4Op, args: list[Any], mask: np.ndarray) -> None:
+        """A warp's ldmatrix.x4 over whole warps: the base must be the same in every lane of
+        a warp (the GPU derives each lane's row address from it); lane l's result j is the
+        pair at row l / 4, columns 2 (l % 4) + {0, 1} of matrix j, each element a checked
+        load (bounds, races) as a plain load would be."""
+        self._whole_warps(op, mask)
+        buffer, *indices = args
+        n = self.run.lanes
+        for ix in indices:
+            per_warp = np.broadcast_to(np.asarray(ix), (n,)).reshape(-1, 32)
+            if (per_warp != per_warp[:, :1]).any():
+                raise LockstepError(
+                    f"@{self.run.name}: {op.name} with a base that differs between the lanes "
+                    "of a warp"
+                )
+        lane = self.tid % 32
+        t = op.source.type
+        for j, (row, column) in enumerate(op.origins):
+            first = [
+                *indices[:-2],
+                indices[-2] + row + lane // 4,
+                indices[-1] + column + 2 * (lane % 4),
+            ]
+            pair = [
+                self._load(t, op.name, [buffer, *first[:-1], first[-1] + q], mask) for q in range(2)
+            ]
+            self.env[op.pairs[j]] = np.stack(pair, axis=-1)
 
     def _barrier(self, mask: np.ndarray) -> None:
         per_block = mask.reshape(self.run.grid, self.run.block)

@@ -432,6 +432,24 @@ IRKIT_MMA_HOST(bf16, __nv_bfloat16, __bfloat162float)
 IRKIT_MMA_HOST_X2(f16, irkit_f16x2)
 IRKIT_MMA_HOST_X2(bf16, irkit_bf16x2)
 
+// ldmatrix.x4 (see irkit/dialects/warp.py): lane l's pair j is row l / 4, columns
+// 2 (l % 4) + {0, 1} of matrix j, whose origin is the base plus o_j elements. Each lane reads
+// its own pairs (shared memory is the block's), so no exchange between the lanes is needed.
+#define IRKIT_LDMATRIX_HOST(KIND, T, P)                                                        \
+  inline void irkit_ldmatrix_x4_##KIND(const T* base, int stride, int o0, int o1, int o2,      \
+                                       int o3, P* d0, P* d1, P* d2, P* d3) {                   \
+    const unsigned lane = threadIdx.x & 31u;                                                   \
+    const int at = (int)(lane / 4u) * stride + 2 * (int)(lane % 4u);                           \
+    P* d[4] = {d0, d1, d2, d3};                                                                \
+    const int o[4] = {o0, o1, o2, o3};                                                         \
+    for (int j = 0; j < 4; j++) {                                                              \
+      d[j]->v[0] = base[o[j] + at];                                                            \
+      d[j]->v[1] = base[o[j] + at + 1];                                                        \
+    }                                                                                          \
+  }
+IRKIT_LDMATRIX_HOST(f16, __half, irkit_f16x2)
+IRKIT_LDMATRIX_HOST(bf16, __nv_bfloat16, irkit_bf16x2)
+
 namespace irkit_host {
 // TF32: the input rounded to 10 mantissa bits, to nearest with ties away (cvt.rna.tf32.f32).
 inline float tf32(float x) {
