@@ -660,12 +660,29 @@ def test_lockstep_refuses_an_mma_some_lanes_skip() -> None:
         )
 
 
+@pytest.mark.parametrize("backend", HOST_AND_GPU)
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("dims", [(100, 72, 40), (128, 128, 64), (16, 8, 16)])
+def test_half_gemm_by_ldmatrix_matches_the_reference(dims, dtype: str, backend: str) -> None:
+    """gpu-tile-matmul{ldmatrix=true}: fragments as ldmatrix.x4 matrices (an odd last tile of
+    B by pair loads), equal to the reference through lockstep, cuda-host and the GPU."""
+    needs(backend)
+    m, n, k = dims
+    graph = parse_source(HALF_GEMM.format(t=dtype, m=m, n=n, k=k), "g.graph", ".graph")
+    exe = irkit.compile(graph, _default_cuda_with("gpu-tile-matmul{ldmatrix=true}"), backend)
+    (kernel,) = [r for r in exe.kernels if r.launch["mapping"] == "tiled"]  # type: ignore[index]
+    assert f"irkit_ldmatrix_x4_{dtype}(&" in kernel.source
+    assert kernel.resources["spill_stores"] == 0, kernel.resources
+    checks, _ = check(exe, graph, seed=3)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
+
+
 def test_lockstep_refuses_an_ldmatrix_whose_base_differs_between_lanes() -> None:
     """ldmatrix's lanes take their row addresses from one warp-uniform base (the GPU derives
     each lane's address from it): a base that varies by lane is refused, not run as if each
     lane loaded its own rows."""
     graph = parse_source(HALF_GEMM.format(t="f16", m=16, n=16, k=16), "g.graph", ".graph")
-    module = apply_passes(graph, parse_passes("default-cuda"))
+    module = apply_passes(graph, parse_passes(_default_cuda_with("gpu-tile-matmul{ldmatrix=true}")))
     from xdsl.dialects import arith
 
     from irkit.dialects.warp import LdmatrixX4Op

@@ -104,7 +104,11 @@ class GpuTileMatmulPass(ModulePass):
     fill_sms: bool = True  # smaller block tiles where the grid would leave most `sms` idle
     batch: bool = True  # batch matmuls tiled too (false: left to map-to-gpu, as before)
     tensor_cores: bool = True  # f16/bf16: mma.sync m16n8k16 (sm_80 and later)
-    ldmatrix: bool = True  # f16/bf16 on tensor cores: fragments by ldmatrix.x4 (false: pair loads)
+    # f16/bf16 on tensor cores: fragments by ldmatrix.x4 rather than 32-bit pair loads. An
+    # option, not the default: at 4096^3 f16 on an H200 (6a2c45a) the pair loads ran 1.07x
+    # faster (1.68 against 1.80 ms) though ldmatrix issues 12 shared loads per 32 mma to
+    # their 48: the kernel waits on its register-staged copies, not on shared-load issue.
+    ldmatrix: bool = False
     tf32: bool = False  # f32 through TF32 tensor cores (opt-in: 10-bit mantissa products)
     vector_stores: bool = False  # f32 C: a thread's 4 consecutive columns as one float4
     # __launch_bounds__(threads, min-blocks) where > 0. An option, not a default: two
