@@ -45,6 +45,7 @@ from irkit.dialects.warp import (
     ShuffleOp,
 )
 from irkit.errors import IrkitError
+from irkit.ir import shape_of
 from irkit.loops import SHARED_SPACE, callees, is_loop_level, kernels, launch_of
 from irkit.loops.scalar_ops import c_calls, c_infix
 
@@ -709,7 +710,7 @@ def _register_pairs(op: Operation) -> list[SSAValue] | None:
         assert isinstance(first, vector.ExtractOp) and isinstance(second, vector.ExtractOp)
         if (
             first.vector is not second.vector
-            or first.vector.type.get_shape() != (2,)
+            or shape_of(first.vector) != (2,)
             or first.dynamic_position
             or second.dynamic_position
             or first.static_position.get_values() != (0,)
