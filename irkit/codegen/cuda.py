@@ -575,7 +575,7 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         base = self.element(op.source, list(op.indices))
         offsets = ", ".join(str(r * stride + c) for r, c in op.origins)
         pointers = ", ".join(f"&{n}" for n in names)
-        kind = "bf16" if isinstance(t.element_type, BFloat16Type) else "f16"
+        kind = _ldmatrix_kind(op)
         self.emit(f"irkit_ldmatrix_x4_{kind}(&{base}, {stride}, {offsets}, {pointers});")
 
     def shuffle(self, op: ShuffleOp) -> None:
@@ -763,12 +763,22 @@ def _mma_helper(kind: str) -> str:
     )
 
 
+def _ldmatrix_kind(op: LdmatrixX4Op) -> str:
+    """The helper's suffix: the element type, and `_trans` for a transposed load."""
+    t = op.source.type
+    assert isinstance(t, MemRefType)
+    kind = "bf16" if isinstance(t.element_type, BFloat16Type) else "f16"
+    return kind + ("_trans" if op.transpose is not None else "")
+
+
 def _ldmatrix_helper(kind: str) -> str:
-    """`irkit_ldmatrix_x4_<kind>`: PTX's ldmatrix.x4, lane l giving the address of row l % 8
-    of matrix l / 8 (the base plus that matrix's offset); kept from a host build, whose
-    header has its own."""
-    t = "__half" if kind == "f16" else "__nv_bfloat16"
-    pair = f"irkit_{kind}x2"
+    """`irkit_ldmatrix_x4_<kind>`: PTX's ldmatrix.x4 (`.trans` for a `_trans` kind), lane l
+    giving the address of row l % 8 of matrix l / 8 (the base plus that matrix's offset);
+    kept from a host build, whose header has its own."""
+    element, _, trans = kind.partition("_")
+    t = "__half" if element == "f16" else "__nv_bfloat16"
+    pair = f"irkit_{element}x2"
+    modifier = ".trans" if trans else ""
     outs = ", ".join(f'"=r"(*reinterpret_cast<unsigned*>(d{j}))' for j in range(4))
     return (
         "#ifndef IRKIT_CUDA_HOST\n"
@@ -778,7 +788,7 @@ def _ldmatrix_helper(kind: str) -> str:
         "  const int o = j == 0u ? o0 : j == 1u ? o1 : j == 2u ? o2 : o3;\n"
         "  const unsigned address = (unsigned)__cvta_generic_to_shared("
         "base + (int)(lane & 7u) * stride + o);\n"
-        '  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n"\n'
+        f'  asm volatile("ldmatrix.sync.aligned.m8n8.x4{modifier}.shared.b16 {{%0, %1, %2, %3}}, [%4];\\n"\n'
         f'      : {outs} : "r"(address));\n'
         "}\n#endif\n"
     )
@@ -803,14 +813,7 @@ def _prelude(kernels: list[func.FuncOp]) -> str:
         TF32_HELPER if f.endswith("tf32") else _mma_helper(f.rsplit("_", 1)[1]) for f in functions
     )
     loads = sorted(
-        {
-            "bf16" if isinstance(shape_type.element_type, BFloat16Type) else "f16"
-            for fn in kernels
-            for op in fn.walk()
-            if isinstance(op, LdmatrixX4Op)
-            for shape_type in [op.source.type]
-            if isinstance(shape_type, MemRefType)
-        }
+        {_ldmatrix_kind(op) for fn in kernels for op in fn.walk() if isinstance(op, LdmatrixX4Op)}
     )
     helpers += "".join(_ldmatrix_helper(kind) for kind in loads)
     return (CudaPrinter.HALF_HEADERS if narrow else "") + CudaPrinter.PRELUDE + helpers

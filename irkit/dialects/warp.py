@@ -31,7 +31,10 @@ at row `l / 4`, columns `2 (l % 4)` and `2 (l % 4) + 1` of matrix j. (On the GPU
 `8 j + r` gives the address of matrix j's row r.) With offsets (0,0), (8,0), (0,8), (8,8) on
 a row-major 16 x 16 tile of A, the four results are exactly a lane's pairs of A for
 m16n8k16; on two 8-row tiles of B stored [n][k], (0,0), (0,8), (8,0), (8,8) give the pairs
-of B for two instructions. Each matrix row is 16 bytes and must be 16-byte aligned.
+of B for two instructions. Each matrix row is 16 bytes and must be 16-byte aligned. With
+`transpose` (PTX's `.trans`), lane l's result j is the pair at rows `2 (l % 4)` and
+`2 (l % 4) + 1`, column `l / 4` of matrix j: on B stored [k][n] as it is in memory, origins
+(0,0), (8,0), (0,8), (8,8) give the pairs of B for two 8-column instructions.
 """
 
 from __future__ import annotations
@@ -48,16 +51,18 @@ from xdsl.dialects.builtin import (
     IndexType,
     IntegerType,
     MemRefType,
+    UnitAttr,
     VectorType,
     i64,
 )
 from xdsl.dialects.utils import EnumAttribute
-from xdsl.ir import Dialect, SpacedOpaqueSyntaxAttribute, SSAValue
+from xdsl.ir import Attribute, Dialect, SpacedOpaqueSyntaxAttribute, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
     irdl_op_definition,
     operand_def,
+    opt_prop_def,
     prop_def,
     result_def,
     var_operand_def,
@@ -181,17 +186,35 @@ class LdmatrixX4Op(IRDLOperation):
     source = operand_def(MemRefType)
     indices = var_operand_def(IndexType)
     offsets = prop_def(DenseArrayBase)
+    transpose = opt_prop_def(UnitAttr)
     pairs = var_result_def()
 
-    def __init__(self, source: SSAValue, indices: list[SSAValue], offsets: list[tuple[int, int]]):
+    def __init__(
+        self,
+        source: SSAValue,
+        indices: list[SSAValue],
+        offsets: list[tuple[int, int]],
+        transpose: bool = False,
+    ):
         t = source.type
         assert isinstance(t, MemRefType)
         flat = [int(x) for rc in offsets for x in rc]
+        properties: dict[str, Attribute] = {"offsets": DenseArrayBase.from_list(i64, flat)}
+        if transpose:
+            properties["transpose"] = UnitAttr()
         super().__init__(
             operands=[source, indices],
-            properties={"offsets": DenseArrayBase.from_list(i64, flat)},
+            properties=properties,
             result_types=[[VectorType(t.element_type, [2])] * 4],
         )
+
+    def lane_elements(self, lane, j: int, q: int):
+        """(row, column) from the base of lane `lane`'s element q of result j (`lane` may be
+        an array of lanes)."""
+        row, column = self.origins[j]
+        if self.transpose is not None:
+            return row + 2 * (lane % 4) + q, column + lane // 4
+        return row + lane // 4, column + 2 * (lane % 4) + q
 
     @property
     def origins(self) -> list[tuple[int, int]]:

@@ -319,10 +319,10 @@ class _TiledKernel:
             v = t.add(vector.LoadOp(tile, [stage, row, k], VectorType(self.nest.element_type, [2])))
             return [t.add(vector.ExtractOp(v, [q], self.nest.element_type)) for q in range(2)]
 
-        def ldmatrix(t: GpuBuilder, tile: SSAValue, stage: SSAValue, row: SSAValue, k: int,
-                     origins: list[tuple[int, int]]) -> list[list[SSAValue]]:  # fmt: skip
-            """Four pairs a lane, from the warp's 8 x 8 matrices at `origins` from (row, k)."""
-            op = LdmatrixX4Op(tile, [stage, row, t.index(k)], origins)
+        def ldmatrix(t: GpuBuilder, tile: SSAValue, at: list[SSAValue],
+                     origins: list[tuple[int, int]], transpose: bool = False) -> list[list[SSAValue]]:  # fmt: skip
+            """Four pairs a lane, from the warp's 8 x 8 matrices at `origins` from `at`."""
+            op = LdmatrixX4Op(tile, at, origins, transpose)
             t.add(op)
             et = self.nest.element_type
             return [[t.add(vector.ExtractOp(v, [q], et)) for q in range(2)] for v in op.pairs]
@@ -331,24 +331,29 @@ class _TiledKernel:
             """A lane's 8 values of A for the mi-th 16 rows, by ldmatrix or pair loads."""
             if self.o.ldmatrix:
                 origins = [(dm, dk) for dm, dk in a_at[::2]]  # (0,0) (8,0) (0,8) (8,8)
-                return [x for p in ldmatrix(t, a_tile, stage, t.iadd(row0, mi * MMA_M), kk, origins)
-                        for x in p]  # fmt: skip
+                at = [stage, t.iadd(row0, mi * MMA_M), t.index(kk)]
+                return [x for p in ldmatrix(t, a_tile, at, origins) for x in p]
             return [x for dm, dk in a_at[::2]
                     for x in pair(t, a_tile, stage, t.iadd(rows, mi * MMA_M + dm), t.iadd(k_lane, kk + dk))]  # fmt: skip
 
         def b_pairs(t: GpuBuilder, stage: SSAValue, kk: int) -> list[list[SSAValue]]:
-            """A lane's 4 values of B for each 8 columns: two tiles an ldmatrix (a last odd
-            one, and all without `ldmatrix`, by pair loads)."""
+            """A lane's 4 values of B for each 8 columns. With `ldmatrix`, B's tile is [k][n]
+            as in memory and two 8-column tiles are one transposed ldmatrix.x4 (a last odd
+            one, 4 element loads); without, B's tile is [n][k] and each pair one load."""
             out: list[list[SSAValue]] = []
             for ni in range(tiles_n):
-                if self.o.ldmatrix and ni % 2 == 0 and ni + 1 < tiles_n:
-                    origins = [(0, dk) for dk, _ in b_at[::2]]
-                    origins += [(MMA_N, dk) for dk, _ in b_at[::2]]  # (0,0) (0,8) (8,0) (8,8)
-                    p = ldmatrix(t, b_tile, stage, t.iadd(cols, ni * MMA_N), kk, origins)
-                    out += [[*p[0], *p[1]], [*p[2], *p[3]]]
-                elif len(out) == ni:
+                if not self.o.ldmatrix:
                     out.append([x for dk, _ in b_at[::2]
                                 for x in pair(t, b_tile, stage, t.iadd(b_cols, ni * MMA_N), t.iadd(k_lane, kk + dk))])  # fmt: skip
+                elif ni % 2 == 0 and ni + 1 < tiles_n:
+                    origins = [(dk, 0) for dk, _ in b_at[::2]]
+                    origins += [(dk, MMA_N) for dk, _ in b_at[::2]]  # (0,0) (8,0) (0,8) (8,8)
+                    at = [stage, t.index(kk), t.iadd(cols, ni * MMA_N)]
+                    p = ldmatrix(t, b_tile, at, origins, transpose=True)
+                    out += [[*p[0], *p[1]], [*p[2], *p[3]]]
+                elif len(out) == ni:
+                    out.append([t.add(memref.LoadOp.get(b_tile, [stage, t.iadd(k_lane, kk + dk), t.iadd(b_cols, ni * MMA_N)]))
+                                for dk, _ in b_at])  # fmt: skip
             return out
 
         def compute_pairs(t: GpuBuilder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
@@ -417,9 +422,10 @@ class _TiledKernel:
         tiles_n = -(-nest.n // o.block_n)
         grid = self.tile.blocks
         stages = 2 if o.double_buffer else 1
-        if self.pairs:  # k-contiguous: A [m][k], B [n][k]
+        if self.pairs:  # k-contiguous A [m][k]; B [n][k], or [k][n] read by ldmatrix.trans
             a_tile = self._shared(f"{name}_a_tile", [stages, o.block_m, o.block_k + self.pad])
-            b_tile = self._shared(f"{name}_b_tile", [stages, o.block_n, o.block_k + self.pad])
+            b_shape = [o.block_k, o.block_n + self.pad] if o.ldmatrix else [o.block_n, o.block_k + self.pad]  # fmt: skip
+            b_tile = self._shared(f"{name}_b_tile", [stages, *b_shape])
         else:  # A [k][m] (stored transposed), B [k][n]
             a_tile = self._shared(f"{name}_a_tile", [stages, o.block_k, o.block_m + self.pad])
             b_tile = self._shared(f"{name}_b_tile", [stages, o.block_k, o.block_n + self.pad])
@@ -453,7 +459,7 @@ class _TiledKernel:
             a_prefix,
         )  # fmt: skip
         b_copy = _Copy(
-            bb, b_tile, (nest.k, o.block_k), (nest.n, o.block_n), self.pairs, self._lanes_b(),
+            bb, b_tile, (nest.k, o.block_k), (nest.n, o.block_n), self.pairs and not o.ldmatrix, self._lanes_b(),
             b_prefix,
         )  # fmt: skip
         a_slots = self._slots(tid, o.block_m, o.block_k, a_copy.lanes)
@@ -616,7 +622,8 @@ class _TiledKernel:
         multiples of their tiles), and shared rows stay 16-byte aligned (pad)."""
         lanes, o, nest = self._vector_lanes(), self.o, self.nest
         aligned = (
-            (self.pairs or (o.block_n + self.pad) % lanes == 0)  # [n][k]: stored by element
+            # [n][k] (pairs without ldmatrix): stored element by element, any row length
+            ((self.pairs and not o.ldmatrix) or (o.block_n + self.pad) % lanes == 0)
             and o.block_n % lanes == 0
             and _row_length(nest.b) % lanes == 0
         )

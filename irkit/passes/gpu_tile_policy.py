@@ -195,12 +195,13 @@ def tile_pad(pad: int, pairs: bool) -> int:
 def shared_bytes(
     o: GpuTileMatmulPass, block_m: int, block_n: int, depth: int, itemsize: int, pairs: bool
 ) -> int:
-    """Bytes of the A and B tiles, every stage: rows of k under `pairs` ([m][k], [n][k]),
-    rows of m and n otherwise ([k][m], [k][n]), each row padded."""
+    """Bytes of the A and B tiles, every stage: under `pairs` A [m][k] and B [n][k] (with
+    `ldmatrix`, B [k][n]), otherwise A [k][m] and B [k][n]; each row padded."""
     stages = 2 if o.double_buffer else 1
     pad = tile_pad(o.pad, pairs)
     if pairs:
-        return stages * (block_m + block_n) * (depth + pad) * itemsize
+        b = depth * (block_n + pad) if o.ldmatrix else block_n * (depth + pad)
+        return stages * (block_m * (depth + pad) + b) * itemsize
     return stages * depth * (block_m + block_n + 2 * pad) * itemsize
 
 

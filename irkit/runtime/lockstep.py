@@ -447,8 +447,9 @@ class LockstepInterpreter:
     def _ldmatrix(self, op: LdmatrixX4Op, args: list[Any], mask: np.ndarray) -> None:
         """A warp's ldmatrix.x4 over whole warps: the base must be the same in every lane of
         a warp (the GPU derives each lane's row address from it); lane l's result j is the
-        pair at row l / 4, columns 2 (l % 4) + {0, 1} of matrix j, each element a checked
-        load (bounds, races) as a plain load would be."""
+        pair at row l / 4, columns 2 (l % 4) + {0, 1} of matrix j (transposed: rows
+        2 (l % 4) + {0, 1}, column l / 4), each element a checked load (bounds, races) as a
+        plain load would be."""
         self._whole_warps(op, mask)
         buffer, *indices = args
         n = self.run.lanes
@@ -461,15 +462,12 @@ class LockstepInterpreter:
                 )
         lane = self.tid % 32
         t = op.source.type
-        for j, (row, column) in enumerate(op.origins):
-            first = [
-                *indices[:-2],
-                indices[-2] + row + lane // 4,
-                indices[-1] + column + 2 * (lane % 4),
-            ]
-            pair = [
-                self._load(t, op.name, [buffer, *first[:-1], first[-1] + q], mask) for q in range(2)
-            ]
+        for j in range(4):
+            pair = []
+            for q in range(2):
+                row, column = op.lane_elements(lane, j, q)
+                at = [*indices[:-2], indices[-2] + row, indices[-1] + column]
+                pair.append(self._load(t, op.name, [buffer, *at], mask))
             self.env[op.pairs[j]] = np.stack(pair, axis=-1)
 
     def _barrier(self, mask: np.ndarray) -> None:

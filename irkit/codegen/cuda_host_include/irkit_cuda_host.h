@@ -450,6 +450,22 @@ IRKIT_MMA_HOST_X2(bf16, irkit_bf16x2)
 IRKIT_LDMATRIX_HOST(f16, __half, irkit_f16x2)
 IRKIT_LDMATRIX_HOST(bf16, __nv_bfloat16, irkit_bf16x2)
 
+// ldmatrix.x4.trans: lane l's pair j is rows 2 (l % 4) + {0, 1}, column l / 4 of matrix j.
+#define IRKIT_LDMATRIX_TRANS_HOST(KIND, T, P)                                                  \
+  inline void irkit_ldmatrix_x4_##KIND##_trans(const T* base, int stride, int o0, int o1,      \
+                                               int o2, int o3, P* d0, P* d1, P* d2, P* d3) {   \
+    const unsigned lane = threadIdx.x & 31u;                                                   \
+    const int at = 2 * (int)(lane % 4u) * stride + (int)(lane / 4u);                           \
+    P* d[4] = {d0, d1, d2, d3};                                                                \
+    const int o[4] = {o0, o1, o2, o3};                                                         \
+    for (int j = 0; j < 4; j++) {                                                              \
+      d[j]->v[0] = base[o[j] + at];                                                            \
+      d[j]->v[1] = base[o[j] + at + stride];                                                   \
+    }                                                                                          \
+  }
+IRKIT_LDMATRIX_TRANS_HOST(f16, __half, irkit_f16x2)
+IRKIT_LDMATRIX_TRANS_HOST(bf16, __nv_bfloat16, irkit_bf16x2)
+
 namespace irkit_host {
 // TF32: the input rounded to 10 mantissa bits, to nearest with ties away (cvt.rna.tf32.f32).
 inline float tf32(float x) {
