@@ -608,7 +608,9 @@ def test_half_gemm_runs_on_tensor_cores(dims, dtype: str, backend: str) -> None:
     graph = parse_source(HALF_GEMM.format(t=dtype, m=m, n=n, k=k), "g.graph", ".graph")
     exe = irkit.compile(graph, "default-cuda", backend)
     (kernel,) = [r for r in exe.kernels if r.launch["mapping"] == "tiled"]  # type: ignore[index]
-    assert f"irkit_mma_m16n8k16_{dtype}(" in kernel.source
+    assert f"irkit_mma_m16n8k16_{dtype}_x2(" in kernel.source
+    if min(m, k) >= 16 and n >= 16:  # whole 16 x 16 tiles of B: transposed ldmatrix
+        assert f"irkit_ldmatrix_x4_{dtype}_trans(&" in kernel.source
     assert kernel.resources["spill_stores"] == 0, kernel.resources
     from irkit.codegen.nvrtc import compile_ptx
 
@@ -663,15 +665,17 @@ def test_lockstep_refuses_an_mma_some_lanes_skip() -> None:
 @pytest.mark.parametrize("backend", HOST_AND_GPU)
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("dims", [(100, 72, 40), (128, 128, 64), (16, 8, 16)])
-def test_half_gemm_by_ldmatrix_matches_the_reference(dims, dtype: str, backend: str) -> None:
-    """gpu-tile-matmul{ldmatrix=true}: fragments as ldmatrix.x4 matrices (an odd last tile of
-    B by pair loads), equal to the reference through lockstep, cuda-host and the GPU."""
+def test_half_gemm_by_pair_loads_matches_the_reference(dims, dtype: str, backend: str) -> None:
+    """gpu-tile-matmul{ldmatrix=false}: B's tile [n][k] and each fragment pair one 32-bit
+    load, equal to the reference through lockstep, cuda-host and the GPU (the default,
+    ldmatrix, is test_half_gemm_runs_on_tensor_cores's)."""
     needs(backend)
     m, n, k = dims
     graph = parse_source(HALF_GEMM.format(t=dtype, m=m, n=n, k=k), "g.graph", ".graph")
-    exe = irkit.compile(graph, _default_cuda_with("gpu-tile-matmul{ldmatrix=true}"), backend)
+    exe = irkit.compile(graph, _default_cuda_with("gpu-tile-matmul{ldmatrix=false}"), backend)
     (kernel,) = [r for r in exe.kernels if r.launch["mapping"] == "tiled"]  # type: ignore[index]
-    assert f"irkit_ldmatrix_x4_{dtype}(&" in kernel.source
+    assert "irkit_ldmatrix_x4" not in kernel.source
+    assert f"irkit_mma_m16n8k16_{dtype}_x2(" in kernel.source
     assert kernel.resources["spill_stores"] == 0, kernel.resources
     checks, _ = check(exe, graph, seed=3)
     assert all(c.passed for c in checks), [c.describe() for c in checks]

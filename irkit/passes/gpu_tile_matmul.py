@@ -104,11 +104,12 @@ class GpuTileMatmulPass(ModulePass):
     fill_sms: bool = True  # smaller block tiles where the grid would leave most `sms` idle
     batch: bool = True  # batch matmuls tiled too (false: left to map-to-gpu, as before)
     tensor_cores: bool = True  # f16/bf16: mma.sync m16n8k16 (sm_80 and later)
-    # f16/bf16 on tensor cores: fragments by ldmatrix.x4 rather than 32-bit pair loads. An
-    # option, not the default: at 4096^3 f16 on an H200 (6a2c45a) the pair loads ran 1.07x
-    # faster (1.68 against 1.80 ms) though ldmatrix issues 12 shared loads per 32 mma to
-    # their 48: the kernel waits on its register-staged copies, not on shared-load issue.
-    ldmatrix: bool = False
+    # f16/bf16 on tensor cores: fragments by ldmatrix.x4, B's tile [k][n] as in memory and
+    # read transposed (false: [n][k] tiles, one 32-bit load a pair). At 4096^3 f16 on an
+    # H200 (f613a5b) 0.528 ms against 1.687, 3.19x: the [n][k] tile's transposed 2-byte
+    # stores put 16 threads of a warp on one bank; with A alone by ldmatrix (6a2c45a) it
+    # had run 0.93x of the pair loads.
+    ldmatrix: bool = True
     tf32: bool = False  # f32 through TF32 tensor cores (opt-in: 10-bit mantissa products)
     vector_stores: bool = False  # f32 C: a thread's 4 consecutive columns as one float4
     # __launch_bounds__(threads, min-blocks) where > 0. An option, not a default: two
