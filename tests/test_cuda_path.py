@@ -681,6 +681,27 @@ def test_half_gemm_by_pair_loads_matches_the_reference(dims, dtype: str, backend
     assert all(c.passed for c in checks), [c.describe() for c in checks]
 
 
+@pytest.mark.parametrize("backend", HOST_AND_GPU)
+@pytest.mark.parametrize(("dtype", "dims"), [("f16", (300, 520, 200)), ("bf16", (256, 256, 128)),
+                                             ("f32", (130, 260, 70))])  # fmt: skip
+def test_tiles_past_48kb_take_dynamic_shared_memory(dtype: str, dims, backend: str) -> None:
+    """block-k=64 puts the tiles past the 48 KB of static shared memory: the launch asks for
+    their total dynamically, the kernel declares none statically, and the results stay the
+    reference's on lockstep, cuda-host and the GPU (which opts the kernel in)."""
+    needs(backend)
+    m, n, k = dims
+    graph = parse_source(HALF_GEMM.format(t=dtype, m=m, n=n, k=k), "g.graph", ".graph")
+    exe = irkit.compile(
+        graph, _default_cuda_with("gpu-tile-matmul{block-k=64 fill-sms=false}"), backend
+    )
+    (kernel,) = [r for r in exe.kernels if r.launch["mapping"] == "tiled"]  # type: ignore[index]
+    assert kernel.launch["shared"] > 48 * 1024  # type: ignore[index]
+    assert kernel.resources["shared_bytes"] == 0, kernel.resources
+    assert "extern __shared__ __align__(16) unsigned char irkit_dynamic_shared[];" in kernel.source
+    checks, _ = check(exe, graph, seed=3)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
+
+
 def test_lockstep_refuses_an_ldmatrix_whose_base_differs_between_lanes() -> None:
     """ldmatrix's lanes take their row addresses from one warp-uniform base (the GPU derives
     each lane's address from it): a base that varies by lane is refused, not run as if each

@@ -44,9 +44,18 @@ from irkit.dialects.warp import (
     ShuffleModeEnum,
     ShuffleOp,
 )
+from irkit.dtypes import numpy_dtype
 from irkit.errors import IrkitError
 from irkit.ir import shape_of
-from irkit.loops import SHARED_SPACE, callees, is_loop_level, kernels, launch_of
+from irkit.loops import (
+    SHARED_SPACE,
+    STATIC_SHARED_LIMIT,
+    callees,
+    is_loop_level,
+    kernels,
+    launch_of,
+    shared_layout,
+)
 from irkit.loops.scalar_ops import c_calls, c_infix
 
 C_RESERVED = frozenset(
@@ -389,6 +398,11 @@ class CPrinter:
 class CudaPrinter(CPrinter):
     """CUDA C: kernels, thread geometry, barriers, shared memory, f16 and bf16."""
 
+    def __init__(self, index_type: str = "int"):
+        super().__init__(index_type)
+        self.dynamic_offsets: dict[str, int] = {}
+        """The kernel's shared buffers in its dynamic shared memory, by name (`kernel`)."""
+
     HALF_HEADERS = (
         "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
         "#ifndef IRKIT_CUDA_HOST  // cuda-host's header has them\n"
@@ -516,8 +530,22 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         if t.memory_space != SHARED_SPACE:
             raise IrkitError(f"the CUDA printer handles only shared-memory globals, not @{name}")
         size = math.prod(t.get_shape())
+        element = self.type_name(t.element_type)
         # 16-byte aligned, so that a vector access at a multiple of 4 floats is aligned too
-        self.emit(f"__shared__ __align__(16) {self.type_name(t.element_type)} {name}[{size}];")
+        static = f"__shared__ __align__(16) {element} {name}[{size}];"
+        if name not in self.dynamic_offsets:
+            self.emit(static)
+            return
+        # past 48 KB: the launch's dynamic shared memory, at the offset `shared_layout` gives
+        # (a host build keeps the static array: the host has no such limit)
+        self.emit("#ifdef IRKIT_CUDA_HOST")
+        self.emit(static)
+        self.emit("#else")
+        self.emit(
+            f"{element}* const {name} = reinterpret_cast<{element}*>"
+            f"(irkit_dynamic_shared + {self.dynamic_offsets[name]});"
+        )
+        self.emit("#endif")
 
     def convert(self, op: Operation) -> None:
         src, dst = op.operands[0].type, op.results[0].type
@@ -638,6 +666,11 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
             params.append(f"{const}{self.type_name(t.element_type)}{pointer} {name}")
         self.lines = []
         self.indent = 1
+        self.dynamic_offsets = _dynamic_offsets(fn, launch)
+        if self.dynamic_offsets:
+            self.emit("#ifndef IRKIT_CUDA_HOST")
+            self.emit("extern __shared__ __align__(16) unsigned char irkit_dynamic_shared[];")
+            self.emit("#endif")
         self.block(fn.body.block)
         grid = launch["grid"]
         bounds = f"{threads}, {launch['min_blocks']}" if "min_blocks" in launch else f"{threads}"
@@ -648,6 +681,29 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
             f"{fn.sym_name.data}({', '.join(params)}) {{\n"
         )
         return head + "\n".join(self.lines) + "\n}\n"
+
+
+def _dynamic_offsets(fn: func.FuncOp, launch: dict) -> dict[str, int]:
+    """Where a kernel whose shared buffers pass the 48 KB of static shared memory places each
+    in its launch's dynamic shared memory (`shared_layout`, in the order the kernel takes
+    them); {} for a kernel whose buffers fit statically."""
+    buffers: dict[str, int] = {}
+    for op in fn.walk():
+        if isinstance(op, memref.GetGlobalOp):
+            t = op.memref.type
+            assert isinstance(t, MemRefType)
+            size = math.prod(t.get_shape()) * numpy_dtype(t.element_type).itemsize
+            buffers.setdefault(op.name_.root_reference.data, size)
+    offsets, total = shared_layout(list(buffers.values()))
+    if total <= STATIC_SHARED_LIMIT:
+        return {}
+    if int(launch.get("shared", 0)) < total:
+        raise IrkitError(
+            f"@{fn.sym_name.data}: its shared buffers take {total} bytes, past the "
+            f"{STATIC_SHARED_LIMIT} a kernel may declare statically, and its launch asks "
+            f"for {launch.get('shared', 0)} bytes of dynamic shared memory"
+        )
+    return dict(zip(buffers, offsets, strict=True))
 
 
 def gpu_kernels(module: ModuleOp) -> list[func.FuncOp]:

@@ -85,6 +85,22 @@ SHARED_SPACE = IntegerAttr(3, i32)
 STATIC_SHARED_LIMIT = 48 * 1024
 """The most bytes of static `__shared__` arrays one CUDA kernel may declare: a GPU-mapping pass
 keeps its shared buffers under it; past it a kernel needs dynamic shared memory and an opt-in."""
+MAX_SHARED = 227 * 1024
+"""The most shared memory a block may opt into on the largest GPUs irkit targets (sm_90);
+a kernel between `STATIC_SHARED_LIMIT` and this takes its shared buffers dynamically (its
+launch's `shared` bytes), and a device with less refuses it at compile time, naming it."""
+SHARED_ALIGN = 16
+
+
+def shared_layout(sizes: list[int]) -> tuple[list[int], int]:
+    """Byte offsets of shared buffers of `sizes` bytes laid out one after another, each
+    16-byte aligned, and the total: how a kernel with dynamic shared memory places its
+    buffers (the CUDA printer) and how many bytes its launch asks for (the pass)."""
+    offsets, at = [], 0
+    for size in sizes:
+        offsets.append(at)
+        at += -(-size // SHARED_ALIGN) * SHARED_ALIGN
+    return offsets, at
 
 
 def is_loop_level(module: ModuleOp) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from math import prod
 from typing import ClassVar, NamedTuple
 
 from xdsl.context import Context
@@ -44,8 +45,10 @@ from irkit.loops import (
     LAUNCH_ATTR,
     SCRATCH_ATTR,
     SHARED_SPACE,
+    STATIC_SHARED_LIMIT,
     constant_int,
     require_loop_level,
+    shared_layout,
 )
 from irkit.loops.costs import count_flops
 from irkit.loops.rows import nests_of
@@ -193,6 +196,7 @@ class _TiledKernel:
         # f16/bf16 on tensor cores: both shared tiles k-contiguous ([m][k] and [n][k]), so a
         # lane's pairs of A and B are one 32-bit load each, and the copies 16 bytes wide
         self.pairs, self.pad = tile.pairs, tile.pad
+        self.shared_sizes: list[int] = []  # bytes of each shared tile, in kernel order
 
     def _thread_tile(self, b: GpuBuilder, tid: SSAValue) -> tuple[list[SSAValue], list[SSAValue]]:
         """The first row (column) of each of this thread's groups in the block tile: groups
@@ -534,8 +538,11 @@ class _TiledKernel:
             inner.clone(nest.epilogue, m)
         b.add(func.ReturnOp())
         flops = count_flops(nest.loop)
+        # past 48 KB the tiles are the launch's dynamic shared memory (the printer places them)
+        _, shared = shared_layout(self.shared_sizes)
+        dynamic = shared if shared > STATIC_SHARED_LIMIT else 0
         kernel.attributes[LAUNCH_ATTR] = launch_attr(
-            grid, self.threads, "tiled", flops, min_blocks=self.o.min_blocks
+            grid, self.threads, "tiled", flops, dynamic, min_blocks=self.o.min_blocks
         )
         return kernel
 
@@ -633,6 +640,7 @@ class _TiledKernel:
 
     def _shared(self, name: str, shape: list[int]) -> SSAValue:
         t = MemRefType(self.nest.element_type, shape, memory_space=SHARED_SPACE)
+        self.shared_sizes.append(prod(shape) * numpy_dtype(self.nest.element_type).itemsize)
         self.module.body.block.insert_op_before(
             memref.GlobalOp.get(StringAttr(name), t, UnitAttr(), StringAttr("private")), self.fn
         )

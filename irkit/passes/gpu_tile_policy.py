@@ -22,7 +22,7 @@ from math import prod
 from typing import TYPE_CHECKING
 
 from irkit.errors import require
-from irkit.loops import STATIC_SHARED_LIMIT
+from irkit.loops import MAX_SHARED, STATIC_SHARED_LIMIT
 
 if TYPE_CHECKING:
     from irkit.passes.gpu_tile_matmul import GpuTileMatmulPass
@@ -223,17 +223,19 @@ def _auto_depth(
 
 
 def _check_shared(o: GpuTileMatmulPass, itemsize: int, pairs: bool) -> None:
-    """The tiles are static `__shared__` arrays: refuse, naming the options, tiles past the
-    48 KB a kernel may declare statically (NVRTC would fail with ptxas's words)."""
+    """Tiles up to 48 KB are static `__shared__` arrays, larger ones (options asking for
+    them: the automatic depth stays under 48 KB) the launch's dynamic shared memory, which a
+    device may hold up to `MAX_SHARED` (sm_90; a smaller device refuses the kernel by name
+    when it is compiled for it); past that, refuse, naming the options."""
     stages = 2 if o.double_buffer else 1
     need = shared_bytes(o, o.block_m, o.block_n, o.block_k, itemsize, pairs)
     require(
-        need <= STATIC_SHARED_LIMIT,
+        need <= MAX_SHARED,
         "block-k",
         o.block_k,
         f"with block-m={o.block_m}, block-n={o.block_n}, pad={o.pad} and {stages} "
         f"stage(s), the {itemsize}-byte tiles need {need} bytes of shared memory; a "
-        f"kernel's static shared memory is at most {STATIC_SHARED_LIMIT} bytes",
+        f"block may have at most {MAX_SHARED} bytes (sm_90)",
     )
 
 
