@@ -6,7 +6,8 @@ the emitter (`gpu_tile_matmul`). `irkit-bench tune` searches the options the pas
 The choices, each measured where a number is given (docs/results.md, the GPU path):
 - a block side larger than the problem shrinks to the next power of two (`_fit`);
 - block-k=0: 64 bytes of k per tile row, 32 where K is not a multiple of it, halved until
-  the tiles fit the 48 KB of static shared memory (`_auto_depth`);
+  the tiles fit the 48 KB of static shared memory; f16/bf16 on tensor cores 64 of k where K
+  is a multiple, in dynamic shared memory (`_auto_depth`);
 - tensor cores (f16/bf16, or f32 under `tf32`) where the block cuts into whole warp tiles of
   `mma.sync` instructions;
 - warp sub-tiles where the register tile is whole 4 x 4 groups (`_warp_tiles`);
@@ -42,6 +43,10 @@ HALF_PAD = 8
 lane's pairs along k are one 32-bit load) and each row is padded to a multiple of this many
 elements (16 bytes, so rows stay 16-byte aligned for the copies). With 32 of k a row is 20
 words: the 8 rows x 4 words of a warp's pair loads fall in 32 distinct banks."""
+HALF_DEEP_SHARED = 96 * 1024
+"""The most shared memory the automatic depth gives f16/bf16 tensor-core tiles (dynamic past
+48 KB): under the 99 KB a block may opt into on sm_86 and sm_89, so every tensor-core GPU
+irkit targets runs them (128 x 128 tiles 64 deep, two stages: 71.7 KB)."""
 MIN_SPLIT_TILES = 4
 """The fewest k tiles auto split-K leaves each range (below it the partials' traffic and
 the second kernel outweigh the blocks gained)."""
@@ -210,7 +215,13 @@ def _auto_depth(
 ) -> int:
     """block-k=0: 64 bytes of k per tile row where K is a multiple of it, else 32 (a ragged
     K's bounds checks on twice the elements per thread made ptxas spill: 12 spills on a
-    147-deep im2col matmul at 16 f32), halved until the tiles fit."""
+    147-deep im2col matmul at 16 f32), halved until the tiles fit 48 KB of static shared
+    memory. f16/bf16 on tensor cores (`pairs`) take 128 bytes (64 of k) where K is a
+    multiple of 64 and the tiles fit `HALF_DEEP_SHARED` of dynamic shared memory: at 4096^3
+    and 8192^3, f16 and bf16, on an H200 (bb6856d) 1.062-1.075x the 32-deep tiles."""
+    if pairs and k % 64 == 0:
+        if shared_bytes(o, block_m, block_n, 64, itemsize, pairs) <= HALF_DEEP_SHARED:
+            return 64
     depth = max(1, 64 // itemsize)
     if k % depth:
         depth = max(1, depth // 2)
