@@ -898,3 +898,39 @@ def test_cuda_sim_refuses_a_launch_too_big_to_interpret_before_making_inputs(mon
     kernel = next(op for op in exe.module.ops if getattr(op, "sym_name", None) and op.sym_name.data == "k0_softmax")  # fmt: skip
     need, said = lockstep_bytes(kernel, check_races=True)
     assert 0 < need < 64 << 20 and "race shadows for" in said
+
+
+@pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
+@pytest.mark.parametrize("slip", ["ldmatrix", "mma"])
+def test_a_planted_fragment_slip_fails_on_both_host_paths(backend: str, slip: str) -> None:
+    """The host paths prove the fragment layouts only if a layout slip fails on them: one
+    ldmatrix with two of its matrices swapped, or one mma with A's values 0 and 2 swapped,
+    gives a wrong product on lockstep and on cuda-host (the unplanted module, the control,
+    matches)."""
+    from irkit.dialects.graph.base import int_array
+    from irkit.dialects.warp import LdmatrixX4Op, MmaM16n8k16Op
+    from irkit.runtime import BACKENDS
+
+    graph = parse_source(HALF_GEMM.format(t="f16", m=64, n=64, k=64), "g.graph", ".graph")
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((64, 64)).astype(np.float16) for _ in range(2))
+    expected = a.astype(np.float32) @ b.astype(np.float32)
+    chosen = BACKENDS[backend]()
+
+    def run(plant: bool) -> np.ndarray:
+        module = apply_passes(graph.clone(), parse_passes("default-cuda"))
+        if plant:
+            if slip == "ldmatrix":
+                op = next(o for o in module.walk() if isinstance(o, LdmatrixX4Op))
+                (r0, c0), (r1, c1), *rest = op.origins
+                flat = [r1, c1, r0, c0, *[x for rc in rest for x in rc]]
+                op.properties["offsets"] = int_array(flat)
+            else:
+                op = next(o for o in module.walk() if isinstance(o, MmaM16n8k16Op))
+                first, second = op.operands[0], op.operands[2]  # rows g and g + 8 of A
+                op.operands[0], op.operands[2] = second, first
+        exe = chosen.compile(chosen.lower(module))
+        return np.asarray(exe(a, b)[0], np.float32)
+
+    assert np.allclose(run(plant=False), expected, rtol=2e-2, atol=2e-1)
+    assert not np.allclose(run(plant=True), expected, rtol=2e-2, atol=2e-1)
