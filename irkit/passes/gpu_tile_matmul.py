@@ -361,47 +361,25 @@ class _TiledKernel:
                                 for dk, _ in b_at])  # fmt: skip
             return out
 
-        def compute_pairs(t: GpuBuilder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
-            """f16/bf16: A's tile [m][k], B's [n][k]; values 2i and 2i + 1 of a lane's A (B)
-            are neighbours along k: one pair of an ldmatrix.x4, or one 32-bit load."""
-            accs = list(accs)
-            for kk in range(0, o.block_k, step):
-                a_frags = [a_pairs(t, stage, mi, kk) for mi in range(tiles_m)]
-                b_frags = b_pairs(t, stage, kk)
-                for mi in range(tiles_m):
-                    for ni in range(tiles_n):
-                        at = (mi * tiles_n + ni) * 4
-                        op = op_class(a_frags[mi], b_frags[ni], accs[at : at + 4])
-                        t.add(op)
-                        accs[at : at + 4] = list(op.outputs)
-            return accs
+        def scalar_a(t: GpuBuilder, stage: SSAValue, mi: int, kk: int) -> list[SSAValue]:
+            """TF32: a lane's values of A one by one from A's [k][m] tile."""
+            return [t.add(memref.LoadOp.get(a_tile, [stage, t.iadd(k_lane, kk + dk), t.iadd(rows, mi * MMA_M + dm)]))
+                    for dm, dk in a_at]  # fmt: skip
+
+        def scalar_b(t: GpuBuilder, stage: SSAValue, kk: int) -> list[list[SSAValue]]:
+            """TF32: a lane's values of B one by one from B's [k][n] tile, per 8 columns."""
+            return [[t.add(memref.LoadOp.get(b_tile, [stage, t.iadd(k_lane, kk + dk), t.iadd(b_cols, ni * MMA_N)]))
+                     for dk, _ in b_at] for ni in range(tiles_n)]  # fmt: skip
+
+        # f16/bf16: values 2i and 2i + 1 of a lane's A (B) are neighbours along k, one pair
+        # of an ldmatrix.x4 or one 32-bit load; TF32's are single words
+        load_a, load_b = (a_pairs, b_pairs) if self.pairs else (scalar_a, scalar_b)
 
         def compute(t: GpuBuilder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
             accs = list(accs)
             for kk in range(0, o.block_k, step):
-                a_frags = [
-                    [
-                        t.add(
-                            memref.LoadOp.get(
-                                a_tile,
-                                [stage, t.iadd(k_lane, kk + dk), t.iadd(rows, mi * MMA_M + dm)],
-                            )
-                        )
-                        for dm, dk in a_at
-                    ]
-                    for mi in range(tiles_m)
-                ]
-                b_frags = [
-                    [
-                        t.add(
-                            memref.LoadOp.get(
-                                b_tile, [stage, t.iadd(k_lane, kk + dk), t.iadd(b_cols, ni * MMA_N)]
-                            )
-                        )
-                        for dk, _ in b_at
-                    ]
-                    for ni in range(tiles_n)
-                ]
+                a_frags = [load_a(t, stage, mi, kk) for mi in range(tiles_m)]
+                b_frags = load_b(t, stage, kk)
                 for mi in range(tiles_m):
                     for ni in range(tiles_n):
                         at = (mi * tiles_n + ni) * 4
@@ -416,7 +394,7 @@ class _TiledKernel:
             for ni in range(tiles_n)
             for dm, dn in c_at
         ]
-        return (compute_pairs if self.pairs else compute), outputs
+        return compute, outputs
 
     def build(self, constants) -> func.FuncOp:
         o, nest = self.o, self.nest
