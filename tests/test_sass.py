@@ -1,0 +1,81 @@
+"""The machine code NVRTC builds for the tensor-core matmuls holds the instructions meant,
+for sm_80 and sm_90, read from the cubin with cuobjdump (the `nvidia-cuda-cuobjdump` wheel):
+HMMA for the mma.sync tiles, LDSM (and LDSM.MT, the transposed load of B) for `ldmatrix`,
+16-byte global loads for the copies, and no local memory (no spills). No GPU needed."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from irkit.codegen.cuda import gpu_kernels, kernel_source
+from irkit.codegen.nvrtc import compile_cuda
+from irkit.frontend import parse_source
+from irkit.pipelines import apply_passes, parse_passes, pipeline_steps
+
+GEMM = "model g\ninput a : {t}[{n}, {n}]\ninput b : {t}[{n}, {n}]\noutput c = matmul(a, b)\n"
+
+
+def _cuobjdump() -> str:
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    try:
+        import nvidia  # the namespace package the CUDA wheels install into
+    except ImportError:
+        pytest.skip("no cuobjdump: pip install nvidia-cuda-cuobjdump")
+    for root in nvidia.__path__:
+        for candidate in sorted(Path(root).glob("cu*/bin/cuobjdump")):
+            return str(candidate)
+    pytest.skip("no cuobjdump: pip install nvidia-cuda-cuobjdump")
+
+
+def _sass(dtype: str, options: str, arch: str, tmp_path: Path) -> tuple[Counter, dict]:
+    """The opcode counts of the tiled matmul's SASS, and its ptxas resources."""
+    steps = [s.spec for s in pipeline_steps("default-cuda")]
+    spec = ",".join(f"gpu-tile-matmul{{{options}}}" if s.startswith("gpu-tile-matmul") else s
+                    for s in steps)  # fmt: skip
+    graph = parse_source(GEMM.format(t=dtype, n=1024), "g.graph", ".graph")
+    module = apply_passes(graph, parse_passes(spec))
+    (fn,) = gpu_kernels(module)
+    compiled = compile_cuda(kernel_source(module, fn), fn.sym_name.data, arch)
+    cubin = tmp_path / f"{arch}.cubin"
+    cubin.write_bytes(compiled.cubin)
+    text = subprocess.run([_cuobjdump(), "-sass", str(cubin)], capture_output=True, text=True,
+                          check=True, timeout=60).stdout  # fmt: skip
+    ops = Counter(re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", text))
+    return ops, compiled.resources.__dict__
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize(("dtype", "hmma"), [("f16", "HMMA.16816.F32"),
+                                             ("bf16", "HMMA.16816.F32.BF16")])  # fmt: skip
+def test_half_tiles_are_ldmatrix_and_hmma_without_spills(
+    arch: str, dtype: str, hmma: str, tmp_path: Path
+) -> None:
+    """The default f16/bf16 kernel (128 x 128 tiles 64 deep, in dynamic shared memory):
+    per k tile, 64 HMMA fed by 16 LDSM of A and 8 transposed LDSM of B, 16-byte loads and
+    stores for the copies, no LDS (every fragment by ldmatrix), no local memory."""
+    ops, resources = _sass(dtype, "fill-sms=false split-k=1", arch, tmp_path)
+    assert ops[hmma] == 64, ops
+    assert ops["LDSM.16.M88.4"] == 16 and ops["LDSM.16.MT88.4"] == 8, ops
+    assert ops["STS.128"] == 16 and not any(op.startswith("LDS.") or op == "LDS" for op in ops)
+    assert any(op.startswith("LDG.E.128") for op in ops), ops
+    assert not any(op.startswith(("LDL", "STL")) for op in ops), ops
+    assert resources["spill_stores"] == 0 and resources["shared_bytes"] == 0, resources
+
+
+def test_pair_loads_and_tf32_keep_their_own_instructions(tmp_path: Path) -> None:
+    """ldmatrix=false: fragments by 32-bit shared loads, no LDSM; TF32: the m16n8k8 TF32
+    HMMA from word loads. Both without local memory."""
+    ops, _ = _sass("f16", "fill-sms=false split-k=1 ldmatrix=false", "sm_90", tmp_path)
+    assert ops["HMMA.16816.F32"] > 0 and ops["LDS"] > 0, ops
+    assert not any(op.startswith(("LDSM", "LDL", "STL")) for op in ops), ops
+    ops, _ = _sass("f32", "fill-sms=false split-k=1 tf32=true", "sm_90", tmp_path)
+    assert ops["HMMA.1688.F32.TF32"] > 0, ops
+    assert not any(op.startswith(("LDL", "STL")) for op in ops), ops
