@@ -691,10 +691,16 @@ def test_row_parallel_matmuls_give_the_same_bits_on_threads(m: int, n: int, k: i
     assert all(c.passed for c in checks), [c.describe() for c in checks]
 
 
-def test_tiles_past_static_shared_memory_are_refused_naming_the_options() -> None:
+def test_tiles_past_static_shared_memory_are_dynamic_and_past_the_device_refused() -> None:
     """128 x 256 tiles, 16 deep, double-buffered, need 50,176 bytes of f32 shared memory:
-    over the 48 KB a kernel declares statically. The pass says so instead of NVRTC failing."""
-    module = irkit.load("examples/gemm.graph", {"M": 256, "N": 256, "K": 64})
-    spec = "lower-graph-to-loops,gpu-tile-matmul{block-k=16 block-n=256 thread-n=16},map-to-gpu"
-    with pytest.raises(IrkitError, match=r"block-k=16: .* need 50176 bytes of shared memory"):
-        irkit.compile(module, spec, backend="cuda-sim")
+    over the 48 KB a kernel declares statically, so the launch asks for them dynamically
+    (the kernel declares none). 256 deep they would need 802,816 bytes, past any block's
+    227 KB: the pass says so, naming the options, instead of NVRTC failing."""
+    module = irkit.load("examples/gemm.graph", {"M": 256, "N": 256, "K": 256})
+    spec = "lower-graph-to-loops,gpu-tile-matmul{block-k=16 block-n=256 thread-n=16 fill-sms=false split-k=1},map-to-gpu"
+    exe = irkit.compile(module, spec, backend="cuda-sim")
+    (kernel,) = [k for k in exe.kernels if k.launch["mapping"] == "tiled"]  # type: ignore[index]
+    assert kernel.launch["shared"] == 50176 and kernel.resources["shared_bytes"] == 0  # type: ignore[index]
+    too_deep = spec.replace("block-k=16", "block-k=256")
+    with pytest.raises(IrkitError, match=r"block-k=256: .* need 802816 bytes of shared memory"):
+        irkit.compile(module, too_deep, backend="cuda-sim")

@@ -50,6 +50,7 @@ from irkit.ir import shape_of
 from irkit.loops import (
     SHARED_SPACE,
     STATIC_SHARED_LIMIT,
+    Launch,
     callees,
     is_loop_level,
     kernels,
@@ -683,7 +684,7 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         return head + "\n".join(self.lines) + "\n}\n"
 
 
-def _dynamic_offsets(fn: func.FuncOp, launch: dict) -> dict[str, int]:
+def _dynamic_offsets(fn: func.FuncOp, launch: Launch) -> dict[str, int]:
     """Where a kernel whose shared buffers pass the 48 KB of static shared memory places each
     in its launch's dynamic shared memory (`shared_layout`, in the order the kernel takes
     them); {} for a kernel whose buffers fit statically."""
