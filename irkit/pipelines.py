@@ -86,6 +86,7 @@ PIPELINES: dict[str, Pipeline] = {
             "cpu-fuse-rows",
             "interchange-matmul",
             "unroll-windows",
+            "delinearize-loops",
             "block-reductions",
             "reassociate-reductions",
             "cpu-parallelize",
@@ -100,6 +101,7 @@ PIPELINES: dict[str, Pipeline] = {
                 "expand-math",
                 "cpu-fuse-rows",
                 "unroll-windows",
+                "delinearize-loops",
                 "reassociate-reductions",
                 "cpu-parallelize",
             }

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from xdsl.dialects import func, scf
+from xdsl.dialects import arith, func, scf
 
 import irkit
 from irkit.dialects import graph as g
@@ -36,6 +36,8 @@ CONVS = {
         (12, 8, 3, 3),
         "groups=2, padding=[1, 1, 1, 1], strides=[2, 2]",
     ),
+    # a 7 x 7 stem over 3 channels, stride 2 (ResNet's): a tiled implicit-GEMM matmul
+    "stem_7x7": ((1, 3, 32, 32), (32, 3, 7, 7), "strides=[2, 2], padding=[3, 3, 3, 3]"),
     # depthwise, a window LLVM does not unroll by itself (ConvNeXt's): unroll-windows does
     "grouped_depthwise_7x7": ((1, 8, 10, 10), (8, 1, 7, 7), "groups=8, padding=[3, 3, 3, 3]"),
 }
@@ -276,3 +278,34 @@ def test_unroll_windows_is_bit_identical_and_leaves_a_depthwise_window_straight(
     conv = next(f for f in kernels if "conv2d" in f.sym_name.data or "matmul" in f.sym_name.data)
     unrolled = not any(isinstance(op, scf.ForOp) for op in conv.walk())
     assert unrolled == (name == "grouped_depthwise_7x7")  # a dense conv is a tiled matmul
+
+
+@pytest.mark.parametrize(
+    "name", ["3x3_pad", "5x3_strided_asym", "dilated", "grouped", "1x1", "stem_7x7"]
+)
+def test_delinearize_loops_is_bit_identical_and_takes_the_window_apart(
+    tmp_path: Path, name: str
+) -> None:
+    """default-cpu with and without delinearize-loops: the same bits (the same body in the
+    same order, at every stride, padding, dilation and grouping of the table); where the conv
+    is an implicit-GEMM matmul over a window, its k loop is a nest and no division by the
+    window's sizes is left on the matmul's k (ResNet's 7 x 7 stem: 969 -> 689 us on one
+    znver5 core)."""
+    module = conv_module(tmp_path, name, "relu")
+    steps = [s.spec for s in pipeline_steps("default-cpu")]
+    without = ",".join(s for s in steps if s != "delinearize-loops")
+    np.testing.assert_array_equal(_outputs(module, "default-cpu")[0], _outputs(module, without)[0])
+
+    def k_divisions(spec: str) -> int:
+        """Divisions and remainders of a k loop's own index in the matmul kernels."""
+        loops = apply_passes(module.clone(), parse_passes(spec))
+        count = 0
+        for loop in loops.walk():
+            if isinstance(loop, scf.ForOp):
+                k = loop.body.block.args[0]
+                count += sum(isinstance(u.operation, arith.DivUIOp | arith.RemUIOp) for u in k.uses)
+        return count
+
+    before, after = k_divisions(without), k_divisions("default-cpu")
+    assert after == 0
+    assert (before > 0) == (name not in ("1x1", "grouped"))  # a window of one: nothing to split

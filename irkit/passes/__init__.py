@@ -126,6 +126,12 @@ def _unroll_windows() -> type[ModulePass]:
     return UnrollWindowsPass
 
 
+def _delinearize_loops() -> type[ModulePass]:
+    from irkit.passes.delinearize_loops import DelinearizeLoopsPass
+
+    return DelinearizeLoopsPass
+
+
 def _reassociate_reductions() -> type[ModulePass]:
     from irkit.passes.reductions import ReassociateReductionsPass
 
@@ -157,6 +163,7 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "cpu-fuse-rows": _cpu_fuse_rows,
     "interchange-matmul": _interchange_matmul,
     "unroll-windows": _unroll_windows,
+    "delinearize-loops": _delinearize_loops,
     "cpu-tile-transpose": _cpu_tile_transpose,
     "block-reductions": _block_reductions,
     "reassociate-reductions": _reassociate_reductions,
