@@ -422,6 +422,33 @@ def test_expanded_math_is_within_its_ulp_bound(fn: str, exact, bound: int, scale
     assert not tiny.any() or np.abs(y[tiny] - wide[tiny]).max() < 2e-38
 
 
+@pytest.mark.parametrize("n", [-1, 0, 1, 2, 3, 4])
+def test_integral_powers_are_multiplied_out_within_an_ulp(n: int) -> None:
+    """expand-math: pow(x, n) for a constant integral n from -1 to 4 is multiplications (no
+    `math.powf` left): exact for n = -1, 0, 1, 2, within 1 ulp of float64's pow rounded to
+    f32 for n = 3 and 2 for n = 4 (two roundings) on every sample that stays normal; the
+    specials as IEEE's pow (NaN, infinities, zeros; x ** 0 == 1 even for NaN). A
+    non-integral exponent keeps its `powf`."""
+    x = f32_samples()
+    source = f"model p\ninput x : f32[{len(x)}]\noutput y = pow(x, {n}.0)\n"
+    module = parse_source(source, "p.graph", ".graph")
+    spec = "lower-graph-to-loops,expand-math"
+    expanded = apply_passes(module.clone(), parse_passes(spec))
+    assert not any(op.name == "math.powf" for op in expanded.walk())
+    y = irkit.compile(module, spec, backend="cpu")(x)[0]
+    with np.errstate(all="ignore"):
+        rounded = np.power(x.astype(np.float64), n).astype(np.float32)
+    assert np.array_equal(np.isnan(y), np.isnan(rounded))
+    exact = ~np.isfinite(rounded) | (rounded == 0)
+    assert np.array_equal(y[exact & ~np.isnan(y)], rounded[exact & ~np.isnan(rounded)])
+    normal = np.isfinite(rounded) & (np.abs(rounded) >= np.finfo(np.float32).tiny)
+    ulp = np.abs(y[normal].view(np.int32).astype(np.int64) - rounded[normal].view(np.int32))
+    assert ulp.max() <= {3: 1, 4: 2}.get(n, 0), ulp.max()
+    fractional = parse_source(source.replace(f"{n}.0", "2.5"), "p.graph", ".graph")
+    kept = apply_passes(fractional, parse_passes(spec))
+    assert any(op.name == "math.powf" for op in kept.walk())
+
+
 def test_expand_math_runs_on_the_gpu_path_too() -> None:
     """The CUDA printer and the lockstep interpretation know the ops the expansion uses."""
     module = irkit.load("examples/softmax.graph", {"R": 4, "C": 40})
