@@ -37,14 +37,18 @@ then a matmul (`SplitGroups`); depthwise ones stay direct.
 
 Options:
   max-expansion=16      leave a convolution direct when its im2col matrix would hold more
-                        than this many times the input's elements (KH*KW/stride^2, roughly)
+                        than this many times the input's elements (KH*KW/stride^2, roughly);
+                        with `implicit` no such matrix is written and every conv is a matmul
+                        (wav2vec2's positional conv, a 128-wide kernel over 49 frames: 130x)
   implicit=false        implicit GEMM (above)
   min-group-channels=8  the fewest channels a group needs to be split into its own matmul
   max-groups=16         the most groups split so (each is its own kernels: regnet_y_400mf's
                         55 groups of 8 made 972 kernels and a 31 s compile)
 
 Semantics: the same products, summed in the same (ky, kx, c) order; padded taps multiply
-zeros, as the direct loop's selects do. Bit-identical to the direct loop nest.
+zeros, as the direct loop's selects do. Bit-identical to the direct loop nest where a window
+holds at most 256 terms; past that (`block-reductions`' block) the direct nest sums blocks
+of its window in f64 and the matmul its k in f32: equal to float tolerance.
 """
 
 from __future__ import annotations
@@ -91,7 +95,7 @@ class ConvToMatmul(RewritePattern):
         n, h, w, c = _shape(op.input)
         kh, kw, _, o = _shape(op.weight)
         _, oh, ow, _ = _shape(op.result)
-        if kh * kw * oh * ow > self.max_expansion * h * w:
+        if not self.implicit and kh * kw * oh * ow > self.max_expansion * h * w:
             return
         window = {k: p[k] for k in ("strides", "padding", "dilations")}
         direct = (
@@ -120,6 +124,21 @@ class ConvToMatmul(RewritePattern):
         rewriter.replace(op, new, [out.result])
 
 
+MIN_GROUP_CHANNELS = 8
+MAX_GROUPS = 16
+
+
+def splits_into_matmuls(
+    groups: int, per_group: int, min_channels: int = MIN_GROUP_CHANNELS,
+    max_groups: int = MAX_GROUPS,
+) -> bool:  # fmt: skip
+    """Whether `SplitGroups` turns a grouped convolution of `groups` groups of `per_group`
+    input channels into one matmul per group (at conv-to-matmul's default options unless
+    given): `conv-layout` converts such a conv to NHWC where it would otherwise keep it
+    channels-first."""
+    return 1 < groups <= max_groups and per_group >= min_channels
+
+
 class SplitGroups(RewritePattern):
     """A grouped NHWC convolution whose groups hold at least `min_channels` channels
     becomes one dense convolution per group, on its slice of the input's channels and of the
@@ -129,21 +148,26 @@ class SplitGroups(RewritePattern):
     (ky, kx, c) order. Depthwise convolutions (one channel a group) stay direct: with their
     window unrolled they vectorize across the channels (`unroll-windows`)."""
 
-    def __init__(self, max_expansion: int, min_channels: int, max_groups: int):
+    def __init__(
+        self, max_expansion: int, min_channels: int, max_groups: int, implicit: bool = False
+    ):
         self.max_expansion = max_expansion
         self.min_channels = min_channels
         self.max_groups = max_groups
+        self.implicit = implicit
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.Conv2dOp, rewriter: PatternRewriter) -> None:
         p = op.properties
-        groups = g.int_of(p, "groups")
-        if g.conv_layout(p) != "nhwc" or not 1 < groups <= self.max_groups:
+        if g.conv_layout(p) != "nhwc":
             return
         n, h, w, c = _shape(op.input)
         kh, kw, per_group, o = _shape(op.weight)
         _, oh, ow, _ = _shape(op.result)
-        if per_group < self.min_channels or kh * kw * oh * ow > self.max_expansion * h * w:
+        groups = g.int_of(p, "groups")
+        if not splits_into_matmuls(groups, per_group, self.min_channels, self.max_groups):
+            return
+        if not self.implicit and kh * kw * oh * ow > self.max_expansion * h * w:
             return
         out_group = o // groups
         props = {**p, "groups": IntegerAttr(1, i64)}
@@ -271,8 +295,8 @@ class ConvToMatmulPass(ModulePass):
 
     max_expansion: int = 16
     implicit: bool = False
-    min_group_channels: int = 8
-    max_groups: int = 16
+    min_group_channels: int = MIN_GROUP_CHANNELS
+    max_groups: int = MAX_GROUPS
 
     def check_options(self) -> None:
         require(self.max_expansion >= 1, "max-expansion", self.max_expansion, "must be >= 1")
@@ -288,7 +312,9 @@ class ConvToMatmulPass(ModulePass):
                 [
                     ConvToMatmul(self.max_expansion, self.implicit),
                     SinkReshape(),
-                    SplitGroups(self.max_expansion, self.min_group_channels, self.max_groups),
+                    SplitGroups(
+                        self.max_expansion, self.min_group_channels, self.max_groups, self.implicit
+                    ),  # fmt: skip
                 ]
             )
         ).rewrite_module(op)
