@@ -5,6 +5,8 @@ matmul tiling's 16-byte loads across a padded row, and the logical byte counts."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from xdsl.dialects import memref, vector
@@ -169,3 +171,15 @@ def test_bad_options_are_one_line_errors(spec: str, message: str) -> None:
 def test_both_default_pipelines_pad_as_an_optional_pass() -> None:
     for name in ("default-cpu", "default-cuda"):
         assert "pad-leading-dims" in PIPELINES[name].optional
+
+
+def test_a_padding_around_a_computed_tensor_matches_the_reference() -> None:
+    """The FileCheck model of a zero padding around x * sigmoid(x) in two axes (computed at
+    a clamped index, zero selected outside, no branch) beside a concat of two computed
+    tensors (a branch): both outputs the reference's, on one thread and two."""
+    root = Path(__file__).resolve().parent
+    source = (root / "filecheck/passes/lower-graph-to-loops-pad-expr.mlir").read_text()
+    module = parse_source(source, "pad-expr.mlir", ".mlir")
+    for pipeline in ("default-cpu", "fuse-kernels,lower-graph-to-loops"):
+        checks, _ = check(irkit.compile(module, pipeline, backend="cpu"), module, seed=5)
+        assert len(checks) == 2 and all(c.passed for c in checks), [c.describe() for c in checks]
