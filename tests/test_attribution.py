@@ -73,6 +73,17 @@ def test_sampled_shapley_keeps_efficiency_and_approaches_the_exact_values() -> N
     assert np.abs(phi - exact).max() < 0.05
 
 
+@pytest.mark.parametrize("k", [9, 18, 30])
+def test_a_sampled_shapley_plan_holds_every_pair_the_kernel_view_shows(k: int) -> None:
+    """Past exact Shapley, the plan samples orders; the (without pass i, all) pair each pass's
+    kernels are shown by is in it for every pass, not only where pass i came last in some
+    order (default-cpu's 17 optional passes and a plugin's: one missing, a KeyError)."""
+    plan = make_plan("shapley", k)
+    assert plan.permutations
+    for i in range(k):
+        assert set(plan.pair(i)) <= set(plan.masks)
+
+
 def test_an_unknown_strategy_is_one_line() -> None:
     from irkit.errors import IrkitError
 

@@ -55,8 +55,8 @@ class Level:
 
     radix: int
     quotients: list[SSAValue]
-    digits: list[Operation]
-    divisions: list[Operation]
+    digits: list[arith.RemUIOp]
+    divisions: list[arith.DivUIOp]
 
 
 def _levels(loop: scf.ForOp, trips: int) -> list[Level]:
@@ -104,11 +104,13 @@ class Delinearize(RewritePattern):
         body = loop.body.block
 
         def clone(block: Block, ivs: list[SSAValue], carried: list[SSAValue]) -> list[SSAValue]:
-            return _clone_body(block, body, levels, ivs if top > 1 else [None, *ivs], carried)
+            placed: list[SSAValue | None] = list(ivs) if top > 1 else [None, *ivs]
+            return _clone_body(block, body, levels, placed, carried)
 
         def build(depth: int, carried: list[SSAValue], ivs: list[SSAValue]) -> Block:
             block = Block(arg_types=[IndexType(), *(v.type for v in carried)])
-            iv, *values = block.args
+            iv, *args = block.args
+            values: list[SSAValue] = list(args)
             ivs = [*ivs, iv]
             last = depth + 2 == len(trips)
             if last and trips[-1] <= self.unroll_inner:  # the innermost loop, unrolled
@@ -117,8 +119,11 @@ class Delinearize(RewritePattern):
                     block.add_op(index)
                     values = clone(block, [*ivs, index.result], values)
             elif depth + 1 < len(trips):
-                inner = _for(block.add_op, trips[depth + 1], values,
-                             lambda c, d=depth, i=ivs: build(d + 1, c, i))  # fmt: skip
+
+                def deeper(c: list[SSAValue], d: int = depth, i: list[SSAValue] = ivs) -> Block:
+                    return build(d + 1, c, i)
+
+                inner = _for(block.add_op, trips[depth + 1], values, deeper)
                 block.add_op(inner)
                 values = list(inner.results)
             else:
@@ -159,7 +164,8 @@ def _clone_body(
     (the top quotient the outermost loop's, or 0 where it has one trip), the index itself
     all of them."""
     top, *digits_outer_first = ivs
-    digit_ivs = digits_outer_first[::-1]  # innermost first, as `levels`
+    digit_ivs: list[SSAValue] = [d for d in digits_outer_first[::-1] if d is not None]
+    assert len(digit_ivs) == len(levels)  # innermost first, as `levels`
     values: dict[SSAValue, SSAValue] = dict(zip(body.args[1:], carried, strict=True))
     # the value of each level's quotient, from the top down: q_L = top, q_i = q_{i+1} r_i + d_i
     if top is None:
@@ -172,8 +178,8 @@ def _clone_body(
         radix = arith.ConstantOp(IntegerAttr(level.radix, IndexType()))
         scaled = arith.MuliOp(quotient, radix.result)
         quotient_op = arith.AddiOp(scaled.result, digit)
-        for op in (radix, scaled, quotient_op):
-            block.add_op(op)
+        for new_op in (radix, scaled, quotient_op):
+            block.add_op(new_op)
         quotient = quotient_op.result
         recomposed.append(quotient)
     recomposed = recomposed[::-1]  # recomposed[i]: the index over the radices below level i
@@ -181,12 +187,12 @@ def _clone_body(
     for i, level in enumerate(levels):
         for value in level.quotients:
             values[value] = recomposed[i]
-        for op in level.digits:
-            values[op.results[0]] = digit_ivs[i]
-            skip.add(op)
-        for op in level.divisions:
-            values[op.results[0]] = recomposed[i + 1]
-            skip.add(op)
+        for remainder in level.digits:
+            values[remainder.result] = digit_ivs[i]
+            skip.add(remainder)
+        for division in level.divisions:
+            values[division.result] = recomposed[i + 1]
+            skip.add(division)
     for op in body.ops:
         if op in skip:
             continue
