@@ -89,6 +89,7 @@ PIPELINES: dict[str, Pipeline] = {
             "delinearize-loops",
             "block-reductions",
             "reassociate-reductions",
+            "simplify-indices",
             "cpu-parallelize",
         ),
         frozenset(
@@ -102,6 +103,7 @@ PIPELINES: dict[str, Pipeline] = {
                 "cpu-fuse-rows",
                 "unroll-windows",
                 "delinearize-loops",
+                "simplify-indices",
                 "reassociate-reductions",
                 "cpu-parallelize",
             }

@@ -180,7 +180,8 @@ def test_cli_attribute_mlp_shapley_writes_every_optional_pass(tmp_path, capsys) 
     assert optional == ["canonicalize", "cse", "conv-layout", "fold-transposes", "conv-to-matmul",
                         "fold-constants", "fuse-kernels", "reshape-views", "pad-leading-dims", "cpu-tile-matmul",
                         "cpu-tile-transpose", "expand-math", "cpu-fuse-rows", "unroll-windows",
-                        "delinearize-loops", "reassociate-reductions", "cpu-parallelize"]  # fmt: skip
+                        "delinearize-loops", "reassociate-reductions", "simplify-indices",
+                        "cpu-parallelize"]  # fmt: skip
     assert [p["pass"] for p in record["passes"]] == optional
     for p in record["passes"]:
         s = p["saved_s"]

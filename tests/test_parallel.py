@@ -183,3 +183,55 @@ def test_vector_width_follows_irkit_vector_bits() -> None:
         assert r.returncode == 0, r.stderr
         asm[bits] = r.stdout
     assert "zmm" in asm["512"] and "zmm" not in asm["256"]
+
+
+def test_simplify_indices_folds_views_and_keeps_every_example_exact() -> None:
+    """default-cpu with and without simplify-indices: the same bits on every example (only
+    index arithmetic changes); a reshape read through a kernel loses its divisions."""
+    from irkit.frontend import parse_source
+    from irkit.pipelines import apply_passes, parse_passes, pipeline_steps
+    from irkit.runtime.check import reference_case
+    from tests.conftest import EXAMPLES, SMALL
+
+    steps = [s.spec for s in pipeline_steps("default-cpu")]
+    without = ",".join(s for s in steps if s != "simplify-indices")
+    for path in EXAMPLES:
+        module = irkit.load(Path(path), SMALL[Path(path).stem])
+        inputs = reference_case(module, seed=2)[0]
+        a = irkit.compile(module, "default-cpu", backend="cpu")(*inputs)
+        b = irkit.compile(module, without, backend="cpu")(*inputs)
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x, y)
+    source = "model v\ninput x : f32[6, 8]\noutput y = gelu(reshape(x, shape=[6, 8]))\n"
+    view = parse_source(source, "v.graph", ".graph")
+    loops = apply_passes(
+        view, parse_passes("fuse-kernels,lower-graph-to-loops,reshape-views,simplify-indices")
+    )
+    assert not any(op.name in ("arith.divui", "arith.remui") for op in loops.walk())
+
+
+def test_a_batch_of_one_threads_the_loops_inside() -> None:
+    """A batched kernel whose first parallel dimension has one iteration (batch 1: ViT's
+    attention matmuls, heads and rows inside) threads the parallel loops in its body, each
+    iteration forking them once; the result the reference's on two threads."""
+    from xdsl.dialects import scf
+
+    from irkit.frontend import parse_source
+    from irkit.loops import THREADS_ATTR
+    from irkit.pipelines import apply_passes, parse_passes, pipeline_steps
+    from irkit.runtime.check import check
+
+    source = ("model a\ninput q : f32[1, 3, 64, 32]\ninput k : f32[1, 3, 32, 64]\n"
+              "output s = batch_matmul(q, k)\n")  # fmt: skip
+    module = parse_source(source, "a.graph", ".graph")
+    # two threads whatever the host, and any work threaded
+    steps = [s.spec for s in pipeline_steps("default-cpu")]
+    steps[-1] = "cpu-parallelize{threads=2 min-work=1}"
+    marked = apply_passes(module.clone(), parse_passes(",".join(steps)))
+    outer = [op for op in marked.walk() if isinstance(op, scf.ParallelOp)
+             and THREADS_ATTR not in op.attributes
+             and any(isinstance(o, scf.ParallelOp) and THREADS_ATTR in o.attributes
+                     for o in op.body.block.ops)]  # fmt: skip
+    assert outer, "no batch-of-one loop with threaded loops inside"
+    checks, _ = check(irkit.compile(module, ",".join(steps), backend="cpu"), module, seed=1)
+    assert all(c.passed for c in checks)

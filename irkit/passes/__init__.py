@@ -126,6 +126,12 @@ def _unroll_windows() -> type[ModulePass]:
     return UnrollWindowsPass
 
 
+def _simplify_indices() -> type[ModulePass]:
+    from irkit.passes.simplify_indices import SimplifyIndicesPass
+
+    return SimplifyIndicesPass
+
+
 def _delinearize_loops() -> type[ModulePass]:
     from irkit.passes.delinearize_loops import DelinearizeLoopsPass
 
@@ -164,6 +170,7 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "interchange-matmul": _interchange_matmul,
     "unroll-windows": _unroll_windows,
     "delinearize-loops": _delinearize_loops,
+    "simplify-indices": _simplify_indices,
     "cpu-tile-transpose": _cpu_tile_transpose,
     "block-reductions": _block_reductions,
     "reassociate-reductions": _reassociate_reductions,
