@@ -38,9 +38,19 @@ Range = tuple[int, int]
 """The smallest and largest value an index may take."""
 
 
-def value_range(value: SSAValue, depth: int = 0) -> Range | None:
+def value_range(value: SSAValue, depth: int = 0, memo: dict | None = None) -> Range | None:
     """The range of an index value, where the ops that compute it from constants and loop
-    induction variables with constant bounds tell it; None where they do not."""
+    induction variables with constant bounds tell it; None where they do not. `memo` keeps
+    each value's range once found (a value's range never changes): a chain of sums that
+    reuses its terms is walked once, not once per path."""
+    if memo is None:
+        memo = {}
+    if value not in memo:
+        memo[value] = _range(value, depth, memo)
+    return memo[value]
+
+
+def _range(value: SSAValue, depth: int, memo: dict) -> Range | None:
     if depth > 32 or not isinstance(value.type, IndexType):
         return None
     c = constant_int(value)
@@ -50,7 +60,7 @@ def value_range(value: SSAValue, depth: int = 0) -> Range | None:
         return _induction_range(value)
     op = value.owner
     if isinstance(op, arith.AddiOp | arith.MuliOp):
-        a, b = value_range(op.lhs, depth + 1), value_range(op.rhs, depth + 1)
+        a, b = value_range(op.lhs, depth + 1, memo), value_range(op.rhs, depth + 1, memo)
         if a is None or b is None:
             return None
         if isinstance(op, arith.AddiOp):
@@ -58,7 +68,7 @@ def value_range(value: SSAValue, depth: int = 0) -> Range | None:
         products = [x * y for x in a for y in b]
         return min(products), max(products)
     if isinstance(op, arith.DivUIOp | arith.RemUIOp):
-        a, c = value_range(op.lhs, depth + 1), constant_int(op.rhs)
+        a, c = value_range(op.lhs, depth + 1, memo), constant_int(op.rhs)
         if a is None or c is None or c <= 0 or a[0] < 0:
             return None
         if isinstance(op, arith.DivUIOp):
@@ -86,9 +96,13 @@ def _induction_range(arg: BlockArgument) -> Range | None:
     return lb, lb + (ub - lb - 1) // step * step
 
 
+_MEMO: dict[SSAValue, Range | None] = {}
+"""Ranges found during one run of the pass (cleared after it)."""
+
+
 def _within(value: SSAValue, bound: int) -> bool:
     """Whether 0 <= value < bound on every iteration."""
-    r = value_range(value)
+    r = value_range(value, 0, _MEMO)
     return r is not None and r[0] >= 0 and r[1] < bound
 
 
@@ -157,4 +171,7 @@ class SimplifyIndicesPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require_loop_level(op, "simplify-indices")
         patterns = GreedyRewritePatternApplier([FoldIdentities(), FoldDivRem()])
-        PatternRewriteWalker(patterns).rewrite_module(op)
+        try:
+            PatternRewriteWalker(patterns).rewrite_module(op)
+        finally:
+            _MEMO.clear()
