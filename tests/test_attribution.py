@@ -915,8 +915,11 @@ def test_attribution_samples_on_with_the_open_passes_only(capsys) -> None:
     from irkit.measure.attribution import MIN_ROUNDS_PER_COPY
 
     spec = "lower-graph-to-loops,plant-work{iters=200000},plant-zero"
+    # rounds without a cap: the budget ends them, however fast the machine (at the default
+    # 2,000 a quick machine ran out of rounds first: stop reason "max_samples")
     result = attribute(CHAIN, spec, "cpu", "prefix", {"N": 8, "D": 16}, budget_s=3.0,
-                       placements=3, kernel_times=False, precision=1e-9)  # fmt: skip
+                       placements=3, kernel_times=False, precision=1e-9,
+                       max_rounds=10**9)  # fmt: skip
     rec = result.to_json()
     proto = rec["protocol"]
     per = proto["rounds_per_program"]
