@@ -97,7 +97,8 @@ def keeps_nchw(op: g.Conv2dOp) -> bool:
     per group (`splits_into_matmuls`, at its default options) is converted all the same:
     that wav2vec2 conv as 16 implicit-GEMM matmuls in NHWC, 5.0 ms -> ~0.3 ms (the model
     8.1 -> 3.4 ms). The choice assumes default-cpu's implicit GEMM: without it the split
-    stops at `max-expansion` and such a conv runs direct in NHWC. Depthwise convolutions (one channel a group) stay converted: with their short
+    stops at `max-expansion` and such a conv runs direct in NHWC. Depthwise convolutions
+    (one channel a group) stay converted: with their short
     window unrolled, NHWC vectorizes them across channels (a 3 x 3 at 99 GFLOP/s)."""
     from irkit.passes.conv_to_matmul import splits_into_matmuls
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from math import prod
 
 from xdsl.context import Context
 from xdsl.dialects import arith, scf
@@ -98,7 +99,7 @@ class Delinearize(RewritePattern):
         if not levels:
             return
         radices = [level.radix for level in levels]
-        top = ub // _product(radices)
+        top = ub // prod(radices)
         # loops outermost first: the top quotient (where it has trips), then the digits
         trips = ([top] if top > 1 else []) + radices[::-1]
         body = loop.body.block
@@ -143,13 +144,6 @@ def _for(emit: Callable[[Operation], object], trips: int, carried: list[SSAValue
     for op in (zero, bound, one):
         emit(op)
     return scf.ForOp(zero.result, bound.result, one.result, carried, body(carried))
-
-
-def _product(values: list[int]) -> int:
-    out = 1
-    for v in values:
-        out *= v
-    return out
 
 
 def _clone_body(

@@ -41,8 +41,9 @@ Sigmoid and GELU are built from these, so they vectorize too. f64 ops stay libra
 -1), in place: `x^2` as `x * x` and `1 / x` are exact like `powf`, `x^3` rounds twice where
 `powf` rounds once (at most 1 ulp apart, tested), `x^4` as `x^2 * x^2` at most 2 ulp;
 pow(x, 0) is 1 for every x, NaN too, as IEEE's. (x^-2 as `1 / (x * x)` lost up to 4 ulp
-where `x * x` is subnormal: left to `powf`.) GPT-2's GELU, `0.5 x (1 + tanh(c (x + 0.044715 x^3)))`, ran at 7 GFLOP/s on one
-znver5 core with a `powf` call per element; RMSNorm's `x.pow(2)` likewise.
+where `x * x` is subnormal: left to `powf`.) GPT-2's GELU,
+`0.5 x (1 + tanh(c (x + 0.044715 x^3)))`, ran at 7 GFLOP/s on one znver5 core with a `powf`
+call per element; RMSNorm's `x.pow(2)` likewise.
 
 Each expansion is built once per module, as a scalar function (`@irkit_expf`, `@irkit_tanhf`,
 ... marked `irkit.inline`, see `irkit.loops`) that replaces the op with a `func.call`; the code
@@ -342,16 +343,16 @@ def _integral_power(power: xmath.PowFOp) -> None:
     if not float(n).is_integer() or int(n) not in INTEGRAL_POWERS:
         return
     e = _Emitter(power)
-    x = power.lhs
-    if n == 0:
-        result = e.f(1.0)
-    else:
-        square = e.add(arith.MulfOp(x, x)) if abs(n) >= 2 else x
-        result = {1: x, 2: square}.get(abs(int(n))) or e.add(
-            arith.MulfOp(square, x if abs(n) == 3 else square)
-        )
-        if n < 0:
-            result = e.add(arith.DivfOp(e.f(1.0), result))
+    x, m = power.lhs, abs(int(n))
+    result = x if m else e.f(1.0)
+    if m >= 2:
+        square = result = e.add(arith.MulfOp(x, x))
+        if m == 3:
+            result = e.add(arith.MulfOp(square, x))
+        elif m == 4:
+            result = e.add(arith.MulfOp(square, square))
+    if n < 0:
+        result = e.add(arith.DivfOp(e.f(1.0), result))
     power.result.replace_all_uses_with(result)
     power.detach()
     power.erase()

@@ -193,8 +193,8 @@ class _TiledKernel:
         self.warp_tiled, self.warps = tile.warp_tiled, tile.warps
         self.tiles, self.batches, self.k_tiles = tile.tiles, tile.batches, tile.k_tiles
         self.splits = tile.splits
-        # f16/bf16 on tensor cores: both shared tiles k-contiguous ([m][k] and [n][k]), so a
-        # lane's pairs of A and B are one 32-bit load each, and the copies 16 bytes wide
+        # f16/bf16 on tensor cores: A's tile k-contiguous ([m][k]), B's [k][n] read by a
+        # transposed ldmatrix (or [n][k] without `ldmatrix`), the copies 16 bytes wide
         self.pairs, self.pad = tile.pairs, tile.pad
         self.shared_sizes: list[int] = []  # bytes of each shared tile, in kernel order
 

@@ -39,10 +39,10 @@ MMA_WARP = (64, 32)
 """A warp's tile of C under tensor cores: 4 x 4 instructions per k step, 64 f32 accumulators
 per lane (the register budget of the f32 path's 8 x 8)."""
 HALF_PAD = 8
-"""Under tensor cores with f16/bf16, both shared tiles are k-contiguous ([m][k], [n][k]: a
-lane's pairs along k are one 32-bit load) and each row is padded to a multiple of this many
-elements (16 bytes, so rows stay 16-byte aligned for the copies). With 32 of k a row is 20
-words: the 8 rows x 4 words of a warp's pair loads fall in 32 distinct banks."""
+"""Under tensor cores with f16/bf16, each row of the shared tiles (A's [m][k]; B's [k][n],
+or [n][k] without `ldmatrix`) is padded to a multiple of this many elements: 16 bytes, so
+rows stay 16-byte aligned for the copies and `ldmatrix`'s rows. With 32 of k an A row is 20
+words: the 8 rows x 4 words a warp reads at once fall in 32 distinct banks."""
 HALF_DEEP_SHARED = 96 * 1024
 """The most shared memory the automatic depth gives f16/bf16 tensor-core tiles (dynamic past
 48 KB): under the 99 KB a block may opt into on sm_86 and sm_89, so every tensor-core GPU
@@ -235,7 +235,7 @@ def _auto_depth(
 
 def _check_shared(o: GpuTileMatmulPass, itemsize: int, pairs: bool) -> None:
     """Tiles up to 48 KB are static `__shared__` arrays, larger ones (options asking for
-    them: the automatic depth stays under 48 KB) the launch's dynamic shared memory, which a
+    them, or the f16/bf16 automatic depth of 64) the launch's dynamic shared memory, which a
     device may hold up to `MAX_SHARED` (sm_90; a smaller device refuses the kernel by name
     when it is compiled for it); past that, refuse, naming the options."""
     stages = 2 if o.double_buffer else 1

@@ -96,17 +96,13 @@ def _induction_range(arg: BlockArgument) -> Range | None:
     return lb, lb + (ub - lb - 1) // step * step
 
 
-_MEMO: dict[SSAValue, Range | None] = {}
-"""Ranges found during one run of the pass (cleared after it)."""
-
-
-def _within(value: SSAValue, bound: int) -> bool:
+def _within(value: SSAValue, bound: int, memo: dict) -> bool:
     """Whether 0 <= value < bound on every iteration."""
-    r = value_range(value, 0, _MEMO)
+    r = value_range(value, 0, memo)
     return r is not None and r[0] >= 0 and r[1] < bound
 
 
-def _split(value: SSAValue, c: int) -> tuple[SSAValue, SSAValue] | None:
+def _split(value: SSAValue, c: int, memo: dict) -> tuple[SSAValue, SSAValue] | None:
     """(a, b) where `value` is `a * c + b` (either operand order) with 0 <= b < c."""
     op = value.owner
     if not isinstance(op, arith.AddiOp):
@@ -116,12 +112,16 @@ def _split(value: SSAValue, c: int) -> tuple[SSAValue, SSAValue] | None:
         if not isinstance(mul, arith.MuliOp):
             continue
         for a, k in ((mul.lhs, mul.rhs), (mul.rhs, mul.lhs)):
-            if constant_int(k) == c and _within(rest, c) and _within(a, 1 << 62):
+            if constant_int(k) == c and _within(rest, c, memo) and _within(a, 1 << 62, memo):
                 return a, rest
     return None
 
 
 class FoldDivRem(RewritePattern):
+    def __init__(self) -> None:
+        self.memo: dict[SSAValue, Range | None] = {}
+        """Ranges found during one run of the pass (a value's range never changes)."""
+
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: arith.DivUIOp | arith.RemUIOp, rewriter: PatternRewriter):
         if not isinstance(op, arith.DivUIOp | arith.RemUIOp):
@@ -130,14 +130,14 @@ class FoldDivRem(RewritePattern):
         if c is None or c <= 0 or not isinstance(op.result.type, IndexType):
             return
         divide = isinstance(op, arith.DivUIOp)
-        if _within(op.lhs, c):
+        if _within(op.lhs, c, self.memo):
             if divide:
                 zero = arith.ConstantOp(IntegerAttr(0, IndexType()))
                 rewriter.replace(op, zero, [zero.result])
             else:
                 rewriter.replace(op, [], [op.lhs])
             return
-        parts = _split(op.lhs, c)
+        parts = _split(op.lhs, c, self.memo)
         if parts is not None:
             rewriter.replace(op, [], [parts[0] if divide else parts[1]])
 
@@ -171,7 +171,4 @@ class SimplifyIndicesPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require_loop_level(op, "simplify-indices")
         patterns = GreedyRewritePatternApplier([FoldIdentities(), FoldDivRem()])
-        try:
-            PatternRewriteWalker(patterns).rewrite_module(op)
-        finally:
-            _MEMO.clear()
+        PatternRewriteWalker(patterns).rewrite_module(op)
