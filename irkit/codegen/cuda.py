@@ -752,6 +752,10 @@ __device__ __forceinline__ void irkit_mma_m16n8k8_tf32(float a0, float a1, float
 """`irkit_mma_m16n8k8_tf32`: PTX's TF32 mma.sync, each input rounded by cvt.rna.tf32.f32."""
 
 
+NARROW_C_TYPES = {"f16": "__half", "bf16": "__nv_bfloat16"}
+"""The CUDA C type of each narrow element type the tensor-core helpers take."""
+
+
 def _register_pairs(op: Operation) -> list[SSAValue] | None:
     """The 2-vectors an m16n8k16 op's A and B values come from, a pair per 32-bit operand
     register (values 2i and 2i + 1 are elements 0 and 1 of one vector), or None."""
@@ -783,7 +787,7 @@ def _mma_helper(kind: str) -> str:
     operands in `irkit.dialects.warp`'s order (two 16-bit values per 32-bit register, the
     lower-indexed one in the low half). Guarded so that a host build (cuda-host, whose
     header defines IRKIT_CUDA_HOST and its own) never sees the PTX."""
-    t = "__half" if kind == "f16" else "__nv_bfloat16"
+    t = NARROW_C_TYPES[kind]
     bits = "__half_as_ushort" if kind == "f16" else "__bfloat16_as_ushort"
     a = ", ".join(f"{t} a{i}" for i in range(8))
     b = ", ".join(f"{t} b{i}" for i in range(4))
@@ -822,10 +826,7 @@ def _mma_helper(kind: str) -> str:
 
 def _ldmatrix_kind(op: LdmatrixX4Op) -> str:
     """The helper's suffix: the element type, and `_trans` for a transposed load."""
-    t = op.source.type
-    assert isinstance(t, MemRefType)
-    kind = "bf16" if isinstance(t.element_type, BFloat16Type) else "f16"
-    return kind + ("_trans" if op.transpose is not None else "")
+    return op.narrow_type + ("_trans" if op.transpose is not None else "")
 
 
 def _ldmatrix_helper(kind: str) -> str:
@@ -833,7 +834,7 @@ def _ldmatrix_helper(kind: str) -> str:
     giving the address of row l % 8 of matrix l / 8 (the base plus that matrix's offset);
     kept from a host build, whose header has its own."""
     element, _, trans = kind.partition("_")
-    t = "__half" if element == "f16" else "__nv_bfloat16"
+    t = NARROW_C_TYPES[element]
     pair = f"irkit_{element}x2"
     modifier = ".trans" if trans else ""
     outs = ", ".join(f'"=r"(*reinterpret_cast<unsigned*>(d{j}))' for j in range(4))

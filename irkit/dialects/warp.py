@@ -217,6 +217,13 @@ class LdmatrixX4Op(IRDLOperation):
         return row + lane // 4, column + 2 * (lane % 4) + q
 
     @property
+    def narrow_type(self) -> str:
+        """ "f16" or "bf16": the type of the matrices' elements."""
+        t = self.source.type
+        assert isinstance(t, MemRefType)
+        return "bf16" if isinstance(t.element_type, BFloat16Type) else "f16"
+
+    @property
     def origins(self) -> list[tuple[int, int]]:
         """Matrix j's origin relative to the base: (rows, columns)."""
         flat = [int(v) for v in self.offsets.get_values()]
