@@ -412,7 +412,7 @@ def test_cuda_backend_says_no_device_in_one_line() -> None:
 
 def test_gpu_state_is_read_from_nvidia_smi_output() -> None:
     """Clocks in a GPU record are the current ones (nvidia-smi), not the driver's maximum."""
-    from irkit.runtime.cuda import SMI_CLOCKS, parse_smi, query_smi
+    from irkit.runtime.cuda_device import SMI_CLOCKS, parse_smi, query_smi
 
     names = list(SMI_CLOCKS)
     assert parse_smi("1980, 3201, 41, 118.52, P0\n", names) == {

@@ -1,10 +1,12 @@
 """The machine code NVRTC builds for the tensor-core matmuls holds the instructions meant,
-for sm_80 and sm_90, read from the cubin with cuobjdump (the `nvidia-cuda-cuobjdump` wheel):
-HMMA for the mma.sync tiles, LDSM (and LDSM.MT, the transposed load of B) for `ldmatrix`,
-16-byte global loads for the copies, and no local memory (no spills). No GPU needed."""
+for sm_80 and sm_90, read from the cubin with cuobjdump and nvdisasm (the
+`nvidia-cuda-cuobjdump` and `nvidia-cuda-nvdisasm` wheels): HMMA for the mma.sync tiles,
+LDSM (and LDSM.MT, the transposed load of B) for `ldmatrix`, 16-byte global loads for the
+copies, and no local memory (no spills). No GPU needed."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -21,18 +23,28 @@ from irkit.pipelines import apply_passes, parse_passes, pipeline_steps
 GEMM = "model g\ninput a : {t}[{n}, {n}]\ninput b : {t}[{n}, {n}]\noutput c = matmul(a, b)\n"
 
 
-def _cuobjdump() -> str:
-    found = shutil.which("cuobjdump")
+def _cuda_tool(name: str, wheel: str) -> str:
+    """The CUDA binary `name`, from PATH or from the `wheel` that installs it."""
+    found = shutil.which(name)
     if found:
         return found
     try:
         import nvidia  # the namespace package the CUDA wheels install into
     except ImportError:
-        pytest.skip("no cuobjdump: pip install nvidia-cuda-cuobjdump")
+        pytest.skip(f"no {name}: pip install {wheel}")
     for root in nvidia.__path__:
-        for candidate in sorted(Path(root).glob("cu*/bin/cuobjdump")):
+        for candidate in sorted(Path(root).glob(f"cu*/bin/{name}")):
             return str(candidate)
-    pytest.skip("no cuobjdump: pip install nvidia-cuda-cuobjdump")
+    pytest.skip(f"no {name}: pip install {wheel}")
+
+
+def _disassemble(cubin: Path) -> str:
+    """cuobjdump -sass of `cubin` (cuobjdump runs nvdisasm, which it is told where to find)."""
+    nvdisasm = _cuda_tool("nvdisasm", "nvidia-cuda-nvdisasm")
+    env = {**os.environ, "NVDISASM_PATH": str(Path(nvdisasm).parent)}
+    command = [_cuda_tool("cuobjdump", "nvidia-cuda-cuobjdump"), "-sass", str(cubin)]
+    return subprocess.run(command, capture_output=True, text=True, check=True, timeout=60,
+                          env=env).stdout  # fmt: skip
 
 
 def _sass(dtype: str, options: str, arch: str, tmp_path: Path) -> tuple[Counter, dict]:
@@ -46,8 +58,7 @@ def _sass(dtype: str, options: str, arch: str, tmp_path: Path) -> tuple[Counter,
     compiled = compile_cuda(kernel_source(module, fn), fn.sym_name.data, arch)
     cubin = tmp_path / f"{arch}.cubin"
     cubin.write_bytes(compiled.cubin)
-    text = subprocess.run([_cuobjdump(), "-sass", str(cubin)], capture_output=True, text=True,
-                          check=True, timeout=60).stdout  # fmt: skip
+    text = _disassemble(cubin)
     ops = Counter(re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", text))
     return ops, compiled.resources.__dict__
 

@@ -9,6 +9,9 @@ shared memory than the device allows is refused before launch, naming the kernel
 Timing (see `GpuTimed`): CUDA events around each call of a sample, with the L2 cache flushed
 before each call by writing a buffer twice the L2's size (read from the device), so every
 call starts cold; `timer` in each record says so.
+
+The device itself (the driver library, its attributes, nvidia-smi's clocks) is
+`irkit.runtime.cuda_device`.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -34,144 +36,13 @@ from irkit.runtime.backend import (
     shared_io,
 )
 from irkit.runtime.ceilings import Ceilings
+from irkit.runtime.cuda_device import (
+    Device,
+    cuda_driver,
+    device,
+    driver_call,
+)
 from irkit.runtime.gpu import GpuKernel, build_kernels
-
-NO_DEVICE = "no CUDA device available"
-
-
-def _driver():
-    from cuda.bindings import driver
-
-    return driver
-
-
-def _call(what: str, result: Any) -> Any:
-    """The values of a driver call's result tuple, after checking its error code."""
-    drv = _driver()
-    err, *values = result if isinstance(result, tuple) else (result,)
-    if err != drv.CUresult.CUDA_SUCCESS:
-        _, name = drv.cuGetErrorName(err)
-        text = name.decode() if isinstance(name, bytes) else str(err)
-        raise IrkitError(f"CUDA {what} failed: {text}")
-    return values[0] if len(values) == 1 else values
-
-
-@dataclass
-class Device:
-    """The current CUDA device and its primary context, with what records need."""
-
-    ordinal: int
-    handle: Any
-    context: Any
-    name: str
-    pci_bus_id: str
-    arch: str
-    max_threads: int
-    max_shared: int
-    l2_bytes: int
-    driver_version: int
-    stream: Any = None
-    _flush: int = 0
-
-    def attribute(self, attr: str) -> int:
-        drv = _driver()
-        return int(
-            _call(
-                f"cuDeviceGetAttribute({attr})",
-                drv.cuDeviceGetAttribute(getattr(drv.CUdevice_attribute, attr), self.handle),
-            )
-        )
-
-    def fingerprint(self) -> dict[str, Any]:
-        """What a GPU record carries: the device, driver and compiler, and (`clocks_start`)
-        its clocks, temperature and power now; `clocks()` again after a run gives the end."""
-        from irkit.codegen.nvrtc import nvrtc_version
-
-        static = {
-            "driver": "driver_version",
-            "sm_max_mhz": "clocks.max.sm",
-            "memory_max_mhz": "clocks.max.mem",
-        }
-        smi = query_smi(self.pci_bus_id, {**static, **SMI_CLOCKS})  # one nvidia-smi call
-        major, minor = divmod(self.driver_version, 1000)
-        return {
-            "device": self.name,
-            "compute_capability": self.arch.removeprefix("sm_"),
-            "pci_bus_id": self.pci_bus_id,
-            "driver": smi["driver"],
-            "cuda_driver_api": f"{major}.{minor // 10}",
-            "nvrtc": nvrtc_version(),
-            "l2_bytes": self.l2_bytes,
-            "l2_flush_bytes": 2 * self.l2_bytes,
-            "sm_max_mhz": smi["sm_max_mhz"],
-            "memory_max_mhz": smi["memory_max_mhz"],
-            "clocks_start": {k: smi[k] for k in SMI_CLOCKS},
-        }
-
-    def clocks(self) -> dict[str, Any]:
-        """Current SM and memory clocks (MHz), temperature (C), power (W) and performance
-        state, from nvidia-smi; None for each where nvidia-smi cannot say."""
-        return query_smi(self.pci_bus_id, SMI_CLOCKS)
-
-    def flush_l2(self) -> None:
-        """Overwrite twice the L2's bytes so the next sample reads from DRAM."""
-        drv = _driver()
-        if not self._flush:
-            self._flush = int(
-                _call("cuMemAlloc (L2 flush buffer)", drv.cuMemAlloc(2 * self.l2_bytes))
-            )
-        _call(
-            "cuMemsetD8Async", drv.cuMemsetD8Async(self._flush, 0, 2 * self.l2_bytes, self.stream)
-        )
-
-
-SMI_CLOCKS = {
-    "sm_mhz": "clocks.sm",
-    "memory_mhz": "clocks.mem",
-    "temperature_c": "temperature.gpu",
-    "power_w": "power.draw",
-    "pstate": "pstate",
-}
-"""The state a timing depends on, as nvidia-smi's --query-gpu names it. (The driver API's
-clock attributes are the maximum rates, constant; the current ones come from NVML.)"""
-
-
-def query_smi(pci_bus_id: str, fields: dict[str, str]) -> dict[str, Any]:
-    """`fields` (our name -> nvidia-smi query name) for the GPU at `pci_bus_id`."""
-    import subprocess
-
-    command = [
-        "nvidia-smi",
-        f"--id={pci_bus_id}",
-        "--format=csv,noheader,nounits",
-        "--query-gpu=" + ",".join(fields.values()),
-    ]
-    try:
-        text = subprocess.run(
-            command, capture_output=True, text=True, timeout=20, check=True
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        text = ""
-    return parse_smi(text, list(fields))
-
-
-def parse_smi(text: str, names: list[str]) -> dict[str, Any]:
-    """One CSV line of nvidia-smi values as numbers (or text, e.g. "P0"); "[N/A]" and
-    anything missing as None."""
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    values = [v.strip() for v in line.split(",")] if line else []
-    if len(values) != len(names):
-        return dict.fromkeys(names)
-
-    def value(v: str) -> Any:
-        if v.startswith("[") or not v:
-            return None
-        try:
-            return int(v) if v.isdigit() else float(v)
-        except ValueError:
-            return v
-
-    return {n: value(v) for n, v in zip(names, values, strict=True)}
 
 
 def cuda_ceilings(dev: Device) -> Ceilings:
@@ -200,40 +71,10 @@ _CEILINGS: dict[int, Ceilings] = {}
 """Per device ordinal, measured once per process."""
 
 
-@cache
-def device() -> Device:
-    """Device 0, initialized once; IrkitError(NO_DEVICE) when there is none."""
-    try:
-        drv = _driver()
-        (err,) = drv.cuInit(0)
-    except Exception:  # noqa: BLE001 - no driver library raises from inside cuda-bindings
-        raise IrkitError(NO_DEVICE) from None
-    if err != drv.CUresult.CUDA_SUCCESS:
-        raise IrkitError(NO_DEVICE)
-    count = _call("cuDeviceGetCount", drv.cuDeviceGetCount())
-    if count < 1:
-        raise IrkitError(NO_DEVICE)
-    handle = _call("cuDeviceGet", drv.cuDeviceGet(0))
-    context = _call("cuDevicePrimaryCtxRetain", drv.cuDevicePrimaryCtxRetain(handle))
-    _call("cuCtxSetCurrent", drv.cuCtxSetCurrent(context))
-    name = _call("cuDeviceGetName", drv.cuDeviceGetName(256, handle))
-    bus = _call("cuDeviceGetPCIBusId", drv.cuDeviceGetPCIBusId(64, handle))
-    dev = Device(0, handle, context, name.split(b"\0")[0].decode(), bus.split(b"\0")[0].decode(),
-                 "", 0, 0, 0, int(_call("cuDriverGetVersion", drv.cuDriverGetVersion())))  # fmt: skip
-    major = dev.attribute("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR")
-    minor = dev.attribute("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR")
-    dev.arch = f"sm_{major}{minor}"
-    dev.max_threads = dev.attribute("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK")
-    dev.max_shared = dev.attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
-    dev.l2_bytes = dev.attribute("CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE")
-    dev.stream = _call("cuStreamCreate", drv.cuStreamCreate(0))
-    return dev
-
-
 def copy_bandwidth(dev: Device, nbytes: int = 1 << 30, samples: int = 20) -> float:
     """The device's copy bandwidth in bytes/s, counting bytes read plus written: the median
     of `samples` device-to-device copies of `nbytes`, timed with events."""
-    drv = _driver()
+    drv = cuda_driver()
     src, dst = (
         DeviceBuffer((nbytes,), np.dtype(np.uint8)),
         DeviceBuffer((nbytes,), np.dtype(np.uint8)),
@@ -241,7 +82,9 @@ def copy_bandwidth(dev: Device, nbytes: int = 1 << 30, samples: int = 20) -> flo
     src.poison()
 
     def copy() -> None:
-        _call("cuMemcpyDtoDAsync", drv.cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, dev.stream))
+        driver_call(
+            "cuMemcpyDtoDAsync", drv.cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, dev.stream)
+        )
 
     timed = GpuTimed(copy, dev)
     timed()
@@ -255,20 +98,22 @@ class DeviceBuffer:
     def __init__(self, shape: tuple[int, ...], dtype: np.dtype):
         self.shape, self.dtype = shape, np.dtype(dtype)
         self.nbytes = max(1, int(np.prod(shape)) * self.dtype.itemsize)
-        self.ptr = int(_call("cuMemAlloc", _driver().cuMemAlloc(self.nbytes)))
+        self.ptr = int(driver_call("cuMemAlloc", cuda_driver().cuMemAlloc(self.nbytes)))
 
     def upload(self, array: np.ndarray) -> None:
         a = np.ascontiguousarray(array, self.dtype)
-        _call("cuMemcpyHtoD", _driver().cuMemcpyHtoD(self.ptr, a.ctypes.data, a.nbytes))
+        driver_call("cuMemcpyHtoD", cuda_driver().cuMemcpyHtoD(self.ptr, a.ctypes.data, a.nbytes))
 
     def download(self, out: np.ndarray | None = None) -> np.ndarray:
         out = np.empty(self.shape, self.dtype) if out is None else out
-        _call("cuMemcpyDtoH", _driver().cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes))
+        driver_call(
+            "cuMemcpyDtoH", cuda_driver().cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes)
+        )
         return out
 
     def poison(self) -> None:
         """Fill with NaN bits (0xFF bytes), so an element no kernel writes shows."""
-        _call("cuMemsetD8", _driver().cuMemsetD8(self.ptr, 0xFF, self.nbytes))
+        driver_call("cuMemsetD8", cuda_driver().cuMemsetD8(self.ptr, 0xFF, self.nbytes))
 
     def view(self, shape: tuple[int, ...]) -> DeviceView:
         """The same memory with another shape (a driver's view, `reshape-views`)."""
@@ -276,7 +121,7 @@ class DeviceBuffer:
 
     def __del__(self) -> None:
         try:
-            _driver().cuMemFree(self.ptr)
+            cuda_driver().cuMemFree(self.ptr)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
@@ -303,7 +148,7 @@ class Launch:
     _params: Any = None
 
     def __call__(self, stream: Any) -> None:
-        drv = _driver()
+        drv = cuda_driver()
         if self._params is None:
             pointers = [ctypes.c_void_p(b.ptr) for b in self.args]
             self._keep = pointers
@@ -311,7 +156,7 @@ class Launch:
                 *[ctypes.addressof(p) for p in pointers]
             )
         launch = self.kernel.launch
-        _call(
+        driver_call(
             f"launch of kernel {self.kernel.name}",
             drv.cuLaunchKernel(
                 self.function,
@@ -341,9 +186,9 @@ class Copy:
             )
 
     def __call__(self, stream: Any) -> None:
-        _call(
+        driver_call(
             "cuMemcpyDtoDAsync (memref.copy)",
-            _driver().cuMemcpyDtoDAsync(
+            cuda_driver().cuMemcpyDtoDAsync(
                 self.destination.ptr, self.source.ptr, self.destination.nbytes, stream
             ),
         )
@@ -368,22 +213,26 @@ class GpuTimed:
 
     def __call__(self) -> None:
         self.run()
-        _call("cuStreamSynchronize", _driver().cuStreamSynchronize(self.dev.stream))
+        driver_call("cuStreamSynchronize", cuda_driver().cuStreamSynchronize(self.dev.stream))
 
     def sample(self, reps: int) -> float:
-        drv = _driver()
+        drv = cuda_driver()
         while len(self._events) < 2 * reps:
-            self._events.append(_call("cuEventCreate", drv.cuEventCreate(0)))
+            self._events.append(driver_call("cuEventCreate", drv.cuEventCreate(0)))
         for i in range(reps):
             self.dev.flush_l2()
-            _call("cuEventRecord", drv.cuEventRecord(self._events[2 * i], self.dev.stream))
+            driver_call("cuEventRecord", drv.cuEventRecord(self._events[2 * i], self.dev.stream))
             self.run()
-            _call("cuEventRecord", drv.cuEventRecord(self._events[2 * i + 1], self.dev.stream))
-        _call("cuEventSynchronize", drv.cuEventSynchronize(self._events[2 * reps - 1]))
+            driver_call(
+                "cuEventRecord", drv.cuEventRecord(self._events[2 * i + 1], self.dev.stream)
+            )
+        driver_call("cuEventSynchronize", drv.cuEventSynchronize(self._events[2 * reps - 1]))
         elapsed = getattr(drv, "cuEventElapsedTime_v2", None) or drv.cuEventElapsedTime
         ms = sum(
             float(
-                _call("cuEventElapsedTime", elapsed(self._events[2 * i], self._events[2 * i + 1]))
+                driver_call(
+                    "cuEventElapsedTime", elapsed(self._events[2 * i], self._events[2 * i + 1])
+                )
             )
             for i in range(reps)
         )
@@ -394,23 +243,23 @@ class CapturedGraph:
     """`record(stream)`'s work on the stream, captured into an instantiated CUDA graph."""
 
     def __init__(self, record: Any, stream: Any):
-        drv = _driver()
+        drv = cuda_driver()
         mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-        _call("cuStreamBeginCapture", drv.cuStreamBeginCapture(stream, mode))
+        driver_call("cuStreamBeginCapture", drv.cuStreamBeginCapture(stream, mode))
         try:
             record()
         finally:
-            graph = _call("cuStreamEndCapture", drv.cuStreamEndCapture(stream))
+            graph = driver_call("cuStreamEndCapture", drv.cuStreamEndCapture(stream))
         self.graph = graph
-        self.exec = _call("cuGraphInstantiate", drv.cuGraphInstantiate(graph, 0))
+        self.exec = driver_call("cuGraphInstantiate", drv.cuGraphInstantiate(graph, 0))
 
     def launch(self, stream: Any) -> None:
-        _call("cuGraphLaunch", _driver().cuGraphLaunch(self.exec, stream))
+        driver_call("cuGraphLaunch", cuda_driver().cuGraphLaunch(self.exec, stream))
 
     def __del__(self) -> None:
         try:
-            _driver().cuGraphExecDestroy(self.exec)
-            _driver().cuGraphDestroy(self.graph)
+            cuda_driver().cuGraphExecDestroy(self.exec)
+            cuda_driver().cuGraphDestroy(self.graph)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
@@ -465,7 +314,7 @@ class CudaBound:
         return GpuTimed(lambda: replay.launch(self.exe.dev.stream), self.exe.dev)
 
     def synchronize(self) -> None:
-        _call("cuStreamSynchronize", _driver().cuStreamSynchronize(self.exe.dev.stream))
+        driver_call("cuStreamSynchronize", cuda_driver().cuStreamSynchronize(self.exe.dev.stream))
 
 
 class CudaExecutable(Provenance):
@@ -484,19 +333,21 @@ class CudaExecutable(Provenance):
 
     def _load(self) -> None:
         """Every kernel's cubin loaded as a module of its own (`functions`, by name)."""
-        drv = _driver()
+        drv = cuda_driver()
         self.functions = {}
         self._modules = []
         for k in self.gpu_kernels:
             assert k.compiled is not None
-            mod = _call(f"cuModuleLoadData ({k.name})", drv.cuModuleLoadData(k.compiled.cubin))
+            mod = driver_call(
+                f"cuModuleLoadData ({k.name})", drv.cuModuleLoadData(k.compiled.cubin)
+            )
             self._modules.append(mod)
-            function = _call(
+            function = driver_call(
                 f"cuModuleGetFunction ({k.name})", drv.cuModuleGetFunction(mod, k.name.encode())
             )
             if k.launch["shared"] > STATIC_SHARED_LIMIT:  # past 48 KB dynamic needs an opt-in
                 attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-                _call(
+                driver_call(
                     f"cuFuncSetAttribute ({k.name})",
                     drv.cuFuncSetAttribute(function, attr, k.launch["shared"]),
                 )
@@ -516,7 +367,7 @@ class CudaExecutable(Provenance):
         programs, and a process that kept them all would grow without end."""
         for mod in getattr(self, "_modules", ()):
             try:
-                _driver().cuModuleUnload(mod)
+                cuda_driver().cuModuleUnload(mod)
             except Exception:  # noqa: BLE001 - interpreter shutdown
                 pass
 

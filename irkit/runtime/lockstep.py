@@ -43,6 +43,7 @@ from irkit.errors import IrkitError
 from irkit.ir import shape_of
 from irkit.loops import SHARED_SPACE, launch_of
 from irkit.loops.scalar_ops import numpy_ops
+from irkit.runtime.lockstep_warp import mma, shuffle_xor
 
 
 class LockstepError(IrkitError):
@@ -393,9 +394,8 @@ class LockstepInterpreter:
             raise LockstepError(f"@{self.run.name}: {op.name} reached by only some lanes of a warp")
 
     def _shuffle(self, op: ShuffleOp, args: list[Any], mask: np.ndarray) -> np.ndarray:
-        """gpu.shuffle xor over whole warps: lane l receives lane l ^ offset's value, within
-        groups of `width` lanes (a source past its group's end gives the lane its own); the
-        offset and width are the same in every lane, as irkit's reductions give them."""
+        """gpu.shuffle xor over whole warps (`lockstep_warp.shuffle_xor`); the offset and
+        width must be the same in every lane, as irkit's reductions give them."""
         self._whole_warps(op, mask)
         value, offset, width = args
         offsets, widths = np.unique(np.asarray(offset)), np.unique(np.asarray(width))
@@ -403,46 +403,16 @@ class LockstepInterpreter:
             raise LockstepError(
                 f"@{self.run.name}: gpu.shuffle with an offset or width that differs between lanes"
             )
-        lanes = np.arange(32)
-        group = lanes - lanes % int(widths[0])
-        source = lanes ^ int(offsets[0])
-        valid = source < group + int(widths[0])
-        source = np.where(valid, source, lanes)
-        n = self.run.lanes
-        v = np.broadcast_to(np.asarray(value), (n,)).reshape(-1, 32)
-        self.env[op.valid] = np.tile(valid, n // 32)
-        return v[:, source].reshape(n)
+        out, self.env[op.valid] = shuffle_xor(
+            value, int(offsets[0]), int(widths[0]), self.run.lanes
+        )
+        return out
 
     def _mma(self, op: Operation, args: list[Any], mask: np.ndarray) -> None:
-        """A warp's tensor-core multiply-accumulate over whole warps: each warp's A, B and C
-        gathered from its lanes' operands at the fragment coordinates (`mma_layout`), A and
-        B rounded to TF32 for the TF32 op, D = A B + C in f32 (each f16, bf16 or TF32
-        product is exact in f32), scattered back to the lanes."""
-        from irkit.dialects.warp import c_coordinates, mma_layout, round_tf32
-
+        """A warp's tensor-core multiply-accumulate over whole warps (`lockstep_warp.mma`)."""
         self._whole_warps(op, mask)
-        a_count, b_count, k, a_at, b_at, tf32 = mma_layout(op)  # type: ignore[arg-type]
-        n = self.run.lanes
-        lanes = [np.broadcast_to(np.asarray(a, np.float32), (n,)).reshape(-1, 32) for a in args]
-        if tf32:
-            lanes[: a_count + b_count] = [round_tf32(v) for v in lanes[: a_count + b_count]]
-        count = n // 32
-        a = np.zeros((count, 16, k), np.float32)
-        b = np.zeros((count, k, 8), np.float32)
-        c = np.zeros((count, 16, 8), np.float32)
-        for lane in range(32):
-            for i in range(a_count):
-                a[(slice(None), *a_at(lane, i))] = lanes[i][:, lane]
-            for i in range(b_count):
-                b[(slice(None), *b_at(lane, i))] = lanes[a_count + i][:, lane]
-            for i in range(4):
-                c[(slice(None), *c_coordinates(lane, i))] = lanes[a_count + b_count + i][:, lane]
-        d = np.matmul(a, b) + c
-        for i, result in enumerate(op.results):
-            out = np.empty((count, 32), np.float32)
-            for lane in range(32):
-                out[:, lane] = d[(slice(None), *c_coordinates(lane, i))]
-            self.env[result] = out.reshape(n)
+        for result, value in zip(op.results, mma(op, args, self.run.lanes), strict=True):
+            self.env[result] = value
 
     def _ldmatrix(self, op: LdmatrixX4Op, args: list[Any], mask: np.ndarray) -> None:
         """A warp's ldmatrix.x4 over whole warps: the base must be the same in every lane of

@@ -1,0 +1,58 @@
+"""The warp-collective ops' semantics for the lockstep interpreter, as pure functions over
+per-lane numpy arrays (lane `l` of a launch at index `l`; warps are consecutive runs of 32).
+
+The interpreter (`irkit.runtime.lockstep`) checks that every lane of a warp reached the op
+and binds the results; these say what the hardware computes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from xdsl.ir import Operation
+
+from irkit.dialects.warp import c_coordinates, mma_layout, round_tf32
+
+
+def shuffle_xor(value: Any, offset: int, width: int, lanes: int) -> tuple[np.ndarray, np.ndarray]:
+    """`gpu.shuffle xor` over `lanes` lanes: lane l receives lane l ^ offset's value within
+    groups of `width` lanes; a source past its group's end gives the lane its own value and
+    a false `valid`. Returns (values, valid)."""
+    lane = np.arange(32)
+    group = lane - lane % width
+    source = lane ^ offset
+    valid = source < group + width
+    source = np.where(valid, source, lane)
+    v = np.broadcast_to(np.asarray(value), (lanes,)).reshape(-1, 32)
+    return v[:, source].reshape(lanes), np.tile(valid, lanes // 32)
+
+
+def mma(op: Operation, args: list[Any], lanes: int) -> list[np.ndarray]:
+    """A tensor-core multiply-accumulate for every warp: each warp's A, B and C gathered
+    from its lanes' operands at the fragment coordinates (`mma_layout`), A and B rounded to
+    TF32 for the TF32 op, D = A B + C in f32 (each f16, bf16 or TF32 product is exact in
+    f32), scattered back to the lanes: one array of `lanes` values per result."""
+    a_count, b_count, k, a_at, b_at, tf32 = mma_layout(op)  # type: ignore[arg-type]
+    per_warp = [np.broadcast_to(np.asarray(x, np.float32), (lanes,)).reshape(-1, 32) for x in args]
+    if tf32:
+        per_warp[: a_count + b_count] = [round_tf32(v) for v in per_warp[: a_count + b_count]]
+    count = lanes // 32
+    a = np.zeros((count, 16, k), np.float32)
+    b = np.zeros((count, k, 8), np.float32)
+    c = np.zeros((count, 16, 8), np.float32)
+    for lane in range(32):
+        for i in range(a_count):
+            a[(slice(None), *a_at(lane, i))] = per_warp[i][:, lane]
+        for i in range(b_count):
+            b[(slice(None), *b_at(lane, i))] = per_warp[a_count + i][:, lane]
+        for i in range(4):
+            c[(slice(None), *c_coordinates(lane, i))] = per_warp[a_count + b_count + i][:, lane]
+    d = np.matmul(a, b) + c
+    results = []
+    for i in range(len(op.results)):
+        out = np.empty((count, 32), np.float32)
+        for lane in range(32):
+            out[:, lane] = d[(slice(None), *c_coordinates(lane, i))]
+        results.append(out.reshape(lanes))
+    return results
