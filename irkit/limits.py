@@ -11,6 +11,12 @@ before the recursion), and its error names the size, the limit and how to change
   (`IRKIT_MAX_MODEL_LINES`, default 200,000: a 200-layer transformer in `.graph` is a few
   thousand), checked before parsing, which takes about 50 us a line: a 50 MB file whose last
   line is wrong answers at once instead of after a minute.
+- `model_ops_limit()`: the most operations a `.graph` or `.mlir` model may spell out
+  (`IRKIT_MAX_MODEL_OPS`, default 200,000), counted before parsing from the characters that
+  make one (a call's or a bracket's `(` and the operators `+ - * / @` in `.graph`, an `=` that
+  binds results in `.mlir`; an overestimate): parsing, inference and verification take about
+  100 us an operation, so a file of few but long lines (150,000 lines of 80-term sums, 50 MB)
+  is refused at once rather than after minutes.
 - `memory_limit()`: the bytes a run may allocate at once: `IRKIT_MAX_MEMORY` (bytes, or with
   a K/M/G/T suffix) or, by default, three quarters of this machine's physical memory.
 """
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterable
 
 from xdsl.dialects.builtin import ShapedType
@@ -91,6 +98,40 @@ def check_model_lines(text: str, filename: str) -> None:
             f"the model has more than {limit:,} lines, irkit's limit ({source})",
             f"{filename}:{limit + 1}:1",
         )
+
+
+MAX_MODEL_OPS = 200_000
+_OP_MARKS = {".graph": ("(", "+", "-", "*", "/", "@"), ".mlir": (" = ",)}
+"""Per text format, the strings of which at least one occurs per operation the text spells."""
+
+
+def model_ops_limit() -> tuple[int, str]:
+    """The most operations a text model may spell out, and where the limit comes from."""
+    text = os.environ.get("IRKIT_MAX_MODEL_OPS", "").strip()
+    if not text:
+        return MAX_MODEL_OPS, "set IRKIT_MAX_MODEL_OPS to change it"
+    if not text.isdigit() or int(text) <= 0:
+        raise IrkitError(f"IRKIT_MAX_MODEL_OPS={text!r}: expected a positive number of operations")
+    return int(text), "IRKIT_MAX_MODEL_OPS"
+
+
+def check_model_ops(text: str, filename: str, kind: str) -> None:
+    """Refuse a model text that spells out more than `model_ops_limit()` operations before
+    parsing it, naming where the count passes the limit."""
+    limit, source = model_ops_limit()
+    marks = _OP_MARKS[kind]
+    if sum(text.count(m) for m in marks) <= limit:
+        return
+    seen = 0
+    for match in re.finditer("|".join(map(re.escape, marks)), text):
+        seen += 1
+        if seen > limit:
+            line = text.count("\n", 0, match.start()) + 1
+            column = match.start() - text.rfind("\n", 0, match.start())
+            raise IrkitError(
+                f"the model spells out more than {limit:,} operations, irkit's limit ({source})",
+                f"{filename}:{line}:{column}",
+            )
 
 
 def check_bytes(nbytes: int, what: str) -> None:

@@ -42,10 +42,11 @@ def parse_source(
     from irkit.frontend.graph_lang import parse_graph
     from irkit.frontend.mlir import parse_mlir
     from irkit.ir import remember_source, verify
-    from irkit.limits import check_model_lines
+    from irkit.limits import check_model_lines, check_model_ops
 
     if kind in (".graph", ".mlir"):
         check_model_lines(text, filename)
+        check_model_ops(text, filename, kind)
     if kind == ".graph":
         module = parse_graph(text, filename, dims)
     elif kind == ".mlir":

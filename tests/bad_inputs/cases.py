@@ -313,6 +313,10 @@ CASES: list[Case] = [
     Case("graph-too-many-lines", opt("m.graph"), {"m.graph": G + "z = relu(y)\n" * 4}, env={"IRKIT_MAX_MODEL_LINES": "3"}, where="m.graph:4:1", says="more than 3 lines"),
     Case("mlir-too-many-lines", opt("m.mlir"), {"m.mlir": "builtin.module {\n}\n" * 3}, env={"IRKIT_MAX_MODEL_LINES": "4"}, where="m.mlir:5:1", says="IRKIT_MAX_MODEL_LINES"),
     Case("model-lines-limit-bad", opt("m.graph"), {"m.graph": G}, env={"IRKIT_MAX_MODEL_LINES": "lots"}, says="IRKIT_MAX_MODEL_LINES='lots'"),
+    # ... and so is one of few lines that spell out more operations than the limit (a 50 MB file of long sums)
+    Case("graph-too-many-ops", opt("m.graph"), {"m.graph": "model m\ninput x : f32[4]\ny = x + x + x\noutput z = relu(y * y)\n"}, env={"IRKIT_MAX_MODEL_OPS": "3"}, where="m.graph:4:19", says="more than 3 operations"),
+    Case("mlir-too-many-ops", opt("m.mlir"), {"m.mlir": "func.func @f(%a: f32) -> f32 {\n  %b = arith.addf %a, %a : f32\n  %c = arith.addf %b, %b : f32\n  func.return %c : f32\n}\n"}, env={"IRKIT_MAX_MODEL_OPS": "1"}, where="m.mlir:3:5", says="IRKIT_MAX_MODEL_OPS"),
+    Case("model-ops-limit-bad", opt("m.graph"), {"m.graph": G}, env={"IRKIT_MAX_MODEL_OPS": "-1"}, says="IRKIT_MAX_MODEL_OPS='-1'"),
     # cuda-sim refuses a launch whose lockstep interpretation would not fit, before any input is made
     Case("cuda-sim-lockstep-too-big", bench("run", "m.graph", "--backend", "cuda-sim", "--dim", "R=4096", "--dim", "C=1024"), {"m.graph": "model s\ndim R = 4\ndim C = 8\ninput x : f32[R, C]\noutput y = softmax(x, axis=-1)\n"}, env={"IRKIT_MAX_MEMORY": "64M"}, says="cuda-sim: interpreting @k0_softmax in lockstep needs about"),
     # an MLIR model must have one public function: the file, and the second one's line
