@@ -79,14 +79,20 @@ def memory_limit() -> tuple[int, str]:
 MAX_MODEL_LINES = 200_000
 
 
+def _count_setting(name: str, default: int, unit: str) -> tuple[int, str]:
+    """A positive count from the environment variable `name` (or `default`), and where it
+    comes from."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default, f"set {name} to change it"
+    if not text.isdigit() or int(text) <= 0:
+        raise IrkitError(f"{name}={text!r}: expected a positive number of {unit}")
+    return int(text), name
+
+
 def model_lines_limit() -> tuple[int, str]:
     """The most lines a text model may have, and where the limit comes from."""
-    text = os.environ.get("IRKIT_MAX_MODEL_LINES", "").strip()
-    if not text:
-        return MAX_MODEL_LINES, "set IRKIT_MAX_MODEL_LINES to change it"
-    if not text.isdigit() or int(text) <= 0:
-        raise IrkitError(f"IRKIT_MAX_MODEL_LINES={text!r}: expected a positive number of lines")
-    return int(text), "IRKIT_MAX_MODEL_LINES"
+    return _count_setting("IRKIT_MAX_MODEL_LINES", MAX_MODEL_LINES, "lines")
 
 
 def check_model_lines(text: str, filename: str) -> None:
@@ -107,12 +113,7 @@ _OP_MARKS = {".graph": ("(", "+", "-", "*", "/", "@"), ".mlir": (" = ",)}
 
 def model_ops_limit() -> tuple[int, str]:
     """The most operations a text model may spell out, and where the limit comes from."""
-    text = os.environ.get("IRKIT_MAX_MODEL_OPS", "").strip()
-    if not text:
-        return MAX_MODEL_OPS, "set IRKIT_MAX_MODEL_OPS to change it"
-    if not text.isdigit() or int(text) <= 0:
-        raise IrkitError(f"IRKIT_MAX_MODEL_OPS={text!r}: expected a positive number of operations")
-    return int(text), "IRKIT_MAX_MODEL_OPS"
+    return _count_setting("IRKIT_MAX_MODEL_OPS", MAX_MODEL_OPS, "operations")
 
 
 def check_model_ops(text: str, filename: str, kind: str) -> None:
