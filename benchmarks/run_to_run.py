@@ -92,12 +92,15 @@ def summarize(trials: list[dict]) -> dict:
     mean = float(d.mean())
     between = float(d.std(ddof=1))
     within = float(np.sqrt(np.mean(se**2)))
-    z = (d - mean) / se
-    sd_z = float(z.std(ddof=1))
+    # a trial whose copies timed identically (a tiny kernel, the timer's quantum) has no SE:
+    # its z is undefined and left out of sd(z)
+    z = np.divide(d - mean, se, out=np.full_like(d, np.nan), where=se > 0)
+    z = z[np.isfinite(z)]
+    sd_z = float(z.std(ddof=1)) if len(z) > 1 else None
     component = float(np.sqrt(max(between**2 - within**2, 0.0)))
     held = float(np.mean(np.abs(d - mean) <= 1.96 * se))
     normal = NormalDist()
-    expected = 2 * normal.cdf(1.96 / sd_z) - 1 if sd_z > 0 else 1.0
+    expected = 2 * normal.cdf(1.96 / sd_z) - 1 if sd_z else 1.0
     lag1 = float(np.corrcoef(d[:-1], d[1:])[0, 1]) if len(d) > 2 else float("nan")
     return {
         "trials": len(d), "mean_diff_s": mean, "between_sd_s": between,
@@ -110,13 +113,14 @@ def summarize(trials: list[dict]) -> dict:
 
 def describe(s: dict) -> str:
     us = 1e6
+    sd_z = "undefined (no run had an SE)" if s["sd_z"] is None else f"{s['sd_z']:.2f}"
     share = (
         f" ({s['run_to_run_of_diff']:.2%} of it, " if s["run_to_run_of_diff"] is not None else " ("
     )
     return (
         f"{s['trials']} runs: difference {s['mean_diff_s'] * us:.2f} us; between runs sd "
         f"{s['between_sd_s'] * us:.2f} us against each run's SE {s['within_se_rms_s'] * us:.2f} us "
-        f"(rms); sd(z) {s['sd_z']:.2f}; run-to-run component {s['run_to_run_s'] * us:.2f} us"
+        f"(rms); sd(z) {sd_z}; run-to-run component {s['run_to_run_s'] * us:.2f} us"
         f"{share}{s['run_to_run_of_a']:.3%} of A's time); lag-1 autocorrelation "
         f"{s['lag1_autocorrelation']:.2f}; a run's 95% CI held the runs' mean in "
         f"{s['ci_held_mean']:.0%} of runs ({s['ci_expected_to_hold']:.0%} expected at that sd(z))"

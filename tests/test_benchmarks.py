@@ -620,6 +620,13 @@ def test_run_to_run_summary_finds_a_known_run_level_component() -> None:
     s = run_to_run.summarize(trials(0.0))
     assert abs(s["sd_z"] - 1) < 0.04 and s["run_to_run_s"] < 0.25e-6
     assert abs(s["ci_held_mean"] - 0.95) < 0.015
+    # a run whose copies timed identically (the timer's quantum) has no SE: its z is left
+    # out, and with no run left sd(z) is undefined (None), not a division by zero
+    quantized = [{"diff_s": 1e-7, "se_s": 0.0, "a_s": 1e-6}, *trials(0.0)[:50]]
+    assert abs(run_to_run.summarize(quantized)["sd_z"] - 1) < 0.3
+    s = run_to_run.summarize([{"diff_s": d, "se_s": 0.0, "a_s": 1e-6} for d in (1e-7, 2e-7, 1e-7)])
+    assert s["sd_z"] is None and s["ci_expected_to_hold"] == 1.0
+    assert "sd(z) undefined" in run_to_run.describe(s)
 
 
 def test_every_fidelity_example_takes_the_plants_and_computes_right() -> None:
