@@ -114,9 +114,10 @@ def run_plan(
     """Run `exe`'s driver plan step by step on host buffers (fresh buffers poisoned with
     NaN), each kernel through `exe.launch(name, buffers)`; `on_call(name, buffers, after)`
     before and after each call. Returns the outputs."""
-    from irkit.runtime.backend import driver_plan, run_steps
+    from irkit.runtime.backend import LaunchesOnHost, driver_plan, run_steps
 
-    if not hasattr(exe, "launch"):
+    host: LaunchesOnHost | None = exe if isinstance(exe, LaunchesOnHost) else None
+    if host is None:
         raise IrkitError(
             f"the {exe.backend} backend cannot run its kernels one by one on the host (snapshot needs cpu, cuda-sim or cuda-host)"
         )
@@ -127,7 +128,7 @@ def run_plan(
         env,
         _fresh,
         lambda step: np.array(step.constant),
-        exe.launch,
+        host.launch,
         on_call,
     )
     return outputs
@@ -163,6 +164,7 @@ def take_snapshots(
     from irkit.frontend import load
     from irkit.measure.fingerprint import host_fingerprint
     from irkit.runtime import compile, get_backend
+    from irkit.runtime.backend import HasGpuKernels
     from irkit.runtime.reference import random_inputs
 
     graph = load(model, dims)
@@ -184,7 +186,7 @@ def take_snapshots(
     chosen, _ = get_backend(exe.backend)
     fingerprint = {**host_fingerprint(), **chosen.fingerprint()}
     functions = {f.sym_name.data: f for f in exe.module.ops if isinstance(f, func.FuncOp)}
-    gpu = {k.name: k for k in getattr(exe, "gpu_kernels", [])}
+    gpu = {k.name: k for k in exe.gpu_kernels} if isinstance(exe, HasGpuKernels) else {}
     out = []
     for kernel in wanted:
         record, fn, data = exe.kernels[names.index(kernel)], functions[kernel], captured[kernel]
@@ -198,7 +200,7 @@ def take_snapshots(
                            "dtype": str(b.dtype), "written": i in written}
                           for i, (a, b) in enumerate(zip(fn.body.block.args, data["before"],
                                                          strict=True))],
-            "model": str(model), "pipeline": getattr(exe, "pipeline", pipeline),
+            "model": str(model), "pipeline": exe.pipeline or pipeline,
             "dims": dims or {}, "seed": seed,
             "fingerprint": fingerprint,
         }  # fmt: skip

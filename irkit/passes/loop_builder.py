@@ -22,11 +22,12 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     IntegerType,
     MemRefType,
+    ModuleOp,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from irkit.loops import VIEW_OPS
+from irkit.loops import KERNEL_ATTR, VIEW_OPS
 
 INDEX = IndexType()
 F32 = Float32Type()
@@ -292,7 +293,7 @@ def free_after_last_use(block: Block, buffer: SSAValue) -> None:
     block.insert_op_after(dealloc, max(users, key=block.get_operation_index))
 
 
-def drop_kernel_arg(module: Operation, kernel: func.FuncOp, index: int) -> None:
+def drop_kernel_arg(module: ModuleOp, kernel: func.FuncOp, index: int) -> None:
     """Remove `kernel`'s unused parameter `index` and the operand every call passes for it;
     a caller's allocation nothing else reads is removed with its deallocation."""
     block = kernel.body.block
@@ -300,7 +301,9 @@ def drop_kernel_arg(module: Operation, kernel: func.FuncOp, index: int) -> None:
     name = kernel.sym_name.data
     calls = [
         op
-        for op in module.walk()
+        for top in module.ops  # kernels call scalar functions, never kernels: skip their bodies
+        if not (isinstance(top, func.FuncOp) and KERNEL_ATTR in top.attributes)
+        for op in top.walk()
         if isinstance(op, func.CallOp) and op.callee.root_reference.data == name
     ]
     block.erase_arg(block.args[index])

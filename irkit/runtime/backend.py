@@ -284,6 +284,22 @@ class NamedTimer(Protocol):
     timer: str
 
 
+@runtime_checkable
+class LaunchesOnHost(Protocol):
+    """An executable that runs one kernel of its driver plan on host buffers
+    (`launch(name, buffers)`): what a snapshot records a kernel's buffers through."""
+
+    def launch(self, name: str, buffers: Sequence[np.ndarray]) -> None: ...
+
+
+@runtime_checkable
+class HasGpuKernels(Protocol):
+    """An executable of GPU kernels (`irkit.runtime.gpu.GpuKernel`: each one's CUDA C,
+    cubin, launch and resources)."""
+
+    gpu_kernels: list[Any]
+
+
 class BoundDefaults:
     """`timed_graph`/`timed_kernel` for a Bound timed by the host clock around its calls."""
 
