@@ -37,11 +37,13 @@ def test_a_cached_module_skips_optimization_and_computes_the_same(
     )  # fmt: skip
     assert len(entries) == len(objects) + len(distinct)  # and each kernel's optimized-code hash
 
-    def no_optimizing(text: str):
+    def no_optimizing(*args: object):
         raise AssertionError("optimized although cached")
 
     host.forget_compiled()  # a new process: only the disk cache
     monkeypatch.setattr(host, "optimize", no_optimizing)
+    monkeypatch.setattr(host.llvm_compile, "optimize", no_optimizing)
+    monkeypatch.setattr(host, "_start_worker", no_optimizing)
     again = irkit.compile(module, backend="cpu")(*inputs)
     for a, b in zip(first, again, strict=True):
         np.testing.assert_array_equal(a, b)
@@ -71,8 +73,11 @@ def test_a_kernel_is_compiled_once_whatever_program_or_position_it_is_in(
     share most of their kernels)."""
     module = irkit.load("examples/transformer_block.graph")
     optimized: list[str] = []
-    real = host.optimize
-    monkeypatch.setattr(host, "optimize", lambda text: optimized.append(text) or real(text))
+    real = host.llvm_compile.optimize
+    monkeypatch.setattr(
+        host.llvm_compile, "optimize", lambda text, *a: optimized.append(text) or real(text, *a)
+    )
+    monkeypatch.setenv("IRKIT_COMPILE_JOBS", "1")  # every module optimized in this process
     full = irkit.compile(module, "default-cpu", backend="cpu")
     hashes = [k.hash for k in full.kernels]
     assert len(set(hashes)) < len(hashes)  # equal kernels in several positions
@@ -125,4 +130,52 @@ def test_a_copy_links_the_same_code_again_without_compiling(
     del exe
     gc.collect()
     for a, b in zip(expected, twin(*inputs), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_kernels_compiled_by_workers_are_the_code_this_process_makes(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`compile_kernels` shares the kernels between this process and worker processes
+    (`IRKIT_COMPILE_JOBS`): each kernel's object and optimized-code hash are byte for byte
+    what compiling it here gives, and the program computes what a one-process compile's
+    does."""
+    module = irkit.load("examples/transformer_block.graph", {"B": 1, "S": 16, "D": 32, "F": 64})
+    inputs = random_inputs(module, seed=2)
+    monkeypatch.setenv("IRKIT_COMPILE_JOBS", "1")
+    alone = irkit.compile(module, backend="cpu")(*inputs)
+    host.forget_compiled()
+    for entry in cache.iterdir():
+        entry.unlink()
+    started = []
+    start = host._start_worker
+    monkeypatch.setattr(host, "_start_worker", lambda *a: started.append(a) or start(*a))
+    monkeypatch.setenv("IRKIT_COMPILE_JOBS", "2")
+    exe = irkit.compile(module, backend="cpu")
+    assert len(started) == 1 and started[0][0]  # one worker, given a share
+    target = host.host_target()
+    for code in {c.symbol: c for c in exe.program.kernels.values()}.values():
+        data, machine = host.llvm_compile.compile_kernel(
+            code.text, code.symbol, target.cpu, target.features
+        )
+        assert host._OBJECTS[code.symbol] == data and host.machine_hash(code.symbol) == machine
+    for a, b in zip(alone, exe(*inputs), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("executable", ["/nonexistent/python", "/bin/false"])
+def test_a_worker_that_cannot_start_or_fails_leaves_its_share_to_this_process(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, executable: str
+) -> None:
+    module = irkit.load("examples/transformer_block.graph", {"B": 1, "S": 16, "D": 32, "F": 64})
+    inputs = random_inputs(module, seed=2)
+    monkeypatch.setenv("IRKIT_COMPILE_JOBS", "1")
+    expected = irkit.compile(module, backend="cpu")(*inputs)
+    host.forget_compiled()
+    for entry in cache.iterdir():
+        entry.unlink()
+    monkeypatch.setenv("IRKIT_COMPILE_JOBS", "2")
+    monkeypatch.setattr(host.sys, "executable", executable)
+    exe = irkit.compile(module, backend="cpu")
+    for a, b in zip(expected, exe(*inputs), strict=True):
         np.testing.assert_array_equal(a, b)

@@ -5,18 +5,21 @@ from __future__ import annotations
 import ctypes.util
 import hashlib
 import os
-import re
+import pickle
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from subprocess import DEVNULL, PIPE, Popen
 
 import llvmlite.binding as llvm
 from xdsl.dialects import func, memref
 from xdsl.dialects.builtin import ModuleOp
 
-from irkit.codegen import pool
+from irkit.codegen import llvm_compile, pool
 from irkit.codegen.disk_cache import cache_key, read, write
 from irkit.codegen.llvm import LLVMEmitter, global_ops, to_llvm
+from irkit.codegen.llvm_compile import OPTIMIZATION
 from irkit.host import narrow_vectors
 from irkit.ir import structure_key
 from irkit.loops import callees, kernels
@@ -30,11 +33,8 @@ class HostTarget:
     features: str
 
     def machine(self) -> llvm.TargetMachine:
-        """A new O3 target machine for this CPU. Each MCJIT engine gets its own: an engine
-        takes its target machine over, and sharing one between engines corrupts memory."""
-        return llvm.Target.from_default_triple().create_target_machine(
-            cpu=self.cpu, features=self.features, opt=3, codemodel="jitdefault"
-        )
+        """A new O3 target machine for this CPU (`llvm_compile.machine`)."""
+        return llvm_compile.machine(self.cpu, self.features)
 
 
 @cache
@@ -50,10 +50,6 @@ def host_target() -> HostTarget:
         # IRKIT_VECTOR_BITS=256 changed nothing until it was said)
         features += ",+prefer-256-bit" if narrow_vectors() else ",-prefer-256-bit"
     return HostTarget(llvm.get_host_cpu_name(), features)
-
-
-OPTIMIZATION = "O3, loop and SLP vectorization, loop unrolling"
-"""What `optimize` runs: part of the machine-code cache's key."""
 
 
 def jit(source: str, objects: Sequence[bytes] = ()) -> llvm.ExecutionEngine:
@@ -183,32 +179,110 @@ def _kernel_object(code: KernelCode) -> bytes:
         name, data = _cached_object(code.text)
         machine = read("llvm", f"{name}.{MACHINE_ENTRY}")
         if data is None or machine is None:
-            optimized = optimize(code.text)
-            machine = _optimized_hash(optimized, code.symbol).encode()
-            if data is None:
-                data = bytes(host_target().machine().emit_object(optimized))
-                write("llvm", name, data)
-            write("llvm", f"{name}.{MACHINE_ENTRY}", machine)
-        _OBJECTS[code.symbol] = data
-        _MACHINE[code.symbol] = machine.decode()
+            target = host_target()
+            data, hashed = llvm_compile.compile_kernel(
+                code.text, code.symbol, target.cpu, target.features
+            )
+            _keep(code, name, data, hashed)
+        else:
+            _OBJECTS[code.symbol] = data
+            _MACHINE[code.symbol] = machine.decode()
     return _OBJECTS[code.symbol]
 
 
-def _optimized_hash(module: llvm.ModuleRef, symbol: str) -> str:
-    """The optimized kernel's identity: its IR after O3, its own symbol and the module's
-    name left out (the machine code follows from it and the target)."""
-    text = str(module).replace(symbol, "irkit.kernel")
-    text = "\n".join(line for line in text.splitlines() if not line.startswith("; ModuleID"))
-    names: dict[str, str] = {}  # local values renumbered by first use: names carry no code
-    text = _LOCAL.sub(lambda m: names.setdefault(m.group(0), f"%v{len(names)}"), text)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def _keep(code: KernelCode, name: str, data: bytes, machine: str) -> None:
+    """A kernel compiled now: in this process and in the disk cache."""
+    write("llvm", name, data)
+    write("llvm", f"{name}.{MACHINE_ENTRY}", machine.encode())
+    _OBJECTS[code.symbol] = data
+    _MACHINE[code.symbol] = machine
 
 
-_LOCAL = re.compile(r"%[-a-zA-Z$._0-9]+")
+PARALLEL_MIN_KERNELS = 4
+"""With fewer kernels to compile than this, all are compiled in this process."""
+
+
+def compile_jobs() -> int:
+    """How many processes compile kernels at once: `IRKIT_COMPILE_JOBS`, by default the CPUs
+    this process may run on (one where a timer is pinned to one)."""
+    text = os.environ.get("IRKIT_COMPILE_JOBS", "").strip()
+    if text.isdigit():
+        return max(1, int(text))
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+
+
+def compile_kernels(codes: Sequence[KernelCode]) -> None:
+    """Compile the kernels of `codes` found neither in this process nor in the disk cache,
+    `compile_jobs()` processes at once: this one and workers running `llvm_compile` as a
+    script (`python -I`: the user's main module is not imported again, and nothing is
+    forked from a process whose thread pool is running), each given a share balanced by
+    the size of its texts. The code is what this process would make: the same LLVM, the
+    same target, passed explicitly. A worker that cannot start or fails leaves its share
+    to this process."""
+    missing: dict[str, tuple[KernelCode, str]] = {}
+    for code in codes:
+        if code.symbol in _OBJECTS or code.symbol in missing:
+            continue
+        name, data = _cached_object(code.text)
+        if data is None or read("llvm", f"{name}.{MACHINE_ENTRY}") is None:
+            missing[code.symbol] = (code, name)
+    jobs = min(compile_jobs(), len(missing) // max(1, PARALLEL_MIN_KERNELS // 2))
+    if jobs < 2 or len(missing) < PARALLEL_MIN_KERNELS:
+        return
+    shares: list[list[tuple[KernelCode, str]]] = [[] for _ in range(jobs)]
+    loads = [0] * jobs
+    for item in sorted(missing.values(), key=lambda i: -len(i[0].text)):
+        least = loads.index(min(loads))
+        shares[least].append(item)
+        loads[least] += len(item[0].text)
+    target = host_target()
+    workers = [_start_worker(share, target) for share in shares[1:]]
+    for share in shares[:1] + [s for s, w in zip(shares[1:], workers, strict=True) if w is None]:
+        for code, _ in share:
+            _kernel_object(code)
+    for share, worker in zip(shares[1:], workers, strict=True):
+        if worker is None:
+            continue
+        results = _results(worker)
+        if results is None or len(results) != len(share):
+            results = [None] * len(share)  # compiled here instead
+        for (code, name), result in zip(share, results, strict=True):
+            if result is None:
+                _kernel_object(code)
+            else:
+                _keep(code, name, *result)
+
+
+def _start_worker(share: list[tuple[KernelCode, str]], target: HostTarget) -> Popen | None:
+    """A compile worker given `share` on its standard input; None where it cannot start."""
+    batch = pickle.dumps((target.cpu, target.features, [(c.text, c.symbol) for c, _ in share]))
+    try:
+        worker = Popen(
+            [sys.executable, "-I", llvm_compile.__file__], stdin=PIPE, stdout=PIPE, stderr=DEVNULL
+        )
+    except OSError:
+        return None
+    assert worker.stdin is not None
+    try:
+        with worker.stdin:
+            worker.stdin.write(batch)
+    except OSError:  # it exited before reading its share
+        _results(worker)
+        return None
+    return worker
+
+
+def _results(worker: Popen) -> list | None:
+    """What a worker wrote, once it has exited; None unless it succeeded."""
+    assert worker.stdout is not None
+    with worker.stdout:
+        out = worker.stdout.read()
+    results = pickle.loads(out) if worker.wait() == 0 and out else None
+    return results if isinstance(results, list) else None
 
 
 def machine_hash(symbol: str) -> str:
-    """The kernel's optimized-code identity (`_optimized_hash`), once it was compiled."""
+    """The kernel's optimized-code identity (`llvm_compile.optimized_hash`), once compiled."""
     return _MACHINE[symbol]
 
 
@@ -225,6 +299,7 @@ def jit_program(module: ModuleOp) -> HostProgram:
     _target_module(ir_module)
     driver = str(ir_module)
     distinct = {c.symbol: c for c in codes.values()}
+    compile_kernels(list(distinct.values()))
     engine = jit(driver, [_kernel_object(code) for code in distinct.values()])
     return HostProgram(engine, driver, codes)
 
@@ -241,15 +316,8 @@ def relink(program: HostProgram) -> HostProgram:
 
 def optimize(text: str) -> llvm.ModuleRef:
     """Parse, verify and optimize LLVM IR with the O3 pipeline for the host."""
-    module = llvm.parse_assembly(text)
-    module.verify()
-    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-    tuning.loop_vectorization = True
-    tuning.slp_vectorization = True
-    tuning.loop_unrolling = True
-    builder = llvm.create_pass_builder(host_target().machine(), tuning)
-    builder.getModulePassManager().run(module, builder)
-    return module
+    target = host_target()
+    return llvm_compile.optimize(text, target.cpu, target.features)
 
 
 _POOL_ENGINE: list[llvm.ExecutionEngine] = []
