@@ -78,6 +78,7 @@ def test_movement_of_a_contraction_result_stays_out_of_its_kernel() -> None:
         return [f.sym_name.data for f in module.ops if "irkit.kernel" in f.attributes]
 
     default = kernels("fuse-kernels,lower-graph-to-loops")
-    assert "k1_matmul" in default and not any("matmul_reshape" in k for k in default)
+    assert any(k.split("_", 1)[1] == "matmul" for k in default)
+    assert not any("matmul_reshape" in k for k in default)
     moved = kernels("fuse-kernels{movement-epilogues=true},lower-graph-to-loops")
     assert "k1_matmul_reshape" in moved

@@ -39,7 +39,10 @@ it (tested on every example against the reference). Options:
     movement-epilogues=false
                          let a contraction's kernel hold reshape/transpose/slice ops
                          applied to its result (those preparing an epilogue operand, such
-                         as a reshaped bias, are always allowed).
+                         as a reshaped bias, are always allowed), and any kernel a reshape
+                         of its result (off: a reshape joins only the kernel reading it;
+                         one more output of its producer's kernel, it was a copy of the
+                         same bytes, where alone it is a view).
                          Off by default: it buys no memory traffic (the contraction still
                          writes each element once) and changes the contraction's loop nest
                          to the moved tensor's domain, which the tiling passes
@@ -200,7 +203,13 @@ class _Fuser:
             for producer in self.producers[o]:
                 self.dag.add_edge(self.group_of[producer], i)
         for o in ops:
-            if kind_of(o) is Kind.OPAQUE:
+            # a reshape joins the kernel of what reads it (read through it, no copy), not
+            # that of what it reads (unless movement-epilogues): there it would be one more
+            # output, the same bytes copied into a buffer of another shape, where standing
+            # alone it is a view (reshape-views)
+            if kind_of(o) is Kind.OPAQUE or (
+                isinstance(o, g.ReshapeOp) and not self.options.movement_epilogues
+            ):
                 continue
             for producer in self.producers[o]:
                 if kind_of(producer) is not Kind.OPAQUE and self._edge_allowed(producer, o):
