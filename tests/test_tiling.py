@@ -47,18 +47,23 @@ def assert_matches(module, spec: str, backend: str, seed: int = 0) -> None:
 
 @pytest.mark.parametrize(
     "m,n,k",
-    [(12, 64, 5), (13, 100, 7), (1, 17, 3), (5, 15, 9), (31, 200, 33), (6, 128, 1)],
-)
+    [(12, 64, 5), (13, 100, 7), (1, 17, 3), (5, 15, 9), (31, 200, 33), (6, 128, 1),
+     (7, 8, 5), (9, 12, 9), (13, 24, 4), (5, 44, 3)],
+)  # fmt: skip
 @pytest.mark.parametrize("epilogue", sorted(EPILOGUES))
 def test_cpu_tile_matmul_matches_the_reference(m: int, n: int, k: int, epilogue: str) -> None:
+    """Panels, a whole-vector tail, a tail of half and quarter vectors (8, 12, 24 and 44
+    columns: 8 + 4 past the whole vectors) and the scalar columns none covers."""
     module = matmul_model(m, n, k, epilogue)
     spec = "fuse-kernels,lower-graph-to-loops,cpu-tile-matmul"
     tiled = apply_passes(module.clone(), parse_passes(spec))
-    # the nest was rewritten (it had at least one whole vector of the host's columns)
-    from irkit.passes.cpu_tile_matmul import CpuTileMatmulPass
+    # the nest was rewritten (it had a whole vector of the host's columns, or narrow vectors
+    # covering all it had)
+    from irkit.passes.cpu_tile_matmul import CpuTileMatmulPass, _narrow_tail
 
+    lanes = CpuTileMatmulPass().resolved().vector_bits // 32
     has_fma = any(isinstance(op, vector.FMAOp) for op in tiled.walk())
-    assert has_fma == (n >= CpuTileMatmulPass().resolved().vector_bits // 32)
+    assert has_fma == (n >= lanes or bool(_narrow_tail(n, lanes)))
     assert_matches(module, spec, "cpu", seed=m + n + k)
 
 
@@ -268,7 +273,8 @@ def test_default_cpu_tiles_fit_this_host_and_match() -> None:
     tiled = apply_passes(module.clone(), parse_passes(spec))
     widths = {t.get_shape()[0] for op in tiled.walk() for t in op.result_types
               if isinstance(t, vector.VectorType)}  # type: ignore[attr-defined]  # fmt: skip
-    assert widths == {host_vector_bits() // 32}
+    lanes = host_vector_bits() // 32  # the microkernels' width; a tail's half or quarter
+    assert max(widths) == lanes and all(lanes % w == 0 and w >= 4 for w in widths)
     accumulators = max(len(op.iter_args) for op in tiled.walk() if isinstance(op, scf.ForOp))
     assert accumulators + accumulators // 6 + 1 <= host_vector_registers()
     assert_matches(module, spec, "cpu", seed=5)

@@ -770,8 +770,11 @@ def _call_unpacked(
 
 NO_UNROLL = "llvm.loop.unroll.disable"
 ROW_TRIPS = (8, 256)
-"""The trip counts of an innermost parallel loop that `_vectorizable_row` hands to LLVM's
-vectorizer whole."""
+"""The trip counts of an innermost loop that `_vectorizable_row` hands to LLVM's vectorizer
+whole: whole vectors of 8 (256-bit f32) from 8 to 256 trips. Other counts are left to
+LLVM, which unrolls a short row and vectorizes it as straight-line code (a row update over
+12 columns, the untiled matmul of a 12-channel 1x1 convolution: 56 us unrolled, 723 us as a
+loop of one 8-lane vector and four scalar trips)."""
 
 
 def _vectorizable_row(lb: SSAValue, ub: SSAValue, step: SSAValue, body: Region) -> bool:
@@ -788,7 +791,8 @@ def _vectorizable_row(lb: SSAValue, ub: SSAValue, step: SSAValue, body: Region) 
     first, last, stride = (constant_int(v) for v in (lb, ub, step))
     if first is None or last is None or not stride:
         return False
-    if not ROW_TRIPS[0] <= (last - first) // stride <= ROW_TRIPS[1]:
+    trips = (last - first) // stride
+    if not ROW_TRIPS[0] <= trips <= ROW_TRIPS[1] or trips % ROW_TRIPS[0]:
         return False
     for inner in body.walk():
         if isinstance(inner, scf.ForOp | scf.ParallelOp | scf.WhileOp):

@@ -57,6 +57,8 @@ from irkit.passes.cpu_tile_policy import CpuTile, cpu_tile, resolve_host
 from irkit.passes.loop_builder import LoopBuilder, add_kernel_buffer
 
 ALIGNMENT = 64
+MIN_TAIL_LANES = 4
+"""The narrowest vector a column tail gets (a half vector of at least this many lanes)."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,18 @@ class _KBlock(NamedTuple):
     last: SSAValue | bool
 
 
+def _narrow_tail(columns: int, lanes: int) -> list[int]:
+    """The vector widths, halving from `lanes / 2` down to MIN_TAIL_LANES, that together
+    cover `columns` (fewer than `lanes`) exactly; none where they cannot."""
+    widths, width = [], lanes // 2
+    while width >= MIN_TAIL_LANES and columns:
+        if columns >= width:
+            widths.append(width)
+            columns -= width
+        width //= 2
+    return [] if columns else widths
+
+
 class _Tiler:
     """Builds the replacement of one matmul nest, before it, then erases it."""
 
@@ -259,21 +273,37 @@ class _Tiler:
             else:
                 b.parallel([panels], lambda ivs: self._panel(ivs[0], source))
         if tail_vectors:
-            j0 = b.index(panels * self.nr)
-            if panels:
-                self._row_tiles(j0, tail_vectors, j0, self._from_b)
-            else:  # all columns in the tail (N < nr): the row tiles are the parallel loop
-                self._parallel_rows(
-                    lambda i0, rows: self._k_blocks(
-                        lambda k: self._microkernel(i0, rows, j0, tail_vectors, j0, self._from_b, k)
-                    )
-                )
+            self._tail(panels * self.nr, tail_vectors, inside=panels > 0)
+        lanes, vtype = self.lanes, self.vtype
+        for width in _narrow_tail(nest.n - vector_columns, self.lanes):
+            # columns short of a vector, in vectors of half or a quarter of the width (8 and
+            # 4 channels of an AVX-512 host) where they cover them all; otherwise the
+            # original nest computes them (interchange-matmul makes it row updates)
+            self.lanes, self.vtype = width, VectorType(nest.element_type, [width])
+            self._tail(vector_columns, 1, inside=vector_columns > 0)
+            vector_columns += width
+        self.lanes, self.vtype = lanes, vtype
         if vector_columns < nest.n:
             self._scalar_columns(vector_columns)
         if panels and self.pack and isinstance(packed.owner, memref.AllocOp):
             b.add(memref.DeallocOp.get(packed))
 
     # --- pieces ------------------------------------------------------------------------
+
+    def _tail(self, start: int, nv: int, inside: bool) -> None:
+        """Microkernels over the columns `start .. start + nv * lanes` that no panel holds,
+        reading B in place; the row tiles are the parallel loop unless the panels' loop
+        (`inside`) is already one."""
+        b = self.b
+        j0 = b.index(start)
+        if inside:
+            self._row_tiles(j0, nv, j0, self._from_b)
+            return
+        self._parallel_rows(
+            lambda i0, rows: self._k_blocks(
+                lambda k: self._microkernel(i0, rows, j0, nv, j0, self._from_b, k)
+            )
+        )
 
     def _panel(
         self, p: SSAValue, source: Callable[[SSAValue, int, SSAValue], SSAValue]

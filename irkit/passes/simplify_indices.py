@@ -8,7 +8,8 @@ vectorizes along `j`; once `cpu-parallelize` outlines the loop into chunks of `i
 run-time bounds, it cannot, and the kernel runs scalar: ViT's GELU kernels ran 8x slower on
 two threads than on one (29 -> 225 us on a znver5 VM). Here, with each index value's range
 known from the loops' constant bounds (`scf.parallel` and `scf.for` induction variables, the
-constants, sums, products, quotients and remainders of them), by a constant c > 0:
+constants, sums, differences, products, quotients, remainders and the signed minimum and
+maximum a window's clamped index takes), by a constant c > 0:
 
     (a * c + b) / c  ->  a          (a * c + b) % c  ->  b          where 0 <= b < c
     x / c            ->  0          x % c            ->  x          where 0 <= x < c
@@ -59,12 +60,18 @@ def _range(value: SSAValue, depth: int, memo: dict) -> Range | None:
     if isinstance(value, BlockArgument):
         return _induction_range(value)
     op = value.owner
-    if isinstance(op, arith.AddiOp | arith.MuliOp):
+    if isinstance(op, arith.AddiOp | arith.SubiOp | arith.MuliOp | arith.MaxSIOp | arith.MinSIOp):
         a, b = value_range(op.lhs, depth + 1, memo), value_range(op.rhs, depth + 1, memo)
         if a is None or b is None:
             return None
         if isinstance(op, arith.AddiOp):
             return a[0] + b[0], a[1] + b[1]
+        if isinstance(op, arith.SubiOp):
+            return a[0] - b[1], a[1] - b[0]
+        if isinstance(op, arith.MaxSIOp):  # a window's index clamped into its input
+            return max(a[0], b[0]), max(a[1], b[1])
+        if isinstance(op, arith.MinSIOp):
+            return min(a[0], b[0]), min(a[1], b[1])
         products = [x * y for x in a for y in b]
         return min(products), max(products)
     if isinstance(op, arith.DivUIOp | arith.RemUIOp):
