@@ -85,6 +85,7 @@ PIPELINES: dict[str, Pipeline] = {
             "expand-math",
             "cpu-fuse-rows",
             "interchange-matmul",
+            "interchange-reductions",
             "unroll-windows",
             "delinearize-loops",
             "block-reductions",
@@ -105,6 +106,7 @@ PIPELINES: dict[str, Pipeline] = {
                 "delinearize-loops",
                 "simplify-indices",
                 "reassociate-reductions",
+                "interchange-reductions",
                 "cpu-parallelize",
             }
         ),
@@ -113,7 +115,7 @@ PIPELINES: dict[str, Pipeline] = {
         "transpose and constant folding, fusion into kernel regions, loops, reshapes as views, padded row "
         "strides of intermediates, register-blocked vector matmuls, transposes in register "
         "blocks, vectorizable exp, "
-        "softmax/layer_norm phases run row by row, convolution windows unrolled over channels-last data, f32 sums in blocks added in f64, vectorized reductions, large loops on all CPUs (IRKIT_NUM_THREADS=1 for one thread)",
+        "softmax/layer_norm phases run row by row, convolution windows unrolled over channels-last data, f32 sums in blocks added in f64, vectorized reductions, column sums as row updates, large loops on all CPUs (IRKIT_NUM_THREADS=1 for one thread)",
     ),
     "default-cuda": Pipeline(
         "default-cuda",

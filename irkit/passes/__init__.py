@@ -114,6 +114,12 @@ def _cpu_tile_transpose() -> type[ModulePass]:
     return CpuTileTransposePass
 
 
+def _interchange_reductions() -> type[ModulePass]:
+    from irkit.passes.interchange_reductions import InterchangeReductionsPass
+
+    return InterchangeReductionsPass
+
+
 def _interchange_matmul() -> type[ModulePass]:
     from irkit.passes.interchange_matmul import InterchangeMatmulPass
 
@@ -168,6 +174,7 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "reshape-views": _reshape_views,
     "cpu-fuse-rows": _cpu_fuse_rows,
     "interchange-matmul": _interchange_matmul,
+    "interchange-reductions": _interchange_reductions,
     "unroll-windows": _unroll_windows,
     "delinearize-loops": _delinearize_loops,
     "simplify-indices": _simplify_indices,
