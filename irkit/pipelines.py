@@ -90,6 +90,7 @@ PIPELINES: dict[str, Pipeline] = {
             "delinearize-loops",
             "block-reductions",
             "reassociate-reductions",
+            "split-concat",
             "simplify-indices",
             "cpu-parallelize",
         ),
@@ -107,6 +108,7 @@ PIPELINES: dict[str, Pipeline] = {
                 "simplify-indices",
                 "reassociate-reductions",
                 "interchange-reductions",
+                "split-concat",
                 "cpu-parallelize",
             }
         ),
@@ -115,7 +117,7 @@ PIPELINES: dict[str, Pipeline] = {
         "transpose and constant folding, fusion into kernel regions, loops, reshapes as views, padded row "
         "strides of intermediates, register-blocked vector matmuls, transposes in register "
         "blocks, vectorizable exp, "
-        "softmax/layer_norm phases run row by row, convolution windows unrolled over channels-last data, f32 sums in blocks added in f64, vectorized reductions, column sums as row updates, large loops on all CPUs (IRKIT_NUM_THREADS=1 for one thread)",
+        "softmax/layer_norm phases run row by row, convolution windows unrolled over channels-last data, f32 sums in blocks added in f64, vectorized reductions, column sums as row updates, concatenations split at their inputs, large loops on all CPUs (IRKIT_NUM_THREADS=1 for one thread)",
     ),
     "default-cuda": Pipeline(
         "default-cuda",

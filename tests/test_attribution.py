@@ -181,7 +181,7 @@ def test_cli_attribute_mlp_shapley_writes_every_optional_pass(tmp_path, capsys) 
                         "fold-constants", "fuse-kernels", "reshape-views", "pad-leading-dims", "cpu-tile-matmul",
                         "cpu-tile-transpose", "expand-math", "cpu-fuse-rows", "interchange-reductions",
                         "unroll-windows", "delinearize-loops", "reassociate-reductions",
-                        "simplify-indices",
+                        "split-concat", "simplify-indices",
                         "cpu-parallelize"]  # fmt: skip
     assert [p["pass"] for p in record["passes"]] == optional
     for p in record["passes"]:

@@ -114,6 +114,12 @@ def _cpu_tile_transpose() -> type[ModulePass]:
     return CpuTileTransposePass
 
 
+def _split_concat() -> type[ModulePass]:
+    from irkit.passes.split_concat import SplitConcatPass
+
+    return SplitConcatPass
+
+
 def _interchange_reductions() -> type[ModulePass]:
     from irkit.passes.interchange_reductions import InterchangeReductionsPass
 
@@ -175,6 +181,7 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "cpu-fuse-rows": _cpu_fuse_rows,
     "interchange-matmul": _interchange_matmul,
     "interchange-reductions": _interchange_reductions,
+    "split-concat": _split_concat,
     "unroll-windows": _unroll_windows,
     "delinearize-loops": _delinearize_loops,
     "simplify-indices": _simplify_indices,
