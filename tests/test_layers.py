@@ -112,3 +112,24 @@ def test_the_check_sees_deferred_imports_and_upward_arrows() -> None:
     assert ("irkit.runtime", "irkit.runtime.cpu") in edges  # deferred, in a factory
     assert rank(group("irkit.runtime.cpu")) > rank(group("irkit.codegen.llvm"))
     assert rank(group("irkit.passes.map_to_gpu")) == rank(group("irkit.codegen.cuda"))
+
+
+def test_the_code_stays_in_readable_pieces() -> None:
+    """Issue 63's bounds on irkit's shape: at most 4 functions over 80 lines and none over
+    150, at most 4 files over 600 lines, at most 30 `type: ignore` and 100 `fmt: skip`."""
+    long_functions, long_files, ignores, skips = [], [], 0, 0
+    for path in sorted(ROOT.rglob("*.py")):
+        text = path.read_text()
+        lines = text.count("\n")
+        if lines > 600:
+            long_files.append(f"{path.name} ({lines})")
+        ignores += text.count("type: ignore")
+        skips += text.count("fmt: skip")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > 80:
+                    long_functions.append((length, f"{path.name}:{node.name}"))
+    assert len(long_functions) <= 4 and max(n for n, _ in long_functions) <= 150, long_functions
+    assert len(long_files) <= 4, long_files
+    assert ignores <= 30 and skips <= 100, (ignores, skips)

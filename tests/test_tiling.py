@@ -59,11 +59,12 @@ def test_cpu_tile_matmul_matches_the_reference(m: int, n: int, k: int, epilogue:
     tiled = apply_passes(module.clone(), parse_passes(spec))
     # the nest was rewritten (it had a whole vector of the host's columns, or narrow vectors
     # covering all it had)
-    from irkit.passes.cpu_tile_matmul import CpuTileMatmulPass, _narrow_tail
+    from irkit.passes.cpu_tile_matmul import CpuTileMatmulPass
+    from irkit.passes.cpu_tile_policy import narrow_tail
 
     lanes = CpuTileMatmulPass().resolved().vector_bits // 32
     has_fma = any(isinstance(op, vector.FMAOp) for op in tiled.walk())
-    assert has_fma == (n >= lanes or bool(_narrow_tail(n, lanes)))
+    assert has_fma == (n >= lanes or bool(narrow_tail(n, lanes)))
     assert_matches(module, spec, "cpu", seed=m + n + k)
 
 

@@ -53,12 +53,10 @@ from irkit.loops import (
     view_source,
 )
 from irkit.passes.contraction import MatmulNest, match_matmul
-from irkit.passes.cpu_tile_policy import CpuTile, cpu_tile, resolve_host
+from irkit.passes.cpu_tile_policy import CpuTile, cpu_tile, narrow_tail, resolve_host
 from irkit.passes.loop_builder import LoopBuilder, add_kernel_buffer
 
 ALIGNMENT = 64
-MIN_TAIL_LANES = 4
-"""The narrowest vector a column tail gets (a half vector of at least this many lanes)."""
 
 
 @dataclass(frozen=True)
@@ -196,18 +194,6 @@ class _KBlock(NamedTuple):
     last: SSAValue | bool
 
 
-def _narrow_tail(columns: int, lanes: int) -> list[int]:
-    """The vector widths, halving from `lanes / 2` down to MIN_TAIL_LANES, that together
-    cover `columns` (fewer than `lanes`) exactly; none where they cannot."""
-    widths, width = [], lanes // 2
-    while width >= MIN_TAIL_LANES and columns:
-        if columns >= width:
-            widths.append(width)
-            columns -= width
-        width //= 2
-    return [] if columns else widths
-
-
 class _Tiler:
     """Builds the replacement of one matmul nest, before it, then erases it."""
 
@@ -275,7 +261,7 @@ class _Tiler:
         if tail_vectors:
             self._tail(panels * self.nr, tail_vectors, inside=panels > 0)
         lanes, vtype = self.lanes, self.vtype
-        for width in _narrow_tail(nest.n - vector_columns, self.lanes):
+        for width in narrow_tail(nest.n - vector_columns, self.lanes):
             # columns short of a vector, in vectors of half or a quarter of the width (8 and
             # 4 channels of an AVX-512 host) where they cover them all; otherwise the
             # original nest computes them (interchange-matmul makes it row updates)

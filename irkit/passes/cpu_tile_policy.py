@@ -86,3 +86,19 @@ def cpu_tile(o: CpuTileMatmulPass, element_bits: int, k: int, element: str = "")
         prefetch=o.prefetch and o.pack,
         min_panels=o.min_panels,
     )
+
+
+MIN_TAIL_LANES = 4
+"""The narrowest vector a column tail gets (a half vector of at least this many lanes)."""
+
+
+def narrow_tail(columns: int, lanes: int) -> list[int]:
+    """The vector widths, halving from `lanes / 2` down to MIN_TAIL_LANES, that together
+    cover `columns` (fewer than `lanes`) exactly; none where they cannot."""
+    widths, width = [], lanes // 2
+    while width >= MIN_TAIL_LANES and columns:
+        if columns >= width:
+            widths.append(width)
+            columns -= width
+        width //= 2
+    return [] if columns else widths

@@ -213,108 +213,14 @@ def _interchange(
     """Replace `loop` by its row-update form (see the module docstring)."""
     old = loop.body.block
     outer = Block(arg_types=[IndexType()] * (len(old.args) - 1))
-    mapping: dict[SSAValue, SSAValue] = dict(zip(old.args[:-1], outer.args, strict=True))
     b.block = outer
-    rows = [b.add(memref.AllocaOp.get(r.type, 64, [columns])) for r in reduction.results]
-    nest = _perfect_nest(reduction)
-    assert nest is not None
-    blocked = _block_start(nest) if _needs_blocks(nest) else None
-    f64 = Float64Type()
-    wide = b.add(memref.AllocaOp.get(f64, 64, [columns])) if blocked is not None else None
-
-    def at(column: SSAValue) -> dict[SSAValue, SSAValue]:
-        """The mapping for one column: the index arithmetic before the reduction again."""
-        local = {**mapping, old.args[-1]: column}
-        for op in head:
-            clone = op.clone(value_mapper=local)
-            b.add(clone)
-            local.update(zip(op.results, clone.results, strict=True))
-        return local
-
-    def clear(c: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-        local = at(c)
-        for row, init in zip(rows, reduction.iter_args, strict=True):
-            start = local.get(init, init)
-            if wide is not None:  # the f64 sum starts from the init, each block from zero
-                b.add(memref.StoreOp.get(b.add(arith.ExtFOp(start, f64)), wide, [c]))
-            else:
-                b.add(memref.StoreOp.get(start, row, [c]))
-        return []
-
-    def begin_block(c: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-        b.add(memref.StoreOp.get(b.float(0.0, rows[0].type.element_type), rows[0], [c]))  # type: ignore[attr-defined]
-        return []
-
-    def end_block(c: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-        assert wide is not None
-        part = b.add(arith.ExtFOp(b.add(memref.LoadOp.get(rows[0], [c])), f64))
-        total = b.add(arith.AddfOp(b.add(memref.LoadOp.get(wide, [c])), part))
-        b.add(memref.StoreOp.get(total, wide, [c]))
-        return []
-
-    body = nest[-1].body.block
-
-    def update(ivs: list[SSAValue]) -> None:
-        def column(c: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-            local = at(c)
-            local.update((loop.body.block.args[0], iv) for loop, iv in zip(nest, ivs, strict=True))
-            for arg, row in zip(body.args[1:], rows, strict=True):
-                local[arg] = b.add(memref.LoadOp.get(row, [c]))
-            for op in list(body.ops)[:-1]:  # all but scf.yield
-                clone = op.clone(value_mapper=local)
-                b.add(clone)
-                local.update(zip(op.results, clone.results, strict=True))
-            for value, row in zip(body.last_op.operands, rows, strict=True):  # type: ignore[union-attr]
-                b.add(memref.StoreOp.get(local.get(value, value), row, [c]))
-            return []
-
-        b.for_range(0, columns, 1, [], column)
-
-    def over(level: int, ivs: list[SSAValue], in_block: bool = False) -> None:
-        """The reduction's loops, outermost first, with the columns' loop inside; around the
-        block's loops (`blocked`), each block summed from zero and added to the f64 row."""
-        if level == blocked and not in_block:
-            b.for_range(0, columns, 1, [], begin_block)
-            over(level, ivs, True)
-            b.for_range(0, columns, 1, [], end_block)
-            return
-        if level == len(nest):
-            update(ivs)
-            return
-        lo, hi, step = (constant_int(v) for v in _bounds(nest[level]))
-        assert lo is not None and hi is not None and step is not None
-
-        def inner(iv: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-            over(level + 1, [*ivs, iv], in_block)
-            return []
-
-        b.for_range(lo, hi, step, [], inner)
-
-    def finish(c: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-        local = at(c)
-        for result, row in zip(reduction.results, rows, strict=True):
-            if wide is not None:  # rounded to f32 once, at the end
-                total = b.add(memref.LoadOp.get(wide, [c]))
-                local[result] = b.add(arith.TruncFOp(total, result.type))
-            else:
-                local[result] = b.add(memref.LoadOp.get(row, [c]))
-        for op in tail:
-            clone = op.clone(value_mapper=local)
-            b.add(clone)
-            local.update(zip(op.results, clone.results, strict=True))
-        return []
-
-    b.for_range(0, columns, 1, [], clear)
-    over(0, [])
-    b.for_range(0, columns, 1, [], finish)
+    _RowForm(loop, columns, head, reduction, tail, b, outer).build()
     parent = loop.parent_block()
     assert parent is not None
     if outer.args:
         outer.add_op(scf.ReduceOp())
-        new = scf.ParallelOp(
-            list(loop.lowerBound[:-1]), list(loop.upperBound[:-1]), list(loop.step[:-1]),
-            Region(outer),
-        )  # fmt: skip
+        bounds = (list(loop.lowerBound[:-1]), list(loop.upperBound[:-1]), list(loop.step[:-1]))
+        new = scf.ParallelOp(*bounds, Region(outer))
         new.attributes.update(loop.attributes)
         parent.insert_op_before(new, loop)
     else:  # the columns were the only dimension: the nest runs once
@@ -323,3 +229,127 @@ def _interchange(
             parent.insert_op_before(op, loop)
     loop.detach()
     loop.erase(safe_erase=False)
+
+
+class _RowForm:
+    """Builds a column reduction's row updates into the builder's block (`outer`'s args
+    stand for the loop's other dimensions)."""
+
+    def __init__(
+        self,
+        loop: scf.ParallelOp,
+        columns: int,
+        head: list[Operation],
+        reduction: scf.ForOp,
+        tail: list[Operation],
+        b: LoopBuilder,
+        outer: Block,
+    ):
+        old = loop.body.block
+        self.column_iv, self.columns, self.head, self.tail, self.b = (
+            old.args[-1],
+            columns,
+            head,
+            tail,
+            b,
+        )
+        self.mapping: dict[SSAValue, SSAValue] = dict(zip(old.args[:-1], outer.args, strict=True))
+        self.reduction = reduction
+        nest = _perfect_nest(reduction)
+        assert nest is not None
+        self.nest = nest
+        self.body = nest[-1].body.block
+        yielded = self.body.last_op
+        assert isinstance(yielded, scf.YieldOp)
+        self.yielded = list(yielded.operands)
+        self.types = [r.type for r in reduction.results]
+        self.rows = [b.add(memref.AllocaOp.get(t, 64, [columns])) for t in self.types]
+        self.blocked = _block_start(nest) if _needs_blocks(nest) else None
+        self.wide = (
+            b.add(memref.AllocaOp.get(Float64Type(), 64, [columns]))
+            if self.blocked is not None
+            else None
+        )
+
+    def build(self) -> None:
+        b = self.b
+        b.for_range(0, self.columns, 1, [], self.clear)
+        self.over(0, [])
+        b.for_range(0, self.columns, 1, [], self.finish)
+
+    def at(self, column: SSAValue) -> dict[SSAValue, SSAValue]:
+        """The mapping for one column: the index arithmetic before the reduction again."""
+        local = {**self.mapping, self.column_iv: column}
+        self.clone(self.head, local)
+        return local
+
+    def clone(self, ops: list[Operation], local: dict[SSAValue, SSAValue]) -> None:
+        for op in ops:
+            copy = op.clone(value_mapper=local)
+            self.b.add(copy)
+            local.update(zip(op.results, copy.results, strict=True))
+
+    def clear(self, c: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+        b, local = self.b, self.at(c)
+        for row, init in zip(self.rows, self.reduction.iter_args, strict=True):
+            start = local.get(init, init)
+            if self.wide is not None:  # the f64 sum starts from the init, each block from 0
+                b.add(memref.StoreOp.get(b.add(arith.ExtFOp(start, Float64Type())), self.wide, [c]))
+            else:
+                b.add(memref.StoreOp.get(start, row, [c]))
+        return []
+
+    def begin_block(self, c: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+        self.b.add(memref.StoreOp.get(self.b.float(0.0, self.types[0]), self.rows[0], [c]))
+        return []
+
+    def end_block(self, c: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+        b, wide = self.b, self.wide
+        assert wide is not None
+        part = b.add(arith.ExtFOp(b.add(memref.LoadOp.get(self.rows[0], [c])), Float64Type()))
+        total = b.add(arith.AddfOp(b.add(memref.LoadOp.get(wide, [c])), part))
+        b.add(memref.StoreOp.get(total, wide, [c]))
+        return []
+
+    def over(self, level: int, ivs: list[SSAValue], in_block: bool = False) -> None:
+        """The reduction's loops, outermost first, with the columns' loop inside; around the
+        block's loops (`blocked`), each block summed from zero and added to the f64 row."""
+        b = self.b
+        if level == self.blocked and not in_block:
+            b.for_range(0, self.columns, 1, [], self.begin_block)
+            self.over(level, ivs, True)
+            b.for_range(0, self.columns, 1, [], self.end_block)
+            return
+        if level == len(self.nest):
+            b.for_range(0, self.columns, 1, [], lambda c, _: self.update(ivs, c))
+            return
+        lo, hi, step = (constant_int(v) for v in _bounds(self.nest[level]))
+        assert lo is not None and hi is not None and step is not None
+
+        def inner(iv: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+            self.over(level + 1, [*ivs, iv], in_block)
+            return []
+
+        b.for_range(lo, hi, step, [], inner)
+
+    def update(self, ivs: list[SSAValue], c: SSAValue) -> list[SSAValue]:
+        """One column's step of the reduction: its partial sums from the rows and back."""
+        b, local = self.b, self.at(c)
+        local.update((loop.body.block.args[0], iv) for loop, iv in zip(self.nest, ivs, strict=True))
+        for arg, row in zip(self.body.args[1:], self.rows, strict=True):
+            local[arg] = b.add(memref.LoadOp.get(row, [c]))
+        self.clone(list(self.body.ops)[:-1], local)  # all but scf.yield
+        for value, row in zip(self.yielded, self.rows, strict=True):
+            b.add(memref.StoreOp.get(local.get(value, value), row, [c]))
+        return []
+
+    def finish(self, c: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+        b, local = self.b, self.at(c)
+        for result, row in zip(self.reduction.results, self.rows, strict=True):
+            if self.wide is not None:  # rounded to f32 once, at the end
+                total = b.add(memref.LoadOp.get(self.wide, [c]))
+                local[result] = b.add(arith.TruncFOp(total, result.type))
+            else:
+                local[result] = b.add(memref.LoadOp.get(row, [c]))
+        self.clone(self.tail, local)
+        return []

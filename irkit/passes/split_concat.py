@@ -24,6 +24,7 @@ Options:
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -36,13 +37,17 @@ from irkit.errors import require
 from irkit.loops import constant_int, kernels, require_loop_level
 
 _ORDER = {
-    "slt": lambda x, c: x < c, "sle": lambda x, c: x <= c, "sgt": lambda x, c: x > c,
-    "sge": lambda x, c: x >= c, "ult": lambda x, c: x < c, "ule": lambda x, c: x <= c,
-    "ugt": lambda x, c: x > c, "uge": lambda x, c: x >= c,
-}  # fmt: skip
+    sign + name: test
+    for name, test in (
+        ("lt", operator.lt),
+        ("le", operator.le),
+        ("gt", operator.gt),
+        ("ge", operator.ge),
+    )
+    for sign in "su"
+}
 """The comparisons that are monotonic in x: decided over a range by its two ends."""
-_SWAPPED = {"slt": "sgt", "sle": "sge", "sgt": "slt", "sge": "sle",
-            "ult": "ugt", "ule": "uge", "ugt": "ult", "uge": "ule"}  # fmt: skip
+_SWAPPED = {p: p[0] + {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[p[1:]] for p in _ORDER}
 """The comparison `c OP x` written as `x OP' c`."""
 
 
