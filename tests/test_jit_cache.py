@@ -133,6 +133,19 @@ def test_a_copy_links_the_same_code_again_without_compiling(
         np.testing.assert_array_equal(a, b)
 
 
+def _compiled_alone(cache: Path, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    """A small transformer_block, its inputs and its outputs compiled in this process alone;
+    then nothing compiled is left, in memory or on disk."""
+    module = irkit.load("examples/transformer_block.graph", {"B": 1, "S": 16, "D": 32, "F": 64})
+    inputs = random_inputs(module, seed=2)
+    monkeypatch.setenv("IRKIT_COMPILE_JOBS", "1")
+    outputs = irkit.compile(module, backend="cpu")(*inputs)
+    host.forget_compiled()
+    for entry in cache.iterdir():
+        entry.unlink()
+    return module, inputs, outputs
+
+
 def test_kernels_compiled_by_workers_are_the_code_this_process_makes(
     cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,13 +153,7 @@ def test_kernels_compiled_by_workers_are_the_code_this_process_makes(
     (`IRKIT_COMPILE_JOBS`): each kernel's object and optimized-code hash are byte for byte
     what compiling it here gives, and the program computes what a one-process compile's
     does."""
-    module = irkit.load("examples/transformer_block.graph", {"B": 1, "S": 16, "D": 32, "F": 64})
-    inputs = random_inputs(module, seed=2)
-    monkeypatch.setenv("IRKIT_COMPILE_JOBS", "1")
-    alone = irkit.compile(module, backend="cpu")(*inputs)
-    host.forget_compiled()
-    for entry in cache.iterdir():
-        entry.unlink()
+    module, inputs, alone = _compiled_alone(cache, monkeypatch)
     started = []
     start = host._start_worker
     monkeypatch.setattr(host, "_start_worker", lambda *a: started.append(a) or start(*a))
@@ -167,13 +174,7 @@ def test_kernels_compiled_by_workers_are_the_code_this_process_makes(
 def test_a_worker_that_cannot_start_or_fails_leaves_its_share_to_this_process(
     cache: Path, monkeypatch: pytest.MonkeyPatch, executable: str
 ) -> None:
-    module = irkit.load("examples/transformer_block.graph", {"B": 1, "S": 16, "D": 32, "F": 64})
-    inputs = random_inputs(module, seed=2)
-    monkeypatch.setenv("IRKIT_COMPILE_JOBS", "1")
-    expected = irkit.compile(module, backend="cpu")(*inputs)
-    host.forget_compiled()
-    for entry in cache.iterdir():
-        entry.unlink()
+    module, inputs, expected = _compiled_alone(cache, monkeypatch)
     monkeypatch.setenv("IRKIT_COMPILE_JOBS", "2")
     monkeypatch.setattr(host.sys, "executable", executable)
     exe = irkit.compile(module, backend="cpu")

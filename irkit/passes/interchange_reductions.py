@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from xdsl.context import Context
 from xdsl.dialects import arith, memref, scf
@@ -93,12 +94,19 @@ class InterchangeReductionsPass(ModulePass):
             for loop in [o for o in fn.body.block.ops if isinstance(o, scf.ParallelOp)]:
                 match = _match(loop, self.max_columns)
                 if match is not None:
-                    _interchange(loop, *match, LoopBuilder(fn.body.block))
+                    _interchange(loop, match, LoopBuilder(fn.body.block))
 
 
-def _match(
-    loop: scf.ParallelOp, max_columns: int
-) -> tuple[int, list[Operation], scf.ForOp, list[Operation]] | None:
+class _Match(NamedTuple):
+    columns: int
+    head: list[Operation]
+    """The index arithmetic before the reduction."""
+    reduction: scf.ForOp
+    tail: list[Operation]
+    """What follows the reduction."""
+
+
+def _match(loop: scf.ParallelOp, max_columns: int) -> _Match | None:
     """(columns, index arithmetic before the reduction, the reduction, what follows it)
     where `loop` is a column reduction this pass rewrites; None otherwise."""
     if loop.initVals:
@@ -132,7 +140,7 @@ def _match(
         return None  # the columns are not what the reads run along: a row sum, say
     if any(column in list(load.indices)[:-1] for load in loads):
         return None
-    return bounds[1], head, reduction, tail
+    return _Match(bounds[1], head, reduction, tail)
 
 
 def _plain(op: Operation) -> bool:
@@ -202,19 +210,12 @@ def _perfect_nest(loop: scf.ForOp) -> list[scf.ForOp] | None:
         nest.append(child)
 
 
-def _interchange(
-    loop: scf.ParallelOp,
-    columns: int,
-    head: list[Operation],
-    reduction: scf.ForOp,
-    tail: list[Operation],
-    b: LoopBuilder,
-) -> None:
+def _interchange(loop: scf.ParallelOp, match: _Match, b: LoopBuilder) -> None:
     """Replace `loop` by its row-update form (see the module docstring)."""
     old = loop.body.block
     outer = Block(arg_types=[IndexType()] * (len(old.args) - 1))
     b.block = outer
-    _RowForm(loop, columns, head, reduction, tail, b, outer).build()
+    _RowForm(loop, match, b, outer).build()
     parent = loop.parent_block()
     assert parent is not None
     if outer.args:
@@ -235,24 +236,10 @@ class _RowForm:
     """Builds a column reduction's row updates into the builder's block (`outer`'s args
     stand for the loop's other dimensions)."""
 
-    def __init__(
-        self,
-        loop: scf.ParallelOp,
-        columns: int,
-        head: list[Operation],
-        reduction: scf.ForOp,
-        tail: list[Operation],
-        b: LoopBuilder,
-        outer: Block,
-    ):
+    def __init__(self, loop: scf.ParallelOp, match: _Match, b: LoopBuilder, outer: Block):
         old = loop.body.block
-        self.column_iv, self.columns, self.head, self.tail, self.b = (
-            old.args[-1],
-            columns,
-            head,
-            tail,
-            b,
-        )
+        columns, self.head, reduction, self.tail = match
+        self.column_iv, self.columns, self.b = old.args[-1], columns, b
         self.mapping: dict[SSAValue, SSAValue] = dict(zip(old.args[:-1], outer.args, strict=True))
         self.reduction = reduction
         nest = _perfect_nest(reduction)
