@@ -32,8 +32,9 @@ block (a sum whose innermost loop alone is longer stays as it is, for block-redu
 Applies to the last dimension of a parallel loop (constant bounds, at most `max-columns`
 columns) whose body is index arithmetic, then one `scf.for` carrying scalars, or a perfect
 nest of them (a pool's rows and columns), with constant bounds (the innermost body without
-stores or regions), then what uses its results; anything else stays as it is. It runs
-before `unroll-windows`, which would unroll a pool's window into straight-line code. The outer dimensions stay parallel: a loop over the columns alone becomes
+stores or regions), then what uses its results, over more than 64 trips (a smaller one is a
+window, `unroll-windows`' to write out); anything else stays as it is. It runs before
+`unroll-windows`, which would unroll a pool's rows into straight-line code. The outer dimensions stay parallel: a loop over the columns alone becomes
 one sequential nest (the columns were what `cpu-parallelize` would have split).
 
 Options:
@@ -63,7 +64,12 @@ from xdsl.passes import ModulePass
 from irkit.errors import require
 from irkit.loops import constant_int, kernels, require_loop_level
 from irkit.passes.loop_builder import LoopBuilder
+from irkit.passes.unroll_windows import UnrollWindowsPass
 
+WINDOW_TRIPS = UnrollWindowsPass.max_trips
+"""A reduction of at most this many trips is a convolution's or a small pool's window, which
+`unroll-windows` writes out with its sums in registers (a depthwise 7 x 7 convolution's
+kernel, vectorized across the channels, is faster so than as row updates on the stack)."""
 BLOCK = 256
 """block-reductions' block: an f32 sum of more elements is summed in f32 blocks of at most
 this many, the blocks added in f64 (its accuracy bound, kept by the row form too)."""
@@ -130,6 +136,8 @@ def _match(loop: scf.ParallelOp, max_columns: int) -> _Match | None:
         return None
     if any(isinstance(o, memref.StoreOp) or o.regions for o in nest[-1].body.block.ops):
         return None
+    if math.prod(_trips(loop) for loop in nest) <= WINDOW_TRIPS:
+        return None  # a window: unroll-windows keeps its sums in registers, straight-line
     if _needs_blocks(nest) and _block_start(nest) is None:
         return None  # the innermost loop alone is longer than a block: block-reductions' case
     if any(o.regions for o in tail):
