@@ -226,8 +226,10 @@ def compile_kernels(codes: Sequence[KernelCode]) -> None:
         name, data = _cached_object(code.text)
         if data is None or read("llvm", f"{name}.{MACHINE_ENTRY}") is None:
             missing[code.symbol] = (code, name)
-    jobs = min(compile_jobs(), len(missing) // max(1, PARALLEL_MIN_KERNELS // 2))
-    if jobs < 2 or len(missing) < PARALLEL_MIN_KERNELS:
+    if len(missing) < PARALLEL_MIN_KERNELS:
+        return
+    jobs = min(compile_jobs(), len(missing) // 2)  # two kernels a process at least
+    if jobs < 2:
         return
     shares: list[list[tuple[KernelCode, str]]] = [[] for _ in range(jobs)]
     loads = [0] * jobs

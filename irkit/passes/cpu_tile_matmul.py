@@ -259,14 +259,14 @@ class _Tiler:
             else:
                 b.parallel([panels], lambda ivs: self._panel(ivs[0], source))
         if tail_vectors:
-            self._tail(panels * self.nr, tail_vectors, inside=panels > 0)
+            self._tail(panels * self.nr, tail_vectors, after_others=panels > 0)
         lanes, vtype = self.lanes, self.vtype
         for width in narrow_tail(nest.n - vector_columns, self.lanes):
             # columns short of a vector, in vectors of half or a quarter of the width (8 and
             # 4 channels of an AVX-512 host) where they cover them all; otherwise the
             # original nest computes them (interchange-matmul makes it row updates)
             self.lanes, self.vtype = width, VectorType(nest.element_type, [width])
-            self._tail(vector_columns, 1, inside=vector_columns > 0)
+            self._tail(vector_columns, 1, after_others=vector_columns > 0)
             vector_columns += width
         self.lanes, self.vtype = lanes, vtype
         if vector_columns < nest.n:
@@ -276,13 +276,13 @@ class _Tiler:
 
     # --- pieces ------------------------------------------------------------------------
 
-    def _tail(self, start: int, nv: int, inside: bool) -> None:
+    def _tail(self, start: int, nv: int, after_others: bool) -> None:
         """Microkernels over the columns `start .. start + nv * lanes` that no panel holds,
-        reading B in place; the row tiles are the parallel loop unless the panels' loop
-        (`inside`) is already one."""
+        reading B in place: their row tiles in sequence where columns before them
+        (`after_others`) had the parallel loop, else the row tiles are the parallel loop."""
         b = self.b
         j0 = b.index(start)
-        if inside:
+        if after_others:
             self._row_tiles(j0, nv, j0, self._from_b)
             return
         self._parallel_rows(

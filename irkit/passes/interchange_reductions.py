@@ -62,15 +62,17 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irkit.errors import require
-from irkit.loops import constant_int, kernels, require_loop_level
+from irkit.loops import combiner, constant_int, kernels, require_loop_level
+from irkit.loops.costs import static_trips
 from irkit.passes.loop_builder import LoopBuilder
+from irkit.passes.reductions import BlockReductionsPass, block_plan
 from irkit.passes.unroll_windows import UnrollWindowsPass
 
 WINDOW_TRIPS = UnrollWindowsPass.max_trips
 """A reduction of at most this many trips is a convolution's or a small pool's window, which
 `unroll-windows` writes out with its sums in registers (a depthwise 7 x 7 convolution's
 kernel, vectorized across the channels, is faster so than as row updates on the stack)."""
-BLOCK = 256
+BLOCK = BlockReductionsPass.block
 """block-reductions' block: an f32 sum of more elements is summed in f32 blocks of at most
 this many, the blocks added in f64 (its accuracy bound, kept by the row form too)."""
 
@@ -136,7 +138,7 @@ def _match(loop: scf.ParallelOp, max_columns: int) -> _Match | None:
         return None
     if any(isinstance(o, memref.StoreOp) or o.regions for o in nest[-1].body.block.ops):
         return None
-    if math.prod(_trips(loop) for loop in nest) <= WINDOW_TRIPS:
+    if math.prod(static_trips(*_bounds(loop)) for loop in nest) <= WINDOW_TRIPS:
         return None  # a window: unroll-windows keeps its sums in registers, straight-line
     if _needs_blocks(nest) and _block_start(nest) is None:
         return None  # the innermost loop alone is longer than a block: block-reductions' case
@@ -164,34 +166,24 @@ def _bounds(loop: scf.ForOp) -> tuple[SSAValue, SSAValue, SSAValue]:
     return loop.lb, loop.ub, loop.step
 
 
-def _trips(loop: scf.ForOp) -> int:
-    lo, hi, step = (constant_int(v) for v in _bounds(loop))
-    assert lo is not None and hi is not None and step
-    return max(0, -(-(hi - lo) // step))
-
-
 def _needs_blocks(nest: list[scf.ForOp]) -> bool:
     """Whether the nest is an f32 sum of more than BLOCK elements, which block-reductions
     would have summed in f32 blocks added in f64 (the same accuracy is kept here)."""
-    body = nest[-1].body.block
-    (acc, *more) = body.args[1:]
-    total = math.prod(_trips(loop) for loop in nest)
-    combiner = body.last_op.operands[0].owner if body.last_op and body.last_op.operands else None
+    (acc, *more) = nest[-1].body.block.args[1:]
     return (
         not more
         and isinstance(acc.type, Float32Type)
-        and isinstance(combiner, arith.AddfOp)
-        and total > BLOCK
+        and isinstance(combiner(nest[-1], from_identity=False), arith.AddfOp)
+        and math.prod(static_trips(*_bounds(loop)) for loop in nest) > BLOCK
     )
 
 
 def _block_start(nest: list[scf.ForOp]) -> int | None:
-    """The first loop of the block (the innermost loops whose trips multiply to at most
-    BLOCK); None where the innermost loop alone is longer."""
-    k = len(nest)
-    while k > 0 and math.prod(_trips(loop) for loop in nest[k - 1 :]) <= BLOCK:
-        k -= 1
-    return None if k == len(nest) else k
+    """The first loop of the block block-reductions would make of the nest (`block_plan`:
+    the innermost loops whose trips multiply to at most BLOCK); None where it would split
+    the innermost loop, alone longer than a block."""
+    plan = block_plan(nest, BLOCK)
+    return None if plan is None or plan[2] else plan[1]
 
 
 def _perfect_nest(loop: scf.ForOp) -> list[scf.ForOp] | None:

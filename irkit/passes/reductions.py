@@ -127,7 +127,7 @@ class _At:
         return op.results[0] if op.results else None  # type: ignore[return-value]
 
 
-def _block_plan(chain: list[scf.ForOp], block: int) -> tuple[list[int], int, bool] | None:
+def block_plan(chain: list[scf.ForOp], block: int) -> tuple[list[int], int, bool] | None:
     """How `block_nest` cuts the nest: its trip counts, the first loop of the block, and
     whether the innermost loop alone is longer than a block (and is split); None where the
     nest stays as it is."""
@@ -147,14 +147,14 @@ def _block_plan(chain: list[scf.ForOp], block: int) -> tuple[list[int], int, boo
 
 def needs_blocking(module: ModuleOp, block: int = 256) -> bool:
     """Whether `block-reductions{block}` would change `module` (a query; nothing changes)."""
-    return any(_block_plan(chain, block) is not None for chain in additive_nests(module))
+    return any(block_plan(chain, block) is not None for chain in additive_nests(module))
 
 
 def block_nest(chain: list[scf.ForOp], block: int) -> bool:
     """Rewrite one addition nest into blocks summed in f64 (see the module docstring);
     False when it stays as it is: at most `block` elements, or an innermost loop longer than
     a block that does not start at 0 with step 1."""
-    plan = _block_plan(chain, block)
+    plan = block_plan(chain, block)
     if plan is None:
         return False
     trips, k, split = plan

@@ -113,12 +113,12 @@ def _split(loop: scf.ParallelOp, max_pieces: int) -> None:
         parent = loop.parent_block()
         assert parent is not None
         edges = [lo, *points, hi]
-        for a, b in zip(edges, edges[1:], strict=False):
+        starts = [_index(parent, loop, n) for n in edges]  # each edge's constant, made once
+        rank = len(loop.body.block.args)
+        for i, (a, b) in enumerate(zip(edges, edges[1:], strict=False)):
             piece = loop.clone()
             bounds = list(piece.operands)
-            rank = len(loop.body.block.args)
-            bounds[dim] = _index(piece, parent, loop, a)
-            bounds[rank + dim] = _index(piece, parent, loop, b)
+            bounds[dim], bounds[rank + dim] = starts[i], starts[i + 1]
             piece.operands = bounds
             _fold(piece, dim, a, b)
             parent.insert_op_before(piece, loop)
@@ -127,7 +127,7 @@ def _split(loop: scf.ParallelOp, max_pieces: int) -> None:
         return
 
 
-def _index(piece: scf.ParallelOp, parent: Block, before: Operation, n: int) -> SSAValue:
+def _index(parent: Block, before: Operation, n: int) -> SSAValue:
     """An index constant `n`, made before `before`."""
     const = arith.ConstantOp(IntegerAttr.from_index_int_value(n))
     parent.insert_op_before(const, before)
@@ -150,29 +150,19 @@ def _fold(piece: scf.ParallelOp, dim: int, lo: int, hi: int) -> None:
                 op.results[0].replace_all_uses_with(const.result)
     for op in list(piece.body.walk()):
         if isinstance(op, arith.SelectOp):
-            cond = _truth(op.cond)
+            cond = constant_int(op.cond)
             if cond is not None:
                 op.result.replace_all_uses_with(op.lhs if cond else op.rhs)
     _erase_unread(piece)
 
 
-def _truth(value: SSAValue) -> bool | None:
-    owner = value.owner
-    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
-        return bool(owner.value.value.data)
-    return None
-
-
 def _erase_unread(piece: scf.ParallelOp) -> None:
-    """Erase the arithmetic and loads nothing reads, innermost first, until none is left."""
-    changed = True
-    while changed:
-        changed = False
-        for op in reversed(list(piece.body.walk())):
-            if op.results and not any(r.uses for r in op.results) and _pure(op):
-                op.detach()
-                op.erase()
-                changed = True
+    """Erase the arithmetic and loads nothing reads, last first: a value's readers come
+    after it, so each is gone before the ops it read are looked at."""
+    for op in reversed(list(piece.body.walk())):
+        if op.results and not any(r.uses for r in op.results) and _pure(op):
+            op.detach()
+            op.erase()
 
 
 def _pure(op: Operation) -> bool:
