@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from xdsl.dialects import arith
+from xdsl.dialects import arith, scf
 
 import irkit
+from irkit.dialects import graph as g
 from irkit.frontend import parse_source
 from irkit.ir import to_text
 from irkit.pipelines import apply_passes, parse_passes
@@ -298,3 +299,50 @@ def test_interchange_reductions_is_bit_identical(case: str) -> None:
     default = irkit.compile(module, "default-cpu", backend="cpu")
     checks, _ = check(default, module, seed=4)
     assert all(c.passed for c in checks), [c.describe() for c in checks]
+
+
+SHARED_WORK = {
+    # ConvNeXt v2's GRN after its GELU: the GELU read by a spatial sum and the output, the
+    # channel norms by the channel mean and the division
+    "grn": "input x : f32[1, 6, 7, 16]\nparam w : f32[1, 1, 1, 16]\n"
+    "a = x * (erf(x / 1.41421356) + 1.0) * 0.5\n"
+    "n = sqrt(reduce_sum(a * a, axes=[1, 2], keepdims=true))\n"
+    "m = n / (reduce_mean(n, axes=[3], keepdims=true) + 0.000001)\n"
+    "output y = w * (a * m) + a\n",
+    # a layer norm written out of primitives over a tanh: the tanh read in three phases
+    "tanh-norm": "input x : f32[5, 48]\nt = tanh(x) * 2.0\n"
+    "d = t - reduce_mean(t, axes=[1], keepdims=true)\n"
+    "output y = d / sqrt(reduce_mean(d * d, axes=[1], keepdims=true) + 0.00001)\n",
+    # row sums read by a column max and by the division
+    "sum-twice": "input x : f32[12, 20]\ns = reduce_sum(x, axes=[1])\n"
+    "output y = s / reduce_max(s, axes=[0], keepdims=true)\n",
+    # one exponential expression read by two reductions of one nest
+    "two-reductions": "input x : f32[9, 33]\ne = exp(x - 1.0) * 0.5\n"
+    "output y = reduce_sum(e, axes=[1]) + reduce_max(e, axes=[1])\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHARED_WORK))
+def test_a_fused_kernel_computes_shared_work_once(case: str) -> None:
+    """A reduction, or (keeping transcendentals) an expression holding one, that a kernel
+    reads in two places is stored and read back, not computed again: every transcendental
+    and every reduction of the model appears once in its lowered kernel. default-cpu and
+    the GPU path (under lockstep) match the reference."""
+    module = parse_source(f"model m\n{SHARED_WORK[case]}", "t.graph", ".graph")
+    lowered = apply_passes(
+        module.clone(),
+        parse_passes("cse,fuse-kernels,lower-graph-to-loops{keep-transcendentals=true}"),
+    )
+    kernels = [op for op in lowered.ops if "irkit.kernel" in op.attributes]
+    assert len(kernels) == 1, case
+    math_ops = [op.name for op in kernels[0].walk() if op.name.startswith("math.")]
+    model_math = [
+        op.name for op in module.walk() if op.name.split(".")[-1] in ("erf", "tanh", "exp", "sqrt")
+    ]
+    assert sorted(math_ops) == sorted(n.replace("graph.", "math.") for n in model_math), case
+    loops = sum(isinstance(op, scf.ForOp) for op in kernels[0].walk())
+    reduced = [len(op.axes) for op in module.walk() if isinstance(op, g.ReduceOp)]
+    assert loops == sum(reduced), (case, loops, reduced)
+    for spec, backend in (("default-cpu", "cpu"), ("default-cuda", "cuda-sim")):
+        checks, _ = check(irkit.compile(module, spec, backend=backend), module, seed=7)
+        assert all(c.passed for c in checks), (case, spec, [c.describe() for c in checks])
