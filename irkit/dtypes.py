@@ -58,7 +58,13 @@ def dtype_name(element_type: Attribute) -> str:
     raise KeyError(str(element_type))
 
 
+BYTES = IntegerType(8)
+"""The element type of raw bytes: the driver's arena (`share-buffers`), never a tensor's."""
+
+
 def numpy_dtype(element_type: Attribute) -> np.dtype:
+    if element_type == BYTES:
+        return np.dtype(np.uint8)
     return NUMPY[dtype_name(element_type)]
 
 
@@ -127,9 +133,12 @@ element never written shows (`unwritten`)."""
 
 
 def poison(array: np.ndarray) -> None:
-    """Fill `array` with what no kernel writes: NaN, `INT_POISON`, or `BOOL_POISON` bytes."""
+    """Fill `array` with what no kernel writes: NaN, `INT_POISON`, `BOOL_POISON` bytes, or
+    0xFF bytes (an arena of bytes)."""
     if array.dtype == np.bool_:
         array.view(np.uint8)[...] = BOOL_POISON
+    elif array.dtype == np.uint8:  # the driver's arena: bytes that read as NaN in any float
+        array[...] = 0xFF
     elif array.dtype.kind in "iu":
         array[...] = INT_POISON
     else:

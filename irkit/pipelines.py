@@ -93,6 +93,7 @@ PIPELINES: dict[str, Pipeline] = {
             "split-concat",
             "simplify-indices",
             "cpu-parallelize",
+            "share-buffers",
         ),
         frozenset(
             {
@@ -110,6 +111,7 @@ PIPELINES: dict[str, Pipeline] = {
                 "interchange-reductions",
                 "split-concat",
                 "cpu-parallelize",
+                "share-buffers",
             }
         ),
         "the optimized CPU pipeline: graph cleanup, NHWC convolutions as implicit-GEMM "
@@ -117,7 +119,7 @@ PIPELINES: dict[str, Pipeline] = {
         "transpose and constant folding, fusion into kernel regions, loops, reshapes as views, padded row "
         "strides of intermediates, register-blocked vector matmuls, transposes in register "
         "blocks, vectorizable exp, "
-        "softmax/layer_norm phases run row by row, convolution windows unrolled over channels-last data, f32 sums in blocks added in f64, vectorized reductions, column sums as row updates, concatenations split at their inputs, large loops on all CPUs (IRKIT_NUM_THREADS=1 for one thread)",
+        "softmax/layer_norm phases run row by row, convolution windows unrolled over channels-last data, f32 sums in blocks added in f64, vectorized reductions, column sums as row updates, concatenations split at their inputs, large loops on all CPUs (IRKIT_NUM_THREADS=1 for one thread), intermediates sharing one arena where their lives do not overlap",
     ),
     "default-cuda": Pipeline(
         "default-cuda",

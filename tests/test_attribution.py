@@ -182,7 +182,7 @@ def test_cli_attribute_mlp_shapley_writes_every_optional_pass(tmp_path, capsys) 
                         "cpu-tile-transpose", "expand-math", "cpu-fuse-rows", "interchange-reductions",
                         "unroll-windows", "delinearize-loops", "reassociate-reductions",
                         "split-concat", "simplify-indices",
-                        "cpu-parallelize"]  # fmt: skip
+                        "cpu-parallelize", "share-buffers"]  # fmt: skip
     assert [p["pass"] for p in record["passes"]] == optional
     for p in record["passes"]:
         s = p["saved_s"]

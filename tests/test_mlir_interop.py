@@ -43,10 +43,12 @@ def test_mlir_opt_accepts_graph_ir_and_irkit_reads_it_back(example: Path) -> Non
 def test_mlir_opt_accepts_lowered_loop_ir(example: Path) -> None:
     """The loop level is upstream MLIR (func, scf, memref, arith, math): a real mlir-opt
     verifies it without irkit's dialects, and what it prints back reads in irkit unchanged;
-    reshapes made views (`reshape-views`: transformer_block's) are MLIR's memref ops."""
+    reshapes made views (`reshape-views`: transformer_block's) and buffers placed in an
+    arena (`share-buffers`: `memref.view`) are MLIR's memref ops."""
     from irkit.pipelines import apply_passes, parse_passes
 
-    lowered = apply_passes(irkit.load(example), parse_passes("lower-graph-to-loops,reshape-views"))
+    spec = "lower-graph-to-loops,reshape-views,share-buffers"
+    lowered = apply_passes(irkit.load(example), parse_passes(spec))
     r = subprocess.run(
         [MLIR_OPT, "--verify-each", "--mlir-print-op-generic", "-"],
         input=to_text(lowered, generic=True), capture_output=True, text=True, timeout=60,

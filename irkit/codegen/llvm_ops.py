@@ -346,6 +346,15 @@ def _view(em: LLVMEmitter, op: memref.CollapseShapeOp | memref.ExpandShapeOp) ->
     em.values[op.results[0]] = em.values[op.src]
 
 
+def _byte_view(em: LLVMEmitter, op: memref.ViewOp) -> None:
+    """A buffer placed in the driver's arena (`share-buffers`): the arena's pointer advanced
+    by the byte shift."""
+    assert em.b is not None
+    em.values[op.result] = em.b.gep(
+        em.values[op.source], [em.values[op.byte_shift]], source_etype=ll.IntType(8)
+    )
+
+
 def _get_global(em: LLVMEmitter, op: memref.GetGlobalOp) -> None:
     em.values[op.memref] = em.global_value(op.name_.root_reference.data)
 
@@ -426,6 +435,7 @@ OP_HANDLERS: dict[type[Operation], Callable[[LLVMEmitter, Any], None]] = {
     memref.GetGlobalOp: _get_global,
     memref.CollapseShapeOp: _view,
     memref.ExpandShapeOp: _view,
+    memref.ViewOp: _byte_view,
     func.CallOp: _call,
     func.ReturnOp: _return,
 }

@@ -156,6 +156,12 @@ def _reassociate_reductions() -> type[ModulePass]:
     return ReassociateReductionsPass
 
 
+def _share_buffers() -> type[ModulePass]:
+    from irkit.passes.share_buffers import ShareBuffersPass
+
+    return ShareBuffersPass
+
+
 def _cpu_fuse_rows() -> type[ModulePass]:
     from irkit.passes.cpu_fuse_rows import CpuFuseRowsPass
 
@@ -188,6 +194,7 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "cpu-tile-transpose": _cpu_tile_transpose,
     "block-reductions": _block_reductions,
     "reassociate-reductions": _reassociate_reductions,
+    "share-buffers": _share_buffers,
 }
 
 

@@ -439,8 +439,9 @@ class Step:
 
     kind: "alloc" (a buffer of `shape`/`dtype` for `result`), "global" (`result` is the
     constant array `data`), "view" (`result` is operand 0's buffer with `shape`, no copy:
-    `reshape-views`), "copy" (operands: source, destination), "call" (kernel `callee` on
-    `operands`; `once`: a once-per-bind kernel), "free" (operand 0 is dead)."""
+    `reshape-views`; with `offset`, the bytes of operand 0 from `offset` on as `shape` and
+    `dtype`: `share-buffers`), "copy" (operands: source, destination), "call" (kernel
+    `callee` on `operands`; `once`: a once-per-bind kernel), "free" (operand 0 is dead)."""
 
     kind: str
     result: Any = None
@@ -450,6 +451,7 @@ class Step:
     dtype: np.dtype | None = None
     data: np.ndarray | None = None
     once: bool = False
+    offset: int | None = None
 
     @property
     def buffer_dtype(self) -> np.dtype:
@@ -466,12 +468,12 @@ class Step:
 
 def driver_plan(module: ModuleOp) -> list[Step]:
     """The entry function's ops as host steps; one-line error for anything else."""
-    from xdsl.dialects import func, memref
+    from xdsl.dialects import arith, func, memref
     from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType
 
     from irkit.dtypes import dense_array, numpy_dtype
     from irkit.ir import entry_function
-    from irkit.loops import VIEW_OPS, once_calls
+    from irkit.loops import VIEW_OPS, constant_int, once_calls
 
     entry = entry_function(module)
     globals_ = {op.sym_name.data: op for op in module.ops if isinstance(op, memref.GlobalOp)}
@@ -503,6 +505,20 @@ def driver_plan(module: ModuleOp) -> list[Step]:
             steps.append(
                 Step("view", op.results[0], operands=(op.src,), shape=tuple(shown.get_shape()))
             )
+        elif isinstance(op, memref.ViewOp):
+            shown = op.result.type
+            shift = constant_int(op.byte_shift)
+            assert isinstance(shown, MemRefType) and shift is not None, op
+            steps.append(
+                Step(
+                    "view",
+                    op.result,
+                    operands=(op.source,),
+                    shape=tuple(shown.get_shape()),
+                    dtype=numpy_dtype(shown.element_type),
+                    offset=shift,
+                )
+            )
         elif isinstance(op, memref.CopyOp):
             steps.append(Step("copy", operands=(op.source, op.destination)))
         elif isinstance(op, func.CallOp):
@@ -516,17 +532,30 @@ def driver_plan(module: ModuleOp) -> list[Step]:
             )
         elif isinstance(op, memref.DeallocOp):
             steps.append(Step("free", operands=(op.memref,)))
-        elif not isinstance(op, func.ReturnOp):
+        elif not isinstance(op, func.ReturnOp | arith.ConstantOp):
             raise IrkitError(f"the driver cannot run {op.name} on the host")
     return steps
 
 
-def array_view(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """`array` with `shape`, the same memory (a driver's view); an error, never a copy, where
-    it is not contiguous."""
+def array_view(
+    array: np.ndarray,
+    shape: tuple[int, ...],
+    offset: int | None = None,
+    dtype: np.dtype | None = None,
+) -> np.ndarray:
+    """`array` with `shape`, the same memory (a driver's view); with `offset`, its bytes
+    from there on as `dtype` (a buffer in an arena). An error, never a copy, where it is not
+    contiguous or the bytes are not there."""
     if not array.flags.c_contiguous:
         raise IrkitError(f"a driver view of a {array.shape} array that is not contiguous")
-    return array.reshape(shape)  # of a contiguous array: always a view
+    if offset is None:
+        return array.reshape(shape)  # of a contiguous array: always a view
+    assert dtype is not None
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    raw = array.reshape(-1).view(np.uint8)
+    if offset < 0 or offset + nbytes > raw.size:
+        raise IrkitError(f"a driver view of bytes {offset}..{offset + nbytes} of {raw.size}")
+    return raw[offset : offset + nbytes].view(dtype).reshape(shape)
 
 
 def run_steps(
@@ -547,7 +576,9 @@ def run_steps(
         elif step.kind == "global":
             env[step.result] = constant(step)
         elif step.kind == "view":
-            env[step.result] = array_view(env[step.operands[0]], step.shape)
+            env[step.result] = array_view(
+                env[step.operands[0]], step.shape, step.offset, step.dtype
+            )
         elif step.kind == "copy":
             np.copyto(env[step.operands[1]], env[step.operands[0]])
         elif step.kind == "call":

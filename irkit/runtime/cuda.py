@@ -115,9 +115,12 @@ class DeviceBuffer:
         """Fill with NaN bits (0xFF bytes), so an element no kernel writes shows."""
         driver_call("cuMemsetD8", cuda_driver().cuMemsetD8(self.ptr, 0xFF, self.nbytes))
 
-    def view(self, shape: tuple[int, ...]) -> DeviceView:
-        """The same memory with another shape (a driver's view, `reshape-views`)."""
-        return DeviceView(self, shape)
+    def view(
+        self, shape: tuple[int, ...], offset: int | None = None, dtype: np.dtype | None = None
+    ) -> DeviceView:
+        """The same memory with another shape (a driver's view, `reshape-views`); with
+        `offset`, bytes of it as `dtype` (`share-buffers`)."""
+        return DeviceView(self, shape, offset, dtype)
 
     def __del__(self) -> None:
         try:
@@ -130,11 +133,26 @@ class DeviceView(DeviceBuffer):
     """Another buffer's memory under another shape, as many elements; it keeps the buffer
     alive and frees nothing itself."""
 
-    def __init__(self, base: DeviceBuffer, shape: tuple[int, ...]):
-        if int(np.prod(shape)) != int(np.prod(base.shape)):
-            raise IrkitError(f"a view of {base.shape} elements as {shape}")
-        self.base, self.shape, self.dtype = base, shape, base.dtype
-        self.nbytes, self.ptr = base.nbytes, base.ptr
+    def __init__(
+        self,
+        base: DeviceBuffer,
+        shape: tuple[int, ...],
+        offset: int | None = None,
+        dtype: np.dtype | None = None,
+    ):
+        """With `offset`, the bytes of `base` from there on as `shape` and `dtype` (a buffer
+        in the driver's arena, `share-buffers`)."""
+        self.base, self.shape = base, shape
+        self.dtype = base.dtype if dtype is None else np.dtype(dtype)
+        if offset is None:
+            if int(np.prod(shape)) != int(np.prod(base.shape)):
+                raise IrkitError(f"a view of {base.shape} elements as {shape}")
+            self.nbytes, self.ptr = base.nbytes, base.ptr
+            return
+        self.nbytes = max(1, int(np.prod(shape)) * self.dtype.itemsize)
+        if offset < 0 or offset + self.nbytes > base.nbytes:
+            raise IrkitError(f"a view of bytes {offset}..{offset + self.nbytes} of {base.nbytes}")
+        self.ptr = base.ptr + offset
 
     def __del__(self) -> None:
         pass
@@ -401,7 +419,7 @@ class CudaExecutable(Provenance):
                 buf.upload(step.constant)
                 env[step.result] = buf
             elif step.kind == "view":
-                env[step.result] = env[step.operands[0]].view(step.shape)
+                env[step.result] = env[step.operands[0]].view(step.shape, step.offset, step.dtype)
             elif step.kind == "copy":
                 steps.append(Copy(env[step.operands[0]], env[step.operands[1]]))
             elif step.kind == "call":

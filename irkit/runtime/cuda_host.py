@@ -31,23 +31,25 @@ ALIGN = 256
 
 
 class Guarded(np.ndarray):
-    """A buffer between two red zones (`raw` holds both, the data starts at `offset`)."""
+    """A buffer between two red zones (`raw` holds both, the data is `span` bytes from
+    `offset`)."""
 
     raw: np.ndarray
     offset: int
+    span: int
 
     def __array_finalize__(self, obj: np.ndarray | None) -> None:
-        """A view of all of a guarded buffer (a driver's reshape view) has its red zones."""
+        """A view of a guarded buffer (a driver's reshape view, or a buffer in the driver's
+        arena, `share-buffers`) has its red zones: those around the whole buffer."""
         raw = getattr(obj, "raw", None)
-        if (
-            raw is not None
-            and obj is not None
-            and (self.ctypes.data, self.nbytes) == (obj.ctypes.data, obj.nbytes)
-        ):
-            self.raw, self.offset = raw, obj.offset  # type: ignore[attr-defined]
+        if raw is None or obj is None:
+            return
+        lo, hi = raw.ctypes.data, raw.ctypes.data + raw.nbytes
+        if lo <= self.ctypes.data and self.ctypes.data + self.nbytes <= hi:
+            self.raw, self.offset, self.span = raw, obj.offset, obj.span  # type: ignore[attr-defined]
 
     def intact(self) -> bool:
-        raw, start, end = self.raw, self.offset, self.offset + self.nbytes
+        raw, start, end = self.raw, self.offset, self.offset + self.span
         return bool((raw[:start] == 0xFF).all() and (raw[end:] == 0xFF).all())
 
 
@@ -60,7 +62,7 @@ def guarded(shape: tuple[int, ...], dtype: np.dtype, fill: np.ndarray | None = N
     raw = np.full(nbytes + 2 * pad + ALIGN, 0xFF, np.uint8)
     offset = -raw.ctypes.data % ALIGN + pad
     out = raw[offset : offset + nbytes].view(dtype).reshape(shape).view(Guarded)
-    out.raw, out.offset = raw, offset
+    out.raw, out.offset, out.span = raw, offset, nbytes
     if fill is not None:
         np.copyto(out, fill)
     return out
