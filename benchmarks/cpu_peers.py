@@ -6,6 +6,12 @@ tinygrad, numpy) on the examples, in one run (issue 23).
     pip install torch                    # optional: PyTorch (its CPU build: PyPI's default is CUDA's)
     python benchmarks/cpu_peers.py [--quick] [--threads 1] [-p default-cpu] [--no-torch]
         [--tvm-trials 64 | --no-tvm] [--no-tinygrad] [--only NAME ...] [--out FILE]
+    python benchmarks/cpu_peers.py --suite [--set held-out] [--only a,b] [--out FILE]
+
+`--suite` runs the real-model suite instead (`benchmarks/real_models.py --torch`: the models
+exported from their libraries with random weights, irkit against onnxruntime and PyTorch
+eager, one thread and two, interleaved; records with the host's fingerprint, its vector
+extension by name, `isa`: "AVX2" or "AVX-512").
 
 Each workload is an example `.graph` at issue 23's sizes and the same computation as an ONNX
 graph built here with `onnx.helper` (standard operators: LayerNormalization, Softmax, Gelu,
@@ -48,7 +54,14 @@ import json
 import sys
 from typing import Any
 
-from cpu_baseline import (
+if __name__ == "__main__" and "--suite" in sys.argv:
+    # the real-model suite (before cpu_baseline pins the process): real_models.py's models and
+    # protocol, one thread and two in one run, with PyTorch eager as a peer beside onnxruntime
+    from real_models import main as suite_main
+
+    sys.exit(suite_main(["--torch", *(a for a in sys.argv[1:] if a != "--suite")]))
+
+from cpu_baseline import (  # noqa: I001, E402
     CPUS,
     THREADS,
     _ms,

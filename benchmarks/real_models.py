@@ -30,6 +30,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 import tempfile
 import time
@@ -277,9 +278,10 @@ class _Wrapped:
 
 def export(
     spec: Spec, inputs: dict[str, np.ndarray], path: Path, small: bool, dynamic: bool = False
-) -> None:
+) -> Any:
     """Export the randomized model; `dynamic` names its batch and sequence dims symbolic
-    ("batch", "sequence") as exports for serving do, for --dim to bind."""
+    ("batch", "sequence") as exports for serving do, for --dim to bind. The module exported
+    (PyTorch's side of `--torch`)."""
     import torch
 
     model = spec.build(small)
@@ -293,6 +295,7 @@ def export(
         warnings.simplefilter("ignore")
         torch.onnx.export(wrapped, args, str(path), input_names=list(inputs), output_names=["hidden"],
                           opset_version=17, dynamo=False, dynamic_axes=axes if dynamic else None)  # fmt: skip
+    return wrapped
 
 
 # --- checking and timing -------------------------------------------------------------------------
@@ -340,12 +343,15 @@ def check_model(
 
 
 def time_against_onnxruntime(path: Path, inputs: dict[str, np.ndarray], threads: int,
-                             rounds: int = 21, sample_s: float = 0.02) -> dict:  # fmt: skip
+                             rounds: int = 21, sample_s: float = 0.02,
+                             torch_model: Any = None) -> dict:  # fmt: skip
     """irkit (compiled for `threads`: IRKIT_NUM_THREADS) and onnxruntime (`threads` intra-op,
     not spinning between runs, all graph optimizations) on the same inputs, timed interleaved
     in alternating order, each sample enough calls to last `sample_s`; with one thread the
-    process is confined to one CPU. The median of the per-round ratios (onnxruntime's time
-    over irkit's: above 1 irkit is faster) with a 95% bootstrap interval over rounds."""
+    process is confined to one CPU. With `torch_model`, PyTorch eager as a third side (the
+    module exported, `threads` intra-op threads, inference mode; its output checked against
+    onnxruntime's first), the order rotating. The median of the per-round ratios (a peer's
+    time over irkit's: above 1 irkit is faster) with a 95% bootstrap interval over rounds."""
     import os
 
     import onnxruntime as ort
@@ -363,10 +369,16 @@ def time_against_onnxruntime(path: Path, inputs: dict[str, np.ndarray], threads:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         sides = [bound.run_graph, lambda: session.run(None, inputs)]
+        names = ["irkit", "ort"]
+        if torch_model is not None:
+            sides.append(_torch_side(torch_model, inputs, threads, session.run(None, inputs)[0]))
+            names.append("torch")
         calls = [_calls_per_sample(f, sample_s) for f in sides]
-        times: list[list[float]] = [[], []]
+        times: list[list[float]] = [[] for _ in sides]
         for r in range(rounds):
-            for k in (0, 1) if r % 2 == 0 else (1, 0):
+            order = list(range(len(sides)))
+            order = order[r % len(order) :] + order[: r % len(order)]
+            for k in order if r % 2 == 0 else order[::-1]:
                 t = time.perf_counter()
                 for _ in range(calls[k]):
                     sides[k]()
@@ -374,12 +386,37 @@ def time_against_onnxruntime(path: Path, inputs: dict[str, np.ndarray], threads:
     finally:
         os.environ.pop("IRKIT_NUM_THREADS", None)
         os.sched_setaffinity(0, cpus)
-    ours, theirs = np.array(times[0]), np.array(times[1])
-    ratios = theirs / ours
-    boot = np.random.default_rng(0).choice(ratios, (2000, len(ratios)))
-    lo, hi = np.percentile(np.median(boot, axis=1), [2.5, 97.5])
-    return {f"irkit_ms_{threads}t": 1e3 * float(np.median(ours)), f"ort_ms_{threads}t": 1e3 * float(np.median(theirs)),
-            f"speed_vs_ort_{threads}t": float(np.median(ratios)), f"speed_ci_{threads}t": [float(lo), float(hi)]}  # fmt: skip
+    ours = np.array(times[0])
+    record = {f"irkit_ms_{threads}t": 1e3 * float(np.median(ours))}
+    for name, theirs in zip(names[1:], times[1:], strict=True):
+        ratios = np.array(theirs) / ours
+        boot = np.random.default_rng(0).choice(ratios, (2000, len(ratios)))
+        lo, hi = np.percentile(np.median(boot, axis=1), [2.5, 97.5])
+        suffix = f"_{threads}t" if name == "ort" else f"_{name}_{threads}t"
+        record.update({f"{name}_ms_{threads}t": 1e3 * float(np.median(theirs)),
+                       f"speed_vs_{name}_{threads}t": float(np.median(ratios)),
+                       f"speed_ci{suffix}": [float(lo), float(hi)]})  # fmt: skip
+    return record
+
+
+def _torch_side(
+    model: Any, inputs: dict[str, np.ndarray], threads: int, expected: np.ndarray
+) -> Callable[[], Any]:
+    """PyTorch eager running `model` on `inputs` with `threads` threads, checked first."""
+    import torch
+
+    torch.set_num_threads(threads)
+    args = tuple(torch.from_numpy(a) for a in inputs.values())
+
+    def call() -> Any:
+        with torch.inference_mode():
+            return model(*args)
+
+    got = call().numpy().astype(np.float64)
+    rel = float(np.linalg.norm(got - expected) / (np.linalg.norm(expected) or 1.0))
+    if rel > 1e-4:
+        raise RuntimeError(f"PyTorch's output is {rel:.1e} off onnxruntime's: not timed")
+    return call
 
 
 def _calls_per_sample(f: Callable[[], Any], seconds: float) -> int:
@@ -421,7 +458,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             inputs = example_inputs(spec, args.seq, args.small)
             path = folder / f"{spec.name}.onnx"
             try:
-                export(spec, inputs, path, args.small)
+                torch_model = export(spec, inputs, path, args.small)
             except Exception as e:  # noqa: BLE001 - an exporter failure is recorded, not ours
                 records.append({"model": spec.name, "family": spec.family, "exported": False, "error": f"{type(e).__name__}: {e}"[:300]})  # fmt: skip
                 print(f"{spec.name:18s} export failed: {records[-1]['error']}", flush=True)
@@ -430,7 +467,8 @@ def run(args: argparse.Namespace) -> list[dict]:
             exe = record.pop("_exe", None)
             if exe is not None and args.speed:
                 for threads in (1, 2):
-                    record.update(time_against_onnxruntime(path, inputs, threads))
+                    peer = torch_model if args.torch else None
+                    record.update(time_against_onnxruntime(path, inputs, threads, torch_model=peer))
             if exe is not None and args.gpu:
                 record.update(gpu_path(path, inputs))
             records.append(record)
@@ -456,8 +494,9 @@ def _line(r: dict) -> str:
         verdict = "ok" if r["cuda_host_matches"] else "WRONG"
         gpu = f"  cuda-host {verdict} ({r['cuda_host_rel_error']:.1e}), NVRTC {r['nvrtc_kernels']} kernels"
     speed = gpu + "".join(
-        f"  {r[f'speed_vs_ort_{t}t']:.2f}x ort ({t}t)" for t in (1, 2) if f"speed_vs_ort_{t}t" in r
-    )
+        f"  {r[f'speed_vs_{p}_{t}t']:.2f}x {p} ({t}t)"
+        for p in ("ort", "torch") for t in (1, 2) if f"speed_vs_{p}_{t}t" in r
+    )  # fmt: skip
     return (f"{r['model']:18s} {r['family']:11s} {'ok   ' if r['matches'] else 'WRONG'} rel err {r['rel_error']:.1e}"
             f"  compile {r['compile_s']:.1f} s  {r['kernels']} kernels{speed}")  # fmt: skip
 
@@ -479,7 +518,10 @@ def run_header(args: argparse.Namespace) -> dict:
                     "CPUExecutionProvider, all graph optimizations, intra-op threads = irkit's, "
                     "not spinning; 21 interleaved rounds, each sample >= 20 ms of calls; one "
                     "thread confined to one CPU; ratio = onnxruntime time / irkit time, median "
-                    "over rounds, 95% bootstrap interval",
+                    "over rounds, 95% bootstrap interval; with --torch, PyTorch eager (the module "
+                    "exported, torch.inference_mode, set_num_threads = irkit's) a third side, the "
+                    "order rotating each round",
+        "torch_peer": bool(args.torch),
     }  # fmt: skip
 
 
@@ -493,6 +535,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--no-speed", dest="speed", action="store_false")
     parser.add_argument("--gpu", action="store_true", help="NVRTC + cuda-host too")
+    parser.add_argument(
+        "--torch", action="store_true", help="PyTorch eager as a peer too (the module exported)"
+    )
     parser.add_argument("--out", type=Path, help="append JSON lines here")
     parser.add_argument(
         "--export-dir",
@@ -501,6 +546,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--strategy", default="ablation", help="the jobs' attribution strategy")
     args = parser.parse_args(argv)
+    # PyTorch's OpenMP threads sleep between its calls instead of spinning on the cores the
+    # next side's sample needs (read when torch loads its OpenMP runtime: after this)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     header = run_header(args)
     records = run(args)
     if args.out:

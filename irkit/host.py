@@ -32,6 +32,18 @@ def vector_bits() -> int:
     return 256 if "+avx" in features else 128
 
 
+def instruction_set() -> str:
+    """The host's widest vector extension by its usual name: "AVX-512", "AVX2", "AVX",
+    else the architecture (an AArch64 host: "aarch64")."""
+    import platform
+
+    features = cpu_features()
+    for flag, name in (("+avx512f", "AVX-512"), ("+avx2", "AVX2"), ("+avx", "AVX")):
+        if flag in features:
+            return name
+    return platform.machine() or "unknown"
+
+
 def vector_registers() -> int:
     """Vector registers the host's ISA names: 32 with AVX-512 (zmm0-31, and ymm0-31 through
     AVX-512VL), else 16."""

@@ -46,7 +46,7 @@ def host_fingerprint() -> dict:
     import llvmlite.binding as llvm
 
     from irkit.codegen.host import host_target, thread_pool
-    from irkit.host import vector_bits, vector_registers
+    from irkit.host import instruction_set, vector_bits, vector_registers
     from irkit.version import __version__
 
     target = host_target()
@@ -73,6 +73,9 @@ def host_fingerprint() -> dict:
         # what cpu-tile-matmul's and cpu-tile-transpose's vector-bits=0 resolve to here
         "vector_bits": vector_bits(),
         "vector_registers": vector_registers(),
+        # the widest x86 vector extension the host has, by name (records from AVX2 and
+        # AVX-512 hosts are not comparable figure for figure)
+        "isa": instruction_set(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
