@@ -145,8 +145,11 @@ def test_bad_options_and_levels_are_one_line_errors(spec: str, message: str) -> 
 
 
 def test_default_cpu_lists_it_as_optional_and_last() -> None:
+    """After every pass that changes a kernel; only share-buffers, which places the driver's
+    buffers, follows it."""
     pipeline = PIPELINES["default-cpu"]
-    assert pipeline.passes[-1] == "cpu-parallelize" and "cpu-parallelize" in pipeline.optional
+    assert pipeline.passes[-2:] == ("cpu-parallelize", "share-buffers")
+    assert "cpu-parallelize" in pipeline.optional
 
 
 def test_a_threaded_kernels_record_and_hash_cover_its_outlined_loop_bodies() -> None:

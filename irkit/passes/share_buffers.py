@@ -110,8 +110,8 @@ def _views_bound_once(
     once = {v for call in once_calls(module, driver) for v in call.operands}
     kept = []
     for b in buffers:
-        values = {b.alloc.memref}
-        stack = [b.alloc.memref]
+        values: set[SSAValue] = {b.alloc.memref}
+        stack: list[SSAValue] = [b.alloc.memref]
         while stack:
             v = stack.pop()
             for use in v.uses:
