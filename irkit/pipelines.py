@@ -442,13 +442,14 @@ def _apply_verifying_each(
 ) -> ModuleOp:
     """Run `passes`, copying the IR before and verifying it after each: a failure names the
     pass and writes the IR it was given as a reproducer."""
+    verified: set[tuple] = set()  # functions a pass left as they were are not verified again
     for p in passes:
         before = module.clone()
         start = time.perf_counter()
         try:
             p.apply(ctx, module)
             seconds = time.perf_counter() - start
-            verify(module)
+            verify(module, verified)
         except Exception as e:  # any failure inside a pass is the pass's failure
             if isinstance(e, IrkitError):
                 cause = f"{e.location}: {e.message}" if e.location else e.message

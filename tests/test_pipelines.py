@@ -90,7 +90,7 @@ def test_only_the_result_is_verified_by_default(monkeypatch: pytest.MonkeyPatch)
 
     calls: list[int] = []
     real = pipelines.verify
-    monkeypatch.setattr(pipelines, "verify", lambda m: (calls.append(1), real(m))[1])
+    monkeypatch.setattr(pipelines, "verify", lambda m, *memo: (calls.append(1), real(m, *memo))[1])
     monkeypatch.delenv("IRKIT_VERIFY_EACH", raising=False)
     module = irkit.load("examples/mlp.graph", {"B": 2})
     fast = to_text(apply_passes(module.clone(), parse_passes("default-cpu")))

@@ -17,6 +17,7 @@ works and was measured: docs/passes.md, "gpu-tile-matmul in detail".
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from math import prod
@@ -125,6 +126,9 @@ class GpuTileMatmulPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require_loop_level(op, "gpu-tile-matmul")
+        calls = Counter(
+            c.callee.root_reference.data for c in op.walk() if isinstance(c, func.CallOp)
+        )
         for fn in list(op.ops):
             if not isinstance(fn, func.FuncOp) or KERNEL_ATTR not in fn.attributes:
                 continue
@@ -141,7 +145,8 @@ class GpuTileMatmulPass(ModulePass):
             )
             if nest is None:
                 continue
-            tiled = _TiledKernel(gpu_tile(self, _shape(nest, fn, op)), fn, nest, op)
+            shape = _shape(nest, calls[fn.sym_name.data])
+            tiled = _TiledKernel(gpu_tile(self, shape), fn, nest, op)
             if tiled.splits > 1:
                 _split_k(op, fn, nest, tiled.splits, constants)
             kernel = tiled.build(constants)
@@ -719,12 +724,9 @@ class _TiledKernel:
                 )
 
 
-def _shape(nest: MatmulNest, fn: func.FuncOp, module: ModuleOp) -> MatmulShape:
+def _shape(nest: MatmulNest, calls: int) -> MatmulShape:
     """What `gpu_tile` decides by: the sizes, the element type, and whether the kernel is
-    called exactly once (where split-K can add its second kernel to the driver)."""
-    name = fn.sym_name.data
-    calls = sum(1 for c in module.walk()
-                if isinstance(c, func.CallOp) and c.callee.root_reference.data == name)  # fmt: skip
+    called exactly once (`calls`: where split-K can add its second kernel to the driver)."""
     t = nest.element_type
     dtype = (
         "f16" if isinstance(t, Float16Type) else "bf16" if isinstance(t, BFloat16Type)
