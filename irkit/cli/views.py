@@ -236,6 +236,8 @@ def _show_passes(console: Console, rec: dict) -> None:
         verdict = "yes" if p["significant"] else "no (within noise)"
         alone = fmt_signed(k["saved_s"]) if k["saved_s"] is not None else "not timed"
         changed = f"-{len(k['removed'])} +{len(k['added'])}; alone: {alone}"
+        if not k["removed"] and not k["added"]:  # the program changed outside its kernels
+            changed = "none: the driver's (buffers, views, calls)"
         table.add_row(p["pass"], fmt_signed(s["value"]), fmt_ci(s, fmt_signed),
                       f"{x['value']:.3f}x", f"[{x['ci_low']:.3f}, {x['ci_high']:.3f}]", share,
                       verdict, detectable, changed, style=None if p["significant"] else "dim")  # fmt: skip
