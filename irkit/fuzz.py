@@ -4,7 +4,7 @@ passes, on a backend, against the float64 reference.
     python -m irkit.fuzz --minutes 30 [--backend cpu --backend cuda-sim] [--out fuzz-out] [--seed 0]
 
 A case is a `.graph` model drawn by `graph_sources` (elementwise ops with broadcasting, a
-scalar literal or a second input; reductions over random axes; softmax, layer_norm, matmul,
+scalar literal or a second input; reductions over random axes; softmax, layer_norm, matmul, attention,
 transpose, reshape, cast; integers and booleans on the way: selects by comparisons, gathers
 by i32/i64 indices, integer arithmetic, broadcasts, NaN guards; extents among 1, 3, 17, 33
 and 127; f32, f64, f16 and bf16) and a
@@ -146,7 +146,8 @@ def _step(draw, m: _Model) -> None:
     """One op on a value drawn from those defined so far."""
     name, shape, dtype = draw(st.sampled_from(m.values))
     kind = draw(st.sampled_from(("unary", "binary", "binary", "reduce", "softmax", "matmul",
-                                 "transpose", "reshape", "layer_norm", "cast", "exact")))  # fmt: skip
+                                 "transpose", "reshape", "layer_norm", "cast", "exact",
+                                 "attention")))  # fmt: skip
     if kind == "exact":
         _exact_step(draw, m, name, shape, dtype)
         return
@@ -202,6 +203,26 @@ def _step(draw, m: _Model) -> None:
     elif kind == "cast":
         to = draw(st.sampled_from(DTYPES))
         m.define(f"cast({name}, dtype={to})", shape, to)
+    elif kind == "attention" and rank >= 3:
+        _attention_step(draw, m, name, shape, dtype)
+
+
+def _attention_step(draw, m: _Model, name: str, shape: list[int], dtype: str) -> None:
+    """`name` as the queries [B, H, S, D] (a rank-3 value as one batch), keys and values
+    new inputs with H or a divisor of it heads (grouped-query attention), causal where
+    every query keeps a key."""
+    q4 = shape if len(shape) == 4 else [1, *shape]
+    batch, heads, length, dim = q4
+    kv_heads = draw(st.sampled_from([h for h in range(1, heads + 1) if heads % h == 0]))
+    keys = draw(st.sampled_from([s for s in (length, *SIZES) if s >= 1]))
+    kv = [batch, kv_heads, keys, dim]
+    if not m.fits(kv) or not m.fits([batch, heads, length, keys]):
+        return
+    k, v = m.input(kv, dtype), m.input(kv, dtype)
+    causal = str(draw(st.booleans()) and keys >= length).lower()
+    q = name if len(shape) == 4 else f"reshape({name}, shape={fmt(q4)})"
+    out = f"attention({q}, {k}, {v}, causal={causal})"
+    m.define(out if len(shape) == 4 else f"reshape({out}, shape={fmt(shape)})", shape, dtype)
 
 
 INT_TYPES = ("i32", "i64")

@@ -146,6 +146,21 @@ def matmul_case(draw, op: str) -> str:
 
 
 @st.composite
+def attention_case(draw, op: str) -> str:
+    """Heads grouped 1, 2 or all to a key/value head; causal or not; an additive mask,
+    broadcast over the heads, or none."""
+    kv, group = draw(st.integers(1, 3)), draw(st.sampled_from([1, 2, 3]))
+    b, sq, sk, d, dv = draw(st.integers(1, 2)), draw(DIM), draw(DIM), draw(DIM), draw(DIM)
+    inputs = {"q": [b, kv * group, sq, d], "k": [b, kv, sk, d], "v": [b, kv, sk, dv]}
+    operands = "q, k, v"
+    if draw(st.booleans()):
+        inputs["m"] = [b, 1, sq, sk]
+        operands += ", m"
+    causal = draw(st.booleans()) and sk >= sq  # every query keeps a key
+    return model(inputs, f"attention({operands}, causal={str(causal).lower()})", draw(DTYPES))
+
+
+@st.composite
 def window(draw, max_kernel: int = 3):
     """(input extent, kernel, stride, dilation, pad before, pad after) with output >= 1."""
     k, s, d = draw(st.integers(1, max_kernel)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
@@ -378,6 +393,7 @@ STRATEGIES = {
     "batch_norm": batch_norm_case,
     "matmul": matmul_case,
     "batch_matmul": matmul_case,
+    "attention": attention_case,
     "conv2d": conv2d_case,
     "im2col": im2col_case,
     "max_pool2d": pool_case,

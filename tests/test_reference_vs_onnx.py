@@ -27,6 +27,7 @@ class Case:
     nodes: list[onnx.NodeProto]
     initializers: list[onnx.TensorProto] = field(default_factory=list)
     types: dict[str, str] = field(default_factory=dict)  # inputs not f32: "i64", "i1", ...
+    opset: int = 20  # Attention came in opset 23
 
 
 def ints(name: str, values: list[int]) -> onnx.TensorProto:
@@ -82,6 +83,8 @@ CASES = [
       for op, onnx_op in [("reduce_sum", "ReduceSum"), ("reduce_max", "ReduceMax"), ("reduce_mean", "ReduceMean"),
                           ("reduce_min", "ReduceMin"), ("reduce_prod", "ReduceProd")]
       for kd in (False, True)],
+    Case("attention", "attention(x, z, w, causal=true)", {"x": [1, 4, 5, 8], "z": [1, 2, 5, 8], "w": [1, 2, 5, 6]},
+         [node("Attention", ["x", "z", "w"], is_causal=1)], opset=23),
     Case("softmax", "softmax(x, axis=1)", {"x": [3, 4, 5]}, [node("Softmax", ["x"], axis=1)]),
     Case("layer_norm", "layer_norm(x, g, b, axes=[1, 2], eps=1e-3)", {"x": [3, 4, 5], "g": [4, 5], "b": [4, 5]},
          [node("LayerNormalization", ["x", "g", "b"], axis=1, epsilon=1e-3)]),
@@ -176,7 +179,7 @@ def _onnx_model(case: Case, out: np.ndarray) -> onnx.ModelProto:
         out_type = TensorProto.INT32
     output = helper.make_tensor_value_info("y", out_type, list(out.shape))
     graph = helper.make_graph(case.nodes, case.name, inputs, [output], case.initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", case.opset)])
     onnx.checker.check_model(model)
     return model
 

@@ -48,6 +48,23 @@ def softmax(x: np.ndarray, axis: int) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
+def attention(op: Operation, a: list[np.ndarray]) -> np.ndarray:
+    """`graph.attention` (see its docstring): key/value heads repeated for their query
+    heads, scores scaled and masked, softmax over the keys, then the values."""
+    q, k, v = a[:3]
+    group = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    s = g.float_of(op.properties, "scale") * (q @ np.swapaxes(k, -1, -2))
+    if len(a) == 4:
+        s = np.where(a[3], s, -np.inf) if a[3].dtype == np.bool_ else s + a[3]
+    if g.bool_of(op.properties, "causal"):
+        sq, sk = s.shape[-2:]
+        later = np.arange(sk)[None, :] > np.arange(sq)[:, None] + (sk - sq)
+        s = np.where(later, -np.inf, s)
+    with np.errstate(invalid="ignore"):  # a row with every key masked: NaN, as documented
+        return softmax(s, -1) @ v
+
+
 def layer_norm(
     x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, axes: tuple[int, ...], eps: float
 ) -> np.ndarray:
@@ -338,6 +355,7 @@ def _out_shape(op: Operation) -> tuple[int, ...]:
 IMPLS: dict[type[Operation], Callable[[Any, list[np.ndarray]], np.ndarray]] = {
     g.MatmulOp: lambda op, a: a[0] @ a[1],
     g.BatchMatmulOp: lambda op, a: np.matmul(a[0], a[1]),
+    g.AttentionOp: attention,
     g.Conv2dOp: conv2d_op,
     g.Im2colOp: lambda op, a: im2col(a[0], g.ints(op.properties, "kernel"), g.ints(op.properties, "strides"), g.ints(op.properties, "padding"), g.ints(op.properties, "dilations"), _out_shape(op)),
     g.AddOp: lambda op, a: a[0] + a[1],

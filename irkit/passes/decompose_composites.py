@@ -1,11 +1,14 @@
 """decompose-composites: rewrite composite graph ops into primitive graph ops.
 
-softmax, layer_norm and batch_norm become reductions and elementwise ops:
+softmax, layer_norm, batch_norm and attention become reductions, elementwise ops and
+(attention) batch matmuls:
 
     softmax(x)      = e * (1 / reduce_sum(e))     e = exp(x - reduce_max(x)), keepdims
     layer_norm(x)   = d * rsqrt(mean(d * d) + eps) * gamma + beta     d = c - mean(c),
                                                                       c = x - mean(x)
     batch_norm(x)   = (x - mean) * (rsqrt(var + eps) * scale) + bias  per channel
+    attention(q, k, v) = batch_matmul(softmax(scale * batch_matmul(q, k^T) masked), v)
+                      (k and v heads broadcast to the query heads they serve)
 
 Both normalizations are the numerically careful forms: softmax subtracts the row maximum
 before exponentiating, and layer_norm's variance is the two-pass mean of squared
@@ -22,11 +25,13 @@ recomputed inline. Run as a pass on its own, it exposes the primitives to graph 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import BoolAttr, ModuleOp
+from xdsl.dialects.builtin import BoolAttr, IntegerType, ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -61,11 +66,38 @@ class _Emitter:
         self.rewriter.insert(new)
         return new.results[0]
 
+    def constant(self, values: np.ndarray) -> SSAValue:
+        """A boolean constant of `values`' shape."""
+        new = g.ConstantOp.from_values(IntegerType(1), values.shape, values.ravel().tolist())
+        new.location = self.like.location
+        self.rewriter.insert(new)
+        return new.results[0]
+
+    def heads(self, value: SSAValue, group: int) -> SSAValue:
+        """[B, Hk, S, D] -> [B, Hk * group, S, D], each head repeated `group` times in place."""
+        batch, kv_heads, length, dim = shape_of(value)
+        wide = self.reshape(value, (batch, kv_heads, 1, length, dim))
+        shape = g.int_array([batch, kv_heads, group, length, dim])
+        return self.reshape(
+            self.op(g.BroadcastToOp, wide, shape=shape), (batch, kv_heads * group, length, dim)
+        )
+
     def reshape(self, value: SSAValue, shape: Sequence[int]) -> SSAValue:
         new = g.ReshapeOp.build_to(value, shape)
         new.location = self.like.location
         self.rewriter.insert(new)
         return new.results[0]
+
+
+def _softmax(b: _Emitter, x: SSAValue, axis: int) -> SSAValue:
+    rank = len(shape_of(x))
+    axes = g.int_array([axis % rank])
+    keep = BoolAttr.from_bool(True)
+    peak = b.op(g.ReduceMaxOp, x, axes=axes, keepdims=keep)
+    e = b.op(g.ExpOp, b.op(g.SubOp, x, peak))
+    total = b.op(g.ReduceSumOp, e, axes=axes, keepdims=keep)
+    inverse = b.op(g.DivOp, b.scalar(1.0), total)  # one division per row, not per element
+    return b.op(g.MulOp, e, inverse)
 
 
 class DecomposeSoftmaxPattern(RewritePattern):
@@ -74,14 +106,37 @@ class DecomposeSoftmaxPattern(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.SoftmaxOp, rewriter: PatternRewriter) -> None:
         b = _Emitter(rewriter, op)
-        rank = len(shape_of(op.input))
-        axes = g.int_array([g.int_of(op.properties, "axis") % rank])
-        keep = BoolAttr.from_bool(True)
-        peak = b.op(g.ReduceMaxOp, op.input, axes=axes, keepdims=keep)
-        e = b.op(g.ExpOp, b.op(g.SubOp, op.input, peak))
-        total = b.op(g.ReduceSumOp, e, axes=axes, keepdims=keep)
-        inverse = b.op(g.DivOp, b.scalar(1.0), total)  # one division per row, not per element
-        rewriter.replace(op, [], [b.op(g.MulOp, e, inverse)])
+        rewriter.replace(op, [], [_softmax(b, op.input, g.int_of(op.properties, "axis"))])
+
+
+class DecomposeAttentionPattern(RewritePattern):
+    """attention -> batch_matmul(softmax(scale * batch_matmul(q, k^T) masked), v), the
+    key/value heads broadcast to their query heads first (grouped-query attention), the
+    causal mask a boolean constant."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.AttentionOp, rewriter: PatternRewriter) -> None:
+        b = _Emitter(rewriter, op)
+        q, k, v = op.operands[:3]
+        _, heads, sq, _ = shape_of(q)
+        kv_heads, sk = shape_of(k)[1], shape_of(k)[2]
+        if heads != kv_heads:
+            group = heads // kv_heads
+            k, v = (b.heads(x, group) for x in (k, v))
+        kt = b.op(g.TransposeOp, k, perm=g.int_array([0, 1, 3, 2]))
+        s = b.op(
+            g.MulOp, b.op(g.BatchMatmulOp, q, kt), b.scalar(g.float_of(op.properties, "scale"))
+        )
+        if len(op.operands) == 4:
+            mask = op.operands[3]
+            if g.kind_of(element_type_of(mask)) == g.BOOL:
+                s = b.op(g.WhereOp, mask, s, b.scalar(-math.inf))
+            else:
+                s = b.op(g.AddOp, s, mask)
+        if g.bool_of(op.properties, "causal"):
+            keep = np.arange(sk)[None, :] <= np.arange(sq)[:, None] + (sk - sq)
+            s = b.op(g.WhereOp, b.constant(keep), s, b.scalar(-math.inf))
+        rewriter.replace(op, [], [b.op(g.BatchMatmulOp, _softmax(b, s, -1), v)])
 
 
 class DecomposeLayerNormPattern(RewritePattern):
@@ -120,6 +175,7 @@ class DecomposeBatchNormPattern(RewritePattern):
 
 DECOMPOSE_PATTERNS: tuple[RewritePattern, ...] = (
     DecomposeSoftmaxPattern(),
+    DecomposeAttentionPattern(),
     DecomposeLayerNormPattern(),
     DecomposeBatchNormPattern(),
 )
@@ -136,7 +192,8 @@ def decompose(op: Operation) -> None:
 
 @dataclass(frozen=True)
 class DecomposeCompositesPass(ModulePass):
-    """Rewrite softmax, layer_norm and batch_norm into primitive graph ops (see module doc)."""
+    """Rewrite softmax, layer_norm, batch_norm and attention into primitive graph ops (see
+    module doc)."""
 
     name = "decompose-composites"
 

@@ -43,6 +43,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import PatternRewriteWalker
 from xdsl.rewriter import Rewriter
 
 from irkit.dialects import graph as g
@@ -58,7 +59,7 @@ from irkit.loops import (
     RESHAPE_ATTR,
     SCRATCH_ATTR,
 )
-from irkit.passes.decompose_composites import decompose
+from irkit.passes.decompose_composites import DecomposeAttentionPattern, decompose
 from irkit.passes.kernel_emitter import KernelEmitter, materialized_values
 from irkit.passes.loop_builder import LoopBuilder, compute_type, free_after_last_use
 
@@ -344,8 +345,26 @@ def _driver_function(fn: func.FuncOp, block: Block, in_attrs: list[DictionaryAtt
     return driver
 
 
+def _decompose_attention(fn: func.FuncOp) -> None:
+    """Attention left for the lowering (no fused-attention pass took it) becomes its
+    primitives in the graph function, before kernels form: its causal mask is a constant
+    the driver passes in, which a kernel cannot make for itself. Constants a decomposition
+    leaves inside a fused kernel's region move out in front of it."""
+    if not any(isinstance(op, g.AttentionOp) for op in fn.walk()):
+        return
+    PatternRewriteWalker(DecomposeAttentionPattern(), apply_recursively=False).rewrite_region(
+        fn.body
+    )
+    block = fn.body.block
+    for kernel in [op for op in block.ops if isinstance(op, g.KernelOp)]:
+        for const in [o for o in kernel.body.block.ops if _is_global(o)]:
+            const.detach()
+            block.insert_op_before(const, kernel)
+
+
 def lower_function(fn: func.FuncOp, module: ModuleOp, keep_transcendentals: bool = False) -> None:
     """Replace graph function `fn` in `module` by its kernel functions and its driver."""
+    _decompose_attention(fn)
     kernels = []
     for i, (ops, yielded, results) in enumerate(_kernel_groups(fn)):
         kernel = _clone_kernel(i, ops, yielded, results)

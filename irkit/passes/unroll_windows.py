@@ -118,7 +118,8 @@ def _along_channels(loop: scf.ForOp, ops: list[Operation]) -> bool:
     loads = [op for op in ops if isinstance(op, memref.LoadOp | vector.LoadOp)]
     if not loads or any(isinstance(op, memref.StoreOp | vector.StoreOp) for op in ops):
         return False
-    return all(_unit_stride(list(op.indices)[-1], channel) for op in loads)
+    # a load of a rank-0 buffer (a scalar operand) has no last axis to run along
+    return all(op.indices and _unit_stride(list(op.indices)[-1], channel) for op in loads)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from xdsl.ir import Dialect
 
+from irkit.dialects.graph.attention import AttentionOp
 from irkit.dialects.graph.base import (
     ANY,
     BOOL,
@@ -135,7 +136,7 @@ Graph = Dialect(
         NegOp, AbsOp, ReluOp, LeakyReluOp, GeluOp, SigmoidOp, TanhOp, ExpOp, LogOp, SqrtOp,
         RsqrtOp, ErfOp, SinOp, CosOp, FloorOp, CeilOp, CastOp,
         ReduceSumOp, ReduceMaxOp, ReduceMinOp, ReduceProdOp, ReduceMeanOp, CumSumOp, ArgMaxOp,
-        ArgMinOp, SoftmaxOp, LayerNormOp, BatchNormOp,
+        ArgMinOp, SoftmaxOp, LayerNormOp, BatchNormOp, AttentionOp,
         MaxPool2dOp, AvgPool2dOp, GlobalAvgPoolOp,
         TransposeOp, ReshapeOp, ConcatOp, SliceOp, ConstantOp, BroadcastToOp, GatherOp, GatherElementsOp, ScatterNdOp,
         EqualOp, LessOp, LessEqualOp, GreaterOp, GreaterEqualOp, AndOp, OrOp, XorOp, NotOp,
@@ -146,6 +147,7 @@ Graph = Dialect(
 )  # fmt: skip
 
 __all__ = [
+    "AttentionOp",
     "IndexingOp",
     "pool_dilations",
     "ScatterNdOp",

@@ -1,0 +1,134 @@
+"""graph.attention: its reference against PyTorch's scaled_dot_product_attention and onnx's
+reference Attention (opset 23), its shape rules, and every backend against the reference
+(the op decomposed into batch matmuls and a softmax where no fused pass takes it)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import irkit
+from irkit.errors import IrkitError
+from irkit.frontend import parse_source
+from irkit.runtime.check import check
+from irkit.runtime.reference import random_inputs, reference
+
+# (heads, kv heads, query length, key length, head dim, causal, mask): multi-head,
+# grouped-query (8:2), multi-query, a decode step (one query against a cache), masks
+CASES = {
+    "mha": (4, 4, 12, 12, 8, False, None),
+    "mha-causal": (4, 4, 12, 12, 8, True, None),
+    "gqa-causal": (8, 2, 10, 10, 16, True, None),
+    "mqa": (4, 1, 6, 9, 8, False, None),
+    "decode": (8, 2, 1, 17, 8, True, None),
+    "prefill-with-cache": (2, 2, 5, 11, 8, True, None),
+    "additive-mask": (4, 2, 7, 7, 8, False, "float"),
+    "padding-mask": (4, 4, 7, 9, 8, False, "bool"),
+    "causal-and-padding": (2, 1, 9, 9, 4, True, "bool"),
+}
+
+
+def _source(case: str) -> str:
+    h, hk, sq, sk, d, causal, mask = CASES[case]
+    lines = [
+        "model att",
+        f"input q : f32[2, {h}, {sq}, {d}]",
+        f"input k : f32[2, {hk}, {sk}, {d}]",
+        f"input v : f32[2, {hk}, {sk}, {d + 2}]",
+    ]
+    operands = "q, k, v"
+    if mask == "float":
+        lines.append(f"input m : f32[2, 1, {sq}, {sk}]")
+        operands += ", m"
+    elif mask == "bool":
+        lines.append(f"input m : i1[2, 1, 1, {sk}]")
+        operands += ", m"
+    lines.append(f"output y = attention({operands}, causal={'true' if causal else 'false'})")
+    return "\n".join(lines) + "\n"
+
+
+def _inputs(case: str) -> list[np.ndarray]:
+    module = parse_source(_source(case), "att.graph", ".graph")
+    arrays = random_inputs(module, seed=7)
+    if CASES[case][6] == "bool":  # keep the first key of each row: no row fully masked
+        arrays[3][..., 0] = True
+    return arrays
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_reference_matches_pytorch_sdpa(case: str) -> None:
+    torch = pytest.importorskip("torch")
+    h, hk, sq, sk, _, causal, mask = CASES[case]
+    module = parse_source(_source(case), "att.graph", ".graph")
+    arrays = _inputs(case)
+    (want,) = reference(module, *arrays)
+    q, k, v = (torch.from_numpy(a.astype(np.float64)) for a in arrays[:3])
+    k, v = k.repeat_interleave(h // hk, dim=1), v.repeat_interleave(h // hk, dim=1)
+    bias = torch.zeros(sq, sk, dtype=torch.float64)
+    if causal:  # the last sq of sk positions: bottom-right
+        later = torch.arange(sk)[None, :] > torch.arange(sq)[:, None] + (sk - sq)
+        bias = bias.masked_fill(later, float("-inf"))
+    if mask == "float":
+        bias = bias + torch.from_numpy(arrays[3].astype(np.float64))
+    elif mask == "bool":
+        bias = bias.masked_fill(~torch.from_numpy(arrays[3]), float("-inf"))
+    got = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    np.testing.assert_allclose(want, got.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "case", ["mha", "mha-causal", "gqa-causal", "mqa", "additive-mask", "padding-mask"]
+)
+def test_reference_matches_onnx_attention(case: str) -> None:
+    """onnx's reference Attention (opset 23) on the same arrays (its causal mask is
+    top-left without a cache: the cases compared have Sq = Sk where causal)."""
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    module = parse_source(_source(case), "att.graph", ".graph")
+    arrays = _inputs(case)
+    (want,) = reference(module, *arrays)
+    names = ["q", "k", "v", "m"][: len(arrays)]
+    node = helper.make_node("Attention", names, ["y"], is_causal=int(CASES[case][5]))
+    types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.bool_): TensorProto.BOOL}
+    graph = helper.make_graph(
+        [node], "att",
+        [helper.make_tensor_value_info(n, types[a.dtype], a.shape) for n, a in zip(names, arrays, strict=True)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    (got,) = ReferenceEvaluator(model).run(None, dict(zip(names, arrays, strict=True)))
+    np.testing.assert_allclose(want, got, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize(
+    ("spec", "backend"),
+    [("default-cpu", "cpu"), ("baseline-cpu", "cpu"), ("decompose-composites,default-cpu", "cpu"),
+     ("default-cuda", "cuda-sim"), ("default-cuda", "cuda-host")],
+)  # fmt: skip
+def test_every_backend_matches_the_reference(case: str, spec: str, backend: str) -> None:
+    module = parse_source(_source(case), "att.graph", ".graph")
+    arrays = _inputs(case)
+    (want,) = reference(module, *arrays)
+    (got,) = irkit.compile(module, spec, backend=backend)(*arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    if CASES[case][6] != "bool":
+        checks, _ = check(irkit.compile(module, spec, backend=backend), module, seed=3)
+        assert all(c.passed for c in checks), [c.describe() for c in checks]
+
+
+@pytest.mark.parametrize(
+    ("operands", "message"),
+    [
+        ("q : f32[1, 3, 4, 8]\ninput k : f32[1, 2, 4, 8]\ninput v : f32[1, 2, 4, 8]", "multiple"),
+        ("q : f32[1, 2, 4, 8]\ninput k : f32[1, 2, 4, 6]\ninput v : f32[1, 2, 4, 8]", "head dims"),
+        ("q : f32[1, 2, 4, 8]\ninput k : f32[1, 2, 5, 8]\ninput v : f32[1, 2, 4, 8]", "lengths"),
+        ("q : f32[2, 4, 8]\ninput k : f32[2, 4, 8]\ninput v : f32[2, 4, 8]", "head dim]"),
+    ],
+)
+def test_bad_shapes_are_one_line_errors(operands: str, message: str) -> None:
+    source = f"model bad\ninput {operands}\noutput y = attention(q, k, v)\n"
+    with pytest.raises(IrkitError, match=message) as info:
+        parse_source(source, "bad.graph", ".graph")
+    assert "bad.graph:" in str(info.value) and "\n" not in str(info.value)
