@@ -132,3 +132,36 @@ def test_bad_shapes_are_one_line_errors(operands: str, message: str) -> None:
     with pytest.raises(IrkitError, match=message) as info:
         parse_source(source, "bad.graph", ".graph")
     assert "bad.graph:" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_boolean_mask_written_with_minus_infinity_is_recognized() -> None:
+    """where(keep, scores, -inf) before the softmax becomes attention's boolean mask, and
+    the transpose the pass adds cancels the one that made the transposed keys; the values
+    are the chain's."""
+    from xdsl.dialects.builtin import TensorType
+
+    from irkit.dialects import graph as g
+    from irkit.dtypes import dense_attr
+    from irkit.pipelines import apply_passes, parse_passes
+
+    source = (
+        "model where_mask\ninput q : f32[1, 2, 5, 8]\ninput k : f32[1, 2, 5, 8]\n"
+        "input v : f32[1, 2, 5, 8]\ninput keep : i1[1, 1, 1, 5]\n"
+        "s = batch_matmul(q, transpose(k, perm=[0, 1, 3, 2])) * 0.25\n"
+        "output y = batch_matmul(softmax(where(keep, s, -12345.0), axis=3), v)\n"
+    )
+    module = parse_source(source, "w.graph", ".graph")
+    (where,) = [op for op in module.walk() if isinstance(op, g.WhereOp)]
+    const = where.rhs.owner
+    assert isinstance(const, g.ConstantOp)
+    t = const.results[0].type
+    assert isinstance(t, TensorType)
+    const.properties["value"] = dense_attr(t, np.array(-np.inf))
+    arrays = random_inputs(module, seed=2)
+    arrays[3][..., 0] = True
+    (want,) = reference(module, *arrays)
+    found = apply_passes(module.clone(), parse_passes("recognize-attention,fold-transposes"))
+    ops = [op.name for op in found.walk() if op.name.startswith("graph.")]
+    assert ops == ["graph.attention"], ops
+    (got,) = irkit.compile(found, "default-cpu", backend="cpu")(*arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

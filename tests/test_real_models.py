@@ -106,3 +106,34 @@ def test_symbolic_batch_and_sequence_are_bound_with_dims(name: str, tmp_path: Pa
     (expected,) = rm.onnxruntime_session(path, 1).run(None, inputs)
     (got,) = irkit.compile(module, backend="cpu")(*inputs.values())
     assert float(np.linalg.norm(got - expected) / np.linalg.norm(expected)) <= 1e-4
+
+
+ATTENTION = {"bert": 4, "gpt2": 4, "llama": 4, "vit": 4, "swin": 5, "whisper_encoder": 4,
+             "wav2vec2": 4, "mistral": 4, "albert": 4, "mobilevit": 9}  # fmt: skip
+"""Attention layers per model, as built: every family's exported attention recognized."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(ATTENTION))
+def test_exported_attention_is_recognized_and_still_matches(name: str, tmp_path: Path) -> None:
+    """recognize-attention finds every layer's attention chain as torch.onnx writes it
+    (BERT's and ViT's, GPT-2's and Llama's with their causal masks built from the attention
+    mask, Llama's and Mistral's grouped heads broadcast, Swin's windows, the audio
+    encoders'), no softmax left over, and the model still matches onnxruntime."""
+    import numpy as np
+
+    import irkit
+    from irkit.dialects import graph as g
+    from irkit.pipelines import apply_passes, parse_passes
+
+    path, inputs = _exported(name, tmp_path)
+    module = irkit.load(str(path))
+    found = apply_passes(module.clone(), parse_passes("canonicalize,cse,recognize-attention"))
+    ops = list(found.walk())
+    assert sum(isinstance(op, g.AttentionOp) for op in ops) == ATTENTION[name]
+    assert not any(isinstance(op, g.SoftmaxOp) for op in ops)
+    (expected,) = rm.onnxruntime_session(path, 1).run(None, inputs)
+    exe = irkit.compile(module, "canonicalize,cse,recognize-attention,default-cpu", backend="cpu")
+    (got,) = exe(*inputs.values())
+    rel = float(np.linalg.norm(got.astype(np.float64) - expected) / np.linalg.norm(expected))
+    assert rel <= 1e-4, rel

@@ -156,6 +156,12 @@ def _reassociate_reductions() -> type[ModulePass]:
     return ReassociateReductionsPass
 
 
+def _recognize_attention() -> type[ModulePass]:
+    from irkit.passes.recognize_attention import RecognizeAttentionPass
+
+    return RecognizeAttentionPass
+
+
 def _share_buffers() -> type[ModulePass]:
     from irkit.passes.share_buffers import ShareBuffersPass
 
@@ -195,6 +201,7 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "block-reductions": _block_reductions,
     "reassociate-reductions": _reassociate_reductions,
     "share-buffers": _share_buffers,
+    "recognize-attention": _recognize_attention,
 }
 
 
