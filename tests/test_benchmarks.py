@@ -213,6 +213,58 @@ def test_compile_speed_records_chains_and_examples_cold_and_warm(tmp_path: Path)
 
 
 @pytest.mark.slow
+def test_compile_speed_times_exported_models_cold_and_their_cuda_c(tmp_path: Path) -> None:
+    """--real-models DIR: each model's cold default-cpu compile and its CUDA C, with the two
+    targets judged; a model made with onnx.helper stands in for an export."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])],
+        [onnx.numpy_helper.from_array(np.ones((8, 3), np.float32), "w")],
+    )
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+        tmp_path / "tiny.onnx",
+    )
+    out = tmp_path / "c.jsonl"
+    r = subprocess.run(
+        [sys.executable, "benchmarks/compile_speed.py", "--real-models", str(tmp_path), "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert set(rec["models"]) == {"tiny"}
+    assert rec["models"]["tiny"]["cold_s"] > 0 and rec["models"]["tiny"]["cuda_c_s"] > 0
+    assert [t["met"] for t in rec["targets"]] == [True, True]
+
+
+@pytest.mark.slow
+def test_attention_benchmark_checks_and_times_three_sides(tmp_path: Path) -> None:
+    """benchmarks/attention.py at a small S: irkit, onnxruntime and PyTorch's SDPA on each
+    case (full, causal, grouped-query), checked before timed, with irkit's memory."""
+    pytest.importorskip("torch")
+    pytest.importorskip("onnxruntime")
+    out = tmp_path / "a.jsonl"
+    r = subprocess.run(
+        [sys.executable, "benchmarks/attention.py", "--seq", "32", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    header, *records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert header["benchmark"] == "attention" and header["fingerprint"]["isa"]
+    assert [(x["kv_heads"], x["causal"]) for x in records] == [(8, False), (8, True), (2, True)]
+    for x in records:
+        assert x["irkit_ms_1t"] > 0 and x["irkit_bound_bytes"] > 0
+        assert x["speed_ci_torch_1t"][0] <= x["speed_vs_torch_1t"] <= x["speed_ci_torch_1t"][1]
+        assert x["speed_ci_1t"][0] <= x["speed_vs_ort_1t"] <= x["speed_ci_1t"][1]
+
+
+@pytest.mark.slow
 def test_gpu_acceptance_keeps_going_past_failing_steps(tmp_path: Path) -> None:
     """Without a GPU every device step fails, and the script still runs each, logs each,
     and ends by naming the failed ones (its exit status is their number)."""
