@@ -12,8 +12,9 @@ same inputs: irkit (default-cpu on the export), onnxruntime (the export) and PyT
 Timing is `real_models.py`'s protocol: interleaved rounds, the order rotating, ratio = peer
 time / irkit time (> 1: irkit faster) with a 95% bootstrap interval; one thread confines
 the process to one CPU. Memory: the bytes one bound irkit program holds (inputs, outputs
-and every intermediate buffer, `bound_bytes`), against S: with the S x S scores in memory
-it grows as S^2, a fused attention's as S.
+and every intermediate buffer, each twice: the driver's arena and the per-kernel timing
+plan's buffers; `bound_bytes`), against S: with the S x S scores in memory it grows as
+S^2, a fused attention's as S.
 """
 
 from __future__ import annotations
