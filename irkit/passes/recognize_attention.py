@@ -15,7 +15,10 @@ probabilities to their own type (torch's softmax writes two), and replaces it wi
 `graph.attention(q, transpose(kT), v[, m], scale=c)`; the transpose it adds composes with
 the one that made kT (`fold-transposes`). The scores and probabilities must have no other
 reader (a model returning its attention weights keeps its chain). Only rank-4 operands:
-the heads already split.
+the heads already split. Keys and values repeated for grouped query heads (transformers'
+`repeat_kv`: a reshape, a broadcast and a reshape) are taken at their own heads, the
+repetitions erased where nothing else reads them: Llama's, Qwen2's and Mistral's attention
+reads its 2 key/value heads, not 4 copies.
 
 Optional. It changes no value beyond rounding: a division by c becomes a multiplication by
 1/c, and the lowering (or a fused attention pass) computes the same chain. Without a fused
@@ -142,20 +145,80 @@ class RecognizeAttention(RewritePattern):
         scores = (batch, heads, sq, sk)
         if found.mask is not None and not _broadcasts(shape_of(found.mask), scores):
             return
-        k = g.TransposeOp.create_inferred([kt], {"perm": g.int_array([0, 1, 3, 2])})
-        operands = [q, k.results[0], v] + ([found.mask] if found.mask is not None else [])
+        grouped = _grouped(kt, v)
+        new: list[Operation] = []
+        if grouped is not None:
+            k_value, v = grouped
+        else:
+            k = g.TransposeOp.create_inferred([kt], {"perm": g.int_array([0, 1, 3, 2])})
+            new.append(k)
+            k_value = k.results[0]
+        operands = [q, k_value, v] + ([found.mask] if found.mask is not None else [])
         props = {
             "scale": FloatAttr(found.scale, Float64Type()),
             "causal": BoolAttr.from_bool(False),
         }
         attention = g.AttentionOp.create_inferred(operands, props)
-        for new in (k, attention):
-            new.location = op.location
-        rewriter.insert(k)
-        rewriter.insert(attention)
+        new.append(attention)
+        for made in new:
+            made.location = op.location
+            rewriter.insert(made)
+        repeated = [op.operands[1]]
         rewriter.replace(op, [], [attention.results[0]])
         for dead in [*chain, soft, *found.chain]:  # nothing else read them (`_only_use`)
             rewriter.erase(dead)
+        if grouped is not None:  # the repetitions of k and v, where nothing else reads them
+            _erase_unused(rewriter, [kt, *repeated])
+
+
+def _kv_heads(value: SSAValue) -> SSAValue | None:
+    """The [B, Hk, S, D] tensor that `value` ([B, H, S, D]) repeats for grouped query heads,
+    as transformers' repeat_kv exports it: reshape(broadcast_to(reshape(x, [B, Hk, 1, S, D]),
+    [B, Hk, G, S, D]), [B, H, S, D]); None where it is not such a repetition."""
+    outer = value.owner
+    if not isinstance(outer, g.ReshapeOp):
+        return None
+    wide = outer.input.owner
+    if not isinstance(wide, g.BroadcastToOp):
+        return None
+    inner = wide.input.owner
+    if not isinstance(inner, g.ReshapeOp):
+        return None
+    x = inner.input
+    b, hk, s, d = shape_of(x) if len(shape_of(x)) == 4 else (0, 0, 0, 0)
+    group = shape_of(value)[1] // hk if hk else 0
+    ok = (
+        shape_of(inner.results[0]) == (b, hk, 1, s, d)
+        and shape_of(wide.results[0]) == (b, hk, group, s, d)
+        and shape_of(value) == (b, hk * group, s, d)
+    )
+    return x if ok else None
+
+
+def _grouped(kt: SSAValue, v: SSAValue) -> tuple[SSAValue, SSAValue] | None:
+    """k and v at their own (fewer) heads where both were repeated for the query heads by
+    the same group: attention reads the cache at Hk heads, not H."""
+    t = kt.owner
+    if not isinstance(t, g.TransposeOp) or list(g.ints(t.properties, "perm")) != [0, 1, 3, 2]:
+        return None
+    k0, v0 = _kv_heads(t.input), _kv_heads(v)
+    if k0 is None or v0 is None or shape_of(k0)[1] != shape_of(v0)[1]:
+        return None
+    return k0, v0
+
+
+def _erase_unused(rewriter: PatternRewriter, values: list[SSAValue]) -> None:
+    """The ops that computed `values`, and theirs, where nothing reads them any more."""
+    stack = [v.owner for v in values]
+    while stack:
+        op = stack.pop()
+        if not isinstance(op, g.GraphOp) or isinstance(op, g.ConstantOp):
+            continue
+        if any(r.uses for r in op.results) or op.parent_block() is None:
+            continue
+        inputs = list(op.operands)
+        rewriter.erase(op)
+        stack += [v.owner for v in inputs]
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
