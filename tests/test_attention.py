@@ -105,6 +105,7 @@ def test_reference_matches_onnx_attention(case: str) -> None:
 @pytest.mark.parametrize(
     ("spec", "backend"),
     [("default-cpu", "cpu"), ("baseline-cpu", "cpu"), ("decompose-composites,default-cpu", "cpu"),
+     ("cpu-fuse-attention,default-cpu", "cpu"), ("cpu-fuse-attention,lower-graph-to-loops", "cpu"),
      ("default-cuda", "cuda-sim"), ("default-cuda", "cuda-host")],
 )  # fmt: skip
 def test_every_backend_matches_the_reference(case: str, spec: str, backend: str) -> None:
@@ -165,3 +166,28 @@ def test_a_boolean_mask_written_with_minus_infinity_is_recognized() -> None:
     assert ops == ["graph.attention"], ops
     (got,) = irkit.compile(found, "default-cpu", backend="cpu")(*arrays)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_attention_stores_nothing_of_size_s_squared() -> None:
+    """cpu-fuse-attention: one kernel, its scratch a block of scores and a row of the
+    accumulator on the stack; the driver holds no buffer but the output (default-cpu
+    without it keeps the S x S scores and probabilities)."""
+    from xdsl.dialects import memref
+
+    from irkit.pipelines import apply_passes, parse_passes
+
+    module = parse_source(_source("gqa-causal"), "att.graph", ".graph")
+    fused = apply_passes(module.clone(), parse_passes("cpu-fuse-attention,default-cpu"))
+    plain = apply_passes(module.clone(), parse_passes("default-cpu"))
+    kernels = [op for op in fused.ops if "irkit.kernel" in op.attributes]
+    assert len(kernels) == 1
+    stack = [
+        op.memref.type.get_shape() for op in kernels[0].walk() if isinstance(op, memref.AllocaOp)
+    ]
+    assert sorted(stack) == [(10,), (18,)]  # the block's scores (S = 10 < 64), a row of v's width
+    driver_allocs = lambda m: [  # noqa: E731
+        op.memref.type for f in m.ops if "irkit.kernel" not in f.attributes
+        for op in f.walk() if isinstance(op, memref.AllocOp)
+    ]  # fmt: skip
+    assert driver_allocs(fused) == []
+    assert driver_allocs(plain)  # the decomposed chain's intermediates

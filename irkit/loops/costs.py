@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from xdsl.dialects import arith, func, scf, vector
 from xdsl.dialects.builtin import MemRefType, VectorType
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.traits import SymbolTable
 
 from irkit.dtypes import numpy_dtype
@@ -51,12 +51,51 @@ def static_trips(lb: SSAValue, ub: SSAValue, step: SSAValue) -> int:
     return max(0, math.ceil((hi - lo) / st))
 
 
+def _upper(value: SSAValue) -> int | None:
+    """A static upper bound of an index value, or None: constants, min with a bounded side,
+    sums, differences (of the non-negative indices loops compute: at most the minuend) and
+    loop induction variables (below their loop's bound)."""
+    c = constant_int(value)
+    if c is not None:
+        return c
+    op = value.owner
+    if isinstance(op, arith.MinSIOp | arith.MinUIOp):
+        sides = [b for b in (_upper(v) for v in op.operands) if b is not None]
+        return min(sides) if sides else None
+    if isinstance(op, arith.AddiOp):
+        a, b = (_upper(v) for v in op.operands)
+        return None if a is None or b is None else a + b
+    if isinstance(op, arith.SubiOp):
+        return _upper(op.lhs)
+    if isinstance(value, BlockArgument):
+        loop = value.owner.parent_op()
+        if isinstance(loop, scf.ForOp) and value is loop.body.block.args[0]:
+            hi = _upper(loop.ub)
+            return None if hi is None else hi - 1
+        if isinstance(loop, scf.ParallelOp) and value.index < len(loop.upperBound):
+            hi = _upper(loop.upperBound[value.index])
+            return None if hi is None else hi - 1
+    return None
+
+
+def _trips(lb: SSAValue, ub: SSAValue, step: SSAValue) -> int:
+    """Static trips, or for a bound known only at run time, at most (`_upper`): a causal
+    attention's loops over the keys a query may see count every key."""
+    try:
+        return static_trips(lb, ub, step)
+    except ValueError:
+        lo, hi, st = constant_int(lb), _upper(ub), constant_int(step)
+        if lo is None or hi is None or st is None or st <= 0:
+            raise
+        return max(0, math.ceil((hi - lo) / st))
+
+
 def _trip_count(op: Operation) -> int:
     if isinstance(op, scf.ForOp):
-        return static_trips(op.lb, op.ub, op.step)
+        return _trips(op.lb, op.ub, op.step)
     if isinstance(op, scf.ParallelOp):
         bounds = zip(op.lowerBound, op.upperBound, op.step, strict=True)
-        return math.prod(static_trips(lb, ub, st) for lb, ub, st in bounds)
+        return math.prod(_trips(lb, ub, st) for lb, ub, st in bounds)
     return 1
 
 

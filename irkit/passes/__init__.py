@@ -156,6 +156,12 @@ def _reassociate_reductions() -> type[ModulePass]:
     return ReassociateReductionsPass
 
 
+def _cpu_fuse_attention() -> type[ModulePass]:
+    from irkit.passes.cpu_fuse_attention import CpuFuseAttentionPass
+
+    return CpuFuseAttentionPass
+
+
 def _recognize_attention() -> type[ModulePass]:
     from irkit.passes.recognize_attention import RecognizeAttentionPass
 
@@ -202,6 +208,7 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "reassociate-reductions": _reassociate_reductions,
     "share-buffers": _share_buffers,
     "recognize-attention": _recognize_attention,
+    "cpu-fuse-attention": _cpu_fuse_attention,
 }
 
 

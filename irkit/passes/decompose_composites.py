@@ -116,6 +116,8 @@ class DecomposeAttentionPattern(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.AttentionOp, rewriter: PatternRewriter) -> None:
+        if "irkit.fused" in op.attributes:  # the lowering's fused loops take it
+            return
         b = _Emitter(rewriter, op)
         q, k, v = op.operands[:3]
         _, heads, sq, _ = shape_of(q)

@@ -35,6 +35,7 @@ from irkit.dialects import graph as g
 from irkit.dtypes import dense_array
 from irkit.passes import emit_exact as exact
 from irkit.passes import emit_windows as windows
+from irkit.passes.emit_attention import emit_fused_attention
 from irkit.passes.loop_builder import LoopBuilder, compute_type
 
 Index = list[SSAValue]
@@ -181,6 +182,9 @@ class KernelEmitter:
         for value in materialized:
             buffer = self.buffers[value]
             op = value.owner
+            if isinstance(op, g.AttentionOp):  # left to the lowering by `_decompose_attention`
+                emit_fused_attention(self, op, buffer)
+                continue
             if type(op) in FINE_NESTS:
                 self._emit_fine(op, buffer)  # type: ignore[arg-type]
                 continue

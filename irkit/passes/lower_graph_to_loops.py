@@ -60,6 +60,7 @@ from irkit.loops import (
     SCRATCH_ATTR,
 )
 from irkit.passes.decompose_composites import DecomposeAttentionPattern, decompose
+from irkit.passes.emit_attention import FUSED_ATTR
 from irkit.passes.kernel_emitter import KernelEmitter, materialized_values
 from irkit.passes.loop_builder import LoopBuilder, compute_type, free_after_last_use
 
@@ -346,11 +347,13 @@ def _driver_function(fn: func.FuncOp, block: Block, in_attrs: list[DictionaryAtt
 
 
 def _decompose_attention(fn: func.FuncOp) -> None:
-    """Attention left for the lowering (no fused-attention pass took it) becomes its
+    """Attention left for the lowering (not marked by `cpu-fuse-attention`) becomes its
     primitives in the graph function, before kernels form: its causal mask is a constant
     the driver passes in, which a kernel cannot make for itself. Constants a decomposition
     leaves inside a fused kernel's region move out in front of it."""
-    if not any(isinstance(op, g.AttentionOp) for op in fn.walk()):
+    if not any(
+        isinstance(op, g.AttentionOp) and FUSED_ATTR not in op.attributes for op in fn.walk()
+    ):
         return
     PatternRewriteWalker(DecomposeAttentionPattern(), apply_recursively=False).rewrite_region(
         fn.body
