@@ -44,6 +44,7 @@ from xdsl.pattern_rewriter import (
 
 from irkit.dialects import graph as g
 from irkit.ir import element_type_of, shape_of
+from irkit.passes.emit_attention import FUSED_ATTR
 
 
 class _Emitter:
@@ -116,7 +117,7 @@ class DecomposeAttentionPattern(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.AttentionOp, rewriter: PatternRewriter) -> None:
-        if "irkit.fused" in op.attributes:  # the lowering's fused loops take it
+        if FUSED_ATTR in op.attributes:  # the lowering's fused loops take it
             return
         b = _Emitter(rewriter, op)
         q, k, v = op.operands[:3]

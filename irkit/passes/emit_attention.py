@@ -32,6 +32,7 @@ from xdsl.dialects import math as xmath
 from xdsl.ir import Attribute, SSAValue
 
 from irkit.dialects import graph as g
+from irkit.ir import shape_of
 from irkit.passes.loop_builder import compute_type
 
 if TYPE_CHECKING:
@@ -43,10 +44,6 @@ BLOCK = 64
 FUSED_ATTR = "irkit.fused"
 """On a `graph.attention`: lower it by these loops (`cpu-fuse-attention` sets it), not as
 its decomposition."""
-
-
-def _shape(value: SSAValue) -> tuple[int, ...]:
-    return tuple(value.type.get_shape())  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -70,11 +67,11 @@ class _Row:
         em, b_, ct = self.em, self.em.b, self.ct
         q, k, v = self.op.operands[:3]
         mask = self.op.operands[3] if len(self.op.operands) == 4 else None
-        dim, dv = _shape(q)[3], _shape(v)[3]
+        dim, dv = shape_of(q)[3], shape_of(v)[3]
         zero, neg_inf = b_.float(0.0, ct), b_.float(-math.inf, ct)
         m, running = carried
         left = b_.add(arith.SubiOp(_index(b_, limit), j0))
-        width = b_.add(arith.MinSIOp(b_.index(_shape(self.scores)[0]), left))
+        width = b_.add(arith.MinSIOp(b_.index(shape_of(self.scores)[0]), left))
 
         def score(c: SSAValue, best: list[SSAValue]) -> list[SSAValue]:
             j = b_.iadd(j0, c)
@@ -87,7 +84,7 @@ class _Row:
             (s,) = b_.for_range(0, dim, 1, [zero], dot)
             s = em.fop(arith.MulfOp, s, b_.float(g.float_of(self.op.properties, "scale"), ct))
             if mask is not None:
-                s = _masked(em, mask, s, [self.b, self.h, self.i, j], neg_inf)
+                s = _masked(em, self.op, s, [self.b, self.h, self.i, j], neg_inf)
             b_.store(s, self.scores, [c])
             return [em.fop(arith.MaximumfOp, best[0], s)]
 
@@ -136,9 +133,9 @@ class _Row:
 def emit_fused_attention(em: KernelEmitter, op: g.AttentionOp, out: SSAValue) -> None:
     """Store `op`'s result in `out` by the loops of the module docstring."""
     q, k, v = op.operands[:3]
-    batch, heads, sq, _ = _shape(q)
-    kv_heads, sk = _shape(k)[1], _shape(k)[2]
-    dv = _shape(v)[3]
+    batch, heads, sq, _ = shape_of(q)
+    kv_heads, sk = shape_of(k)[1], shape_of(k)[2]
+    dv = shape_of(v)[3]
     group = heads // kv_heads
     ct = compute_type(g.element_type_of(q))
     b_ = em.b
@@ -171,14 +168,11 @@ def _index(b_, value: SSAValue | int) -> SSAValue:
 
 
 def _masked(
-    em: KernelEmitter, mask: SSAValue, s: SSAValue, idx: list[SSAValue], neg_inf: SSAValue
+    em: KernelEmitter, op: g.AttentionOp, s: SSAValue, idx: list[SSAValue], neg_inf: SSAValue
 ) -> SSAValue:
-    """The score `s` under the mask's element broadcast to [b, h, i, j]: plus it (float),
+    """The score `s` under the mask (operand 3) broadcast to [b, h, i, j]: plus it (float),
     or -inf where it is false (boolean)."""
-    shape = _shape(mask)
-    tail = idx[len(idx) - len(shape) :]
-    at = [em.b.index(0) if d == 1 else x for d, x in zip(shape, tail, strict=True)]
-    value = em.value_at(mask, at)
-    if g.kind_of(g.element_type_of(mask)) == g.BOOL:
+    value = em.operand_at(op, 3, idx)
+    if g.kind_of(g.element_type_of(op.operands[3])) == g.BOOL:
         return em.select(value, s, neg_inf)
     return em.fop(arith.AddfOp, s, value)

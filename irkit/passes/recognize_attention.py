@@ -44,12 +44,9 @@ from xdsl.pattern_rewriter import (
 )
 
 from irkit.dialects import graph as g
+from irkit.dialects import shapes
 from irkit.dtypes import dense_array
 from irkit.ir import holds, shape_of
-
-
-def _only_use(value: SSAValue) -> bool:
-    return value.has_one_use()
 
 
 def _scalar(value: SSAValue) -> float | None:
@@ -76,7 +73,7 @@ class _Match:
 def _scores(value: SSAValue) -> _Match | None:
     """`batch_matmul(q, kT)`, scaled or not: the softmax's input before any mask."""
     op = value.owner
-    if isinstance(op, g.MulOp | g.DivOp) and _only_use(value):
+    if isinstance(op, g.MulOp | g.DivOp) and value.has_one_use():
         a, b = op.operands
         for s, c in ((a, b), (b, a)) if isinstance(op, g.MulOp) else ((a, b),):
             factor = _scalar(c)
@@ -88,7 +85,7 @@ def _scores(value: SSAValue) -> _Match | None:
                 inner.chain.insert(0, op)
                 return inner
         return None
-    if isinstance(op, g.BatchMatmulOp) and _only_use(value):
+    if isinstance(op, g.BatchMatmulOp) and value.has_one_use():
         q, kt = op.operands
         if len(shape_of(q)) == 4 and len(shape_of(kt)) == 4:
             return _Match(q, kt, 1.0, None, [op])
@@ -99,7 +96,7 @@ def _masked(value: SSAValue) -> _Match | None:
     """The softmax's input: scores plus an additive mask (either order) or kept where a
     boolean mask holds (else -inf), or the scores alone."""
     op = value.owner
-    if isinstance(op, g.AddOp) and _only_use(value):
+    if isinstance(op, g.AddOp) and value.has_one_use():
         for s, m in ((op.lhs, op.rhs), (op.rhs, op.lhs)):
             found = _scores(s)
             if found is not None and g.kind_of(g.element_type_of(m)) == g.FLOAT:
@@ -107,7 +104,7 @@ def _masked(value: SSAValue) -> _Match | None:
                 found.chain.insert(0, op)
                 return found
         return None
-    if isinstance(op, g.WhereOp) and _only_use(value):
+    if isinstance(op, g.WhereOp) and value.has_one_use():
         neg = _scalar(op.rhs)
         found = _scores(op.lhs)
         if found is not None and neg is not None and neg == -math.inf:
@@ -126,11 +123,11 @@ class RecognizeAttention(RewritePattern):
         p, v = op.operands
         soft = p.owner
         chain: list[Operation] = []
-        while isinstance(soft, g.CastOp) and soft.input.type == p.type and _only_use(p):
+        while isinstance(soft, g.CastOp) and soft.input.type == p.type and p.has_one_use():
             chain.append(soft)  # torch's softmax casts to its own type: identities
             p = soft.input
             soft = p.owner
-        if not isinstance(soft, g.SoftmaxOp) or not _only_use(p) or len(shape_of(v)) != 4:
+        if not isinstance(soft, g.SoftmaxOp) or not p.has_one_use() or len(shape_of(v)) != 4:
             return
         if g.int_of(soft.properties, "axis") % 4 != 3:
             return
@@ -165,7 +162,7 @@ class RecognizeAttention(RewritePattern):
             rewriter.insert(made)
         repeated = [op.operands[1]]
         rewriter.replace(op, [], [attention.results[0]])
-        for dead in [*chain, soft, *found.chain]:  # nothing else read them (`_only_use`)
+        for dead in [*chain, soft, *found.chain]:  # nothing else read them (`has_one_use`)
             rewriter.erase(dead)
         if grouped is not None:  # the repetitions of k and v, where nothing else reads them
             _erase_unused(rewriter, [kt, *repeated])
@@ -222,9 +219,11 @@ def _erase_unused(rewriter: PatternRewriter, values: list[SSAValue]) -> None:
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    if len(shape) > len(target):
+    """Whether `shape` broadcasts to `target` (the rule `graph.attention` checks its mask by)."""
+    try:
+        return shapes.broadcast_shapes(shape, target) == target
+    except shapes.ShapeError:
         return False
-    return all(a in (1, b) for a, b in zip(reversed(shape), reversed(target), strict=False))
 
 
 @dataclass(frozen=True)

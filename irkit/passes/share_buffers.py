@@ -80,9 +80,12 @@ def _users(value: SSAValue) -> list[Operation] | None:
     return found
 
 
-def _shareable(driver: func.FuncOp) -> list[_Buffer]:
+def _shareable(driver: func.FuncOp, module: ModuleOp) -> list[_Buffer]:
+    """The driver's allocations that may share memory, each with its life: used only as
+    kernel arguments, copy operands or through views, and by no once-per-bind kernel."""
     block = driver.body.block
     position = {op: i for i, op in enumerate(block.ops)}
+    once = set(once_calls(module, driver))
     found: list[_Buffer] = []
     for op in block.ops:
         if not isinstance(op, memref.AllocOp):
@@ -92,35 +95,13 @@ def _shareable(driver: func.FuncOp) -> list[_Buffer]:
             continue
         if not isinstance(t.layout, NoneAttr) or op.dynamic_sizes or op.symbol_operands:
             continue
-        users = _users(op.memref)
-        if not users:
-            continue
-        if any(u.parent_block() is not block for u in users):
+        users = _users(op.memref)  # the ops reading or writing it, through its views too
+        if not users or any(u in once or u.parent_block() is not block for u in users):
             continue
         found.append(
             _Buffer(op, max(1, buffer_bytes(t)), position[op], max(position[u] for u in users))
         )
     return found
-
-
-def _views_bound_once(
-    buffers: list[_Buffer], module: ModuleOp, driver: func.FuncOp
-) -> list[_Buffer]:
-    """`buffers` less those a once-per-bind kernel reads or writes (directly or by a view)."""
-    once = {v for call in once_calls(module, driver) for v in call.operands}
-    kept = []
-    for b in buffers:
-        values: set[SSAValue] = {b.alloc.memref}
-        stack: list[SSAValue] = [b.alloc.memref]
-        while stack:
-            v = stack.pop()
-            for use in v.uses:
-                if isinstance(use.operation, VIEW_OPS):
-                    values.add(use.operation.results[0])
-                    stack.append(use.operation.results[0])
-        if not values & once:
-            kept.append(b)
-    return kept
 
 
 def place(buffers: list[_Buffer]) -> int:
@@ -144,7 +125,7 @@ def place(buffers: list[_Buffer]) -> int:
 
 def share_buffers(driver: func.FuncOp, module: ModuleOp, min_buffers: int = 2) -> int:
     """Rewrite `driver`'s shareable allocations as views of one arena; the bytes saved."""
-    buffers = _views_bound_once(_shareable(driver), module, driver)
+    buffers = _shareable(driver, module)
     if len(buffers) < min_buffers:
         return 0
     total = place(buffers)
