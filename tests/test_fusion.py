@@ -120,25 +120,33 @@ def test_split_concat_is_exact_and_reads_one_input_an_element(case: str) -> None
         assert a.tobytes() == b.tobytes()
 
 
+TRANSCENDENTALS = ("math.exp", "math.erf", "math.tanh", "math.log")
+"""What exp, sigmoid, GELU, tanh, erf and log lower to: the ops `keep-transcendentals` stores
+rather than computes twice (abs or sqrt, a few cycles, are recomputed where that saves a
+store and a load)."""
+
+
 def _transcendentals_executed(module) -> int:
-    """Executions of math ops (exp, erf, tanh, log, sqrt...) over a lowered module's kernels."""
+    """Executions of `TRANSCENDENTALS` over a lowered module's kernels."""
     from irkit.loops.costs import _executed
 
     kernels_ = [
         op for op in module.ops if isinstance(op, func.FuncOp) and "irkit.kernel" in op.attributes
     ]
-    return sum(_executed(k, lambda o: int(o.name.startswith("math."))) for k in kernels_)
+    return sum(_executed(k, lambda o: int(o.name in TRANSCENDENTALS)) for k in kernels_)
 
 
 @st.composite
 def _phased_models(draw) -> str:
-    """A transcendental value read in several phases of one fused kernel: by reductions over
+    """An expression holding a transcendental (as exporters write GELU: arithmetic around
+    the erf, so the value read is not the transcendental op itself) read in several phases
+    of one fused kernel: by reductions over
     random axes (some reduced again, or normalised), their results broadcast back onto it,
     the way norms, softmaxes, squeeze-excites and ConvNeXt v2's GRN read their input."""
     rank = draw(st.integers(2, 4))
     shape = draw(st.lists(st.integers(1, 7), min_size=rank, max_size=rank))
     unary = draw(st.sampled_from(["exp", "tanh", "erf", "sigmoid", "gelu"]))
-    lines = [f"input x : f32[{', '.join(map(str, shape))}]", f"t = {unary}(x * 0.5)"]
+    lines = [f"input x : f32[{', '.join(map(str, shape))}]", f"t = {unary}(x * 0.5) * 1.5"]
     terms = ["t"]
     for i in range(draw(st.integers(1, 3))):
         axes = draw(st.sets(st.integers(0, rank - 1), min_size=1, max_size=rank))
@@ -155,12 +163,12 @@ def _phased_models(draw) -> str:
     return "model phased\n" + "\n".join(lines) + "\n"
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(st.one_of(graph_sources(), _phased_models()))
 def test_fusion_never_computes_a_transcendental_more_often(source: str) -> None:
     """The fusion cost model as a property, over the fuzzer's models and models that read a
     transcendental in several phases: fused kernels (with the CPU's keep-transcendentals)
-    execute no more exp, erf, tanh, log or sqrt than the same model with one kernel per op.
+    execute no more exp, erf, tanh or log than the same model with one kernel per op.
     Fusion may recompute cheap arithmetic where that saves a round trip through memory; an
     expensive value a kernel needs in two places it stores
     (`kernel_emitter.materialized_values`)."""
