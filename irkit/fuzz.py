@@ -210,13 +210,24 @@ def _step(draw, m: _Model) -> None:
 def _attention_step(draw, m: _Model, name: str, shape: list[int], dtype: str) -> None:
     """`name` as the queries [B, H, S, D] (a rank-3 value as one batch), keys and values
     new inputs with H or a divisor of it heads (grouped-query attention), causal where
-    every query keeps a key."""
+    every query keeps a key; or the chain exporters write (batch matmuls around a scaled,
+    masked softmax) on `name`'s own rank, which `recognize-attention` makes the op."""
     q4 = shape if len(shape) == 4 else [1, *shape]
     batch, heads, length, dim = q4
     kv_heads = draw(st.sampled_from([h for h in range(1, heads + 1) if heads % h == 0]))
     keys = draw(st.sampled_from([s for s in (length, *SIZES) if s >= 1]))
     kv = [batch, kv_heads, keys, dim]
     if not m.fits(kv) or not m.fits([batch, heads, length, keys]):
+        return
+    if draw(st.booleans()):  # as exporters write it, for recognize-attention to find
+        kv = [*shape[:-2], keys, dim]
+        k, v = m.input(kv, dtype), m.input(kv, dtype)
+        perm = [*range(len(shape) - 2), len(shape) - 1, len(shape) - 2]
+        scale = draw(st.sampled_from(("* 0.125", "/ 8.0", "")))
+        scores = m.line(f"batch_matmul({name}, transpose({k}, perm={fmt(perm)})) {scale}".strip())
+        if draw(st.booleans()):  # an additive mask over the keys
+            scores = m.line(f"{scores} + {m.input([keys], dtype)}")
+        m.define(f"batch_matmul(softmax({scores}, axis=-1), {v})", shape, dtype)
         return
     k, v = m.input(kv, dtype), m.input(kv, dtype)
     causal = str(draw(st.booleans()) and keys >= length).lower()

@@ -58,6 +58,10 @@ GRAPH_OPTIMIZATIONS = (
 )
 """The optional graph-level passes both default pipelines start with, in order."""
 
+CPU_ATTENTION = ("recognize-attention", "cpu-fuse-attention")
+"""Where `default-cpu` differs at the graph level: attention chains become one op (after the
+cleanup, before transposes fold into the matmuls they would match), lowered fused."""
+
 CPU_GRAPH_OPTIONS = {
     "conv-to-matmul": "conv-to-matmul{implicit=true}",
     "fuse-kernels": "fuse-kernels{concat-transposes=false}",
@@ -76,7 +80,9 @@ PIPELINES: dict[str, Pipeline] = {
     "default-cpu": Pipeline(
         "default-cpu",
         (
-            *(CPU_GRAPH_OPTIONS.get(p, p) for p in GRAPH_OPTIMIZATIONS),
+            *(CPU_GRAPH_OPTIONS.get(p, p) for p in GRAPH_OPTIMIZATIONS[:2]),
+            *CPU_ATTENTION,
+            *(CPU_GRAPH_OPTIONS.get(p, p) for p in GRAPH_OPTIMIZATIONS[2:]),
             "lower-graph-to-loops{keep-transcendentals=true}",
             "reshape-views",
             "pad-leading-dims",
@@ -98,6 +104,7 @@ PIPELINES: dict[str, Pipeline] = {
         frozenset(
             {
                 *GRAPH_OPTIMIZATIONS,
+                *CPU_ATTENTION,
                 "reshape-views",
                 "pad-leading-dims",
                 "cpu-tile-matmul",
@@ -114,7 +121,7 @@ PIPELINES: dict[str, Pipeline] = {
                 "share-buffers",
             }
         ),
-        "the optimized CPU pipeline: graph cleanup, NHWC convolutions as implicit-GEMM "
+        "the optimized CPU pipeline: graph cleanup, attention recognized and fused (online softmax in register tiles), NHWC convolutions as implicit-GEMM "
         "matmuls (the patches read in place from the padded input), "
         "transpose and constant folding, fusion into kernel regions, loops, reshapes as views, padded row "
         "strides of intermediates, register-blocked vector matmuls, transposes in register "
@@ -135,6 +142,7 @@ PIPELINES: dict[str, Pipeline] = {
         frozenset(
             {
                 *GRAPH_OPTIMIZATIONS,
+                *CPU_ATTENTION,
                 "reshape-views",
                 "pad-leading-dims",
                 "gpu-tile-matmul",

@@ -4,14 +4,24 @@ reference Attention (opset 23), its shape rules, and every backend against the r
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 import irkit
 from irkit.errors import IrkitError
 from irkit.frontend import parse_source
+from irkit.pipelines import PIPELINES
 from irkit.runtime.check import check
 from irkit.runtime.reference import random_inputs, reference
+
+UNFUSED = ",".join(
+    p
+    for p in PIPELINES["default-cpu"].passes
+    if p not in ("recognize-attention", "cpu-fuse-attention")
+)
+"""default-cpu as it was before attention was fused: the op decomposed by the lowering."""
 
 # (heads, kv heads, query length, key length, head dim, causal, mask): multi-head,
 # grouped-query (8:2), multi-query, a decode step (one query against a cache), masks
@@ -105,7 +115,9 @@ def test_reference_matches_onnx_attention(case: str) -> None:
 @pytest.mark.parametrize(
     ("spec", "backend"),
     [("default-cpu", "cpu"), ("baseline-cpu", "cpu"), ("decompose-composites,default-cpu", "cpu"),
-     ("cpu-fuse-attention,default-cpu", "cpu"), ("cpu-fuse-attention,lower-graph-to-loops", "cpu"),
+     ("cpu-fuse-attention{tiles=false},default-cpu", "cpu"),
+     ("cpu-fuse-attention{vector-bits=256 row-vectors=1 block=5},default-cpu", "cpu"),
+     ("cpu-fuse-attention,lower-graph-to-loops", "cpu"), (UNFUSED, "cpu"),
      ("default-cuda", "cuda-sim"), ("default-cuda", "cuda-host")],
 )  # fmt: skip
 def test_every_backend_matches_the_reference(case: str, spec: str, backend: str) -> None:
@@ -168,26 +180,32 @@ def test_a_boolean_mask_written_with_minus_infinity_is_recognized() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_fused_attention_stores_nothing_of_size_s_squared() -> None:
-    """cpu-fuse-attention: one kernel, its scratch a block of scores and a row of the
-    accumulator on the stack; the driver holds no buffer but the output (default-cpu
-    without it keeps the S x S scores and probabilities)."""
+@pytest.mark.parametrize("tiles", ["true", "false"])
+def test_fused_attention_stores_nothing_of_size_s_squared(tiles: str) -> None:
+    """cpu-fuse-attention: one kernel, whose buffers (the packed keys and values, a band's
+    queries, scores and accumulator; or a row's) grow with S at most linearly, where
+    default-cpu without it keeps the S x S scores and probabilities in the driver."""
     from xdsl.dialects import memref
 
     from irkit.pipelines import apply_passes, parse_passes
 
-    module = parse_source(_source("gqa-causal"), "att.graph", ".graph")
-    fused = apply_passes(module.clone(), parse_passes("cpu-fuse-attention,default-cpu"))
-    plain = apply_passes(module.clone(), parse_passes("default-cpu"))
-    kernels = [op for op in fused.ops if "irkit.kernel" in op.attributes]
-    assert len(kernels) == 1
-    stack = [
-        op.memref.type.get_shape() for op in kernels[0].walk() if isinstance(op, memref.AllocaOp)
-    ]
-    assert sorted(stack) == [(10,), (18,)]  # the block's scores (S = 10 < 64), a row of v's width
-    driver_allocs = lambda m: [  # noqa: E731
-        op.memref.type for f in m.ops if "irkit.kernel" not in f.attributes
-        for op in f.walk() if isinstance(op, memref.AllocOp)
-    ]  # fmt: skip
-    assert driver_allocs(fused) == []
-    assert driver_allocs(plain)  # the decomposed chain's intermediates
+    def buffers(seq: int, spec: str) -> tuple[list[int], list[int]]:
+        source = (
+            f"model att\ninput q : f32[1, 2, {seq}, 8]\ninput k : f32[1, 2, {seq}, 8]\n"
+            f"input v : f32[1, 2, {seq}, 8]\noutput y = attention(q, k, v, causal=true)\n"
+        )
+        module = apply_passes(parse_source(source, "att.graph", ".graph"), parse_passes(spec))
+        sizes: tuple[list[int], list[int]] = ([], [])
+        for fn in module.ops:
+            kernel = "irkit.kernel" in fn.attributes
+            for op in fn.walk():
+                if isinstance(op, memref.AllocOp | memref.AllocaOp):
+                    sizes[0 if kernel else 1].append(math.prod(op.memref.type.get_shape()))
+        return sizes
+
+    spec = f"cpu-fuse-attention{{tiles={tiles}}},default-cpu"
+    (small, driver), (large, _) = buffers(100, spec), buffers(200, spec)
+    assert driver == [] and small and max(small) < 100 * 100
+    assert max(large) <= 2 * max(small)  # linear in S (the packed keys and values)
+    _, plain = buffers(100, UNFUSED)
+    assert max(plain) >= 2 * 100 * 100  # the decomposed chain's scores, per head

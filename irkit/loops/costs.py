@@ -65,8 +65,14 @@ def _upper(value: SSAValue) -> int | None:
     if isinstance(op, arith.AddiOp):
         a, b = (_upper(v) for v in op.operands)
         return None if a is None or b is None else a + b
+    if isinstance(op, arith.MaxSIOp | arith.MaxUIOp):
+        a, b = (_upper(v) for v in op.operands)
+        return None if a is None or b is None else max(a, b)
     if isinstance(op, arith.SubiOp):
         return _upper(op.lhs)
+    if isinstance(op, arith.DivUIOp | arith.FloorDivSIOp):
+        a, d = _upper(op.lhs), constant_int(op.rhs)
+        return None if a is None or not d or d < 0 else a // d
     if isinstance(value, BlockArgument):
         loop = value.owner.parent_op()
         if isinstance(loop, scf.ForOp) and value is loop.body.block.args[0]:
@@ -79,12 +85,13 @@ def _upper(value: SSAValue) -> int | None:
 
 
 def _trips(lb: SSAValue, ub: SSAValue, step: SSAValue) -> int:
-    """Static trips, or for a bound known only at run time, at most (`_upper`): a causal
+    """Static trips, or for a bound known only at run time, at most (`_upper`, a lower bound
+    known only at run time taken as 0: the loops' indices are never negative): a causal
     attention's loops over the keys a query may see count every key."""
     try:
         return static_trips(lb, ub, step)
     except ValueError:
-        lo, hi, st = constant_int(lb), _upper(ub), constant_int(step)
+        lo, hi, st = constant_int(lb) or 0, _upper(ub), constant_int(step)
         if lo is None or hi is None or st is None or st <= 0:
             raise
         return max(0, math.ceil((hi - lo) / st))

@@ -2,14 +2,27 @@
 
 Without it, the lowering decomposes attention into a batch matmul, the scale and masks, a
 softmax and a batch matmul, with the S x S scores and probabilities in memory between them.
-With it, the op is marked (`irkit.fused`) and `lower-graph-to-loops` emits the loops of
-`irkit/passes/emit_attention.py`: each query row's keys in blocks with an online softmax
-(a running maximum and sum, the accumulator rescaled), causal keys past the query's own
-never visited, nothing of size S x S stored. Its stack buffers make it CPU-only (the GPU
-path has its own mapping to come).
+With it, the op is marked (`irkit.fused`, with the register tile) and `lower-graph-to-loops`
+emits the loops of `irkit/passes/emit_attention.py`: per head, K and V packed once; per
+band of query rows (the vector lanes), the keys in blocks with an online softmax (a running
+maximum and sum, the accumulator rescaled), the scores and the accumulator in vector
+registers, every softmax statistic a vertical vector op; causal keys past the band's last
+query never visited, the causal diagonal masked only in the blocks that cross it; nothing
+of size S x S stored. f16/bf16 attention (or tiles=false) takes the same algorithm one query
+row at a time. Its loops and buffers make it CPU-only (the GPU path has its own mapping).
+
+Options:
+
+    tiles=true      register tiles (false: one query row at a time, the keys' dot products
+                    along the head dimension)
+    vector-bits=0   vector register width: 512, 256 or 128; 0 (auto): the host's widest
+                    (IRKIT_VECTOR_BITS=256 narrows an AVX-512 host's)
+    row-vectors=0   vectors of query rows a band (its rows: this x the lanes); 0 (auto): 4
+                    with 32 vector registers, 2 with 16; never more than Sq needs
+    block=32        keys a block (rounded up to the microkernel's keys)
 
 Optional: the same values up to the order of the f32 sums (the softmax's denominator
-accumulated block by block). No options.
+accumulated block by block, the dot products d by d).
 """
 
 from __future__ import annotations
@@ -17,10 +30,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, UnitAttr
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, i64
 from xdsl.passes import ModulePass
 
 from irkit.dialects import graph as g
+from irkit.errors import require
+from irkit.host import vector_bits as host_vector_bits
+from irkit.host import vector_registers as host_vector_registers
 from irkit.passes.emit_attention import FUSED_ATTR
 
 
@@ -31,7 +47,39 @@ class CpuFuseAttentionPass(ModulePass):
     name = "cpu-fuse-attention"
     is_optimization = True
 
+    tiles: bool = True
+    vector_bits: int = 0
+    row_vectors: int = 0
+    block: int = 32
+
+    def check_options(self) -> None:
+        require(
+            self.vector_bits in (0, 128, 256, 512),
+            "vector-bits",
+            self.vector_bits,
+            "must be 128, 256 or 512 (or 0: the host's)",
+        )
+        require(
+            0 <= self.row_vectors <= 8,
+            "row-vectors",
+            self.row_vectors,
+            "must be from 1 to 8 (or 0: 4 with 32 vector registers, 2 with 16)",
+        )
+        require(1 <= self.block <= 1024, "block", self.block, "must be from 1 to 1024")
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        self.check_options()
+        bits = self.vector_bits or host_vector_bits()
+        registers = host_vector_registers() if bits >= 256 else 16
+        row_vectors = self.row_vectors or (4 if registers >= 32 else 2)
+        tile = DictionaryAttr(
+            {
+                "vector-bits": IntegerAttr(bits, i64),
+                "row-vectors": IntegerAttr(row_vectors, i64),
+                "block": IntegerAttr(self.block, i64),
+                "registers": IntegerAttr(registers, i64),
+            }
+        )
         for inner in op.walk():
             if isinstance(inner, g.AttentionOp):
-                inner.attributes[FUSED_ATTR] = UnitAttr()
+                inner.attributes[FUSED_ATTR] = tile if self.tiles else DictionaryAttr({})

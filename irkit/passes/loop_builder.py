@@ -217,6 +217,15 @@ class LoopBuilder:
         self.block = outer
         return self.add(scf.IfOp(cond, [result_type], regions[0], regions[1]))
 
+    def when(self, cond: SSAValue, then: Callable[[], object]) -> None:
+        """`scf.if` with no results and no else: `then` runs where `cond` holds."""
+        outer = self.block
+        self.block = Block()
+        then()
+        self.block.add_op(scf.YieldOp())
+        inner, self.block = self.block, outer
+        outer.add_op(scf.IfOp(cond, [], Region(inner)))
+
 
 class FunctionConstants:
     """The constants at the top of a function's body, for a pass that rewrites an existing

@@ -14,8 +14,9 @@ either side, the mask as an addend or as `where(mask, scores, -inf)`, casts of t
 probabilities to their own type (torch's softmax writes two), and replaces it with
 `graph.attention(q, transpose(kT), v[, m], scale=c)`; the transpose it adds composes with
 the one that made kT (`fold-transposes`). The scores and probabilities must have no other
-reader (a model returning its attention weights keeps its chain). Only rank-4 operands:
-the heads already split. Keys and values repeated for grouped query heads (transformers'
+reader (a model returning its attention weights keeps its chain). Rank-4 operands (the
+heads split), or rank 3 ([B, S, D]: heads folded into the batch, as older exporters and
+hand-written blocks write it; taken as one head, reshaped in and out). Keys and values repeated for grouped query heads (transformers'
 `repeat_kv`: a reshape, a broadcast and a reshape) are taken at their own heads, the
 repetitions erased where nothing else reads them: Llama's, Qwen2's and Mistral's attention
 reads its 2 key/value heads, not 4 copies.
@@ -23,7 +24,7 @@ reads its 2 key/value heads, not 4 copies.
 Optional. It changes no value beyond rounding: a division by c becomes a multiplication by
 1/c, and the lowering (or a fused attention pass) computes the same chain. Without a fused
 attention pass to take them, the ops it makes are decomposed again by the lowering, one
-kernel per op: not in the default pipelines until the fused pass is. No options.
+kernel per op. In `default-cpu`, followed by `cpu-fuse-attention`. No options.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def _scores(value: SSAValue) -> _Match | None:
         return None
     if isinstance(op, g.BatchMatmulOp) and value.has_one_use():
         q, kt = op.operands
-        if len(shape_of(q)) == 4 and len(shape_of(kt)) == 4:
+        if len(shape_of(q)) == len(shape_of(kt)) in (3, 4):
             return _Match(q, kt, 1.0, None, [op])
     return None
 
@@ -127,45 +128,64 @@ class RecognizeAttention(RewritePattern):
             chain.append(soft)  # torch's softmax casts to its own type: identities
             p = soft.input
             soft = p.owner
-        if not isinstance(soft, g.SoftmaxOp) or not p.has_one_use() or len(shape_of(v)) != 4:
+        if not isinstance(soft, g.SoftmaxOp) or not p.has_one_use():
             return
-        if g.int_of(soft.properties, "axis") % 4 != 3:
+        rank = len(shape_of(v))
+        if rank not in (3, 4) or g.int_of(soft.properties, "axis") % rank != rank - 1:
             return
         found = _masked(soft.input)
-        if found is None:
+        if found is None or len(shape_of(found.q)) != rank:
             return
         q, kt = found.q, found.kt
-        batch, heads, sq, _ = shape_of(q)
-        sk = shape_of(kt)[3]
-        if shape_of(kt)[:2] != (batch, heads) or shape_of(v)[:3] != (batch, heads, sk):
+        batch, sq, sk = shape_of(q)[0], shape_of(q)[-2], shape_of(kt)[-1]
+        lead = shape_of(q)[:-2]
+        if shape_of(kt)[:-2] != lead or shape_of(v)[:-1] != (*lead, sk):
             return  # broadcast batch matmuls: not attention's shapes
-        scores = (batch, heads, sq, sk)
-        if found.mask is not None and not _broadcasts(shape_of(found.mask), scores):
+        if found.mask is not None and not _broadcasts(shape_of(found.mask), (*lead, sq, sk)):
             return
-        grouped = _grouped(kt, v)
         new: list[Operation] = []
+
+        def made(o: Operation) -> SSAValue:
+            new.append(o)
+            return o.results[0]
+
+        grouped = _grouped(kt, v) if rank == 4 else None
         if grouped is not None:
             k_value, v = grouped
-        else:
-            k = g.TransposeOp.create_inferred([kt], {"perm": g.int_array([0, 1, 3, 2])})
-            new.append(k)
-            k_value = k.results[0]
-        operands = [q, k_value, v] + ([found.mask] if found.mask is not None else [])
+        elif rank == 4:
+            k_value = made(g.TransposeOp.create_inferred([kt], {"perm": g.int_array([0, 1, 3, 2])}))
+        else:  # [B, S, D] (heads folded into the batch, or one head): a head axis of 1
+            t = kt.owner
+            if isinstance(t, g.TransposeOp) and list(g.ints(t.properties, "perm")) == [0, 2, 1]:
+                k3 = t.input
+            else:
+                k3 = made(g.TransposeOp.create_inferred([kt], {"perm": g.int_array([0, 2, 1])}))
+            q = made(g.ReshapeOp.build_to(q, [batch, 1, sq, shape_of(q)[2]]))
+            k_value = made(g.ReshapeOp.build_to(k3, [batch, 1, sk, shape_of(k3)[2]]))
+            v = made(g.ReshapeOp.build_to(v, [batch, 1, sk, shape_of(v)[2]]))
+        mask = found.mask
+        if mask is not None and rank == 3:  # [.., S, Sk] to [b, 1, s, k]
+            m = (1,) * (3 - len(shape_of(mask))) + shape_of(mask)
+            mask = made(g.ReshapeOp.build_to(mask, [m[0], 1, m[1], m[2]]))
+        operands = [q, k_value, v] + ([mask] if mask is not None else [])
         props = {
             "scale": FloatAttr(found.scale, Float64Type()),
             "causal": BoolAttr.from_bool(False),
         }
-        attention = g.AttentionOp.create_inferred(operands, props)
-        new.append(attention)
-        for made in new:
-            made.location = op.location
-            rewriter.insert(made)
+        result = made(g.AttentionOp.create_inferred(operands, props))
+        if rank == 3:
+            result = made(g.ReshapeOp.build_to(result, [batch, sq, shape_of(v)[3]]))
+        for o in new:
+            o.location = op.location
+            rewriter.insert(o)
         repeated = [op.operands[1]]
-        rewriter.replace(op, [], [attention.results[0]])
+        rewriter.replace(op, [], [result])
         for dead in [*chain, soft, *found.chain]:  # nothing else read them (`has_one_use`)
             rewriter.erase(dead)
         if grouped is not None:  # the repetitions of k and v, where nothing else reads them
             _erase_unused(rewriter, [kt, *repeated])
+        elif rank == 3:  # the transpose that made kT, where nothing else reads it
+            _erase_unused(rewriter, [kt])
 
 
 def _kv_heads(value: SSAValue) -> SSAValue | None:
