@@ -180,6 +180,67 @@ def test_a_boolean_mask_written_with_minus_infinity_is_recognized() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("sq", "mask", "causal", "kept"),
+    [
+        (6, "causal", True, False),  # torch's is_causal: 0 and -inf, made causal, mask dropped
+        (6, "causal+bias", True, True),  # a bias below the diagonal too: causal, mask kept
+        (4, "causal", True, False),  # a query block after a cache: bottom-right
+        (6, "other", False, True),  # -inf elsewhere: an ordinary mask
+    ],
+)
+def test_a_constant_causal_mask_makes_the_op_causal(
+    sq: int, mask: str, causal: bool, kept: bool, tmp_path
+) -> None:
+    """recognize-attention on an ONNX chain whose mask is a constant [Sq, Sk] initializer
+    (as torch.onnx writes `is_causal`): where it hides every key after the query's own, the
+    op is causal (the fused lowering skips that half), the mask kept only where it holds
+    more; the values are the chain's either way."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from irkit.dialects import graph as g
+    from irkit.frontend import load
+    from irkit.pipelines import apply_passes, parse_passes
+
+    sk = 6
+    i, j = np.indices((sq, sk))
+    later = j > i + sk - sq
+    values = np.where(later, -np.inf, 0.0)
+    if mask == "causal+bias":
+        values = np.where(later, values, 0.5 * (i - j))
+    elif mask == "other":
+        values = np.where(j == (i + 1) % sk, -np.inf, 0.0)
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Mul", ["s", "scale"], ["ss"]),
+        helper.make_node("Add", ["m", "ss"], ["sm"]),
+        helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["y"]),
+    ]
+    shapes = {"q": [1, 2, sq, 8], "k": [1, 2, sk, 8], "v": [1, 2, sk, 8]}
+    graph = helper.make_graph(
+        nodes, "masked",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, sq, 8])],
+        initializer=[numpy_helper.from_array(values.astype(np.float32), "m"),
+                     numpy_helper.from_array(np.array(0.25, np.float32), "scale")],
+    )  # fmt: skip
+    path = tmp_path / "masked.onnx"
+    path.write_bytes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    )
+    module = load(path)
+    arrays = random_inputs(module, seed=4)
+    (want,) = reference(module, *arrays)
+    found = apply_passes(module.clone(), parse_passes("recognize-attention"))
+    (att,) = [op for op in found.walk() if isinstance(op, g.AttentionOp)]
+    assert g.bool_of(att.properties, "causal") == causal
+    assert (len(att.operands) == 4) == kept
+    (got,) = irkit.compile(found, "default-cpu", backend="cpu")(*arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("tiles", ["true", "false"])
 def test_fused_attention_stores_nothing_of_size_s_squared(tiles: str) -> None:
     """cpu-fuse-attention: one kernel, whose buffers (the packed keys and values, a band's

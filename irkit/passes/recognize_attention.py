@@ -13,7 +13,10 @@ This pass matches that chain, every operand order of the commutative ops, a scal
 either side, the mask as an addend or as `where(mask, scores, -inf)`, casts of the
 probabilities to their own type (torch's softmax writes two), and replaces it with
 `graph.attention(q, transpose(kT), v[, m], scale=c)`; the transpose it adds composes with
-the one that made kT (`fold-transposes`). The scores and probabilities must have no other
+the one that made kT (`fold-transposes`). A constant mask that hides every key after the
+query's own (torch's `is_causal` exports a [S, S] constant of 0 and -inf) makes the op
+causal, the mask dropped where it held nothing else: a fused attention then skips the
+hidden half instead of reading a mask. The scores and probabilities must have no other
 reader (a model returning its attention weights keeps its chain). Rank-4 operands (the
 heads split), or rank 3 ([B, S, D]: heads folded into the batch, as older exporters and
 hand-written blocks write it; taken as one head, reshaped in and out). Keys and values repeated for grouped query heads (transformers'
@@ -164,13 +167,16 @@ class RecognizeAttention(RewritePattern):
             k_value = made(g.ReshapeOp.build_to(k3, [batch, 1, sk, shape_of(k3)[2]]))
             v = made(g.ReshapeOp.build_to(v, [batch, 1, sk, shape_of(v)[2]]))
         mask = found.mask
+        causal, keep = _causal(mask, sq, sk) if mask is not None else (False, True)
+        if not keep:
+            mask = None
         if mask is not None and rank == 3:  # [.., S, Sk] to [b, 1, s, k]
             m = (1,) * (3 - len(shape_of(mask))) + shape_of(mask)
             mask = made(g.ReshapeOp.build_to(mask, [m[0], 1, m[1], m[2]]))
         operands = [q, k_value, v] + ([mask] if mask is not None else [])
         props = {
             "scale": FloatAttr(found.scale, Float64Type()),
-            "causal": BoolAttr.from_bool(False),
+            "causal": BoolAttr.from_bool(causal),
         }
         result = made(g.AttentionOp.create_inferred(operands, props))
         if rank == 3:
@@ -182,6 +188,8 @@ class RecognizeAttention(RewritePattern):
         rewriter.replace(op, [], [result])
         for dead in [*chain, soft, *found.chain]:  # nothing else read them (`has_one_use`)
             rewriter.erase(dead)
+        if found.mask is not None and not found.mask.uses:  # the causal mask it became
+            rewriter.erase(found.mask.owner)
         if grouped is not None:  # the repetitions of k and v, where nothing else reads them
             _erase_unused(rewriter, [kt, *repeated])
         elif rank == 3:  # the transpose that made kT, where nothing else reads it
@@ -236,6 +244,31 @@ def _erase_unused(rewriter: PatternRewriter, values: list[SSAValue]) -> None:
         inputs = list(op.operands)
         rewriter.erase(op)
         stack += [v.owner for v in inputs]
+
+
+def _causal(mask: SSAValue, sq: int, sk: int) -> tuple[bool, bool]:
+    """(causal, keep the mask) for a constant mask that hides every key after a query's own
+    (bottom-right: key j from query i where j > i + Sk - Sq), as exporters write a causal
+    attention (torch's `is_causal`: a [S, S] constant of 0 and -inf): causal, and the mask
+    kept only where it holds something else (other keys hidden, a bias). A mask known only
+    at run time, or not causal: (False, True)."""
+    op = mask.owner
+    if not isinstance(op, g.ConstantOp) or len(shape_of(mask)) < 2 or sq > sk:
+        return False, True
+    values = dense_array(op.value).reshape(shape_of(mask))
+    i, j = np.indices((sq, sk))
+    later = j > i + (sk - sq)
+    try:
+        values = np.broadcast_to(values, (*values.shape[:-2], sq, sk))
+    except ValueError:
+        return False, True
+    if values.dtype == np.bool_:  # where(mask, scores, -inf): hidden where False
+        hidden, neutral = ~values, values
+    else:
+        hidden, neutral = values == -np.inf, values == 0
+    if not later.any() or not bool(np.all(hidden[..., later])):
+        return False, True
+    return True, not bool(np.all(neutral[..., ~later]))
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
