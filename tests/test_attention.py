@@ -132,6 +132,45 @@ def test_every_backend_matches_the_reference(case: str, spec: str, backend: str)
 
 
 @pytest.mark.parametrize(
+    ("heads", "kv_heads", "sq", "sk", "causal", "mask"),
+    [(8, 2, 1, 37, False, None), (8, 2, 3, 50, True, None), (4, 4, 1, 70, False, "float"),
+     (4, 1, 2, 33, True, "bool"), (2, 2, 1, 5, True, None)],
+)  # fmt: skip
+@pytest.mark.parametrize("bits", [512, 256, 128])
+def test_decode_steps_take_the_keys_along_the_lanes(
+    heads: int, kv_heads: int, sq: int, sk: int, causal: bool, mask: str | None, bits: int
+) -> None:
+    """A few query rows against a longer cache (Sq < lanes / 4): cpu-fuse-attention's
+    decode form (`emit_decode`: the keys along the lanes, their dot products added across
+    by shuffles, K and V read in place, a group's query heads sharing them) at each vector
+    width, against the reference."""
+    lines = [
+        "model decode",
+        f"input q : f32[2, {heads}, {sq}, 16]",
+        f"input k : f32[2, {kv_heads}, {sk}, 16]",
+        f"input v : f32[2, {kv_heads}, {sk}, 32]",
+    ]
+    operands = "q, k, v"
+    if mask is not None:
+        lines.append(f"input m : {'f32' if mask == 'float' else 'i1'}[2, 1, {sq}, {sk}]")
+        operands += ", m"
+    lines.append(f"output y = attention({operands}, causal={str(causal).lower()})")
+    module = parse_source("\n".join(lines) + "\n", "decode.graph", ".graph")
+    arrays = random_inputs(module, seed=5)
+    if mask == "bool":
+        arrays[3][..., 0] = True
+    (want,) = reference(module, *arrays)
+    spec = f"cpu-fuse-attention{{vector-bits={bits}}},default-cpu"
+    if 4 * sq < bits // 32:
+        from irkit.pipelines import apply_passes, parse_passes
+
+        lowered = apply_passes(module.clone(), parse_passes(spec))
+        assert "vector.shuffle" in str(lowered)
+    (got,) = irkit.compile(module, spec, backend="cpu")(*arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize(
     ("operands", "message"),
     [
         ("q : f32[1, 3, 4, 8]\ninput k : f32[1, 2, 4, 8]\ninput v : f32[1, 2, 4, 8]", "multiple"),

@@ -3,13 +3,20 @@
 Without it, the lowering decomposes attention into a batch matmul, the scale and masks, a
 softmax and a batch matmul, with the S x S scores and probabilities in memory between them.
 With it, the op is marked (`irkit.fused`, with the register tile) and `lower-graph-to-loops`
-emits the loops of `irkit/passes/emit_attention.py`: per head, K and V packed once; per
-band of query rows (the vector lanes), the keys in blocks with an online softmax (a running
-maximum and sum, the accumulator rescaled), the scores and the accumulator in vector
-registers, every softmax statistic a vertical vector op; causal keys past the band's last
-query never visited, the causal diagonal masked only in the blocks that cross it; nothing
-of size S x S stored. f16/bf16 attention (or tiles=false) takes the same algorithm one query
-row at a time. Its loops and buffers make it CPU-only (the GPU path has its own mapping).
+emits one kernel by `irkit/passes/emit_attention.py`, in one of three forms:
+
+- prefill (Sq >= lanes / 4, f32/f64): per head, K and V packed once; per band of query
+  rows (the vector lanes), the keys in blocks with an online softmax (a running maximum and
+  sum, the accumulator rescaled), the scores and the accumulator in vector registers, every
+  softmax statistic a vertical vector op; causal keys past the band's last query never
+  visited, the causal diagonal masked only in the blocks that cross it;
+- decode (fewer query rows, K and V buffers with whole vectors of features;
+  `emit_decode.py`): the keys along the lanes, read in place, their dot products added
+  across by shuffles, a grouped-query head's rows sharing each block of K and V;
+- otherwise (f16/bf16, or tiles=false) the same algorithm one query row at a time.
+
+Nothing of size S x S is stored. Its loops and buffers make it CPU-only (the GPU path has
+its own mapping).
 
 Options:
 

@@ -137,10 +137,12 @@ def emit_fused_attention(em: KernelEmitter, op: g.AttentionOp, out: SSAValue) ->
     """Store `op`'s result in `out`: by register tiles where the mark names a vector width
     and the types allow (`_Tiles`), else one query row at a time (the loops of the module
     docstring)."""
-    tiles = _Tiles.of(em, op, out)
-    if tiles is not None:
-        tiles.emit()
-        return
+    from irkit.passes.emit_decode import Decode  # it reads this module's helpers
+
+    for form in (_Tiles.of(em, op, out), Decode.of(em, op, out)):
+        if form is not None:
+            form.emit()
+            return
     q, k, v = op.operands[:3]
     batch, heads, sq, _ = shape_of(q)
     kv_heads, sk = shape_of(k)[1], shape_of(k)[2]
