@@ -137,13 +137,22 @@ def test_every_backend_matches_the_reference(case: str, spec: str, backend: str)
      (4, 1, 2, 33, True, "bool"), (2, 2, 1, 5, True, None)],
 )  # fmt: skip
 @pytest.mark.parametrize("bits", [512, 256, 128])
+@pytest.mark.parametrize("cache", [False, True])
 def test_decode_steps_take_the_keys_along_the_lanes(
-    heads: int, kv_heads: int, sq: int, sk: int, causal: bool, mask: str | None, bits: int
+    heads: int,
+    kv_heads: int,
+    sq: int,
+    sk: int,
+    causal: bool,
+    mask: str | None,
+    bits: int,
+    cache: bool,
 ) -> None:
     """A few query rows against a longer cache (Sq < lanes / 4): cpu-fuse-attention's
     decode form (`emit_decode`: the keys along the lanes, their dot products added across
     by shuffles, K and V read in place, a group's query heads sharing them) at each vector
-    width, against the reference."""
+    width, against the reference; K and V given whole, or as a cache concatenated with the
+    new positions (computed, as a decode step's are), read part by part."""
     lines = [
         "model decode",
         f"input q : f32[2, {heads}, {sq}, 16]",
@@ -151,6 +160,13 @@ def test_decode_steps_take_the_keys_along_the_lanes(
         f"input v : f32[2, {kv_heads}, {sk}, 32]",
     ]
     operands = "q, k, v"
+    if cache:
+        lines += [
+            f"input nk : f32[2, {kv_heads}, {sq}, 16]",
+            f"input nv : f32[2, {kv_heads}, {sq}, 32]",
+        ]
+        operands = "q, concat(k, nk * 0.5, axis=2), concat(v, nv, axis=2)"
+        sk += sq
     if mask is not None:
         lines.append(f"input m : {'f32' if mask == 'float' else 'i1'}[2, 1, {sq}, {sk}]")
         operands += ", m"
@@ -158,7 +174,7 @@ def test_decode_steps_take_the_keys_along_the_lanes(
     module = parse_source("\n".join(lines) + "\n", "decode.graph", ".graph")
     arrays = random_inputs(module, seed=5)
     if mask == "bool":
-        arrays[3][..., 0] = True
+        arrays[-1][..., 0] = True
     (want,) = reference(module, *arrays)
     spec = f"cpu-fuse-attention{{vector-bits={bits}}},default-cpu"
     if 4 * sq < bits // 32:

@@ -339,8 +339,7 @@ class _Tiles:
         last = self._limit(self._row(i0, b_.index(n - 1)))
 
         def step(j0: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-            for c0 in range(0, block, min(self.columns, block)):
-                self._scores(j0, c0, min(self.columns, block - c0), bufs)
+            _chunks(b_, block, self.columns, lambda c0, n: self._scores(j0, c0, n, bufs))
             if len(self.op.operands) == 4:
                 self._mask(bi, h, i0, j0, block, bufs)
             else:
@@ -349,8 +348,7 @@ class _Tiles:
                     lambda: self._mask(bi, h, i0, j0, block, bufs),
                 )
             self._softmax(block, bufs)
-            for e0 in range(0, dv, self.columns):
-                self._values(j0, e0, min(self.columns, dv - e0), block, bufs)
+            _chunks(b_, dv, self.columns, lambda e0, n: self._values(j0, e0, n, block, bufs))
             return []
 
         b_.for_range(0, last, block, [], step)
@@ -371,11 +369,11 @@ class _Tiles:
         left = b_.add(arith.SubiOp(b_.index(sq), i0))
         _each(b_, b_.add(arith.MinSIOp(left, b_.index(n))), store)
 
-    def _scores(self, j0: SSAValue, c0: int, nc: int, bufs: _TileBuffers) -> None:
+    def _scores(self, j0: SSAValue, c0: SSAValue, nc: int, bufs: _TileBuffers) -> None:
         """st[c0 + c, :] = sum_d kp[j0 + c0 + c, d] * qt[d, :] for c < nc, in registers."""
         b_, vt, rv, lanes = self.em.b, self.vtype, self.row_vectors, self.lanes
         zero = b_.add(vector.BroadcastOp(b_.float(0.0, vt.element_type), vt))
-        keys = [b_.iadd(j0, c0 + c) for c in range(nc)]
+        keys = [b_.iadd(b_.iadd(j0, c0), c) for c in range(nc)]
         cols = [b_.index(x * lanes) for x in range(rv)]
 
         def step(d: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
@@ -389,7 +387,7 @@ class _Tiles:
         accs = b_.for_range(0, shape_of(bufs.qt)[0], 1, [zero] * (nc * rv), step)
         for c in range(nc):
             for x, col in enumerate(cols):
-                b_.add(vector.StoreOp(accs[c * rv + x], bufs.st, [b_.index(c0 + c), col]))
+                b_.add(vector.StoreOp(accs[c * rv + x], bufs.st, [b_.iadd(c0, c), col]))
 
     def _mask(
         self, bi: SSAValue, h: SSAValue, i0: SSAValue, j0: SSAValue, block: int, bufs: _TileBuffers
@@ -455,14 +453,14 @@ class _Tiles:
 
         _each(b_, block, lambda c: _each(b_, n, lambda r: weigh(c, r)))
 
-    def _values(self, j0: SSAValue, e0: int, ne: int, block: int, bufs: _TileBuffers) -> None:
+    def _values(self, j0: SSAValue, e0: SSAValue, ne: int, block: int, bufs: _TileBuffers) -> None:
         """ot[e0 + e, :] = ot[e0 + e, :] * alpha + sum_c vp[j0 + c, e0 + e] * st[c, :] for
         e < ne, in registers."""
         b_, vt, rv, lanes = self.em.b, self.vtype, self.row_vectors, self.lanes
         ct = vt.element_type
         cols = [b_.index(x * lanes) for x in range(rv)]
         alphas = [b_.add(vector.LoadOp(bufs.stats, [b_.index(2), col], vt)) for col in cols]
-        es = [b_.index(e0 + e) for e in range(ne)]
+        es = [b_.iadd(e0, e) for e in range(ne)]
         accs = [
             b_.add(arith.MulfOp(b_.add(vector.LoadOp(bufs.ot, [e, col], vt)), alphas[x]))
             for e in es
@@ -496,6 +494,26 @@ class _TileBuffers:
     stats: SSAValue
     kp: SSAValue
     vp: SSAValue
+
+
+def _chunks(b_, n: int, size: int, body: Callable[[SSAValue, int], object]) -> None:
+    """`body(start, size)` over 0 .. n in chunks of `size`: the whole chunks as a loop (one
+    copy of the microkernel, not n / size), then the rest, if any, once."""
+    whole = n // size * size
+    if whole == size:
+        body(b_.index(0), size)
+    elif whole:
+        _each_step(b_, whole, size, lambda start: body(start, size))
+    if n > whole:
+        body(b_.index(whole), n - whole)
+
+
+def _each_step(b_, n: int, step: int, body: Callable[[SSAValue], object]) -> None:
+    def inner(i: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+        body(i)
+        return []
+
+    b_.for_range(0, n, step, [], inner)
 
 
 def _each(b_, n: SSAValue | int, body: Callable[[SSAValue], object]) -> None:

@@ -17,9 +17,12 @@ read in place:
           o[r, :] = o[r, :] alpha + sum_c p[c] v[b, hk, j0 + c, :]   Dv / LANES registers
       out[b, h_r, i_r, :] = o[r, :] / l[r]
 
-A key's features and a value's row are vector loads from the operands' own buffers (so K
-and V must be buffers, rows contiguous, D and Dv whole vectors; else `emit_attention`'s
-row loops run). Keys past Sk in the last block read key Sk - 1 and weigh 0.
+A key's features and a value's row are vector loads from the operands' own buffers, or
+from the parts of the concat that made them (a decode step's cache and its new position,
+which `fuse-kernels` puts in the attention's kernel): each part's blocks in turn, the
+online softmax carried across (so K and V must be buffers or such concats, rows
+contiguous, D and Dv whole vectors; else `emit_attention`'s row loops run). Keys past a
+part's end in its last block read its last key and weigh 0.
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ class Decode:
     op: g.AttentionOp
     out: SSAValue
     lanes: int
+    keys: list[tuple[SSAValue, int]]
+    """K's buffers along the positions, each with its length: K's own, or the parts of the
+    concat that made it (a cache and the new positions), read in place."""
+    values: list[tuple[SSAValue, int]]
 
     @staticmethod
     def of(em, op: g.AttentionOp, out: SSAValue) -> Decode | None:
@@ -62,11 +69,12 @@ class Decode:
             return None
         lanes = bits.value.data // et.bitwidth
         q, k, v = op.operands[:3]
-        if 4 * shape_of(q)[2] >= lanes or k not in em.buffers or v not in em.buffers:
+        if 4 * shape_of(q)[2] >= lanes or shape_of(k)[3] % lanes or shape_of(v)[3] % lanes:
             return None
-        if shape_of(k)[3] % lanes or shape_of(v)[3] % lanes:
+        keys, values = _parts(em, k), _parts(em, v)
+        if keys is None or values is None or [n for _, n in keys] != [n for _, n in values]:
             return None
-        return Decode(em, op, out, lanes)
+        return Decode(em, op, out, lanes, keys, values)
 
     @property
     def vtype(self) -> VectorType:
@@ -108,11 +116,16 @@ class Decode:
 
             _each(b_, rows, pack)
 
-            def step(j0: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-                _each(b_, rows, lambda r: self._row(bi, hk, r, j0, block, (qp, acc, stats, sc)))
-                return []
+            start = 0
+            for (kbuf, length), (vbuf, _) in zip(self.keys, self.values, strict=True):
 
-            b_.for_range(0, sk, block, [], step)
+                def step(j0, _, start=start, part=(kbuf, vbuf, length)) -> list[SSAValue]:
+                    bufs = (qp, acc, stats, sc)
+                    _each(b_, rows, lambda r: self._row(bi, hk, r, start, j0, block, part, bufs))
+                    return []
+
+                b_.for_range(0, length, block, [], step)
+                start += length
 
             def store(r: SSAValue) -> None:
                 h, i = self._head_row(hk, r)
@@ -139,20 +152,22 @@ class Decode:
         h = b_.iadd(b_.imul(hk, group), b_.add(arith.DivUIOp(r, b_.index(sq))))
         return h, b_.add(arith.RemUIOp(r, b_.index(sq)))
 
-    def _row(self, bi, hk, r, j0, block: int, bufs) -> None:
+    def _row(self, bi, hk, r, start: int, j0, block: int, part, bufs) -> None:
+        """Row r against the block of keys j0 .. of a part of K and V (its keys from
+        `start` on in the whole): scores, the online softmax's update, the values'."""
         qp, acc, stats, sc = bufs
+        kbuf, vbuf, length = part
         em, b_, vt, lanes = self.em, self.em.b, self.vtype, self.lanes
         q, k, v = self.op.operands[:3]
         sq, dim = shape_of(q)[2], shape_of(q)[3]
         sk, dv = shape_of(k)[2], shape_of(v)[3]
         ct = vt.element_type
-        kbuf, vbuf = em.buffers[k], em.buffers[v]
         h, i = self._head_row(hk, r)
-        causal = g.bool_of(self.op.properties, "causal")
-        limit = (
-            b_.add(arith.MinSIOp(b_.iadd(i, sk - sq + 1), b_.index(sk))) if causal else b_.index(sk)
-        )
-        last = b_.index(sk - 1)
+        # the limit in the part's own positions: its keys from there on are hidden from row i
+        limit = b_.index(length)
+        if g.bool_of(self.op.properties, "causal"):
+            limit = b_.add(arith.MinSIOp(b_.iadd(i, sk - sq + 1 - start), limit))
+        last = b_.index(length - 1)
         zero = b_.add(vector.BroadcastOp(b_.float(0.0, ct), vt))
         for c0 in range(0, block, lanes):
             keys = [b_.add(arith.MinSIOp(b_.iadd(j0, c0 + c), last)) for c in range(lanes)]
@@ -174,7 +189,8 @@ class Decode:
                 j = b_.iadd(j0, c)
                 s = b_.load(sc, [c], ct)
                 if has_mask:
-                    s = _masked(em, self.op, s, [bi, h, i, b_.add(arith.MinSIOp(j, last))], neg_inf)
+                    jj = b_.iadd(b_.add(arith.MinSIOp(j, last)), start)
+                    s = _masked(em, self.op, s, [bi, h, i, jj], neg_inf)
                 b_.store(em.select(em.cmpi("slt", j, limit), s, neg_inf), sc, [c])
 
             _each(b_, block, key)
@@ -224,6 +240,19 @@ class Decode:
         accs = b_.for_range(0, block, 1, accs, gather)
         for col, a in zip(cols, accs, strict=True):
             b_.add(vector.StoreOp(a, acc, [r, col]))
+
+
+def _parts(em, value: SSAValue) -> list[tuple[SSAValue, int]] | None:
+    """`value`'s buffers along axis 2 with their lengths: its own, or the parts of the
+    concat (fused into the kernel: `fuse-kernels`) that made it; None where it is computed
+    otherwise."""
+    if value in em.buffers:
+        return [(em.buffers[value], shape_of(value)[2])]
+    op = value.owner
+    if isinstance(op, g.ConcatOp) and g.int_of(op.properties, "axis") % 4 == 2:
+        if all(part in em.buffers for part in op.operands):
+            return [(em.buffers[part], shape_of(part)[2]) for part in op.operands]
+    return None
 
 
 def _add_across(b_: LoopBuilder, parts: list[SSAValue], lanes: int) -> SSAValue:

@@ -13,6 +13,9 @@ group in one kernel, keeping intermediates in registers (or small scratch buffer
 - **implicit im2col into its matmul**: an im2col marked `irkit.implicit`
   (`conv-to-matmul{implicit=true}`) joins the matmul reading it, which the lowering then
   reads in place from the convolution's input (no im2col matrix);
+- **a cache concat into its attention**: keys or values concatenated along the positions
+  (a decode step's cache and its new position) that only a fused attention reads join
+  its kernel alone, which reads the parts in place (`emit_decode`) instead of a copy;
 - **views into a pool**: the reshape, transpose or slice feeding a pooling op, which then
   reads its input through the view (conv_block: the matmul's [pixels, channels] result
   pooled as NHWC with no reshaped copy). Not what follows a pool: computed in the order
@@ -77,6 +80,8 @@ from xdsl.traits import IsTerminator
 
 from irkit.dialects import graph as g
 from irkit.errors import require
+from irkit.ir import shape_of
+from irkit.passes.emit_attention import FUSED_ATTR
 
 
 class Kind(Enum):
@@ -86,6 +91,7 @@ class Kind(Enum):
     CONTRACTION = "contraction"
     POOL = "pool"
     GATHER = "gather"  # an implicit im2col: its matmul reads it in place
+    ATTENTION = "attention"  # fused (cpu-fuse-attention): reads a K/V concat in place
     OPAQUE = "opaque"  # existing kernels, constants, anything unknown: never fused
 
 
@@ -100,9 +106,11 @@ _KINDS: tuple[tuple[type[Operation] | tuple[type[Operation], ...], Kind], ...] =
 
 def kind_of(op: Operation) -> Kind:
     """How fusion treats an op (by its class: `_KIND_OF` remembers each; an im2col by its
-    `irkit.implicit` mark too)."""
+    `irkit.implicit` mark too, an attention by its fused mark)."""
     if isinstance(op, g.Im2colOp) and g.IMPLICIT_ATTR in op.attributes:
         return Kind.GATHER
+    if isinstance(op, g.AttentionOp):
+        return Kind.ATTENTION if FUSED_ATTR in op.attributes else Kind.OPAQUE
     kind = _KIND_OF.get(type(op))
     if kind is None:
         kind = next((k for classes, k in _KINDS if isinstance(op, classes)), Kind.OPAQUE)
@@ -155,6 +163,8 @@ class FuseKernelsPass(ModulePass):
             return self.elementwise
         if producer is Kind.GATHER and consumer is Kind.CONTRACTION:
             return self.implicit_im2col
+        if producer is Kind.MOVEMENT and consumer is Kind.ATTENTION:
+            return self.elementwise  # `_edge_allowed`: a concat of keys or values only
         return False
 
 
@@ -211,6 +221,11 @@ class _Fuser:
                 isinstance(o, g.ReshapeOp) and not self.options.movement_epilogues
             ):
                 continue
+            # a concat of keys or values that only attention reads joins the attention's
+            # kernel alone (read in place from its parts: a decode step's cache and new
+            # position), not its producers' (there the cache would be copied each step)
+            if _cache_concat(o) and all(kind_of(c) is Kind.ATTENTION for c in self.consumers[o]):
+                continue
             for producer in self.producers[o]:
                 if kind_of(producer) is not Kind.OPAQUE and self._edge_allowed(producer, o):
                     self._try_merge(self.group_of[producer], self.group_of[o])
@@ -236,6 +251,8 @@ class _Fuser:
         kinds = self.kinds[a] + self.kinds[b]
         contractions = kinds[Kind.CONTRACTION]
         if contractions > 1 or (contractions and kinds[Kind.REDUCTION]):
+            return
+        if kinds[Kind.ATTENTION] and set(kinds) - {Kind.ATTENTION, Kind.MOVEMENT}:
             return
         ops = self.members[a] + self.members[b]
         if contractions and not self.options.movement_epilogues and _moves_a_result(ops):
@@ -269,6 +286,8 @@ class _Fuser:
         """Whether the dataflow edge producer -> consumer may lie inside a kernel."""
         if not self.options.allows(kind_of(producer), kind_of(consumer)):
             return False
+        if kind_of(consumer) is Kind.ATTENTION:
+            return _cache_concat(producer)
         return self.options.concat_transposes or not (
             isinstance(consumer, g.ConcatOp) and _moves_innermost(producer)
         )
@@ -276,6 +295,17 @@ class _Fuser:
     def _creates_cycle(self, a: int, b: int) -> bool:
         """Whether a path a -> x -> ... -> b exists through some other group x."""
         return any(s != b and nx.has_path(self.dag, s, b) for s in self.dag.successors(a))
+
+
+def _cache_concat(op: Operation) -> bool:
+    """Whether `op` concatenates rank-4 keys or values along their positions (axis 2):
+    attention's cache and the new positions."""
+    if not isinstance(op, g.ConcatOp) or len(shape_of(op.results[0])) != 4:
+        return False
+    return g.int_of(op.properties, "axis") % 4 == 2 and all(
+        isinstance(use.operation, g.AttentionOp) and use.index in (1, 2)
+        for use in op.results[0].uses
+    )
 
 
 def _moves_innermost(op: Operation) -> bool:
