@@ -48,19 +48,14 @@ class Pipeline:
 
 
 GRAPH_OPTIMIZATIONS = (
-    "canonicalize",
-    "cse",
-    "conv-layout",
-    "fold-transposes",
-    "conv-to-matmul",
-    "fold-constants",
+    "canonicalize", "cse", "conv-layout", "fold-transposes", "conv-to-matmul", "fold-constants",
     "fuse-kernels",
-)
+)  # fmt: skip
 """The optional graph-level passes both default pipelines start with, in order."""
 
-CPU_ATTENTION = ("recognize-attention", "cpu-fuse-attention")
-"""Where `default-cpu` differs at the graph level: attention chains become one op (after the
-cleanup, before transposes fold into the matmuls they would match), lowered fused."""
+CPU_ATTENTION = ("cpu-fuse-attention",)
+"""`default-cpu`'s attention pass (it recognizes the chains too), after the cleanup, before
+transposes fold into the matmuls it matches."""
 
 CPU_GRAPH_OPTIONS = {
     "conv-to-matmul": "conv-to-matmul{implicit=true}",
@@ -80,8 +75,7 @@ PIPELINES: dict[str, Pipeline] = {
     "default-cpu": Pipeline(
         "default-cpu",
         (
-            *(CPU_GRAPH_OPTIONS.get(p, p) for p in GRAPH_OPTIMIZATIONS[:2]),
-            *CPU_ATTENTION,
+            *(CPU_GRAPH_OPTIONS.get(p, p) for p in (*GRAPH_OPTIMIZATIONS[:2], *CPU_ATTENTION)),
             *(CPU_GRAPH_OPTIONS.get(p, p) for p in GRAPH_OPTIMIZATIONS[2:]),
             "lower-graph-to-loops{keep-transcendentals=true}",
             "reshape-views",
@@ -142,7 +136,6 @@ PIPELINES: dict[str, Pipeline] = {
         frozenset(
             {
                 *GRAPH_OPTIMIZATIONS,
-                *CPU_ATTENTION,
                 "reshape-views",
                 "pad-leading-dims",
                 "gpu-tile-matmul",

@@ -177,7 +177,7 @@ def test_cli_attribute_mlp_shapley_writes_every_optional_pass(tmp_path, capsys) 
     assert code == 0
     record = json.loads(out.read_text())
     optional = [s["pass"] for s in record["steps"] if s["optional"]]
-    assert optional == ["canonicalize", "cse", "recognize-attention", "cpu-fuse-attention", "conv-layout", "fold-transposes", "conv-to-matmul",
+    assert optional == ["canonicalize", "cse", "cpu-fuse-attention", "conv-layout", "fold-transposes", "conv-to-matmul",
                         "fold-constants", "fuse-kernels", "reshape-views", "pad-leading-dims", "cpu-tile-matmul",
                         "cpu-tile-transpose", "expand-math", "cpu-fuse-rows", "interchange-reductions",
                         "unroll-windows", "delinearize-loops", "reassociate-reductions",

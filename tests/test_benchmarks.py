@@ -265,6 +265,30 @@ def test_attention_benchmark_checks_and_times_three_sides(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
+def test_llama_benchmark_checks_the_examples_against_transformers(tmp_path: Path) -> None:
+    """benchmarks/llama.py at a small prompt and cache: the examples and the ONNX exports
+    in irkit agree with transformers' LlamaDecoderLayer before anything is timed, and the
+    decode step is placed against its memory roofline."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("onnxruntime")
+    out = tmp_path / "l.jsonl"
+    r = subprocess.run(
+        [sys.executable, "benchmarks/llama.py", "--seq", "24", "--cache", "40", "--threads",
+         "1", "--dim", "D=64", "--dim", "H=4", "--dim", "HD=16", "--dim", "F=96", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    header, prefill, decode = [json.loads(line) for line in out.read_text().splitlines()]
+    assert header["benchmark"] == "llama"
+    assert prefill["block"] == "prefill" and decode["block"] == "decode"
+    for x in (prefill, decode):
+        assert x["example_rel_err"] <= 1e-4 and x["onnx_rel_err"] <= 1e-4
+        assert x["speed_ci_1t"][0] <= x["speed_vs_ort_1t"] <= x["speed_ci_1t"][1]
+    assert decode["module_rel_err"] <= 1e-4
+    assert decode["roofline_ms_1t"] > 0 and decode["bytes_read"] > 0
+
+
+@pytest.mark.slow
 def test_gpu_acceptance_keeps_going_past_failing_steps(tmp_path: Path) -> None:
     """Without a GPU every device step fails, and the script still runs each, logs each,
     and ends by naming the failed ones (its exit status is their number)."""

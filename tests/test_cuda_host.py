@@ -47,8 +47,10 @@ def test_every_example_matches_the_reference_on_the_host(example: Path, spec: st
 
 
 @pytest.mark.slow
-def test_every_subset_of_default_cuda_matches_the_reference_on_the_host(example: Path) -> None:
-    module = irkit.load(example, SMALL[example.stem])
+def test_every_subset_of_default_cuda_matches_the_reference_on_the_host(
+    subset_example: Path,
+) -> None:
+    module = irkit.load(subset_example, SMALL[subset_example.stem])
     assert check_every_subset("default-cuda", module, "cuda-host", seed=4) >= 1
 
 

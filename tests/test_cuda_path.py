@@ -392,10 +392,10 @@ def test_lockstep_rejects_ops_it_does_not_know() -> None:
 
 
 @pytest.mark.slow
-def test_every_subset_of_default_cuda_matches_the_reference(example: Path) -> None:
+def test_every_subset_of_default_cuda_matches_the_reference(subset_example: Path) -> None:
     """The attribution invariant on the CUDA path: NVRTC builds and lockstep runs each
     subset of the optional passes."""
-    module = irkit.load(example, SMALL[example.stem])
+    module = irkit.load(subset_example, SMALL[subset_example.stem])
     assert check_every_subset("default-cuda", module, "cuda-sim", seed=4) >= 1
 
 

@@ -65,9 +65,9 @@ def test_a_bad_option_names_the_pass() -> None:
         )
 
 
-def test_every_subset_of_default_cpu_matches_the_reference(example: Path) -> None:
+def test_every_subset_of_default_cpu_matches_the_reference(subset_example: Path) -> None:
     """The invariant attribution stands on, over all 2^k subsets of the optional passes."""
-    module = irkit.load(example, SMALL[example.stem])
+    module = irkit.load(subset_example, SMALL[subset_example.stem])
     assert check_every_subset("default-cpu", module, "cpu", seed=3) >= 1
 
 

@@ -37,6 +37,7 @@ ODD = {
     "layernorm": {"T": 17, "H": 96},
     "mlp": {"B": 5},
     "softmax": {"R": 33, "C": 100},
+    "llama_decode": {**SMALL["llama_decode"], "B": 3},
 }
 """SMALL with odd leading extents (so 3 threads get unequal chunks)."""
 

@@ -1,4 +1,5 @@
-"""cpu-fuse-attention: lower each `graph.attention` as one fused loop nest on the CPU.
+"""cpu-fuse-attention: attention as exporters write it recognized (`recognize-attention`)
+and each `graph.attention` lowered as one fused loop nest on the CPU.
 
 Without it, the lowering decomposes attention into a batch matmul, the scale and masks, a
 softmax and a batch matmul, with the S x S scores and probabilities in memory between them.
@@ -20,6 +21,10 @@ its own mapping).
 
 Options:
 
+    recognize=true  first make the chains exporters write `graph.attention` ops (the
+                    `recognize-attention` pass), so that one optional pass is attributed
+                    the whole effect (recognition alone changes nothing on the CPU: the
+                    lowering decomposes the op again)
     tiles=true      register tiles (false: one query row at a time, the keys' dot products
                     along the head dimension)
     vector-bits=0   vector register width: 512, 256 or 128; 0 (auto): the host's widest
@@ -45,6 +50,7 @@ from irkit.errors import require
 from irkit.host import vector_bits as host_vector_bits
 from irkit.host import vector_registers as host_vector_registers
 from irkit.passes.emit_attention import FUSED_ATTR
+from irkit.passes.recognize_attention import RecognizeAttentionPass
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class CpuFuseAttentionPass(ModulePass):
     name = "cpu-fuse-attention"
     is_optimization = True
 
+    recognize: bool = True
     tiles: bool = True
     vector_bits: int = 0
     row_vectors: int = 0
@@ -76,6 +83,8 @@ class CpuFuseAttentionPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self.check_options()
+        if self.recognize:
+            RecognizeAttentionPass().apply(ctx, op)
         bits = self.vector_bits or host_vector_bits()
         registers = host_vector_registers() if bits >= 256 else 16
         row_vectors = self.row_vectors or (4 if registers >= 32 else 2)

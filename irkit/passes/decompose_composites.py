@@ -68,8 +68,9 @@ class _Emitter:
         return new.results[0]
 
     def constant(self, values: np.ndarray) -> SSAValue:
-        """A boolean constant of `values`' shape."""
-        new = g.ConstantOp.from_values(IntegerType(1), values.shape, values.ravel().tolist())
+        """A constant of `values` (i32 or boolean)."""
+        width = 1 if values.dtype == np.bool_ else 32
+        new = g.ConstantOp.from_values(IntegerType(width), values.shape, values.ravel().tolist())
         new.location = self.like.location
         self.rewriter.insert(new)
         return new.results[0]
@@ -113,7 +114,7 @@ class DecomposeSoftmaxPattern(RewritePattern):
 class DecomposeAttentionPattern(RewritePattern):
     """attention -> batch_matmul(softmax(scale * batch_matmul(q, k^T) masked), v), the
     key/value heads broadcast to their query heads first (grouped-query attention), the
-    causal mask a boolean constant."""
+    causal mask a comparison of the key and query positions."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.AttentionOp, rewriter: PatternRewriter) -> None:
@@ -136,9 +137,11 @@ class DecomposeAttentionPattern(RewritePattern):
                 s = b.op(g.WhereOp, mask, s, b.scalar(-math.inf))
             else:
                 s = b.op(g.AddOp, s, mask)
-        if g.bool_of(op.properties, "causal"):
-            keep = np.arange(sk)[None, :] <= np.arange(sq)[:, None] + (sk - sq)
-            s = b.op(g.WhereOp, b.constant(keep), s, b.scalar(-math.inf))
+        if g.bool_of(op.properties, "causal"):  # key j <= query i + Sk - Sq, compared where
+            rows = np.arange(sq, dtype=np.int32)[:, None] + np.int32(sk - sq)  # it is read:
+            cols = np.arange(sk, dtype=np.int32)[None, :]  # no S x S constant in memory
+            keep = b.op(g.LessEqualOp, b.constant(cols), b.constant(rows))
+            s = b.op(g.WhereOp, keep, s, b.scalar(-math.inf))
         rewriter.replace(op, [], [b.op(g.BatchMatmulOp, _softmax(b, s, -1), v)])
 
 

@@ -136,13 +136,12 @@ class _Row:
 def emit_fused_attention(em: KernelEmitter, op: g.AttentionOp, out: SSAValue) -> None:
     """Store `op`'s result in `out`: by register tiles where the mark names a vector width
     and the types allow (`_Tiles`), else one query row at a time (the loops of the module
-    docstring)."""
-    from irkit.passes.emit_decode import Decode  # it reads this module's helpers
-
-    for form in (_Tiles.of(em, op, out), Decode.of(em, op, out)):
-        if form is not None:
-            form.emit()
-            return
+    docstring). (A decode step's form, `emit_decode`, is the kernel emitter's first
+    choice.)"""
+    tiles = _Tiles.of(em, op, out)
+    if tiles is not None:
+        tiles.emit()
+        return
     q, k, v = op.operands[:3]
     batch, heads, sq, _ = shape_of(q)
     kv_heads, sk = shape_of(k)[1], shape_of(k)[2]
@@ -153,7 +152,7 @@ def emit_fused_attention(em: KernelEmitter, op: g.AttentionOp, out: SSAValue) ->
     block = min(BLOCK, sk)
 
     def row(idx: list[SSAValue]) -> None:
-        bi, h, i = idx
+        (bi, h), i = heads_of(b_, idx[0], heads), idx[1]
         hk = h if group == 1 else b_.add(arith.DivUIOp(h, b_.index(group)))
         scores = b_.add(memref.AllocaOp.get(ct, 64, [block]))
         acc = b_.add(memref.AllocaOp.get(ct, 64, [dv]))
@@ -171,7 +170,7 @@ def emit_fused_attention(em: KernelEmitter, op: g.AttentionOp, out: SSAValue) ->
             ),
         )
 
-    em.b.parallel([batch, heads, sq], row)
+    em.b.parallel([batch * heads, sq], row)
 
 
 @dataclass
@@ -255,7 +254,7 @@ class _Tiles:
         ct, b_, em = g.element_type_of(q), self.em.b, self.em
 
         def head(idx: list[SSAValue]) -> None:
-            bi, h = idx
+            bi, h = heads_of(b_, idx[0], heads)
             group = heads // kv_heads
             hk = h if group == 1 else b_.add(arith.DivUIOp(h, b_.index(group)))
             kp = b_.add(memref.AllocOp.get(ct, 64, [padded, dim]))
@@ -290,7 +289,7 @@ class _Tiles:
             b_.add(memref.DeallocOp.get(kp))
             b_.add(memref.DeallocOp.get(vp))
 
-        b_.parallel([batch, heads], head)
+        b_.parallel([batch * heads], head)
 
     def _limit(self, i: SSAValue) -> SSAValue:
         """The first key query row i may not see: Sk, or causal its own plus one."""
@@ -329,12 +328,12 @@ class _Tiles:
         _each(
             b_, dv, lambda e: _each(b_, n, lambda r: b_.store(b_.float(0.0, ct), bufs.ot, [e, r]))
         )
-        for stat, init in ((0, -math.inf), (1, 0.0)):
-            _each(
-                b_,
-                n,
-                lambda r, s=stat, x=init: b_.store(b_.float(x, ct), bufs.stats, [b_.index(s), r]),
-            )
+
+        def start_stats(r: SSAValue) -> None:
+            b_.store(b_.float(-math.inf, ct), bufs.stats, [b_.index(0), r])
+            b_.store(b_.float(0.0, ct), bufs.stats, [b_.index(1), r])
+
+        _each(b_, n, start_stats)
         first = self._limit(i0)  # the band's first row sees the fewest keys
         last = self._limit(self._row(i0, b_.index(n - 1)))
 
@@ -494,6 +493,16 @@ class _TileBuffers:
     stats: SSAValue
     kp: SSAValue
     vp: SSAValue
+
+
+def heads_of(b_, flat: SSAValue, heads: int) -> tuple[SSAValue, SSAValue]:
+    """(batch, head) of a parallel loop's index over batch x heads: one dimension, so that
+    `cpu-parallelize` threads it at a batch of 1 too (it cuts a loop's first dimension)."""
+    if heads == 1:
+        return flat, b_.index(0)
+    return b_.add(arith.DivUIOp(flat, b_.index(heads))), b_.add(
+        arith.RemUIOp(flat, b_.index(heads))
+    )
 
 
 def _chunks(b_, n: int, size: int, body: Callable[[SSAValue, int], object]) -> None:

@@ -29,43 +29,60 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from xdsl.dialects import arith, memref, vector
 from xdsl.dialects import math as xmath
-from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, IntegerAttr, VectorType, i64
+from xdsl.dialects.builtin import (
+    DenseArrayBase,
+    DictionaryAttr,
+    Float32Type,
+    Float64Type,
+    IntegerAttr,
+    VectorType,
+    i64,
+)
 from xdsl.ir import SSAValue
 
 from irkit.dialects import graph as g
 from irkit.dtypes import numpy_dtype
 from irkit.ir import shape_of
-from irkit.passes.emit_attention import FUSED_ATTR, _each, _masked
-from irkit.passes.loop_builder import LoopBuilder, compute_type
+from irkit.passes.emit_attention import FUSED_ATTR, _each, _masked, heads_of
+from irkit.passes.loop_builder import LoopBuilder
+
+if TYPE_CHECKING:
+    from irkit.passes.kernel_emitter import KernelEmitter
 
 L1_BYTES = 32 * 1024
 """A block's keys and values together at most this: they stay in L1 while every row of the
 group reads them."""
 
+Part = tuple[SSAValue, int]
+"""A buffer of keys or values along the positions, and its length."""
+
 
 @dataclass
 class Decode:
-    em: object  # KernelEmitter (typed loosely: the emitter imports this module)
+    """The decode form of one `graph.attention` (see the module docstring)."""
+
+    em: KernelEmitter
     op: g.AttentionOp
     out: SSAValue
     lanes: int
-    keys: list[tuple[SSAValue, int]]
-    """K's buffers along the positions, each with its length: K's own, or the parts of the
-    concat that made it (a cache and the new positions), read in place."""
-    values: list[tuple[SSAValue, int]]
+    keys: list[Part]
+    """K's buffers along the positions: K's own, or the parts of the concat that made it (a
+    cache and the new positions), read in place."""
+    values: list[Part]
 
     @staticmethod
-    def of(em, op: g.AttentionOp, out: SSAValue) -> Decode | None:
+    def of(em: KernelEmitter, op: g.AttentionOp, out: SSAValue) -> Decode | None:
+        """The decode form where the op is marked for tiles and is a decode step whose K
+        and V it can read in place; else None."""
         mark = op.attributes.get(FUSED_ATTR)
-        if not isinstance(mark, DictionaryAttr):
-            return None
-        bits = mark.data.get("vector-bits")
+        bits = mark.data.get("vector-bits") if isinstance(mark, DictionaryAttr) else None
         et = g.element_type_of(op.operands[0])
-        if not isinstance(bits, IntegerAttr) or compute_type(et) != et or et.bitwidth < 32:
+        if not isinstance(bits, IntegerAttr) or not isinstance(et, Float32Type | Float64Type):
             return None
         lanes = bits.value.data // et.bitwidth
         q, k, v = op.operands[:3]
@@ -81,70 +98,66 @@ class Decode:
         return VectorType(g.element_type_of(self.op.operands[0]), [self.lanes])
 
     def emit(self) -> None:
-        q, k, v = self.op.operands[:3]
+        q, v = self.op.operands[0], self.op.operands[2]
         batch, heads, sq, dim = shape_of(q)
-        kv_heads, sk = shape_of(k)[1], shape_of(k)[2]
-        dv = shape_of(v)[3]
-        group = heads // kv_heads
-        rows = group * sq
-        ct = g.element_type_of(q)
-        item = ct.bitwidth // 8
-        block = L1_BYTES // ((dim + dv) * item) // self.lanes * self.lanes
-        block = max(self.lanes, min(4 * self.lanes, block, -(-sk // self.lanes) * self.lanes))
+        kv_heads, dv = shape_of(self.op.operands[1])[1], shape_of(v)[3]
+        rows = heads // kv_heads * sq
+        ct = self.vtype.element_type
         b_, em = self.em.b, self.em
         scale = b_.float(g.float_of(self.op.properties, "scale"), ct)
 
         def head(idx: list[SSAValue]) -> None:
-            bi, hk = idx
-            qp = b_.add(memref.AllocaOp.get(ct, 64, [rows, dim]))
-            acc = b_.add(memref.AllocaOp.get(ct, 64, [rows, dv]))
-            stats = b_.add(memref.AllocaOp.get(ct, 64, [2, rows]))
-            sc = b_.add(memref.AllocaOp.get(ct, 64, [block]))
+            bi, hk = heads_of(b_, idx[0], kv_heads)
+            shapes = ([rows, dim], [rows, dv], [2, rows], [self.block])
+            bufs = _Buffers(*(b_.add(memref.AllocaOp.get(ct, 64, shape)) for shape in shapes))
 
-            def pack(r: SSAValue) -> None:
-                h, i = self._head_row(hk, r)
-                _each(
-                    b_,
-                    dim,
-                    lambda d: b_.store(
-                        em.fop(arith.MulfOp, em.value_at(q, [bi, h, i, d]), scale), qp, [r, d]
-                    ),
-                )
-                _each(b_, dv, lambda e: b_.store(b_.float(0.0, ct), acc, [r, e]))
-                b_.store(b_.float(-math.inf, ct), stats, [b_.index(0), r])
-                b_.store(b_.float(0.0, ct), stats, [b_.index(1), r])
+            def start(r: SSAValue) -> None:
+                h, i = self.head_row(hk, r)
 
-            _each(b_, rows, pack)
+                def scaled(d: SSAValue) -> None:
+                    x = em.value_at(q, [bi, h, i, d])
+                    b_.store(em.fop(arith.MulfOp, x, scale), bufs.q, [r, d])
 
-            start = 0
+                _each(b_, dim, scaled)
+                _each(b_, dv, lambda e: b_.store(b_.float(0.0, ct), bufs.acc, [r, e]))
+                b_.store(b_.float(-math.inf, ct), bufs.stats, [b_.index(0), r])
+                b_.store(b_.float(0.0, ct), bufs.stats, [b_.index(1), r])
+
+            _each(b_, rows, start)
+            offset = 0
             for (kbuf, length), (vbuf, _) in zip(self.keys, self.values, strict=True):
 
-                def step(j0, _, start=start, part=(kbuf, vbuf, length)) -> list[SSAValue]:
-                    bufs = (qp, acc, stats, sc)
-                    _each(b_, rows, lambda r: self._row(bi, hk, r, start, j0, block, part, bufs))
+                def block(j0: SSAValue, _: list[SSAValue], at=offset, part=(kbuf, vbuf, length)):
+                    _each(b_, rows, lambda r: _Step(self, bi, hk, r, at, j0, part, bufs).emit())
                     return []
 
-                b_.for_range(0, length, block, [], step)
-                start += length
+                b_.for_range(0, length, self.block, [], block)
+                offset += length
 
             def store(r: SSAValue) -> None:
-                h, i = self._head_row(hk, r)
-                total = b_.load(stats, [b_.index(1), r], ct)
-                _each(
-                    b_,
-                    dv,
-                    lambda e: b_.store(
-                        em.fop(arith.DivfOp, b_.load(acc, [r, e], ct), total),
-                        self.out,
-                        [bi, h, i, e],
-                    ),
-                )
+                h, i = self.head_row(hk, r)
+                total = b_.load(bufs.stats, [b_.index(1), r], ct)
+
+                def divided(e: SSAValue) -> None:
+                    x = b_.load(bufs.acc, [r, e], ct)
+                    b_.store(em.fop(arith.DivfOp, x, total), self.out, [bi, h, i, e])
+
+                _each(b_, dv, divided)
 
             _each(b_, rows, store)
 
-        b_.parallel([batch, kv_heads], head)
+        b_.parallel([batch * kv_heads], head)
 
-    def _head_row(self, hk: SSAValue, r: SSAValue) -> tuple[SSAValue, SSAValue]:
+    @property
+    def block(self) -> int:
+        """Keys a block: whole vectors, at most 4, K's and V's rows for them within L1."""
+        dim, dv = shape_of(self.op.operands[0])[3], shape_of(self.op.operands[2])[3]
+        item = numpy_dtype(self.vtype.element_type).itemsize
+        fits = L1_BYTES // ((dim + dv) * item) // self.lanes * self.lanes
+        whole = -(-shape_of(self.op.operands[1])[2] // self.lanes) * self.lanes
+        return max(self.lanes, min(4 * self.lanes, fits, whole))
+
+    def head_row(self, hk: SSAValue, r: SSAValue) -> tuple[SSAValue, SSAValue]:
         """Row r of the group's rows: its query head and query row."""
         b_ = self.em.b
         q, k = self.op.operands[:2]
@@ -152,97 +165,133 @@ class Decode:
         h = b_.iadd(b_.imul(hk, group), b_.add(arith.DivUIOp(r, b_.index(sq))))
         return h, b_.add(arith.RemUIOp(r, b_.index(sq)))
 
-    def _row(self, bi, hk, r, start: int, j0, block: int, part, bufs) -> None:
-        """Row r against the block of keys j0 .. of a part of K and V (its keys from
-        `start` on in the whole): scores, the online softmax's update, the values'."""
-        qp, acc, stats, sc = bufs
-        kbuf, vbuf, length = part
-        em, b_, vt, lanes = self.em, self.em.b, self.vtype, self.lanes
-        q, k, v = self.op.operands[:3]
-        sq, dim = shape_of(q)[2], shape_of(q)[3]
-        sk, dv = shape_of(k)[2], shape_of(v)[3]
-        ct = vt.element_type
-        h, i = self._head_row(hk, r)
-        # the limit in the part's own positions: its keys from there on are hidden from row i
-        limit = b_.index(length)
-        if g.bool_of(self.op.properties, "causal"):
-            limit = b_.add(arith.MinSIOp(b_.iadd(i, sk - sq + 1 - start), limit))
-        last = b_.index(length - 1)
+
+@dataclass
+class _Buffers:
+    """A group's stack buffers: its rows' queries (scaled) and accumulators, the running
+    maximum and sum of each row, a block's scores."""
+
+    q: SSAValue
+    acc: SSAValue
+    stats: SSAValue
+    scores: SSAValue
+
+
+class _Step:
+    """One row (query head and row) against one block of keys j0 .. of one part of K and V
+    (whose keys start at `offset` in the whole)."""
+
+    def __init__(self, d: Decode, bi, hk, r, offset: int, j0, part, bufs: _Buffers) -> None:
+        self.d, self.bi, self.hk, self.r, self.offset, self.j0 = d, bi, hk, r, offset, j0
+        self.kbuf, self.vbuf, length = part
+        self.bufs = bufs
+        self.em, self.b = d.em, d.em.b
+        self.h, self.i = d.head_row(hk, r)
+        q, k = d.op.operands[:2]
+        self.ct = d.vtype.element_type
+        self.last = self.b.index(length - 1)
+        # keys from `limit` on (the part's own positions) are hidden from the row
+        self.limit = self.b.index(length)
+        if g.bool_of(d.op.properties, "causal"):
+            sq, sk = shape_of(q)[2], shape_of(k)[2]
+            own = self.b.iadd(self.i, sk - sq + 1 - offset)
+            self.limit = self.b.add(arith.MinSIOp(own, self.limit))
+
+    def key(self, c: int | SSAValue) -> SSAValue:
+        """The part's position of the block's key c, the last where the part has ended."""
+        return self.b.add(arith.MinSIOp(self.b.iadd(self.j0, c), self.last))
+
+    def emit(self) -> None:
+        self.scores()
+        if len(self.d.op.operands) == 4:
+            self.hide()
+        else:
+            past = self.em.cmpi("sgt", self.b.iadd(self.j0, self.d.block), self.limit)
+            self.b.when(past, self.hide)
+        self.values(self.softmax())
+
+    def scores(self) -> None:
+        """scores[c] = q[r] . k[key c], `lanes` keys at a time: partial sums along d, added
+        across into one vector."""
+        b_, vt, lanes, ct = self.b, self.d.vtype, self.d.lanes, self.ct
         zero = b_.add(vector.BroadcastOp(b_.float(0.0, ct), vt))
-        for c0 in range(0, block, lanes):
-            keys = [b_.add(arith.MinSIOp(b_.iadd(j0, c0 + c), last)) for c in range(lanes)]
+        for c0 in range(0, self.d.block, lanes):
+            keys = [self.key(c0 + c) for c in range(lanes)]
 
             def dot(d: SSAValue, parts: list[SSAValue], keys=keys) -> list[SSAValue]:
-                qv = b_.add(vector.LoadOp(qp, [r, d], vt))
-                return [
-                    b_.add(vector.FMAOp(qv, b_.add(vector.LoadOp(kbuf, [bi, hk, j, d], vt)), p))
-                    for j, p in zip(keys, parts, strict=True)
-                ]
+                qv = b_.add(vector.LoadOp(self.bufs.q, [self.r, d], vt))
+                at = [[self.bi, self.hk, j, d] for j in keys]
+                kvs = [b_.add(vector.LoadOp(self.kbuf, idx, vt)) for idx in at]
+                return [b_.add(vector.FMAOp(qv, kv, p)) for kv, p in zip(kvs, parts, strict=True)]
 
-            parts = b_.for_range(0, dim, lanes, [zero] * lanes, dot)
-            b_.add(vector.StoreOp(_add_across(b_, parts, lanes), sc, [b_.index(c0)]))
+            parts = b_.for_range(0, shape_of(self.d.op.operands[0])[3], lanes, [zero] * lanes, dot)
+            b_.add(vector.StoreOp(_add_across(b_, parts, lanes), self.bufs.scores, [b_.index(c0)]))
+
+    def hide(self) -> None:
+        """The block's scores plus the mask, and -inf from the row's limit on."""
+        b_, em = self.b, self.em
+        neg_inf = b_.float(-math.inf, self.ct)
+
+        def key(c: SSAValue) -> None:
+            j = b_.iadd(self.j0, c)
+            s = b_.load(self.bufs.scores, [c], self.ct)
+            if len(self.d.op.operands) == 4:
+                at = [self.bi, self.h, self.i, b_.iadd(self.key(c), self.offset)]
+                s = _masked(em, self.d.op, s, at, neg_inf)
+            b_.store(em.select(em.cmpi("slt", j, self.limit), s, neg_inf), self.bufs.scores, [c])
+
+        _each(b_, self.d.block, key)
+
+    def softmax(self) -> SSAValue:
+        """The online softmax's update: the scores become weights against the new running
+        maximum, the running sum is rescaled and added to; the accumulator's rescale."""
+        b_, em, ct, scores, stats = self.b, self.em, self.ct, self.bufs.scores, self.bufs.stats
         neg_inf = b_.float(-math.inf, ct)
-        has_mask = len(self.op.operands) == 4
-
-        def fix() -> None:
-            def key(c: SSAValue) -> None:
-                j = b_.iadd(j0, c)
-                s = b_.load(sc, [c], ct)
-                if has_mask:
-                    jj = b_.iadd(b_.add(arith.MinSIOp(j, last)), start)
-                    s = _masked(em, self.op, s, [bi, h, i, jj], neg_inf)
-                b_.store(em.select(em.cmpi("slt", j, limit), s, neg_inf), sc, [c])
-
-            _each(b_, block, key)
-
-        if has_mask:
-            fix()
-        else:
-            b_.when(em.cmpi("sgt", b_.iadd(j0, block), limit), fix)
 
         def peak(c: SSAValue, best: list[SSAValue]) -> list[SSAValue]:
-            return [em.fop(arith.MaximumfOp, best[0], b_.load(sc, [c], ct))]
+            return [em.fop(arith.MaximumfOp, best[0], b_.load(scores, [c], ct))]
 
-        (top,) = b_.for_range(0, block, 1, [neg_inf], peak)
-        m = b_.load(stats, [b_.index(0), r], ct)
+        (top,) = b_.for_range(0, self.d.block, 1, [neg_inf], peak)
+        m = b_.load(stats, [b_.index(0), self.r], ct)
         m_new = em.fop(arith.MaximumfOp, m, top)
         lowest = b_.float(float(-np.finfo(numpy_dtype(ct)).max), ct)
         base = em.fop(arith.MaximumfOp, m_new, lowest)  # every key so far hidden: weigh 0
         alpha = em.fop(xmath.ExpOp, em.fop(arith.SubfOp, m, base))
 
         def weigh(c: SSAValue, total: list[SSAValue]) -> list[SSAValue]:
-            p = em.fop(xmath.ExpOp, em.fop(arith.SubfOp, b_.load(sc, [c], ct), base))
-            b_.store(p, sc, [c])
+            p = em.fop(xmath.ExpOp, em.fop(arith.SubfOp, b_.load(scores, [c], ct), base))
+            b_.store(p, scores, [c])
             return [em.fop(arith.AddfOp, total[0], p)]
 
-        (block_sum,) = b_.for_range(0, block, 1, [b_.float(0.0, ct)], weigh)
-        l_old = b_.load(stats, [b_.index(1), r], ct)
-        b_.store(m_new, stats, [b_.index(0), r])
-        b_.store(
-            em.fop(arith.AddfOp, em.fop(arith.MulfOp, l_old, alpha), block_sum),
-            stats,
-            [b_.index(1), r],
-        )
+        (block_sum,) = b_.for_range(0, self.d.block, 1, [b_.float(0.0, ct)], weigh)
+        running = em.fop(arith.MulfOp, b_.load(stats, [b_.index(1), self.r], ct), alpha)
+        b_.store(m_new, stats, [b_.index(0), self.r])
+        b_.store(em.fop(arith.AddfOp, running, block_sum), stats, [b_.index(1), self.r])
+        return alpha
+
+    def values(self, alpha: SSAValue) -> None:
+        """acc[r] = acc[r] * alpha + sum_c weight[c] * v[key c], the row in registers."""
+        b_, vt, acc = self.b, self.d.vtype, self.bufs.acc
         rescale = b_.add(vector.BroadcastOp(alpha, vt))
-        cols = [b_.index(e) for e in range(0, dv, lanes)]
-        accs = [
-            b_.add(arith.MulfOp(b_.add(vector.LoadOp(acc, [r, col], vt)), rescale)) for col in cols
-        ]
+        dv = shape_of(self.d.op.operands[2])[3]
+        cols = [b_.index(e) for e in range(0, dv, self.d.lanes)]
+        loaded = [b_.add(vector.LoadOp(acc, [self.r, col], vt)) for col in cols]
+        accs = [b_.add(arith.MulfOp(a, rescale)) for a in loaded]
 
         def gather(c: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
-            p = b_.add(vector.BroadcastOp(b_.load(sc, [c], ct), vt))
-            j = b_.add(arith.MinSIOp(b_.iadd(j0, c), last))
-            return [
-                b_.add(vector.FMAOp(p, b_.add(vector.LoadOp(vbuf, [bi, hk, j, col], vt)), a))
-                for col, a in zip(cols, accs, strict=True)
+            p = b_.add(vector.BroadcastOp(b_.load(self.bufs.scores, [c], self.ct), vt))
+            j = self.key(c)
+            rows = [
+                b_.add(vector.LoadOp(self.vbuf, [self.bi, self.hk, j, col], vt)) for col in cols
             ]
+            return [b_.add(vector.FMAOp(p, row, a)) for row, a in zip(rows, accs, strict=True)]
 
-        accs = b_.for_range(0, block, 1, accs, gather)
+        accs = b_.for_range(0, self.d.block, 1, accs, gather)
         for col, a in zip(cols, accs, strict=True):
-            b_.add(vector.StoreOp(a, acc, [r, col]))
+            b_.add(vector.StoreOp(a, acc, [self.r, col]))
 
 
-def _parts(em, value: SSAValue) -> list[tuple[SSAValue, int]] | None:
+def _parts(em: KernelEmitter, value: SSAValue) -> list[Part] | None:
     """`value`'s buffers along axis 2 with their lengths: its own, or the parts of the
     concat (fused into the kernel: `fuse-kernels`) that made it; None where it is computed
     otherwise."""
@@ -264,17 +313,17 @@ def _add_across(b_: LoopBuilder, parts: list[SSAValue], lanes: int) -> SSAValue:
         half = partials // 2
         lo, hi = [], []
         for slot in range(2 * keys):
-            src = 0 if slot < keys else lanes
-            at = src + (slot % keys) * partials
+            at = (0 if slot < keys else lanes) + (slot % keys) * partials
             lo += [at + p for p in range(half)]
             hi += [at + half + p for p in range(half)]
         out = []
         for a, c in zip(parts[0::2], parts[1::2], strict=True):
-            pair = [b_.add(_shuffle(a, c, mask)) for mask in (lo, hi)]
-            out.append(b_.add(arith.AddfOp(*pair)))
+            low, high = (b_.add(_shuffle(a, c, mask)) for mask in (lo, hi))
+            out.append(b_.add(arith.AddfOp(low, high)))
         parts, keys, partials = out, keys * 2, half
     return parts[0]
 
 
 def _shuffle(a: SSAValue, c: SSAValue, mask: list[int]) -> vector.ShuffleOp:
+    assert isinstance(a.type, VectorType)
     return vector.ShuffleOp(a, c, DenseArrayBase.from_list(i64, mask), result_type=a.type)

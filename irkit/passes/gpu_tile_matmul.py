@@ -146,6 +146,8 @@ class GpuTileMatmulPass(ModulePass):
             if nest is None:
                 continue
             shape = _shape(nest, calls[fn.sym_name.data])
+            if shape.m == 1:  # a row times a matrix (a decode step's projections): no row
+                continue  # shares a tile of B; a thread an output reads each weight once
             tiled = _TiledKernel(gpu_tile(self, shape), fn, nest, op)
             if tiled.splits > 1:
                 _split_k(op, fn, nest, tiled.splits, constants)

@@ -36,6 +36,7 @@ from irkit.dtypes import dense_array
 from irkit.passes import emit_exact as exact
 from irkit.passes import emit_windows as windows
 from irkit.passes.emit_attention import emit_fused_attention
+from irkit.passes.emit_decode import Decode
 from irkit.passes.loop_builder import LoopBuilder, compute_type
 
 Index = list[SSAValue]
@@ -183,7 +184,11 @@ class KernelEmitter:
             buffer = self.buffers[value]
             op = value.owner
             if isinstance(op, g.AttentionOp):  # left to the lowering by `_decompose_attention`
-                emit_fused_attention(self, op, buffer)
+                decode = Decode.of(self, op, buffer)
+                if decode is not None:
+                    decode.emit()
+                else:
+                    emit_fused_attention(self, op, buffer)
                 continue
             if type(op) in FINE_NESTS:
                 self._emit_fine(op, buffer)  # type: ignore[arg-type]

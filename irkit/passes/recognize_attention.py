@@ -188,8 +188,9 @@ class RecognizeAttention(RewritePattern):
         rewriter.replace(op, [], [result])
         for dead in [*chain, soft, *found.chain]:  # nothing else read them (`has_one_use`)
             rewriter.erase(dead)
-        if found.mask is not None and not found.mask.uses:  # the causal mask it became
-            rewriter.erase(found.mask.owner)
+        dropped = found.mask.owner if found.mask is not None else None
+        if isinstance(dropped, g.ConstantOp) and not dropped.results[0].uses:  # made it causal
+            rewriter.erase(dropped)
         if grouped is not None:  # the repetitions of k and v, where nothing else reads them
             _erase_unused(rewriter, [kt, *repeated])
         elif rank == 3:  # the transpose that made kT, where nothing else reads it
