@@ -236,6 +236,35 @@ def test_a_boolean_mask_written_with_minus_infinity_is_recognized() -> None:
 
 
 @pytest.mark.parametrize(
+    "scores",
+    [
+        "batch_matmul(q * 0.5, transpose(k * 0.5, perm=[0, 1, 3, 2]))",  # torch's SDPA export
+        "batch_matmul(0.5 * q, transpose(k, perm=[0, 1, 3, 2]) * 0.5)",
+        "batch_matmul(q, transpose(k, perm=[0, 1, 3, 2])) * 0.25",
+    ],
+)
+def test_scales_on_the_queries_and_keys_join_the_ops_scale(scores: str) -> None:
+    """Scalar factors on q, on k under its transpose or on kT after it become the op's
+    scale, and the scaled copies go (a decode step's export scaled the whole cache)."""
+    from irkit.dialects import graph as g
+    from irkit.pipelines import apply_passes, parse_passes
+
+    source = (
+        "model scaled\ninput q : f32[1, 2, 5, 8]\ninput k : f32[1, 2, 7, 8]\n"
+        f"input v : f32[1, 2, 7, 8]\noutput y = batch_matmul(softmax({scores}, axis=3), v)\n"
+    )
+    module = parse_source(source, "s.graph", ".graph")
+    arrays = random_inputs(module, seed=6)
+    (want,) = reference(module, *arrays)
+    found = apply_passes(module.clone(), parse_passes("recognize-attention"))
+    ops = [op for op in found.walk() if op.name.startswith("graph.")]
+    assert [op.name for op in ops] == ["graph.attention"]
+    assert g.float_of(ops[0].properties, "scale") == pytest.approx(0.25)
+    (got,) = irkit.compile(found, "default-cpu", backend="cpu")(*arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
     ("sq", "mask", "causal", "kept"),
     [
         (6, "causal", True, False),  # torch's is_causal: 0 and -inf, made causal, mask dropped

@@ -108,7 +108,7 @@ class Decode:
 
         def head(idx: list[SSAValue]) -> None:
             bi, hk = heads_of(b_, idx[0], kv_heads)
-            shapes = ([rows, dim], [rows, dv], [2, rows], [self.block])
+            shapes = ([rows, dim], [rows, dv], [2, rows], [self.block], [self.lanes])
             bufs = _Buffers(*(b_.add(memref.AllocaOp.get(ct, 64, shape)) for shape in shapes))
 
             def start(r: SSAValue) -> None:
@@ -169,12 +169,14 @@ class Decode:
 @dataclass
 class _Buffers:
     """A group's stack buffers: its rows' queries (scaled) and accumulators, the running
-    maximum and sum of each row, a block's scores."""
+    maximum and sum of each row, a block's scores, a vector's lanes."""
 
     q: SSAValue
     acc: SSAValue
     stats: SSAValue
     scores: SSAValue
+    lane: SSAValue
+    """One vector, whose lane 0 a reduction across the lanes is read from."""
 
 
 class _Step:
@@ -244,26 +246,38 @@ class _Step:
 
     def softmax(self) -> SSAValue:
         """The online softmax's update: the scores become weights against the new running
-        maximum, the running sum is rescaled and added to; the accumulator's rescale."""
+        maximum, the running sum is rescaled and added to; the accumulator's rescale. The
+        block's maximum and sum are vector ops across its vectors, then across the lanes
+        by shuffles; the exp a loop without a carried value, which LLVM widens."""
         b_, em, ct, scores, stats = self.b, self.em, self.ct, self.bufs.scores, self.bufs.stats
-        neg_inf = b_.float(-math.inf, ct)
+        vt, lanes = self.d.vtype, self.d.lanes
+        starts = [b_.index(c) for c in range(0, self.d.block, lanes)]
 
-        def peak(c: SSAValue, best: list[SSAValue]) -> list[SSAValue]:
-            return [em.fop(arith.MaximumfOp, best[0], b_.load(scores, [c], ct))]
+        def across(cls: type, vectors: list[SSAValue]) -> SSAValue:
+            """The lanes of `vectors` reduced by `cls`, the result in lane 0 (every lane)."""
+            total = vectors[0]
+            for x in vectors[1:]:
+                total = b_.add(cls(total, x))
+            step = lanes // 2
+            while step:
+                swapped = b_.add(_shuffle(total, total, [i ^ step for i in range(lanes)]))
+                total, step = b_.add(cls(total, swapped)), step // 2
+            b_.add(vector.StoreOp(total, self.bufs.lane, [b_.index(0)]))
+            return b_.load(self.bufs.lane, [b_.index(0)], ct)
 
-        (top,) = b_.for_range(0, self.d.block, 1, [neg_inf], peak)
+        top = across(arith.MaximumfOp, [b_.add(vector.LoadOp(scores, [c], vt)) for c in starts])
         m = b_.load(stats, [b_.index(0), self.r], ct)
         m_new = em.fop(arith.MaximumfOp, m, top)
         lowest = b_.float(float(-np.finfo(numpy_dtype(ct)).max), ct)
         base = em.fop(arith.MaximumfOp, m_new, lowest)  # every key so far hidden: weigh 0
         alpha = em.fop(xmath.ExpOp, em.fop(arith.SubfOp, m, base))
 
-        def weigh(c: SSAValue, total: list[SSAValue]) -> list[SSAValue]:
+        def weigh(c: SSAValue) -> None:
             p = em.fop(xmath.ExpOp, em.fop(arith.SubfOp, b_.load(scores, [c], ct), base))
             b_.store(p, scores, [c])
-            return [em.fop(arith.AddfOp, total[0], p)]
 
-        (block_sum,) = b_.for_range(0, self.d.block, 1, [b_.float(0.0, ct)], weigh)
+        _each(b_, self.d.block, weigh)
+        block_sum = across(arith.AddfOp, [b_.add(vector.LoadOp(scores, [c], vt)) for c in starts])
         running = em.fop(arith.MulfOp, b_.load(stats, [b_.index(1), self.r], ct), alpha)
         b_.store(m_new, stats, [b_.index(0), self.r])
         b_.store(em.fop(arith.AddfOp, running, block_sum), stats, [b_.index(1), self.r])

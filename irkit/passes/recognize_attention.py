@@ -152,17 +152,26 @@ class RecognizeAttention(RewritePattern):
             new.append(o)
             return o.results[0]
 
-        grouped = _grouped(kt, v) if rank == 4 else None
+        # scalar factors on q, on kT or on k under its transpose (SDPA's export scales q and
+        # k by sqrt(scale) each) join the op's scale; k is taken from under its transpose
+        q, scale = _peel(q, found.scale)
+        kt_core, scale = _peel(kt, scale)
+        swap = [*range(rank - 2), rank - 1, rank - 2]
+        t = kt_core.owner
+        k_src: SSAValue | None = None
+        if isinstance(t, g.TransposeOp) and list(g.ints(t.properties, "perm")) == swap:
+            k_src, scale = _peel(t.input, scale)
+        grouped = _grouped(k_src, v) if rank == 4 and k_src is not None else None
         if grouped is not None:
             k_value, v = grouped
         elif rank == 4:
-            k_value = made(g.TransposeOp.create_inferred([kt], {"perm": g.int_array([0, 1, 3, 2])}))
+            k_value = k_src or made(
+                g.TransposeOp.create_inferred([kt_core], {"perm": g.int_array(swap)})
+            )
         else:  # [B, S, D] (heads folded into the batch, or one head): a head axis of 1
-            t = kt.owner
-            if isinstance(t, g.TransposeOp) and list(g.ints(t.properties, "perm")) == [0, 2, 1]:
-                k3 = t.input
-            else:
-                k3 = made(g.TransposeOp.create_inferred([kt], {"perm": g.int_array([0, 2, 1])}))
+            k3 = k_src or made(
+                g.TransposeOp.create_inferred([kt_core], {"perm": g.int_array(swap)})
+            )
             q = made(g.ReshapeOp.build_to(q, [batch, 1, sq, shape_of(q)[2]]))
             k_value = made(g.ReshapeOp.build_to(k3, [batch, 1, sk, shape_of(k3)[2]]))
             v = made(g.ReshapeOp.build_to(v, [batch, 1, sk, shape_of(v)[2]]))
@@ -175,7 +184,7 @@ class RecognizeAttention(RewritePattern):
             mask = made(g.ReshapeOp.build_to(mask, [m[0], 1, m[1], m[2]]))
         operands = [q, k_value, v] + ([mask] if mask is not None else [])
         props = {
-            "scale": FloatAttr(found.scale, Float64Type()),
+            "scale": FloatAttr(scale, Float64Type()),
             "causal": BoolAttr.from_bool(causal),
         }
         result = made(g.AttentionOp.create_inferred(operands, props))
@@ -186,15 +195,13 @@ class RecognizeAttention(RewritePattern):
             rewriter.insert(o)
         repeated = [op.operands[1]]
         rewriter.replace(op, [], [result])
-        for dead in [*chain, soft, *found.chain]:  # nothing else read them (`has_one_use`)
-            rewriter.erase(dead)
-        dropped = found.mask.owner if found.mask is not None else None
-        if isinstance(dropped, g.ConstantOp) and not dropped.results[0].uses:  # made it causal
-            rewriter.erase(dropped)
-        if grouped is not None:  # the repetitions of k and v, where nothing else reads them
-            _erase_unused(rewriter, [kt, *repeated])
-        elif rank == 3:  # the transpose that made kT, where nothing else reads it
-            _erase_unused(rewriter, [kt])
+        dead = [*chain, soft, *found.chain]  # nothing else read them (`has_one_use`)
+        inputs = [x for d in dead for x in d.operands]
+        for d in dead:
+            rewriter.erase(d)
+        # the scalings, transposes and repetitions of q, k and v, and the constants, that
+        # nothing else reads now
+        _erase_unused(rewriter, [found.q, kt, *repeated, *inputs])
 
 
 def _kv_heads(value: SSAValue) -> SSAValue | None:
@@ -221,16 +228,27 @@ def _kv_heads(value: SSAValue) -> SSAValue | None:
     return x if ok else None
 
 
-def _grouped(kt: SSAValue, v: SSAValue) -> tuple[SSAValue, SSAValue] | None:
+def _grouped(k: SSAValue, v: SSAValue) -> tuple[SSAValue, SSAValue] | None:
     """k and v at their own (fewer) heads where both were repeated for the query heads by
     the same group: attention reads the cache at Hk heads, not H."""
-    t = kt.owner
-    if not isinstance(t, g.TransposeOp) or list(g.ints(t.properties, "perm")) != [0, 1, 3, 2]:
-        return None
-    k0, v0 = _kv_heads(t.input), _kv_heads(v)
+    k0, v0 = _kv_heads(k), _kv_heads(v)
     if k0 is None or v0 is None or shape_of(k0)[1] != shape_of(v0)[1]:
         return None
     return k0, v0
+
+
+def _peel(value: SSAValue, scale: float) -> tuple[SSAValue, float]:
+    """`value` without the multiplications by a scalar constant that made it (either
+    operand order), their factors multiplied into `scale`."""
+    while isinstance(op := value.owner, g.MulOp):
+        for x, c in ((op.lhs, op.rhs), (op.rhs, op.lhs)):
+            factor = _scalar(c)
+            if factor is not None and shape_of(x) == shape_of(value):
+                value, scale = x, scale * factor
+                break
+        else:
+            break
+    return value, scale
 
 
 def _erase_unused(rewriter: PatternRewriter, values: list[SSAValue]) -> None:
@@ -238,7 +256,7 @@ def _erase_unused(rewriter: PatternRewriter, values: list[SSAValue]) -> None:
     stack = [v.owner for v in values]
     while stack:
         op = stack.pop()
-        if not isinstance(op, g.GraphOp) or isinstance(op, g.ConstantOp):
+        if not isinstance(op, g.GraphOp):
             continue
         if any(r.uses for r in op.results) or op.parent_block() is None:
             continue
