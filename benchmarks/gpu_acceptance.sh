@@ -119,6 +119,8 @@ dims_for() {  # the --dim options an example runs with: its own on a GPU, test s
     elementwise_chain) echo --dim N=64 --dim D=96 ;;
     gemm) echo --dim M=64 --dim N=48 --dim K=80 ;;
     layernorm) echo --dim T=16 --dim H=96 ;;
+    llama_block) echo --dim S=12 --dim D=64 --dim H=4 --dim HK=2 --dim HD=16 --dim F=96 ;;
+    llama_decode) echo --dim L=20 --dim D=64 --dim H=4 --dim HK=2 --dim HD=16 --dim F=96 ;;
     mlp) echo --dim B=4 --dim D=64 --dim F=256 ;;
     softmax) echo --dim R=32 --dim C=100 ;;
     transformer_block) echo --dim B=1 --dim S=16 --dim D=32 --dim F=64 ;;

@@ -52,8 +52,9 @@ def check_every_subset(pipeline_name: str, module, backend: str, seed: int) -> i
     are one (all subsets that reach it continue the same way). The final frontier holds the
     program of every one of the 2^k subsets, each compiled and checked once, as attribution
     measures them; a pass that changes nothing on an example costs nothing. Once the
-    frontier holds 8 modules, its halves go on in two processes (forked: the machine's two
-    cores; copying and printing modules is most of the time)."""
+    frontier holds 8 modules, each goes on in one of two processes (forked: the machine's
+    two cores, each taking the next module as it finishes one; copying and printing modules
+    is most of the time). Programs reached from two of them are checked twice."""
     from irkit.pipelines import PIPELINES, parse_passes
 
     pipeline = PIPELINES[pipeline_name]
@@ -63,15 +64,15 @@ def check_every_subset(pipeline_name: str, module, backend: str, seed: int) -> i
     while done < len(passes) and len(frontier) < 8:
         frontier = _advance(frontier, passes[done : done + 1])
         done += 1
-    halves = [frontier[0::2], frontier[1::2]]
     if done == len(passes) or (os.cpu_count() or 1) < 2:
         results = [_finish(frontier, passes[done:], module, backend, seed)]
     else:
         import multiprocessing
 
-        _FORKED.update(halves=halves, rest=passes[done:], args=(module, backend, seed))
+        parts = [frontier[i :: len(frontier)] for i in range(len(frontier))]  # one a module
+        _FORKED.update(halves=parts, rest=passes[done:], args=(module, backend, seed))
         with multiprocessing.get_context("fork").Pool(2) as pool:
-            results = pool.map(_finish_half, [0, 1])
+            results = pool.map(_finish_half, range(len(parts)), chunksize=1)
         _FORKED.clear()
     for _, failure in results:
         assert failure is None, failure

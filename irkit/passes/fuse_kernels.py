@@ -226,7 +226,9 @@ class _Fuser:
             # position), not its producers' (there the cache would be copied each step)
             if _cache_concat(o) and all(kind_of(c) is Kind.ATTENTION for c in self.consumers[o]):
                 continue
-            for producer in self.producers[o]:
+            # producers in program order, not operand order: mul(silu(gate), up) and
+            # mul(up, silu(gate)) fuse alike (each matmul could take the product)
+            for producer in sorted(self.producers[o], key=position.__getitem__):
                 if kind_of(producer) is not Kind.OPAQUE and self._edge_allowed(producer, o):
                     self._try_merge(self.group_of[producer], self.group_of[o])
         order = nx.lexicographical_topological_sort(
