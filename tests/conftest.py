@@ -84,6 +84,9 @@ _FORKED: dict = {}
 
 
 def _finish_half(index: int) -> tuple[int, str | None]:
+    # a worker may run on any CPU, whatever an earlier test left the parent pinned to (in
+    # the full suite the walk took twice its time alone: both workers on one CPU)
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))
     module, backend, seed = _FORKED["args"]
     return _finish(_FORKED["halves"][index], _FORKED["rest"], module, backend, seed)
 
