@@ -70,6 +70,16 @@ def require(ok: bool, option: str, value: object, why: str) -> None:
         raise OptionError(option, value, why)
 
 
+def require_vector_bits(bits: int) -> None:
+    """A CPU pass's `vector-bits` option: a vector register width, or 0 for the host's."""
+    require(
+        bits in (0, 128, 256, 512),
+        "vector-bits",
+        bits,
+        "must be 128, 256 or 512 (or 0: the host's)",
+    )
+
+
 def expect(function: str, name: str, value: object, kind: object, description: str) -> None:
     """The Python API's argument check: an IrkitError naming the function, the argument and
     what it takes, instead of a TypeError or AttributeError from deep inside."""

@@ -46,7 +46,7 @@ from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, i64
 from xdsl.passes import ModulePass
 
 from irkit.dialects import graph as g
-from irkit.errors import require
+from irkit.errors import require, require_vector_bits
 from irkit.host import vector_bits as host_vector_bits
 from irkit.host import vector_registers as host_vector_registers
 from irkit.passes.emit_attention import FUSED_ATTR
@@ -67,12 +67,7 @@ class CpuFuseAttentionPass(ModulePass):
     block: int = 32
 
     def check_options(self) -> None:
-        require(
-            self.vector_bits in (0, 128, 256, 512),
-            "vector-bits",
-            self.vector_bits,
-            "must be 128, 256 or 512 (or 0: the host's)",
-        )
+        require_vector_bits(self.vector_bits)
         require(
             0 <= self.row_vectors <= 8,
             "row-vectors",

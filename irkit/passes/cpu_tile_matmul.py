@@ -41,7 +41,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from irkit.dialects.cpu import PrefetchOp
 from irkit.dtypes import numpy_dtype
-from irkit.errors import require
+from irkit.errors import require, require_vector_bits
 from irkit.host import vector_bits as host_vector_bits
 from irkit.host import vector_registers as host_vector_registers
 from irkit.loops import (
@@ -96,12 +96,7 @@ class CpuTileMatmulPass(ModulePass):
         return replace(self, vector_bits=bits, nr=nr)
 
     def check_options(self) -> None:
-        require(
-            self.vector_bits in (0, 128, 256, 512),
-            "vector-bits",
-            self.vector_bits,
-            "must be 128, 256 or 512 (or 0: the host's)",
-        )
+        require_vector_bits(self.vector_bits)
         require(1 <= self.mr <= 16, "mr", self.mr, "must be from 1 to 16")
         # with vector-bits=0 an nr must suit any host: a multiple of the widest vector's lanes
         bits = self.vector_bits or 512

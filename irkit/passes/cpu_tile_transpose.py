@@ -40,7 +40,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from irkit.errors import require
+from irkit.errors import require_vector_bits
 from irkit.host import vector_bits as host_vector_bits
 from irkit.loops import constant_int, kernels, require_loop_level
 from irkit.passes.loop_builder import FunctionConstants
@@ -180,12 +180,7 @@ class CpuTileTransposePass(ModulePass):
     vector_bits: int = 0  # 0: the host's widest vector (`irkit.host.vector_bits`)
 
     def check_options(self) -> None:
-        require(
-            self.vector_bits in (0, 128, 256, 512),
-            "vector-bits",
-            self.vector_bits,
-            "must be 128, 256 or 512 (or 0: the host's)",
-        )
+        require_vector_bits(self.vector_bits)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self.check_options()
