@@ -136,11 +136,20 @@ def test_gpu_targets_needs_a_device() -> None:
 
 
 def _gpu_targets():
+    """benchmarks/gpu_targets.py as a module. Its import of cpu_baseline confines the process
+    to the CPUs of its thread count and sets the thread variables (a benchmark's protocol):
+    undone here, or every later test ran on one CPU."""
+    import os
+
+    cpus, env = os.sched_getaffinity(0), dict(os.environ)
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import gpu_targets
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
+        os.sched_setaffinity(0, cpus)
+        os.environ.clear()
+        os.environ.update(env)
     return gpu_targets
 
 
