@@ -20,7 +20,6 @@ S^2, a fused attention's as S.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -106,9 +105,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r[f'speed_vs_ort_{t}t']:.2f}x onnxruntime  "
                       f"memory {r['irkit_bound_bytes'] / 2**20:7.1f} MiB", flush=True)  # fmt: skip
     if args.out:
-        with args.out.open("a") as f:
-            for r in [header, *records]:
-                f.write(json.dumps(r) + "\n")
+        from irkit.measure.records import append_record
+
+        for r in [header, *records]:
+            append_record(args.out, r)
     return 0
 
 

@@ -24,7 +24,6 @@ thread confines the process to one CPU). The decode roofline: the bytes a step m
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -274,9 +273,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"roofline {r[f'roofline_ms_{t}t']:.3f} ms ({r[f'roofline_level_{t}t']}, "
                       f"{r['bytes_read'] / 2**20:.1f} MiB): {r[f'of_roofline_{t}t']:.2f}x it", flush=True)  # fmt: skip
     if args.out:
-        with args.out.open("a") as f:
-            for r in [header, *records]:
-                f.write(json.dumps(r) + "\n")
+        from irkit.measure.records import append_record
+
+        for r in [header, *records]:
+            append_record(args.out, r)
     return 0
 
 

@@ -102,7 +102,8 @@ class _Row:
             return [em.fop(arith.AddfOp, total[0], p)]
 
         (block_sum,) = b_.for_range(0, width, 1, [zero], weigh)
-        self.each(
+        _each(
+            self.em.b,
             dv,
             lambda e: b_.store(
                 em.fop(arith.MulfOp, b_.load(self.acc, [e], ct), rescale), self.acc, [e]
@@ -117,20 +118,11 @@ class _Row:
                 new = em.fop(arith.AddfOp, b_.load(self.acc, [e], ct), em.fop(arith.MulfOp, p, ve))
                 b_.store(new, self.acc, [e])
 
-            self.each(dv, update)
+            _each(self.em.b, dv, update)
             return []
 
         b_.for_range(0, width, 1, [], gather)
         return [m_new, em.fop(arith.AddfOp, em.fop(arith.MulfOp, running, rescale), block_sum)]
-
-    def each(self, n: int, body: Callable[[SSAValue], None]) -> None:
-        """A loop over 0 .. n carrying nothing."""
-
-        def step(e: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-            body(e)
-            return []
-
-        self.em.b.for_range(0, n, 1, [], step)
 
 
 def emit_fused_attention(em: KernelEmitter, op: g.AttentionOp, out: SSAValue) -> None:
@@ -157,13 +149,14 @@ def emit_fused_attention(em: KernelEmitter, op: g.AttentionOp, out: SSAValue) ->
         scores = b_.add(memref.AllocaOp.get(ct, 64, [block]))
         acc = b_.add(memref.AllocaOp.get(ct, 64, [dv]))
         r = _Row(em, op, bi, h, i, hk, scores, acc, ct)
-        r.each(dv, lambda e: b_.store(b_.float(0.0, ct), acc, [e]))
+        _each(b_, dv, lambda e: b_.store(b_.float(0.0, ct), acc, [e]))
         limit: SSAValue | int = sk
         if g.bool_of(op.properties, "causal"):  # keys 0 .. i + Sk - Sq: up to the query's own
             limit = b_.add(arith.MinSIOp(b_.iadd(i, sk - sq + 1), b_.index(sk)))
         inits = [b_.float(-math.inf, ct), b_.float(0.0, ct)]
         _, total = b_.for_range(0, limit, block, inits, lambda j0, c: r.key_block(j0, limit, c))
-        r.each(
+        _each(
+            b_,
             dv,
             lambda e: b_.store(
                 em.fop(arith.DivfOp, b_.load(acc, [e], ct), total), out, [bi, h, i, e]
@@ -512,27 +505,19 @@ def _chunks(b_, n: int, size: int, body: Callable[[SSAValue, int], object]) -> N
     if whole == size:
         body(b_.index(0), size)
     elif whole:
-        _each_step(b_, whole, size, lambda start: body(start, size))
+        _each(b_, whole, lambda start: body(start, size), step=size)
     if n > whole:
         body(b_.index(whole), n - whole)
 
 
-def _each_step(b_, n: int, step: int, body: Callable[[SSAValue], object]) -> None:
+def _each(b_, n: SSAValue | int, body: Callable[[SSAValue], object], step: int = 1) -> None:
+    """A loop over 0 .. n (by `step`) carrying nothing."""
+
     def inner(i: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
         body(i)
         return []
 
     b_.for_range(0, n, step, [], inner)
-
-
-def _each(b_, n: SSAValue | int, body: Callable[[SSAValue], object]) -> None:
-    """A loop over 0 .. n carrying nothing."""
-
-    def step(i: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-        body(i)
-        return []
-
-    b_.for_range(0, n, 1, [], step)
 
 
 def _index(b_, value: SSAValue | int) -> SSAValue:
