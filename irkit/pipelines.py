@@ -57,6 +57,9 @@ CPU_ATTENTION = ("cpu-fuse-attention",)
 """`default-cpu`'s attention pass (it recognizes the chains too), after the cleanup, before
 transposes fold into the matmuls it matches."""
 
+GPU_ATTENTION = ("gpu-fuse-attention",)
+"""`default-cuda`'s: the same place, one fused GPU kernel per attention."""
+
 CPU_GRAPH_OPTIONS = {
     "conv-to-matmul": "conv-to-matmul{implicit=true}",
     "fuse-kernels": "fuse-kernels{concat-transposes=false}",
@@ -125,7 +128,9 @@ PIPELINES: dict[str, Pipeline] = {
     "default-cuda": Pipeline(
         "default-cuda",
         (
-            *GRAPH_OPTIMIZATIONS,
+            *GRAPH_OPTIMIZATIONS[:2],
+            *GPU_ATTENTION,
+            *GRAPH_OPTIMIZATIONS[2:],
             "lower-graph-to-loops",
             "reshape-views",
             "pad-leading-dims",
@@ -136,13 +141,14 @@ PIPELINES: dict[str, Pipeline] = {
         frozenset(
             {
                 *GRAPH_OPTIMIZATIONS,
+                *GPU_ATTENTION,
                 "reshape-views",
                 "pad-leading-dims",
                 "gpu-tile-matmul",
                 "gpu-coarsen",
             }
         ),
-        "the optimized CUDA pipeline: graph cleanup, NHWC convolutions as im2col matmuls, "
+        "the optimized CUDA pipeline: graph cleanup, attention recognized and fused (a block per query tile, K and V through shared memory, the online softmax in registers), NHWC convolutions as im2col matmuls, "
         "transpose and constant folding, fusion, loops, reshapes as views, padded row strides of "
         "intermediates, warp-tiled shared-memory matmuls, large elementwise kernels several "
         "points per thread, mapping onto the GPU",

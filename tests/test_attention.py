@@ -23,6 +23,11 @@ UNFUSED = ",".join(
 )
 """default-cpu as it was before attention was fused: the op decomposed by the lowering."""
 
+UNFUSED_CUDA = ",".join(p for p in PIPELINES["default-cuda"].passes if p != "gpu-fuse-attention")
+"""default-cuda as it was before attention was fused on the GPU."""
+GPU_SMALL = "gpu-fuse-attention{block-q=32 block-k=5 decode-rows=6 warps=3}"
+"""The GPU forms with small, uneven tiles: ragged key tiles, 3 warps, up to 6 rows decoded."""
+
 # (heads, kv heads, query length, key length, head dim, causal, mask): multi-head,
 # grouped-query (8:2), multi-query, a decode step (one query against a cache), masks
 CASES = {
@@ -118,7 +123,8 @@ def test_reference_matches_onnx_attention(case: str) -> None:
      ("cpu-fuse-attention{tiles=false},default-cpu", "cpu"),
      ("cpu-fuse-attention{vector-bits=256 row-vectors=1 block=5},default-cpu", "cpu"),
      ("cpu-fuse-attention,lower-graph-to-loops", "cpu"), (UNFUSED, "cpu"),
-     ("default-cuda", "cuda-sim"), ("default-cuda", "cuda-host")],
+     ("default-cuda", "cuda-sim"), ("default-cuda", "cuda-host"), (UNFUSED_CUDA, "cuda-sim"),
+     (f"{GPU_SMALL},default-cuda", "cuda-host"), (f"{GPU_SMALL},default-cuda", "cuda-sim")],
 )  # fmt: skip
 def test_every_backend_matches_the_reference(case: str, spec: str, backend: str) -> None:
     module = parse_source(_source(case), "att.graph", ".graph")
@@ -354,3 +360,97 @@ def test_fused_attention_stores_nothing_of_size_s_squared(tiles: str) -> None:
     assert max(large) <= 2 * max(small)  # linear in S (the packed keys and values)
     _, plain = buffers(100, UNFUSED)
     assert max(plain) >= 2 * 100 * 100  # the decomposed chain's scores, per head
+
+
+def _gpu_kernels(module) -> list:
+    from xdsl.dialects import func
+
+    from irkit.loops import launch_of
+
+    return [op for op in module.ops if isinstance(op, func.FuncOp) and launch_of(op) is not None]
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "sq", "sk", "dim", "causal", "dtype"),
+    [(4, 2, 70, 70, 64, True, "f32"), (4, 4, 33, 45, 24, False, "f32"), (8, 2, 1, 90, 64, True, "f32"),
+     (2, 1, 3, 40, 40, True, "f32"), (4, 2, 37, 37, 32, True, "f16"), (4, 2, 1, 50, 32, False, "bf16")],
+)  # fmt: skip
+def test_gpu_fused_attention_runs_on_cuda_host(
+    heads: int, kv_heads: int, sq: int, sk: int, dim: int, causal: bool, dtype: str
+) -> None:
+    """gpu-fuse-attention's kernels (prefill tiles, and decode where Sq <= 4) printed as CUDA
+    C, compiled for the host and run there, against the reference: causal and not, grouped-
+    query heads, lengths no tile divides (ragged query tiles, ragged key tiles), head dims
+    a warp does not divide, f16 and bf16 inputs computed in f32. The fused program is one
+    launch whose mapping is "attention"."""
+    source = (
+        f"model att\ninput q : {dtype}[1, {heads}, {sq}, {dim}]\n"
+        f"input k : {dtype}[1, {kv_heads}, {sk}, {dim}]\ninput v : {dtype}[1, {kv_heads}, {sk}, {dim}]\n"
+        f"output y = attention(q, k, v, causal={str(causal).lower()})\n"
+    )
+    module = parse_source(source, "att.graph", ".graph")
+    arrays = random_inputs(module, seed=11)
+    (want,) = reference(module, *arrays)
+    exe = irkit.compile(module, "default-cuda", backend="cuda-host")
+    ((kernel,),) = [_gpu_kernels(exe.module)]
+    assert kernel.attributes["irkit.launch"].data["mapping"].data == "attention"
+    (got,) = exe(*arrays)
+    tol = 1e-5 if dtype == "f32" else 4e-3
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+
+
+def test_gpu_fused_attention_compiles_with_nvrtc_without_spills() -> None:
+    """The prefill and decode kernels at a real head dim (64, S = 512, GQA 8:2) compile with
+    NVRTC for sm_90: the row of q, the accumulator and a tile's scores in registers, no
+    spills; shared memory only the K and V tiles (prefill) or the warps' states (decode)."""
+    from irkit.codegen.cuda import kernel_source
+    from irkit.codegen.nvrtc import compile_cuda
+    from irkit.pipelines import apply_passes, lower_for_gpu, parse_passes
+
+    for sq in (512, 1):
+        source = (
+            f"model att\ninput q : f32[1, 8, {sq}, 64]\ninput k : f32[1, 2, 512, 64]\n"
+            "input v : f32[1, 2, 512, 64]\noutput y = attention(q, k, v, causal=true)\n"
+        )
+        module = parse_source(source, "att.graph", ".graph")
+        lowered = lower_for_gpu(apply_passes(module, parse_passes("default-cuda")))
+        (kernel,) = _gpu_kernels(lowered)
+        resources = compile_cuda(kernel_source(lowered, kernel), kernel.sym_name.data).resources
+        assert resources.spill_stores == resources.spill_loads == 0, resources
+        assert resources.shared_bytes <= (16 * 128 * 4 if sq > 1 else 4 * 64 * 4 + 2 * 4 * 4)
+        assert resources.registers <= 255
+
+
+def test_gpu_fuse_attention_stores_nothing_of_size_s_squared() -> None:
+    """default-cuda: the attention's kernel holds no buffer of S x S (the decomposed chain
+    without gpu-fuse-attention holds the scores in global memory between launches)."""
+    from xdsl.dialects import memref
+
+    from irkit.pipelines import apply_passes, parse_passes
+
+    def largest(spec: str) -> int:
+        source = (
+            "model att\ninput q : f32[1, 2, 100, 8]\ninput k : f32[1, 2, 100, 8]\n"
+            "input v : f32[1, 2, 100, 8]\noutput y = attention(q, k, v, causal=true)\n"
+        )
+        module = apply_passes(parse_source(source, "att.graph", ".graph"), parse_passes(spec))
+        shapes = [
+            op.memref.type.get_shape() for op in module.walk() if isinstance(op, memref.AllocOp)
+        ]
+        shapes += [op.type.get_shape() for op in module.walk() if isinstance(op, memref.GlobalOp)]
+        return max((math.prod(s) for s in shapes), default=0)
+
+    assert largest("default-cuda") < 100 * 100
+    assert largest(UNFUSED_CUDA) >= 2 * 100 * 100
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [("block-q=48", "block-q.*multiple of 32"), ("block-k=0", "block-k"), ("warps=0", "warps"),
+     ("decode-rows=-1", "decode-rows")],
+)  # fmt: skip
+def test_gpu_fuse_attention_options_are_checked(option: str, message: str) -> None:
+    from irkit.pipelines import parse_passes
+
+    with pytest.raises(IrkitError, match=message):
+        parse_passes(f"gpu-fuse-attention{{{option}}}")

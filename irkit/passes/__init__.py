@@ -156,6 +156,12 @@ def _reassociate_reductions() -> type[ModulePass]:
     return ReassociateReductionsPass
 
 
+def _gpu_fuse_attention() -> type[ModulePass]:
+    from irkit.passes.gpu_fuse_attention import GpuFuseAttentionPass
+
+    return GpuFuseAttentionPass
+
+
 def _cpu_fuse_attention() -> type[ModulePass]:
     from irkit.passes.cpu_fuse_attention import CpuFuseAttentionPass
 
@@ -209,6 +215,7 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "share-buffers": _share_buffers,
     "recognize-attention": _recognize_attention,
     "cpu-fuse-attention": _cpu_fuse_attention,
+    "gpu-fuse-attention": _gpu_fuse_attention,
 }
 
 

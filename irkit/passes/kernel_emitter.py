@@ -28,15 +28,17 @@ from typing import Any, cast
 import numpy as np
 from xdsl.dialects import arith
 from xdsl.dialects import math as xmath
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType, i64
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, TensorType, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from irkit.dialects import graph as g
 from irkit.dtypes import dense_array
+from irkit.errors import IrkitError
 from irkit.passes import emit_exact as exact
 from irkit.passes import emit_windows as windows
 from irkit.passes.emit_attention import emit_fused_attention
 from irkit.passes.emit_decode import Decode
+from irkit.passes.emit_gpu_attention import GpuAttention, gpu_mark
 from irkit.passes.loop_builder import LoopBuilder, compute_type
 
 Index = list[SSAValue]
@@ -172,9 +174,21 @@ class KernelEmitter:
     `buffers` maps graph values (kernel inputs, outputs, scratch, non-splat constants) to
     the memrefs that hold them; everything else is computed inline by `EMITTERS`."""
 
-    def __init__(self, builder: LoopBuilder, buffers: dict[SSAValue, SSAValue]):
+    def __init__(
+        self,
+        builder: LoopBuilder,
+        buffers: dict[SSAValue, SSAValue],
+        module: ModuleOp | None = None,
+        name: str = "kernel",
+    ):
         self.b = builder
         self.buffers = buffers
+        self.module = module
+        """Where a GPU form adds its shared buffers (`memref.global`s named after `name`)."""
+        self.name = name
+        self.shared_bytes = 0
+        self.launch: tuple[int, int, int] | None = None
+        """(grid, threads, flops) where the kernel came out GPU-mapped (`emit_gpu_attention`)."""
         self._memo: dict[tuple[int, SSAValue, tuple[SSAValue, ...]], SSAValue] = {}
         self.opens_loops: dict[SSAValue, bool] = {}
         """By value: whether computing it inline opens a loop (`_loops`)."""
@@ -184,6 +198,14 @@ class KernelEmitter:
             buffer = self.buffers[value]
             op = value.owner
             if isinstance(op, g.AttentionOp):  # left to the lowering by `_decompose_attention`
+                params = gpu_mark(op)
+                if params is not None:
+                    if len(materialized) > 1 or self.module is None:
+                        raise IrkitError(
+                            f"{self.name}: a GPU-fused attention must be its kernel's only stored value"
+                        )
+                    self.launch = GpuAttention(self, op, buffer, params).emit()
+                    continue
                 decode = Decode.of(self, op, buffer)
                 if decode is not None:
                     decode.emit()

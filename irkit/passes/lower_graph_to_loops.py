@@ -53,6 +53,7 @@ from irkit.ir import location_of, ssa_name
 from irkit.loops import (
     INDEX_EXTENT_ATTR,
     KERNEL_ATTR,
+    LAUNCH_ATTR,
     ONCE_ATTR,
     OUTPUT_ATTR,
     PARAM_ATTR,
@@ -63,6 +64,7 @@ from irkit.passes.decompose_composites import DecomposeAttentionPattern, decompo
 from irkit.passes.emit_attention import FUSED_ATTR
 from irkit.passes.kernel_emitter import KernelEmitter, materialized_values
 from irkit.passes.loop_builder import LoopBuilder, compute_type, free_after_last_use
+from irkit.passes.map_to_gpu import launch_attr
 
 
 def memref_of(value: SSAValue, element_type: Attribute | None = None) -> MemRefType:
@@ -190,7 +192,8 @@ def _build_kernel_function(
     for arg, name in zip(block.args, names, strict=True):
         arg.name_hint = name
     buffers: dict[SSAValue, SSAValue] = dict(zip(values, block.args, strict=True))
-    KernelEmitter(LoopBuilder(block), buffers).emit(stored)
+    emitter = KernelEmitter(LoopBuilder(block), buffers, module, kernel.name)
+    emitter.emit(stored)
     block.add_op(func.ReturnOp())
     roles = (
         [DictionaryAttr({})] * len(kernel.inputs)
@@ -208,6 +211,9 @@ def _build_kernel_function(
         arg_attrs=ArrayAttr(roles),
     )
     fn.attributes[KERNEL_ATTR] = UnitAttr()
+    if emitter.launch is not None:  # GPU-mapped as emitted (a GPU-fused attention)
+        grid, threads, flops = emitter.launch
+        fn.attributes[LAUNCH_ATTR] = launch_attr(grid, threads, "attention", flops)
     if len(kernel.inputs) == len(outs) == 1 and all(isinstance(o, g.ReshapeOp) for o in ops):
         fn.attributes[RESHAPE_ATTR] = UnitAttr()  # a copy `reshape-views` may make a view
     return fn

@@ -1,0 +1,408 @@
+"""The fused attention on the GPU (what `gpu-fuse-attention` asks for): one kernel a
+`graph.attention`, GPU-mapped as `lower-graph-to-loops` emits it, nothing of size S x S
+stored. Two forms, by the number of query rows:
+
+- **tiles** (prefill): a block of `block-q` threads a tile of query rows, one row a
+  thread (FlashAttention-2's loop order, f32 SIMT):
+
+      block (b, h, tile t), thread r: row i = t * BQ + r; q[d] * scale in registers
+      for each tile of BK keys (causal: up to the tile's last visible key):
+        K and V of the tile -> shared memory, the threads' loads along d (coalesced)
+        barrier
+        s[c] = q . K[c]        (every thread reads the same K[c][d]: a broadcast)
+        masked: causal (j past i + Sk - Sq), the mask operand, keys past Sk
+        m' = max(m, max_c s[c]), r = exp(m - m'), p[c] = exp(s[c] - m')
+        l = l r + sum_c p[c],  acc[e] = acc[e] r + sum_c p[c] V[c][e]
+        barrier
+      out[b, h, i, :] = acc / l
+
+  The accumulator (Dv), the row of q (D) and the tile's scores (BK) live in registers.
+  Causal tiles are ordered heaviest first (the last query tile, which sees every key, is
+  block 0 of its head), so the short ones fill the tail of the grid.
+
+- **decode** (Sq <= `decode-rows`): a block of `warps` warps a query row; each warp takes
+  blocks of 4 keys in turn, its lanes along d (each key's row read coalesced, the dot
+  product added across the warp by an xor butterfly of shuffles), and keeps its own
+  running max, sum and accumulator (Dv / 32 a lane); the warps' states meet at the end
+  through shared memory, rescaled to the block's maximum.
+
+The types: K and V tiles and every statistic in the compute type (f32 for f16/bf16
+inputs). Q, K, V and the mask are read through the kernel emitter, so transposes,
+reshapes and a decode step's cache concat are read in place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from xdsl.dialects import arith, gpu, memref
+from xdsl.dialects import math as xmath
+from xdsl.dialects.builtin import (
+    DictionaryAttr,
+    IntegerAttr,
+    MemRefType,
+    StringAttr,
+    UnitAttr,
+    i32,
+)
+from xdsl.ir import Attribute, SSAValue
+
+from irkit.dialects import graph as g
+from irkit.dialects.warp import ShuffleOp
+from irkit.dtypes import numpy_dtype
+from irkit.ir import shape_of
+from irkit.loops import SHARED_SPACE, STATIC_SHARED_LIMIT
+from irkit.passes.emit_attention import FUSED_ATTR, _masked
+from irkit.passes.loop_builder import compute_type
+
+if TYPE_CHECKING:
+    from irkit.passes.kernel_emitter import KernelEmitter
+
+WARP = 32
+TARGET = "gpu"
+"""The `target` of a fused mark that asks for these kernels."""
+DECODE_KEYS = 4
+"""Keys a warp takes at a time in the decode form (their loads issued together)."""
+
+
+def gpu_mark(op: g.AttentionOp) -> dict[str, int] | None:
+    """The GPU form's parameters where `op` is marked for it (`gpu-fuse-attention`)."""
+    mark = op.attributes.get(FUSED_ATTR)
+    if not isinstance(mark, DictionaryAttr):
+        return None
+    target = mark.data.get("target")
+    if not isinstance(target, StringAttr) or target.data != TARGET:
+        return None
+    return {k: v.value.data for k, v in mark.data.items() if isinstance(v, IntegerAttr)}
+
+
+@dataclass
+class GpuAttention:
+    """One marked `graph.attention` emitted as a GPU kernel into the emitter's function."""
+
+    em: KernelEmitter
+    op: g.AttentionOp
+    out: SSAValue
+    params: dict[str, int]
+
+    @property
+    def shapes(self) -> tuple[int, int, int, int, int, int, int]:
+        q, k, v = self.op.operands[:3]
+        batch, heads, sq, dim = shape_of(q)
+        return batch, heads, sq, dim, shape_of(k)[1], shape_of(k)[2], shape_of(v)[3]
+
+    @property
+    def ct(self) -> Attribute:
+        return compute_type(g.element_type_of(self.op.operands[0]))
+
+    def emit(self) -> tuple[int, int, int]:
+        """Emit the kernel; its launch: (grid, threads, flops)."""
+        sq = self.shapes[2]
+        if sq <= self.params.get("decode-rows", 0):
+            return self._decode()
+        return self._tiles()
+
+    # --- the prefill form ----------------------------------------------------------------
+
+    def _tiles(self) -> tuple[int, int, int]:
+        em, b_, op, ct = self.em, self.em.b, self.op, self.ct
+        batch, heads, sq, dim, kv_heads, sk, dv = self.shapes
+        q, k, v = op.operands[:3]
+        mask = op.operands[3] if len(op.operands) == 4 else None
+        causal = g.bool_of(op.properties, "causal")
+        threads = min(self.params["block-q"], -(-sq // WARP) * WARP)
+        width = numpy_dtype(ct).itemsize * (dim + dv)  # a key's row of K and of V
+        bk = max(1, min(self.params["block-k"], sk, STATIC_SHARED_LIMIT // width))
+        tiles = -(-sq // threads)
+        neg_inf, zero = b_.float(-math.inf, ct), b_.float(0.0, ct)
+        k_tile = self._shared("k_tile", [bk, dim])
+        v_tile = self._shared("v_tile", [bk, dv])
+
+        bid, tid = b_.add(gpu.BlockIdOp(_X)), b_.add(gpu.ThreadIdOp(_X))
+        t = b_.add(arith.RemUIOp(bid, b_.index(tiles)))
+        if causal:  # heaviest first: the last query tile sees the most keys
+            t = b_.add(arith.SubiOp(b_.index(tiles - 1), t))
+        bi, h, hk = self._heads(b_.add(arith.DivUIOp(bid, b_.index(tiles))))
+        q0 = b_.imul(t, threads)
+        i = b_.iadd(q0, tid)
+        row = b_.add(arith.MinSIOp(i, b_.index(sq - 1))) if sq % threads else i
+        scale = b_.float(g.float_of(op.properties, "scale"), ct)
+        qs = [em.fop(arith.MulfOp, em.value_at(q, [bi, h, row, b_.index(d)]), scale) for d in range(dim)]  # fmt: skip
+
+        keys: SSAValue | int = sk
+        if causal:  # keys up to the tile's last row's own: min(q0 + BQ, Sq) + Sk - Sq
+            last = b_.iadd(q0, threads)
+            if sq % threads:
+                last = b_.add(arith.MinSIOp(last, b_.index(sq)))
+            if sk >= sq:  # at most Sk (last <= Sq)
+                keys = b_.iadd(last, sk - sq)
+            else:  # the first rows of a longer query see no key
+                fewer = b_.add(arith.SubiOp(last, b_.index(sq - sk)))
+                keys = b_.add(arith.MaxSIOp(fewer, b_.index(0)))
+        trips = _ceil_div(b_, keys, bk)
+
+        def step(kt: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
+            m, total, *acc = carried
+            j0 = b_.imul(kt, bk)
+            self._stage(tid, threads, j0, [(k, k_tile, dim), (v, v_tile, dv)], bi, hk)
+            b_.add(gpu.BarrierOp())
+            scores = []
+            for c in range(bk):
+                s = zero
+                for d in range(dim):
+                    kd = b_.add(memref.LoadOp.get(k_tile, [b_.index(c), b_.index(d)]))
+                    s = em.fop(arith.AddfOp, s, em.fop(arith.MulfOp, qs[d], kd))
+                j = b_.iadd(j0, c)
+                hidden = []
+                if sk % bk:
+                    hidden.append(em.cmpi("uge", j, sk))
+                    j = b_.add(arith.MinSIOp(j, b_.index(sk - 1)))
+                if causal:  # j > row + Sk - Sq
+                    hidden.append(em.cmpi("ugt", b_.iadd(j, sq), b_.iadd(row, sk)))
+                if mask is not None:
+                    s = _masked(em, op, s, [bi, h, row, j], neg_inf)
+                for cond in hidden:
+                    s = em.select(cond, neg_inf, s)
+                scores.append(s)
+            m_new, total, weights, rescale = self._online(m, total, scores)
+            acc = [em.fop(arith.MulfOp, a, rescale) for a in acc]
+            for c, p in enumerate(weights):
+                for e in range(dv):
+                    ve = b_.add(memref.LoadOp.get(v_tile, [b_.index(c), b_.index(e)]))
+                    acc[e] = em.fop(arith.AddfOp, acc[e], em.fop(arith.MulfOp, p, ve))
+            b_.add(gpu.BarrierOp())
+            return [m_new, total, *acc]
+
+        m, total, *acc = b_.for_range(0, trips, 1, [neg_inf, zero, *[zero] * dv], step)
+        store = lambda: [  # noqa: E731
+            b_.store(em.fop(arith.DivfOp, acc[e], total), self.out, [bi, h, i, b_.index(e)])
+            for e in range(dv)
+        ]
+        if sq % threads:
+            b_.when(em.cmpi("ult", i, sq), store)
+        else:
+            store()
+        flops = batch * heads * sq * sk * 2 * (dim + dv) // (2 if causal else 1)
+        return batch * heads * tiles, threads, flops
+
+    def _stage(
+        self,
+        tid: SSAValue,
+        threads: int,
+        j0: SSAValue,
+        copies: Sequence[tuple[SSAValue, SSAValue, int]],
+        bi: SSAValue,
+        hk: SSAValue,
+    ) -> None:
+        """Each (source, shared tile, width): the tile's keys from j0 into shared memory,
+        element e of the tile by thread e % threads (consecutive threads, consecutive
+        features); keys past Sk read the last key (their scores are masked)."""
+        em, b_ = self.em, self.em.b
+        sk = self.shapes[5]
+        for source, tile, width in copies:
+            rows = shape_of(tile)[0]
+            count, ragged = rows * width, sk % rows != 0
+            for n in range(-(-count // threads)):
+                e = b_.iadd(tid, n * threads)
+
+                def copy(e=e, source=source, tile=tile, width=width, ragged=ragged) -> None:
+                    c = b_.add(arith.DivUIOp(e, b_.index(width)))
+                    d = b_.add(arith.RemUIOp(e, b_.index(width)))
+                    j = b_.add(arith.AddiOp(j0, c))
+                    if ragged:
+                        j = b_.add(arith.MinSIOp(j, b_.index(sk - 1)))
+                    b_.store(em.value_at(source, [bi, hk, j, d]), tile, [c, d])
+
+                if (n + 1) * threads > count:
+                    b_.when(em.cmpi("ult", e, count), copy)
+                else:
+                    copy()
+
+    # --- the decode form -----------------------------------------------------------------
+
+    def _decode(self) -> tuple[int, int, int]:
+        em, b_, op, ct = self.em, self.em.b, self.op, self.ct
+        batch, heads, sq, dim, kv_heads, sk, dv = self.shapes
+        q, k, v = op.operands[:3]
+        mask = op.operands[3] if len(op.operands) == 4 else None
+        causal = g.bool_of(op.properties, "causal")
+        warps = self.params.get("warps", 4)
+        threads = warps * WARP
+        neg_inf, zero = b_.float(-math.inf, ct), b_.float(0.0, ct)
+        stats = self._shared("stats", [2, warps])
+        partial = self._shared("partial", [warps, dv])
+
+        bid, tid = b_.add(gpu.BlockIdOp(_X)), b_.add(gpu.ThreadIdOp(_X))
+        i = b_.add(arith.RemUIOp(bid, b_.index(sq))) if sq > 1 else b_.index(0)
+        bi, h, hk = self._heads(b_.add(arith.DivUIOp(bid, b_.index(sq))) if sq > 1 else bid)
+        lane = b_.add(arith.RemUIOp(tid, b_.index(WARP)))
+        w = b_.add(arith.DivUIOp(tid, b_.index(WARP)))
+        scale = b_.float(g.float_of(op.properties, "scale"), ct)
+
+        def lanes_of(width: int) -> list[tuple[SSAValue, SSAValue | None]]:
+            """This lane's features of a row of `width`: (index, in range) for each slice
+            of 32; an index past the row is clamped (its value weighs 0)."""
+            out = []
+            for n in range(-(-width // WARP)):
+                d = b_.iadd(lane, n * WARP)
+                if (n + 1) * WARP > width:
+                    inside = em.cmpi("ult", d, width)
+                    out.append((b_.add(arith.MinSIOp(d, b_.index(width - 1))), inside))
+                else:
+                    out.append((d, None))
+            return out
+
+        features, outputs = lanes_of(dim), lanes_of(dv)
+        qs = []
+        for d, inside in features:
+            x = em.fop(arith.MulfOp, em.value_at(q, [bi, h, i, d]), scale)
+            qs.append(x if inside is None else em.select(inside, x, zero))
+        keys: SSAValue | int = sk
+        if causal and sq > 1:  # (one row is the last: it sees every key)
+            keys = b_.iadd(i, sk - sq + 1)  # at most Sk (i < Sq)
+        last_key = (
+            b_.index(sk - 1) if isinstance(keys, int) else b_.add(arith.SubiOp(keys, b_.index(1)))
+        )
+        stride = warps * DECODE_KEYS
+
+        def step(n: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
+            m, total, *acc = carried
+            j0 = b_.add(arith.AddiOp(b_.imul(n, stride), start))
+            scores, rows = [], []
+            for c in range(DECODE_KEYS):
+                j = b_.iadd(j0, c)
+                past = em.cmpi("uge", j, _index(b_, keys))
+                j = b_.add(arith.MinSIOp(j, last_key))
+                s = zero
+                for (d, _), qd in zip(features, qs, strict=True):
+                    s = em.fop(arith.AddfOp, s, em.fop(arith.MulfOp, qd, em.value_at(k, [bi, hk, j, d])))  # fmt: skip
+                s = _across_warp(b_, s)
+                if mask is not None:
+                    s = _masked(em, op, s, [bi, h, i, j], neg_inf)
+                scores.append(em.select(past, neg_inf, s))
+                rows.append(j)
+            m_new, total, weights, rescale = self._online(m, total, scores)
+            acc = [em.fop(arith.MulfOp, a, rescale) for a in acc]
+            for p, j in zip(weights, rows, strict=True):
+                for n, (e, _) in enumerate(outputs):
+                    ve = em.value_at(v, [bi, hk, j, e])
+                    acc[n] = em.fop(arith.AddfOp, acc[n], em.fop(arith.MulfOp, p, ve))
+            return [m_new, total, *acc]
+
+        start = b_.imul(w, DECODE_KEYS)  # the same trips in every warp: a barrier follows
+        inits = [neg_inf, zero, *[zero] * len(outputs)]
+        m, total, *acc = b_.for_range(0, _ceil_div(b_, keys, stride), 1, inits, step)
+        first_lane = em.cmpi("eq", lane, 0)
+
+        def publish() -> None:
+            b_.store(m, stats, [b_.index(0), w])
+            b_.store(total, stats, [b_.index(1), w])
+
+        b_.when(first_lane, publish)
+        for (e, inside), a in zip(outputs, acc, strict=True):
+            if inside is None:
+                b_.store(a, partial, [w, e])
+            else:
+                b_.when(inside, lambda a=a, e=e: b_.store(a, partial, [w, e]))
+        b_.add(gpu.BarrierOp())
+        # the warps' states rescaled to the block's maximum: thread e writes feature e
+        ms = [b_.load(stats, [b_.index(0), b_.index(x)], ct) for x in range(warps)]
+        peak = ms[0]
+        for x in ms[1:]:
+            peak = em.fop(arith.MaximumfOp, peak, x)
+        base = em.select(em.cmpf("oeq", peak, neg_inf), zero, peak)
+        factors = [em.fop(xmath.ExpOp, em.fop(arith.SubfOp, x, base)) for x in ms]
+        denominator = zero
+        for x, f in enumerate(factors):
+            lx = b_.load(stats, [b_.index(1), b_.index(x)], ct)
+            denominator = em.fop(arith.AddfOp, denominator, em.fop(arith.MulfOp, lx, f))
+
+        def finish(e: SSAValue) -> None:
+            o = zero
+            for x, f in enumerate(factors):
+                px = b_.load(partial, [b_.index(x), e], ct)
+                o = em.fop(arith.AddfOp, o, em.fop(arith.MulfOp, px, f))
+            b_.store(em.fop(arith.DivfOp, o, denominator), self.out, [bi, h, i, e])
+
+        for n in range(-(-dv // threads)):
+            e = b_.iadd(tid, n * threads)
+            if (n + 1) * threads > dv:
+                b_.when(em.cmpi("ult", e, dv), lambda e=e: finish(e))
+            else:
+                finish(e)
+        flops = batch * heads * sq * sk * 2 * (dim + dv)
+        return batch * heads * sq, threads, flops
+
+    # --- shared by both ------------------------------------------------------------------
+
+    def _heads(self, flat: SSAValue) -> tuple[SSAValue, SSAValue, SSAValue]:
+        """(batch, head, key/value head) of a block's index over batch x heads."""
+        b_ = self.em.b
+        _, heads, _, _, kv_heads, _, _ = self.shapes
+        bi = b_.add(arith.DivUIOp(flat, b_.index(heads))) if heads > 1 else flat
+        h = b_.add(arith.RemUIOp(flat, b_.index(heads))) if heads > 1 else b_.index(0)
+        group = heads // kv_heads
+        hk = h if group == 1 else b_.add(arith.DivUIOp(h, b_.index(group)))
+        return bi, h, hk
+
+    def _online(
+        self, m: SSAValue, total: SSAValue, scores: list[SSAValue]
+    ) -> tuple[SSAValue, SSAValue, list[SSAValue], SSAValue]:
+        """The online softmax's step over a block's scores: the new maximum, the new sum,
+        the block's weights and the old accumulator's rescale (every key so far masked:
+        the maximum stays -inf and everything weighs 0)."""
+        em, b_, ct = self.em, self.em.b, self.ct
+        zero, neg_inf = b_.float(0.0, ct), b_.float(-math.inf, ct)
+        m_new = m
+        for s in scores:
+            m_new = em.fop(arith.MaximumfOp, m_new, s)
+        base = em.select(em.cmpf("oeq", m_new, neg_inf), zero, m_new)
+        rescale = em.fop(xmath.ExpOp, em.fop(arith.SubfOp, m, base))
+        weights = [em.fop(xmath.ExpOp, em.fop(arith.SubfOp, s, base)) for s in scores]
+        block_sum = zero
+        for p in weights:
+            block_sum = em.fop(arith.AddfOp, block_sum, p)
+        total = em.fop(arith.AddfOp, em.fop(arith.MulfOp, total, rescale), block_sum)
+        return m_new, total, weights, rescale
+
+    def _shared(self, what: str, shape: list[int]) -> SSAValue:
+        """A shared-memory buffer of the compute type: a `memref.global` in the shared
+        space, named after the kernel."""
+        em = self.em
+        assert em.module is not None, "the GPU form needs the module (lower-graph-to-loops)"
+        t = MemRefType(self.ct, shape, memory_space=SHARED_SPACE)
+        name = f"{em.name}_{what}"
+        glob = memref.GlobalOp.get(StringAttr(name), t, UnitAttr(), StringAttr("private"))
+        first = em.module.body.block.first_op
+        if first is None:
+            em.module.body.block.add_op(glob)
+        else:
+            em.module.body.block.insert_op_before(glob, first)
+        em.shared_bytes += math.prod(shape) * numpy_dtype(self.ct).itemsize
+        return em.b.add(memref.GetGlobalOp(name, t))
+
+
+def _across_warp(b_, value: SSAValue) -> SSAValue:
+    """The sum of `value` over the warp's lanes, in every lane (an xor butterfly)."""
+    offset = WARP // 2
+    while offset:
+        other = b_.add(ShuffleOp(value, b_.integer(offset, i32), b_.integer(WARP, i32)))
+        value = b_.add(arith.AddfOp(value, other))
+        offset //= 2
+    return value
+
+
+def _ceil_div(b_, n: SSAValue | int, d: int) -> SSAValue | int:
+    if isinstance(n, int):
+        return -(-n // d)
+    return b_.add(arith.DivUIOp(b_.iadd(n, d - 1), b_.index(d)))
+
+
+def _index(b_, value: SSAValue | int) -> SSAValue:
+    return b_.index(value) if isinstance(value, int) else value
+
+
+_X = gpu.DimensionAttr(gpu.DimensionEnum.X)

@@ -1,0 +1,83 @@
+"""gpu-fuse-attention: attention as exporters write it recognized (`recognize-attention`)
+and each `graph.attention` lowered as one fused GPU kernel (`emit_gpu_attention`).
+
+Without it, the CUDA path runs attention as a batch matmul, the scale and masks, a softmax
+and a batch matmul, with the S x S scores and probabilities in global memory between four
+or more launches. With it, the op is marked (`irkit.fused`, target "gpu") and
+`lower-graph-to-loops` emits one GPU-mapped kernel (launch mapping "attention"):
+
+- prefill: a block of `block-q` threads a tile of query rows (one a thread), K and V
+  streamed through shared memory `block-k` keys at a time, the online softmax and the
+  accumulator in registers; causal key tiles past the query tile's last never loaded;
+- decode (Sq <= `decode-rows`): a block of `warps` warps a query row, the warps over the
+  keys, their lanes along the features, merged at the end through shared memory.
+
+f32 SIMT (f16/bf16 inputs computed in f32); tensor cores are the low-precision work's.
+
+Options:
+
+    recognize=true   first make the chains exporters write `graph.attention` ops
+    block-q=64       query rows (threads) a block in the prefill form: 32 to 1024, a
+                     multiple of 32 (fewer where Sq is shorter)
+    block-k=16       keys a shared-memory tile (the scores of a tile are registers)
+    decode-rows=4    at most this many query rows: the decode form (0: never)
+    warps=4          warps a block in the decode form
+
+Optional: the same values up to the order of the f32 sums.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, i64
+from xdsl.passes import ModulePass
+
+from irkit.dialects import graph as g
+from irkit.errors import require
+from irkit.passes.emit_attention import FUSED_ATTR
+from irkit.passes.emit_gpu_attention import TARGET
+from irkit.passes.recognize_attention import RecognizeAttentionPass
+
+
+@dataclass(frozen=True)
+class GpuFuseAttentionPass(ModulePass):
+    """Mark every graph.attention for the fused GPU kernel (see the module docstring)."""
+
+    name = "gpu-fuse-attention"
+    is_optimization = True
+
+    recognize: bool = True
+    block_q: int = 64
+    block_k: int = 16
+    decode_rows: int = 4
+    warps: int = 4
+
+    def check_options(self) -> None:
+        require(
+            32 <= self.block_q <= 1024 and self.block_q % 32 == 0,
+            "block-q",
+            self.block_q,
+            "must be a multiple of 32 from 32 to 1024",
+        )
+        require(1 <= self.block_k <= 64, "block-k", self.block_k, "must be from 1 to 64")
+        require(0 <= self.decode_rows <= 64, "decode-rows", self.decode_rows, "must be from 0 to 64")  # fmt: skip
+        require(1 <= self.warps <= 32, "warps", self.warps, "must be from 1 to 32")
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        self.check_options()
+        if self.recognize:
+            RecognizeAttentionPass().apply(ctx, op)
+        mark = DictionaryAttr(
+            {
+                "target": StringAttr(TARGET),
+                "block-q": IntegerAttr(self.block_q, i64),
+                "block-k": IntegerAttr(self.block_k, i64),
+                "decode-rows": IntegerAttr(self.decode_rows, i64),
+                "warps": IntegerAttr(self.warps, i64),
+            }
+        )
+        for inner in op.walk():
+            if isinstance(inner, g.AttentionOp):
+                inner.attributes[FUSED_ATTR] = mark
