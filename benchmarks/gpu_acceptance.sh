@@ -25,7 +25,8 @@
 #    transformer_block at gpu_targets' size without counters (its per-kernel times);
 # 5. runs benchmarks/gpu_targets.py (records appended to OUTDIR/gpu_targets.jsonl);
 # 6. runs `irkit-bench attribute --backend cuda` on examples/mlp.graph, then on every other
-#    example (one record each, with the A/A noise floor);
+#    example (one record each, with the A/A noise floor); then gpu-fuse-attention against the
+#    exported chain (batch matmuls tiled, softmax by rows) at S = 512 and 2048 (step "attention");
 # 7. with FIDELITY_TRIALS=N set (a later call: it does not fit in the first one's 10
 #    minutes), runs benchmarks/fidelity.py on the GPU: mlp, Shapley, N trials per planted
 #    size (records in OUTDIR/fidelity.jsonl); FIDELITY_EXAMPLES and FIDELITY_STRATEGIES
@@ -202,6 +203,22 @@ attribute_all() {
 export -f attribute_all
 export attribute_budget
 step attribute 200 attribute_all
+
+attention_gpu() {  # gpu-fuse-attention against the exported chain (its matmuls tiled), per S
+  local status=0 s sizes="512 2048" hd=64
+  [ "$backend" = cuda ] || { sizes="40"; hd=16; }
+  for s in $sizes; do
+    echo "--- attention [1, 8, $s, $hd] as exporters write it (matmul, scale, softmax, matmul)"
+    printf 'model att\ninput q : f32[1, 8, %s, %s]\ninput k : f32[1, 8, %s, %s]\ninput v : f32[1, 8, %s, %s]\noutput y = batch_matmul(softmax(batch_matmul(q, transpose(k, perm=[0, 1, 3, 2])) * 0.125, axis=-1), v)\n' \
+      "$s" "$hd" "$s" "$hd" "$s" "$hd" >"$out/attention_$s.graph"
+    irkit-bench attribute "$out/attention_$s.graph" --backend "$backend" --no-kernel-times \
+      -p "canonicalize,cse,gpu-fuse-attention,fuse-kernels,lower-graph-to-loops,reshape-views,gpu-tile-matmul,map-to-gpu" \
+      --budget "$attribute_budget" --json "$out/attribute_attention_$s.json" || status=1
+  done
+  return $status
+}
+export -f attention_gpu
+step attention 120 attention_gpu
 
 if [ -n "${FIDELITY_TRIALS:-}" ]; then
   fidelity_dims=()

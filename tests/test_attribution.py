@@ -256,7 +256,7 @@ def test_cross_backend_attribution_compares_passes_on_cpu_and_cuda_host(tmp_path
     assert record["backends"] == ["cpu", "cuda-host"]
     assert [r["backend"] for r in record["records"]] == ["cpu", "cuda-host"]
     assert "not a GPU time" in record["timers"]["cuda-host"]
-    assert all(r["pipeline"] == record["pipeline"] for r in record["records"])
+    assert all(r["pipeline"] == record["pipelines"][r["backend"]] for r in record["records"])
     # both bind a slot's programs into one set of inputs and outputs (the host path too)
     assert [r["protocol"]["placement_io"] for r in record["records"]] == ["shared", "shared"]
     rows = {row["pass"]: row for row in record["comparison"]}
@@ -266,6 +266,35 @@ def test_cross_backend_attribution_compares_passes_on_cpu_and_cuda_host(tmp_path
     assert rows["fuse-kernels"]["verdict"].split(":")[0] in ("agree", "differ", "differ in size")
     shown = capsys.readouterr().out
     assert "cross-backend attribution" in shown and "cuda-host: times are" in shown
+
+
+def test_fused_attention_is_attributed_on_cpu_and_cuda_host_side_by_side(tmp_path, capsys) -> None:
+    """Without -p, each backend runs its own default pipeline's shared passes: default-cpu's
+    cpu-fuse-attention and default-cuda's gpu-fuse-attention are one row, `fuse-attention`,
+    each changing its backend's program (one fused kernel in place of the decomposed
+    chain's) and each attributed with its CI."""
+    model = tmp_path / "att.graph"
+    model.write_text(
+        "model att\ninput q : f32[1, 4, 32, 16]\ninput k : f32[1, 2, 32, 16]\n"
+        "input v : f32[1, 2, 32, 16]\noutput y = attention(q, k, v, causal=true)\n"
+    )
+    out = tmp_path / "cross.json"
+    code = bench(["attribute", str(model), "--backend", "cpu,cuda-host", "--budget", "1",
+                  "--no-kernel-times", "--json", str(out)])  # fmt: skip
+    assert code == 0
+    record = json.loads(out.read_text())
+    assert "cpu-fuse-attention" in record["pipelines"]["cpu"].split(",")
+    assert "gpu-fuse-attention" in record["pipelines"]["cuda-host"].split(",")
+    rows = {row["pass"]: row for row in record["comparison"]}
+    fused = rows["fuse-attention"]
+    assert fused["names"] == {"cpu": "cpu-fuse-attention", "cuda-host": "gpu-fuse-attention"}
+    assert all(e["changes_code"] for e in fused["effects"].values())
+    for r in record["records"]:
+        (p,) = [p for p in r["passes"] if p["pass"].endswith("fuse-attention")]
+        assert [k["name"] for k in p["kernels"]["added"]] == ["k0_attention"]
+        assert any("batch_matmul" in k["name"] for k in p["kernels"]["removed"])
+    shown = capsys.readouterr().out  # the row names the pass on each (rich may wrap the cell)
+    assert "fuse-attention (cpu-fuse-attention" in shown and "gpu-fuse-attention)" in shown
 
 
 def test_cross_backend_verdicts() -> None:
@@ -287,8 +316,13 @@ def test_cross_backend_verdicts() -> None:
     )
     assert verdict({"a": fast, "b": None}) == "not in the pipeline on b"
     shared = common_pipeline(["cpu", "cuda-host"])
-    assert "fuse-kernels" in shared and "cpu-tile-matmul" not in shared
-    assert "gpu-tile-matmul" not in shared
+    cpu, gpu = shared["cpu"].split(","), shared["cuda-host"].split(",")
+    assert "fuse-kernels{concat-transposes=false}" in cpu and "fuse-kernels" in gpu
+    # each target's own form of a pass both have, in its own pipeline: compared by kind
+    assert "cpu-fuse-attention" in cpu and "gpu-fuse-attention" in gpu
+    assert "cpu-tile-matmul" in cpu and "gpu-tile-matmul" in gpu
+    # what one pipeline alone has is left out
+    assert "cpu-parallelize" not in cpu and "gpu-coarsen" not in gpu
 
 
 def test_cross_backend_needs_two_different_backends(capsys) -> None:

@@ -315,9 +315,10 @@ def test_gpu_acceptance_keeps_going_past_failing_steps(tmp_path: Path) -> None:
         "run_examples",
         "gpu_targets",
         "attribute",
+        "attention",
     ]
     failed = [s[0] for s in steps if s[1] != "0"]
-    assert {"run_examples", "gpu_targets", "attribute"} <= set(failed)
+    assert {"run_examples", "gpu_targets", "attribute", "attention"} <= set(failed)
     assert "FAILED:" in r.stdout and all(name in r.stdout for name in failed)
     assert r.returncode >= len(failed)
     assert all((out / f"{s[0]}.log").exists() for s in steps)
@@ -336,7 +337,7 @@ def test_gpu_acceptance_runs_in_full_on_cuda_host(tmp_path: Path) -> None:
                        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:]
     steps = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()[1:]]
-    assert [s[0] for s in steps] == ["host", "pytest_gpu", "run_examples", "attribute"]
+    assert [s[0] for s in steps] == ["host", "pytest_gpu", "run_examples", "attribute", "attention"]
     assert all(s[1] == "0" for s in steps)
     assert "skipped" in (out / "gpu_targets.log").read_text()
     for example in sorted(p.stem for p in (ROOT / "examples").glob("*.graph")):
@@ -345,6 +346,9 @@ def test_gpu_acceptance_runs_in_full_on_cuda_host(tmp_path: Path) -> None:
         assert json.loads((out / f"attribute_{example}.json").read_text())["backend"] == "cuda-host"
     cross = json.loads((out / "attribute_mlp_cross.json").read_text())
     assert cross["backends"] == ["cpu", "cuda-host"]
+    fused = json.loads((out / "attribute_attention_40.json").read_text())
+    (p,) = [p for p in fused["passes"] if p["pass"] == "gpu-fuse-attention"]
+    assert p["changes_code"] and [k["name"] for k in p["kernels"]["added"]] == ["k0_attention"]
 
 
 @pytest.mark.slow

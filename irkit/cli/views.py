@@ -373,10 +373,14 @@ def show_cross_backend(console: Console, rec: dict) -> None:
     """Pass by pass, each backend's speedup and where the effects agree or differ."""
     backends = rec["backends"]
     console.print(
-        f"[bold]cross-backend attribution[/]  pipeline: {rec['pipeline']}  backends: "
-        f"{', '.join(backends)}",
-        highlight=False,
+        f"[bold]cross-backend attribution[/]  backends: {', '.join(backends)}", highlight=False
     )
+    pipelines = rec["pipelines"]
+    if len(set(pipelines.values())) == 1:
+        console.print(f"  pipeline: {pipelines[backends[0]]}", highlight=False)
+    else:
+        for b in backends:
+            console.print(f"  pipeline on {b}: {pipelines[b]}", highlight=False)
     for b, timer in rec["timers"].items():
         if "not a GPU" in timer or "interpreter" in timer:
             console.print(f"  {b}: times are {timer}", style="yellow", highlight=False)
@@ -398,5 +402,7 @@ def show_cross_backend(console: Console, rec: dict) -> None:
                 star = "*" if e["significant"] else " "
                 cells.append(f"{x['value']:.3f}x{star} [{x['ci_low']:.3f}, {x['ci_high']:.3f}]")
         agree = row["verdict"].startswith("agree")
-        table.add_row(row["pass"], *cells, row["verdict"], style=None if agree else "bold")
+        own = sorted({n for n in row.get("names", {}).values() if n and n != row["pass"]})
+        label = f"{row['pass']} ({' / '.join(own)})" if own else row["pass"]
+        table.add_row(label, *cells, row["verdict"], style=None if agree else "bold")
     console.print(table)

@@ -1,7 +1,12 @@
-"""Cross-backend attribution: one pipeline's passes attributed on two (or more) backends,
-and, pass by pass, where their effects agree and where they differ.
+"""Cross-backend attribution: passes attributed on two (or more) backends, and, pass by
+pass, where their effects agree and where they differ.
 
-    record = attribute_across("mlp.graph", ["cpu", "cuda-host"], pipeline)
+    backends = ["cpu", "cuda-host"]
+    record = attribute_across(backends, attribute_one, common_pipeline(backends))
+
+Each backend runs its own default pipeline's shared passes (`common_pipeline`), or one
+pipeline given for all. Passes pair by what they do (`kin`): a target's own form of a pass
+(`cpu-fuse-attention`, `gpu-fuse-attention`) is compared with the other target's.
 
 Each backend's attribution is a full record of its own (protocol, fingerprint, timer); the
 comparison reads their speedups (T without the pass / T with it, unitless, so a CPU's
@@ -17,29 +22,48 @@ from typing import Any
 
 from irkit.errors import IrkitError
 
+TARGET_PREFIXES = ("cpu-", "gpu-")
 
-def common_pipeline(backends: Sequence[str]) -> str:
-    """The passes every backend's default pipeline has, in the first one's order and with
-    its options: what one pipeline attributed on all of them defaults to (each backend's
-    required lowering finishes the program)."""
+
+def kin(name: str) -> str:
+    """What a pass does, whichever target it does it for: its name without a `cpu-` or
+    `gpu-` prefix (`cpu-fuse-attention` and `gpu-fuse-attention` are both
+    `fuse-attention`, `cpu-tile-matmul` and `gpu-tile-matmul` both `tile-matmul`). The
+    comparison pairs passes by it."""
+    for prefix in TARGET_PREFIXES:
+        if name.startswith(prefix):
+            return name.removeprefix(prefix)
+    return name
+
+
+def common_pipeline(backends: Sequence[str]) -> dict[str, str]:
+    """By backend: the passes of its default pipeline, in its order and with its options,
+    whose kind (`kin`) every backend's default pipeline has; what the passes are attributed
+    in where no pipeline is given (each backend's required lowering finishes the program).
+    A target's own form of a pass stays its own: default-cpu's `cpu-fuse-attention` beside
+    default-cuda's `gpu-fuse-attention`, compared as `fuse-attention`."""
     from irkit.pipelines import PIPELINES, parse_passes
     from irkit.runtime import get_backend
 
-    pipelines = [PIPELINES[get_backend(b)[0].default_pipeline] for b in backends]
-    first, *others = pipelines
-    names = [{p.name for p in parse_passes(",".join(o.passes))} for o in others]
-    kept = [spec for spec in first.passes if all(parse_passes(spec)[0].name in n for n in names)]
-    if not kept:
+    specs = {b: PIPELINES[get_backend(b)[0].default_pipeline].passes for b in backends}
+    names = {b: [parse_passes(spec)[0].name for spec in s] for b, s in specs.items()}
+    shared = set.intersection(*({kin(n) for n in ns} for ns in names.values()))
+    kept = {
+        b: ",".join(spec for spec, n in zip(specs[b], names[b], strict=True) if kin(n) in shared)
+        for b in backends
+    }
+    if not shared:
         raise IrkitError(
             f"the default pipelines of {', '.join(backends)} share no pass; give one with -p"
         )
-    return ",".join(kept)
+    return kept
 
 
 def attribute_across(
-    backends: Sequence[str], attribute_one: Callable[[str], dict], pipeline: str
+    backends: Sequence[str], attribute_one: Callable[[str], dict], pipelines: dict[str, str]
 ) -> dict:
-    """Attribute on each backend (`attribute_one(backend)` returns its record) and compare."""
+    """Attribute on each backend (`attribute_one(backend)` returns its record, measured with
+    `pipelines[backend]`) and compare."""
     if len(backends) < 2 or len(set(backends)) != len(backends):
         raise IrkitError(
             f"--backend: a comparison needs two or more different backends, got {','.join(backends)}"
@@ -47,8 +71,8 @@ def attribute_across(
     records = [attribute_one(b) for b in backends]
     return {
         "kind": "irkit.attribution.cross_backend",
-        "schema": 1,
-        "pipeline": pipeline,
+        "schema": 2,
+        "pipelines": {b: pipelines[b] for b in backends},
         "backends": list(backends),
         "timers": {r["backend"]: r["protocol"]["timer"] for r in records},
         "comparison": compare_passes(records),
@@ -57,16 +81,18 @@ def attribute_across(
 
 
 def compare_passes(records: Sequence[dict]) -> list[dict]:
-    """Per pass (in the first record's order): each backend's speedup with its CI, whether
-    it changed code and was significant there, and a verdict."""
-    by_backend = [{p["pass"]: p for p in r["passes"]} for r in records]
-    names = [p["pass"] for p in records[0]["passes"]]
-    names += [n for table in by_backend[1:] for n in table if n not in names]
+    """Per kind of pass (`kin`; in the first record's order): each backend's speedup with
+    its CI, whether it changed code and was significant there, the pass's own name on each
+    backend, and a verdict."""
+    by_backend = [{kin(p["pass"]): p for p in r["passes"]} for r in records]
+    kinds = [kin(p["pass"]) for p in records[0]["passes"]]
+    kinds += [k for table in by_backend[1:] for k in table if k not in kinds]
     rows = []
-    for name in names:
-        effects = {}
+    for k in kinds:
+        effects, names = {}, {}
         for record, table in zip(records, by_backend, strict=True):
-            p = table.get(name)
+            p = table.get(k)
+            names[record["backend"]] = None if p is None else p["pass"]
             effects[record["backend"]] = (
                 None
                 if p is None
@@ -76,7 +102,7 @@ def compare_passes(records: Sequence[dict]) -> list[dict]:
                     "changes_code": p["changes_code"],
                 }
             )
-        rows.append({"pass": name, "effects": effects, "verdict": verdict(effects)})
+        rows.append({"pass": k, "names": names, "effects": effects, "verdict": verdict(effects)})
     return rows
 
 

@@ -117,18 +117,19 @@ def run(args) -> int:
         from irkit.pipelines import parse_passes
 
         backends = [b.strip() for b in args.backend.split(",")]
-        pipeline = args.passes or common_pipeline(backends)
-        parse_passes(pipeline)
+        pipelines = {b: args.passes for b in backends} if args.passes else common_pipeline(backends)
+        for spec in pipelines.values():
+            parse_passes(spec)
 
         def one(backend: str) -> dict:
             console.print(f"attributing on {backend} ...", style="dim", highlight=False)
             return attribute_file(
-                Namespace(**{**vars(args), "backend": backend, "passes": pipeline}),
+                Namespace(**{**vars(args), "backend": backend, "passes": pipelines[backend]}),
                 args.file,
                 dict(args.dim),
             )
 
-        record = attribute_across(backends, one, pipeline)
+        record = attribute_across(backends, one, pipelines)
         for r in record["records"]:
             show_attribution(console, r)
         show_cross_backend(console, record)
