@@ -54,6 +54,8 @@ from irkit.passes.loop_builder import LoopBuilder
 if TYPE_CHECKING:
     from irkit.passes.kernel_emitter import KernelEmitter
 
+ROWS = 4
+"""Rows of a group whose accumulators the values' update keeps in registers at once."""
 L1_BYTES = 32 * 1024
 """A block's keys and values together at most this: they stay in L1 while every row of the
 group reads them."""
@@ -108,7 +110,7 @@ class Decode:
 
         def head(idx: list[SSAValue]) -> None:
             bi, hk = heads_of(b_, idx[0], kv_heads)
-            shapes = ([rows, dim], [rows, dv], [2, rows], [self.block], [self.lanes])
+            shapes = ([rows, dim], [rows, dv], [3, rows], [rows, self.block], [self.lanes])
             bufs = _Buffers(*(b_.add(memref.AllocaOp.get(ct, 64, shape)) for shape in shapes))
 
             def start(r: SSAValue) -> None:
@@ -126,12 +128,15 @@ class Decode:
             _each(b_, rows, start)
             offset = 0
             for (kbuf, length), (vbuf, _) in zip(self.keys, self.values, strict=True):
+                # a short part (a decode step's new position) in a block of its own length
+                size = min(self.block, -(-length // self.lanes) * self.lanes)
 
-                def block(j0: SSAValue, _: list[SSAValue], at=offset, part=(kbuf, vbuf, length)):
-                    _each(b_, rows, lambda r: _Step(self, bi, hk, r, at, j0, part, bufs).emit())
+                def block(j0, _, at=offset, part=(kbuf, vbuf, length), size=size) -> list:
+                    _each(b_, rows, lambda r: _Step(self, bi, hk, r, at, j0, part, bufs, size).emit())  # fmt: skip
+                    self.weigh_values(bi, hk, j0, part[1], part[2], bufs, size)
                     return []
 
-                b_.for_range(0, length, self.block, [], block)
+                b_.for_range(0, length, size, [], block)
                 offset += length
 
             def store(r: SSAValue) -> None:
@@ -148,6 +153,41 @@ class Decode:
 
         b_.parallel([batch * kv_heads], head)
 
+    def weigh_values(
+        self, bi, hk, j0: SSAValue, vbuf: SSAValue, length: int, bufs: _Buffers, block: int
+    ) -> None:
+        """acc[r] = acc[r] * alpha[r] + sum_c weight[r, c] * v[key c] for the group's rows
+        (after each row's softmax of the block), `ROWS` rows at a time: each key's row of V
+        loaded once for them, their accumulators in registers (independent FMA chains)."""
+        b_, vt, ct, lanes = self.em.b, self.vtype, self.vtype.element_type, self.lanes
+        rows = shape_of(bufs.q)[0]
+        cols = [b_.index(e) for e in range(0, shape_of(bufs.acc)[1], lanes)]
+        last = b_.index(length - 1)
+        for r0 in range(0, rows, ROWS):
+            group = [b_.index(r) for r in range(r0, min(rows, r0 + ROWS))]
+            accs = []
+            for r in group:
+                rescale = b_.add(vector.BroadcastOp(b_.load(bufs.stats, [b_.index(2), r], ct), vt))
+                accs += [
+                    b_.add(arith.MulfOp(b_.add(vector.LoadOp(bufs.acc, [r, col], vt)), rescale))
+                    for col in cols
+                ]
+
+            def gather(c: SSAValue, accs: list[SSAValue], group=group) -> list[SSAValue]:
+                j = b_.add(arith.MinSIOp(b_.iadd(j0, c), last))
+                vrow = [b_.add(vector.LoadOp(vbuf, [bi, hk, j, col], vt)) for col in cols]
+                out = []
+                for n, r in enumerate(group):
+                    p = b_.add(vector.BroadcastOp(b_.load(bufs.scores, [r, c], ct), vt))
+                    mine = accs[n * len(cols) : (n + 1) * len(cols)]
+                    out += [b_.add(vector.FMAOp(p, x, a)) for x, a in zip(vrow, mine, strict=True)]
+                return out
+
+            accs = b_.for_range(0, block, 1, accs, gather)
+            for n, r in enumerate(group):
+                for col, a in zip(cols, accs[n * len(cols) : (n + 1) * len(cols)], strict=True):
+                    b_.add(vector.StoreOp(a, bufs.acc, [r, col]))
+
     @property
     def block(self) -> int:
         """Keys a block: whole vectors, at most 4, K's and V's rows for them within L1."""
@@ -155,7 +195,7 @@ class Decode:
         item = numpy_dtype(self.vtype.element_type).itemsize
         fits = L1_BYTES // ((dim + dv) * item) // self.lanes * self.lanes
         whole = -(-shape_of(self.op.operands[1])[2] // self.lanes) * self.lanes
-        return max(self.lanes, min(4 * self.lanes, fits, whole))
+        return max(self.lanes, min(8 * self.lanes, fits, whole))
 
     def head_row(self, hk: SSAValue, r: SSAValue) -> tuple[SSAValue, SSAValue]:
         """Row r of the group's rows: its query head and query row."""
@@ -183,8 +223,11 @@ class _Step:
     """One row (query head and row) against one block of keys j0 .. of one part of K and V
     (whose keys start at `offset` in the whole)."""
 
-    def __init__(self, d: Decode, bi, hk, r, offset: int, j0, part, bufs: _Buffers) -> None:
+    def __init__(
+        self, d: Decode, bi, hk, r, offset: int, j0, part, bufs: _Buffers, block: int
+    ) -> None:
         self.d, self.bi, self.hk, self.r, self.offset, self.j0 = d, bi, hk, r, offset, j0
+        self.block = block
         self.kbuf, self.vbuf, length = part
         self.bufs = bufs
         self.em, self.b = d.em, d.em.b
@@ -208,16 +251,16 @@ class _Step:
         if len(self.d.op.operands) == 4:
             self.hide()
         else:
-            past = self.em.cmpi("sgt", self.b.iadd(self.j0, self.d.block), self.limit)
+            past = self.em.cmpi("sgt", self.b.iadd(self.j0, self.block), self.limit)
             self.b.when(past, self.hide)
-        self.values(self.softmax())
+        self.softmax()
 
     def scores(self) -> None:
         """scores[c] = q[r] . k[key c], `lanes` keys at a time: partial sums along d, added
         across into one vector."""
         b_, vt, lanes, ct = self.b, self.d.vtype, self.d.lanes, self.ct
         zero = b_.add(vector.BroadcastOp(b_.float(0.0, ct), vt))
-        for c0 in range(0, self.d.block, lanes):
+        for c0 in range(0, self.block, lanes):
             keys = [self.key(c0 + c) for c in range(lanes)]
 
             def dot(d: SSAValue, parts: list[SSAValue], keys=keys) -> list[SSAValue]:
@@ -227,7 +270,8 @@ class _Step:
                 return [b_.add(vector.FMAOp(qv, kv, p)) for kv, p in zip(kvs, parts, strict=True)]
 
             parts = b_.for_range(0, shape_of(self.d.op.operands[0])[3], lanes, [zero] * lanes, dot)
-            b_.add(vector.StoreOp(_add_across(b_, parts, lanes), self.bufs.scores, [b_.index(c0)]))
+            scores = _add_across(b_, parts, lanes)
+            b_.add(vector.StoreOp(scores, self.bufs.scores, [self.r, b_.index(c0)]))
 
     def hide(self) -> None:
         """The block's scores plus the mask, and -inf from the row's limit on."""
@@ -236,22 +280,24 @@ class _Step:
 
         def key(c: SSAValue) -> None:
             j = b_.iadd(self.j0, c)
-            s = b_.load(self.bufs.scores, [c], self.ct)
+            s = b_.load(self.bufs.scores, [self.r, c], self.ct)
             if len(self.d.op.operands) == 4:
                 at = [self.bi, self.h, self.i, b_.iadd(self.key(c), self.offset)]
                 s = _masked(em, self.d.op, s, at, neg_inf)
-            b_.store(em.select(em.cmpi("slt", j, self.limit), s, neg_inf), self.bufs.scores, [c])
+            seen = em.select(em.cmpi("slt", j, self.limit), s, neg_inf)
+            b_.store(seen, self.bufs.scores, [self.r, c])
 
-        _each(b_, self.d.block, key)
+        _each(b_, self.block, key)
 
-    def softmax(self) -> SSAValue:
+    def softmax(self) -> None:
         """The online softmax's update: the scores become weights against the new running
         maximum, the running sum is rescaled and added to; the accumulator's rescale. The
         block's maximum and sum are vector ops across its vectors, then across the lanes
         by shuffles; the exp a loop without a carried value, which LLVM widens."""
         b_, em, ct, scores, stats = self.b, self.em, self.ct, self.bufs.scores, self.bufs.stats
+        r = self.r
         vt, lanes = self.d.vtype, self.d.lanes
-        starts = [b_.index(c) for c in range(0, self.d.block, lanes)]
+        starts = [b_.index(c) for c in range(0, self.block, lanes)]
 
         def across(cls: type, vectors: list[SSAValue]) -> SSAValue:
             """The lanes of `vectors` reduced by `cls`, the result in lane 0 (every lane)."""
@@ -265,7 +311,7 @@ class _Step:
             b_.add(vector.StoreOp(total, self.bufs.lane, [b_.index(0)]))
             return b_.load(self.bufs.lane, [b_.index(0)], ct)
 
-        top = across(arith.MaximumfOp, [b_.add(vector.LoadOp(scores, [c], vt)) for c in starts])
+        top = across(arith.MaximumfOp, [b_.add(vector.LoadOp(scores, [r, c], vt)) for c in starts])
         m = b_.load(stats, [b_.index(0), self.r], ct)
         m_new = em.fop(arith.MaximumfOp, m, top)
         lowest = b_.float(float(-np.finfo(numpy_dtype(ct)).max), ct)
@@ -273,36 +319,17 @@ class _Step:
         alpha = em.fop(xmath.ExpOp, em.fop(arith.SubfOp, m, base))
 
         def weigh(c: SSAValue) -> None:
-            p = em.fop(xmath.ExpOp, em.fop(arith.SubfOp, b_.load(scores, [c], ct), base))
-            b_.store(p, scores, [c])
+            p = em.fop(xmath.ExpOp, em.fop(arith.SubfOp, b_.load(scores, [r, c], ct), base))
+            b_.store(p, scores, [r, c])
 
-        _each(b_, self.d.block, weigh)
-        block_sum = across(arith.AddfOp, [b_.add(vector.LoadOp(scores, [c], vt)) for c in starts])
+        _each(b_, self.block, weigh)
+        block_sum = across(
+            arith.AddfOp, [b_.add(vector.LoadOp(scores, [r, c], vt)) for c in starts]
+        )
         running = em.fop(arith.MulfOp, b_.load(stats, [b_.index(1), self.r], ct), alpha)
         b_.store(m_new, stats, [b_.index(0), self.r])
         b_.store(em.fop(arith.AddfOp, running, block_sum), stats, [b_.index(1), self.r])
-        return alpha
-
-    def values(self, alpha: SSAValue) -> None:
-        """acc[r] = acc[r] * alpha + sum_c weight[c] * v[key c], the row in registers."""
-        b_, vt, acc = self.b, self.d.vtype, self.bufs.acc
-        rescale = b_.add(vector.BroadcastOp(alpha, vt))
-        dv = shape_of(self.d.op.operands[2])[3]
-        cols = [b_.index(e) for e in range(0, dv, self.d.lanes)]
-        loaded = [b_.add(vector.LoadOp(acc, [self.r, col], vt)) for col in cols]
-        accs = [b_.add(arith.MulfOp(a, rescale)) for a in loaded]
-
-        def gather(c: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
-            p = b_.add(vector.BroadcastOp(b_.load(self.bufs.scores, [c], self.ct), vt))
-            j = self.key(c)
-            rows = [
-                b_.add(vector.LoadOp(self.vbuf, [self.bi, self.hk, j, col], vt)) for col in cols
-            ]
-            return [b_.add(vector.FMAOp(p, row, a)) for row, a in zip(rows, accs, strict=True)]
-
-        accs = b_.for_range(0, self.d.block, 1, accs, gather)
-        for col, a in zip(cols, accs, strict=True):
-            b_.add(vector.StoreOp(a, acc, [self.r, col]))
+        b_.store(alpha, stats, [b_.index(2), self.r])
 
 
 def _parts(em: KernelEmitter, value: SSAValue) -> list[Part] | None:
