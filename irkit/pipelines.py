@@ -53,12 +53,15 @@ GRAPH_OPTIMIZATIONS = (
 )  # fmt: skip
 """The optional graph-level passes both default pipelines start with, in order."""
 
-CPU_ATTENTION = ("cpu-fuse-attention",)
-"""`default-cpu`'s attention pass (it recognizes the chains too), after the cleanup, before
-transposes fold into the matmuls it matches."""
+CPU_ATTENTION, GPU_ATTENTION = ("cpu-fuse-attention",), ("gpu-fuse-attention",)
+"""Each default pipeline's attention pass (it recognizes the chains too), after the cleanup,
+before transposes fold into the matmuls it matches."""
 
-GPU_ATTENTION = ("gpu-fuse-attention",)
-"""`default-cuda`'s: the same place, one fused GPU kernel per attention."""
+CUDA_LOOP_PASSES = (
+    "lower-graph-to-loops", "reshape-views", "pad-leading-dims", "gpu-tile-matmul", "gpu-coarsen",
+    "map-to-gpu",
+)  # fmt: skip
+"""`default-cuda`'s passes after the graph's: the first and last required, the rest optional."""
 
 CPU_GRAPH_OPTIONS = {
     "conv-to-matmul": "conv-to-matmul{implicit=true}",
@@ -127,27 +130,8 @@ PIPELINES: dict[str, Pipeline] = {
     ),
     "default-cuda": Pipeline(
         "default-cuda",
-        (
-            *GRAPH_OPTIMIZATIONS[:2],
-            *GPU_ATTENTION,
-            *GRAPH_OPTIMIZATIONS[2:],
-            "lower-graph-to-loops",
-            "reshape-views",
-            "pad-leading-dims",
-            "gpu-tile-matmul",
-            "gpu-coarsen",
-            "map-to-gpu",
-        ),
-        frozenset(
-            {
-                *GRAPH_OPTIMIZATIONS,
-                *GPU_ATTENTION,
-                "reshape-views",
-                "pad-leading-dims",
-                "gpu-tile-matmul",
-                "gpu-coarsen",
-            }
-        ),
+        (*GRAPH_OPTIMIZATIONS[:2], *GPU_ATTENTION, *GRAPH_OPTIMIZATIONS[2:], *CUDA_LOOP_PASSES),
+        frozenset((*GRAPH_OPTIMIZATIONS, *GPU_ATTENTION, *CUDA_LOOP_PASSES[1:-1])),
         "the optimized CUDA pipeline: graph cleanup, attention recognized and fused (a block per query tile, K and V through shared memory, the online softmax in registers), NHWC convolutions as im2col matmuls, "
         "transpose and constant folding, fusion, loops, reshapes as views, padded row strides of "
         "intermediates, warp-tiled shared-memory matmuls, large elementwise kernels several "

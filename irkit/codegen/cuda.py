@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from xdsl.dialects import arith, func, gpu, memref, scf, vector
@@ -721,14 +721,15 @@ def gpu_kernels(module: ModuleOp) -> list[func.FuncOp]:
     return mapped
 
 
-def index_type_for(module: ModuleOp) -> str:
-    """`int` when every buffer and launch fits 32-bit indexing (fast on GPUs), else int64."""
-    sizes = [
-        math.prod(t.get_shape())
-        for op in module.walk()
-        for t in [getattr(r, "type", None) for r in [*op.results, *op.operands]]
-        if isinstance(t, MemRefType)
-    ]
+def index_type_for(functions: Sequence[func.FuncOp]) -> str:
+    """`int` when every buffer the functions see (their arguments, and the buffers they
+    allocate or name) fits 32-bit indexing (fast on GPUs), else int64. Only the functions
+    printed are walked: one kernel's source a walk of that kernel, not of the module (with
+    a fused attention's thousands of ops in it, a walk of the module per kernel was most of
+    a real model's printing)."""
+    types = [a.type for fn in functions for a in fn.args]
+    types += [r.type for fn in functions for op in fn.walk() for r in op.results]
+    sizes = [math.prod(t.get_shape()) for t in types if isinstance(t, MemRefType)]
     return "int" if max(sizes, default=0) < 2**31 - 1 else "long long"
 
 
@@ -889,8 +890,8 @@ def cuda_source(module: ModuleOp) -> str:
 
 def _source(module: ModuleOp, kernels: list[func.FuncOp]) -> str:
     """The prelude, the scalar functions the kernels call, and the kernels."""
-    printer = CudaPrinter(index_type_for(module))
     scalar = {f: None for fn in kernels for f in callees(module, fn)}
+    printer = CudaPrinter(index_type_for([*kernels, *scalar]))
     return (
         _prelude(kernels)
         + "".join("\n" + printer.scalar_function(f) for f in scalar)

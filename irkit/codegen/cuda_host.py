@@ -79,7 +79,7 @@ def launcher(name: str, fn: func.FuncOp, printer: CudaPrinter) -> str:
 
 def host_source(module: ModuleOp) -> str:
     """The CUDA C of every kernel (as `-t cuda` prints it), then the launchers."""
-    printer = CudaPrinter(index_type_for(module))
+    printer = CudaPrinter(index_type_for(gpu_kernels(module)))
     launchers = "".join(launcher(fn.sym_name.data, fn, printer) for fn in gpu_kernels(module))
     return cuda_source(module) + "\n// --- cuda-host launchers ---" + launchers
 

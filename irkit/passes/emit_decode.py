@@ -142,7 +142,8 @@ class Decode:
 
                 def block(j0, _, at=offset, part=(kbuf, vbuf, length), size=size) -> list:
                     self.scores(bi, hk, j0, part[0], part[2], bufs, size)
-                    _each(b_, rows, lambda r: _Step(self, bi, hk, r, at, j0, part, bufs, size).emit())  # fmt: skip
+                    for_rows = (self, bi, hk)
+                    _each(b_, rows, lambda r: _Step(*for_rows, r, at, j0, part, bufs, size).emit())
                     self.softmax(bufs, size)
                     self.weigh_values(bi, hk, j0, part[1], part[2], bufs, size)
                     return []
@@ -192,7 +193,8 @@ class Decode:
                     for n, r in enumerate(group):
                         qv = b_.add(vector.LoadOp(bufs.q, [r, d], vt))
                         mine = parts[n * kc : (n + 1) * kc]
-                        out += [b_.add(vector.FMAOp(qv, kv, p)) for kv, p in zip(kvs, mine, strict=True)]  # fmt: skip
+                        pairs = zip(kvs, mine, strict=True)
+                        out += [b_.add(vector.FMAOp(qv, kv, p)) for kv, p in pairs]
                     return out
 
                 parts = b_.for_range(0, dim, lanes, [zero] * lanes, dot)
@@ -408,9 +410,12 @@ def _regroup(b_: LoopBuilder, subs: list[SSAValue], width: int, lanes: int) -> l
         while len(level) > 1:
             pairs = zip(level[0::2], level[1::2], strict=True)
             level = [
-                (b_.add(_shuffle(a, c, _padded(la + [lanes + x for x in lc], lanes))), list(range(len(la) + len(lc))))
+                (
+                    b_.add(_shuffle(a, c, _padded(la + [lanes + x for x in lc], lanes))),
+                    list(range(len(la) + len(lc))),
+                )
                 for (a, la), (c, lc) in pairs
-            ]  # fmt: skip
+            ]
         out.append(level[0][0])
     return out
 

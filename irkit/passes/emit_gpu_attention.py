@@ -33,8 +33,9 @@ reshapes and a decode step's cache concat are read in place.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -53,9 +54,11 @@ from xdsl.ir import Attribute, SSAValue
 from irkit.dialects import graph as g
 from irkit.dialects.warp import ShuffleOp
 from irkit.dtypes import numpy_dtype
+from irkit.errors import IrkitError
 from irkit.ir import shape_of
 from irkit.loops import SHARED_SPACE, STATIC_SHARED_LIMIT
-from irkit.passes.emit_attention import FUSED_ATTR, _masked
+from irkit.passes.emit_attention import FUSED_ATTR, _masked, emit_fused_attention
+from irkit.passes.emit_decode import Decode
 from irkit.passes.loop_builder import compute_type
 
 if TYPE_CHECKING:
@@ -66,6 +69,25 @@ TARGET = "gpu"
 """The `target` of a fused mark that asks for these kernels."""
 DECODE_KEYS = 4
 """Keys a warp takes at a time in the decode form (their loads issued together)."""
+
+
+def emit_attention(em: KernelEmitter, op: g.AttentionOp, out: SSAValue, alone: bool) -> None:
+    """A fused `graph.attention`'s loops into the emitter's kernel: the GPU kernel where the
+    mark is `gpu-fuse-attention`'s (the kernel's only stored value: it becomes one launch),
+    else the CPU decode form where it applies, else the CPU tiles or rows."""
+    params = gpu_mark(op)
+    if params is not None:
+        if not alone or em.module is None:
+            raise IrkitError(
+                f"{em.name}: a GPU-fused attention must be its kernel's only stored value"
+            )
+        em.launch = GpuAttention(em, op, out, params).emit()
+        return
+    decode = Decode.of(em, op, out)
+    if decode is not None:
+        decode.emit()
+    else:
+        emit_fused_attention(em, op, out)
 
 
 def gpu_mark(op: g.AttentionOp) -> dict[str, int] | None:
@@ -111,7 +133,6 @@ class GpuAttention:
         em, b_, op, ct = self.em, self.em.b, self.op, self.ct
         batch, heads, sq, dim, kv_heads, sk, dv = self.shapes
         q, k, v = op.operands[:3]
-        mask = op.operands[3] if len(op.operands) == 4 else None
         causal = g.bool_of(op.properties, "causal")
         threads = min(self.params["block-q"], -(-sq // WARP) * WARP)
         width = numpy_dtype(ct).itemsize * (dim + dv)  # a key's row of K and of V
@@ -130,7 +151,8 @@ class GpuAttention:
         i = b_.iadd(q0, tid)
         row = b_.add(arith.MinSIOp(i, b_.index(sq - 1))) if sq % threads else i
         scale = b_.float(g.float_of(op.properties, "scale"), ct)
-        qs = [em.fop(arith.MulfOp, em.value_at(q, [bi, h, row, b_.index(d)]), scale) for d in range(dim)]  # fmt: skip
+        qs = [em.value_at(q, [bi, h, row, b_.index(d)]) for d in range(dim)]
+        qs = [em.fop(arith.MulfOp, x, scale) for x in qs]
 
         keys: SSAValue | int = sk
         if causal:  # keys up to the tile's last row's own: min(q0 + BQ, Sq) + Sk - Sq
@@ -149,24 +171,7 @@ class GpuAttention:
             j0 = b_.imul(kt, bk)
             self._stage(tid, threads, j0, [(k, k_tile, dim), (v, v_tile, dv)], bi, hk)
             b_.add(gpu.BarrierOp())
-            scores = []
-            for c in range(bk):
-                s = zero
-                for d in range(dim):
-                    kd = b_.add(memref.LoadOp.get(k_tile, [b_.index(c), b_.index(d)]))
-                    s = em.fop(arith.AddfOp, s, em.fop(arith.MulfOp, qs[d], kd))
-                j = b_.iadd(j0, c)
-                hidden = []
-                if sk % bk:
-                    hidden.append(em.cmpi("uge", j, sk))
-                    j = b_.add(arith.MinSIOp(j, b_.index(sk - 1)))
-                if causal:  # j > row + Sk - Sq
-                    hidden.append(em.cmpi("ugt", b_.iadd(j, sq), b_.iadd(row, sk)))
-                if mask is not None:
-                    s = _masked(em, op, s, [bi, h, row, j], neg_inf)
-                for cond in hidden:
-                    s = em.select(cond, neg_inf, s)
-                scores.append(s)
+            scores = self._tile_scores(qs, k_tile, j0, (bi, h, row))
             m_new, total, weights, rescale = self._online(m, total, scores)
             acc = [em.fop(arith.MulfOp, a, rescale) for a in acc]
             for c, p in enumerate(weights):
@@ -177,16 +182,53 @@ class GpuAttention:
             return [m_new, total, *acc]
 
         m, total, *acc = b_.for_range(0, trips, 1, [neg_inf, zero, *[zero] * dv], step)
-        store = lambda: [  # noqa: E731
-            b_.store(em.fop(arith.DivfOp, acc[e], total), self.out, [bi, h, i, b_.index(e)])
-            for e in range(dv)
-        ]
+
+        def store() -> None:
+            for e in range(dv):
+                x = em.fop(arith.DivfOp, acc[e], total)
+                b_.store(x, self.out, [bi, h, i, b_.index(e)])
+
         if sq % threads:
             b_.when(em.cmpi("ult", i, sq), store)
         else:
             store()
         flops = batch * heads * sq * sk * 2 * (dim + dv) // (2 if causal else 1)
         return batch * heads * tiles, threads, flops
+
+    def _tile_scores(
+        self,
+        qs: list[SSAValue],
+        k_tile: SSAValue,
+        j0: SSAValue,
+        at: tuple[SSAValue, SSAValue, SSAValue],
+    ) -> list[SSAValue]:
+        """A thread's scores against the staged tile of keys from j0: q . K[c] (the row of
+        q in registers, K[c][d] the same for every thread), masked where key c is past Sk,
+        past the row's own (causal), or by the mask operand at `at` (batch, head, row)."""
+        em, b_, op = self.em, self.em.b, self.op
+        bk, dim = shape_of(k_tile)
+        sq, sk = self.shapes[2], self.shapes[5]
+        neg_inf, zero = b_.float(-math.inf, self.ct), b_.float(0.0, self.ct)
+        mask = op.operands[3] if len(op.operands) == 4 else None
+        scores = []
+        for c in range(bk):
+            s = zero
+            for d in range(dim):
+                kd = b_.add(memref.LoadOp.get(k_tile, [b_.index(c), b_.index(d)]))
+                s = em.fop(arith.AddfOp, s, em.fop(arith.MulfOp, qs[d], kd))
+            j = b_.iadd(j0, c)
+            hidden = []
+            if sk % bk:
+                hidden.append(em.cmpi("uge", j, sk))
+                j = b_.add(arith.MinSIOp(j, b_.index(sk - 1)))
+            if g.bool_of(op.properties, "causal"):  # j > row + Sk - Sq
+                hidden.append(em.cmpi("ugt", b_.iadd(j, sq), b_.iadd(at[2], sk)))
+            if mask is not None:
+                s = _masked(em, op, s, [*at, j], neg_inf)
+            for cond in hidden:
+                s = em.select(cond, neg_inf, s)
+            scores.append(s)
+        return scores
 
     def _stage(
         self,
@@ -232,9 +274,6 @@ class GpuAttention:
         warps = self.params.get("warps", 4)
         threads = warps * WARP
         neg_inf, zero = b_.float(-math.inf, ct), b_.float(0.0, ct)
-        stats = self._shared("stats", [2, warps])
-        partial = self._shared("partial", [warps, dv])
-
         bid, tid = b_.add(gpu.BlockIdOp(_X)), b_.add(gpu.ThreadIdOp(_X))
         i = b_.add(arith.RemUIOp(bid, b_.index(sq))) if sq > 1 else b_.index(0)
         bi, h, hk = self._heads(b_.add(arith.DivUIOp(bid, b_.index(sq))) if sq > 1 else bid)
@@ -245,7 +284,7 @@ class GpuAttention:
         def lanes_of(width: int) -> list[tuple[SSAValue, SSAValue | None]]:
             """This lane's features of a row of `width`: (index, in range) for each slice
             of 32; an index past the row is clamped (its value weighs 0)."""
-            out = []
+            out: list[tuple[SSAValue, SSAValue | None]] = []
             for n in range(-(-width // WARP)):
                 d = b_.iadd(lane, n * WARP)
                 if (n + 1) * WARP > width:
@@ -278,7 +317,8 @@ class GpuAttention:
                 j = b_.add(arith.MinSIOp(j, last_key))
                 s = zero
                 for (d, _), qd in zip(features, qs, strict=True):
-                    s = em.fop(arith.AddfOp, s, em.fop(arith.MulfOp, qd, em.value_at(k, [bi, hk, j, d])))  # fmt: skip
+                    kd = em.value_at(k, [bi, hk, j, d])
+                    s = em.fop(arith.AddfOp, s, em.fop(arith.MulfOp, qd, kd))
                 s = _across_warp(b_, s)
                 if mask is not None:
                     s = _masked(em, op, s, [bi, h, i, j], neg_inf)
@@ -287,34 +327,59 @@ class GpuAttention:
             m_new, total, weights, rescale = self._online(m, total, scores)
             acc = [em.fop(arith.MulfOp, a, rescale) for a in acc]
             for p, j in zip(weights, rows, strict=True):
-                for n, (e, _) in enumerate(outputs):
+                for slot, (e, _) in enumerate(outputs):
                     ve = em.value_at(v, [bi, hk, j, e])
-                    acc[n] = em.fop(arith.AddfOp, acc[n], em.fop(arith.MulfOp, p, ve))
+                    acc[slot] = em.fop(arith.AddfOp, acc[slot], em.fop(arith.MulfOp, p, ve))
             return [m_new, total, *acc]
 
         start = b_.imul(w, DECODE_KEYS)  # the same trips in every warp: a barrier follows
         inits = [neg_inf, zero, *[zero] * len(outputs)]
         m, total, *acc = b_.for_range(0, _ceil_div(b_, keys, stride), 1, inits, step)
-        first_lane = em.cmpi("eq", lane, 0)
+        self._merge(tid, lane, w, [m, total, *acc], outputs, (bi, h, i), warps)
+        flops = batch * heads * sq * sk * 2 * (dim + dv)
+        return batch * heads * sq, threads, flops
+
+    def _merge(
+        self,
+        tid: SSAValue,
+        lane: SSAValue,
+        w: SSAValue,
+        state: list[SSAValue],
+        outputs: list[tuple[SSAValue, SSAValue | None]],
+        row: tuple[SSAValue, SSAValue, SSAValue],
+        warps: int,
+    ) -> None:
+        """The decode form's end: each warp's maximum, sum and accumulator (`state`) into
+        shared memory, then each feature of the row from every warp's, rescaled to the
+        block's maximum (thread e writes feature e)."""
+        em, b_, ct = self.em, self.em.b, self.ct
+        dv, threads = self.shapes[6], warps * WARP
+        neg_inf, zero = b_.float(-math.inf, ct), b_.float(0.0, ct)
+        stats = self._shared("stats", [2, warps])
+        partial = self._shared("partial", [warps, dv])
+        m, total, *acc = state
 
         def publish() -> None:
             b_.store(m, stats, [b_.index(0), w])
             b_.store(total, stats, [b_.index(1), w])
 
-        b_.when(first_lane, publish)
+        b_.when(em.cmpi("eq", lane, 0), publish)
+
+        def keep(a: SSAValue, e: SSAValue) -> Callable[[], None]:
+            return lambda: b_.store(a, partial, [w, e])
+
         for (e, inside), a in zip(outputs, acc, strict=True):
             if inside is None:
-                b_.store(a, partial, [w, e])
+                keep(a, e)()
             else:
-                b_.when(inside, lambda a=a, e=e: b_.store(a, partial, [w, e]))
+                b_.when(inside, keep(a, e))
         b_.add(gpu.BarrierOp())
-        # the warps' states rescaled to the block's maximum: thread e writes feature e
         ms = [b_.load(stats, [b_.index(0), b_.index(x)], ct) for x in range(warps)]
         peak = ms[0]
-        for x in ms[1:]:
-            peak = em.fop(arith.MaximumfOp, peak, x)
+        for other in ms[1:]:
+            peak = em.fop(arith.MaximumfOp, peak, other)
         base = em.select(em.cmpf("oeq", peak, neg_inf), zero, peak)
-        factors = [em.fop(xmath.ExpOp, em.fop(arith.SubfOp, x, base)) for x in ms]
+        factors = [em.fop(xmath.ExpOp, em.fop(arith.SubfOp, mx, base)) for mx in ms]
         denominator = zero
         for x, f in enumerate(factors):
             lx = b_.load(stats, [b_.index(1), b_.index(x)], ct)
@@ -325,16 +390,14 @@ class GpuAttention:
             for x, f in enumerate(factors):
                 px = b_.load(partial, [b_.index(x), e], ct)
                 o = em.fop(arith.AddfOp, o, em.fop(arith.MulfOp, px, f))
-            b_.store(em.fop(arith.DivfOp, o, denominator), self.out, [bi, h, i, e])
+            b_.store(em.fop(arith.DivfOp, o, denominator), self.out, [*row, e])
 
         for n in range(-(-dv // threads)):
-            e = b_.iadd(tid, n * threads)
+            feature = b_.iadd(tid, n * threads)
             if (n + 1) * threads > dv:
-                b_.when(em.cmpi("ult", e, dv), lambda e=e: finish(e))
+                b_.when(em.cmpi("ult", feature, dv), functools.partial(finish, feature))
             else:
-                finish(e)
-        flops = batch * heads * sq * sk * 2 * (dim + dv)
-        return batch * heads * sq, threads, flops
+                finish(feature)
 
     # --- shared by both ------------------------------------------------------------------
 

@@ -62,7 +62,8 @@ class GpuFuseAttentionPass(ModulePass):
             "must be a multiple of 32 from 32 to 1024",
         )
         require(1 <= self.block_k <= 64, "block-k", self.block_k, "must be from 1 to 64")
-        require(0 <= self.decode_rows <= 64, "decode-rows", self.decode_rows, "must be from 0 to 64")  # fmt: skip
+        rows = self.decode_rows
+        require(0 <= rows <= 64, "decode-rows", rows, "must be from 0 to 64")
         require(1 <= self.warps <= 32, "warps", self.warps, "must be from 1 to 32")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:

@@ -33,12 +33,9 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from irkit.dialects import graph as g
 from irkit.dtypes import dense_array
-from irkit.errors import IrkitError
 from irkit.passes import emit_exact as exact
 from irkit.passes import emit_windows as windows
-from irkit.passes.emit_attention import emit_fused_attention
-from irkit.passes.emit_decode import Decode
-from irkit.passes.emit_gpu_attention import GpuAttention, gpu_mark
+from irkit.passes.emit_gpu_attention import emit_attention
 from irkit.passes.loop_builder import LoopBuilder, compute_type
 
 Index = list[SSAValue]
@@ -183,12 +180,9 @@ class KernelEmitter:
     ):
         self.b = builder
         self.buffers = buffers
-        self.module = module
-        """Where a GPU form adds its shared buffers (`memref.global`s named after `name`)."""
-        self.name = name
+        self.module, self.name = module, name  # a GPU form's shared buffers: globals named so
         self.shared_bytes = 0
-        self.launch: tuple[int, int, int] | None = None
-        """(grid, threads, flops) where the kernel came out GPU-mapped (`emit_gpu_attention`)."""
+        self.launch: tuple[int, int, int] | None = None  # (grid, threads, flops): GPU-mapped
         self._memo: dict[tuple[int, SSAValue, tuple[SSAValue, ...]], SSAValue] = {}
         self.opens_loops: dict[SSAValue, bool] = {}
         """By value: whether computing it inline opens a loop (`_loops`)."""
@@ -197,20 +191,8 @@ class KernelEmitter:
         for value in materialized:
             buffer = self.buffers[value]
             op = value.owner
-            if isinstance(op, g.AttentionOp):  # left to the lowering by `_decompose_attention`
-                params = gpu_mark(op)
-                if params is not None:
-                    if len(materialized) > 1 or self.module is None:
-                        raise IrkitError(
-                            f"{self.name}: a GPU-fused attention must be its kernel's only stored value"
-                        )
-                    self.launch = GpuAttention(self, op, buffer, params).emit()
-                    continue
-                decode = Decode.of(self, op, buffer)
-                if decode is not None:
-                    decode.emit()
-                else:
-                    emit_fused_attention(self, op, buffer)
+            if isinstance(op, g.AttentionOp):  # a fused one (the others are decomposed)
+                emit_attention(self, op, buffer, alone=len(materialized) == 1)
                 continue
             if type(op) in FINE_NESTS:
                 self._emit_fine(op, buffer)  # type: ignore[arg-type]
