@@ -4,6 +4,7 @@
 #   benchmarks/gpu_acceptance.sh OUTDIR [--quick]
 #
 # SKIP="attribute ..." leaves out the steps it names (their logs say so; "wheels": no install).
+# EXAMPLES="mlp ..." runs and attributes those examples only (the other steps as ever);
 # ATTRIBUTE_EXAMPLES="mlp ..." attributes those examples only; TARGETS_BUDGET=S gives each
 # gpu_targets workload S seconds of timing (default 8); LIMIT_<step>=S changes a step's
 # time limit (LIMIT_gpu_targets=240); TARGETS_ARGS="--only gemm_f16 ..." adds options to
@@ -129,6 +130,11 @@ dims_for() {  # the --dim options an example runs with: its own on a GPU, test s
 }
 export -f dims_for
 
+strategy_for() {  # on a host (testing the script): prefix, a variant per pass, not Shapley's
+  [ "$backend" = cuda ] || echo --strategy prefix
+}
+export -f strategy_for
+
 budget=0.5
 attribute_budget=5
 targets=(--budget "${TARGETS_BUDGET:-8}")
@@ -146,6 +152,7 @@ run_examples() {
   local status=0 f name
   for f in examples/*.graph; do
     name=$(basename "$f" .graph)
+    [ -n "${EXAMPLES:-}" ] && [[ " $EXAMPLES " != *" $name "* ]] && continue
     echo "--- $name"
     if [ "$backend" = cuda ]; then
       irkit-bench run "$f" --backend cuda --counters --budget "$budget" --json "$out/run_$name.json" ||
@@ -182,9 +189,10 @@ attribute_all() {
     name=$(basename "$f" .graph)
     [ -e "$out/attribute_$name.json" ] && continue
     [ -n "${ATTRIBUTE_EXAMPLES:-}" ] && [[ " $ATTRIBUTE_EXAMPLES " != *" $name "* ]] && continue
+    [ -n "${EXAMPLES:-}" ] && [[ " $EXAMPLES " != *" $name "* ]] && continue
     echo "--- $name"
     # shellcheck disable=SC2046
-    irkit-bench attribute "$f" --backend "$backend" $(dims_for "$name") \
+    irkit-bench attribute "$f" --backend "$backend" $(dims_for "$name") $(strategy_for) \
       --budget "$attribute_budget" --json "$out/attribute_$name.json" || status=1
   done
   [ -n "${ATTRIBUTE_EXAMPLES:-}" ] && return $status  # the named examples only
