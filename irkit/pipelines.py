@@ -468,6 +468,9 @@ class SharedRun(typing.Generic[T]):
     """Distinct IR states the passes went through."""
     finished: int
     """Distinct final states, each verified once and given to `finish` once."""
+    changed: list[bool] = dataclasses.field(default_factory=list)
+    """By step: whether its pass changed any state it ran on (False: it left every one as
+    it was, so no pipeline here depends on whether it ran)."""
 
 
 @without_cyclic_gc
@@ -520,6 +523,7 @@ def apply_pipelines(
     frontier: dict[int, tuple[ModuleOp, list[int]]] = {
         state_of(work): (work, list(range(len(masks))))
     }
+    changed = [False] * len(steps)
     for j, spec in enumerate(steps):
         after: dict[int, tuple[ModuleOp, list[int]]] = {}
         for state, (m, indices) in frontier.items():
@@ -536,7 +540,9 @@ def apply_pipelines(
                         pass_runs += 1
                 except Exception:  # noqa: BLE001 - replayed, where it is reported by name
                     replay(keep[0])
-                after.setdefault(state_of(m), (m, []))[1].extend(keep)
+                now = state_of(m)
+                changed[j] = changed[j] or now != state
+                after.setdefault(now, (m, []))[1].extend(keep)
         frontier = after
         if on_step is not None:
             on_step(j + 1)
@@ -554,7 +560,7 @@ def apply_pipelines(
         done += len(indices)
         if on_result is not None:
             on_result(done)
-    return SharedRun(results, pass_runs, len(state_ids), len(frontier))
+    return SharedRun(results, pass_runs, len(state_ids), len(frontier), changed)
 
 
 def _check_reproducer_dir(directory: str | Path) -> None:

@@ -73,6 +73,54 @@ def test_sampled_shapley_keeps_efficiency_and_approaches_the_exact_values() -> N
     assert np.abs(phi - exact).max() < 0.05
 
 
+def test_null_players_kept_on_leave_the_other_passes_exact_shapley_values() -> None:
+    """Passes that change nothing (1 and 4 of 6) kept in every variant: 2^4 variants, not
+    2^6; each null pass contributes exactly 0 and the others get the exact Shapley values
+    of the whole game (with interactions)."""
+    k, fixed = 6, frozenset({1, 4})
+    weights = np.array([3.0, 0.0, 2.0, 1.0, 0.0, 0.5])
+
+    def value(m):
+        on = np.array(m, dtype=float)
+        return 100 - weights @ on - 0.6 * on[0] * on[2]
+
+    full = make_plan("shapley", k)
+    pruned = make_plan("shapley", k, fixed=fixed)
+    assert len(pruned.masks) == 2**4 and all(m[1] and m[4] for m in pruned.masks)
+    assert pruned.empty == (False, True, False, False, True, False)
+    exact = full.contributions({m: np.float64(value(m)) for m in full.masks})
+    got = pruned.contributions({m: np.float64(value(m)) for m in pruned.masks})
+    np.testing.assert_allclose([float(x) for x in got], [float(x) for x in exact], atol=1e-12)
+    assert float(got[1]) == float(got[4]) == 0.0
+
+
+def test_sampled_orders_come_in_antithetic_pairs_and_their_sampling_is_in_the_spread() -> None:
+    """Past exact Shapley: half the orders drawn, half their reverses; with bootstrap
+    replicates of the times, each replicate resamples the pairs, so a pass whose marginal
+    depends on its context gets a spread from the orders alone (here the times have no
+    noise), and an additive pass none; `orders=False` leaves the orders as drawn. (A
+    pairwise interaction has no spread: an order and its reverse put each of the two
+    first once, so a pair's mean marginal is exact; a three-way one does.)"""
+    k = 10
+    plan = make_plan("shapley", k, permutations=16, seed=3, fixed=frozenset({9}))
+    assert plan.antithetic and len(plan.permutations) == 16
+    for a, b in zip(plan.permutations[:8], plan.permutations[8:], strict=True):
+        assert b == a[::-1] and 9 not in a
+    weights = np.linspace(0.1, 1.0, k)
+    weights[9] = 0.0
+
+    def value(m):
+        on = np.array(m, dtype=float)
+        return 100 - weights @ on - 2.0 * on[0] * on[1] * on[2] - 1.0 * on[3] * on[4]
+
+    replicated = {m: np.full(200, value(m)) for m in plan.masks}
+    spread = [float(np.std(c)) for c in plan.contributions(replicated)]
+    assert min(spread[:3]) > 0.05  # a three-way interaction: the orders' sampling shows
+    assert max(spread[3:]) < 1e-9  # pairwise or additive: every pair of orders agrees
+    fixed_orders = plan.contributions(replicated, orders=False)
+    assert max(float(np.std(c)) for c in fixed_orders) < 1e-9
+
+
 @pytest.mark.parametrize("k", [9, 18, 30])
 def test_a_sampled_shapley_plan_holds_every_pair_the_kernel_view_shows(k: int) -> None:
     """Past exact Shapley, the plan samples orders; the (without pass i, all) pair each pass's
@@ -82,6 +130,21 @@ def test_a_sampled_shapley_plan_holds_every_pair_the_kernel_view_shows(k: int) -
     assert plan.permutations
     for i in range(k):
         assert set(plan.pair(i)) <= set(plan.masks)
+
+
+def test_passes_that_change_nothing_are_kept_in_every_variant_and_valued_zero() -> None:
+    """The engine finds the optional passes that change no IR state (cse, canonicalize and
+    reshape-views on a chain with nothing to fold, share or reshape), keeps them in every
+    variant, and confirms
+    it in the run; they are valued 0 with no code change, the record names them."""
+    spec = "canonicalize,cse,fuse-kernels,lower-graph-to-loops,reshape-views,expand-math"
+    record = attribute(CHAIN, spec, "cpu", "shapley", {"N": 8, "D": 16}, budget_s=0.3).to_json()
+    proto = record["protocol"]
+    assert proto["null_passes"] == ["canonicalize", "cse", "reshape-views"]
+    assert proto["variants"] == 2**2  # the 2 others, exactly
+    rows = {p["pass"]: p for p in record["passes"]}
+    assert not rows["cse"]["changes_code"] and not rows["canonicalize"]["changes_code"]
+    assert rows["fuse-kernels"]["changes_code"]
 
 
 def test_an_unknown_strategy_is_one_line() -> None:
@@ -372,6 +435,13 @@ def test_records_say_whether_the_machine_was_loaded(capsys) -> None:
     # finished step's threads (load 4.7) with no other process runnable now is not loaded;
     # one other thread runnable on average is
     assert not load_record(4.7, 4.4, threads=1, run_queue_mean=0.0, run_queue_samples=40)["loaded"]
+    # one reading of a thread awake for a moment at the start of a quiet run is not load
+    # (it had made a 2-thread program on 2 CPUs read as crowded); one busy core beside a
+    # program filling the others is
+    fills = min(cpus, 2)
+    assert not load_record(1.3, 1.3, threads=fills, run_queue_start=cpus - fills + 1,
+                           run_queue_end=0, run_queue_mean=0.03, run_queue_samples=40)["loaded"]  # fmt: skip
+    assert load_record(0.1, 0.1, threads=fills, run_queue_mean=1.0, run_queue_samples=40)["loaded"]
     busy = load_record(0.3, 0.2, threads=1, run_queue_mean=1.0, run_queue_samples=40)
     assert busy["loaded"] and busy["others_busy"]
     record["protocol"]["load"] = busy

@@ -86,7 +86,7 @@ def _show_header(console: Console, rec: dict) -> None:
         f"{proto['variants']} variants, {proto['programs_measured']} distinct programs, each "
         f"checked against the float64 reference before timing; {proto['rounds']} interleaved "
         f"rounds{_focused(proto)}, stopped by {proto['stop_reason']} (precision {proto['precision']:.1%}, "
-        f"budget {proto['budget_s']:g} s); timer {proto['timer']}",
+        f"budget {proto['budget_s']:g} s); timer {proto['timer']}{_sampling(proto)}",
         highlight=False,
     )
     base, full = total["baseline_s"], total["full_s"]
@@ -367,6 +367,17 @@ def show_roofline(console: Console, rec: dict) -> None:
             "between levels, or a roof measured on a busier machine)",
             style="dim",
         )
+
+
+def _sampling(proto: dict) -> str:
+    """How Shapley's variants were chosen: the null players kept in every one, the orders."""
+    said = ""
+    if proto.get("null_passes"):
+        said += f"; {len(proto['null_passes'])} passes that changed no IR state kept in every variant (value 0)"
+    if proto.get("permutations"):
+        pairs = " in antithetic pairs" if proto.get("antithetic") else ""
+        said += f"; {proto['permutations']} sampled orders{pairs}, their sampling in the CIs"
+    return said
 
 
 def show_cross_backend(console: Console, rec: dict) -> None:

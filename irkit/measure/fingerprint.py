@@ -199,7 +199,10 @@ def load_record(
     processes' threads runnable on average more than half a core through the measurement
     (`RunQueueSampler`), or, where the OS gives no run queue, the 1-minute load average less
     the measuring process above 0.5 at the start or the end; or other runnable threads
-    plus the program's more than the CPUs at the start, the end or on average; or a program
+    plus the program's more than the CPUs by half a core on average (where sampled: one
+    reading at the start or the end of a quiet run may catch a thread awake for a moment,
+    and on 2 CPUs with a 2-thread program that alone read as crowded; unsampled, more than
+    the CPUs at the start or the end); or a program
     on one thread that had the CPU for less than `CPU_SHARE_FLOOR` of its wall time (its
     process CPU time per call over the wall time, median over the samples: it waited for a
     core). The load average is recorded either way; it lags by a minute, so beside a
@@ -210,12 +213,13 @@ def load_record(
     cpus = os.cpu_count() or 1
     busy = [x for x in (start, end) if x is not None]
     waited = threads == 1 and cpu_over_wall is not None and cpu_over_wall < CPU_SHARE_FLOOR
-    queues = [q for q in (run_queue_start, run_queue_end, run_queue_mean) if q is not None]
-    crowded = bool(queues) and max(queues) + (threads or 1) > cpus
-    if run_queue_mean is not None:
+    if run_queue_mean is not None:  # sampled through the rounds: the mean decides
         others = run_queue_mean > 0.5
-    else:
+        crowded = run_queue_mean + (threads or 1) > cpus + 0.5
+    else:  # single readings (a thread that woke for a moment counts as much as a busy one)
         others = bool(busy) and max(busy) - 1 > 0.5
+        queues = [q for q in (run_queue_start, run_queue_end) if q is not None]
+        crowded = bool(queues) and max(queues) + (threads or 1) > cpus
     return {
         "load_1min_start": start,
         "load_1min_end": end,
@@ -234,7 +238,8 @@ def load_record(
         "on average through the measurement (where the OS gives no run queue: the "
         "1-minute load average minus the measuring process above 0.5 at the start or "
         "end), or other runnable threads plus the program's threads more than the "
-        "CPUs at the start, the end or on average, or a one-thread program on the CPU "
+        "CPUs by half a core on average (unsampled: more than the CPUs at the start or the "
+        "end), or a one-thread program on the CPU "
         f"under {CPU_SHARE_FLOOR:.0%} of its wall time (process CPU time per call / "
         "wall time per call, median)",
     }

@@ -185,7 +185,7 @@ class SuiteOptions:
     precision: float = 0.01
     budget: float = 20.0
     seed: int = 0
-    permutations: int = 64
+    permutations: int = 16
     timeout_s: float | None = None
     """A job's deadline (None: 30 x budget + 300 s, enough for compiling and timing)."""
 

@@ -36,8 +36,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument(
         "--permutations",
         type=bounded_int(1, 100_000),
-        default=64,
-        help="sampled orders for shapley beyond 8 passes (default 64)",
+        default=16,
+        help="sampled orders for shapley beyond 8 passes that change code, in antithetic "
+        "pairs, their sampling inside the CIs (default 16)",
     )
     p.add_argument("--json", default=None, metavar="OUT", help="write the record as JSON")
     p.add_argument(

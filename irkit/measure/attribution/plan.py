@@ -17,6 +17,8 @@ STRATEGIES = ("prefix", "ablation", "shapley")
 
 
 EXACT_SHAPLEY_MAX = 8
+ORDER_SEED = 20261129
+"""The seed of the permutations' resampling in the bootstrap (`Plan._order_weights`)."""
 
 
 Mask = tuple[bool, ...]
@@ -34,10 +36,17 @@ class Plan:
     k: int
     masks: tuple[Mask, ...]
     permutations: tuple[tuple[int, ...], ...] = ()
+    fixed: frozenset[int] = frozenset()
+    antithetic: bool = False
+    """Permutations come in pairs, an order and its reverse (`make_plan`), which the
+    bootstrap resamples together."""
+    """Passes every variant keeps (Shapley's null players: shown to change no IR state in
+    any variant, `engine._inert_passes`), each contributing exactly 0; the others' Shapley
+    values are those of the game without them."""
 
     @property
     def empty(self) -> Mask:
-        return (False,) * self.k
+        return tuple(i in self.fixed for i in range(self.k))
 
     @property
     def full(self) -> Mask:
@@ -47,45 +56,74 @@ class Plan:
         """The (without, with) variants that show pass i's effect on kernels."""
         if self.strategy == "prefix":
             return _prefix(self.k, i), _prefix(self.k, i + 1)
+        if i in self.fixed:
+            return self.full, self.full
         return _without(self.full, i), self.full
 
     def pairs(self, i: int) -> list[tuple[Mask, Mask]]:
         """Every (without, with) pair pass i's contribution is computed from."""
-        if self.strategy != "shapley":
+        if self.strategy != "shapley" or i in self.fixed:
             return [self.pair(i)]
         if not self.permutations:
             return [(m, _with(m, i)) for m in self.masks if not m[i]]
-        return [_marginal(p, i) for p in self.permutations]
+        return [_marginal(p, i, self.fixed, self.k) for p in self.permutations]
+
+    def _weight(self, a: Mask) -> float:
+        """Exact Shapley's weight of a context: |S|! (n - |S| - 1)! / n! over the n passes
+        not fixed, S the ones `a` keeps."""
+        n, s = self.k - len(self.fixed), sum(a) - len(self.fixed)
+        return math.factorial(s) * math.factorial(n - s - 1) / math.factorial(n)
 
     def weighted_pairs(self, i: int) -> list[tuple[float, Mask, Mask]]:
         """`pairs(i)` with the weight each has in pass i's contribution (they sum to 1)."""
-        if self.strategy != "shapley":
+        if self.strategy != "shapley" or i in self.fixed:
             return [(1.0, *self.pair(i))]
         if self.permutations:
             return [(1 / len(self.permutations), a, b) for a, b in self.pairs(i)]
-        k = self.k
-        return [
-            (math.factorial(sum(a)) * math.factorial(k - sum(a) - 1) / math.factorial(k), a, b)
-            for a, b in self.pairs(i)
-        ]
+        return [(self._weight(a), a, b) for a, b in self.pairs(i)]
 
-    def contributions(self, t: Times) -> list[np.ndarray]:
-        """Seconds saved per call by each pass (negative: the pass made it slower)."""
+    def contributions(self, t: Times, orders: bool = True) -> list[np.ndarray]:
+        """Seconds saved per call by each pass (negative: the pass made it slower). With
+        sampled permutations and bootstrap replicates of the times (arrays), each replicate
+        also resamples the permutations (an antithetic pair as one), so that the spread of
+        the estimate holds the sampling of orders as well as the rounds' noise; `orders`
+        False leaves the orders as drawn (the spread more rounds can narrow: what the
+        stopping rule asks of)."""
         if self.strategy in ("prefix", "ablation"):
             return [t[a] - t[b] for a, b in (self.pair(i) for i in range(self.k))]
         if self.permutations:
-            return [
-                np.asarray(sum(t[a] - t[b] for a, b in self.pairs(i))) / len(self.permutations)
-                for i in range(self.k)
-            ]
-        k = self.k
-        weight = [
-            math.factorial(s) * math.factorial(k - s - 1) / math.factorial(k) for s in range(k)
-        ]
+            shape = np.shape(next(iter(t.values()))) if orders else ()
+            weights = self._order_weights(shape)
+
+            def mean(i: int) -> np.ndarray:
+                if i in self.fixed:
+                    return np.zeros(weights.shape[:-1])
+                marginals = (t[a] - t[b] for a, b in self.pairs(i))
+                return np.asarray(sum(weights[..., n] * x for n, x in enumerate(marginals)))
+
+            return [mean(i) for i in range(self.k)]
         return [
-            np.asarray(sum(weight[sum(a)] * (t[a] - t[b]) for a, b in self.pairs(i)))
-            for i in range(k)
+            np.asarray(sum(w * (t[a] - t[b]) for w, a, b in self.weighted_pairs(i)))
+            for i in range(self.k)
         ]
+
+    def _order_weights(self, shape: tuple[int, ...]) -> np.ndarray:
+        """Each permutation's weight: 1 / P for a point estimate (`shape` ()), else per
+        replicate (`shape` (R,)) the permutations' groups (antithetic pairs, or single
+        orders) drawn with replacement, as multinomial counts (seeded: the same draws for
+        every pass and every call)."""
+        n = len(self.permutations)
+        if not shape:
+            return np.full(n, 1 / n)
+        groups = [[g, g + n // 2] for g in range(n // 2)] if self.antithetic else []
+        groups += [[x] for x in range(2 * len(groups), n)]
+        counts = np.random.default_rng(ORDER_SEED).multinomial(
+            len(groups), [1 / len(groups)] * len(groups), size=shape[0]
+        )
+        weights = np.zeros((shape[0], n))
+        for g, members in enumerate(groups):
+            weights[:, members] = counts[:, [g]] / (len(groups) * len(members))
+        return weights
 
     def before(self, i: int) -> Mask:
         """The variant pass i's relative change is taken against."""
@@ -104,17 +142,30 @@ def _with(mask: Mask, i: int) -> Mask:
     return tuple(True if j == i else m for j, m in enumerate(mask))
 
 
-def _marginal(order: tuple[int, ...], i: int) -> tuple[Mask, Mask]:
-    k = len(order)
-    before = order[: order.index(i)]
+def _marginal(
+    order: tuple[int, ...], i: int, fixed: frozenset[int] = frozenset(), k: int | None = None
+) -> tuple[Mask, Mask]:
+    """Pass i's marginal pair in `order` (of the passes not fixed; the fixed ones kept)."""
+    k = len(order) + len(fixed) if k is None else k
+    before = set(order[: order.index(i)]) | fixed
     m = tuple(j in before for j in range(k))
     return m, _with(m, i)
 
 
-def make_plan(strategy: str, k: int, permutations: int = 64, seed: int = 0) -> Plan:
-    """The variants `strategy` needs for k optional passes."""
+def make_plan(
+    strategy: str,
+    k: int,
+    permutations: int = 64,
+    seed: int = 0,
+    fixed: frozenset[int] = frozenset(),
+) -> Plan:
+    """The variants `strategy` needs for k optional passes; Shapley's with the passes in
+    `fixed` kept in every variant (null players: each contributes 0, and the rest are
+    those of the game of the others, exactly where they are at most `EXACT_SHAPLEY_MAX`)."""
     if strategy not in STRATEGIES:
         raise IrkitError(f"unknown strategy '{strategy}'; choose from {', '.join(STRATEGIES)}")
+    if strategy == "shapley" and fixed:
+        return _shapley_with_fixed(k, permutations, seed, frozenset(fixed))
     empty, full = (False,) * k, (True,) * k
     if strategy == "prefix":
         masks = [_prefix(k, n) for n in range(k + 1)]
@@ -124,8 +175,7 @@ def make_plan(strategy: str, k: int, permutations: int = 64, seed: int = 0) -> P
         return Plan(strategy, k, tuple(dict.fromkeys(masks)))
     if k <= EXACT_SHAPLEY_MAX:
         return Plan(strategy, k, tuple(itertools.product((False, True), repeat=k)))
-    rng = np.random.default_rng(seed)
-    orders = tuple(tuple(int(x) for x in rng.permutation(k)) for _ in range(permutations))
+    orders = _antithetic_orders(list(range(k)), permutations, seed)
     # the full pipeline without each pass: `pair(i)`, what each pass's kernels are shown by,
     # is sampled only where pass i came last in some order (at k = 18 and 64 orders one of
     # them is missed four times in ten)
@@ -133,7 +183,37 @@ def make_plan(strategy: str, k: int, permutations: int = 64, seed: int = 0) -> P
     for order in orders:
         for n in range(k + 1):
             sampled.add(tuple(j in order[:n] for j in range(k)))
-    return Plan(strategy, k, tuple(sorted(sampled, key=sum)), orders)
+    return Plan(strategy, k, tuple(sorted(sampled, key=sum)), orders, antithetic=True)
+
+
+def _shapley_with_fixed(k: int, permutations: int, seed: int, fixed: frozenset[int]) -> Plan:
+    active = [i for i in range(k) if i not in fixed]
+    full = (True,) * k
+
+    def mask(on: set[int]) -> Mask:
+        return tuple(i in fixed or i in on for i in range(k))
+
+    if len(active) <= EXACT_SHAPLEY_MAX:
+        subsets = itertools.product((False, True), repeat=len(active))
+        masks = [mask({a for a, x in zip(active, s, strict=True) if x}) for s in subsets]
+        return Plan("shapley", k, tuple(masks), fixed=fixed)
+    orders = _antithetic_orders(active, permutations, seed)
+    sampled = {mask(set()), full, *(_without(full, i) for i in active)}
+    for order in orders:
+        for n in range(len(active) + 1):
+            sampled.add(mask(set(order[:n])))
+    return Plan("shapley", k, tuple(sorted(sampled, key=sum)), orders, fixed, antithetic=True)
+
+
+def _antithetic_orders(passes: list[int], count: int, seed: int) -> tuple[tuple[int, ...], ...]:
+    """`count` orders of `passes`: count // 2 drawn at random, then each of them reversed
+    (a pass early in one is late in the other: its marginals over small and large
+    contexts, paired, vary less than two independent draws), and one more drawn where
+    `count` is odd."""
+    rng = np.random.default_rng(seed)
+    drawn = [tuple(passes[int(x)] for x in rng.permutation(len(passes))) for _ in range(count // 2)]
+    extra = [tuple(passes[int(x)] for x in rng.permutation(len(passes))) for _ in range(count % 2)]
+    return (*drawn, *(order[::-1] for order in drawn), *extra)
 
 
 def variant_steps(steps: list[Step], optional: list[int], mask: Mask) -> list[str]:

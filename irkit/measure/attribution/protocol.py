@@ -171,6 +171,8 @@ def protocol_record(
         },
         "variants": len(setup.plan.masks),
         "permutations": len(setup.plan.permutations) or None,
+        "antithetic": setup.plan.antithetic,
+        "null_passes": [setup.steps[setup.optional[i]].label for i in sorted(setup.plan.fixed)],
         "selection": setup.selection,
         "load": m.load,
     }

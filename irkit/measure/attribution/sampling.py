@@ -81,7 +81,7 @@ def open_passes(
     point, boot = round_bootstrap(rows, 300, seed, slots[: rows.shape[1]], upper=True)
     t_point = {m: point[row_of[key_of[m]]] for m in plan.masks}
     t_boot = {m: boot[row_of[key_of[m]]] for m in plan.masks}
-    c_point, c_boot = plan.contributions(t_point), plan.contributions(t_boot)
+    c_point, c_boot = plan.contributions(t_point), plan.contributions(t_boot, orders=False)
     needed: list[set[str]] = []
     for i in range(plan.k):
         contexts = [(key_of[a], key_of[b]) for a, b in plan.pairs(i) if key_of[a] != key_of[b]]
