@@ -150,29 +150,37 @@ def structure_key(module: Operation) -> tuple[int, int]:
     (float attributes compare by their bits) instead of printed. A 64-bit hash of that and
     the op count: two different modules share a key with odds of about n^2 / 2^65 among n
     states."""
-    numbers: dict[object, int] = {}
+    numbers: dict[int, int] = {}  # values and blocks by id: they live through the walk
     number = numbers.setdefault
-    attribute = _ATTRIBUTES.setdefault
+    seen: dict[int, int] = {}  # attributes by id, then by equality (`_ATTRIBUTES`): an
+    equal = _ATTRIBUTES.setdefault  # attribute's hash can be deep (a dense array's values)
+
+    def attribute(a: Attribute) -> int:
+        n = seen.get(id(a))
+        if n is None:
+            n = seen[id(a)] = equal(a, len(_ATTRIBUTES))
+        return n
+
     items: list[object] = []
     count = 0
     for op in module.walk():
         count += 1
         for region in op.regions:
-            items.append(tuple((number(b, len(numbers)), tuple(number(a, len(numbers)) for a in b.args),
-                                tuple(attribute(a.type, len(_ATTRIBUTES)) for a in b.args))
+            items.append(tuple((number(id(b), len(numbers)), tuple(number(id(a), len(numbers)) for a in b.args),
+                                tuple(attribute(a.type) for a in b.args))
                                for b in region.blocks))  # fmt: skip
         items.append(
             (
                 op.name,
-                tuple(number(v, len(numbers)) for v in op.operands),
-                tuple(attribute(r.type, len(_ATTRIBUTES)) for r in op.results),
-                tuple((k, attribute(v, len(_ATTRIBUTES))) for k, v in op.properties.items()),
-                tuple((k, attribute(v, len(_ATTRIBUTES))) for k, v in op.attributes.items()),
-                tuple(number(b, len(numbers)) for b in op.successors),
+                tuple([number(id(v), len(numbers)) for v in op.operands]),
+                tuple([attribute(r.type) for r in op.results]),
+                tuple([(k, attribute(v)) for k, v in op.properties.items()]),
+                tuple([(k, attribute(v)) for k, v in op.attributes.items()]),
+                tuple([number(id(b), len(numbers)) for b in op.successors]),
             )
         )
         for r in op.results:
-            number(r, len(numbers))
+            number(id(r), len(numbers))
     return hash(tuple(items)), count
 
 
