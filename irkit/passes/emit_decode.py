@@ -324,7 +324,7 @@ class _Step:
     ) -> None:
         self.d, self.bi, self.hk, self.r, self.offset, self.j0 = d, bi, hk, r, offset, j0
         self.block = block
-        self.kbuf, self.vbuf, length = part
+        length = part[2]
         self.bufs = bufs
         self.em, self.b = d.em, d.em.b
         self.h, self.i = d.head_row(hk, r)

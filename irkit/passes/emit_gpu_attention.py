@@ -57,9 +57,10 @@ from irkit.dtypes import numpy_dtype
 from irkit.errors import IrkitError
 from irkit.ir import shape_of
 from irkit.loops import SHARED_SPACE, STATIC_SHARED_LIMIT
-from irkit.passes.emit_attention import FUSED_ATTR, _masked, emit_fused_attention
+from irkit.passes.emit_attention import FUSED_ATTR, _index, _masked, emit_fused_attention, heads_of
 from irkit.passes.emit_decode import Decode
 from irkit.passes.loop_builder import compute_type
+from irkit.passes.map_to_gpu import X
 
 if TYPE_CHECKING:
     from irkit.passes.kernel_emitter import KernelEmitter
@@ -142,7 +143,7 @@ class GpuAttention:
         k_tile = self._shared("k_tile", [bk, dim])
         v_tile = self._shared("v_tile", [bk, dv])
 
-        bid, tid = b_.add(gpu.BlockIdOp(_X)), b_.add(gpu.ThreadIdOp(_X))
+        bid, tid = b_.add(gpu.BlockIdOp(X)), b_.add(gpu.ThreadIdOp(X))
         t = b_.add(arith.RemUIOp(bid, b_.index(tiles)))
         if causal:  # heaviest first: the last query tile sees the most keys
             t = b_.add(arith.SubiOp(b_.index(tiles - 1), t))
@@ -274,7 +275,7 @@ class GpuAttention:
         warps = self.params.get("warps", 4)
         threads = warps * WARP
         neg_inf, zero = b_.float(-math.inf, ct), b_.float(0.0, ct)
-        bid, tid = b_.add(gpu.BlockIdOp(_X)), b_.add(gpu.ThreadIdOp(_X))
+        bid, tid = b_.add(gpu.BlockIdOp(X)), b_.add(gpu.ThreadIdOp(X))
         i = b_.add(arith.RemUIOp(bid, b_.index(sq))) if sq > 1 else b_.index(0)
         bi, h, hk = self._heads(b_.add(arith.DivUIOp(bid, b_.index(sq))) if sq > 1 else bid)
         lane = b_.add(arith.RemUIOp(tid, b_.index(WARP)))
@@ -405,8 +406,7 @@ class GpuAttention:
         """(batch, head, key/value head) of a block's index over batch x heads."""
         b_ = self.em.b
         _, heads, _, _, kv_heads, _, _ = self.shapes
-        bi = b_.add(arith.DivUIOp(flat, b_.index(heads))) if heads > 1 else flat
-        h = b_.add(arith.RemUIOp(flat, b_.index(heads))) if heads > 1 else b_.index(0)
+        bi, h = heads_of(b_, flat, heads)
         group = heads // kv_heads
         hk = h if group == 1 else b_.add(arith.DivUIOp(h, b_.index(group)))
         return bi, h, hk
@@ -444,7 +444,6 @@ class GpuAttention:
             em.module.body.block.add_op(glob)
         else:
             em.module.body.block.insert_op_before(glob, first)
-        em.shared_bytes += math.prod(shape) * numpy_dtype(self.ct).itemsize
         return em.b.add(memref.GetGlobalOp(name, t))
 
 
@@ -462,10 +461,3 @@ def _ceil_div(b_, n: SSAValue | int, d: int) -> SSAValue | int:
     if isinstance(n, int):
         return -(-n // d)
     return b_.add(arith.DivUIOp(b_.iadd(n, d - 1), b_.index(d)))
-
-
-def _index(b_, value: SSAValue | int) -> SSAValue:
-    return b_.index(value) if isinstance(value, int) else value
-
-
-_X = gpu.DimensionAttr(gpu.DimensionEnum.X)

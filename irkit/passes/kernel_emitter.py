@@ -181,7 +181,6 @@ class KernelEmitter:
         self.b = builder
         self.buffers = buffers
         self.module, self.name = module, name  # a GPU form's shared buffers: globals named so
-        self.shared_bytes = 0
         self.launch: tuple[int, int, int] | None = None  # (grid, threads, flops): GPU-mapped
         self._memo: dict[tuple[int, SSAValue, tuple[SSAValue, ...]], SSAValue] = {}
         self.opens_loops: dict[SSAValue, bool] = {}
