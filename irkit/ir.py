@@ -22,6 +22,7 @@ from xdsl.dialects.builtin import (
     TensorType,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.passes import ModulePass
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
@@ -182,6 +183,30 @@ def structure_key(module: Operation) -> tuple[int, int]:
         for r in op.results:
             number(id(r), len(numbers))
     return hash(tuple(items)), count
+
+
+_SAID_UNCHANGED: list[object] = [None]
+
+
+def unchanged(by: object) -> None:
+    """Said by a pass's `apply` (`by`: the pass) that leaves the module exactly as it found
+    it, where it knows so at no cost (nothing matched): MLIR's `markAllAnalysesPreserved`,
+    for the IR itself. `apply_pipelines` then skips finding that out (the state key after
+    each pass run: half of the main job's 862 pass runs changed nothing, and their keys cost
+    as much as the passes). Say it only when sure; silence is always right. Under
+    `IRKIT_CHECK_UNCHANGED=1` (the tests) every such word is checked against the key."""
+    _SAID_UNCHANGED[0] = by
+
+
+def apply_saying(p: ModulePass, ctx: Context, module: ModuleOp) -> bool:
+    """Run pass `p` on `module`; False where `p` said it changed nothing (`unchanged`), True
+    where it may have. A pass that another runs inside its own `apply` speaks for itself
+    only: its word is not taken for the pass that ran it."""
+    _SAID_UNCHANGED[0] = None
+    p.apply(ctx, module)
+    said = _SAID_UNCHANGED[0] is p
+    _SAID_UNCHANGED[0] = None
+    return not said
 
 
 def shape_of(value: SSAValue) -> tuple[int, ...]:

@@ -27,7 +27,7 @@ from xdsl.utils.arg_spec import ArgSpec, _convert_arg_to_type, parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError
 
 from irkit.errors import IrkitError, OptionError, PassFailure, expect, one_line, require
-from irkit.ir import content_hash, make_context, structure_key, to_text, verify
+from irkit.ir import apply_saying, content_hash, make_context, structure_key, to_text, verify
 from irkit.loops import is_gpu_mapped, is_loop_level
 from irkit.passes import available_passes
 
@@ -506,6 +506,7 @@ def apply_pipelines(
             check_options(p)
     state_ids: dict[tuple[int, int], int] = {}
     pass_runs = 0
+    checking = os.environ.get("IRKIT_CHECK_UNCHANGED") == "1"  # the passes' `unchanged`
 
     def state_of(m: ModuleOp) -> int:
         return state_ids.setdefault(structure_key(m), len(state_ids))
@@ -534,13 +535,16 @@ def apply_pipelines(
                     after[state] = (m.clone() if keep else m, [])
                 after[state][1].extend(skip)
             if keep:
+                moved = False
                 try:
                     for p in parsed[spec]:
-                        p.apply(ctx, m)
+                        moved |= apply_saying(p, ctx, m)
                         pass_runs += 1
                 except Exception:  # noqa: BLE001 - replayed, where it is reported by name
                     replay(keep[0])
-                now = state_of(m)
+                now = state_of(m) if moved or checking else state
+                if not moved and now != state:
+                    raise IrkitError(f"pass '{spec}' said it changed nothing, and it did")
                 changed[j] = changed[j] or now != state
                 after.setdefault(now, (m, []))[1].extend(keep)
         frontier = after

@@ -9,6 +9,9 @@ import pytest
 # what they compile and time does not depend on the CI machine's core count. Tests of
 # threading ask for their thread counts explicitly.
 os.environ["IRKIT_NUM_THREADS"] = "1"
+# Every pass's word that it changed nothing (`irkit.ir.unchanged`) is checked against the IR
+# wherever the tests share pipelines' work (`apply_pipelines`): a wrong word is an error.
+os.environ["IRKIT_CHECK_UNCHANGED"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.graph"))

@@ -42,6 +42,7 @@ from xdsl.passes import ModulePass
 
 from irkit.errors import require_vector_bits
 from irkit.host import vector_bits as host_vector_bits
+from irkit.ir import unchanged
 from irkit.loops import constant_int, kernels, require_loop_level
 from irkit.passes.loop_builder import FunctionConstants
 
@@ -185,9 +186,13 @@ class CpuTileTransposePass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self.check_options()
         require_loop_level(op, "cpu-tile-transpose", cpu=True)
+        matched = False
         for fn in kernels(op):
             top = [o for o in fn.body.block.ops if isinstance(o, scf.ParallelOp)]
             for loop in top:
                 found = match_transpose(loop)
                 if found is not None:
                     tile(found, fn, (self.vector_bits or host_vector_bits()) // 32)
+                    matched = True
+        if not matched:
+            unchanged(self)

@@ -46,6 +46,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from irkit.errors import require
+from irkit.ir import unchanged
 from irkit.loops import constant_int, require_loop_level
 
 
@@ -216,4 +217,5 @@ class DelinearizeLoopsPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require_loop_level(op, "delinearize-loops")
         walker = PatternRewriteWalker(Delinearize(self.min_trips, self.unroll_inner))
-        walker.rewrite_module(op)
+        if not walker.rewrite_module(op):
+            unchanged(self)

@@ -49,6 +49,7 @@ from xdsl.dialects.builtin import IndexType, MemRefType, ModuleOp
 from xdsl.ir import Block, Region, SSAValue
 from xdsl.passes import ModulePass
 
+from irkit.ir import unchanged
 from irkit.loops import kernels, require_loop_level
 from irkit.loops.costs import buffer_bytes
 from irkit.passes.contraction import MatmulNest, match_matmul
@@ -149,11 +150,15 @@ class InterchangeMatmulPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require_loop_level(op, "interchange-matmul", cpu=True)
+        matched = False
         for fn in kernels(op):
             for loop in _top_level_loops(fn):
                 nest = match_matmul(loop, batched=True, gather=True)
                 if nest is not None:
                     interchange(nest, fn)
+                    matched = True
+        if not matched:
+            unchanged(self)
 
 
 def _top_level_loops(fn: func.FuncOp) -> list[scf.ParallelOp]:

@@ -62,6 +62,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from irkit.errors import require
+from irkit.ir import unchanged
 from irkit.loops import combiner, constant_int, kernels, require_loop_level
 from irkit.loops.costs import static_trips
 from irkit.passes.loop_builder import LoopBuilder
@@ -98,11 +99,15 @@ class InterchangeReductionsPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self.check_options()
         require_loop_level(op, "interchange-reductions", cpu=True)
+        matched = False
         for fn in kernels(op):
             for loop in [o for o in fn.body.block.ops if isinstance(o, scf.ParallelOp)]:
                 match = _match(loop, self.max_columns)
                 if match is not None:
                     _interchange(loop, match, LoopBuilder(fn.body.block))
+                    matched = True
+        if not matched:
+            unchanged(self)
 
 
 class _Match(NamedTuple):

@@ -61,6 +61,7 @@ from xdsl.rewriter import Rewriter
 
 from irkit.dtypes import numpy_dtype
 from irkit.errors import require
+from irkit.ir import unchanged
 from irkit.loops import EXTENT_ATTR, KERNEL_ATTR, SCRATCH_ATTR, VIEW_OPS, require_loop_level
 
 """On a kernel parameter whose buffer is padded: the logical shape (array<i64>)."""
@@ -87,11 +88,14 @@ class PadLeadingDimsPass(ModulePass):
             if isinstance(fn, func.FuncOp) and KERNEL_ATTR in fn.attributes
         }
         calls = Counter(o.callee.string_value() for o in op.walk() if isinstance(o, func.CallOp))
+        moved = False
         for fn in op.ops:
             if not isinstance(fn, func.FuncOp) or fn.is_declaration or fn.sym_name.data in kernels:
                 continue
             for alloc in [o for o in fn.body.block.ops if isinstance(o, memref.AllocOp)]:
-                self._pad(alloc, kernels, calls)
+                moved = self._pad(alloc, kernels, calls) or moved
+        if not moved:
+            unchanged(self)
 
     def check_options(self) -> None:
         require(self.align_bytes >= 1, "align-bytes", self.align_bytes, "must be positive")
@@ -117,15 +121,16 @@ class PadLeadingDimsPass(ModulePass):
 
     def _pad(
         self, alloc: memref.AllocOp, kernels: dict[str, func.FuncOp], calls: Counter[str]
-    ) -> None:
+    ) -> bool:
+        """Pad `alloc`'s rows where every use allows it; whether it did."""
         t = alloc.memref.type
         assert isinstance(t, MemRefType)
         shape = list(t.get_shape())
         if len(shape) < 2 or any(d <= 0 for d in shape):
-            return
+            return False
         row = self.padded_row(t)
         if row == shape[-1] or (row - shape[-1]) > self.max_growth * shape[-1]:
-            return
+            return False
         # every use as a kernel argument, and every view that keeps the rows, each with the
         # logical type it shows
         targets: list[tuple[func.FuncOp, int, MemRefType]] = []
@@ -146,11 +151,11 @@ class PadLeadingDimsPass(ModulePass):
                     pending.append(user.results[0])
                     continue
                 if not isinstance(user, func.CallOp):
-                    return
+                    return False
                 callee = user.callee.string_value()
                 fn = kernels.get(callee)
                 if fn is None or calls.get(callee) != 1 or _is_scratch(fn, use.index):
-                    return
+                    return False
                 targets.append((fn, use.index, logical))
         Rewriter.replace_value_with_new_type(alloc.memref, _padded_like(t, row))
         for view, logical in views:
@@ -168,6 +173,7 @@ class PadLeadingDimsPass(ModulePass):
                 fn, index, EXTENT_ATTR, DenseArrayBase.from_list(i64, logical.get_shape())
             )
             fn.update_function_type()
+        return True
 
 
 def _padded_like(logical: MemRefType, row: int) -> MemRefType:

@@ -58,6 +58,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from irkit.errors import require
+from irkit.ir import unchanged
 from irkit.loops import combiner, constant_int, require_loop_level
 from irkit.loops.costs import static_trips
 from irkit.passes.loop_builder import FunctionConstants
@@ -235,8 +236,9 @@ class BlockReductionsPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self.check_options()
         require_loop_level(op, "block-reductions", cpu=True)
-        for chain in additive_nests(op):
-            block_nest(chain, self.block)
+        moved = [block_nest(chain, self.block) for chain in additive_nests(op)]
+        if not any(moved):
+            unchanged(self)
 
 
 def innermost_reductions(module: ModuleOp) -> list[Operation]:

@@ -34,6 +34,7 @@ from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from irkit.errors import require
+from irkit.ir import unchanged
 from irkit.loops import constant_int, kernels, require_loop_level
 
 _ORDER = {
@@ -69,9 +70,13 @@ class SplitConcatPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self.check_options()
         require_loop_level(op, "split-concat", cpu=True)
-        for fn in kernels(op):
-            for loop in [o for o in fn.body.block.ops if isinstance(o, scf.ParallelOp)]:
-                _split(loop, self.max_pieces)
+        moved = [
+            _split(loop, self.max_pieces)
+            for fn in kernels(op)
+            for loop in [o for o in fn.body.block.ops if isinstance(o, scf.ParallelOp)]
+        ]
+        if not any(moved):
+            unchanged(self)
 
 
 def _comparison(op: arith.CmpiOp, iv: BlockArgument) -> tuple[str, int] | None:
@@ -99,8 +104,9 @@ def _points(loop: scf.ParallelOp, dim: int, lo: int, hi: int) -> list[int]:
     return sorted(points)
 
 
-def _split(loop: scf.ParallelOp, max_pieces: int) -> None:
-    """Split `loop` along its first dimension with boundaries (see the module docstring)."""
+def _split(loop: scf.ParallelOp, max_pieces: int) -> bool:
+    """Split `loop` along its first dimension with boundaries (see the module docstring);
+    whether it did."""
     for dim in range(len(loop.body.block.args)):
         lo, hi, step = (
             constant_int(v) for v in (loop.lowerBound[dim], loop.upperBound[dim], loop.step[dim])
@@ -124,7 +130,8 @@ def _split(loop: scf.ParallelOp, max_pieces: int) -> None:
             parent.insert_op_before(piece, loop)
         loop.detach()
         loop.erase(safe_erase=False)
-        return
+        return True
+    return False
 
 
 def _index(parent: Block, before: Operation, n: int) -> SSAValue:

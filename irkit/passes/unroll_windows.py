@@ -37,6 +37,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from irkit.errors import require
+from irkit.ir import unchanged
 from irkit.loops import constant_int, require_loop_level
 
 
@@ -139,4 +140,5 @@ class UnrollWindowsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require_loop_level(op, "unroll-windows")
-        PatternRewriteWalker(UnrollWindow(self.max_trips, self.max_ops)).rewrite_module(op)
+        if not PatternRewriteWalker(UnrollWindow(self.max_trips, self.max_ops)).rewrite_module(op):
+            unchanged(self)
