@@ -192,6 +192,59 @@ def test_a_shared_run_names_the_failing_pass() -> None:
                         content_hash)  # fmt: skip
 
 
+@register_pass
+@dataclass(frozen=True)
+class MarkingPass(ModulePass):
+    """Test-only: marks the module (a change) and, with `lie`, says it changed nothing;
+    with `nest`, after marking runs a pass inside that truly changes nothing and says so."""
+
+    name = "test-mark"
+    lie: bool = False
+    nest: bool = False
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from xdsl.dialects.builtin import UnitAttr
+
+        from irkit.ir import unchanged
+
+        op.attributes["test.marked"] = UnitAttr()
+        if self.nest:
+            QuietPass().apply(ctx, op)
+        if self.lie:
+            unchanged(self)
+
+
+@dataclass(frozen=True)
+class QuietPass(ModulePass):
+    name = "test-quiet"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from irkit.ir import unchanged
+
+        unchanged(self)
+
+
+def test_a_pass_that_says_it_changed_nothing_is_taken_at_its_word_and_checked(monkeypatch) -> None:
+    """`unchanged`: the state key after a pass that said it changed nothing is not computed
+    (the pipelines with and without it go on as one); under IRKIT_CHECK_UNCHANGED=1 (the
+    tests' setting) a false word is an error naming the pass. A pass run inside another
+    speaks for itself only."""
+    from irkit.errors import IrkitError
+    from irkit.ir import apply_saying
+
+    module = irkit.load("examples/gemm.graph", {"M": 2, "N": 2, "K": 2})
+    masks = [[True, True], [True, False]]
+    with pytest.raises(IrkitError, match="pass 'test-mark{lie=true}' said it changed nothing"):
+        apply_pipelines(module, ["cse", "test-mark{lie=true}"], masks, content_hash)
+    honest = apply_pipelines(module, ["cse", "test-mark"], masks, content_hash)
+    assert honest.changed == [False, True] and honest.finished == 2
+    monkeypatch.setenv("IRKIT_CHECK_UNCHANGED", "0")  # unchecked, the word is taken
+    taken = apply_pipelines(module, ["cse", "test-mark{lie=true}"], masks, content_hash)
+    assert taken.changed == [False, False] and taken.finished == 1
+    assert apply_saying(MarkingPass(nest=True), Context(), module.clone())  # the inner word
+    assert not apply_saying(QuietPass(), Context(), module.clone())  # is not the outer's
+
+
 def test_structure_key_tells_apart_what_printing_does() -> None:
     """Equal for a copy; different for a changed constant (-0.0 against 0.0 too), a changed
     type (f32 and f64 have equal hashes in xDSL: a kernel of one was once given the other's
