@@ -132,19 +132,40 @@ def test_a_sampled_shapley_plan_holds_every_pair_the_kernel_view_shows(k: int) -
         assert set(plan.pair(i)) <= set(plan.masks)
 
 
-def test_passes_that_change_nothing_are_kept_in_every_variant_and_valued_zero() -> None:
+def test_passes_that_change_nothing_are_kept_in_every_variant_and_valued_zero(
+    tmp_path, monkeypatch
+) -> None:
     """The engine finds the optional passes that change no IR state (cse, canonicalize and
     reshape-views on a chain with nothing to fold, share or reshape), keeps them in every
     variant, and confirms
-    it in the run; they are valued 0 with no code change, the record names them."""
+    it in the run; they are valued 0 with no code change, the record names them. A second
+    run (a warm cache) takes the first's as its candidates instead of probing, and confirms
+    them as well; a stale entry naming a pass that does change code is refuted and refit."""
+    import hashlib
+    import json
+
+    from irkit.codegen.disk_cache import cache_dir
+
+    monkeypatch.setenv("IRKIT_CACHE", str(tmp_path))
     spec = "canonicalize,cse,fuse-kernels,lower-graph-to-loops,reshape-views,expand-math"
-    record = attribute(CHAIN, spec, "cpu", "shapley", {"N": 8, "D": 16}, budget_s=0.3).to_json()
-    proto = record["protocol"]
-    assert proto["null_passes"] == ["canonicalize", "cse", "reshape-views"]
-    assert proto["variants"] == 2**2  # the 2 others, exactly
-    rows = {p["pass"]: p for p in record["passes"]}
-    assert not rows["cse"]["changes_code"] and not rows["canonicalize"]["changes_code"]
-    assert rows["fuse-kernels"]["changes_code"]
+    runs = [attribute(CHAIN, spec, "cpu", "shapley", {"N": 8, "D": 16}, budget_s=0.3).to_json()
+            for _ in range(2)]  # fmt: skip
+    assert [r["protocol"]["null_candidates"] for r in runs] == ["probe", "cache"]
+    for record in runs:
+        proto = record["protocol"]
+        assert proto["null_passes"] == ["canonicalize", "cse", "reshape-views"]
+        assert proto["variants"] == 2**2  # the 2 others, exactly
+        rows = {p["pass"]: p for p in record["passes"]}
+        assert not rows["cse"]["changes_code"] and not rows["canonicalize"]["changes_code"]
+        assert rows["fuse-kernels"]["changes_code"]
+    (entry,) = (cache_dir("attribution")).iterdir()
+    raw = entry.read_bytes()
+    stale = json.dumps([0, 1, 2, 3]).encode()  # fuse-kernels (2) among them: it changes code
+    entry.write_bytes(hashlib.sha256(stale).digest()[:16] + stale)
+    refit = attribute(CHAIN, spec, "cpu", "shapley", {"N": 8, "D": 16}, budget_s=0.3).to_json()
+    assert refit["protocol"]["null_candidates"] == "cache"
+    assert refit["protocol"]["null_passes"] == ["canonicalize", "cse", "reshape-views"]
+    assert entry.read_bytes() == raw  # the confirmed set stored again
 
 
 def test_an_unknown_strategy_is_one_line() -> None:

@@ -4,6 +4,7 @@ placements, measure, check the noise floor, time the kernels, judge the passes, 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -141,18 +142,54 @@ def _plan_and_compile(
     (with it on or off, every variant's states are the same), its value exactly 0 and the
     others' those of the game without it, exact where they are few (transformer_block's 22
     optional passes under default-cpu: 10 such, 12 left). One did: it is dropped from the
-    fixed set and the plan made again."""
+    fixed set and the plan made again. A run before on the same model, pipeline and
+    backend gives its confirmed set as the candidates instead of the probe
+    (`_probed_before`)."""
     if opts.strategy != "shapley" or opts.prune_null is False:
         return setup, _compile_variants(setup, tick)
-    fixed = _inert_passes(setup)
+    probed = _probed_before(setup)
+    fixed = probed if probed is not None else _inert_passes(setup)
     while True:
         plan = make_plan("shapley", len(setup.optional), opts.permutations, opts.seed, fixed)
-        planned = dataclasses.replace(setup, plan=plan)
+        planned = dataclasses.replace(
+            setup, plan=plan, null_candidates="probe" if probed is None else "cache"
+        )
         variants = _compile_variants(planned, tick)
         moved = {i for i in fixed if variants.shared.changed[setup.optional[i]]}
         if not moved:
+            if probed != fixed:
+                _probed_before(setup, fixed)
             return planned, variants
         fixed -= moved
+
+
+def _probed_before(setup: Setup, inert: frozenset[int] | None = None) -> frozenset[int] | None:
+    """The null players a run on this model (its IR, by content), pipeline and backend, at
+    this irkit, found and confirmed before (the disk cache, kind `attribution`): the warm
+    run's candidates instead of a probe (3 of its 31 s). They are candidates still: this
+    run's own variants confirm them, or refute one and refit, as a probe's. With `inert`,
+    store those."""
+    from irkit.codegen.disk_cache import cache_key, read, write
+    from irkit.ir import content_hash
+    from irkit.measure.fingerprint import git_sha
+    from irkit.version import __version__
+
+    labels = [setup.steps[n].label for n in setup.optional]
+    name = cache_key("null-players-v1", content_hash(setup.graph), setup.spec,
+                     setup.backend.name, labels, __version__, git_sha())  # fmt: skip
+    if inert is not None:
+        write("attribution", name, json.dumps(sorted(inert)).encode())
+        return inert
+    data = read("attribution", name)
+    try:
+        found = json.loads(data) if data is not None else None
+    except ValueError:
+        return None
+    if not isinstance(found, list) or not all(
+        isinstance(i, int) and 0 <= i < len(labels) for i in found
+    ):
+        return None
+    return frozenset(found)
 
 
 def _inert_passes(setup: Setup) -> frozenset[int]:

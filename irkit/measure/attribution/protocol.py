@@ -173,6 +173,7 @@ def protocol_record(
         "permutations": len(setup.plan.permutations) or None,
         "antithetic": setup.plan.antithetic,
         "null_passes": [setup.steps[setup.optional[i]].label for i in sorted(setup.plan.fixed)],
+        "null_candidates": setup.null_candidates,
         "selection": setup.selection,
         "load": m.load,
     }

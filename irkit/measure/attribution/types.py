@@ -46,6 +46,9 @@ class Setup:
     plan: Plan
     case: Any
     """The reference's inputs and outputs every program is checked against."""
+    null_candidates: str | None = None
+    """Where the null players' candidates came from: "probe", "cache" (a run before,
+    `_probed_before`), None where none were sought."""
 
 
 @dataclass(frozen=True)
