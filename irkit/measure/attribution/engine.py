@@ -175,8 +175,8 @@ def _probed_before(setup: Setup, inert: frozenset[int] | None = None) -> frozens
     from irkit.version import __version__
 
     labels = [setup.steps[n].label for n in setup.optional]
-    name = cache_key("null-players-v1", content_hash(setup.graph), setup.spec,
-                     setup.backend.name, labels, __version__, git_sha())  # fmt: skip
+    what = (content_hash(setup.graph), setup.spec, setup.backend.name, labels)
+    name = cache_key("null-players-v1", *what, __version__, git_sha())
     if inert is not None:
         write("attribution", name, json.dumps(sorted(inert)).encode())
         return inert
