@@ -16,6 +16,7 @@ import re
 import tempfile
 import time
 import typing
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -552,19 +553,63 @@ def apply_pipelines(
             on_step(j + 1)
     results: list[typing.Any] = [None] * len(masks)
     done = 0
-    verified: set[tuple] = set()  # functions verified in one final state, not again
-    for m, indices in frontier.values():
-        try:
-            verify(m, verified)
-        except IrkitError:
-            replay(indices[0])
-        result = finish(m)
-        for i in indices:
-            results[i] = result
-        done += len(indices)
-        if on_result is not None:
-            on_result(done)
+    finals = list(frontier.values())
+    verdict = _verify_aside([m for m, _ in finals])
+    try:
+        for m, indices in finals:
+            result = finish(m)
+            for i in indices:
+                results[i] = result
+            done += len(indices)
+            if on_result is not None:
+                on_result(done)
+    finally:  # a state that does not verify is named first, whatever finishing it did
+        failed = verdict()
+        if failed is not None:
+            replay(finals[failed][1][0])
     return SharedRun(results, pass_runs, len(state_ids), len(frontier), changed)
+
+
+def _verify_aside(states: list[ModuleOp]) -> Callable[[], int | None]:
+    """Verify `states` (`verify`, each function once in an equal context) in a forked
+    process while this one finishes them (lowers, compiles, checks: the main job's 123
+    final states took 2.3 s to verify, on the machine's other core now); returns what
+    waits for the verdict: the index of the first state that does not verify, or None.
+    Verified here, before returning, where fork is not available or the child fails."""
+
+    def here() -> int | None:
+        verified: set[tuple] = set()
+        for n, m in enumerate(states):
+            try:
+                verify(m, verified)
+            except IrkitError:
+                return n
+        return None
+
+    if not hasattr(os, "fork") or len(states) < 2:
+        found = here()
+        return lambda: found
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12 warns of fork beside other threads: the
+        warnings.simplefilter("ignore", DeprecationWarning)  # child takes no lock of theirs
+        pid = os.fork()
+    if pid == 0:  # the child: verify, say which failed (-1: none), and leave at once
+        code = -2
+        try:
+            code = -1 if (n := here()) is None else n
+        finally:
+            os.write(write_end, str(code).encode())
+            os._exit(0)
+    os.close(write_end)
+
+    def wait() -> int | None:
+        with os.fdopen(read_end, "rb") as f:
+            said = f.read()
+        os.waitpid(pid, 0)
+        code = int(said) if said.strip().lstrip(b"-").isdigit() else -2
+        return here() if code == -2 else None if code == -1 else code  # -2: the child failed
+
+    return wait
 
 
 def _check_reproducer_dir(directory: str | Path) -> None:
