@@ -21,6 +21,7 @@ from irkit.passes import register_pass
 from irkit.pipelines import apply_passes, apply_pipelines, parse_passes, pipeline_steps
 
 
+@register_pass
 @dataclass(frozen=True)
 class BreakSoftmaxPass(ModulePass):
     """Test-only: corrupts every softmax's result type, leaving IR that does not verify."""
@@ -243,6 +244,27 @@ def test_a_pass_that_says_it_changed_nothing_is_taken_at_its_word_and_checked(mo
     assert taken.changed == [False, False] and taken.finished == 1
     assert apply_saying(MarkingPass(nest=True), Context(), module.clone())  # the inner word
     assert not apply_saying(QuietPass(), Context(), module.clone())  # is not the outer's
+
+
+def test_a_final_state_that_does_not_verify_is_named_before_what_finishing_it_raised() -> None:
+    """The final states are verified in a forked process while this one finishes them;
+    one that does not verify is replayed and its pass named, whatever `finish` did with
+    it meanwhile (here: failed on it), and good states alone finish as before."""
+    module = irkit.load("examples/softmax.graph", {"R": 2, "C": 3})
+    finished: list[str] = []
+
+    def finish(m: ModuleOp) -> int:
+        finished.append(content_hash(m))
+        if len(finished) == 2:
+            raise RuntimeError("finishing the broken state failed")
+        return len(finished)
+
+    with pytest.raises(PassFailure, match="pass 'test-break-softmax'"):
+        apply_pipelines(module, ["cse", "test-break-softmax"], [[True, False], [True, True]],
+                        finish)  # fmt: skip
+    good = apply_pipelines(module, ["cse", "lower-graph-to-loops"], [[True, False], [True, True]],
+                           lambda m: content_hash(m))  # fmt: skip
+    assert good.finished == 2 and len(set(good.results)) == 2
 
 
 def test_structure_key_tells_apart_what_printing_does() -> None:
