@@ -3,7 +3,8 @@ down the stack or stays in its own package, siblings (passes and codegen) never 
 other, and no chain of imports comes back to where it started.
 
     errors < limits, dtypes, plugins, version < dialects < ir < loops (the loop-IR contract)
-    < frontend < passes | codegen < pipelines < runtime < measure < irkit (the API facade)
+    < frontend < passes | codegen < pipelines < shared_runs < runtime < measure < irkit (the API
+    facade)
     < cli, fuzz, universe
 
 Imports under `if TYPE_CHECKING:` are for type checkers only and do not count.
@@ -27,6 +28,7 @@ LAYERS: list[set[str]] = [
     {"irkit.frontend"},
     {"irkit.passes", "irkit.codegen"},
     {"irkit.pipelines", "irkit.tuning"},
+    {"irkit.shared_runs"},  # many pipelines at once, on the pass runner
     {"irkit.runtime"},
     {"irkit.measure"},
     {"irkit"},  # the package's API facade (irkit.load, irkit.compile, ...)

@@ -18,7 +18,8 @@ from irkit.errors import PassFailure
 from irkit.frontend.mlir import parse_mlir
 from irkit.ir import content_hash, structure_key, to_text
 from irkit.passes import register_pass
-from irkit.pipelines import apply_passes, apply_pipelines, parse_passes, pipeline_steps
+from irkit.pipelines import apply_passes, parse_passes, pipeline_steps
+from irkit.shared_runs import apply_pipelines
 
 
 @register_pass

@@ -196,7 +196,7 @@ def _inert_passes(setup: Setup) -> frozenset[int]:
     """The optional passes (indices into `setup.optional`) that changed no IR state when
     each was left out of the full pipeline and added to the empty one: candidates for
     Shapley's null players, which the plan's own run then confirms or refutes."""
-    from irkit.pipelines import apply_pipelines
+    from irkit.shared_runs import apply_pipelines
 
     steps, optional = setup.steps, setup.optional
     k = len(optional)
@@ -214,7 +214,7 @@ def _compile_variants(setup: Setup, tick: Progress) -> Variants:
     """Every variant of the plan through its pipeline (one walk of their common prefixes,
     `apply_pipelines`), lowered and compiled once per distinct lowered module, and each
     distinct program bound once and checked against the reference (slot 0's copy)."""
-    from irkit.pipelines import apply_pipelines
+    from irkit.shared_runs import apply_pipelines
 
     plan, steps, optional, chosen = setup.plan, setup.steps, setup.optional, setup.backend
     compiled: dict[tuple[int, int], tuple[Any, str]] = {}  # lowered IR -> (exe, program key)
