@@ -144,7 +144,7 @@ if [ "$quick" = "--quick" ]; then
   targets=(--quick --budget 1)
 fi
 
-step pytest_gpu 150 python3 -m pytest -o addopts= -m gpu -p no:cacheprovider -q -rs tests/test_gpu.py \
+step pytest_gpu 150 python3 -m pytest -o addopts= -p no:benchmark -m gpu -p no:cacheprovider -q -rs tests/test_gpu.py \
   tests/test_cuda_path.py \
   --junitxml="$out/pytest_gpu.xml"
 

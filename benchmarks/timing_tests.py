@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def run_once(junit: Path) -> list[dict]:
     """One `pytest -m timing` run; each test's outcome and duration from its JUnit XML."""
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-m", "timing", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:benchmark", "-m", "timing", "-p", "no:cacheprovider",
          f"--junitxml={junit}"],
         cwd=ROOT, capture_output=True, text=True, check=False,
     )  # fmt: skip
