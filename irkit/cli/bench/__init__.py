@@ -2,7 +2,7 @@
 
     irkit-bench run FILE [-p PIPELINE] [--backend BACKEND] [--dim N=V] [--json OUT]
     irkit-bench attribute [FILE] [-p PIPELINE] [--backend BACKEND[,BACKEND...]] [--strategy S]
-    irkit-bench suite | compare | bisect | slower | report ...
+    irkit-bench suite | compare | bisect | slower | report | history ...
     irkit-bench reference FILE [--dim NAME=VALUE ...] [--seed N]
 
 `run` compiles a model, checks every output against the float64 reference on fresh random
@@ -23,6 +23,7 @@ from irkit.cli.bench import (
     attribute,
     bisect,
     compare,
+    history,
     reference,
     replay,
     report,
@@ -34,7 +35,19 @@ from irkit.cli.bench import (
 from irkit.cli.bench.options import default_model
 from irkit.cli.common import OneLineArgumentParser, add_plugin_option, run_main
 
-COMMANDS = (reference, run, attribute, suite, compare, bisect, tune, snapshot, replay, report)
+COMMANDS = (
+    reference,
+    run,
+    attribute,
+    suite,
+    compare,
+    bisect,
+    tune,
+    snapshot,
+    replay,
+    report,
+    history,
+)
 """One module a command, each with `add_parser(subparsers)` and `run(args) -> int`."""
 
 __all__ = ["COMMANDS", "default_model", "main"]

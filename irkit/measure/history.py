@@ -1,0 +1,319 @@
+"""The results database: every record irkit writes, kept over commits as series of points.
+
+    with History.open("irkit-history.db") as h:        # SQLite: a file, no set-up
+        h.add(record, source="results.jsonl")          # -> Added (records, points, skipped)
+        for s in h.series(): print(s.label, h.points(s.id))
+
+A record is stored whole, keyed by its content (adding it again adds nothing), with the
+repositories it was built from (irkit's commit), the machine it ran on (`machine_key`: the
+host fingerprint without what changes between runs of one machine: the time, versions, the
+kernel's build string) and when it was recorded. Its measurements become points of series:
+one series for each workload (model and dims), pipeline, backend, kernel (or the whole
+program) and metric on one machine, each point a median with its CI and sample count, and
+the record's A/A floor where it has one (a later test's unit of "no change").
+
+One schema for every database, portable SQL; `SCHEMA` lists the migrations, each applied
+once in order and counted in `irkit_schema`; a database newer than this irkit is refused.
+SQLite comes with Python; a PostgreSQL URL is for a team's server (the same statements
+through its driver: not yet here).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from irkit.errors import IrkitError
+
+SCHEMA: list[list[str]] = [
+    [  # 1: records, series and their points
+        "CREATE TABLE records (id {id}, digest TEXT NOT NULL UNIQUE, kind TEXT NOT NULL, "
+        "commit_sha TEXT, repos TEXT NOT NULL, machine TEXT NOT NULL, fingerprint TEXT NOT NULL, "
+        "recorded_at TEXT, added_at TEXT NOT NULL, source TEXT, body TEXT NOT NULL)",
+        "CREATE TABLE series (id {id}, key TEXT NOT NULL UNIQUE, workload TEXT NOT NULL, "
+        "dims TEXT NOT NULL, pipeline TEXT NOT NULL, backend TEXT NOT NULL, "
+        "kernel TEXT NOT NULL, metric TEXT NOT NULL, machine TEXT NOT NULL)",
+        "CREATE TABLE points (id {id}, series_id BIGINT NOT NULL REFERENCES series(id), "
+        "record_id BIGINT NOT NULL REFERENCES records(id), commit_sha TEXT, recorded_at TEXT, "
+        "value DOUBLE PRECISION NOT NULL, ci_low DOUBLE PRECISION, ci_high DOUBLE PRECISION, "
+        "n BIGINT, floor DOUBLE PRECISION)",
+        "CREATE INDEX points_by_series ON points (series_id)",
+    ],
+]
+"""The migrations, in order: migration i (from 1) takes a database at version i - 1 to i.
+`{id}` is the dialect's auto-numbered primary key."""
+
+KEPT = ("irkit.run", "irkit.attribution", "irkit.benchmark")
+"""The record kinds whose measurements become points; others (a failed job's record, a
+cross-backend summary of records kept on their own) are counted as skipped."""
+
+VOLATILE = {
+    "time",
+    "git_sha",
+    "irkit_version",
+    "python",
+    "numpy",
+    "llvmlite",
+    "llvm",
+    "platform",
+    "torch",
+    "cuda_python",
+}
+"""Fingerprint fields that are not the machine: when, and what was built or loaded."""
+
+
+@dataclass(frozen=True)
+class Series:
+    id: int
+    workload: str
+    dims: dict
+    pipeline: str
+    backend: str
+    kernel: str
+    metric: str
+    machine: str
+
+    @property
+    def label(self) -> str:
+        dims = ",".join(f"{k}={v}" for k, v in sorted(self.dims.items()))
+        where = f"{self.workload}{f'[{dims}]' if dims else ''} {self.pipeline} on {self.backend}"
+        return f"{where}: {self.metric}{f' {self.kernel}' if self.kernel else ''}"
+
+
+@dataclass(frozen=True)
+class Point:
+    commit: str | None
+    recorded_at: str | None
+    value: float
+    ci_low: float | None
+    ci_high: float | None
+    n: int | None
+    floor: float | None
+
+
+@dataclass(frozen=True)
+class Added:
+    records: int
+    points: int
+    skipped: int
+
+
+def machine_key(fingerprint: dict) -> str:
+    """A short hash of the fingerprint's fields that describe the machine (not `VOLATILE`)."""
+    kept = {k: v for k, v in fingerprint.items() if k not in VOLATILE}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def points_of(record: dict) -> Iterator[tuple[dict, dict]]:
+    """(series fields, point fields) for each measurement of a record of a `KEPT` kind."""
+    kind = record.get("kind")
+    base = {
+        "workload": str(record.get("workload") or Path(str(record.get("model", "?"))).stem),
+        "dims": dict(record.get("dims") or {}),
+        "pipeline": str(record.get("pipeline") or ""),
+        "backend": str(record.get("backend") or "cpu"),
+    }
+    if kind == "irkit.attribution":
+        total, floor = record["total"], (record.get("noise_floor") or {}).get("floor")
+        yield base | {"kernel": "", "metric": "seconds"}, _estimate(total["full_s"], floor)
+        yield base | {"kernel": "", "metric": "baseline seconds"}, _estimate(total["baseline_s"])
+        for p in record["passes"]:
+            yield base | {"kernel": "", "metric": f"saved by {p['pass']}"}, _estimate(p["saved_s"])
+        for k in (record.get("kernels") or {}).get("full", []):
+            if k.get("seconds") is not None:
+                yield base | {"kernel": k["name"], "metric": "seconds"}, _estimate(k)
+    elif kind == "irkit.run":
+        if record.get("graph"):
+            yield base | {"kernel": "", "metric": "seconds"}, _estimate(record["graph"]["seconds"])
+        for k in record.get("kernels") or []:
+            if k.get("seconds"):
+                yield base | {"kernel": k["name"], "metric": "seconds"}, _estimate(k["seconds"])
+    elif kind == "irkit.benchmark":
+        bench = {**base, "pipeline": str(record.get("pipeline") or record.get("benchmark", ""))}
+        for key, value in record.items():
+            if key.startswith("speedup_vs_") and isinstance(value, dict):
+                yield bench | {"kernel": "", "metric": key.replace("_", " ")}, _estimate(value)
+        if isinstance(record.get("irkit"), dict) and "seconds" in record["irkit"]:
+            yield bench | {"kernel": "", "metric": "seconds"}, _estimate(record["irkit"]["seconds"])
+
+
+def _estimate(e: dict, floor: float | None = None) -> dict:
+    """A point from any of irkit's estimates: {median|value|seconds, ci_low, ci_high, n}."""
+    value = next(e[k] for k in ("median", "value", "seconds") if e.get(k) is not None)
+    return {
+        "value": float(value),
+        "ci_low": e.get("ci_low"),
+        "ci_high": e.get("ci_high"),
+        "n": e.get("n"),
+        "floor": floor,
+    }
+
+
+class History:
+    """A results database (`History.open`); a context manager that closes it."""
+
+    def __init__(self, connection: sqlite3.Connection, where: str):
+        self.db, self.where = connection, where
+        self._migrate()
+
+    @staticmethod
+    def open(url: str | Path) -> History:
+        """SQLite at a path (or `sqlite:///path`); a `postgresql://` URL is not yet served."""
+        text = str(url)
+        if text.startswith(("postgresql://", "postgres://")):
+            raise IrkitError(
+                "PostgreSQL history databases are not supported yet; use a SQLite file path", "--db"
+            )
+        path = Path(text.removeprefix("sqlite:///"))
+        if path.exists() and not path.is_file():
+            raise IrkitError("is not a file: a history database is one SQLite file", str(path))
+        try:
+            connection = sqlite3.connect(path)
+            connection.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.Error as e:
+            raise IrkitError(f"cannot open the history database: {e}", str(path)) from None
+        return History(connection, str(path))
+
+    def __enter__(self) -> History:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.db.close()
+
+    @property
+    def version(self) -> int:
+        try:
+            row = self.db.execute("SELECT version FROM irkit_schema").fetchone()
+        except sqlite3.DatabaseError as e:
+            if "no such table" in str(e):
+                return 0
+            raise IrkitError(f"not an irkit history database ({e})", self.where) from None
+        return int(row[0]) if row else 0
+
+    def _migrate(self) -> None:
+        """Apply the migrations this database lacks, each in one transaction."""
+        have = self.version
+        if have > len(SCHEMA):
+            raise IrkitError(
+                f"history schema {have} is newer than this irkit's "
+                f"({len(SCHEMA)}): upgrade irkit to use it",
+                self.where,
+            )
+        for version in range(have + 1, len(SCHEMA) + 1):
+            with self.db:
+                if version == 1:
+                    self.db.execute("CREATE TABLE irkit_schema (version INTEGER NOT NULL)")
+                    self.db.execute("INSERT INTO irkit_schema VALUES (0)")
+                for statement in SCHEMA[version - 1]:
+                    self.db.execute(statement.format(id="INTEGER PRIMARY KEY"))
+                self.db.execute("UPDATE irkit_schema SET version = ?", (version,))
+
+    def add(self, record: dict, source: str | None = None) -> Added:
+        """Keep one record and its points; nothing for one kept before (by its content) or
+        of a kind that has none (`KEPT`)."""
+        if record.get("kind") not in KEPT:
+            return Added(0, 0, 1)
+        body = json.dumps(record, sort_keys=True, default=str)
+        digest = hashlib.sha256(body.encode()).hexdigest()
+        fingerprint = record.get("fingerprint") or {}
+        commit = fingerprint.get("git_sha")
+        machine = machine_key(fingerprint)
+        recorded = fingerprint.get("time")
+        with self.db:
+            if self.db.execute("SELECT 1 FROM records WHERE digest = ?", (digest,)).fetchone():
+                return Added(0, 0, 1)
+            cur = self.db.execute(
+                "INSERT INTO records (digest, kind, commit_sha, repos, machine, fingerprint, "
+                "recorded_at, added_at, source, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    digest,
+                    record["kind"],
+                    commit,
+                    json.dumps({"irkit": commit}),
+                    machine,
+                    json.dumps(fingerprint, sort_keys=True, default=str),
+                    recorded,
+                    time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    source,
+                    body,
+                ),
+            )
+            record_id = cur.lastrowid
+            count = 0
+            for fields, point in points_of(record):
+                series_id = self._series_id({**fields, "machine": machine})
+                self.db.execute(
+                    "INSERT INTO points (series_id, record_id, commit_sha, recorded_at, value, "
+                    "ci_low, ci_high, n, floor) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        series_id,
+                        record_id,
+                        commit,
+                        recorded,
+                        point["value"],
+                        point["ci_low"],
+                        point["ci_high"],
+                        point["n"],
+                        point["floor"],
+                    ),
+                )
+                count += 1
+        return Added(1, count, 0)
+
+    def add_all(self, records: Iterable[tuple[dict, str]]) -> Added:
+        """`add` for each (record, source); the totals."""
+        totals = [0, 0, 0]
+        for record, source in records:
+            added = self.add(record, source)
+            totals = [
+                totals[0] + added.records,
+                totals[1] + added.points,
+                totals[2] + added.skipped,
+            ]
+        return Added(*totals)
+
+    def _series_id(self, fields: dict) -> int:
+        dims = json.dumps(fields["dims"], sort_keys=True)
+        parts = [
+            fields[k] for k in ("workload", "pipeline", "backend", "kernel", "metric", "machine")
+        ]
+        key = hashlib.sha256(json.dumps([dims, *parts]).encode()).hexdigest()[:24]
+        row = self.db.execute("SELECT id FROM series WHERE key = ?", (key,)).fetchone()
+        if row:
+            return int(row[0])
+        cur = self.db.execute(
+            "INSERT INTO series (key, workload, dims, pipeline, backend, kernel, metric, machine) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (key, fields["workload"], dims, *parts[1:]),
+        )
+        return int(cur.lastrowid or 0)
+
+    def series(self) -> list[Series]:
+        rows = self.db.execute(
+            "SELECT id, workload, dims, pipeline, backend, kernel, metric, machine FROM series "
+            "ORDER BY workload, pipeline, backend, kernel, metric"
+        ).fetchall()
+        return [Series(r[0], r[1], json.loads(r[2]), *r[3:]) for r in rows]
+
+    def points(self, series_id: int) -> list[Point]:
+        """A series' points in the order they were recorded."""
+        rows = self.db.execute(
+            "SELECT commit_sha, recorded_at, value, ci_low, ci_high, n, floor FROM points "
+            "WHERE series_id = ? ORDER BY recorded_at, id",
+            (series_id,),
+        ).fetchall()
+        return [Point(*r) for r in rows]
+
+    def record(self, commit: str) -> list[dict[str, Any]]:
+        """The records kept for a commit (a prefix of its hash), whole."""
+        rows = self.db.execute(
+            "SELECT body FROM records WHERE commit_sha LIKE ? ORDER BY recorded_at, id",
+            (commit + "%",),
+        ).fetchall()
+        return [json.loads(r[0]) for r in rows]

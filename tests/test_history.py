@@ -1,0 +1,100 @@
+"""The results database (`irkit.measure.history`, `irkit-bench history`): records kept over
+commits as series of points, each with its CI and its record's A/A floor."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from irkit.errors import IrkitError
+from irkit.measure.attribution import attribute
+from irkit.measure.history import SCHEMA, History, machine_key
+from irkit.measure.records import read_records
+from irkit.measure.run import run_model
+from tests.conftest import ROOT
+
+CHAIN = "examples/elementwise_chain.graph"
+SPEC = "fuse-kernels,lower-graph-to-loops,expand-math"
+DIMS = {"N": 8, "D": 16}
+
+
+@pytest.fixture(scope="module")
+def records() -> list[dict]:
+    """An attribution, a run and a peers benchmark record, as irkit writes them."""
+    attributed = attribute(CHAIN, SPEC, "cpu", "shapley", DIMS, budget_s=0.3).to_json()
+    ran = run_model(CHAIN, SPEC, "cpu", DIMS, budget_s=0.2).to_json()
+    peers = next(read_records(ROOT / "benchmarks/results/cpu_peers.jsonl"))
+    return [attributed, ran, peers]
+
+
+def test_records_become_series_of_points_once(tmp_path: Path, records: list[dict]) -> None:
+    with History.open(tmp_path / "h.db") as h:
+        added = h.add_all((r, "test") for r in records)
+        assert added.records == 3 and added.skipped == 0 and added.points > 5
+        again = h.add_all((r, "test") for r in records)  # the same content: kept once
+        assert (again.records, again.points, again.skipped) == (0, 0, 3)
+        assert h.add({"kind": "irkit.attribution.failed"}).skipped == 1  # no measurements
+        labels = {s.label: s for s in h.series()}
+        whole = labels["elementwise_chain[D=16,N=8] " + SPEC + " on cpu: seconds"]
+        (point,) = h.points(whole.id)
+        full = records[0]["total"]["full_s"]
+        assert point.value == full["median"] and point.n == full["n"]
+        assert point.ci_low <= point.value <= point.ci_high
+        assert point.floor == records[0]["noise_floor"]["floor"]  # the A/A floor kept
+        assert point.commit == records[0]["fingerprint"]["git_sha"]
+        assert any(s.metric == "saved by fuse-kernels" for s in labels.values())
+        assert any(s.kernel for s in labels.values())  # the full program's kernels too
+        assert any(s.metric.startswith("speedup vs ") for s in labels.values())
+        assert h.record(point.commit[:8])[0]["kind"] in {"irkit.attribution", "irkit.run"}
+
+
+def test_the_machine_is_the_fingerprint_without_what_changes_between_runs() -> None:
+    a = {"cpu": "znver5", "cpu_count": 2, "time": "t1", "git_sha": "a", "platform": "Linux-1"}
+    b = {**a, "time": "t2", "git_sha": "b", "platform": "Linux-2"}
+    assert machine_key(a) == machine_key(b)
+    assert machine_key(a) != machine_key({**a, "cpu_count": 16})
+
+
+def test_the_schema_is_migrated_once_and_a_newer_one_refused(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+    with History.open(path) as h:
+        assert h.version == len(SCHEMA)
+    with History.open(path) as h:  # opened again: nothing to apply
+        assert h.version == len(SCHEMA)
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE irkit_schema SET version = ?", (len(SCHEMA) + 1,))
+    db.close()
+    with pytest.raises(IrkitError, match="is newer than this irkit's"):
+        History.open(path)
+    notes = tmp_path / "notes.db"
+    notes.write_text("not a database\n" * 100)
+    with pytest.raises(IrkitError, match="not an irkit history database"):
+        History.open(notes)
+    assert notes.read_text() == "not a database\n" * 100  # nothing the user gave is lost
+
+
+def test_history_cli_adds_lists_and_shows(tmp_path: Path, records: list[dict]) -> None:
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    db = str(tmp_path / "h.db")
+
+    def history(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "irkit.cli.bench", "history", *args, "--db", db],
+                              capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+
+    added = history("add", str(results))
+    assert added.returncode == 0, added.stderr
+    assert "3 record(s) kept" in added.stdout
+    listed = history("series", "--workload", "elementwise_chain")
+    assert listed.returncode == 0 and "saved by expand-math" in listed.stdout
+    shown = history("show", "1")
+    assert shown.returncode == 0 and records[0]["fingerprint"]["git_sha"][:10] in shown.stdout
+    missing = history("show", "999")
+    assert missing.returncode == 1 and "no series 999" in missing.stderr
+    assert "Traceback" not in missing.stderr
