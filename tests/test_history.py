@@ -7,6 +7,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,75 @@ def test_records_become_series_of_points_once(tmp_path: Path, records: list[dict
         assert any(s.kernel for s in labels.values())  # the full program's kernels too
         assert any(s.metric.startswith("speedup vs ") for s in labels.values())
         assert h.record(point.commit[:8])[0]["kind"] in {"irkit.attribution", "irkit.run"}
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    """A real PostgreSQL server of its own (Debian's postgresql, which .ci/run installs),
+    started for these tests on a free port and stopped after; a skip saying why where none
+    can start. As root, the server runs as the postgres user (it refuses root)."""
+    import glob
+    import os
+    import shutil
+    import socket
+    import tempfile
+
+    pytest.importorskip("psycopg", reason="psycopg is not installed (the test extra has it)")
+    found = shutil.which("initdb") or next(
+        iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))[::-1]), None
+    )
+    if found is None:
+        pytest.skip("no PostgreSQL server here (Debian's postgresql: .ci/run installs it)")
+    bindir = Path(found).parent
+    as_user: list[str] = []
+    root = Path(tempfile.mkdtemp(prefix="irkit-pg-", dir="/tmp"))
+    if os.geteuid() == 0:
+        if shutil.which("runuser") is None:
+            pytest.skip("running as root without runuser: the server cannot start as root")
+        shutil.chown(root, "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = root / "data"
+    init = subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust",
+                           "-U", "postgres"], capture_output=True, text=True)  # fmt: skip
+    if init.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(f"initdb failed: {init.stderr.strip().splitlines()[-1:]}")
+    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1"
+    start = subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", options,
+                            "-l", str(root / "log"), "-w", "start"], capture_output=True, text=True)  # fmt: skip
+    if start.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(f"the PostgreSQL server did not start: {start.stderr.strip()[-300:]}")
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate",
+                        "stop"], capture_output=True)  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_sqlite_and_postgresql_give_the_same_answers(
+    tmp_path: Path, records: list[dict], postgres_url: str
+) -> None:
+    """One schema, the same statements: the same series and points either way, a record
+    kept once, the schema migrated once."""
+    answers = []
+    for url in (str(tmp_path / "h.db"), postgres_url):
+        with History.open(url) as h:
+            assert h.version == len(SCHEMA)
+            added = h.add_all((r, "test") for r in records)
+            again = h.add_all((r, "test") for r in records)
+            assert again.records == 0
+            answers.append((added, {s.label: h.points(s.id) for s in h.series()}))
+        with History.open(url) as h:  # opened again: already at its version
+            assert h.version == len(SCHEMA)
+    assert answers[0] == answers[1]
+    closed = postgres_url.rsplit(":", 1)[0] + ":1/postgres"
+    with pytest.raises(IrkitError, match="cannot connect"):
+        History.open(closed)
 
 
 def test_the_machine_is_the_fingerprint_without_what_changes_between_runs() -> None:

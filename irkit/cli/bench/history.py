@@ -18,8 +18,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("history", help="keep results over commits: add records, list series")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     db_help = (
-        f"the database: a SQLite file (default $IRKIT_HISTORY, else {DEFAULT_DB} here; "
-        "created where missing)"
+        f"the database: a SQLite file (default $IRKIT_HISTORY, else {DEFAULT_DB} here; created "
+        "where missing), or a PostgreSQL URL (postgresql://user@host/db)"
     )
     add = actions.add_parser("add", help="keep records (JSONL or JSON files irkit wrote)")
     add.add_argument("records", nargs="+", help="results files: run, attribute, suite, benchmarks")
