@@ -168,3 +168,22 @@ def test_history_cli_adds_lists_and_shows(tmp_path: Path, records: list[dict]) -
     missing = history("show", "999")
     assert missing.returncode == 1 and "no series 999" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_run_and_attribute_keep_their_records_with_db(tmp_path: Path) -> None:
+    """`--db` on run and attribute: the record is kept as it is written; a bad --db stops
+    the command before any work, in one line."""
+    db = str(tmp_path / "h.db")
+    common = [CHAIN, "-p", SPEC, "--backend", "cpu", "--dim", "N=8", "--dim", "D=16", "--db", db]
+    for command in (["run", *common, "--budget", "0.2"],
+                    ["attribute", *common, "--budget", "0.3", "--no-kernel-times"]):  # fmt: skip
+        r = subprocess.run([sys.executable, "-m", "irkit.cli.bench", *command],
+                           capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert "record(s)" in r.stdout and "kept in" in r.stdout
+    with History.open(db) as h:
+        assert {r["kind"] for r in h.record("")} == {"irkit.run", "irkit.attribution"}
+    (tmp_path / "dir.db").mkdir()
+    bad = subprocess.run([sys.executable, "-m", "irkit.cli.bench", "run", *common[:-1],
+                          str(tmp_path / "dir.db")], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert bad.returncode != 0 and "is not a file" in bad.stderr and "Traceback" not in bad.stderr

@@ -19,11 +19,16 @@ def test_quick_suite_resumes_and_reports(tmp_path, capsys) -> None:
     light = ["-p", "cse,fuse-kernels,lower-graph-to-loops"]
     assert (
         bench(
-            ["suite", "--quick", "--backend", "cpu", "--out", str(out), "--budget", "0.5", *light]
+            ["suite", "--quick", "--backend", "cpu", "--out", str(out), "--budget", "0.5", *light,
+             "--db", str(tmp_path / "h.db")]
         )
         == 0
-    )
+    )  # fmt: skip
     records = [json.loads(line) for line in out.read_text().splitlines()]
+    from irkit.measure.history import History
+
+    with History.open(tmp_path / "h.db") as h:  # --db: each record kept as it came
+        assert sorted(r["workload"] for r in h.record("")) == sorted(r["workload"] for r in records)
     workloads = [r["workload"] for r in records]
     assert workloads == ["gemm_64", "elementwise_chain", "softmax", "layernorm", "mlp",
                          "transformer_block", "conv_block"]  # fmt: skip

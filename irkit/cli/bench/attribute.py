@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from irkit.cli.bench.history import add_db_option, check_db, keep
 from irkit.cli.bench.options import (
     DEFAULT_MODEL,
     cpu_list,
@@ -41,6 +42,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "pairs, their sampling inside the CIs (default 16)",
     )
     p.add_argument("--json", default=None, metavar="OUT", help="write the record as JSON")
+    add_db_option(p)
     p.add_argument(
         "--timer",
         default="launches",
@@ -111,6 +113,7 @@ def run(args) -> int:
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.json:
         check_output(args.json, [args.file], "--json", "json")
+    check_db(args.db)
     if "," in args.backend:
         from argparse import Namespace
 
@@ -137,6 +140,7 @@ def run(args) -> int:
     else:
         record = attribute_file(args, args.file, dict(args.dim))
         show_attribution(console, record)
+    keep(args.db, record.get("records", [record]), args.file, console)
     if args.json:
         write_json(args.json, record, args.file)
         console.print(f"record written to {args.json}", highlight=False)

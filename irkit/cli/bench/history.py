@@ -32,6 +32,42 @@ def add_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
+def add_db_option(p: argparse.ArgumentParser) -> None:
+    """`--db URL` on a command that writes records: keep them in a history database too."""
+    p.add_argument(
+        "--db",
+        default=None,
+        metavar="URL",
+        help="also keep the record(s) in this history database (a SQLite file, or "
+        "postgresql://...; irkit-bench history)",
+    )
+
+
+def check_db(url: str | None) -> None:
+    """Open (and so create or migrate) the database before any work, so that a bad --db
+    stops the command at once, not after the measurement."""
+    if url is not None:
+        from irkit.measure.history import History
+
+        with History.open(url):
+            pass
+
+
+def keep(url: str | None, records: list[dict], source: str, console) -> None:
+    """Keep `records` in the history database at `url` (nothing without one)."""
+    if url is None:
+        return
+    from irkit.measure.history import History
+
+    with History.open(url) as history:
+        added = history.add_all((r, source) for r in records)
+    console.print(
+        f"history: {added.records} record(s), {added.points} point(s) kept in {history.where}",
+        style="dim",
+        highlight=False,
+    )
+
+
 def run(args) -> int:
     from rich.console import Console
 

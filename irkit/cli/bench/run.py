@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from irkit.cli.bench.history import add_db_option, check_db, keep
 from irkit.cli.bench.options import (
     json_path,
     measure_options,
@@ -27,6 +28,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("file", help="a .graph or .mlir model")
     measure_options(p, budget=1.0)
     p.add_argument("--json", default=None, metavar="OUT", help="write the run's record as JSON")
+    add_db_option(p)
     p.add_argument(
         "--counters",
         action="store_true",
@@ -44,6 +46,7 @@ def run(args) -> int:
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.json:
         check_output(args.json, [args.file], "--json", "json")
+    check_db(args.db)
     result = run_model(
         args.file,
         args.passes,
@@ -64,6 +67,8 @@ def run(args) -> int:
         console.print(f"  {c.describe()}", style=None if c.passed else "bold red", highlight=False)
     if args.counters and result.passed:
         _read_counters(args, result, console)
+    if result.passed:
+        keep(args.db, [result.to_json()], args.file, console)
     if args.json:
         path = json_path(args.json, result.passed)
         write_json(path, result.to_json(), args.file)

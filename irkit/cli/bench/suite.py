@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from irkit.cli.bench.history import add_db_option, check_db, keep
 from irkit.cli.bench.options import (
     BACKEND_HELP,
     executor_options,
@@ -35,6 +36,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help=BACKEND_HELP,
     )
     p.add_argument("--out", default="results.jsonl", help="JSON Lines results (appended)")
+    add_db_option(p)
     p.add_argument("--precision", type=fraction, default=0.01)
     p.add_argument(
         "--budget",
@@ -100,6 +102,7 @@ def run(args) -> int:
             parse_passes(job.pipeline)
     out = Path(args.out)
     check_writable(out, "--out")
+    check_db(args.db)
     if args.jobs and same_file(out, args.jobs):
         from irkit.errors import IrkitError
 
@@ -149,6 +152,7 @@ def run(args) -> int:
             console.print(f"  {job.workload}: {status}", style=style, highlight=False)
             continue
         console.print(_job_line(job.workload, record), highlight=False)
+        keep(args.db, [record], str(out), console)
     return 1 if failed else 0
 
 
