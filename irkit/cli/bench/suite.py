@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 
 from irkit.cli.bench.history import add_db_option, check_db, keep
 from irkit.cli.bench.options import (
@@ -121,8 +122,6 @@ def run(args) -> int:
     options = SuiteOptions(
         pipeline, backend.name, args.precision, args.budget, args.seed, timeout_s=args.job_timeout
     )
-    from functools import partial
-
     from irkit.measure.executors import get_executor
 
     executor = get_executor(
