@@ -187,3 +187,78 @@ def test_run_and_attribute_keep_their_records_with_db(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "irkit.cli.bench", "run", *common[:-1],
                           str(tmp_path / "dir.db")], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert bad.returncode != 0 and "is not a file" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _history_of(
+    steps: dict[int, float], n: int = 20, noise: float = 0.01, seed: int = 0, floor: float = 0.02
+) -> list[dict]:
+    """Run records of one workload over `n` commits, a time of 1 ms times each step from its
+    commit on (`steps`: commit index -> factor), every point's own noise `noise` (its CI)
+    and the run-to-run scatter too."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    level, out = 1e-3, []
+    for i in range(n):
+        level *= steps.get(i, 1.0)
+        value = level * (1 + noise * rng.standard_normal())
+        out.append(
+            {
+                "kind": "irkit.run",
+                "model": "planted.graph",
+                "pipeline": "p",
+                "backend": "cpu",
+                "graph": {
+                    "seconds": {
+                        "median": value,
+                        "ci_low": value * (1 - 1.96 * noise / 4),
+                        "ci_high": value * (1 + 1.96 * noise / 4),
+                        "n": 30,
+                    }
+                },
+                "kernels": [],
+                "noise_floor": {"floor": floor},
+                "fingerprint": {
+                    "git_sha": f"{i:040x}",
+                    "cpu": "test",
+                    "time": f"2026-11-{1 + i:02d}T00:00:00+0000",
+                },
+            }
+        )
+    return out
+
+
+def test_detect_finds_planted_steps_with_their_sign_and_commit(tmp_path: Path) -> None:
+    """A 6% slowdown at commit 8 and a 5% speedup at commit 15 over 20 commits with 0.5%
+    noise from run to run: both found, at their commits, with the right sign (at 1%, one
+    history in five put the speedup a commit late: reruns are what pin a commit); an A/A
+    history (no step, 1% noise) and a step under the A/A floor give none."""
+    from irkit.measure.changepoints import detect
+
+    def changes(records: list[dict]) -> list:
+        values = [r["graph"]["seconds"]["median"] for r in records]
+        lows = [r["graph"]["seconds"]["ci_low"] for r in records]
+        highs = [r["graph"]["seconds"]["ci_high"] for r in records]
+        return detect(
+            values, lows, highs, [r["fingerprint"]["git_sha"] for r in records], floor=0.02
+        )
+
+    for seed in range(5):
+        found = changes(_history_of({8: 1.06, 15: 1 / 1.05}, noise=0.005, seed=seed))
+        assert [(c.at, c.slower) for c in found] == [(8, True), (15, False)], (seed, found)
+        assert found[0].ci_low <= 1.06 <= found[0].ci_high or abs(found[0].ratio - 1.06) < 0.02
+        assert found[0].before == f"{7:040x}" and found[0].after == f"{8:040x}"
+        assert changes(_history_of({}, seed=seed)) == []  # A/A: nothing
+        assert changes(_history_of({8: 1.015}, noise=0.002, seed=seed)) == []  # under the floor
+
+
+def test_history_detect_prints_the_triage_list(tmp_path: Path) -> None:
+    records = tmp_path / "runs.jsonl"
+    records.write_text("".join(json.dumps(r) + "\n" for r in _history_of({10: 1.08})))
+    db = str(tmp_path / "h.db")
+    run = [sys.executable, "-m", "irkit.cli.bench", "history"]
+    assert subprocess.run([*run, "add", str(records), "--db", db], cwd=ROOT).returncode == 0
+    r = subprocess.run([*run, "detect", "--db", db], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert "slower between" in r.stdout and f"{9:040x}"[:10] in r.stdout
+    assert "1 change point(s), 1 of them slower" in r.stdout

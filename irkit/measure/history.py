@@ -352,3 +352,29 @@ class History:
             (commit + "%",),
         ).fetchall()
         return [json.loads(r[0]) for r in rows]
+
+
+DETECTED = ("seconds", "baseline seconds")
+"""The metrics searched for change points: times (a pass's saving, a difference, is not)."""
+
+
+def triage(history: History, workload: str | None = None) -> list[tuple[Series, Any]]:
+    """Every change point (`irkit.measure.changepoints.detect`) in the time series of
+    `history` (of one workload), with its series: the triage list, oldest series first."""
+    from irkit.measure.changepoints import detect
+
+    out = []
+    for s in history.series():
+        if s.metric not in DETECTED or (workload is not None and s.workload != workload):
+            continue
+        points = history.points(s.id)
+        floor = max((p.floor for p in points if p.floor is not None), default=0.0)
+        found = detect(
+            [p.value for p in points],
+            [p.ci_low for p in points],
+            [p.ci_high for p in points],
+            [p.commit for p in points],
+            floor,
+        )
+        out.extend((s, change) for change in found)
+    return out

@@ -25,9 +25,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add.add_argument("records", nargs="+", help="results files: run, attribute, suite, benchmarks")
     listing = actions.add_parser("series", help="list the series and their last points")
     listing.add_argument("--workload", help="only this workload's series")
+    detect = actions.add_parser(
+        "detect", help="change points in every time series: the triage list (suspected)"
+    )
+    detect.add_argument("--workload", help="only this workload's series")
     show = actions.add_parser("show", help="one series' points, oldest first")
     show.add_argument("series", type=int, help="a series' number (from `history series`)")
-    for q in (add, listing, show):
+    for q in (add, listing, detect, show):
         q.add_argument("--db", default=os.environ.get("IRKIT_HISTORY", DEFAULT_DB), help=db_help)
     return p
 
@@ -79,6 +83,8 @@ def run(args) -> int:
             return _add(console, history, args.records)
         if args.action == "series":
             return _series(console, history, args.workload)
+        if args.action == "detect":
+            return _detect(console, history, args.workload)
         return _show(console, history, args.series)
 
 
@@ -125,6 +131,27 @@ def _series(console, history, workload: str | None) -> int:
             (last.commit or "?")[:10],
         )
     console.print(table)
+    return 0
+
+
+def _detect(console, history, workload: str | None) -> int:
+    """The triage list: each change point, suspected until a rerun confirms it (reruns are
+    not built yet, so none is confirmed and the exit status is 0)."""
+    from irkit.measure.history import triage
+
+    found = triage(history, workload)
+    for series, change in found:
+        console.print(
+            f"#{series.id} {series.label}: {change.describe()}; suspected",
+            style="bold red" if change.slower else None,
+            highlight=False,
+        )
+    slower = sum(change.slower for _, change in found)
+    console.print(
+        f"{len(found)} change point(s), {slower} of them slower; suspected, not yet "
+        "confirmed by a rerun",
+        highlight=False,
+    )
     return 0
 
 
