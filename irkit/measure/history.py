@@ -363,7 +363,7 @@ def triage(history: History, workload: str | None = None) -> list[tuple[Series, 
     `history` (of one workload), with its series: the triage list, oldest series first."""
     from irkit.measure.changepoints import detect
 
-    out = []
+    out: list[tuple[Series, Any]] = []
     for s in history.series():
         if s.metric not in DETECTED or (workload is not None and s.workload != workload):
             continue
