@@ -262,3 +262,44 @@ def test_history_detect_prints_the_triage_list(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "slower between" in r.stdout and f"{9:040x}"[:10] in r.stdout
     assert "1 change point(s), 1 of them slower" in r.stdout
+
+
+def test_a_database_of_an_older_schema_is_migrated_and_keeps_its_points(
+    tmp_path: Path, records: list[dict], monkeypatch
+) -> None:
+    """A database made at schema 1 (before the points' log moments) opens at the current
+    schema with every point it had; new records' points carry their log moments (the
+    attribution's whole program, a run's graph), what a test between runs needs."""
+    import irkit.measure.history as history
+
+    path = tmp_path / "h.db"
+    monkeypatch.setattr(history, "SCHEMA", SCHEMA[:1])
+    with History.open(path) as old:
+        assert old.version == 1
+    db = sqlite3.connect(path)  # a point as schema 1's irkit wrote it
+    with db:
+        db.execute(
+            "INSERT INTO records (digest, kind, repos, machine, fingerprint, added_at, "
+            "body) VALUES ('d', 'irkit.run', '{}', 'm', '{}', 'now', '{}')"
+        )
+        db.execute(
+            "INSERT INTO series (key, workload, dims, pipeline, backend, kernel, metric, "
+            "machine) VALUES ('k', 'w', '{}', 'p', 'cpu', '', 'seconds', 'm')"
+        )
+        db.execute(
+            "INSERT INTO points (series_id, record_id, commit_sha, value, ci_low, "
+            "ci_high, n, floor) VALUES (1, 1, 'abc', 0.5, 0.4, 0.6, 9, 0.01)"
+        )
+    db.close()
+    monkeypatch.setattr(history, "SCHEMA", SCHEMA)
+    before = {"w p on cpu: seconds": [history.Point("abc", None, 0.5, 0.4, 0.6, 9, 0.01)]}
+    with History.open(path) as new:
+        assert new.version == len(SCHEMA) >= 2
+        assert {s.label: new.points(s.id) for s in new.series()} == before
+        assert all(p.log_mean is None for points in before.values() for p in points)
+        new.add(records[1])
+        ran = [s for s in new.series() if s.metric == "seconds" and not s.kernel]
+        points = [p for s in ran for p in new.points(s.id) if p.log_sd is not None]
+        assert points and all(p.log_sd > 0 for p in points)
+    full = records[0]["total"]["full_log"]
+    assert full["n"] == records[0]["total"]["full_s"]["n"] and full["sd"] > 0

@@ -46,6 +46,10 @@ SCHEMA: list[list[str]] = [
         "n BIGINT, floor DOUBLE PRECISION)",
         "CREATE INDEX points_by_series ON points (series_id)",
     ],
+    [  # 2: each point's log moments, what a test between runs needs (Welch's on the logs)
+        "ALTER TABLE points ADD COLUMN log_mean DOUBLE PRECISION",
+        "ALTER TABLE points ADD COLUMN log_sd DOUBLE PRECISION",
+    ],
 ]
 """The migrations, in order: migration i (from 1) takes a database at version i - 1 to i.
 `{id}` is the dialect's auto-numbered primary key."""
@@ -96,6 +100,9 @@ class Point:
     ci_high: float | None
     n: int | None
     floor: float | None
+    log_mean: float | None = None
+    """The mean and standard deviation of the log times, where the record has them."""
+    log_sd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -122,16 +129,24 @@ def points_of(record: dict) -> Iterator[tuple[dict, dict]]:
     }
     if kind == "irkit.attribution":
         total, floor = record["total"], (record.get("noise_floor") or {}).get("floor")
-        yield base | {"kernel": "", "metric": "seconds"}, _estimate(total["full_s"], floor)
-        yield base | {"kernel": "", "metric": "baseline seconds"}, _estimate(total["baseline_s"])
+        full = _estimate(total["full_s"], floor, total.get("full_log"))
+        yield base | {"kernel": "", "metric": "seconds"}, full
+        baseline = _estimate(total["baseline_s"], None, total.get("baseline_log"))
+        yield base | {"kernel": "", "metric": "baseline seconds"}, baseline
         for p in record["passes"]:
             yield base | {"kernel": "", "metric": f"saved by {p['pass']}"}, _estimate(p["saved_s"])
         for k in (record.get("kernels") or {}).get("full", []):
             if k.get("seconds") is not None:
                 yield base | {"kernel": k["name"], "metric": "seconds"}, _estimate(k)
     elif kind == "irkit.run":
-        if record.get("graph"):
-            yield base | {"kernel": "", "metric": "seconds"}, _estimate(record["graph"]["seconds"])
+        if graph := record.get("graph"):
+            moments = (
+                {"mean": graph["log_mean"], "sd": graph["log_sd"]} if "log_sd" in graph else None
+            )
+            yield (
+                base | {"kernel": "", "metric": "seconds"},
+                _estimate(graph["seconds"], None, moments),
+            )
         for k in record.get("kernels") or []:
             if k.get("seconds"):
                 yield base | {"kernel": k["name"], "metric": "seconds"}, _estimate(k["seconds"])
@@ -144,15 +159,19 @@ def points_of(record: dict) -> Iterator[tuple[dict, dict]]:
             yield bench | {"kernel": "", "metric": "seconds"}, _estimate(record["irkit"]["seconds"])
 
 
-def _estimate(e: dict, floor: float | None = None) -> dict:
-    """A point from any of irkit's estimates: {median|value|seconds, ci_low, ci_high, n}."""
+def _estimate(e: dict, floor: float | None = None, moments: dict | None = None) -> dict:
+    """A point from any of irkit's estimates: {median|value|seconds, ci_low, ci_high, n},
+    with the log moments where the record has them."""
     value = next(e[k] for k in ("median", "value", "seconds") if e.get(k) is not None)
+    moments = moments or {}
     return {
         "value": float(value),
         "ci_low": e.get("ci_low"),
         "ci_high": e.get("ci_high"),
         "n": e.get("n"),
         "floor": floor,
+        "log_mean": moments.get("mean"),
+        "log_sd": moments.get("sd"),
     }
 
 
@@ -286,7 +305,8 @@ class History:
                 series_id = self._series_id({**fields, "machine": machine})
                 self._run(
                     "INSERT INTO points (series_id, record_id, commit_sha, recorded_at, value, "
-                    "ci_low, ci_high, n, floor) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "ci_low, ci_high, n, floor, log_mean, log_sd) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         series_id,
                         record_id,
@@ -297,6 +317,8 @@ class History:
                         point["ci_high"],
                         point["n"],
                         point["floor"],
+                        point["log_mean"],
+                        point["log_sd"],
                     ),
                 )
                 count += 1
@@ -339,7 +361,8 @@ class History:
     def points(self, series_id: int) -> list[Point]:
         """A series' points in the order they were recorded."""
         rows = self._run(
-            "SELECT commit_sha, recorded_at, value, ci_low, ci_high, n, floor FROM points "
+            "SELECT commit_sha, recorded_at, value, ci_low, ci_high, n, floor, log_mean, log_sd "
+            "FROM points "
             "WHERE series_id = ? ORDER BY recorded_at, id",
             (series_id,),
         ).fetchall()

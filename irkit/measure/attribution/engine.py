@@ -570,6 +570,11 @@ def _record(
         ),
         baseline=m.timings[empty].estimate,
         full=m.timings[full].estimate,
+        moments={
+            name: {"mean": mo[0], "sd": mo[1], "n": m.timings[key].estimate.n}
+            for name, key in (("baseline", empty), ("full", full))
+            if (mo := m.timings[key].log_moments) is not None
+        },
         noise=noise.record,
         kernels={"baseline": kernels.of(empty), "full": kernels.of(full)},
         protocol=protocol_record(opts, setup, variants, binding, m, kernels),

@@ -100,6 +100,9 @@ class Attribution:
     ceilings: Ceilings | None
     dims: dict = field(default_factory=dict)
     workload: str | None = None
+    moments: dict = field(default_factory=dict)
+    """"baseline" and "full": each program's log moments and sample count (`log_moments`),
+    what a later test between runs needs (the history database keeps them)."""
     rounds: dict | None = field(default=None, repr=False, compare=False)
     """The measured rounds, for re-analysis (not in `to_json`): "programs" (their keys, the
     twins' names last), "seconds" [program, round], "slots" (the slot each round ran on)
@@ -125,6 +128,7 @@ class Attribution:
                 "baseline_s": self.baseline.to_json(),
                 "full_s": self.full.to_json(),
                 "sum_of_contributions_s": sum(p.saved.value for p in self.passes),
+                **{f"{k}_log": v for k, v in self.moments.items()},
             },
             "noise_floor": self.noise,
             "variants": self.variants,
