@@ -303,3 +303,53 @@ def test_a_database_of_an_older_schema_is_migrated_and_keeps_its_points(
         assert points and all(p.log_sd > 0 for p in points)
     full = records[0]["total"]["full_log"]
     assert full["n"] == records[0]["total"]["full_s"]["n"] and full["sd"] > 0
+
+
+PLUGIN = """from dataclasses import dataclass
+
+from xdsl.passes import ModulePass
+
+from irkit.passes import register_pass
+
+
+@register_pass
+@dataclass(frozen=True)
+class NothingPass(ModulePass):
+    name = "test-history-nothing"
+    is_optimization = True
+
+    def apply(self, ctx, op):
+        pass
+"""
+
+
+def test_a_record_names_each_plugin_repository_commit_and_history_keeps_it(
+    tmp_path: Path,
+) -> None:
+    """A plugin loaded from a git repository (-L) is in the record's fingerprint with that
+    repository's commit ("-dirty" once its tracked files change), and the history keeps it
+    beside irkit's: a regression may come from a plugin repository's commit."""
+    repo = tmp_path / "passes"
+    repo.mkdir()
+    (repo / "mine.py").write_text(PLUGIN)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for step in (["init", "-q"], ["add", "mine.py"], ["commit", "-qm", "a pass"]):
+        subprocess.run([*git, *step], check=True, capture_output=True)
+    sha = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    out, db = tmp_path / "run.json", str(tmp_path / "h.db")
+    plugin = str(repo / "mine.py")
+    r = subprocess.run([sys.executable, "-m", "irkit.cli.bench", "run", CHAIN, "-L", plugin,
+                        "-p", f"test-history-nothing,{SPEC}", "--backend", "cpu", "--dim", "N=8",
+                        "--dim", "D=16", "--budget", "0.2", "--json", str(out), "--db", db],
+                       capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    record = json.loads(out.read_text())
+    assert record["fingerprint"]["plugins"] == {plugin: sha}
+    with History.open(db) as h:
+        (repos,) = h.repos("")
+    assert repos == {"irkit": record["fingerprint"]["git_sha"], plugin: sha}
+    (repo / "mine.py").write_text(PLUGIN + "# changed\n")
+    from irkit.measure.fingerprint import repo_commit
+
+    assert repo_commit(repo / "mine.py") == sha + "-dirty"
+    assert repo_commit(tmp_path) is None  # not in a repository

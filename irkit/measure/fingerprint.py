@@ -40,6 +40,40 @@ def git_sha() -> str | None:
         return None
 
 
+def repo_commit(path: Path) -> str | None:
+    """The commit of the git repository holding `path` (with "-dirty" where its tracked
+    files are modified), or None outside one."""
+    folder = path if path.is_dir() else path.parent
+    try:
+        git = ["git", "-C", str(folder)]
+        sha = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        if sha.returncode != 0:
+            return None
+        status = [*git, "status", "--porcelain", "--untracked-files=no"]
+        dirty = subprocess.run(status, capture_output=True, text=True, timeout=5)
+        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def plugin_repos() -> dict[str, str | None]:
+    """Each loaded plugin (`IRKIT_PLUGINS`: a file, or a module by name) and the commit of
+    the repository it came from: with irkit's own, what a result was built from (a
+    regression may come from a plugin repository's commit, not irkit's)."""
+    import sys
+
+    from irkit.plugins import ENV
+
+    out: dict[str, str | None] = {}
+    for name in [n for n in os.environ.get(ENV, "").split(os.pathsep) if n]:
+        path = Path(name)
+        if not path.is_file():
+            module = sys.modules.get(name)
+            path = Path(getattr(module, "__file__", None) or ".")
+        out[name] = repo_commit(path.resolve()) if path.exists() else None
+    return out
+
+
 def host_fingerprint() -> dict:
     """The host CPU and software stack (for CPU results)."""
     import llvmlite
@@ -50,9 +84,11 @@ def host_fingerprint() -> dict:
     from irkit.version import __version__
 
     target = host_target()
+    plugins = plugin_repos()
     return {
         "irkit_version": __version__,
         "git_sha": git_sha(),
+        **({"plugins": plugins} if plugins else {}),
         "host": platform.node(),
         "platform": platform.platform(),
         "python": platform.python_version(),

@@ -5,7 +5,7 @@
         for s in h.series(): print(s.label, h.points(s.id))
 
 A record is stored whole, keyed by its content (adding it again adds nothing), with the
-repositories it was built from (irkit's commit), the machine it ran on (`machine_key`: the
+repositories it was built from (irkit's commit, and each plugin's: `plugin_repos`), the machine it ran on (`machine_key`: the
 host fingerprint without what changes between runs of one machine: the time, versions, the
 kernel's build string) and when it was recorded. Its measurements become points of series:
 one series for each workload (model and dims), pipeline, backend, kernel (or the whole
@@ -59,6 +59,7 @@ KEPT = ("irkit.run", "irkit.attribution", "irkit.benchmark")
 cross-backend summary of records kept on their own) are counted as skipped."""
 
 VOLATILE = {
+    "plugins",
     "time",
     "git_sha",
     "irkit_version",
@@ -291,7 +292,7 @@ class History:
                     digest,
                     record["kind"],
                     commit,
-                    json.dumps({"irkit": commit}),
+                    json.dumps({"irkit": commit, **(fingerprint.get("plugins") or {})}),
                     machine,
                     json.dumps(fingerprint, sort_keys=True, default=str),
                     recorded,
@@ -367,6 +368,14 @@ class History:
             (series_id,),
         ).fetchall()
         return [Point(*r) for r in rows]
+
+    def repos(self, commit: str) -> list[dict[str, str | None]]:
+        """The repositories (name -> commit) of the records kept for irkit's `commit`."""
+        rows = self._run(
+            "SELECT repos FROM records WHERE commit_sha LIKE ? ORDER BY recorded_at, id",
+            (commit + "%",),
+        ).fetchall()
+        return [json.loads(r[0]) for r in rows]
 
     def record(self, commit: str) -> list[dict[str, Any]]:
         """The records kept for a commit (a prefix of its hash), whole."""
