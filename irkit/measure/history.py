@@ -163,7 +163,9 @@ def points_of(record: dict) -> Iterator[tuple[dict, dict]]:
 def _estimate(e: dict, floor: float | None = None, moments: dict | None = None) -> dict:
     """A point from any of irkit's estimates: {median|value|seconds, ci_low, ci_high, n},
     with the log moments where the record has them."""
-    value = next(e[k] for k in ("median", "value", "seconds") if e.get(k) is not None)
+    value = next((e[k] for k in ("median", "value", "seconds") if e.get(k) is not None), None)
+    if value is None:
+        raise ValueError(f"an estimate without a median: {sorted(e)}")
     moments = moments or {}
     return {
         "value": float(value),
@@ -271,9 +273,27 @@ class History:
                     self._run(statement.format(id=key))
                 self._run("UPDATE irkit_schema SET version = ?", (version,))
 
+    @staticmethod
+    def check(record: dict, source: str | None = None) -> None:
+        """Raise `add`'s error for a record it would refuse, without a database."""
+        try:
+            list(points_of(record))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            what = f"missing {e}" if isinstance(e, KeyError) else str(e)
+            raise IrkitError(
+                f"a {record.get('kind')} record without what irkit writes in one ({what}); "
+                "nothing of it kept",
+                source,
+            ) from None
+
     def add(self, record: dict, source: str | None = None) -> Added:
         """Keep one record and its points; nothing for one kept before (by its content) or
-        of a kind that has none (`KEPT`)."""
+        of a kind that has none (`KEPT`). A record of a kept kind without what that kind
+        holds is an IrkitError naming `source`, and nothing of it is kept."""
+        History.check(record, source)
+        return self._add(record, source)
+
+    def _add(self, record: dict, source: str | None) -> Added:
         if record.get("kind") not in KEPT:
             return Added(0, 0, 1)
         body = json.dumps(record, sort_keys=True, default=str)

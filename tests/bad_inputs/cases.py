@@ -347,6 +347,9 @@ CASES: list[Case] = [
     Case("syntax-long-token", opt("m.graph"), graph("output y = relu(x) + " + "z" * 5000 + "(x\n"), where="m.graph:3:5023", says="unexpected end of file"),
     Case("syntax-long-token-2", opt("m.graph"), graph("output y = relu(x)\n" + "9" * 5000 + "\n"), where="m.graph:4:1", says="'" + "9" * 40 + "...'"),
     # --- result files: compare and report ----------------------------------------------------------------
+    Case("history-add-bad-record", bench("history", "add", "a.jsonl", "--db", "h.db"), {"a.jsonl": '{"kind": "irkit.run", "graph": {"seconds": {}}}\n'}, where="a.jsonl:1", says="record without what irkit writes"),
+    Case("history-db-is-a-folder", bench("history", "series", "--db", "d"), {"d": lambda p: p.mkdir()}, where="d", says="is not a file"),
+    Case("history-db-not-a-database", bench("history", "series", "--db", "notes.txt"), {"notes.txt": "my notes\n" * 200}, where="notes.txt", says="not an irkit history database"),
     Case("compare-missing-field", bench("compare", "a.jsonl", "a.jsonl"), {"a.jsonl": '{"kind": "irkit.attribution", "workload": "w"}\n'}, where="a.jsonl:1", says="field model is missing"),
     Case("compare-zero-median", bench("compare", "a.jsonl", "b.jsonl"), {"a.jsonl": record(median=0.0), "b.jsonl": record()}, where="a.jsonl:1", says="total.full_s.median must be a positive number"),
     Case("compare-text-median", bench("compare", "a.jsonl", "b.jsonl"), {"a.jsonl": record(), "b.jsonl": record(median="fast")}, where="b.jsonl:1", says="total.full_s.median"),

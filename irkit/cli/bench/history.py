@@ -76,11 +76,17 @@ def run(args) -> int:
     from rich.console import Console
 
     from irkit.measure.history import History
+    from irkit.measure.records import numbered_records
 
     console = Console(width=None if sys.stdout.isatty() else 160)
+    if args.action == "add":  # every record read and checked before the database is touched
+        files = {p: [(r, f"{p}:{n}") for n, r in numbered_records(p)] for p in args.records}
+        for records in files.values():
+            for record, source in records:
+                History.check(record, source)
     with History.open(args.db) as history:
         if args.action == "add":
-            return _add(console, history, args.records)
+            return _add(console, history, files)
         if args.action == "series":
             return _series(console, history, args.workload)
         if args.action == "detect":
@@ -88,11 +94,9 @@ def run(args) -> int:
         return _show(console, history, args.series)
 
 
-def _add(console, history, paths: list[str]) -> int:
-    from irkit.measure.records import read_records
-
-    for path in paths:
-        added = history.add_all((r, path) for r in read_records(path))
+def _add(console, history, files: dict[str, list[tuple[dict, str]]]) -> int:
+    for path, records in files.items():
+        added = history.add_all(records)
         console.print(
             f"{path}: {added.records} record(s) kept, {added.points} point(s); "
             f"{added.skipped} skipped (kept before, or no measurements)",
