@@ -23,26 +23,12 @@ def git_sha() -> str | None:
     copied = os.environ.get("IRKIT_SOURCE_SHA")
     if copied:
         return f"{copied} (copy)"
-    root = Path(__file__).resolve().parents[2]
-    try:
-        sha = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        )
-        if sha.returncode != 0:
-            return None
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
-             ".", ":(exclude)benchmarks/results"],
-            capture_output=True, text=True, timeout=5,
-        )  # fmt: skip
-        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
+    return repo_commit(Path(__file__).resolve().parents[2], (".", ":(exclude)benchmarks/results"))
 
 
-def repo_commit(path: Path) -> str | None:
+def repo_commit(path: Path, pathspec: tuple[str, ...] = ()) -> str | None:
     """The commit of the git repository holding `path` (with "-dirty" where its tracked
-    files are modified), or None outside one."""
+    files, or those of `pathspec`, are modified), or None outside one."""
     folder = path if path.is_dir() else path.parent
     try:
         git = ["git", "-C", str(folder)]
@@ -50,6 +36,8 @@ def repo_commit(path: Path) -> str | None:
         if sha.returncode != 0:
             return None
         status = [*git, "status", "--porcelain", "--untracked-files=no"]
+        if pathspec:
+            status += ["--", *pathspec]
         dirty = subprocess.run(status, capture_output=True, text=True, timeout=5)
         return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):

@@ -46,7 +46,7 @@ class Timing:
         """The mean and standard deviation of the log of the measured times: with the
         sample count, what a later two-sample test on the log scale (Welch's) needs of this
         timing, kept where the samples are not (`irkit.measure.history`)."""
-        x = _measured(list(self.samples))
+        x = measured(list(self.samples))
         x = x[x > 0]
         if x.size < 2:
             return None
@@ -146,7 +146,7 @@ def settle() -> float:
     return time.perf_counter() - start
 
 
-def _measured(samples: list[float]) -> np.ndarray:
+def measured(samples: list[float]) -> np.ndarray:
     """A function's samples without the rounds it sat out (NaN, `Rounds.run`)."""
     values = np.array(samples)
     return values[~np.isnan(values)]
@@ -190,7 +190,7 @@ class Rounds:
     def cost(self, name: str) -> float:
         """Seconds one sample of `name` takes: its calls per sample times its median call
         (over the rounds it was in)."""
-        return self.reps[name] * float(np.median(_measured(self.samples[name])))
+        return self.reps[name] * float(np.median(measured(self.samples[name])))
 
     def run(self, active: Collection[str] | None = None) -> None:
         """One round: a sample of every function, or of the `active` ones only (the others
@@ -215,7 +215,7 @@ class Rounds:
             timer = fn.timer if isinstance(fn, NamedTimer) else "perf_counter_ns"
             cpu = None if isinstance(fn, SelfTimed) else np.array(self.cpu[name])
             out[name] = Timing(np.array(s), self.reps[name], warmup, reason,
-                               median_ci(_measured(s)), timer, cpu)  # fmt: skip
+                               median_ci(measured(s)), timer, cpu)  # fmt: skip
         return out
 
 

@@ -9,7 +9,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
@@ -18,7 +17,7 @@ from irkit.measure.attribution.record import KernelTime
 from irkit.measure.attribution.types import Program, Progress
 from irkit.measure.roofline import Ceilings, roof_point
 from irkit.measure.stats import median_ci
-from irkit.measure.timers import Rounds, time_interleaved
+from irkit.measure.timers import Rounds, measured, time_interleaved
 from irkit.runtime.backend import Executable
 
 
@@ -115,8 +114,7 @@ def _imprecise(rounds: Rounds, precision: float) -> list[str]:
     them that never got to 1%, the others at 0.1-0.2%: 3.1 s, now 0.6)."""
     out = []
     for name, samples in rounds.samples.items():
-        x = np.asarray(samples, dtype=np.float64)
-        x = x[~np.isnan(x)]
+        x = measured(samples)
         if x.size == 0 or median_ci(x).half_width > precision:
             out.append(name)
     return out
