@@ -58,7 +58,8 @@ def plugin_repos() -> dict[str, str | None]:
         if not path.is_file():
             module = sys.modules.get(name)
             path = Path(getattr(module, "__file__", None) or ".")
-        out[name] = repo_commit(path.resolve()) if path.exists() else None
+        key = str(path.resolve()) if Path(name).is_file() else name  # a file: where it is
+        out[key] = repo_commit(path.resolve()) if path.exists() else None
     return out
 
 

@@ -50,6 +50,13 @@ SCHEMA: list[list[str]] = [
         "ALTER TABLE points ADD COLUMN log_mean DOUBLE PRECISION",
         "ALTER TABLE points ADD COLUMN log_sd DOUBLE PRECISION",
     ],
+    [  # 3: the reruns' verdicts on suspected changes, one per series and pair of revisions
+        "CREATE TABLE verdicts (id {id}, series_id BIGINT NOT NULL REFERENCES series(id), "
+        "before_rev TEXT NOT NULL, after_rev TEXT NOT NULL, verdict TEXT NOT NULL, "
+        "ratio DOUBLE PRECISION, ci_low DOUBLE PRECISION, ci_high DOUBLE PRECISION, "
+        "rounds BIGINT, protocol TEXT NOT NULL, decided_at TEXT NOT NULL, "
+        "UNIQUE (series_id, before_rev, after_rev))",
+    ],
 ]
 """The migrations, in order: migration i (from 1) takes a database at version i - 1 to i.
 `{id}` is the dialect's auto-numbered primary key."""
@@ -104,6 +111,28 @@ class Point:
     log_mean: float | None = None
     """The mean and standard deviation of the log times, where the record has them."""
     log_sd: float | None = None
+    repos: dict | None = None
+    """The repositories (name -> commit) its record was built from."""
+    record_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A rerun's verdict on a suspected change: "confirmed", "refuted" or "undecided", with
+    the paired ratio (after / before) and the protocol it was reached by."""
+
+    verdict: str
+    ratio: float | None
+    ci_low: float | None
+    ci_high: float | None
+    rounds: int | None
+    protocol: dict
+    decided_at: str
+
+
+def revision_key(repos: dict) -> str:
+    """A revision (repository name -> commit) as one comparable string."""
+    return json.dumps(repos, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -382,12 +411,51 @@ class History:
     def points(self, series_id: int) -> list[Point]:
         """A series' points in the order they were recorded."""
         rows = self._run(
-            "SELECT commit_sha, recorded_at, value, ci_low, ci_high, n, floor, log_mean, log_sd "
-            "FROM points "
-            "WHERE series_id = ? ORDER BY recorded_at, id",
+            "SELECT p.commit_sha, p.recorded_at, p.value, p.ci_low, p.ci_high, p.n, p.floor, "
+            "p.log_mean, p.log_sd, r.repos, p.record_id FROM points p "
+            "JOIN records r ON r.id = p.record_id "
+            "WHERE p.series_id = ? ORDER BY p.recorded_at, p.id",
             (series_id,),
         ).fetchall()
-        return [Point(*r) for r in rows]
+        return [Point(*r[:9], json.loads(r[9]), r[10]) for r in rows]
+
+    def body(self, record_id: int) -> dict:
+        """One record, whole."""
+        row = self._run("SELECT body FROM records WHERE id = ?", (record_id,)).fetchone()
+        return json.loads(row[0])
+
+    def verdict(self, series_id: int, before: dict, after: dict) -> Verdict | None:
+        """The rerun's verdict on a change in a series between two revisions, if one ran."""
+        row = self._run(
+            "SELECT verdict, ratio, ci_low, ci_high, rounds, protocol, decided_at FROM verdicts "
+            "WHERE series_id = ? AND before_rev = ? AND after_rev = ?",
+            (series_id, revision_key(before), revision_key(after)),
+        ).fetchone()
+        return Verdict(row[0], *row[1:5], json.loads(row[5]), row[6]) if row else None
+
+    def decide(self, series_id: int, before: dict, after: dict, verdict: Verdict) -> Verdict:
+        """Keep a rerun's verdict; where another writer kept one first, that one stands."""
+        with self._transaction():
+            existing = self.verdict(series_id, before, after)
+            if existing is not None:
+                return existing
+            self._run(
+                "INSERT INTO verdicts (series_id, before_rev, after_rev, verdict, ratio, ci_low, "
+                "ci_high, rounds, protocol, decided_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    series_id,
+                    revision_key(before),
+                    revision_key(after),
+                    verdict.verdict,
+                    verdict.ratio,
+                    verdict.ci_low,
+                    verdict.ci_high,
+                    verdict.rounds,
+                    json.dumps(verdict.protocol, sort_keys=True, default=str),
+                    verdict.decided_at,
+                ),
+            )
+        return verdict
 
     def repos(self, commit: str) -> list[dict[str, str | None]]:
         """The repositories (name -> commit) of the records kept for irkit's `commit`."""
@@ -404,29 +472,3 @@ class History:
             (commit + "%",),
         ).fetchall()
         return [json.loads(r[0]) for r in rows]
-
-
-DETECTED = ("seconds", "baseline seconds")
-"""The metrics searched for change points: times (a pass's saving, a difference, is not)."""
-
-
-def triage(history: History, workload: str | None = None) -> list[tuple[Series, Any]]:
-    """Every change point (`irkit.measure.changepoints.detect`) in the time series of
-    `history` (of one workload), with its series: the triage list, oldest series first."""
-    from irkit.measure.changepoints import detect
-
-    out: list[tuple[Series, Any]] = []
-    for s in history.series():
-        if s.metric not in DETECTED or (workload is not None and s.workload != workload):
-            continue
-        points = history.points(s.id)
-        floor = max((p.floor for p in points if p.floor is not None), default=0.0)
-        found = detect(
-            [p.value for p in points],
-            [p.ci_low for p in points],
-            [p.ci_high for p in points],
-            [p.commit for p in points],
-            floor,
-        )
-        out.extend((s, change) for change in found)
-    return out

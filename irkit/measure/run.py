@@ -60,6 +60,9 @@ class RunResult:
     fingerprint_end: dict = field(default_factory=dict)  # the backend's, after timing
     copy_bandwidth: float | None = None  # bytes/s, read + write: the backend's copy ceiling
     counters: dict[str, dict[str, float]] = field(default_factory=dict)  # ncu's, per kernel name
+    dims: dict[str, int] = field(default_factory=dict)
+    """The sizes given (the model's own where none): with the model, the workload."""
+    seed: int = 0
 
     @property
     def passed(self) -> bool:
@@ -69,6 +72,8 @@ class RunResult:
         return {
             "kind": "irkit.run",
             "model": self.model,
+            "dims": self.dims,
+            "seed": self.seed,
             "pipeline": self.pipeline,
             "backend": self.backend,
             "selection": self.selection,
@@ -122,6 +127,8 @@ def run_model(
         compile_seconds=compile_seconds,
         checks=checks,
         fingerprint=host_fingerprint(),
+        dims=dict(dims or {}),
+        seed=seed,
     )
     if not result.passed:
         return result

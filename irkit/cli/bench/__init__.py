@@ -2,7 +2,7 @@
 
     irkit-bench run FILE [-p PIPELINE] [--backend BACKEND] [--dim N=V] [--json OUT]
     irkit-bench attribute [FILE] [-p PIPELINE] [--backend BACKEND[,BACKEND...]] [--strategy S]
-    irkit-bench suite | compare | bisect | slower | report | history ...
+    irkit-bench suite | compare | bisect | slower | report | history | nightly ...
     irkit-bench reference FILE [--dim NAME=VALUE ...] [--seed N]
 
 `run` compiles a model, checks every output against the float64 reference on fresh random
@@ -24,6 +24,7 @@ from irkit.cli.bench import (
     bisect,
     compare,
     history,
+    nightly,
     reference,
     replay,
     report,
@@ -47,6 +48,7 @@ COMMANDS = (
     replay,
     report,
     history,
+    nightly,
 )
 """One module a command, each with `add_parser(subparsers)` and `run(args) -> int`."""
 

@@ -3,6 +3,8 @@
 irkit-bench history add RECORDS... [--db irkit-history.db]
 irkit-bench history series [--db ...] [--workload W]
 irkit-bench history show SERIES [--db ...]
+irkit-bench history detect [--db ...] [--rerun [--repo NAME=PATH]] [--all]
+irkit-bench history bisect --repo PATH GOOD BAD MODEL [-p PIPELINE] [--dim N=V]
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+
+from irkit.cli.common import parse_dim, positive_float
 
 DEFAULT_DB = "irkit-history.db"
 
@@ -26,14 +30,90 @@ def add_parser(sub) -> argparse.ArgumentParser:
     listing = actions.add_parser("series", help="list the series and their last points")
     listing.add_argument("--workload", help="only this workload's series")
     detect = actions.add_parser(
-        "detect", help="change points in every time series: the triage list (suspected)"
+        "detect",
+        help="change points in every time series, confirmed or refuted by reruns: the "
+        "triage list (exit 1 while a confirmed regression is open)",
     )
     detect.add_argument("--workload", help="only this workload's series")
+    add_rerun_options(detect)
+    detect.add_argument(
+        "--all", action="store_true", help="list refuted changes too (hidden by default)"
+    )
+    bisect = actions.add_parser(
+        "bisect",
+        help="the commit of a repository (irkit's, or one of plugins) that made a workload "
+        "slower, then the pass and the kernels",
+    )
+    bisect.add_argument(
+        "--repo", required=True, help="the git repository whose commits are searched"
+    )
+    bisect.add_argument("good", metavar="GOOD", help="a commit where the workload is not slow")
+    bisect.add_argument("bad", metavar="BAD", help="a later commit where it is")
+    bisect.add_argument(
+        "model",
+        metavar="MODEL",
+        help="the workload's model (a path in the repository is read from each commit's checkout)",
+    )
+    bisect.add_argument("-p", "--passes", default=None, metavar="PIPELINE")
+    bisect.add_argument("--backend", default="cpu", help="the backend (default cpu)")
+    bisect.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="N=V")
+    bisect.add_argument(
+        "--threshold",
+        type=positive_float,
+        default=0.03,
+        help="the smallest slowdown of BAD against GOOD searched for (default 0.03)",
+    )
+    bisect.add_argument(
+        "--budget",
+        type=positive_float,
+        default=30.0,
+        help="seconds of timing per paired test at most (default 30)",
+    )
     show = actions.add_parser("show", help="one series' points, oldest first")
     show.add_argument("series", type=int, help="a series' number (from `history series`)")
-    for q in (add, listing, detect, show):
+    for q in (add, listing, detect, show, bisect):
         q.add_argument("--db", default=os.environ.get("IRKIT_HISTORY", DEFAULT_DB), help=db_help)
     return p
+
+
+def add_rerun_options(p: argparse.ArgumentParser, nightly: bool = False) -> None:
+    """The rerun rules' options (history detect; nightly, whose defaults are its file's)."""
+    if not nightly:
+        p.add_argument(
+            "--rerun",
+            action="store_true",
+            help="rerun each suspected change: build both revisions (git worktrees) and time "
+            "them interleaved until a paired test decides; the verdict is kept",
+        )
+    p.add_argument(
+        "--repo",
+        action="append",
+        default=[],
+        type=_named_path,
+        metavar="NAME=PATH",
+        help="where a repository of the records is (irkit=PATH; a plugin by its path); "
+        "default: irkit's own checkout, and each plugin's own repository",
+    )
+    p.add_argument(
+        "--rerun-budget",
+        type=positive_float,
+        default=None if nightly else 30.0,
+        help="seconds of timing per rerun at most, then undecided (default 30)",
+    )
+    p.add_argument(
+        "--min-change",
+        type=positive_float,
+        default=None if nightly else 0.02,
+        help="the smallest relative change confirmed (or the series' A/A floor where "
+        "larger; default 0.02)",
+    )
+
+
+def _named_path(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=PATH, got {text!r}")
+    return name, path
 
 
 def add_db_option(p: argparse.ArgumentParser) -> None:
@@ -90,7 +170,9 @@ def run(args) -> int:
         if args.action == "series":
             return _series(console, history, args.workload)
         if args.action == "detect":
-            return _detect(console, history, args.workload)
+            return detect(console, history, args)
+        if args.action == "bisect":
+            return _bisect(console, args)
         return _show(console, history, args.series)
 
 
@@ -138,25 +220,67 @@ def _series(console, history, workload: str | None) -> int:
     return 0
 
 
-def _detect(console, history, workload: str | None) -> int:
-    """The triage list: each change point, suspected until a rerun confirms it (reruns are
-    not built yet, so none is confirmed and the exit status is 0)."""
-    from irkit.measure.history import triage
+def detect(console, history, args, workload: str | None = None) -> int:
+    """The triage list, after the rerun rules where asked (`args.rerun`); 1 while a
+    confirmed regression is open, else 0."""
+    from irkit.measure.triage import open_regressions, rerun, triage
 
-    found = triage(history, workload)
-    for series, change in found:
-        console.print(
-            f"#{series.id} {series.label}: {change.describe()}; suspected",
-            style="bold red" if change.slower else None,
-            highlight=False,
+    suspects = triage(history, workload or getattr(args, "workload", None), args.min_change)
+    if args.rerun:
+        suspects = rerun(
+            history,
+            suspects,
+            dict(args.repo),
+            args.rerun_budget,
+            say=lambda line: console.print(line, style="dim", highlight=False),
         )
-    slower = sum(change.slower for _, change in found)
+    still_open = open_regressions(suspects)
+    refuted = [s for s in suspects if s.status == "refuted"]
+    shown = suspects if getattr(args, "all", False) else [s for s in suspects if s not in refuted]
+    for s in shown:
+        style = "bold red" if s in still_open else ("red" if s.slower else None)
+        if s.status == "refuted":
+            style = "dim"
+        console.print(
+            f"#{s.series.id} {s.series.label}: {s.describe()}", style=style, highlight=False
+        )
+    counts = {
+        k: sum(s.status == k for s in suspects)
+        for k in ("confirmed", "refuted", "undecided", "suspected")
+    }
     console.print(
-        f"{len(found)} change point(s), {slower} of them slower; suspected, not yet "
-        "confirmed by a rerun",
+        f"{len(suspects)} change point(s): {counts['confirmed']} confirmed, "
+        f"{counts['refuted']} refuted{' (not listed)' if refuted and len(shown) < len(suspects) else ''}, "
+        f"{counts['undecided']} undecided, {counts['suspected']} suspected (not rerun); "
+        f"{len(still_open)} open regression(s)",
         highlight=False,
     )
-    return 0
+    return 1 if still_open else 0
+
+
+def _bisect(console, args) -> int:
+    from irkit.measure.revisions import Repo, Workload, bisect_commits
+
+    repo = Repo.at(args.repo)
+    workload = Workload(
+        args.model, dict(args.dim), args.passes, args.backend, 0, tuple(args.plugin)
+    )
+    result = bisect_commits(
+        repo,
+        args.good,
+        args.bad,
+        workload,
+        args.threshold,
+        args.budget,
+        progress=lambda line: console.print(line, style="dim", highlight=False),
+    )
+    console.print(result.summary(), highlight=False)
+    if result.pass_change is not None and result.pass_change.diff:
+        lines = result.pass_change.diff.splitlines()
+        console.print("\n".join(lines[:80]), highlight=False, markup=False)
+        if len(lines) > 80:
+            console.print(f"... {len(lines) - 80} more lines of the IR diff", style="dim")
+    return 0 if result.first_bad or result.overall.verdict != "undecided" else 2
 
 
 def _show(console, history, series_id: int) -> int:

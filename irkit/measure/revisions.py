@@ -1,0 +1,591 @@
+"""Comparisons across commits: one workload built from two revisions and timed interleaved.
+
+    with Checkouts() as trees:
+        base = Side.start(trees, {irkit_repo: "abc123"}, workload)     # a worker process
+        new = Side.start(trees, {irkit_repo: "def456"}, workload)
+        change = paired_change(base, new, threshold=0.02)           # confirmed | refuted | undecided
+
+A *revision* names a commit for each repository a result was built from: irkit's own, and
+each plugin repository's. Each commit that is not the checkout's own clean HEAD is checked
+out once into a git worktree (`Checkouts`, removed on exit). A *side* is a worker process
+(`revision_worker.py`) that imports that revision's irkit and plugins, compiles and checks
+the workload, and then times one round of the whole graph (or one kernel) when asked. The
+two sides of a comparison are asked in turn, in alternating order, so that both see the
+same machine, and `irkit.measure.bisect.sequential_slower` decides from the paired ratios
+(with its error control over repeated looks), or answers "undecided" at its budget.
+
+`bisect_commits` searches a repository's commits between GOOD and BAD with that test, each
+commit against GOOD, and at the first bad commit names what changed: the first pass whose
+output differs between it and its parent (with the IR diff), and the kernels whose code
+differs, with their paired times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from irkit.errors import IrkitError
+from irkit.measure.bisect import Decision, sequential_slower
+from irkit.measure.stats import Estimate
+
+IRKIT = "irkit"
+"""The name irkit's own repository has in a revision (plugins go by their path)."""
+
+
+def git(repo: Path, *args: str, check: bool = True) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120
+    )
+    if check and done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        raise IrkitError(f"git {args[0]}: {lines[0] if lines else 'failed'}", str(repo))
+    return done.stdout.strip()
+
+
+@dataclass(frozen=True)
+class Repo:
+    """A git repository whose commits are built: irkit's own, or a repository of plugins."""
+
+    path: Path
+
+    @staticmethod
+    def at(path: str | Path) -> Repo:
+        folder = Path(path).resolve()
+        if not folder.exists():
+            raise IrkitError("no such repository", str(path))
+        top = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(folder if folder.is_dir() else folder.parent),
+                "rev-parse",
+                "--show-toplevel",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if top.returncode != 0:
+            raise IrkitError("not a git repository", str(path))
+        return Repo(Path(top.stdout.strip()))
+
+    @property
+    def is_irkit(self) -> bool:
+        return (self.path / "irkit" / "__init__.py").is_file()
+
+    def commit(self, rev: str) -> str:
+        """The full hash of `rev`; an IrkitError naming it where the repository has none."""
+        sha = git(self.path, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+        if not sha:
+            raise IrkitError(f"unknown commit {rev!r}", str(self.path))
+        return sha
+
+    @property
+    def head(self) -> str:
+        return self.commit("HEAD")
+
+    @property
+    def dirty(self) -> bool:
+        return bool(git(self.path, "status", "--porcelain", "--untracked-files=no"))
+
+    def commits(self, good: str, bad: str) -> list[str]:
+        """The commits after `good` up to `bad` (oldest first, following first parents);
+        an IrkitError where `good` is not an ancestor of `bad`."""
+        good, bad = self.commit(good), self.commit(bad)
+        ancestor = subprocess.run(
+            ["git", "-C", str(self.path), "merge-base", "--is-ancestor", good, bad],
+            capture_output=True,
+            timeout=30,
+        )
+        if ancestor.returncode != 0 or good == bad:
+            raise IrkitError(
+                f"{good[:10]} is not an ancestor of {bad[:10]}: GOOD must come before BAD",
+                str(self.path),
+            )
+        return git(self.path, "rev-list", "--first-parent", "--reverse", f"{good}..{bad}").split()
+
+    def subject(self, sha: str) -> str:
+        return git(self.path, "log", "-1", "--format=%s", sha)
+
+
+class Checkouts:
+    """Worktrees of the commits a comparison builds, each made once; all removed on exit.
+    A repository's own clean HEAD is used where it is, not checked out again."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[Path, str], Path] = {}
+        self._root: Path | None = None
+
+    def __enter__(self) -> Checkouts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for (repo, _), tree in self._made.items():
+            git(repo, "worktree", "remove", "--force", str(tree), check=False)
+        for repo in {repo for repo, _ in self._made}:
+            git(repo, "worktree", "prune", check=False)
+        if self._root is not None:
+            import shutil
+
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    def tree(self, repo: Repo, sha: str) -> Path:
+        if sha == repo.head and not repo.dirty:
+            return repo.path
+        if (repo.path, sha) not in self._made:
+            if self._root is None:
+                self._root = Path(tempfile.mkdtemp(prefix="irkit-revisions-"))
+            where = self._root / f"{repo.path.name}-{sha[:12]}-{len(self._made)}"
+            git(repo.path, "worktree", "add", "--detach", "--quiet", str(where), sha)
+            self._made[(repo.path, sha)] = where
+        return self._made[(repo.path, sha)]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a side compiles and times: a model file, its dims, pipeline and backend, and
+    the plugins loaded (paths; those inside a repository of the revision are taken from
+    that revision's checkout)."""
+
+    model: str
+    dims: Mapping[str, int] = field(default_factory=dict)
+    pipeline: str | None = None
+    backend: str = "cpu"
+    seed: int = 0
+    plugins: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        dims = ",".join(f"{k}={v}" for k, v in sorted(self.dims.items()))
+        return Path(self.model).stem + (f"[{dims}]" if dims else "")
+
+    @staticmethod
+    def of_record(record: dict) -> Workload:
+        """The workload a run or attribution record measured."""
+        plugins = tuple((record.get("fingerprint") or {}).get("plugins") or {})
+        return Workload(
+            str(record["model"]),
+            dict(record.get("dims") or {}),
+            record.get("pipeline") or None,
+            str(record.get("backend") or "cpu"),
+            int((record.get("protocol") or {}).get("seed", record.get("seed", 0)) or 0),
+            plugins,
+        )
+
+
+Revision = Mapping[Repo, str]
+"""A commit for each repository that differs from what is installed here."""
+
+
+def describe(revision: Revision) -> str:
+    return " ".join(
+        f"{IRKIT if repo.is_irkit else repo.path.name}@{sha[:10]}" for repo, sha in revision.items()
+    )
+
+
+class Side:
+    """A worker process holding one revision's compiled workload (see the module docstring)."""
+
+    def __init__(self, proc: subprocess.Popen, label: str, ready: dict):
+        self.proc, self.label, self.ready = proc, label, ready
+
+    @staticmethod
+    def start(trees: Checkouts, revision: Revision, workload: Workload) -> Side:
+        """Build `revision` (worktrees) and start its worker; an IrkitError naming the
+        revision where the workload does not load, compile or check there."""
+        env = dict(os.environ)
+        path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        plugins = list(workload.plugins)
+        model = workload.model
+        irkit_root = None
+        for repo, sha in revision.items():
+            tree = trees.tree(repo, sha)
+            if repo.is_irkit:
+                irkit_root = str(tree)
+                path.insert(0, str(tree))
+            plugins = [_moved(p, repo.path, tree) for p in plugins]
+            model = _moved(model, repo.path, tree)
+        env["PYTHONPATH"] = os.pathsep.join(path)
+        env.pop("IRKIT_PLUGINS", None)
+        label = describe(revision)
+        source = (Path(__file__).with_name("revision_worker.py")).read_text()
+        log = tempfile.TemporaryFile("w+")
+        proc = subprocess.Popen(
+            [sys.executable, "-c", source],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=env,
+            cwd=tempfile.gettempdir(),
+        )
+        job = {
+            "model": model,
+            "dims": dict(workload.dims),
+            "pipeline": workload.pipeline,
+            "backend": workload.backend,
+            "seed": workload.seed,
+            "plugins": plugins,
+            "irkit_root": irkit_root,
+        }
+        side = Side(proc, label, {})
+        ready = side._ask(json.dumps(job))
+        if "error" in ready:
+            side.close()
+            raise IrkitError(f"{workload.label} at {label}: {ready['error']}")
+        side.ready = ready
+        return side
+
+    def _ask(self, line: str) -> dict:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+            reply = self.proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            reply = ""
+        if not reply:
+            code = self.proc.wait(timeout=30)
+            return {"error": f"the worker exited ({code}) without a reply"}
+        return json.loads(reply)
+
+    def sample(self) -> float:
+        reply = self._ask("t")
+        if "s" not in reply:
+            raise IrkitError(f"at {self.label}: {reply.get('error')}")
+        return float(reply["s"])
+
+    def kernel_sample(self, name: str) -> float:
+        reply = self._ask(f"k {name}")
+        if "s" not in reply:
+            raise IrkitError(f"kernel {name} at {self.label}: {reply.get('error')}")
+        return float(reply["s"])
+
+    def ir(self, prefix: int) -> str:
+        return str(self._ask(f"ir {prefix}").get("ir", ""))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError, ValueError):
+                assert self.proc.stdin is not None
+                self.proc.stdin.write("q\n")
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> Side:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _moved(path: str, repo: Path, tree: Path) -> str:
+    """`path`, if inside `repo`, as the same file in `tree` (that commit's checkout)."""
+    try:
+        return str(tree / Path(path).resolve().relative_to(repo))
+    except ValueError:
+        return path
+
+
+# --- the paired test -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """NEW against BASE, decided by a paired sequential test: `verdict` is "slower",
+    "faster", "no change" (within the threshold in the direction asked) or "undecided";
+    `ratio` is new / base with its CI."""
+
+    verdict: str
+    ratio: Estimate
+    rounds: int
+    looks: int
+    threshold: float
+    direction: str
+
+    def to_json(self) -> dict:
+        return {
+            "verdict": self.verdict,
+            "ratio": self.ratio.median,
+            "ci_low": self.ratio.low,
+            "ci_high": self.ratio.high,
+            "confidence": self.ratio.confidence,
+            "rounds": self.rounds,
+            "looks": self.looks,
+            "threshold": self.threshold,
+            "direction": self.direction,
+            "test": "paired sequential, rounds alternating order (irkit.measure.bisect)",
+        }
+
+    def describe(self) -> str:
+        r = self.ratio
+        return f"{r.median:.3f}x [{r.low:.3f}, {r.high:.3f}] over {self.rounds} rounds"
+
+
+def paired_change(
+    base: Side | Callable[[], float],
+    new: Side | Callable[[], float],
+    threshold: float,
+    slower: bool = True,
+    budget_s: float = 30.0,
+    alpha: float = 0.05,
+) -> Comparison:
+    """Is `new` slower than `base` by more than `threshold` (`slower`), or faster by more
+    than that (not `slower`)? Sides are asked in turn, the order alternating each round."""
+    a = base.sample if isinstance(base, Side) else base
+    b = new.sample if isinstance(new, Side) else new
+    flip = itertools.cycle((True, False))
+
+    def sample() -> tuple[float, float]:
+        if next(flip):
+            x = a()
+            y = b()
+        else:
+            y = b()
+            x = a()
+        return (x, y) if slower else (y, x)
+
+    d: Decision = sequential_slower(sample, threshold, alpha, budget_s=budget_s)
+    ratio = d.ratio if slower else _inverse(d.ratio)
+    verdict = {"slower": "slower" if slower else "faster", "not slower": "no change"}.get(
+        d.verdict, d.verdict
+    )
+    return Comparison(
+        verdict, ratio, d.rounds, d.looks, threshold, "slower" if slower else "faster"
+    )
+
+
+def _inverse(e: Estimate) -> Estimate:
+    return Estimate(1 / e.median, 1 / e.high, 1 / e.low, e.confidence, e.n)
+
+
+# --- commit -> pass -> kernel ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PassChange:
+    """What differs in the IR between a commit and its parent, for one workload."""
+
+    index: int | None
+    """The first pass (1-based) whose output differs; 0: the imported model differs;
+    None: every prefix's IR is the same (the change is in the lowering or the codegen)."""
+    spec: str | None
+    diff: str
+    pipelines: tuple[str, str] | None = None
+    """The two pipelines, where they differ (the default pipeline changed)."""
+
+    def describe(self) -> str:
+        if self.pipelines is not None:
+            return f"the pipeline itself changed: {self.pipelines[0]} -> {self.pipelines[1]}"
+        if self.index is None:
+            return "no pass's output changed: the change is in the lowering or the code generator"
+        if self.index == 0:
+            return "the imported model differs (the frontend changed)"
+        return f"the pass responsible: {self.spec} (pass {self.index} of the pipeline)"
+
+
+def changed_pass(base: Side, new: Side) -> PassChange:
+    a, b = base.ready, new.ready
+    if a["passes"] != b["passes"]:
+        return PassChange(None, None, "", (a["pipeline"], b["pipeline"]))
+    for k, (x, y) in enumerate(zip(a["prefixes"], b["prefixes"], strict=True)):
+        if x != y:
+            spec = a["passes"][k - 1] if k else None
+            where = f"after {spec}" if spec else "the imported model"
+            diff = "".join(
+                difflib.unified_diff(
+                    base.ir(k).splitlines(keepends=True),
+                    new.ir(k).splitlines(keepends=True),
+                    f"{where} at {base.label}",
+                    f"{where} at {new.label}",
+                    n=2,
+                )
+            )
+            return PassChange(k, spec, diff)
+    return PassChange(None, None, "")
+
+
+@dataclass(frozen=True)
+class KernelChange:
+    name: str
+    how: str
+    """"changed" (other code under the same name), "added" or "removed"."""
+    ratio: Estimate | None = None
+    """new / base seconds, for a changed kernel timed on both sides."""
+    seconds: float | None = None
+    """Its time on the side that has it, for an added or removed kernel."""
+
+    def describe(self) -> str:
+        if self.ratio is not None:
+            r = self.ratio
+            return f"{self.name} (changed: {r.median:.2f}x [{r.low:.2f}, {r.high:.2f}])"
+        when = f", {self.seconds * 1e6:.1f} us" if self.seconds is not None else ""
+        return f"{self.name} ({self.how}{when})"
+
+
+def changed_kernels(base: Side, new: Side, rounds: int = 12) -> list[KernelChange]:
+    """The kernels whose code differs between the two sides, each timed briefly."""
+    import numpy as np
+
+    from irkit.measure.stats import ratio_ci
+
+    a = {name: (h, once) for name, h, once in base.ready["kernels"]}
+    b = {name: (h, once) for name, h, once in new.ready["kernels"]}
+    a_hashes = {h for h, _ in a.values()}
+    b_hashes = {h for h, _ in b.values()}
+    out: list[KernelChange] = []
+    for name, (h, once) in b.items():
+        if name in a and a[name][0] != h:
+            x = [base.kernel_sample(name) for _ in range(rounds)]
+            y = [new.kernel_sample(name) for _ in range(rounds)]
+            out.append(KernelChange(name, "changed", ratio_ci(np.array(y), np.array(x), 0.95)))
+        elif name not in a and h not in a_hashes:
+            seconds = (
+                None if once else float(np.median([new.kernel_sample(name) for _ in range(5)]))
+            )
+            out.append(KernelChange(name, "added", seconds=seconds))
+    for name, (h, once) in a.items():
+        if name not in b and h not in b_hashes:
+            seconds = (
+                None if once else float(np.median([base.kernel_sample(name) for _ in range(5)]))
+            )
+            out.append(KernelChange(name, "removed", seconds=seconds))
+    return out
+
+
+@dataclass
+class CommitBisection:
+    """`bisect_commits`' answer: the first bad commit (None where undecided or where BAD
+    is not slower), the tests it took, and at that commit what changed."""
+
+    repo: Repo
+    workload: Workload
+    overall: Comparison
+    tested: list[tuple[str, Comparison]]
+    first_bad: str | None = None
+    parent: str | None = None
+    range_left: tuple[str, str] | None = None
+    """Where the search stopped undecided: the commits it lies between."""
+    step: Comparison | None = None
+    """The first bad commit against its parent."""
+    pass_change: PassChange | None = None
+    kernels: list[KernelChange] = field(default_factory=list)
+
+    def summary(self) -> str:
+        name = self.workload.label
+        o = self.overall
+        if o.verdict != "slower":
+            return (
+                f"{name} is not slower at BAD than at GOOD by more than {o.threshold:.0%} "
+                f"({o.verdict}: {o.describe()}): nothing to bisect"
+            )
+        if self.first_bad is None:
+            low, high = self.range_left or ("?", "?")
+            return (
+                f"undecided: the regression lies after {low[:10]} and at or before "
+                f"{high[:10]}; a test in between could not decide at its budget"
+            )
+        s = self.step or o
+        pct = f"{s.ratio.median - 1:.1%} slower [{s.ratio.low - 1:.1%}, {s.ratio.high - 1:.1%}]"
+        line = (
+            f"commit {self.first_bad[:10]} ({self.repo.subject(self.first_bad)}) made {name} {pct}"
+        )
+        if self.pass_change is not None:
+            line += f"; {self.pass_change.describe()}"
+        if self.kernels:
+            line += "; kernels changed: " + ", ".join(k.describe() for k in self.kernels)
+        return line
+
+
+def bisect_commits(
+    repo: Repo,
+    good: str,
+    bad: str,
+    workload: Workload,
+    threshold: float = 0.03,
+    budget_s: float = 30.0,
+    fixed: Revision | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> CommitBisection:
+    """The first commit of `repo` after `good`, up to `bad`, at which `workload` is slower
+    than at `good` (see the module docstring). `fixed`: the commits of the other
+    repositories (default: what is installed here). `threshold`: the smallest slowdown of
+    BAD against GOOD that is searched for; each commit in between is called bad when it is
+    slower than GOOD by more than half the regression BAD shows (the lower end of its CI)."""
+    say = progress or (lambda _: None)
+    commits = repo.commits(good, bad)
+    good = repo.commit(good)
+    others = dict(fixed or {})
+
+    def revision(sha: str) -> dict[Repo, str]:
+        return {**others, repo: sha}
+
+    with Checkouts() as trees:
+        base = Side.start(trees, revision(good), workload)
+        try:
+            with Side.start(trees, revision(commits[-1]), workload) as last:
+                overall = paired_change(base, last, threshold, budget_s=budget_s)
+            say(
+                f"BAD {commits[-1][:10]} against GOOD {good[:10]}: {overall.verdict}, {overall.describe()}"
+            )
+            result = CommitBisection(repo, workload, overall, [(commits[-1], overall)])
+            if overall.verdict != "slower":
+                return result
+            half = max((overall.ratio.low - 1) / 2, 0.005)
+            low, high = -1, len(commits) - 1  # index -1: GOOD itself
+            while high - low > 1:
+                mid = (low + high) // 2
+                with Side.start(trees, revision(commits[mid]), workload) as side:
+                    test = paired_change(base, side, half, budget_s=budget_s)
+                result.tested.append((commits[mid], test))
+                say(f"{commits[mid][:10]}: {test.verdict}, {test.describe()}")
+                if test.verdict == "slower":
+                    high = mid
+                elif test.verdict == "no change":
+                    low = mid
+                else:
+                    result.range_left = (good if low < 0 else commits[low], commits[high])
+                    return result
+        finally:
+            base.close()
+        result.first_bad = commits[high]
+        result.parent = good if high == 0 else commits[high - 1]
+        with (
+            Side.start(trees, revision(result.parent), workload) as before,
+            Side.start(trees, revision(result.first_bad), workload) as after,
+        ):
+            result.step = paired_change(before, after, half, budget_s=budget_s)
+            result.pass_change = changed_pass(before, after)
+            result.kernels = changed_kernels(before, after)
+        return result
+
+
+def step_ratio_text(ratio: float) -> str:
+    return (
+        f"{abs(ratio - 1):.1%} {'slower' if ratio > 1 else 'faster'}"
+        if math.isfinite(ratio)
+        else "?"
+    )
+
+
+def to_json(value: Any) -> Any:
+    """A bisection's parts as JSON (for records and the dashboard)."""
+    if isinstance(value, Comparison):
+        return value.to_json()
+    return value
