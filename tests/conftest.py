@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -137,3 +139,69 @@ def _finish(
         if not (checks and all(c.passed for c in checks)):
             return len(programs), f"{spec}: {[c.describe() for c in checks]}"
     return len(programs), None
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A real PostgreSQL server of its own (Debian's postgresql, which .ci/run installs),
+    started for these tests on a free port and stopped after; a skip saying why where none
+    can start. As root, the server runs as the postgres user (it refuses root). Tests take
+    a database of their own from it (`postgres_url`)."""
+    import glob
+    import os
+    import shutil
+    import socket
+    import tempfile
+
+    pytest.importorskip("psycopg", reason="psycopg is not installed (the test extra has it)")
+    found = shutil.which("initdb") or next(
+        iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))[::-1]), None
+    )
+    if found is None:
+        pytest.skip("no PostgreSQL server here (Debian's postgresql: .ci/run installs it)")
+    bindir = Path(found).parent
+    as_user: list[str] = []
+    root = Path(tempfile.mkdtemp(prefix="irkit-pg-", dir="/tmp"))
+    if os.geteuid() == 0:
+        if shutil.which("runuser") is None:
+            pytest.skip("running as root without runuser: the server cannot start as root")
+        shutil.chown(root, "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = root / "data"
+    init = subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust",
+                           "-U", "postgres"], capture_output=True, text=True)  # fmt: skip
+    if init.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(f"initdb failed: {init.stderr.strip().splitlines()[-1:]}")
+    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1"
+    start = subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", options,
+                            "-l", str(root / "log"), "-w", "start"], capture_output=True, text=True)  # fmt: skip
+    if start.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(f"the PostgreSQL server did not start: {start.stderr.strip()[-300:]}")
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate",
+                        "stop"], capture_output=True)  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A fresh, empty database on the test server, dropped after the test."""
+    import uuid
+
+    import psycopg
+
+    name = f"irkit_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_server, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield postgres_server.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(postgres_server, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -56,10 +56,14 @@ SCHEMA: list[list[str]] = [
         "ratio DOUBLE PRECISION, ci_low DOUBLE PRECISION, ci_high DOUBLE PRECISION, "
         "rounds BIGINT, protocol TEXT NOT NULL, decided_at TEXT NOT NULL, "
         "UNIQUE (series_id, before_rev, after_rev))",
+        "ALTER TABLE series ADD COLUMN kind TEXT",
     ],
 ]
 """The migrations, in order: migration i (from 1) takes a database at version i - 1 to i.
 `{id}` is the dialect's auto-numbered primary key."""
+
+WRITE_LOCK = 0x69726B6974
+"""PostgreSQL's advisory lock key that irkit's writers take ("irkit")."""
 
 KEPT = ("irkit.run", "irkit.attribution", "irkit.benchmark")
 """The record kinds whose measurements become points; others (a failed job's record, a
@@ -91,12 +95,18 @@ class Series:
     kernel: str
     metric: str
     machine: str
+    kind: str | None = None
+    """The kind of the records measuring it: a run's time and an attribution's are taken by
+    different protocols, so they are different series."""
 
     @property
     def label(self) -> str:
         dims = ",".join(f"{k}={v}" for k, v in sorted(self.dims.items()))
         where = f"{self.workload}{f'[{dims}]' if dims else ''} {self.pipeline} on {self.backend}"
-        return f"{where}: {self.metric}{f' {self.kernel}' if self.kernel else ''}"
+        by = (
+            f" ({self.kind.removeprefix('irkit.')})" if self.kind not in (None, "irkit.run") else ""
+        )
+        return f"{where}: {self.metric}{f' {self.kernel}' if self.kernel else ''}{by}"
 
 
 @dataclass(frozen=True)
@@ -224,7 +234,9 @@ class History:
         if path.exists() and not path.is_file():
             raise IrkitError("is not a file: a history database is one SQLite file", str(path))
         try:
-            connection = sqlite3.connect(path)
+            # autocommit: `_transaction` begins each one itself, IMMEDIATE (a writer waits
+            # for another's commit, up to the timeout, instead of failing mid-way)
+            connection = sqlite3.connect(path, timeout=120, isolation_level=None)
             connection.execute("PRAGMA foreign_keys = ON")
         except sqlite3.Error as e:
             raise IrkitError(f"cannot open the history database: {e}", str(path)) from None
@@ -261,8 +273,24 @@ class History:
             return int(self._run(sql + " RETURNING id", params).fetchone()[0])
         return int(self._run(sql, params).lastrowid or 0)
 
-    def _transaction(self) -> contextlib.AbstractContextManager:
-        return self.db.transaction() if self.postgres else self.db
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One transaction, writers one at a time: SQLite's BEGIN IMMEDIATE takes the write
+        lock at the start; PostgreSQL's transaction takes an advisory lock. So two writers
+        at once never both find a record (or series, or verdict) missing and both add it,
+        and a writer killed mid-way leaves every record whole or absent."""
+        if self.postgres:
+            with self.db.transaction():
+                self._run("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK,))
+                yield
+            return
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
 
     @property
     def version(self) -> int:
@@ -295,6 +323,8 @@ class History:
         )
         for version in range(have + 1, len(SCHEMA) + 1):
             with self._transaction():
+                if self.version >= version:  # another process migrated it meanwhile
+                    continue
                 if version == 1:
                     self._run("CREATE TABLE irkit_schema (version INTEGER NOT NULL)")
                     self._run("INSERT INTO irkit_schema VALUES (0)")
@@ -352,7 +382,7 @@ class History:
             )
             count = 0
             for fields, point in points_of(record):
-                series_id = self._series_id({**fields, "machine": machine})
+                series_id = self._series_id({**fields, "machine": machine}, record["kind"])
                 self._run(
                     "INSERT INTO points (series_id, record_id, commit_sha, recorded_at, value, "
                     "ci_low, ci_high, n, floor, log_mean, log_sd) "
@@ -386,24 +416,26 @@ class History:
             ]
         return Added(*totals)
 
-    def _series_id(self, fields: dict) -> int:
+    def _series_id(self, fields: dict, kind: str) -> int:
+        """The series of these fields measured by records of `kind` (a run's time and an
+        attribution's are taken by different protocols: not one series)."""
         dims = json.dumps(fields["dims"], sort_keys=True)
         parts = [
             fields[k] for k in ("workload", "pipeline", "backend", "kernel", "metric", "machine")
         ]
-        key = hashlib.sha256(json.dumps([dims, *parts]).encode()).hexdigest()[:24]
+        key = hashlib.sha256(json.dumps([dims, *parts, kind]).encode()).hexdigest()[:24]
         row = self._run("SELECT id FROM series WHERE key = ?", (key,)).fetchone()
         if row:
             return int(row[0])
         return self._insert(
-            "INSERT INTO series (key, workload, dims, pipeline, backend, kernel, metric, machine) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (key, fields["workload"], dims, *parts[1:]),
+            "INSERT INTO series (key, workload, dims, pipeline, backend, kernel, metric, machine, "
+            "kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (key, fields["workload"], dims, *parts[1:], kind),
         )
 
     def series(self) -> list[Series]:
         rows = self._run(
-            "SELECT id, workload, dims, pipeline, backend, kernel, metric, machine FROM series "
+            "SELECT id, workload, dims, pipeline, backend, kernel, metric, machine, kind FROM series "
             "ORDER BY workload, pipeline, backend, kernel, metric"
         ).fetchall()
         return [Series(r[0], r[1], json.loads(r[2]), *r[3:]) for r in rows]

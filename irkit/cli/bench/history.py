@@ -58,6 +58,15 @@ def add_parser(sub) -> argparse.ArgumentParser:
     bisect.add_argument("--backend", default="cpu", help="the backend (default cpu)")
     bisect.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="N=V")
     bisect.add_argument(
+        "-L",
+        "--plugin",
+        action="append",
+        default=argparse.SUPPRESS,
+        metavar="MODULE_OR_FILE",
+        help="a plugin the workload needs (a file in the repository is taken from each "
+        "commit's checkout)",
+    )
+    bisect.add_argument(
         "--threshold",
         type=positive_float,
         default=0.03,
