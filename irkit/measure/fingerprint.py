@@ -31,7 +31,7 @@ def repo_commit(path: Path, pathspec: tuple[str, ...] = ()) -> str | None:
     files, or those of `pathspec`, are modified), or None outside one."""
     folder = path if path.is_dir() else path.parent
     try:
-        git = ["git", "-C", str(folder)]
+        git = ["git", "--no-optional-locks", "-C", str(folder)]
         sha = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
         if sha.returncode != 0:
             return None

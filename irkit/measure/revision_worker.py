@@ -97,12 +97,10 @@ def main():
         ready, texts, timed, bound, kernels = _prepare(job)
     except Exception as e:  # everything goes back to the coordinator, in one line
         text = str(e).strip().splitlines()
-        say(
-            {
-                "error": f"{type(e).__name__}: {text[0] if text else ''}",
-                "trace": traceback.format_exc(),
-            }
-        )
+        where = getattr(e, "location", None)  # an IrkitError's file:line:column
+        first = f"{where}: {text[0] if text else ''}" if where else (text[0] if text else "")
+        kind = "" if type(e).__name__ == "IrkitError" else f"{type(e).__name__}: "
+        say({"error": kind + first, "trace": traceback.format_exc()})
         return
     say(ready)
     kernel_timers = {}

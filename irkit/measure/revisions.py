@@ -46,7 +46,10 @@ IRKIT = "irkit"
 
 def git(repo: Path, *args: str, check: bool = True) -> str:
     done = subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120
+        ["git", "--no-optional-locks", "-C", str(repo), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     if check and done.returncode != 0:
         lines = (done.stderr or done.stdout).strip().splitlines()
@@ -198,8 +201,8 @@ def describe(revision: Revision) -> str:
 class Side:
     """A worker process holding one revision's compiled workload (see the module docstring)."""
 
-    def __init__(self, proc: subprocess.Popen, label: str, ready: dict):
-        self.proc, self.label, self.ready = proc, label, ready
+    def __init__(self, proc: subprocess.Popen, label: str, ready: dict, log: Any = None):
+        self.proc, self.label, self.ready, self.log = proc, label, ready, log
 
     @staticmethod
     def start(trees: Checkouts, revision: Revision, workload: Workload) -> Side:
@@ -210,8 +213,10 @@ class Side:
         plugins = list(workload.plugins)
         model = workload.model
         irkit_root = None
+        where: dict[str, str] = {}  # a checkout's path -> its repository's, for messages
         for repo, sha in revision.items():
             tree = trees.tree(repo, sha)
+            where[str(tree)] = str(repo.path)
             if repo.is_irkit:
                 irkit_root = str(tree)
                 path.insert(0, str(tree))
@@ -240,11 +245,14 @@ class Side:
             "plugins": plugins,
             "irkit_root": irkit_root,
         }
-        side = Side(proc, label, {})
+        side = Side(proc, label, {}, log)
         ready = side._ask(json.dumps(job))
         if "error" in ready:
             side.close()
-            raise IrkitError(f"{workload.label} at {label}: {ready['error']}")
+            message = ready["error"]
+            for tree, repo in where.items():
+                message = message.replace(tree, repo)
+            raise IrkitError(f"{workload.label} at {label}: {message}")
         side.ready = ready
         return side
 
@@ -258,7 +266,12 @@ class Side:
             reply = ""
         if not reply:
             code = self.proc.wait(timeout=30)
-            return {"error": f"the worker exited ({code}) without a reply"}
+            said = ""
+            if self.log is not None:
+                self.log.seek(0)
+                lines = [line for line in self.log.read().splitlines() if line.strip()]
+                said = f": {lines[-1].strip()}" if lines else ""
+            return {"error": f"the worker exited ({code}) without a reply{said}"}
         return json.loads(reply)
 
     def sample(self) -> float:
@@ -287,6 +300,9 @@ class Side:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        for stream in (self.proc.stdout, self.log):
+            if stream is not None:
+                stream.close()
 
     def __enter__(self) -> Side:
         return self

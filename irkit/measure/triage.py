@@ -174,7 +174,13 @@ def rerun(
             continue
         where = repos_for(moved, repos or {})
         say(f"#{s.series.id} {s.series.label}: rerunning {s.span()}")
-        test = _rerun_one(history, s, where, budget_s)
+        try:
+            test = _rerun_one(history, s, where, budget_s)
+        except IrkitError as e:  # a side that no longer builds: said, left suspected
+            place = f"{e.location}: " if e.location else ""
+            say(f"#{s.series.id}: not rerun: {place}{e.message}")
+            out.append(s)
+            continue
         verdict = {"slower": "confirmed", "faster": "confirmed", "no change": "refuted"}.get(
             test.verdict, "undecided"
         )

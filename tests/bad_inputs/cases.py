@@ -107,6 +107,44 @@ def _dir(path: Path) -> None:
     path.mkdir()
 
 
+def _repo(*commits: dict[str, str], then: dict[str, str] | None = None) -> Callable[[Path], None]:
+    """A git repository of these commits (each: file -> text), `then` written after the last
+    commit (a dirty work tree)."""
+
+    def make(path: Path) -> None:
+        import subprocess
+
+        def git(*args: str) -> None:
+            subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True)
+
+        path.mkdir()
+        git("init", "-q")
+        git("config", "user.email", "case@irkit.invalid")
+        git("config", "user.name", "case")
+        for n, files in enumerate(commits):
+            for name, text in files.items():
+                (path / name).write_text(text)
+            git("add", *files)
+            git("commit", "-q", "-m", f"commit {n}")
+        for name, text in (then or {}).items():
+            (path / name).write_text(text)
+
+    return make
+
+
+def _newer_history(path: Path) -> None:
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE irkit_schema (version INTEGER NOT NULL)")
+    db.execute("INSERT INTO irkit_schema VALUES (99)")
+    db.commit()
+    db.close()
+
+
+NIGHTLY = 'db = "h.db"\nplugins = ["r/p.py"]\n[[workloads]]\nmodel = "m.graph"\n'
+
+
 def record(**total) -> str:
     """An attribution record with every field compare and report read; `total` overrides
     the full pipeline's time."""
@@ -349,6 +387,15 @@ CASES: list[Case] = [
     # --- result files: compare and report ----------------------------------------------------------------
     Case("history-add-bad-record", bench("history", "add", "a.jsonl", "--db", "h.db"), {"a.jsonl": '{"kind": "irkit.run", "graph": {"seconds": {}}}\n'}, where="a.jsonl:1", says="record without what irkit writes"),
     Case("history-db-is-a-folder", bench("history", "series", "--db", "d"), {"d": lambda p: p.mkdir()}, where="d", says="is not a file"),
+    Case("history-db-newer-schema", bench("history", "series", "--db", "h.db"), {"h.db": _newer_history}, where="h.db", says="history schema 99 is newer than this irkit's"),
+    Case("history-bisect-not-a-repository", bench("history", "bisect", "--repo", "d", "A", "B", "m.graph"), {"d": _dir, "m.graph": G}, where="d", says="not a git repository"),
+    Case("history-bisect-unknown-commit", bench("history", "bisect", "--repo", "r", "deadbeef", "HEAD", "m.graph"), {"r": _repo({"m.graph": G}), "m.graph": G}, where="/r", says="unknown commit 'deadbeef'"),
+    Case("history-bisect-good-after-bad", bench("history", "bisect", "--repo", "r", "HEAD", "HEAD~1", "r/m.graph"), {"r": _repo({"m.graph": G}, {"m.graph": G + "# 2\n"})}, where="/r", says="is not an ancestor of"),
+    Case("history-bisect-old-commit-does-not-parse", bench("history", "bisect", "--repo", "r", "HEAD~1", "HEAD", "r/m.graph"), {"r": _repo({"m.graph": "model m\ninput x : f32[4, 4]\noutput y = relu(\n"}, {"m.graph": G})}, where="r/m.graph:3:16", says="m at r@"),
+    Case("nightly-dirty-work-tree", bench("nightly", "n.toml"), {"r": _repo({"p.py": "X = 1\n"}, then={"p.py": "X = 2\n"}), "m.graph": G, "n.toml": NIGHTLY}, where="/r", says="has uncommitted changes"),
+    Case("nightly-not-toml", bench("nightly", "n.toml"), {"n.toml": 'db = "h.db"\ncolour = = 2\n'}, where="n.toml:2:10", says="not TOML"),
+    Case("nightly-unknown-key", bench("nightly", "n.toml"), {"n.toml": "colour = 1\n"}, where="n.toml", says="colour: unknown key"),
+    Case("nightly-model-missing", bench("nightly", "n.toml"), {"n.toml": '[[workloads]]\nmodel = "nope.graph"\n'}, where="n.toml", says="workloads[1].model: no such file"),
     Case("history-db-not-a-database", bench("history", "series", "--db", "notes.txt"), {"notes.txt": "my notes\n" * 200}, where="notes.txt", says="not an irkit history database"),
     Case("compare-missing-field", bench("compare", "a.jsonl", "a.jsonl"), {"a.jsonl": '{"kind": "irkit.attribution", "workload": "w"}\n'}, where="a.jsonl:1", says="field model is missing"),
     Case("compare-zero-median", bench("compare", "a.jsonl", "b.jsonl"), {"a.jsonl": record(median=0.0), "b.jsonl": record()}, where="a.jsonl:1", says="total.full_s.median must be a positive number"),

@@ -173,6 +173,8 @@ def run(args) -> int:
         for records in files.values():
             for record, source in records:
                 History.check(record, source)
+    if args.action == "bisect":  # builds commits, keeps nothing
+        return _bisect(console, args)
     with History.open(args.db) as history:
         if args.action == "add":
             return _add(console, history, files)
@@ -180,8 +182,6 @@ def run(args) -> int:
             return _series(console, history, args.workload)
         if args.action == "detect":
             return detect(console, history, args)
-        if args.action == "bisect":
-            return _bisect(console, args)
         return _show(console, history, args.series)
 
 
