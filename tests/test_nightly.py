@@ -151,3 +151,20 @@ def test_sqlite_and_postgresql_give_the_same_triage(
             answers.append(sorted((s.series.label, s.change.at, s.slower, s.span()) for s in found))
     assert answers[0] == answers[1]
     assert len(answers[0]) >= 2
+
+
+def test_the_dashboard_drills_down_to_the_pass_the_kernels_and_the_ir_diff(
+    nightlies: Nightlies, tmp_path: Path
+) -> None:
+    """A confirmed change's page holds what its rerun found: the pass whose output
+    changed, the kernels whose code changed, and the IR diff."""
+    site = tmp_path / "site"
+    done = bench("dashboard", "--db", str(nightlies.db), "-o", str(site))
+    assert done.returncode == 0, done.stderr
+    with History.open(nightlies.db) as h:
+        whole = _whole(h)
+    page = (site / f"change-{whole.id}-{SLOWER}.html").read_text()
+    assert f"the pass responsible: {PASS}" in page
+    assert "synthetic_schedule_work (changed" in page
+    assert "arith.constant 20000" in page and "arith.constant 30000" in page
+    assert "confirmed" in page and "open" not in page.split("<h2>")[0].split("</h1>")[1]

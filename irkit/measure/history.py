@@ -56,6 +56,8 @@ SCHEMA: list[list[str]] = [
         "ratio DOUBLE PRECISION, ci_low DOUBLE PRECISION, ci_high DOUBLE PRECISION, "
         "rounds BIGINT, protocol TEXT NOT NULL, decided_at TEXT NOT NULL, "
         "UNIQUE (series_id, before_rev, after_rev))",
+    ],
+    [  # 4: the kind of record a series is measured by (a run's and an attribution's differ)
         "ALTER TABLE series ADD COLUMN kind TEXT",
     ],
 ]

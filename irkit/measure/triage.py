@@ -34,6 +34,9 @@ from irkit.measure.history import History, Point, Series, Verdict, machine_key
 DETECTED = ("seconds", "baseline seconds")
 """The metrics searched for change points: times (a pass's saving, a difference, is not)."""
 
+MAX_DIFF = 200_000
+"""Characters of a confirmed change's IR diff kept with its verdict."""
+
 RERUN = ("seconds",)
 """The metrics a rerun can measure again (the baseline's pipeline is not the record's)."""
 
@@ -175,7 +178,7 @@ def rerun(
         where = repos_for(moved, repos or {})
         say(f"#{s.series.id} {s.series.label}: rerunning {s.span()}")
         try:
-            test = _rerun_one(history, s, where, budget_s)
+            test, found = _rerun_one(history, s, where, budget_s)
         except IrkitError as e:  # a side that no longer builds: said, left suspected
             place = f"{e.location}: " if e.location else ""
             say(f"#{s.series.id}: not rerun: {place}{e.message}")
@@ -194,7 +197,7 @@ def rerun(
                 test.ratio.low,
                 test.ratio.high,
                 test.rounds,
-                {**test.to_json(), "budget_s": budget_s, "machine": here},
+                {**test.to_json(), "budget_s": budget_s, "machine": here, **found},
                 time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             ),
         )
@@ -212,7 +215,15 @@ def _rerun_one(history: History, s: Suspect, where: Mapping[str, Path], budget_s
     """Both revisions built and timed interleaved: the paired test's comparison."""
     from functools import partial
 
-    from irkit.measure.revisions import Checkouts, Repo, Side, Workload, paired_change
+    from irkit.measure.revisions import (
+        Checkouts,
+        Repo,
+        Side,
+        Workload,
+        changed_kernels,
+        changed_pass,
+        paired_change,
+    )
 
     workload = Workload.of_record(history.body(s.after.record_id or 0))
     with Checkouts() as trees:
@@ -227,14 +238,25 @@ def _rerun_one(history: History, s: Suspect, where: Mapping[str, Path], budget_s
                 sides.append(Side.start(trees, resolved, workload))
             a, b = sides
             if s.series.kernel:
-                return paired_change(
+                test = paired_change(
                     partial(a.kernel_sample, s.series.kernel),
                     partial(b.kernel_sample, s.series.kernel),
                     s.threshold,
                     s.slower,
                     budget_s,
                 )
-            return paired_change(a, b, s.threshold, s.slower, budget_s)
+            else:
+                test = paired_change(a, b, s.threshold, s.slower, budget_s)
+            found: dict = {}
+            if test.verdict in ("slower", "faster"):  # confirmed: what changed, for triage
+                change = changed_pass(a, b)
+                found = {
+                    "pass": change.describe(),
+                    "pass_spec": change.spec,
+                    "ir_diff": change.diff[:MAX_DIFF],
+                    "kernels": [k.describe() for k in changed_kernels(a, b)],
+                }
+            return test, found
         finally:
             for side in sides:
                 side.close()

@@ -2,7 +2,7 @@
 
     irkit-bench run FILE [-p PIPELINE] [--backend BACKEND] [--dim N=V] [--json OUT]
     irkit-bench attribute [FILE] [-p PIPELINE] [--backend BACKEND[,BACKEND...]] [--strategy S]
-    irkit-bench suite | compare | bisect | slower | report | history | nightly ...
+    irkit-bench suite | compare | bisect | slower | report | history | nightly | dashboard ...
     irkit-bench reference FILE [--dim NAME=VALUE ...] [--seed N]
 
 `run` compiles a model, checks every output against the float64 reference on fresh random
@@ -23,6 +23,7 @@ from irkit.cli.bench import (
     attribute,
     bisect,
     compare,
+    dashboard,
     history,
     nightly,
     reference,
@@ -49,6 +50,7 @@ COMMANDS = (
     report,
     history,
     nightly,
+    dashboard,
 )
 """One module a command, each with `add_parser(subparsers)` and `run(args) -> int`."""
 
