@@ -192,6 +192,11 @@ def points_of(record: dict) -> Iterator[tuple[dict, dict]]:
         for k in record.get("kernels") or []:
             if k.get("seconds"):
                 yield base | {"kernel": k["name"], "metric": "seconds"}, _estimate(k["seconds"])
+        if isinstance(record.get("compile_seconds"), int | float):  # one sample: no CI
+            yield (
+                base | {"kernel": "", "metric": "compile seconds"},
+                _estimate({"value": record["compile_seconds"]}),
+            )
     elif kind == "irkit.benchmark":
         bench = {**base, "pipeline": str(record.get("pipeline") or record.get("benchmark", ""))}
         for key, value in record.items():
