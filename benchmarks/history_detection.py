@@ -65,11 +65,13 @@ def calibrate(planted: float) -> int:
         repo = Repo.at(root)
         shas = repo.commits(repo.commit("HEAD~1"), "HEAD")
         workload = Workload(str(MODEL), DIMS, PIPELINE, "cpu", 0, (str(root / "passes.py"),))
-        with Checkouts() as trees:
-            times = []
-            for sha in (repo.commit("HEAD~1"), shas[-1]):
-                with Side.start(trees, {repo: sha}, workload) as side:
-                    times.append(sorted(side.sample() for _ in range(30))[15])
+        with Checkouts() as trees:  # both sides alive, asked in turn: the machine's drift cancels
+            with (
+                Side.start(trees, {repo: repo.commit("HEAD~1")}, workload) as base,
+                Side.start(trees, {repo: shas[-1]}, workload) as more,
+            ):
+                pairs = [(base.sample(), more.sample()) for _ in range(60)]
+    times = [sorted(p[0] for p in pairs)[30], sorted(p[1] for p in pairs)[30]]
     per_iteration = (times[1] - times[0]) / 20000
     return max(1, round(planted * times[0] / per_iteration))
 

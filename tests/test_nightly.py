@@ -123,7 +123,7 @@ def test_history_bisect_names_the_commit_and_the_pass(nightlies: Nightlies) -> N
         "history", "bisect", "--repo", str(root), shas[0], shas[FASTER - 1], str(MODEL),
         "-p", PIPELINE, *dims, "-L", str(root / "passes.py"), "--budget", "20",
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # a culprit found, as `bisect` says one
     out = done.stdout
     assert f"commit {shas[SLOWER][:10]} ({SLOWER}: schedule: WORK 20000 -> 30000)" in out
     assert f"the pass responsible: {PASS}" in out
@@ -143,14 +143,29 @@ def test_sqlite_and_postgresql_give_the_same_triage(
         for path in sorted(nightlies.results.glob("*.jsonl"))
         for line in path.read_text().splitlines()
     ]
-    answers = []
+    from irkit.measure.triage import rerun
+
+    plugin = str(nightlies.root / "passes.py")
+    planted = {nightlies.shas[SLOWER], nightlies.shas[FASTER]}
+    answers, verdicts = [], []
     for url in (str(tmp_path / "h.db"), postgres_url):
         with History.open(url) as h:
             h.add_all(records)
             found = triage(h)
             answers.append(sorted((s.series.label, s.change.at, s.slower, s.span()) for s in found))
+            mine = [
+                s
+                for s in found
+                if s.series.metric == "seconds"
+                and not s.series.kernel
+                and s.after.repos[plugin] in planted
+            ]
+            rerun(h, mine, budget_s=20)
+            kept = [(s, h.verdict(s.series.id, *s.revisions())) for s in mine]
+            verdicts.append(sorted((s.span(), v.verdict) for s, v in kept if v is not None))
     assert answers[0] == answers[1]
     assert len(answers[0]) >= 2
+    assert verdicts[0] == verdicts[1] and [v for _, v in verdicts[0]] == ["confirmed"] * 2
 
 
 def test_the_dashboard_drills_down_to_the_pass_the_kernels_and_the_ir_diff(

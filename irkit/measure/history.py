@@ -67,7 +67,7 @@ SCHEMA: list[list[str]] = [
 WRITE_LOCK = 0x69726B6974
 """PostgreSQL's advisory lock key that irkit's writers take ("irkit")."""
 
-KEPT = ("irkit.run", "irkit.attribution", "irkit.benchmark")
+KEPT = ("irkit.run", "irkit.attribution", "irkit.benchmark", "irkit.tune")
 """The record kinds whose measurements become points; others (a failed job's record, a
 cross-backend summary of records kept on their own) are counted as skipped."""
 
@@ -83,8 +83,23 @@ VOLATILE = {
     "platform",
     "torch",
     "cuda_python",
+    # what irkit read of the machine (the CPU's features are `cpu_features_sha`): fields
+    # added over time, so a record without one would otherwise start a series of its own
+    "isa",
+    "vector_bits",
+    "vector_bits_pref",
+    "vector_registers",
+    # how irkit ran on it, and a GPU's software and its state at the start
+    "thread_pool",
+    "gomp_spincount",
+    "driver",
+    "nvrtc",
+    "cuda_driver_api",
+    "l2_flush_bytes",
+    "clocks_start",
 }
-"""Fingerprint fields that are not the machine: when, and what was built or loaded."""
+"""Fingerprint fields that are not the machine: when, what was built or loaded, what irkit
+derived from the machine, and a device's state at the start."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +212,10 @@ def points_of(record: dict) -> Iterator[tuple[dict, dict]]:
                 base | {"kernel": "", "metric": "compile seconds"},
                 _estimate({"value": record["compile_seconds"]}),
             )
+    elif kind == "irkit.tune":
+        yield from _tune_points(record, base)
+    elif kind == "irkit.benchmark" and record.get("benchmark") == "compile_speed":
+        yield from _compile_speed_points(record)
     elif kind == "irkit.benchmark":
         bench = {**base, "pipeline": str(record.get("pipeline") or record.get("benchmark", ""))}
         for key, value in record.items():
@@ -204,6 +223,33 @@ def points_of(record: dict) -> Iterator[tuple[dict, dict]]:
                 yield bench | {"kernel": "", "metric": key.replace("_", " ")}, _estimate(value)
         if isinstance(record.get("irkit"), dict) and "seconds" in record["irkit"]:
             yield bench | {"kernel": "", "metric": "seconds"}, _estimate(record["irkit"]["seconds"])
+
+
+def _tune_points(record: dict, base: dict) -> Iterator[tuple[dict, dict]]:
+    """A tuning run: its default program's time and its winner's, under the base pipeline."""
+    tuned = {**base, "pipeline": str(record["base_pipeline"]), "kernel": ""}
+    for program in record["programs"]:
+        if program.get("is_default") and program.get("seconds"):
+            yield tuned | {"metric": "seconds"}, _estimate(program["seconds"])
+    winner = [
+        p for p in record["programs"] if p["spec"] == record.get("pipeline") and p.get("seconds")
+    ]
+    if winner:
+        yield tuned | {"metric": "tuned seconds"}, _estimate(winner[0]["seconds"])
+
+
+def _compile_speed_points(record: dict) -> Iterator[tuple[dict, dict]]:
+    """benchmarks/compile_speed.py: the main job's time and each example's compile time,
+    cold and warm (irkit's own speed, kept over its commits)."""
+    series = {"dims": {}, "pipeline": "compile_speed", "backend": "cpu", "kernel": ""}
+    timings = {"main job": record.get("main_job") or {}, **(record.get("examples") or {})}
+    for workload, t in timings.items():
+        for key, metric in (("cold_s", "compile seconds"), ("warm_s", "warm compile seconds")):
+            if isinstance(t.get(key), int | float):
+                yield (
+                    series | {"workload": workload, "metric": metric},
+                    _estimate({"value": t[key]}),
+                )
 
 
 def _estimate(e: dict, floor: float | None = None, moments: dict | None = None) -> dict:

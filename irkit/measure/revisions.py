@@ -26,7 +26,6 @@ import contextlib
 import difflib
 import itertools
 import json
-import math
 import os
 import subprocess
 import sys
@@ -217,9 +216,9 @@ class Side:
         for repo, sha in revision.items():
             tree = trees.tree(repo, sha)
             where[str(tree)] = str(repo.path)
+            path.insert(0, str(tree))  # irkit's own, or a plugin imported by module name
             if repo.is_irkit:
                 irkit_root = str(tree)
-                path.insert(0, str(tree))
             plugins = [_moved(p, repo.path, tree) for p in plugins]
             model = _moved(model, repo.path, tree)
         env["PYTHONPATH"] = os.pathsep.join(path)
@@ -506,6 +505,11 @@ class CommitBisection:
     def summary(self) -> str:
         name = self.workload.label
         o = self.overall
+        if o.verdict == "undecided":
+            return (
+                f"undecided whether {name} is slower at BAD than at GOOD by more than "
+                f"{o.threshold:.0%} ({o.describe()}): a larger --budget, or a quieter machine"
+            )
         if o.verdict != "slower":
             return (
                 f"{name} is not slower at BAD than at GOOD by more than {o.threshold:.0%} "
@@ -590,18 +594,3 @@ def bisect_commits(
             result.pass_change = changed_pass(before, after)
             result.kernels = changed_kernels(before, after)
         return result
-
-
-def step_ratio_text(ratio: float) -> str:
-    return (
-        f"{abs(ratio - 1):.1%} {'slower' if ratio > 1 else 'faster'}"
-        if math.isfinite(ratio)
-        else "?"
-    )
-
-
-def to_json(value: Any) -> Any:
-    """A bisection's parts as JSON (for records and the dashboard)."""
-    if isinstance(value, Comparison):
-        return value.to_json()
-    return value

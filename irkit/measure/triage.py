@@ -31,7 +31,7 @@ from irkit.errors import IrkitError
 from irkit.measure.changepoints import Change, detect
 from irkit.measure.history import History, Point, Series, Verdict, machine_key
 
-DETECTED = ("seconds", "baseline seconds", "compile seconds")
+DETECTED = ("seconds", "baseline seconds", "tuned seconds", "compile seconds", "warm compile seconds")
 """The metrics searched for change points: times (a pass's saving, a difference, is not)."""
 
 MAX_DIFF = 200_000

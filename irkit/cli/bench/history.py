@@ -289,7 +289,9 @@ def _bisect(console, args) -> int:
         console.print("\n".join(lines[:80]), highlight=False, markup=False)
         if len(lines) > 80:
             console.print(f"... {len(lines) - 80} more lines of the IR diff", style="dim")
-    return 0 if result.first_bad or result.overall.verdict != "undecided" else 2
+    if result.first_bad is not None:
+        return 1  # a regression, and the commit that made it (as `bisect` exits 1 on a culprit)
+    return 2 if result.overall.verdict == "undecided" or result.range_left else 0
 
 
 def _show(console, history, series_id: int) -> int:
