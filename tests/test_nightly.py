@@ -86,7 +86,10 @@ def test_nightly_finds_both_planted_changes_and_confirms_them_by_rerun(
         assert s.status == "confirmed", s.describe()
         assert s.verdict is not None and s.verdict.protocol["test"].startswith("paired")
         assert s.verdict.rounds >= 10
-    assert slower.verdict.ci_low > 1.1 and faster.verdict.ci_high < 0.9
+    # decided as soon as the CI clears the 2% threshold: wide (3 worker copies a side, a
+    # placement slot each), but on the right side of it, around the planted +30%, -45%
+    assert slower.verdict.ci_low > 1.02 and 1.15 < slower.verdict.ratio < 1.5
+    assert faster.verdict.ci_high < 0.98 and 0.4 < faster.verdict.ratio < 0.7
     # nothing else in the whole program's series stands confirmed
     assert {s.status for s in found if s not in (slower, faster)} <= {"refuted", "undecided"}
 
@@ -123,8 +126,8 @@ def test_history_bisect_names_the_commit_and_the_pass(nightlies: Nightlies) -> N
         "history", "bisect", "--repo", str(root), shas[0], shas[FASTER - 1], str(MODEL),
         "-p", PIPELINE, *dims, "-L", str(root / "passes.py"), "--budget", "20",
     )  # fmt: skip
-    assert done.returncode == 1, done.stderr  # a culprit found, as `bisect` says one
     out = done.stdout
+    assert done.returncode == 1, done.stderr + out  # a culprit found, as `bisect` says one
     assert f"commit {shas[SLOWER][:10]} ({SLOWER}: schedule: WORK 20000 -> 30000)" in out
     assert f"the pass responsible: {PASS}" in out
     assert "kernels changed: synthetic_schedule_work (changed" in out

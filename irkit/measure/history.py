@@ -518,6 +518,18 @@ class History:
         ).fetchone()
         return Verdict(row[0], *row[1:5], json.loads(row[5]), row[6]) if row else None
 
+    def verdicts(self, series_id: int) -> list[tuple[dict, dict, Verdict]]:
+        """Every rerun's verdict on a series: (before, after, verdict)."""
+        rows = self._run(
+            "SELECT before_rev, after_rev, verdict, ratio, ci_low, ci_high, rounds, protocol, "
+            "decided_at FROM verdicts WHERE series_id = ? ORDER BY id",
+            (series_id,),
+        ).fetchall()
+        return [
+            (json.loads(r[0]), json.loads(r[1]), Verdict(r[2], *r[3:7], json.loads(r[7]), r[8]))
+            for r in rows
+        ]
+
     def decide(self, series_id: int, before: dict, after: dict, verdict: Verdict) -> Verdict:
         """Keep a rerun's verdict; where another writer kept one first, that one stands."""
         with self._transaction():

@@ -43,6 +43,7 @@ KEYS = {
     "workloads",
     "seed",
 }
+DEFAULTS = {"precision": 0.01, "budget": 1.0, "rerun_budget": 30.0, "min_change": 0.02}
 WORKLOAD_KEYS = {"name", "model", "dims", "pipelines", "backends"}
 
 
@@ -85,17 +86,7 @@ def read_config(path: str | Path, db: str | None = None) -> Config:
     """The configuration at `path`; an IrkitError naming the file (and line, column, or
     key) for anything it cannot use."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as e:
-        raise IrkitError(
-            f"cannot read the nightly configuration: {e.strerror}", str(path)
-        ) from None
-    except tomllib.TOMLDecodeError as e:
-        where = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
-        text = re.sub(r"\s*\(at line.*\)", "", str(e))
-        spot = f"{path}:{where[1]}:{where[2]}" if where else str(path)
-        raise IrkitError(f"not TOML: {text}", spot) from None
+    data = _parse(path)
     base = path.resolve().parent
 
     def bad(key: str, what: str) -> IrkitError:
@@ -105,16 +96,14 @@ def read_config(path: str | Path, db: str | None = None) -> Config:
     if unknown:
         raise bad(unknown[0], f"unknown key (known: {', '.join(sorted(KEYS))})")
     numbers = {}
-    for key, default in (
-        ("precision", 0.01),
-        ("budget", 1.0),
-        ("rerun_budget", 30.0),
-        ("min_change", 0.02),
-    ):
+    for key, default in DEFAULTS.items():
         value = data.get(key, default)
         if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
             raise bad(key, f"a positive number, not {value!r}")
         numbers[key] = float(value)
+    seed = data.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise bad("seed", f"an integer >= 0, not {seed!r}")
     plugins = data.get("plugins", [])
     if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
         raise bad("plugins", "a list of paths (or module names)")
@@ -125,49 +114,13 @@ def read_config(path: str | Path, db: str | None = None) -> Config:
     workloads = data.get("workloads")
     if not isinstance(workloads, list) or not workloads:
         raise bad("workloads", "at least one [[workloads]] table, each with a model")
-    jobs = []
-    for n, w in enumerate(workloads, 1):
-        where = f"workloads[{n}]"
-        if not isinstance(w, dict) or not isinstance(w.get("model"), str):
-            raise bad(where, 'needs model = "path"')
-        extra = sorted(set(w) - WORKLOAD_KEYS)
-        if extra:
-            raise bad(
-                f"{where}.{extra[0]}", f"unknown key (known: {', '.join(sorted(WORKLOAD_KEYS))})"
-            )
-        dims = w.get("dims", {})
-        if not isinstance(dims, dict) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in dims.values()
-        ):
-            raise bad(f"{where}.dims", "a table of name = positive integer")
-        model = w["model"] if Path(w["model"]).is_absolute() else str(base / w["model"])
-        if not Path(model).is_file():
-            raise bad(f"{where}.model", f"no such file: {model}")
-        pipelines = w.get("pipelines", ["default"])
-        backends = w.get("backends", ["cpu"])
-        for key, value in (("pipelines", pipelines), ("backends", backends)):
-            if (
-                not isinstance(value, list)
-                or not value
-                or not all(isinstance(x, str) for x in value)
-            ):
-                raise bad(f"{where}.{key}", "a non-empty list of strings")
-        name = str(w.get("name") or Path(model).stem)
-        for pipeline in pipelines:
-            for backend in backends:
-                jobs.append(
-                    NightlyJob(
-                        name,
-                        model,
-                        dict(dims),
-                        None if pipeline == "default" else pipeline,
-                        backend,
-                        numbers["precision"],
-                        numbers["budget"],
-                        int(data.get("seed", 0)),
-                        tuple(plugins),
-                    )
-                )
+    shared = {
+        "precision": numbers["precision"],
+        "budget": numbers["budget"],
+        "seed": seed,
+        "plugins": tuple(plugins),
+    }
+    jobs = [job for n, w in enumerate(workloads, 1) for job in _jobs(w, n, base, shared, bad)]
     db_url = db or str(data.get("db", "irkit-history.db"))
     if "://" not in db_url and not Path(db_url).is_absolute():
         db_url = str(base / db_url)
@@ -179,11 +132,65 @@ def read_config(path: str | Path, db: str | None = None) -> Config:
         numbers["budget"],
         numbers["rerun_budget"],
         numbers["min_change"],
-        int(data.get("seed", 0)),
+        seed,
         tuple(plugins),
         dict(repos),
         tuple(jobs),
     )
+
+
+def _parse(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except OSError as e:
+        raise IrkitError(
+            f"cannot read the nightly configuration: {e.strerror}", str(path)
+        ) from None
+    except UnicodeDecodeError:
+        raise IrkitError("not TOML: not UTF-8 text", str(path)) from None
+    except tomllib.TOMLDecodeError as e:
+        where = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
+        text = re.sub(r"\s*\(at line.*\)", "", str(e))
+        spot = f"{path}:{where[1]}:{where[2]}" if where else str(path)
+        raise IrkitError(f"not TOML: {text}", spot) from None
+
+
+def _jobs(w: object, n: int, base: Path, shared: dict, bad) -> list[NightlyJob]:
+    """The jobs of the configuration's `n`-th [[workloads]] table."""
+    where = f"workloads[{n}]"
+    if not isinstance(w, dict) or not isinstance(w.get("model"), str):
+        raise bad(where, 'needs model = "path"')
+    extra = sorted(set(w) - WORKLOAD_KEYS)
+    if extra:
+        raise bad(f"{where}.{extra[0]}", f"unknown key (known: {', '.join(sorted(WORKLOAD_KEYS))})")
+    dims = w.get("dims", {})
+    if not isinstance(dims, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in dims.values()
+    ):
+        raise bad(f"{where}.dims", "a table of name = positive integer")
+    model = w["model"] if Path(w["model"]).is_absolute() else str(base / w["model"])
+    if not Path(model).is_file():
+        raise bad(f"{where}.model", f"no such file: {model}")
+    pipelines, backends = w.get("pipelines", ["default"]), w.get("backends", ["cpu"])
+    for key, value in (("pipelines", pipelines), ("backends", backends)):
+        if not isinstance(value, list) or not value or not all(isinstance(x, str) for x in value):
+            raise bad(f"{where}.{key}", "a non-empty list of strings")
+    name = str(w.get("name") or Path(model).stem)
+    return [
+        NightlyJob(
+            name,
+            model,
+            dict(dims),
+            None if pipeline == "default" else pipeline,
+            backend,
+            shared["precision"],
+            shared["budget"],
+            shared["seed"],
+            shared["plugins"],
+        )
+        for pipeline in pipelines
+        for backend in backends
+    ]
 
 
 def run_job(job: NightlyJob) -> dict:

@@ -3,7 +3,7 @@ one revision, timed one round at a time on request (`irkit.measure.revisions` ru
 
 It runs as `python -c <this file's text>` with the revision's checkouts first on the path,
 so that `import irkit` is that commit's irkit: it uses only what irkit has long had
-(`irkit.load`, `irkit.compile`, `irkit.runtime.check.check`, `bind` and `timed_graph`,
+(`irkit.frontend.load`, `irkit.runtime.compile`, `irkit.runtime.check.check`, `bind` and `timed_graph`,
 `irkit.pipelines.parse_passes`/`apply_passes`, `irkit.ir.to_text`), and says in one line
 what it could not do. It speaks JSON lines: the job in, then `ready` (the pipeline's
 passes, each prefix's IR hash, the kernels' names and code hashes) or `error`; then one
@@ -13,13 +13,17 @@ kernel's), `ir K` (the IR after K passes), `q` (quit).
 
 import hashlib
 import json
+import math
 import os
 import sys
 import time
 import traceback
 
-MIN_SAMPLE_S = 0.005
+MIN_SAMPLE_S = 0.01
 """A round is one batch of back-to-back calls lasting at least this long."""
+
+WARM_S = 0.05
+"""Calls before the batch size is chosen: the first ones run on cold caches and pages."""
 
 
 def _sample(fn, reps):
@@ -32,33 +36,40 @@ def _sample(fn, reps):
 
 
 class _Timed:
-    """A callable's rounds: `reps` calls each, found once so that a round lasts MIN_SAMPLE_S."""
+    """A callable's rounds: `reps` calls each, chosen once (after WARM_S of calls) from the
+    fastest of five calls, so that a round lasts MIN_SAMPLE_S even where the machine is
+    slow for a moment while it is chosen."""
 
     def __init__(self, fn):
-        self.fn, self.reps = fn, 1
-        fn()  # warm
-        while _sample(fn, self.reps) * self.reps < MIN_SAMPLE_S and self.reps < 1 << 20:
-            self.reps *= 2
+        self.fn = fn
+        deadline = time.perf_counter() + WARM_S
+        calls = 0
+        while calls < 3 or time.perf_counter() < deadline:
+            fn()
+            calls += 1
+        fastest = min(_sample(fn, 1) for _ in range(5))
+        self.reps = max(1, min(1 << 20, math.ceil(MIN_SAMPLE_S / max(fastest, 1e-9))))
 
     def round(self):
         return _sample(self.fn, self.reps)
 
 
 def _prepare(job):
-    import irkit
+    from irkit.frontend import load
     from irkit.ir import to_text
     from irkit.pipelines import apply_passes, parse_passes
     from irkit.plugins import load_plugins
+    from irkit.runtime import compile
     from irkit.runtime.check import check
 
     if job.get("irkit_root"):
-        where = os.path.dirname(os.path.dirname(os.path.abspath(irkit.__file__)))
+        where = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["irkit"].__file__)))
         if os.path.realpath(where) != os.path.realpath(job["irkit_root"]):
             raise RuntimeError(f"imported irkit from {where}, not the checkout {job['irkit_root']}")
     load_plugins(job.get("plugins") or [])
     dims = job.get("dims") or None
-    module = irkit.load(job["model"], dims=dims)
-    exe = irkit.compile(module.clone(), job.get("pipeline"), job.get("backend", "cpu"), dims)
+    module = load(job["model"], dims=dims)
+    exe = compile(module.clone(), job.get("pipeline"), job.get("backend", "cpu"), dims)
     checks, inputs = check(exe, exe.graph if exe.graph is not None else module, job.get("seed", 0))
     wrong = [c for c in checks if not c.passed]
     if wrong:
@@ -73,7 +84,7 @@ def _prepare(job):
     kernels = {r.name: i for i, r in enumerate(exe.kernels)}
     ready = {
         "ready": True,
-        "irkit": os.path.abspath(irkit.__file__),
+        "irkit": os.path.abspath(sys.modules["irkit"].__file__),
         "pipeline": exe.pipeline,
         "passes": [str(p.pipeline_pass_spec()) for p in passes],
         "prefixes": [hashlib.sha256(t.encode()).hexdigest()[:16] for t in texts],

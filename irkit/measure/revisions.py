@@ -30,7 +30,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,11 +202,21 @@ class Side:
 
     def __init__(self, proc: subprocess.Popen, label: str, ready: dict, log: Any = None):
         self.proc, self.label, self.ready, self.log = proc, label, ready, log
+        self._where: dict[str, str] = {}
+        self._workload = ""
 
     @staticmethod
     def start(trees: Checkouts, revision: Revision, workload: Workload) -> Side:
         """Build `revision` (worktrees) and start its worker; an IrkitError naming the
         revision where the workload does not load, compile or check there."""
+        side = Side.launch(trees, revision, workload)
+        side.wait_ready()
+        return side
+
+    @staticmethod
+    def launch(trees: Checkouts, revision: Revision, workload: Workload) -> Side:
+        """`start` without waiting for the worker to be ready (`wait_ready`), so that
+        several compile at once."""
         env = dict(os.environ)
         path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         plugins = list(workload.plugins)
@@ -223,7 +233,6 @@ class Side:
             model = _moved(model, repo.path, tree)
         env["PYTHONPATH"] = os.pathsep.join(path)
         env.pop("IRKIT_PLUGINS", None)
-        label = describe(revision)
         source = (Path(__file__).with_name("revision_worker.py")).read_text()
         log = tempfile.TemporaryFile("w+")
         proc = subprocess.Popen(
@@ -244,24 +253,32 @@ class Side:
             "plugins": plugins,
             "irkit_root": irkit_root,
         }
-        side = Side(proc, label, {}, log)
-        ready = side._ask(json.dumps(job))
-        if "error" in ready:
-            side.close()
-            message = ready["error"]
-            for tree, repo in where.items():
-                message = message.replace(tree, repo)
-            raise IrkitError(f"{workload.label} at {label}: {message}")
-        side.ready = ready
+        side = Side(proc, describe(revision), {}, log)
+        side._where, side._workload = where, workload.label
+        side._send(json.dumps(job))
         return side
 
-    def _ask(self, line: str) -> dict:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        try:
+    def wait_ready(self) -> None:
+        ready = self._receive()
+        if "error" in ready:
+            self.close()
+            message = ready["error"]
+            for tree, repo in self._where.items():
+                message = message.replace(tree, repo)
+            raise IrkitError(f"{self._workload} at {self.label}: {message}")
+        self.ready = ready
+
+    def _send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, OSError):  # a dead worker: _receive says
             self.proc.stdin.write(line + "\n")
             self.proc.stdin.flush()
+
+    def _receive(self) -> dict:
+        assert self.proc.stdout is not None
+        try:
             reply = self.proc.stdout.readline()
-        except (BrokenPipeError, OSError):
+        except OSError:
             reply = ""
         if not reply:
             code = self.proc.wait(timeout=30)
@@ -272,6 +289,10 @@ class Side:
                 said = f": {lines[-1].strip()}" if lines else ""
             return {"error": f"the worker exited ({code}) without a reply{said}"}
         return json.loads(reply)
+
+    def _ask(self, line: str) -> dict:
+        self._send(line)
+        return self._receive()
 
     def sample(self) -> float:
         reply = self._ask("t")
@@ -333,6 +354,8 @@ class Comparison:
     looks: int
     threshold: float
     direction: str
+    copies: int = 1
+    """Worker processes a side was timed as (placement slots)."""
 
     def to_json(self) -> dict:
         return {
@@ -345,7 +368,9 @@ class Comparison:
             "looks": self.looks,
             "threshold": self.threshold,
             "direction": self.direction,
-            "test": "paired sequential, rounds alternating order (irkit.measure.bisect)",
+            "copies": self.copies,
+            "test": "paired sequential over worker copies as placement slots, rounds "
+            "alternating order (irkit.measure.bisect)",
         }
 
     def describe(self) -> str:
@@ -353,37 +378,79 @@ class Comparison:
         return f"{r.median:.3f}x [{r.low:.3f}, {r.high:.3f}] over {self.rounds} rounds"
 
 
+COPIES = 3
+"""Worker processes a side is timed as: where a process's code and buffers landed moves its
+time by a few percent (an A/A pair of processes can differ by 3%, seen here under load), so
+each side is several processes, the rounds rotating through the pairs, and the paired test's
+CI holds their spread (`sequential_slower`'s slots)."""
+
+Sampler = Side | Callable[[], float]
+
+
 def paired_change(
-    base: Side | Callable[[], float],
-    new: Side | Callable[[], float],
+    base: Sampler | Sequence[Sampler],
+    new: Sampler | Sequence[Sampler],
     threshold: float,
     slower: bool = True,
     budget_s: float = 30.0,
     alpha: float = 0.05,
 ) -> Comparison:
     """Is `new` slower than `base` by more than `threshold` (`slower`), or faster by more
-    than that (not `slower`)? Sides are asked in turn, the order alternating each round."""
-    a = base.sample if isinstance(base, Side) else base
-    b = new.sample if isinstance(new, Side) else new
-    flip = itertools.cycle((True, False))
+    than that (not `slower`)? Each side is one sampler or several copies (paired in order:
+    placement slots); round i asks slot i mod copies, the two sides in an order that
+    alternates from one cycle of the slots to the next."""
+    a = [x.sample if isinstance(x, Side) else x for x in _listed(base)]
+    b = [x.sample if isinstance(x, Side) else x for x in _listed(new)]
+    if len(a) != len(b):
+        raise ValueError(f"{len(a)} copies of the base against {len(b)} of the new side")
+    rounds = itertools.count()
 
     def sample() -> tuple[float, float]:
-        if next(flip):
-            x = a()
-            y = b()
+        i = next(rounds)
+        k = i % len(a)
+        if (i // len(a)) % 2 == 0:
+            x = a[k]()
+            y = b[k]()
         else:
-            y = b()
-            x = a()
+            y = b[k]()
+            x = a[k]()
         return (x, y) if slower else (y, x)
 
-    d: Decision = sequential_slower(sample, threshold, alpha, budget_s=budget_s)
+    d: Decision = sequential_slower(sample, threshold, alpha, budget_s=budget_s, slots=len(a))
     ratio = d.ratio if slower else _inverse(d.ratio)
     verdict = {"slower": "slower" if slower else "faster", "not slower": "no change"}.get(
         d.verdict, d.verdict
     )
     return Comparison(
-        verdict, ratio, d.rounds, d.looks, threshold, "slower" if slower else "faster"
+        verdict, ratio, d.rounds, d.looks, threshold, "slower" if slower else "faster", len(a)
     )
+
+
+def _listed(x: Sampler | Sequence[Sampler]) -> list[Sampler]:
+    return list(x) if isinstance(x, Sequence) else [x]
+
+
+def start_copies(
+    trees: Checkouts, revisions: Sequence[Revision], workload: Workload, copies: int = COPIES
+) -> list[list[Side]]:
+    """`copies` workers for each revision, all compiling at once; all closed on an error."""
+    launched: list[list[Side]] = []
+    try:
+        for revision in revisions:
+            launched.append([Side.launch(trees, revision, workload) for _ in range(copies)])
+        for group in launched:
+            for side in group:
+                side.wait_ready()
+    except BaseException:
+        close_all(launched)
+        raise
+    return launched
+
+
+def close_all(groups: Sequence[Sequence[Side]]) -> None:
+    for group in groups:
+        for side in group:
+            side.close()
 
 
 def _inverse(e: Estimate) -> Estimate:
@@ -542,12 +609,13 @@ def bisect_commits(
     budget_s: float = 30.0,
     fixed: Revision | None = None,
     progress: Callable[[str], None] | None = None,
+    copies: int = COPIES,
 ) -> CommitBisection:
     """The first commit of `repo` after `good`, up to `bad`, at which `workload` is slower
     than at `good` (see the module docstring). `fixed`: the commits of the other
     repositories (default: what is installed here). `threshold`: the smallest slowdown of
     BAD against GOOD that is searched for; each commit in between is called bad when it is
-    slower than GOOD by more than half the regression BAD shows (the lower end of its CI)."""
+    slower than GOOD by more than half the regression BAD shows (its paired median)."""
     say = progress or (lambda _: None)
     commits = repo.commits(good, bad)
     good = repo.commit(good)
@@ -557,22 +625,25 @@ def bisect_commits(
         return {**others, repo: sha}
 
     with Checkouts() as trees:
-        base = Side.start(trees, revision(good), workload)
+        (base,) = start_copies(trees, [revision(good)], workload, copies)
         try:
-            with Side.start(trees, revision(commits[-1]), workload) as last:
-                overall = paired_change(base, last, threshold, budget_s=budget_s)
+            (last,) = start_copies(trees, [revision(commits[-1])], workload, copies)
+            overall = paired_change(base, last, threshold, budget_s=budget_s)
+            close_all([last])
             say(
-                f"BAD {commits[-1][:10]} against GOOD {good[:10]}: {overall.verdict}, {overall.describe()}"
+                f"BAD {commits[-1][:10]} against GOOD {good[:10]}: {overall.verdict}, "
+                f"{overall.describe()}"
             )
             result = CommitBisection(repo, workload, overall, [(commits[-1], overall)])
             if overall.verdict != "slower":
                 return result
-            half = max((overall.ratio.low - 1) / 2, 0.005)
+            half = max((overall.ratio.median - 1) / 2, 0.005)
             low, high = -1, len(commits) - 1  # index -1: GOOD itself
             while high - low > 1:
                 mid = (low + high) // 2
-                with Side.start(trees, revision(commits[mid]), workload) as side:
-                    test = paired_change(base, side, half, budget_s=budget_s)
+                (side,) = start_copies(trees, [revision(commits[mid])], workload, copies)
+                test = paired_change(base, side, half, budget_s=budget_s)
+                close_all([side])
                 result.tested.append((commits[mid], test))
                 say(f"{commits[mid][:10]}: {test.verdict}, {test.describe()}")
                 if test.verdict == "slower":
@@ -583,14 +654,16 @@ def bisect_commits(
                     result.range_left = (good if low < 0 else commits[low], commits[high])
                     return result
         finally:
-            base.close()
+            close_all([base])
         result.first_bad = commits[high]
         result.parent = good if high == 0 else commits[high - 1]
-        with (
-            Side.start(trees, revision(result.parent), workload) as before,
-            Side.start(trees, revision(result.first_bad), workload) as after,
-        ):
-            result.step = paired_change(before, after, half, budget_s=budget_s)
-            result.pass_change = changed_pass(before, after)
-            result.kernels = changed_kernels(before, after)
+        pair = start_copies(
+            trees, [revision(result.parent), revision(result.first_bad)], workload, copies
+        )
+        try:
+            result.step = paired_change(pair[0], pair[1], half, budget_s=budget_s)
+            result.pass_change = changed_pass(pair[0][0], pair[1][0])
+            result.kernels = changed_kernels(pair[0][0], pair[1][0])
+        finally:
+            close_all(pair)
         return result

@@ -21,6 +21,7 @@ the time back within the threshold.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -31,7 +32,13 @@ from irkit.errors import IrkitError
 from irkit.measure.changepoints import Change, detect
 from irkit.measure.history import History, Point, Series, Verdict, machine_key
 
-DETECTED = ("seconds", "baseline seconds", "tuned seconds", "compile seconds", "warm compile seconds")
+DETECTED = (
+    "seconds",
+    "baseline seconds",
+    "tuned seconds",
+    "compile seconds",
+    "warm compile seconds",
+)
 """The metrics searched for change points: times (a pass's saving, a difference, is not)."""
 
 MAX_DIFF = 200_000
@@ -49,6 +56,9 @@ class Suspect:
     after: Point
     verdict: Verdict | None
     threshold: float
+    detected: bool = True
+    """False for a confirmed change the detector no longer places (its series grew, the
+    penalty with it): kept on its rerun's word."""
 
     @property
     def status(self) -> str:
@@ -72,10 +82,12 @@ class Suspect:
     def describe(self) -> str:
         c = self.change
         way = "slower" if c.slower else "faster"
-        text = (
-            f"{abs(c.ratio - 1):.1%} {way} at {self.span()} (detected {c.ratio:.3f}x "
-            f"[{c.ci_low:.3f}, {c.ci_high:.3f}])"
+        seen = (
+            f"detected {c.ratio:.3f}x [{c.ci_low:.3f}, {c.ci_high:.3f}]"
+            if self.detected
+            else "no longer a change point of the detector"
         )
+        text = f"{abs(c.ratio - 1):.1%} {way} at {self.span()} ({seen})"
         v = self.verdict
         if v is not None and v.ratio is not None:
             text += (
@@ -106,12 +118,52 @@ def triage(
             [(p.repos or {}).get("irkit") or p.commit for p in points],
             floor,
         )
+        threshold = max(floor, min_change)
+        mine = []
         for change in found:
             before, after = points[change.at - 1], points[change.at]
             if before.repos == after.repos:  # no commit between: the machine moved
                 continue
             verdict = history.verdict(s.id, before.repos or {}, after.repos or {})
-            out.append(Suspect(s, change, before, after, verdict, max(floor, min_change)))
+            mine.append(Suspect(s, change, before, after, verdict, threshold))
+        mine += _kept(history, s, points, mine, threshold)
+        out += sorted(mine, key=lambda x: x.change.at)
+    return out
+
+
+def _kept(
+    history: History, series: Series, points: list[Point], found: list[Suspect], threshold: float
+) -> list[Suspect]:
+    """The confirmed changes of a series that detection no longer finds."""
+    seen = {
+        (json.dumps(s.before.repos, sort_keys=True), json.dumps(s.after.repos, sort_keys=True))
+        for s in found
+    }
+    out = []
+    for before, after, verdict in history.verdicts(series.id):
+        key = (json.dumps(before, sort_keys=True), json.dumps(after, sort_keys=True))
+        if verdict.verdict != "confirmed" or key in seen or verdict.ratio is None:
+            continue
+        at = next(
+            (
+                i
+                for i in range(1, len(points))
+                if points[i - 1].repos == before and points[i].repos == after
+            ),
+            None,
+        )
+        if at is None:
+            continue
+        change = Change(
+            at,
+            points[at - 1].commit,
+            points[at].commit,
+            verdict.ratio,
+            verdict.ci_low or verdict.ratio,
+            verdict.ci_high or verdict.ratio,
+            math.nan,
+        )
+        out.append(Suspect(series, change, points[at - 1], points[at], verdict, threshold, False))
     return out
 
 
@@ -218,29 +270,30 @@ def _rerun_one(history: History, s: Suspect, where: Mapping[str, Path], budget_s
     from irkit.measure.revisions import (
         Checkouts,
         Repo,
-        Side,
         Workload,
         changed_kernels,
         changed_pass,
+        close_all,
         paired_change,
+        start_copies,
     )
 
     workload = Workload.of_record(history.body(s.after.record_id or 0))
+    revisions = []
+    for revision in s.revisions():
+        resolved = {}
+        for name in _moved(*s.revisions()):  # the others: as installed here
+            repo = Repo.at(where[name])
+            resolved[repo] = repo.commit(str(revision[name]))
+        revisions.append(resolved)
     with Checkouts() as trees:
-        sides = []
+        sides = start_copies(trees, revisions, workload)
         try:
-            for revision in s.revisions():
-                resolved = {}
-                for name in _moved(*s.revisions()):  # the others: as installed here
-                    sha = revision[name]
-                    repo = Repo.at(where[name])
-                    resolved[repo] = repo.commit(str(sha))
-                sides.append(Side.start(trees, resolved, workload))
             a, b = sides
             if s.series.kernel:
                 test = paired_change(
-                    partial(a.kernel_sample, s.series.kernel),
-                    partial(b.kernel_sample, s.series.kernel),
+                    [partial(x.kernel_sample, s.series.kernel) for x in a],
+                    [partial(x.kernel_sample, s.series.kernel) for x in b],
                     s.threshold,
                     s.slower,
                     budget_s,
@@ -249,17 +302,16 @@ def _rerun_one(history: History, s: Suspect, where: Mapping[str, Path], budget_s
                 test = paired_change(a, b, s.threshold, s.slower, budget_s)
             found: dict = {}
             if test.verdict in ("slower", "faster"):  # confirmed: what changed, for triage
-                change = changed_pass(a, b)
+                change = changed_pass(a[0], b[0])
                 found = {
                     "pass": change.describe(),
                     "pass_spec": change.spec,
                     "ir_diff": change.diff[:MAX_DIFF],
-                    "kernels": [k.describe() for k in changed_kernels(a, b)],
+                    "kernels": [k.describe() for k in changed_kernels(a[0], b[0])],
                 }
             return test, found
         finally:
-            for side in sides:
-                side.close()
+            close_all(sides)
 
 
 def check_clean(repos: Mapping[str, Path]) -> None:
