@@ -157,6 +157,11 @@ class Verdict:
     decided_at: str
 
 
+def _verdict(row: Any) -> Verdict:
+    """A Verdict from a row of (verdict, ratio, ci_low, ci_high, rounds, protocol, decided_at)."""
+    return Verdict(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]), row[6])
+
+
 def revision_key(repos: dict) -> str:
     """A revision (repository name -> commit) as one comparable string."""
     return json.dumps(repos, sort_keys=True)
@@ -502,7 +507,10 @@ class History:
             "WHERE p.series_id = ? ORDER BY p.recorded_at, p.id",
             (series_id,),
         ).fetchall()
-        return [Point(*r[:9], json.loads(r[9]), r[10]) for r in rows]
+        return [
+            Point(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], json.loads(r[9]), r[10])
+            for r in rows
+        ]
 
     def body(self, record_id: int) -> dict:
         """One record, whole."""
@@ -516,7 +524,7 @@ class History:
             "WHERE series_id = ? AND before_rev = ? AND after_rev = ?",
             (series_id, revision_key(before), revision_key(after)),
         ).fetchone()
-        return Verdict(row[0], *row[1:5], json.loads(row[5]), row[6]) if row else None
+        return _verdict(row) if row else None
 
     def verdicts(self, series_id: int) -> list[tuple[dict, dict, Verdict]]:
         """Every rerun's verdict on a series: (before, after, verdict)."""
@@ -525,10 +533,7 @@ class History:
             "decided_at FROM verdicts WHERE series_id = ? ORDER BY id",
             (series_id,),
         ).fetchall()
-        return [
-            (json.loads(r[0]), json.loads(r[1]), Verdict(r[2], *r[3:7], json.loads(r[7]), r[8]))
-            for r in rows
-        ]
+        return [(json.loads(r[0]), json.loads(r[1]), _verdict(r[2:])) for r in rows]
 
     def decide(self, series_id: int, before: dict, after: dict, verdict: Verdict) -> Verdict:
         """Keep a rerun's verdict; where another writer kept one first, that one stands."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,7 +188,7 @@ def _ratio(s: Suspect) -> float:
     return s.verdict.ratio if s.verdict and s.verdict.ratio else s.change.ratio
 
 
-def repos_for(names: Mapping[str, str | None], given: Mapping[str, str]) -> dict[str, Path]:
+def repos_for(names: Iterable[str], given: Mapping[str, str]) -> dict[str, Path]:
     """Where each repository of a revision is on this machine: `given` (name -> path),
     else irkit's own source checkout for "irkit", else a plugin's path (its repository)."""
     out: dict[str, Path] = {}
@@ -267,12 +267,11 @@ def _rerun_one(history: History, s: Suspect, where: Mapping[str, Path], budget_s
     """Both revisions built and timed interleaved: the paired test's comparison."""
     from functools import partial
 
+    from irkit.measure.culprits import changed_kernels, changed_pass
     from irkit.measure.revisions import (
         Checkouts,
         Repo,
         Workload,
-        changed_kernels,
-        changed_pass,
         close_all,
         paired_change,
         start_copies,

@@ -268,7 +268,8 @@ def detect(console, history, args, workload: str | None = None) -> int:
 
 
 def _bisect(console, args) -> int:
-    from irkit.measure.revisions import Repo, Workload, bisect_commits
+    from irkit.measure.culprits import bisect_commits
+    from irkit.measure.revisions import Repo, Workload
 
     repo = Repo.at(args.repo)
     workload = Workload(
