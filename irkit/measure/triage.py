@@ -21,7 +21,6 @@ the time back within the threshold.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -30,7 +29,7 @@ from pathlib import Path
 
 from irkit.errors import IrkitError
 from irkit.measure.changepoints import Change, detect
-from irkit.measure.history import History, Point, Series, Verdict, machine_key
+from irkit.measure.history import History, Point, Series, Verdict, machine_key, revision_key
 
 DETECTED = (
     "seconds",
@@ -135,13 +134,10 @@ def _kept(
     history: History, series: Series, points: list[Point], found: list[Suspect], threshold: float
 ) -> list[Suspect]:
     """The confirmed changes of a series that detection no longer finds."""
-    seen = {
-        (json.dumps(s.before.repos, sort_keys=True), json.dumps(s.after.repos, sort_keys=True))
-        for s in found
-    }
+    seen = {(revision_key(s.before.repos or {}), revision_key(s.after.repos or {})) for s in found}
     out = []
     for before, after, verdict in history.verdicts(series.id):
-        key = (json.dumps(before, sort_keys=True), json.dumps(after, sort_keys=True))
+        key = (revision_key(before), revision_key(after))
         if verdict.verdict != "confirmed" or key in seen or verdict.ratio is None:
             continue
         at = next(
@@ -281,8 +277,8 @@ def _rerun_one(history: History, s: Suspect, where: Mapping[str, Path], budget_s
     revisions = []
     for revision in s.revisions():
         resolved = {}
-        for name in _moved(*s.revisions()):  # the others: as installed here
-            repo = Repo.at(where[name])
+        for name, path in where.items():  # the moved ones; the others: as installed here
+            repo = Repo.at(path)
             resolved[repo] = repo.commit(str(revision[name]))
         revisions.append(resolved)
     with Checkouts() as trees:
