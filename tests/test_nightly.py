@@ -4,9 +4,11 @@ one faster (commit 12). `irkit-bench nightly` at every commit finds both, with t
 sign and commits, confirms them by reruns (both revisions built from git worktrees and
 timed interleaved), and `irkit-bench history bisect` names the commit and the pass.
 
-The planted changes are large (+30%, -45%) so that these tests decide in a few rounds;
-benchmarks/history_detection.py measures detection of 5% changes and false confirmations
-over many histories."""
+The planted changes are large (the spin kernel's work x4, then /8: the program about 2.5x
+slower, then 4x faster) so that these tests decide in a few rounds and two nights after a
+step even on a loaded machine (CI runs them beside other tests on two cores: a +30% step
+was missed there with two points after it); benchmarks/history_detection.py measures
+detection of 5% changes and false confirmations over many histories."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from irkit.measure.history import History
 from irkit.measure.triage import triage
 from tests.conftest import ROOT
 
-WORKS = [20000] * 6 + [30000] * 6 + [10000] * 6
+WORKS = [20000] * 6 + [80000] * 6 + [10000] * 6
 SLOWER, FASTER = 6, 12
 
 
@@ -87,9 +89,10 @@ def test_nightly_finds_both_planted_changes_and_confirms_them_by_rerun(
         assert s.verdict is not None and s.verdict.protocol["test"].startswith("paired")
         assert s.verdict.rounds >= 10
     # decided as soon as the CI clears the 2% threshold: wide (3 worker copies a side, a
-    # placement slot each), but on the right side of it, around the planted +30%, -45%
-    assert slower.verdict.ci_low > 1.02 and 1.15 < slower.verdict.ratio < 1.5
-    assert faster.verdict.ci_high < 0.98 and 0.4 < faster.verdict.ratio < 0.7
+    # placement slot each; wider still on a loaded machine), but on the right side of it,
+    # and the ratio of the planted size's order (about 2.5x slower, then 4x faster)
+    assert slower.verdict.ci_low > 1.02 and 1.5 < slower.verdict.ratio < 6
+    assert faster.verdict.ci_high < 0.98 and 0.1 < faster.verdict.ratio < 0.6
     # nothing else in the whole program's series stands confirmed
     assert {s.status for s in found if s not in (slower, faster)} <= {"refuted", "undecided"}
 
@@ -101,9 +104,12 @@ def test_nightly_exits_1_while_the_regression_is_open(nightlies: Nightlies) -> N
     loaded machine can keep it open a night longer)."""
     codes = nightlies.codes
     assert codes[:SLOWER] == [0] * SLOWER, codes  # nothing open before the slowdown
-    assert codes[SLOWER + 1] == 1, codes  # found, confirmed and open the night after
+    assert codes[SLOWER] == 0, codes  # one point after a step is not a change yet
+    opened_at = codes.index(1)
+    assert opened_at == SLOWER + 1, codes  # found, confirmed and open the night after
+    assert codes[opened_at : FASTER + 1] == [1] * (FASTER + 1 - opened_at), codes  # kept open
     assert codes[-1] == 0, codes  # closed by the speedup's confirmation
-    opened = nightlies.outputs[SLOWER + 1]
+    opened = nightlies.outputs[opened_at]
     assert "rerunning passes.py" in opened and ": confirmed" in opened
     assert "open regression(s)" in opened and " 0 open regression(s)" not in opened
     triage_files = sorted(nightlies.results.glob("triage-*.txt"))
@@ -131,11 +137,11 @@ def test_history_bisect_names_the_commit_and_the_pass(nightlies: Nightlies) -> N
     )  # fmt: skip
     out = done.stdout
     assert done.returncode == 1, done.stderr + out  # a culprit found, as `bisect` says one
-    assert f"commit {shas[SLOWER][:10]} ({SLOWER}: schedule: WORK 20000 -> 30000)" in out
+    assert f"commit {shas[SLOWER][:10]} ({SLOWER}: schedule: WORK 20000 -> 80000)" in out
     assert f"the pass responsible: {PASS}" in out
     assert "kernels changed: synthetic_schedule_work (changed" in out
     assert (
-        "-    %n = arith.constant 20000 : index" in out and "+    %n = arith.constant 30000" in out
+        "-    %n = arith.constant 20000 : index" in out and "+    %n = arith.constant 80000" in out
     )
 
 
@@ -187,5 +193,5 @@ def test_the_dashboard_drills_down_to_the_pass_the_kernels_and_the_ir_diff(
     page = (site / f"change-{whole.id}-{SLOWER}.html").read_text()
     assert f"the pass responsible: {PASS}" in page
     assert "synthetic_schedule_work (changed" in page
-    assert "arith.constant 20000" in page and "arith.constant 30000" in page
+    assert "arith.constant 20000" in page and "arith.constant 80000" in page
     assert "confirmed" in page and "open" not in page.split("<h2>")[0].split("</h1>")[1]
