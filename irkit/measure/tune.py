@@ -300,48 +300,101 @@ def _race(
     seed: int,
     placements: int,
 ) -> tuple[Program, Any]:
-    """The race: every program bound as `placements` slots, a slot's programs in one set of
-    inputs and outputs, the rounds rotating through them (bound once each, the programs
-    would differ by their copies' offsets too, a few percent on a CPU, and the fastest of
-    several would often be the one that landed well). Returns the fastest and its speedup
-    over the default, paired by round, at the result's confidence."""
-    import numpy as np
-
-    from irkit.measure.attribution.placements import copies_within_budget
-    from irkit.measure.slots import Rotation, bind_slots, io_of, slot_ratio_ci
-    from irkit.measure.timers import time_interleaved
-
+    """The race (`race_programs`) of the default and the survivors. Returns the fastest and
+    its speedup over the default, paired by round, at the result's confidence."""
     racers = [default, *survivors]
-    copies = copies_within_budget(placements, [p.exe for p in racers], 0)[0]  # as if unshared
     sources = {p.spec: (p.exe, f"candidate '{p.spec}'") for p in racers}
-    bound = bind_slots(chosen, sources, copies, graph, case, seed)
-    rotation = Rotation(bound)
-    timings = time_interleaved(rotation.fns, precision, budget_s, max(10, 4 * copies),
-                               max(200, 25 * copies), seed=seed, floor_rounds=max(10, 2 * copies),
-                               on_round=rotation.on_round)  # fmt: skip
+    race = race_programs(chosen, graph, case, sources, precision, budget_s, seed, placements)
     for p in racers:
-        e = timings[p.spec].estimate
+        e = race.timings[p.spec].estimate
         p.seconds = {"median": e.median, "ci_low": e.low, "ci_high": e.high}
-    best = min(survivors, key=lambda p: timings[p.spec].estimate.median)
-    ratio = slot_ratio_ci(
-        np.array(timings[default.spec].samples),
-        np.array(timings[best.spec].samples),
-        np.array(rotation.slots),
-        res.confidence,
-    )
-    res.protocol.update(
-        {
-            "placements": copies,
-            "placement_io": "shared" if io_of(bound[default.spec][0]) is not None else "own",
+    best = min(survivors, key=lambda p: race.timings[p.spec].estimate.median)
+    ratio = race.speedup(default.spec, best.spec, res.confidence)
+    res.protocol.update(race.protocol())
+    res.speedup = {"median": ratio.median, "ci_low": ratio.low, "ci_high": ratio.high}
+    return best, ratio
+
+
+@dataclass
+class Race:
+    """What `race_programs` measured: each program's timing, the slot each round ran on,
+    and the bound copies (slot by slot, for checks after timing)."""
+
+    timings: dict[str, Any]
+    slots: Any
+    copies: int
+    bound: dict[str, list[Any]]
+
+    def speedup(self, base: str, other: str, confidence: float) -> Any:
+        """`base`'s time over `other`'s (above 1: `other` is faster), paired by round, its
+        CI widened by the slots' spread (`slots.slot_ratio_ci`)."""
+        import numpy as np
+
+        from irkit.measure.slots import slot_ratio_ci
+
+        x = np.array(self.timings[base].samples, np.float64)
+        y = np.array(self.timings[other].samples, np.float64)
+        n = min(len(x), len(y), len(self.slots))
+        both = ~np.isnan(x[:n]) & ~np.isnan(y[:n])  # rounds a program sat out (`needed`)
+        return slot_ratio_ci(x[:n][both], y[:n][both], self.slots[:n][both], confidence)
+
+    def protocol(self) -> dict[str, Any]:
+        from irkit.measure.slots import io_of
+
+        first = next(iter(self.bound.values()))[0]
+        return {
+            "placements": self.copies,
+            "placement_io": "shared" if io_of(first) is not None else "own",
             "placement_method": "the race binds every program as this many slots "
             "(a slot's programs into one set of inputs and outputs where the backend "
-            "can), round r running slot r mod placements; the speedup's CI is the "
+            "can), round r running slot r mod placements; a speedup's CI is the "
             "paired ratio's over the rounds, widened by the slots' spread "
             "(slot_ratio_ci)",
         }
-    )
-    res.speedup = {"median": ratio.median, "ci_low": ratio.low, "ci_high": ratio.high}
-    return best, ratio
+
+
+def race_programs(
+    chosen: Any,
+    graph: ModuleOp,
+    case: Any,
+    sources: dict[str, tuple[Any, str]],
+    precision: float,
+    budget_s: float,
+    seed: int,
+    placements: int,
+    needed: Callable[[Any, Any], Any] | None = None,
+    max_rounds: int | None = None,
+) -> Race:
+    """Every program of `sources` (name -> (compiled program, what to call it)) bound as
+    `placements` slots, a slot's programs in one set of inputs and outputs, the rounds
+    rotating through them (bound once each, the programs would differ by their copies'
+    offsets too, a few percent on a CPU, and the fastest of several would often be the one
+    that landed well), timed interleaved within `budget_s`. `needed(rounds, slots)`, where
+    given, names the programs still to be sampled (`time_interleaved`'s `needed`, with the
+    slot each round ran on): sampling stops when it names none."""
+    import numpy as np
+
+    from irkit.measure.attribution.placements import copies_within_budget
+    from irkit.measure.slots import Rotation, bind_slots
+    from irkit.measure.timers import time_interleaved
+
+    exes = [exe for exe, _ in sources.values()]
+    copies = copies_within_budget(placements, exes, 0)[0]  # as if unshared
+    bound = bind_slots(chosen, sources, copies, graph, case, seed)
+    rotation = Rotation(bound)
+    decide = None if needed is None else (lambda rounds: needed(rounds, np.array(rotation.slots)))
+    timings = time_interleaved(
+        rotation.fns,
+        precision,
+        budget_s,
+        max(10, 4 * copies),
+        max_rounds or max(200, 25 * copies),
+        seed=seed,
+        floor_rounds=max(10, 2 * copies),
+        on_round=rotation.on_round,
+        needed=decide,
+    )  # fmt: skip
+    return Race(timings, np.array(rotation.slots), copies, bound)
 
 
 def _judge(res: TuneResult, best: Program, ratio: Any) -> None:

@@ -2,7 +2,7 @@
 
     irkit-bench run FILE [-p PIPELINE] [--backend BACKEND] [--dim N=V] [--json OUT]
     irkit-bench attribute [FILE] [-p PIPELINE] [--backend BACKEND[,BACKEND...]] [--strategy S]
-    irkit-bench suite | compare | bisect | slower | report | history | nightly | dashboard ...
+    irkit-bench suite | compare | bisect | tune | advise | report | history | nightly | dashboard ...
     irkit-bench reference FILE [--dim NAME=VALUE ...] [--seed N]
 
 `run` compiles a model, checks every output against the float64 reference on fresh random
@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from irkit.cli.bench import (
+    advise,
     attribute,
     bisect,
     compare,
@@ -45,6 +46,7 @@ COMMANDS = (
     compare,
     bisect,
     tune,
+    advise,
     snapshot,
     replay,
     report,
