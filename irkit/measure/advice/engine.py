@@ -370,12 +370,13 @@ def _compile(
             continue
         h = Hypothesis([edit], spec, list(rules), list(kernels), exe=exe, key=key)
         h.changed = _changed(current, exe)
-        checks, _ = check_bound(exe, graph, case)
-        wrong = [c for c in checks if not c.passed]
-        if wrong:
-            h.status, h.why = "refused", f"computes a wrong result: {wrong[0].describe()}"
-        elif (why := writes_inputs(exe, case)) is not None:
+        if (why := writes_inputs(exe, case)) is not None:
             h.status, h.why = "refused", why
+        else:
+            checks, _ = check_bound(exe, graph, case)
+            wrong = [c for c in checks if not c.passed]
+            if wrong:
+                h.status, h.why = "refused", f"computes a wrong result: {wrong[0].describe()}"
         by_key[key] = h
     return [*by_key.values(), *same]
 

@@ -86,8 +86,6 @@ def code_features(ir: str) -> tuple[int, frozenset[str]]:
         found.add("index-division")
     if any(int(n) * _ELEMENT_BITS[t] // 8 % 4096 == 0 for n, t in _ROWS.findall(ir)):
         found.add("rows-4k-strided")
-    if "scf.parallel" in ir or "irkit.threads" in ir:
-        found.add("threaded")
     return widest, frozenset(found)
 
 

@@ -1,0 +1,182 @@
+"""How well `irkit-bench advise` finds planted inefficiencies, and how rarely it advises
+where nothing was planted.
+
+    python benchmarks/advise_eval.py --out benchmarks/results/advise_eval.jsonl
+    python benchmarks/advise_eval.py --only mlp,softmax --budget 10
+    python benchmarks/real_models.py --small --no-speed --export-dir models/
+    python benchmarks/advise_eval.py --real models/ --out advise_real.jsonl
+
+For each workload (every example at its own dims; with `--real DIR`, the ONNX models that
+`real_models.py --export-dir` wrote there) and the CPU's default pipeline:
+
+- *Planted faults*: the pipeline with one optional pass removed (each optional pass of
+  default-cpu whose removal changes the program's code), or one option set badly (a matmul
+  tile too small, vectors too narrow, fusion off, one thread). A fault counts only where it
+  is real: the planted program measured slower than the untouched one, paired and
+  interleaved over placement slots (`tune.race_programs`), its slowdown's 95% CI above 2%.
+- *Recall*: of the real faults, those where `advise` on the planted pipeline confirms the
+  edit that undoes the fault (the pass added back, the option back to default-cpu's value).
+- *Advice on untouched kernels*: `advise` on the untouched pipeline; the share of the
+  kernels it examined that got confirmed advice.
+
+Each planted run and each untouched run is one JSON line; the last line sums up. Goal
+(issue 68): recall >= 80%, advice on untouched kernels <= 5%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from irkit.measure.advice import AdviseOptions, Edit, advise  # noqa: E402
+from irkit.pipelines import PIPELINES  # noqa: E402
+
+REFERENCE = PIPELINES["default-cpu"]
+OPTION_FAULTS = [
+    ("a matmul tile too small", Edit.set("cpu-tile-matmul", "mr", 2), Edit.set("cpu-tile-matmul", "mr", None)),
+    ("matmul vectors too narrow", Edit.set("cpu-tile-matmul", "vector-bits", 128), Edit.set("cpu-tile-matmul", "vector-bits", None)),
+    ("transpose vectors too narrow", Edit.set("cpu-tile-transpose", "vector-bits", 128), Edit.set("cpu-tile-transpose", "vector-bits", None)),
+    ("elementwise fusion off", Edit.set("fuse-kernels", "elementwise", False), Edit.set("fuse-kernels", "elementwise", None)),
+    ("epilogue fusion off", Edit.set("fuse-kernels", "epilogues", False), Edit.set("fuse-kernels", "epilogues", None)),
+    ("one thread", Edit.set("cpu-parallelize", "threads", 1), Edit.set("cpu-parallelize", "threads", None)),
+]  # fmt: skip
+
+
+def workloads(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(name, model path) for every workload asked for."""
+    out = []
+    if not args.real_only:
+        for path in sorted((ROOT / "irkit" / "examples").glob("*.graph")):
+            out.append((path.stem, str(path)))
+    if args.real:
+        for path in sorted(Path(args.real).glob("*.onnx")):
+            out.append((path.stem, str(path)))
+    if args.only:
+        wanted = set(args.only.split(","))
+        out = [w for w in out if w[0] in wanted]
+    return out
+
+
+def faults(model: str) -> list[tuple[str, Edit, Edit, str]]:
+    """(what, the planting edit, the edit that undoes it, planted spec) for every fault
+    that changes the program's code."""
+    from irkit.runtime import compile
+
+    base = REFERENCE.spec
+    untouched = tuple(k.hash for k in compile(model, base, "cpu").kernels)
+    out = []
+    removable = [p.split("{")[0] for p in REFERENCE.passes if p.split("{")[0] in REFERENCE.optional]
+    candidates = [(f"{p} removed", Edit.remove(p), Edit.add(p)) for p in removable]
+    for what, plant, fix in [*candidates, *OPTION_FAULTS]:
+        spec = plant.apply(base, REFERENCE.passes)
+        if spec is None:
+            continue
+        try:
+            planted = tuple(k.hash for k in compile(model, spec, "cpu").kernels)
+        except Exception as e:  # noqa: BLE001 - a plant the compiler refuses is no fault
+            print(f"  {what}: does not compile ({type(e).__name__})", file=sys.stderr)
+            continue
+        if planted != untouched:
+            out.append((what, plant, fix, spec))
+    return out
+
+
+def slowdown(model: str, spec: str, budget: float, seed: int) -> dict:
+    """The planted program's time over the untouched one's, paired, over placement slots."""
+    from irkit.frontend import load
+    from irkit.measure.tune import race_programs
+    from irkit.runtime import compile, get_backend
+    from irkit.runtime.check import reference_case
+
+    graph = load(model)
+    chosen, _ = get_backend("cpu")
+    case = reference_case(graph, seed)
+    sources = {
+        "untouched": (compile(graph, REFERENCE.spec, "cpu"), "the untouched pipeline"),
+        "planted": (compile(graph, spec, "cpu"), "the planted pipeline"),
+    }
+    race = race_programs(chosen, graph, case, sources, 0.005, budget, seed, 4)
+    s = race.speedup("planted", "untouched", 0.95)
+    return {"median": s.median, "ci_low": s.low, "ci_high": s.high}
+
+
+def fixed(record: dict, fix: Edit) -> bool:
+    """Whether a confirmed hypothesis carries the edit that undoes the fault."""
+    want = fix.to_json()
+    return any(
+        {k: e[k] for k in ("action", "pass", "option")}
+        == {k: want[k] for k in ("action", "pass", "option")}
+        and (e["value"] == want["value"] or str(e["value"]).lower() == str(want["value"]).lower())
+        for h in record["advice"]
+        for e in h["edits"]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default=None, help="workloads by name, comma-separated")
+    ap.add_argument("--real", default=None, metavar="DIR", help="also the ONNX models in DIR")
+    ap.add_argument("--real-only", action="store_true", help="only the models of --real")
+    ap.add_argument("--budget", type=float, default=15.0, help="advise's budget per run (s)")
+    ap.add_argument("--plant-budget", type=float, default=3.0, help="seconds to measure a plant")
+    ap.add_argument("--threshold", type=float, default=0.02, help="a real fault's least slowdown")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None, help="append JSON lines here")
+    args = ap.parse_args(argv)
+    out = open(args.out, "a") if args.out else None  # noqa: SIM115 - lines as they come
+
+    def emit(rec: dict) -> None:
+        print(json.dumps(rec), file=out or sys.stdout, flush=True)
+
+    from irkit.measure.fingerprint import host_fingerprint
+
+    opts = AdviseOptions(budget_s=args.budget, seed=args.seed)
+    emit({"kind": "advise_eval.header", "fingerprint": host_fingerprint(), "budget": args.budget,
+          "plant_budget": args.plant_budget, "threshold": args.threshold})  # fmt: skip
+    real, recovered, examined, advised = 0, 0, 0, 0
+    for name, model in workloads(args):
+        start = time.perf_counter()
+        untouched = advise(model, REFERENCE.spec, "cpu", None, opts).to_json()
+        kernels = set(untouched["examined"])
+        given = {k for h in untouched["advice"] for k in h["kernels"]} & kernels
+        examined, advised = examined + len(kernels), advised + len(given)
+        emit({"kind": "advise_eval.untouched", "workload": name, "examined": sorted(kernels),
+              "advised": sorted(given), "advice": [h["describe"] for h in untouched["advice"]],
+              "speedups": [h["speedup"] for h in untouched["advice"]],
+              "seconds": time.perf_counter() - start})  # fmt: skip
+        print(f"{name}: untouched: {len(given)} of {len(kernels)} kernels advised "
+              f"{[h['describe'] for h in untouched['advice']]}", file=sys.stderr)  # fmt: skip
+        for what, plant, fix, spec in faults(model):
+            start = time.perf_counter()
+            slow = slowdown(model, spec, args.plant_budget, args.seed)
+            is_real = slow["ci_low"] > 1 + args.threshold
+            rec = {"kind": "advise_eval.fault", "workload": name, "fault": what,
+                   "plant": plant.to_json(), "fix": fix.to_json(), "slowdown": slow, "real": is_real}  # fmt: skip
+            if is_real:
+                record = advise(model, spec, "cpu", None, opts).to_json()
+                ok = fixed(record, fix)
+                real, recovered = real + 1, recovered + ok
+                rec |= {"recovered": ok, "advice": [h["describe"] for h in record["advice"]],
+                        "refuted": [(h["describe"], h["status"], h["speedup"]) for h in record["refuted"] if h["status"] != "same code"],
+                        "no_advice": record["no_advice"]}  # fmt: skip
+            rec["seconds"] = time.perf_counter() - start
+            emit(rec)
+            print(f"  {what}: {slow['median']:.3f}x slower [{slow['ci_low']:.3f}, {slow['ci_high']:.3f}]"
+                  + (f" -> {'recovered' if rec['recovered'] else 'MISSED'}" if is_real else " (not real)"),
+                  file=sys.stderr)  # fmt: skip
+    summary = {"kind": "advise_eval.summary", "real_faults": real, "recovered": recovered,
+               "recall": recovered / real if real else None, "examined_kernels": examined,
+               "advised_kernels": advised, "advice_rate_untouched": advised / examined if examined else None}  # fmt: skip
+    emit(summary)
+    print(json.dumps(summary), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
