@@ -88,7 +88,7 @@ def test_compare_errors_are_one_line(tmp_path, capsys) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     assert bench(["report", str(empty)]) == 1
-    assert "no attribution or tuning records to report" in capsys.readouterr().err
+    assert "no attribution, tuning or advice records to report" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [["compare", "only-one"], ["suite", "--backend"], ["report"]])

@@ -227,6 +227,46 @@ def _tuning_section(plt, rec: dict) -> str:
 """
 
 
+def _ratio(s: dict | None) -> str:
+    return f"{s['median']:.3f}x [{s['ci_low']:.3f}, {s['ci_high']:.3f}]" if s else ""
+
+
+def _advice_section(rec: dict) -> str:
+    """An `irkit-bench advise` record: the evidence per examined kernel, the advice with
+    its measured gains, what was refuted, and the improved pipeline."""
+    esc = html.escape
+    rows = "".join(
+        f"<tr><td>{esc(k['name'])}</td><td>{esc(k['kind'])}</td><td>{k['seconds'] * 1e3:.3f} ms</td>"
+        f"<td>{k['share']:.0%}</td><td>{esc(str((k['roof'] or {}).get('bound', '')))}</td>"
+        f"<td>{(k['roof'] or {}).get('percent_of_roof', float('nan')):.0f}%</td>"
+        f"<td>{esc(', '.join(k['features']))}</td></tr>"
+        for k in rec["evidence"]
+        if k["name"] in rec["examined"]
+    )
+    advice = "".join(
+        f"<tr><td>{esc(h['describe'])}</td><td>{_ratio(h['speedup'])}</td>"
+        f"<td>{esc(', '.join(h['rules']))}</td><td>{esc(', '.join(h['kernels']))}</td></tr>"
+        for h in rec["advice"]
+    )
+    refuted = "".join(
+        f"<tr class='dim'><td>{esc(h['describe'])}</td><td>{esc(h['status'])}</td>"
+        f"<td>{_ratio(h['speedup'])}</td><td>{esc(h['why'])}</td></tr>"
+        for h in rec["refuted"]
+        if h["status"] != "same code"
+    )
+    none = ", ".join(rec["no_advice"]) or "none"
+    return f"""
+<h2>advice: {esc(Path(rec["model"]).stem)} <small class='dim'>{esc(rec["backend"])}; {esc(rec["time_label"])}</small></h2>
+<p>pipeline <code>{esc(rec["pipeline"])}</code></p>
+<table><tr><th>kernel</th><th>kind</th><th>time</th><th>share</th><th>bound</th><th>% of roof</th><th>code</th></tr>{rows}</table>
+<h3>confirmed (speedup of the program, family CI)</h3>
+{f"<table><tr><th>edit</th><th>speedup</th><th>rules</th><th>kernels</th></tr>{advice}</table>" if advice else "<p>no advice: no hypothesis was confirmed faster</p>"}
+{f"<h3>refuted, dropped or refused</h3><table><tr><th>edit</th><th>status</th><th>speedup</th><th>why</th></tr>{refuted}</table>" if refuted else ""}
+<p class='dim'>no rule applies to: {esc(none)}</p>
+<p>improved pipeline ({_ratio(rec["improvement"]) or "unchanged"}): <code>{esc(rec["improved_pipeline"])}</code></p>
+"""
+
+
 def _workers_section(records: list[dict]) -> str:
     """Which workers produced the records (a distributed suite's)."""
     rows: dict[tuple, list[float]] = {}
@@ -258,15 +298,17 @@ def render_report(results: str) -> tuple[str, int]:
         if r.get("kind") == "irkit.attribution.failed" and isinstance(r.get("workload"), str)
     ]
     tunes = [r for r in read_records(results) if r.get("kind") == "irkit.tune"]
-    if not records and not tunes:
-        raise IrkitError("no attribution or tuning records to report", results)
+    advice = [r for r in read_records(results) if r.get("kind") == "irkit.advise"]
+    if not records and not tunes and not advice:
+        raise IrkitError("no attribution, tuning or advice records to report", results)
     plt = _pyplot()
     latest: dict[str, dict] = {}
     for r in records:
         latest[f"{r['workload']}|{r['backend']}|{r['pipeline']}|{r['dims']}"] = r
-    fp = (records or tunes)[-1].get("fingerprint", {})
+    fp = (records or tunes or advice)[-1].get("fingerprint", {})
     body = _workers_section(records) + "".join(_section(plt, r) for r in latest.values())
     body += "".join(_tuning_section(plt, r) for r in tunes)
+    body += "".join(_advice_section(r) for r in advice)
     failures = "".join(
         f"<li class='bad'>{html.escape(r['workload'])}: {html.escape(str(r.get('error', 'no reason recorded')))}</li>"
         for r in failed
@@ -284,4 +326,4 @@ CI excludes 0, and also beyond the A/A floor where the run's A/A check failed.</
 {body}
 </body></html>
 """
-    return page, len(latest) + len(tunes)
+    return page, len(latest) + len(tunes) + len(advice)

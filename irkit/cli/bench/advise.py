@@ -163,6 +163,11 @@ def show(console, record: dict) -> None:
             notes,
         )
     console.print(table)
+    _outcome(console, record)
+
+
+def _outcome(console, record: dict) -> None:
+    """The advice, what was refuted or refused, and the improved pipeline."""
     advice = record["advice"]
     if advice:
         console.print("[bold]advice[/] (confirmed: speedup of the program, 95% family CI):")

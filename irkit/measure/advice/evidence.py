@@ -208,7 +208,8 @@ def gather(
 
 def hot(kernels: Sequence[KernelEvidence], cover: float, most: int) -> list[KernelEvidence]:
     """The slowest kernels that together hold `cover` of the time, at most `most`."""
-    out, held = [], 0.0
+    out: list[KernelEvidence] = []
+    held = 0.0
     for k in kernels:
         if held >= cover or len(out) >= most:
             break
