@@ -214,3 +214,18 @@ def test_report_has_an_advice_section(cheats: dict, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     page = (tmp_path / "r.html").read_text()
     assert "advice: softmax" in page and "it writes its input" in page
+
+
+def test_declared_search_spaces_are_valid_pipelines() -> None:
+    """A pass's `SEARCH_SPACE` (shared by `tune --space PASS` and `advise`): every value
+    one its option accepts, in the pipeline that runs the pass."""
+    from irkit.measure.tune import candidates, parse_space
+    from irkit.passes import available_passes
+
+    declared = [n for n, f in available_passes().items() if getattr(f(), "SEARCH_SPACE", None)]
+    assert len(declared) >= 9
+    for name in declared:
+        pipeline = "default-cuda" if name.startswith("gpu-") else "default-cpu"
+        if name == "block-reductions":
+            pipeline = "baseline-cpu"
+        assert candidates(pipeline, parse_space(name)), name

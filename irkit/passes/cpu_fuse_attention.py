@@ -40,6 +40,7 @@ accumulated block by block, the dot products d by d).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, i64
@@ -62,6 +63,9 @@ class CpuFuseAttentionPass(ModulePass):
 
     recognize: bool = True
     tiles: bool = True
+    SEARCH_SPACE: ClassVar[dict[str, tuple[int, ...]]] = {"block": (16, 32, 64)}
+    """What `tune --space cpu-fuse-attention` and `advise` try: the key block."""
+
     vector_bits: int = 0
     row_vectors: int = 0
     block: int = 32

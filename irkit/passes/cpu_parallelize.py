@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects import func, scf
@@ -70,6 +71,9 @@ class CpuParallelizePass(ModulePass):
 
     name = "cpu-parallelize"
     is_optimization = True
+
+    SEARCH_SPACE: ClassVar[dict[str, tuple[int, ...]]] = {"min-work": (1 << 18, 1 << 20, 1 << 22)}
+    """What `tune --space cpu-parallelize` and `advise` try: the least work threaded."""
 
     threads: int = 0
     min_work: int = 1 << 20

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from math import prod
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects import arith, scf
@@ -204,6 +205,9 @@ class DelinearizeLoopsPass(ModulePass):
 
     name = "delinearize-loops"
     is_optimization = True
+
+    SEARCH_SPACE: ClassVar[dict[str, tuple[int, ...]]] = {"unroll-inner": (1, 2, 4, 8)}
+    """What `tune --space delinearize-loops` and `advise` try: the innermost unroll."""
 
     min_trips: int = 2
     unroll_inner: int = 4

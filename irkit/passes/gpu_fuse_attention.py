@@ -29,6 +29,7 @@ Optional: the same values up to the order of the f32 sums.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, i64
@@ -49,6 +50,12 @@ class GpuFuseAttentionPass(ModulePass):
     is_optimization = True
 
     recognize: bool = True
+    SEARCH_SPACE: ClassVar[dict[str, tuple[int, ...]]] = {
+        "block-q": (32, 64, 128),
+        "block-k": (16, 32),
+    }
+    """What `tune --space gpu-fuse-attention` and `advise` try: the query and key tiles."""
+
     block_q: int = 64
     block_k: int = 16
     decode_rows: int = 4

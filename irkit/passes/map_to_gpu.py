@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import ClassVar, cast
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, gpu, memref, scf
@@ -707,6 +707,12 @@ class GpuCoarsenPass(ModulePass):
 
     name = "gpu-coarsen"
     is_optimization = True
+
+    SEARCH_SPACE: ClassVar[dict[str, tuple[int, ...]]] = {
+        "factor": (1, 2, 4, 8),
+        "block-size": (128, 256, 512),
+    }
+    """What `tune --space gpu-coarsen` and `advise` try: points per thread, block size."""
 
     factor: int = 4
     block_size: int = 256

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, scf
@@ -227,6 +228,9 @@ class BlockReductionsPass(ModulePass):
     out; running it twice changes nothing."""
 
     name = "block-reductions"
+
+    SEARCH_SPACE: ClassVar[dict[str, tuple[int, ...]]] = {"block": (64, 256, 1024)}
+    """What `tune --space block-reductions` and `advise` try: the f32 block summed in f64."""
 
     block: int = 256
 

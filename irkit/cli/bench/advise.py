@@ -16,7 +16,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="evidence per slow kernel, and pipeline edits proposed by rules, each compiled, "
         "checked and timed paired against the pipeline: advice only with a CI over 1",
     )
-    p.add_argument("file", help="a .graph, .mlir or .onnx model")
+    p.add_argument("file", nargs="?", help="a .graph, .mlir or .onnx model")
     measure_options(p, budget=60.0)
     p.add_argument(
         "--kernels",
@@ -67,6 +67,10 @@ def run(args) -> int:
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.list_rules:
         return _list_rules(console)
+    if args.file is None:
+        from irkit.errors import IrkitError
+
+        raise IrkitError("advise: a model file is needed (or --list-rules)")
     if args.json:
         check_output(args.json, [args.file], "--json", "json")
     rules = tuple(r.strip() for r in args.rules.split(",") if r.strip()) if args.rules else None
