@@ -227,6 +227,22 @@ def _tuning_section(plt, rec: dict) -> str:
 """
 
 
+ADVICE_FIELDS = (
+    "evidence",
+    "examined",
+    "advice",
+    "refuted",
+    "no_advice",
+    "model",
+    "backend",
+    "pipeline",
+    "time_label",
+    "improved_pipeline",
+    "improvement",
+)
+"""What `_advice_section` reads of an `irkit.advise` record."""
+
+
 def _ratio(s: dict | None) -> str:
     return f"{s['median']:.3f}x [{s['ci_low']:.3f}, {s['ci_high']:.3f}]" if s else ""
 
@@ -299,6 +315,10 @@ def render_report(results: str) -> tuple[str, int]:
     ]
     tunes = [r for r in read_records(results) if r.get("kind") == "irkit.tune"]
     advice = [r for r in read_records(results) if r.get("kind") == "irkit.advise"]
+    for r in advice:
+        for key in ADVICE_FIELDS:
+            if key not in r:
+                raise IrkitError(f"advise record without {key}", results)
     if not records and not tunes and not advice:
         raise IrkitError("no attribution, tuning or advice records to report", results)
     plt = _pyplot()

@@ -392,6 +392,8 @@ CASES: list[Case] = [
     Case("history-bisect-unknown-commit", bench("history", "bisect", "--repo", "r", "deadbeef", "HEAD", "m.graph"), {"r": _repo({"m.graph": G}), "m.graph": G}, where="/r", says="unknown commit 'deadbeef'"),
     Case("history-bisect-good-after-bad", bench("history", "bisect", "--repo", "r", "HEAD", "HEAD~1", "r/m.graph"), {"r": _repo({"m.graph": G}, {"m.graph": G + "# 2\n"})}, where="/r", says="is not an ancestor of"),
     Case("history-bisect-old-commit-does-not-parse", bench("history", "bisect", "--repo", "r", "HEAD~1", "HEAD", "r/m.graph"), {"r": _repo({"m.graph": "model m\ninput x : f32[4, 4]\noutput y = relu(\n"}, {"m.graph": G})}, where="r/m.graph:3:16", says="m at r@"),
+    Case("advise-unknown-rule", bench("advise", "m.graph", "--backend", "cpu", "--rules", "nope"), {"m.graph": G}, where="--rules", says="no rule named 'nope'"),
+    Case("advise-no-model", bench("advise"), {}, where="advise", says="a model file is needed"),
     Case("nightly-dirty-work-tree", bench("nightly", "n.toml"), {"r": _repo({"p.py": "X = 1\n"}, then={"p.py": "X = 2\n"}), "m.graph": G, "n.toml": NIGHTLY}, where="/r", says="has uncommitted changes"),
     Case("nightly-not-toml", bench("nightly", "n.toml"), {"n.toml": 'db = "h.db"\ncolour = = 2\n'}, where="n.toml:2:10", says="not TOML"),
     Case("nightly-unknown-key", bench("nightly", "n.toml"), {"n.toml": "colour = 1\n"}, where="n.toml", says="colour: unknown key"),
@@ -407,7 +409,8 @@ CASES: list[Case] = [
     Case("compare-missing-file", bench("compare", "a.jsonl", "nope.jsonl"), {"a.jsonl": record()}, where="nope.jsonl", says="no such file"),
     Case("report-missing-kernels", bench("report", "r.jsonl", "-o", "r.html"), {"r.jsonl": record().replace('"kernels"', '"kernelz"')}, where="r.jsonl:1", says="field kernels is missing"),
     Case("report-nan-median", bench("report", "r.jsonl", "-o", "r.html"), {"r.jsonl": record(median=float("nan")).replace("NaN", "NaN")}, where="r.jsonl:1", says="positive number"),
-    Case("report-no-records", bench("report", "r.jsonl", "-o", "r.html"), {"r.jsonl": '{"kind": "irkit.other"}\n'}, where="r.jsonl", says="no attribution or tuning records"),
+    Case("report-no-records", bench("report", "r.jsonl", "-o", "r.html"), {"r.jsonl": '{"kind": "irkit.other"}\n'}, where="r.jsonl", says="no attribution, tuning or advice records"),
+    Case("report-advise-missing-field", bench("report", "r.jsonl", "-o", "r.html"), {"r.jsonl": '{"kind": "irkit.advise", "schema": 1}\n'}, where="r.jsonl", says="advise record without evidence"),
     Case("report-directory-input", bench("report", "d", "-o", "r.html"), {"d": _dir}, where="d", says="not a regular file"),
     # --- pass pipelines and options: checked when parsed, naming pass and option ---------------------------
     Case("option-nr-lanes", opt("m.graph", "-p", "cpu-tile-matmul{nr=7}"), {"m.graph": G}, where="-p", says="pass 'cpu-tile-matmul': option nr=7: must be a positive multiple"),
