@@ -151,9 +151,12 @@ def show(console, record: dict) -> None:
             continue
         roof = k["roof"] or {}
         notes = ", ".join(k["features"])
-        res = k.get("resources") or {}
-        if res:
-            notes += "; " + ", ".join(f"{key} {v}" for key, v in sorted(res.items()))
+        gpu = k.get("gpu")
+        if gpu:
+            notes += (
+                f"; {k['resources'].get('registers')} registers, {gpu['spills']} spills, "
+                f"occupancy {gpu['occupancy_pct']:.0f}%, {gpu['waves']:.2f} waves"
+            )
         if k.get("counters"):
             notes += "; " + ", ".join(f"{key} {v:.0f}" for key, v in sorted(k["counters"].items()))
         table.add_row(

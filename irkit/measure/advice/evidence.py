@@ -89,6 +89,38 @@ def code_features(ir: str) -> tuple[int, frozenset[str]]:
     return widest, frozenset(found)
 
 
+SMS = 132
+"""SMs of the GPU whose waves are counted (an H100 SXM's and an H200's, as gpu-tile-matmul's
+`sms` option assumes)."""
+
+
+def occupancy(launch: dict[str, Any] | None, resources: dict[str, Any]) -> dict[str, float] | None:
+    """A GPU kernel's theoretical occupancy on sm_80/sm_90 (64 warps, 32 blocks, 64K
+    registers allocated per warp in 256s, 228 KiB of shared memory per SM) and its waves on
+    `SMS` SMs; None for a kernel without a launch or registers (the CPU's)."""
+    if not launch or "block" not in launch or "registers" not in resources:
+        return None
+    threads = 1
+    for b in launch["block"]:
+        threads *= int(b)
+    blocks = 1
+    for g in launch.get("grid", (1,)):
+        blocks *= int(g)
+    warps = -(-threads // 32)
+    per_warp = -(-int(resources["registers"]) * 32 // 256) * 256
+    shared = int(resources.get("shared_bytes", 0)) + int(launch.get("shared", 0))
+    limits = [32, 64 // max(warps, 1), 65536 // max(per_warp * warps, 1)]
+    if shared:
+        limits.append(228 * 1024 // shared)
+    resident = max(min(limits), 0)
+    return {
+        "blocks_per_sm": resident,
+        "occupancy_pct": 100.0 * resident * warps / 64,
+        "waves": blocks / (resident * SMS) if resident else float("inf"),
+        "spills": int(resources.get("spill_stores", 0)) + int(resources.get("spill_loads", 0)),
+    }
+
+
 @dataclass
 class KernelEvidence:
     """One kernel of the program advised, as measured (alone, warm, on the case's data)."""
@@ -110,6 +142,8 @@ class KernelEvidence:
     resources: dict[str, Any] = field(default_factory=dict)
     launch: dict[str, Any] | None = None
     counters: dict[str, float] | None = None
+    gpu: dict[str, float] | None = None
+    """`occupancy`: blocks per SM, theoretical occupancy, waves, spills (GPU kernels)."""
     ir: str = field(default="", repr=False)
 
     @property
@@ -150,6 +184,7 @@ class KernelEvidence:
             "resources": self.resources,
             "launch": self.launch,
             "counters": self.counters,
+            "gpu": self.gpu,
         }
 
 
@@ -200,6 +235,7 @@ def gather(
                 dict(r.resources),
                 r.launch,
                 (counters or {}).get(r.name),
+                occupancy(r.launch, dict(r.resources)),
                 r.ir,
             )
         )

@@ -466,7 +466,8 @@ class GpuMatmulTiles(Rule):
     every multiply-add; block tiles staged through shared memory, each thread computing a
     register tile, reuse every load many times. Proposed for a contraction kernel:
     gpu-tile-matmul; where it runs with options set, each back to the default; with spills
-    (registers exhausted), smaller thread tiles; with fewer blocks than SMs, split-K."""
+    or under a quarter of the SM's warps resident (registers or shared memory exhausted),
+    smaller thread tiles; with under one wave of blocks, split-K."""
 
     name = "gpu-matmul-tiles"
     families = frozenset({"gpu"})
@@ -477,13 +478,13 @@ class GpuMatmulTiles(Rule):
         if not ctx.has("gpu-tile-matmul"):
             return ctx.missing("gpu-tile-matmul")
         edits = option_edits(ctx, "gpu-tile-matmul", False)
-        if int(kernel.resources.get("spills", 0) or 0) > 0:
+        gpu = kernel.gpu or {}
+        if gpu.get("spills", 0) > 0 or gpu.get("occupancy_pct", 100) < 25:
             edits += [
                 Edit.set("gpu-tile-matmul", "thread-m", 4),
                 Edit.set("gpu-tile-matmul", "thread-n", 4),
             ]
-        blocks = _blocks(kernel.launch)
-        if blocks is not None and blocks < 132:
+        if gpu.get("waves", 1) < 1:
             edits.append(Edit.set("gpu-tile-matmul", "split-k", 1))
         return edits
 
@@ -503,13 +504,3 @@ class GpuCoarsening(Rule):
         if not ctx.has("gpu-coarsen"):
             return ctx.missing("gpu-coarsen")
         return option_edits(ctx, "gpu-coarsen", False)
-
-
-def _blocks(launch: dict[str, Any] | None) -> int | None:
-    grid = (launch or {}).get("grid")
-    if not grid:
-        return None
-    total = 1
-    for g in grid if isinstance(grid, list | tuple) else [grid]:
-        total *= int(g)
-    return total
