@@ -16,6 +16,9 @@ For each workload (every example at its own dims; with `--real DIR`, the ONNX mo
   interleaved over placement slots (`tune.race_programs`), its slowdown's 95% CI above 2%.
 - *Recall*: of the real faults, those where `advise` on the planted pipeline confirms the
   edit that undoes the fault (the pass added back, the option back to default-cpu's value).
+  Also counted: those recovered by a rule that read the kernels' evidence, not only by
+  `reference-passes` (the rule of last resort: every optional pass of the default pipeline
+  that this one lacks).
 - *Advice on untouched kernels*: `advise` on the untouched pipeline; the share of the
   kernels it examined that got confirmed advice.
 
@@ -106,16 +109,16 @@ def slowdown(model: str, spec: str, budget: float, seed: int) -> dict:
     return {"median": s.median, "ci_low": s.low, "ci_high": s.high}
 
 
-def fixed(record: dict, fix: Edit) -> bool:
-    """Whether a confirmed hypothesis carries the edit that undoes the fault."""
+def fixed(record: dict, fix: Edit) -> list[str] | None:
+    """The rules of the confirmed hypothesis that carries the edit undoing the fault, None
+    where none does."""
     want = fix.to_json()
-    return any(
-        {k: e[k] for k in ("action", "pass", "option")}
-        == {k: want[k] for k in ("action", "pass", "option")}
-        and (e["value"] == want["value"] or str(e["value"]).lower() == str(want["value"]).lower())
-        for h in record["advice"]
-        for e in h["edits"]
-    )
+    for h in record["advice"]:
+        for e in h["edits"]:
+            same = all(e[k] == want[k] for k in ("action", "pass", "option"))
+            if same and str(e["value"]).lower() == str(want["value"]).lower():
+                return h["rules"]
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = AdviseOptions(budget_s=args.budget, seed=args.seed)
     emit({"kind": "advise_eval.header", "fingerprint": host_fingerprint(), "budget": args.budget,
           "plant_budget": args.plant_budget, "threshold": args.threshold})  # fmt: skip
-    real, recovered, examined, advised = 0, 0, 0, 0
+    real, recovered, by_evidence, examined, advised = 0, 0, 0, 0, 0
     for name, model in workloads(args):
         start = time.perf_counter()
         untouched = advise(model, REFERENCE.spec, "cpu", None, opts).to_json()
@@ -160,9 +163,11 @@ def main(argv: list[str] | None = None) -> int:
                    "plant": plant.to_json(), "fix": fix.to_json(), "slowdown": slow, "real": is_real}  # fmt: skip
             if is_real:
                 record = advise(model, spec, "cpu", None, opts).to_json()
-                ok = fixed(record, fix)
-                real, recovered = real + 1, recovered + ok
-                rec |= {"recovered": ok, "advice": [h["describe"] for h in record["advice"]],
+                rules = fixed(record, fix)
+                ok = rules is not None
+                specific = ok and rules != ["reference-passes"]
+                real, recovered, by_evidence = real + 1, recovered + ok, by_evidence + specific
+                rec |= {"recovered": ok, "rules": rules, "by_evidence": specific, "advice": [h["describe"] for h in record["advice"]],
                         "refuted": [(h["describe"], h["status"], h["speedup"]) for h in record["refuted"] if h["status"] != "same code"],
                         "no_advice": record["no_advice"]}  # fmt: skip
             rec["seconds"] = time.perf_counter() - start
@@ -171,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                   + (f" -> {'recovered' if rec['recovered'] else 'MISSED'}" if is_real else " (not real)"),
                   file=sys.stderr)  # fmt: skip
     summary = {"kind": "advise_eval.summary", "real_faults": real, "recovered": recovered,
-               "recall": recovered / real if real else None, "examined_kernels": examined,
+               "recall": recovered / real if real else None, "recovered_by_evidence": by_evidence, "examined_kernels": examined,
                "advised_kernels": advised, "advice_rate_untouched": advised / examined if examined else None}  # fmt: skip
     emit(summary)
     print(json.dumps(summary), file=sys.stderr)

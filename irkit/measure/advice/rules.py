@@ -222,6 +222,24 @@ class ConvolutionAsGemm(Rule):
 
 
 @register_rule
+class ReferencePasses(Rule):
+    """The backend's default pipeline runs an optional pass that this pipeline does not:
+    a pass the default keeps has earned its place on the models irkit is measured on
+    (`attribute` prices each), and where it changes this program's code it may help here
+    too. Proposed once, from the slowest kernel, for every such pass (the ones that compile
+    to the same code are dropped before timing): the rule of last resort, for evidence the
+    other rules do not read."""
+
+    name = "reference-passes"
+
+    def propose(self, kernel: KernelEvidence, ctx: Context) -> list[Edit]:
+        if kernel is not ctx.program[0]:
+            return []
+        names = [spec_items(r)[0][0] for r in ctx.reference]
+        return [e for n in names if n in ctx.optional for e in ctx.missing(n)]
+
+
+@register_rule
 class TunedOptions(Rule):
     """The tuning database holds a winner for this workload, pipeline and machine (found by
     `irkit-bench tune` with a CI over the default): its option values are proposed for the
