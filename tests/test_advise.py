@@ -241,3 +241,25 @@ def test_gpu_occupancy_and_waves() -> None:
     big = occupancy(launch, {"registers": 32, "shared_bytes": 100 * 1024})
     assert big is not None and big["blocks_per_sm"] == 2  # 228 KiB of shared memory an SM
     assert occupancy(None, {}) is None and occupancy({"threads": 2}, {}) is None
+
+
+@pytest.mark.timing
+def test_store_puts_the_improved_pipeline_in_the_tuning_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    import irkit
+
+    spec = Edit.remove("expand-math").apply("default-cpu", REFERENCE)
+    assert spec is not None
+    env = {**os.environ, "IRKIT_CACHE": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "irkit.cli.bench", "advise", SOFTMAX, "-p", spec, "--backend",
+         "cpu", "--budget", "5", "--store"],
+        capture_output=True, text=True, cwd=ROOT, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0 and "recorded in the tuning database" in done.stdout, done.stderr
+    monkeypatch.setenv("IRKIT_CACHE", str(tmp_path))
+    exe = irkit.compile(SOFTMAX, spec, "cpu", tuned=True)
+    assert canonical(exe.pipeline or "") == canonical("default-cpu")
