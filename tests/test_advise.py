@@ -263,3 +263,25 @@ def test_store_puts_the_improved_pipeline_in_the_tuning_database(
     monkeypatch.setenv("IRKIT_CACHE", str(tmp_path))
     exe = irkit.compile(SOFTMAX, spec, "cpu", tuned=True)
     assert canonical(exe.pipeline or "") == canonical("default-cpu")
+
+
+def test_the_roof_a_program_cannot_beat() -> None:
+    """`guards.roof_seconds`: per steady kernel the larger of FLOPs over peak and minimum
+    bytes over its level's bandwidth (threads scale the peak and private caches), summed;
+    a hypothesis under ROOF_SLACK of it is flagged, never advice."""
+    from types import SimpleNamespace
+
+    from irkit.measure.advice.guards import roof_seconds
+    from irkit.runtime.ceilings import Ceilings
+
+    ceilings = Ceilings("cpu", 10e9, 100e9, "test", "now",
+                        levels=({"name": "L1d", "bytes": 32768, "bandwidth": 100e9, "private": True},))  # fmt: skip
+    kernels = [
+        SimpleNamespace(flops=200_000_000, min_bytes=1_000_000, launch={"threads": 2}, once=False),
+        SimpleNamespace(flops=0, min_bytes=16384, launch=None, once=False),
+        SimpleNamespace(flops=10**12, min_bytes=10**9, launch=None, once=True),  # packing
+    ]
+    exe = SimpleNamespace(kernels=kernels)
+    # 2e8 / (1e11 x 2) = 1 ms (compute: memory would be 1e6 / 1e10 = 0.1 ms); 16 KiB from L1
+    assert roof_seconds(exe, ceilings) == pytest.approx(1e-3 + 16384 / 100e9)
+    assert roof_seconds(exe, None) is None
