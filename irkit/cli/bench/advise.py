@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from irkit.cli.bench.options import measure_options, progress
-from irkit.cli.common import bounded_int, check_output, write_output
+from irkit.cli.common import bounded_int, check_output, fraction, write_output
 from irkit.cli.views import fmt_time
 
 
@@ -26,7 +26,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--min-gain",
-        type=float,
+        type=fraction,
         default=0.01,
         help="the smallest median gain advised (default 0.01: 1%%; a CI over 1 is needed too)",
     )
