@@ -393,7 +393,7 @@ CASES: list[Case] = [
     Case("history-bisect-good-after-bad", bench("history", "bisect", "--repo", "r", "HEAD", "HEAD~1", "r/m.graph"), {"r": _repo({"m.graph": G}, {"m.graph": G + "# 2\n"})}, where="/r", says="is not an ancestor of"),
     Case("history-bisect-old-commit-does-not-parse", bench("history", "bisect", "--repo", "r", "HEAD~1", "HEAD", "r/m.graph"), {"r": _repo({"m.graph": "model m\ninput x : f32[4, 4]\noutput y = relu(\n"}, {"m.graph": G})}, where="r/m.graph:3:16", says="m at r@"),
     Case("advise-unknown-rule", bench("advise", "m.graph", "--backend", "cpu", "--rules", "nope"), {"m.graph": G}, where="--rules", says="no rule named 'nope'"),
-    Case("advise-negative-gain", bench("advise", "m.graph", "--min-gain", "-0.5"), {"m.graph": G}, where="--min-gain", says="between 0 and 1"),
+    Case("advise-negative-gain", bench("advise", "m.graph", "--min-gain", "-0.5"), {"m.graph": G}, code=2, where="--min-gain", says="between 0 and 1"),
     Case("advise-no-model", bench("advise"), {}, where="advise", says="a model file is needed"),
     Case("nightly-dirty-work-tree", bench("nightly", "n.toml"), {"r": _repo({"p.py": "X = 1\n"}, then={"p.py": "X = 2\n"}), "m.graph": G, "n.toml": NIGHTLY}, where="/r", says="has uncommitted changes"),
     Case("nightly-not-toml", bench("nightly", "n.toml"), {"n.toml": 'db = "h.db"\ncolour = = 2\n'}, where="n.toml:2:10", says="not TOML"),
