@@ -5,6 +5,7 @@ where nothing was planted.
     python benchmarks/advise_eval.py --only mlp,softmax --budget 10
     python benchmarks/real_models.py --small --no-speed --export-dir models/
     python benchmarks/advise_eval.py --real models/ --out advise_real.jsonl
+    python benchmarks/advise_eval.py --summarize advise_eval.jsonl advise_real.jsonl
 
 For each workload (every example at its own dims; with `--real DIR`, the ONNX models that
 `real_models.py --export-dir` wrote there) and the CPU's default pipeline:
@@ -121,6 +122,40 @@ def fixed(record: dict, fix: Edit) -> list[str] | None:
     return None
 
 
+def summarize(paths: list[str]) -> str:
+    """A markdown table of result files (plain or gzipped JSON lines): per workload, the
+    real faults, those recovered (and by a rule reading evidence), and the untouched
+    kernels advised; then the totals."""
+    import gzip
+
+    rows: dict[str, list[int]] = {}
+    for path in paths:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            for line in f:
+                r = json.loads(line)
+                row = rows.setdefault(r.get("workload", ""), [0, 0, 0, 0, 0])
+                if r["kind"] == "advise_eval.fault" and r["real"]:
+                    row[0] += 1
+                    row[1] += bool(r["recovered"])
+                    row[2] += bool(r.get("by_evidence", r["recovered"]))
+                elif r["kind"] == "advise_eval.untouched":
+                    row[3] += len(r["advised"])
+                    row[4] += len(r["examined"])
+    rows.pop("", None)
+    total = [sum(col) for col in zip(*rows.values(), strict=True)] if rows else [0] * 5
+    lines = ["| workload | real faults | recovered | by evidence | untouched kernels advised |",
+             "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    for name, (real, rec, ev, adv, exam) in [*sorted(rows.items()), ("all", total)]:
+        lines.append(f"| {name} | {real} | {rec} | {ev} | {adv} of {exam} |")
+    real, rec, ev, adv, exam = total
+    lines.append(
+        f"\nrecall {rec}/{real} = {rec / max(real, 1):.0%} ({ev / max(real, 1):.0%} by evidence); "
+        f"advice on untouched kernels {adv}/{exam} = {adv / max(exam, 1):.0%}"
+    )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=None, help="workloads by name, comma-separated")
@@ -131,7 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threshold", type=float, default=0.02, help="a real fault's least slowdown")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="append JSON lines here")
+    ap.add_argument("--summarize", nargs="+", metavar="FILE", help="only summarize result files")
     args = ap.parse_args(argv)
+    if args.summarize:
+        print(summarize(args.summarize))
+        return 0
     out = open(args.out, "a") if args.out else None  # noqa: SIM115 - lines as they come
 
     def emit(rec: dict) -> None:
