@@ -372,14 +372,15 @@ class RowPhases(Rule):
 class AllCores(Rule):
     """A kernel that runs on one core where the machine has several leaves their FMA units
     and bandwidth idle; its outer loop split across threads divides its time, once its work
-    pays for the threads' start. Proposed for a single-threaded kernel of at least 50 us:
+    pays for the threads' start (a few microseconds on irkit's pool). Proposed for a
+    single-threaded kernel of at least 20 us (50 us missed resnet's at small sizes):
     cpu-parallelize, or its thread count back to the default (all cores)."""
 
     name = "all-cores"
     families = frozenset({"cpu"})
 
     def propose(self, kernel: KernelEvidence, ctx: Context) -> list[Edit]:
-        if ctx.cores < 2 or kernel.threads > 1 or kernel.seconds < 50e-6:
+        if ctx.cores < 2 or kernel.threads > 1 or kernel.seconds < 20e-6:
             return []
         if not ctx.has("cpu-parallelize"):
             return ctx.missing("cpu-parallelize")
