@@ -232,14 +232,18 @@ def test_declared_search_spaces_are_valid_pipelines() -> None:
 
 
 def test_gpu_occupancy_and_waves() -> None:
-    from irkit.measure.advice.evidence import occupancy
+    from irkit.codegen.occupancy import occupancy
 
     launch = {"grid": (264, 1, 1), "block": (128, 1, 1), "shared": 0}
     got = occupancy(launch, {"registers": 64, "shared_bytes": 0, "spill_stores": 2})
     # 4 warps a block; 64 registers x 32 lanes = 2048 a warp: 8 blocks by registers
-    assert got == {"blocks_per_sm": 8, "occupancy_pct": 50.0, "waves": 0.25, "spills": 2}
+    assert got == {"blocks_per_sm": 8, "occupancy_pct": 50.0, "waves": 0.25, "spills": 2,
+                   "limited_by": "registers"}  # fmt: skip
     big = occupancy(launch, {"registers": 32, "shared_bytes": 100 * 1024})
     assert big is not None and big["blocks_per_sm"] == 2  # 228 KiB of shared memory an SM
+    assert big["limited_by"] == "shared memory"
+    a100 = occupancy(launch, {"registers": 32, "shared_bytes": 100 * 1024}, arch="sm_80")
+    assert a100 is not None and a100["blocks_per_sm"] == 1  # 164 KiB on sm_80
     assert occupancy(None, {}) is None and occupancy({"threads": 2}, {}) is None
 
 

@@ -90,3 +90,39 @@ def test_pair_loads_and_tf32_keep_their_own_instructions(tmp_path: Path) -> None
     ops, _ = _sass("f32", "fill-sms=false split-k=1 tf32=true", "sm_90", tmp_path)
     assert ops["HMMA.1688.F32.TF32"] > 0, ops
     assert not any(op.startswith(("LDL", "STL")) for op in ops), ops
+
+
+@pytest.mark.parametrize(
+    ("dtype", "options"), [("f32", ""), ("f32", "tf32=true"), ("f16", ""), ("bf16", "")]
+)
+def test_every_matmul_variant_reports_its_resources_without_spills(
+    dtype: str, options: str, tmp_path: Path
+) -> None:
+    """`irkit-opt -t resources` under default-cuda (its default tiles, split-K and fill-sms
+    as the policy chooses): every kernel on sm_80 and sm_90 with its registers, shared
+    memory, blocks per SM, occupancy and waves; no spill and no stack at the default tiles."""
+    import sys
+
+    model = tmp_path / "g.graph"
+    model.write_text(GEMM.format(t=dtype, n=1024))
+    steps = [s.spec for s in pipeline_steps("default-cuda")]
+    spec = ",".join(f"gpu-tile-matmul{{{options}}}" if options and s.startswith("gpu-tile-matmul")
+                    else s for s in steps)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "irkit.cli.opt", str(model), "-p", spec, "-t", "resources"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert {line.split(":")[0].split()[1] for line in lines} == {"sm_80", "sm_90"}
+    pattern = (
+        r"(\w+) (sm_\d+): (\d+) registers, (\d+) spill stores, (\d+) spill loads, (\d+) B stack, "
+        r"\d+ B static \+ \d+ B dynamic shared; block [\dx]+, grid [\dx]+: (\d+) blocks/SM "
+        r"\([a-z ]+\), occupancy (\d+)%, [\d.]+ waves on 132 SMs"
+    )
+    for line in lines:
+        m = re.fullmatch(pattern, line)
+        assert m is not None, line
+        registers, stores, loads, stack, blocks, occupancy = map(int, m.groups()[2:])
+        assert 0 < registers <= 255 and stores == loads == stack == 0, line
+        assert blocks >= 1 and 0 < occupancy <= 100, line

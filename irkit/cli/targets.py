@@ -94,6 +94,46 @@ class PtxTarget(Target):
             output.write(compile_ptx(kernel_source(module, fn), name, arch))
 
 
+@dataclass(frozen=True)
+class ResourcesTarget(Target):
+    """Per GPU kernel and architecture ($IRKIT_CUDA_ARCH, comma-separated; default sm_80 and
+    sm_90): ptxas's registers, spills, stack and shared memory, and the theoretical
+    occupancy and waves they allow (`irkit.codegen.occupancy`)."""
+
+    name = "resources"
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        import os
+
+        from irkit.codegen.cuda import gpu_kernels, kernel_source
+        from irkit.codegen.nvrtc import compile_cuda
+        from irkit.codegen.occupancy import occupancy
+        from irkit.loops import Launch, launch_of
+
+        _require_loop_level(module, self.name)
+        archs = [a for a in os.environ.get("IRKIT_CUDA_ARCH", "sm_80,sm_90").split(",") if a]
+        for fn in gpu_kernels(module):
+            name, launch = fn.sym_name.data, launch_of(fn) or Launch()
+            for arch in archs:
+                r = compile_cuda(kernel_source(module, fn), name, arch).resources
+                occ = occupancy(launch, r.__dict__, arch) or {}
+                grid = "x".join(str(g) for g in launch.get("grid", ()))
+                block = "x".join(str(b) for b in launch.get("block", ()))
+                output.write(
+                    f"{name} {arch}: {r.registers} registers, {r.spill_stores} spill stores, "
+                    f"{r.spill_loads} spill loads, {r.stack_bytes} B stack, {r.shared_bytes} B "
+                    f"static + {launch.get('shared', 0)} B dynamic shared; block "
+                    f"{block}, grid {grid}: "
+                    f"{occ.get('blocks_per_sm')} blocks/SM ({occ.get('limited_by')}), "
+                    f"occupancy {occ.get('occupancy_pct', 0):.0f}%, "
+                    f"{occ.get('waves', 0):.2f} waves on 132 SMs\n"
+                )
+
+
+def _resources() -> type[Target]:
+    return ResourcesTarget
+
+
 def _cuda() -> type[Target]:
     return CudaTarget
 
@@ -115,5 +155,6 @@ IRKIT_TARGETS: dict[str, Callable[[], type[Target]]] = {
     "asm": _asm,
     "cuda": _cuda,
     "ptx": _ptx,
+    "resources": _resources,
 }
 """Target name -> factory (xDSL's registry convention: a factory with no parameters)."""

@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from irkit.codegen.occupancy import occupancy
+
 KINDS = ("contraction", "attention", "reduction", "transpose", "movement", "elementwise")
 
 _CONTRACTION = ("matmul", "conv", "im2col", "gemm", "einsum")
@@ -87,38 +89,6 @@ def code_features(ir: str) -> tuple[int, frozenset[str]]:
     if any(int(n) * _ELEMENT_BITS[t] // 8 % 4096 == 0 for n, t in _ROWS.findall(ir)):
         found.add("rows-4k-strided")
     return widest, frozenset(found)
-
-
-SMS = 132
-"""SMs of the GPU whose waves are counted (an H100 SXM's and an H200's, as gpu-tile-matmul's
-`sms` option assumes)."""
-
-
-def occupancy(launch: dict[str, Any] | None, resources: dict[str, Any]) -> dict[str, float] | None:
-    """A GPU kernel's theoretical occupancy on sm_80/sm_90 (64 warps, 32 blocks, 64K
-    registers allocated per warp in 256s, 228 KiB of shared memory per SM) and its waves on
-    `SMS` SMs; None for a kernel without a launch or registers (the CPU's)."""
-    if not launch or "block" not in launch or "registers" not in resources:
-        return None
-    threads = 1
-    for b in launch["block"]:
-        threads *= int(b)
-    blocks = 1
-    for g in launch.get("grid", (1,)):
-        blocks *= int(g)
-    warps = -(-threads // 32)
-    per_warp = -(-int(resources["registers"]) * 32 // 256) * 256
-    shared = int(resources.get("shared_bytes", 0)) + int(launch.get("shared", 0))
-    limits = [32, 64 // max(warps, 1), 65536 // max(per_warp * warps, 1)]
-    if shared:
-        limits.append(228 * 1024 // shared)
-    resident = max(min(limits), 0)
-    return {
-        "blocks_per_sm": resident,
-        "occupancy_pct": 100.0 * resident * warps / 64,
-        "waves": blocks / (resident * SMS) if resident else float("inf"),
-        "spills": int(resources.get("spill_stores", 0)) + int(resources.get("spill_loads", 0)),
-    }
 
 
 @dataclass
@@ -235,7 +205,7 @@ def gather(
                 dict(r.resources),
                 r.launch,
                 (counters or {}).get(r.name),
-                occupancy(r.launch, dict(r.resources)),
+                occupancy(r.launch, r.resources, str(r.resources.get("arch", "sm_90"))),
                 r.ir,
             )
         )
