@@ -315,6 +315,20 @@ def _race(
     return best, ratio
 
 
+def paired_speedup(base: Any, other: Any, slots: Any, confidence: float) -> Any:
+    """`base`'s samples over `other`'s, paired by round over the rounds both were sampled
+    in (a program `needed` left out has NaN in the rest), widened by the spread of the
+    `slots` those rounds ran on (`slots.slot_ratio_ci`)."""
+    import numpy as np
+
+    from irkit.measure.slots import slot_ratio_ci
+
+    x, y = np.asarray(base, np.float64), np.asarray(other, np.float64)
+    n = min(len(x), len(y), len(slots))
+    both = ~np.isnan(x[:n]) & ~np.isnan(y[:n])
+    return slot_ratio_ci(x[:n][both], y[:n][both], np.asarray(slots)[:n][both], confidence)
+
+
 @dataclass
 class Race:
     """What `race_programs` measured: each program's timing, the slot each round ran on,
@@ -328,15 +342,9 @@ class Race:
     def speedup(self, base: str, other: str, confidence: float) -> Any:
         """`base`'s time over `other`'s (above 1: `other` is faster), paired by round, its
         CI widened by the slots' spread (`slots.slot_ratio_ci`)."""
-        import numpy as np
-
-        from irkit.measure.slots import slot_ratio_ci
-
-        x = np.array(self.timings[base].samples, np.float64)
-        y = np.array(self.timings[other].samples, np.float64)
-        n = min(len(x), len(y), len(self.slots))
-        both = ~np.isnan(x[:n]) & ~np.isnan(y[:n])  # rounds a program sat out (`needed`)
-        return slot_ratio_ci(x[:n][both], y[:n][both], self.slots[:n][both], confidence)
+        return paired_speedup(
+            self.timings[base].samples, self.timings[other].samples, self.slots, confidence
+        )
 
     def protocol(self) -> dict[str, Any]:
         from irkit.measure.slots import io_of
@@ -393,7 +401,7 @@ def race_programs(
         floor_rounds=max(10, 2 * copies),
         on_round=rotation.on_round,
         needed=decide,
-    )  # fmt: skip
+    )
     return Race(timings, np.array(rotation.slots), copies, bound)
 
 

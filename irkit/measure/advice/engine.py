@@ -41,7 +41,7 @@ from typing import Any
 from xdsl.dialects.builtin import ModuleOp
 
 from irkit.errors import IrkitError
-from irkit.measure.advice.edits import Edit, join_items, spec_items
+from irkit.measure.advice.edits import Edit
 from irkit.measure.advice.evidence import KernelEvidence, gather, hot
 from irkit.measure.advice.rules import Context, rules_for
 from irkit.measure.advice.timing import combine, measure
@@ -399,8 +399,3 @@ def _only_in(these: Sequence[Any], those: Sequence[Any]) -> list[str]:
         else:
             out.append(k.name)
     return out
-
-
-def canonical(spec: str) -> str:
-    """A spec written out pass by pass (named pipelines expanded), for comparing pipelines."""
-    return join_items(spec_items(spec))

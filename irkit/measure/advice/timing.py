@@ -33,15 +33,15 @@ def measure(
     from irkit.measure.attribution.noise import family_confidence
     from irkit.measure.tune import Program, _halve, race_programs
 
-    budget = opts.budget_s * 0.65
-    base = Program((), CURRENT, bound=current.bind(*case[0]), exe=current)
-    programs = {
-        h.spec: Program(h.key, h.spec, bound=h.exe.bind(*case[0]), exe=h.exe) for h in raced
-    }
-    survivors, spent = _halve(
-        base, list(programs.values()), opts.race, opts.precision, budget / 3, opts.seed, tick
-    )
-    kept = {p.spec for p in survivors}
+    budget, spent = opts.budget_s * 0.65, 0.0
+    kept = {h.spec for h in raced}
+    if len(raced) + 1 > opts.race:  # halving times each program bound once, as tune's does
+        base = Program((), CURRENT, bound=current.bind(*case[0]), exe=current)
+        programs = [Program(h.key, h.spec, bound=h.exe.bind(*case[0]), exe=h.exe) for h in raced]
+        survivors, spent = _halve(
+            base, programs, opts.race, opts.precision, budget / 3, opts.seed, tick
+        )
+        kept = {p.spec for p in survivors}
     for h in raced:
         if h.spec not in kept:
             h.status, h.why = "dropped", f"slower than the {len(kept)} raced, in successive halving"
@@ -68,7 +68,7 @@ def measure(
     if not all(inputs_intact(copies, case) for copies in race.bound.values()):
         raise IrkitError("a program changed its inputs during the race; its timings are void")
     aa = race.speedup(CURRENT, TWIN, confidence)
-    floor = max(aa.high - 1, 1 - aa.low) if (aa.low > 1 or aa.high < 1) else 0.0
+    floor = _floor(aa)
     result.aa = {
         "median": aa.median,
         "ci_low": aa.low,
@@ -82,6 +82,11 @@ def measure(
     result.seconds = {"median": e.median, "ci_low": e.low, "ci_high": e.high}
     for h in finalists:
         _judge(h, race, graph, case, ceilings, confidence, floor, opts)
+
+
+def _floor(aa: Any) -> float:
+    """The A/A floor: where the twin's CI excludes 1, its farthest end from 1; else 0."""
+    return max(aa.high - 1, 1 - aa.low) if (aa.low > 1 or aa.high < 1) else 0.0
 
 
 def _judge(
@@ -140,23 +145,22 @@ def _deciding(
     verdict itself is taken once, at the end, at `confidence`)."""
     import numpy as np
 
-    from irkit.measure.slots import slot_ratio_ci
+    from irkit.measure.tune import paired_speedup
 
     strict = 1 - (1 - confidence) / 50
 
     def ratio(rounds: Any, slots: Any, name: str, level: float) -> Any:
         x, y = np.asarray(rounds.samples[CURRENT]), np.asarray(rounds.samples[name])
         n = min(len(x), len(y), len(slots))
-        ok = ~np.isnan(x[:n]) & ~np.isnan(y[:n])
-        if ok.sum() < 10:
+        if np.count_nonzero(~np.isnan(x[:n]) & ~np.isnan(y[:n])) < 10:
             return None
-        return slot_ratio_ci(x[:n][ok], y[:n][ok], slots[:n][ok], level)
+        return paired_speedup(x, y, slots, level)
 
     def needed(rounds: Any, slots: Any) -> list[str]:
         aa = ratio(rounds, slots, TWIN, confidence)
         if aa is None:
             return [CURRENT, TWIN, *names]
-        floor = max(aa.high - 1, 1 - aa.low) if (aa.low > 1 or aa.high < 1) else 0.0
+        floor = _floor(aa)
         open_ = []
         for name in names:
             s = ratio(rounds, slots, name, strict)
