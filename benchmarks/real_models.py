@@ -21,7 +21,11 @@ Each model gives one JSON record: its family, parameter count, whether it import
 error if not), the largest relative error against onnxruntime, compile time, and with
 speed measured, irkit's and onnxruntime's medians on one and two threads, timed
 interleaved in one process, with their ratio. `--gpu` also compiles every kernel's CUDA C
-with NVRTC under `default-cuda` and runs the program on cuda-host (at `--small` dims).
+with NVRTC under `default-cuda` and runs the program on cuda-host (at `--small` dims);
+`--gpu-dtypes f16,bf16` also converts the model to each type (`irkit.load(dtype=)`, as
+torch's `model.half()`) and runs it on cuda-host under `default-cuda`, checked against the
+float64 reference of the converted model within the type's tolerance, with the tensor-core
+instructions it took and NVRTC's spills on sm_80 and sm_90.
 """
 
 from __future__ import annotations
@@ -445,6 +449,33 @@ def gpu_path(path: Path, inputs: dict[str, np.ndarray]) -> dict:
             "nvrtc_spill_stores": spills}  # fmt: skip
 
 
+def gpu_half_path(path: Path, dtype: str, seed: int = 0) -> dict:
+    """The model converted to `dtype`, on cuda-host under default-cuda, checked against the
+    float64 reference of the converted model; the mma instructions the program issues
+    (per kernel launch, counted in its IR), and NVRTC's spills on sm_80 and sm_90."""
+    import irkit
+    from irkit.dialects.warp import MMA_OPS
+    from irkit.runtime.check import check
+    from irkit.runtime.gpu import build_kernels
+
+    module = irkit.load(str(path), dtype=dtype)
+    exe = irkit.compile(module, "default-cuda", "cuda-host")
+    checks, _ = check(exe, module, seed)
+    spills = {
+        arch: sum(
+            k.compiled.resources.spill_stores for k in build_kernels(exe.module, arch) if k.compiled
+        )  # fmt: skip
+        for arch in ("sm_80", "sm_90")
+    }
+    return {
+        f"{dtype}_rel_error": max(c.rel_error for c in checks),
+        f"{dtype}_tolerance": checks[0].tolerance,
+        f"{dtype}_matches": all(c.passed for c in checks),
+        f"{dtype}_mma_ops": sum(isinstance(op, MMA_OPS) for op in exe.module.walk()),
+        f"{dtype}_spill_stores": spills,
+    }
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     specs = SETS[args.set]
     if args.only:
@@ -471,6 +502,8 @@ def run(args: argparse.Namespace) -> list[dict]:
                     record.update(time_against_onnxruntime(path, inputs, threads, torch_model=peer))
             if exe is not None and args.gpu:
                 record.update(gpu_path(path, inputs))
+            for dtype in args.gpu_dtypes.split(",") if exe is not None and args.gpu_dtypes else ():
+                record.update(gpu_half_path(path, dtype))
             records.append(record)
             print(_line(record), flush=True)
             if args.export_dir and record.get("matches"):
@@ -493,6 +526,12 @@ def _line(r: dict) -> str:
     if "cuda_host_rel_error" in r:
         verdict = "ok" if r["cuda_host_matches"] else "WRONG"
         gpu = f"  cuda-host {verdict} ({r['cuda_host_rel_error']:.1e}), NVRTC {r['nvrtc_kernels']} kernels"
+    for dtype in ("f16", "bf16"):
+        if f"{dtype}_matches" in r:
+            verdict = "ok" if r[f"{dtype}_matches"] else "WRONG"
+            gpu += (
+                f"  {dtype} {verdict} ({r[f'{dtype}_rel_error']:.1e}, {r[f'{dtype}_mma_ops']} mma)"
+            )
     speed = gpu + "".join(
         f"  {r[f'speed_vs_{p}_{t}t']:.2f}x {p} ({t}t)"
         for p in ("ort", "torch") for t in (1, 2) if f"speed_vs_{p}_{t}t" in r
@@ -536,6 +575,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-speed", dest="speed", action="store_false")
     parser.add_argument("--gpu", action="store_true", help="NVRTC + cuda-host too")
     parser.add_argument(
+        "--gpu-dtypes",
+        default="",
+        help="comma-separated f16,bf16: each model converted to each, run on cuda-host",
+    )
+    parser.add_argument(
         "--torch", action="store_true", help="PyTorch eager as a peer too (the module exported)"
     )
     parser.add_argument("--out", type=Path, help="append JSON lines here")
@@ -560,7 +604,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{len(imported)} of {len(records)} imported, {len(matched)} match onnxruntime within 1e-4"
     )
-    return 0 if len(matched) == len(records) else 1
+    half = [r for r in imported for d in ("f16", "bf16") if r.get(f"{d}_matches") is False]
+    if args.gpu_dtypes:
+        print(f"{len(half)} (model, dtype) pairs wrong on cuda-host in {args.gpu_dtypes}")
+    return 0 if len(matched) == len(records) and not half else 1
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ def numpy_dtype(element_type: Attribute) -> np.dtype:
     return NUMPY[dtype_name(element_type)]
 
 
-FLOAT_TYPES = (Float16Type, Float32Type, Float64Type)
+FLOAT_TYPES = (Float16Type, BFloat16Type, Float32Type, Float64Type)
 
 
 def is_integer(element_type: Attribute) -> bool:
@@ -90,11 +90,11 @@ def reference_dtype(element_type: Attribute) -> np.dtype:
 
 def dense_array(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
     """A dense elements attribute's values as a flat numpy array, read straight from its
-    bytes for f16/f32/f64 (xDSL's `get_values` unpacks element by element into Python
+    bytes for floats (xDSL's `get_values` unpacks element by element into Python
     floats: most of a minute for vgg19's weights)."""
     element = attr.get_element_type()
     if isinstance(element, FLOAT_TYPES):
-        return np.frombuffer(attr.data.data, dtype=np.dtype(element.format))
+        return np.frombuffer(attr.data.data, dtype=numpy_dtype(element))
     if is_bool(element):  # one byte a value, 0xFF for true
         return np.frombuffer(attr.data.data, dtype=np.uint8) != 0
     if isinstance(element, IntegerType) and element.width.data in (32, 64):
@@ -104,7 +104,7 @@ def dense_array(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
 
 def dense_attr(tensor_type: Any, values: np.ndarray | Sequence[float]) -> DenseIntOrFPElementsAttr:
     """A dense elements attribute of `tensor_type` holding `values` (one value: a splat), as
-    `DenseIntOrFPElementsAttr.from_list` builds it, from numpy's bytes for f16/f32/f64."""
+    `DenseIntOrFPElementsAttr.from_list` builds it, from numpy's bytes for floats."""
     element = tensor_type.get_element_type()
     if isinstance(element, IntegerType) and element.width.data in (1, 32, 64):
         width = element.width.data
@@ -118,7 +118,7 @@ def dense_attr(tensor_type: Any, values: np.ndarray | Sequence[float]) -> DenseI
         return DenseIntOrFPElementsAttr.from_list(
             tensor_type, list(np.asarray(values).reshape(-1).tolist())
         )
-    flat = np.asarray(values, dtype=np.dtype(element.format)).reshape(-1)
+    flat = np.asarray(values, dtype=numpy_dtype(element)).reshape(-1)
     count = int(np.prod(tensor_type.get_shape(), dtype=np.int64))
     if flat.size == 1 and count != 1:
         flat = np.repeat(flat, count)

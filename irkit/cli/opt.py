@@ -31,7 +31,8 @@ from irkit.cli.common import (
 )
 from irkit.errors import IrkitError
 from irkit.frontend import FRONTENDS, load, parse_source, read_text
-from irkit.ir import make_context
+from irkit.frontend.precision import convert_floats
+from irkit.ir import make_context, verify
 from irkit.pipelines import PIPELINES, apply_passes, available_passes, parse_passes
 
 
@@ -94,6 +95,13 @@ class IrkitOptMain(xDSLOptMain):
             help="override a named dim of a .graph model (repeatable)",
         )
         arg_parser.add_argument(
+            "--dtype",
+            default=None,
+            choices=("f32", "f16", "bf16"),
+            help="convert the model's f32 tensors (inputs, weights, outputs) to this type "
+            "before the pipeline; with no pipeline, write the converted model",
+        )
+        arg_parser.add_argument(
             "--list-passes", action="store_true", help="list passes and named pipelines, then exit"
         )
         add_plugin_option(arg_parser)
@@ -124,7 +132,7 @@ class IrkitOptMain(xDSLOptMain):
         passes = parse_passes(self.args.passes) if self.args.passes else []
         path = self.args.input_file
         if path and Path(path).suffix.lower() == ".onnx":  # binary: the ONNX frontend reads it
-            module = load(path, dict(self.args.dim))
+            module = load(path, dict(self.args.dim), self.args.dtype)
             self._apply(module, passes)
             self._write(self.output_resulting_program(module))
             return
@@ -134,6 +142,8 @@ class IrkitOptMain(xDSLOptMain):
         for chunk in chunks:
             try:
                 module = parse_source(chunk, filename, kind, dict(self.args.dim))
+                if self.args.dtype:
+                    verify(convert_floats(module, self.args.dtype))
                 self._apply(module, passes)
                 outputs.append(self.output_resulting_program(module))
             except IrkitError as e:

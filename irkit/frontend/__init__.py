@@ -65,18 +65,26 @@ def parse_source(
     return module
 
 
-def load(path: str | Path, dims: Mapping[str, int] | None = None) -> ModuleOp:
+def load(
+    path: str | Path, dims: Mapping[str, int] | None = None, dtype: str | None = None
+) -> ModuleOp:
     """Load a model file as a verified module. `dims` overrides named dims of a .graph model,
-    or gives symbolic input dims of an .onnx model their sizes."""
+    or gives symbolic input dims of an .onnx model their sizes; `dtype` ("f16" or "bf16")
+    converts every f32 tensor of it to that type (`irkit.frontend.precision`)."""
     from irkit.errors import expect
+    from irkit.frontend.precision import check_dtype, convert_floats
+    from irkit.ir import verify
 
     expect("irkit.load", "path", path, str | Path, "a model file path (str or Path)")
     check_dims("irkit.load", dims)
+    check_dtype("irkit.load", dtype)
     if Path(path).suffix.lower() == ".onnx":
         from irkit.frontend.onnx import load_onnx
-        from irkit.ir import verify
 
         module = load_onnx(path, dims)
         verify(module)
-        return module
-    return parse_source(read_text(path), str(path), Path(path).suffix.lower(), dims)
+    else:
+        module = parse_source(read_text(path), str(path), Path(path).suffix.lower(), dims)
+    if dtype is not None and dtype != "f32":
+        verify(convert_floats(module, dtype))
+    return module

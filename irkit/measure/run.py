@@ -63,6 +63,8 @@ class RunResult:
     dims: dict[str, int] = field(default_factory=dict)
     """The sizes given (the model's own where none): with the model, the workload."""
     seed: int = 0
+    dtype: str = ""
+    """The type the model's f32 tensors were converted to (`--dtype`); "" where none was."""
 
     @property
     def passed(self) -> bool:
@@ -73,6 +75,7 @@ class RunResult:
             "kind": "irkit.run",
             "model": self.model,
             "dims": self.dims,
+            **({"dtype": self.dtype} if self.dtype else {}),
             "seed": self.seed,
             "pipeline": self.pipeline,
             "backend": self.backend,
@@ -109,13 +112,18 @@ def run_model(
     precision: float = 0.01,
     budget_s: float = 1.0,
     tuned: bool = False,
+    dtype: str | None = None,
 ) -> RunResult:
     """Compile, check on fresh inputs (seed), and if correct time the graph and each kernel
     (each with its own `budget_s`); `tuned`: the tuning database's winner for this
-    workload, pipeline and machine where it has one (`irkit.compile(..., tuned=True)`)."""
+    workload, pipeline and machine where it has one (`irkit.compile(..., tuned=True)`);
+    `dtype`: the model's f32 tensors converted to "f16" or "bf16" first (`irkit.load`)."""
+    from irkit.frontend import load
+
     check_protocol("run_model", precision, budget_s, seed)
     start = time.perf_counter()
-    exe = compile(model, pipeline, backend, dims, tuned=tuned)
+    graph = load(model, dims, dtype) if isinstance(model, str | Path) else model
+    exe = compile(graph, pipeline, backend, tuned=tuned)
     compile_seconds = time.perf_counter() - start
     assert exe.graph is not None  # irkit.compile records it
     checks, inputs = check(exe, exe.graph, seed)
@@ -129,6 +137,7 @@ def run_model(
         fingerprint=host_fingerprint(),
         dims=dict(dims or {}),
         seed=seed,
+        dtype=dtype or "",
     )
     if not result.passed:
         return result

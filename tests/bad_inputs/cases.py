@@ -319,6 +319,8 @@ CASES: list[Case] = [
     # --- command-line flags -------------------------------------------------------------------------
     Case("seed-negative", bench("reference", "m.graph", "--seed", "-1"), {"m.graph": G}, code=2, where="--seed", says="from 0 to 2^64-1"),
     Case("seed-text", bench("run", "m.graph", "--seed", "abc"), {"m.graph": G}, code=2, where="--seed", says="expected an integer"),
+    Case("dtype-unknown-run", bench("run", "m.graph", "--dtype", "f8"), {"m.graph": G}, code=2, where="--dtype", says="invalid choice: 'f8'"),
+    Case("dtype-unknown-opt", opt("m.graph", "--dtype", "fp16"), {"m.graph": G}, code=2, where="--dtype", says="invalid choice: 'fp16'"),
     Case("seed-huge", bench("reference", "m.graph", "--seed", str(2**70)), {"m.graph": G}, code=2, where="--seed", says="from 0 to 2^64-1"),
     Case("budget-nan", bench("run", "m.graph", "--budget", "nan"), {"m.graph": G}, code=2, where="--budget", says="finite"),
     Case("budget-negative", bench("run", "m.graph", "--budget", "-5"), {"m.graph": G}, code=2, where="--budget", says="must be positive"),
@@ -468,6 +470,7 @@ def api_cases() -> list[tuple[str, Callable[[], object], str]]:
         _api("load-dims-list", lambda: irkit.load(gemm, [1]), "dims must be a mapping"),  # type: ignore[arg-type]
         _api("load-dims-negative", lambda: irkit.load(gemm, {"M": -1}), "dims['M'] must be a positive integer"),
         _api("load-dims-float", lambda: irkit.load(gemm, {"M": 2.5}), "dims['M'] must be a positive integer"),  # type: ignore[dict-item]
+        _api("load-dtype-unknown", lambda: irkit.load(gemm, dtype="f8"), "irkit.load: dtype must be one of f32, f16, bf16, got 'f8'"),
         _api("compile-int", lambda: irkit.compile(42), "irkit.compile: model must be a module or a model file path"),  # type: ignore[arg-type]
         _api("compile-pipeline-int", lambda: irkit.compile(_module(), pipeline=5), "irkit.compile: pipeline must be"),  # type: ignore[arg-type]
         _api("compile-backend-none", lambda: irkit.compile(_module(), backend=None), "irkit.compile: backend must be"),  # type: ignore[arg-type]

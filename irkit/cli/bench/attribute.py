@@ -32,7 +32,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         default=None,
         help=f"a .graph, .mlir or .onnx model (default: the embedded {DEFAULT_MODEL})",
     )
-    measure_options(p, budget=30.0, several=True)
+    measure_options(p, budget=30.0, several=True, dtype=True)
     p.add_argument("--strategy", default="shapley", choices=("prefix", "ablation", "shapley"))
     p.add_argument(
         "--permutations",
@@ -190,6 +190,7 @@ def _attribute_once(args, model: str, dims: dict, kernel_times: bool) -> dict:
                 args.backend,
                 args.strategy,
                 dims,
+                dtype=args.dtype,
                 precision=args.precision,
                 budget_s=args.budget,
                 seed=args.seed,

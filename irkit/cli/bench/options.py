@@ -45,7 +45,17 @@ def executor_options(p) -> None:
     )
 
 
-def measure_options(p, budget: float, several: bool = False) -> None:
+def dtype_option(p) -> None:
+    p.add_argument(
+        "--dtype",
+        default=None,
+        choices=("f32", "f16", "bf16"),
+        help="convert the model's f32 tensors (inputs, weights, outputs) to this type first, "
+        "as torch's model.half() does; the reference and the check follow",
+    )
+
+
+def measure_options(p, budget: float, several: bool = False, dtype: bool = False) -> None:
     p.add_argument(
         "-p",
         "--passes",
@@ -64,6 +74,8 @@ def measure_options(p, budget: float, several: bool = False) -> None:
     )
     p.add_argument("--backend", default="auto", help=BACKEND_HELP + across)
     p.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
+    if dtype:
+        dtype_option(p)
     p.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
     precision = (
         "stop sampling when every pass's verdict is known: its 99.9%% CI excludes 0 "

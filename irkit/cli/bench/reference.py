@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from irkit.cli.bench.options import dtype_option
 from irkit.cli.common import (
     parse_dim,
     seed,
@@ -19,6 +20,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     )
     p.add_argument("file", help="a .graph or .mlir model")
     p.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
+    dtype_option(p)
     p.add_argument("--seed", type=seed, default=0)
     return p
 
@@ -31,7 +33,7 @@ def run(args) -> None:
     import irkit
     from irkit.ir import entry_function
 
-    module = irkit.load(args.file, dict(args.dim))
+    module = irkit.load(args.file, dict(args.dim), args.dtype)
     inputs = irkit.random_inputs(module, seed=args.seed)
     start = time.perf_counter()
     outputs = irkit.reference(module, *inputs)
@@ -39,7 +41,10 @@ def run(args) -> None:
     fn = entry_function(module)
     given = [d.data.get("irkit.name") for d in (fn.res_attrs.data if fn.res_attrs else [])]
     names = [n if isinstance(n, StringAttr) else None for n in given]
-    table = Table(title=f"{args.file}: numpy reference (float64), inputs seed {args.seed}")
+    as_dtype = f" as {args.dtype}" if args.dtype else ""
+    table = Table(
+        title=f"{args.file}{as_dtype}: numpy reference (float64), inputs seed {args.seed}"
+    )
     for col in ("output", "shape", "min", "max", "mean", "finite"):
         table.add_column(col, justify="left" if col in ("output", "shape") else "right")
     for i, out in enumerate(outputs):

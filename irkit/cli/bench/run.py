@@ -26,7 +26,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "machine, where `tune` recorded one (the header says which)",
     )
     p.add_argument("file", help="a .graph or .mlir model")
-    measure_options(p, budget=1.0)
+    measure_options(p, budget=1.0, dtype=True)
     p.add_argument("--json", default=None, metavar="OUT", help="write the run's record as JSON")
     add_db_option(p)
     p.add_argument(
@@ -56,9 +56,11 @@ def run(args) -> int:
         args.precision,
         args.budget,
         tuned=args.tuned,
+        dtype=args.dtype,
     )
     console.print(
-        f"[bold]{args.file}[/]  pipeline: {result.pipeline or '(none)'}  backend: {result.selection}"
+        f"[bold]{args.file}[/]{f' as {args.dtype}' if args.dtype else ''}  "
+        f"pipeline: {result.pipeline or '(none)'}  backend: {result.selection}"
     )
     console.print(
         f"compiled in {result.compile_seconds:.2f} s; checked against the float64 reference (seed {args.seed}):"

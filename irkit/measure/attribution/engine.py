@@ -74,6 +74,7 @@ def attribute(
     strategy: str | None = None,
     dims: Mapping[str, int] | None = None,
     *,
+    dtype: str | None = None,
     options: AttributeOptions | None = None,
     ceilings: Ceilings | None | Literal["backend"] = "backend",
     progress: Progress | None = None,
@@ -83,21 +84,24 @@ def attribute(
     protocol: `irkit.measure.attribution`). How it measures is `options`, or the defaults,
     with any of `AttributeOptions`'s fields given as keywords (`budget_s=5`) replacing
     theirs; `strategy` likewise. `ceilings`: the roofline's, by default the backend's own
-    (`Backend.ceilings()`); None for none."""
+    (`Backend.ceilings()`); None for none. `dtype`: a model file's f32 tensors converted to
+    "f16" or "bf16" first (`irkit.load`)."""
     if strategy is not None:
         knobs["strategy"] = strategy
     opts = AttributeOptions.of(options, **knobs)
     expect("attribute", "model", model, ModuleOp | str | Path, "a module or a model file path")
     expect("attribute", "pipeline", pipeline, str | None, "a pipeline spec")
     tick = progress or (lambda *_: None)
-    setup = _prepare(model, pipeline, backend, dims, ceilings, opts)
+    setup = _prepare(model, pipeline, backend, dims, dtype, ceilings, opts)
     setup, variants = _plan_and_compile(setup, opts, tick)
     binding = _bind_placements(setup, variants, opts, tick)
     measured = _measure(setup, variants, binding, opts, tick)
     noise = _noise_floor(setup, variants, binding, measured, opts)
     kernels = _kernel_times(setup, variants, opts, tick)
     passes = _judge_passes(setup, variants, measured, noise, kernels)
-    return _record(model, dims, opts, setup, variants, binding, measured, noise, kernels, passes)
+    record = _record(model, dims, opts, setup, variants, binding, measured, noise, kernels, passes)
+    record.dtype = dtype if dtype and dtype != "f32" else ""
+    return record
 
 
 # --------------------------------------------------------------------------- the phases
@@ -108,6 +112,7 @@ def _prepare(
     pipeline: str | None,
     backend: str,
     dims: Mapping[str, int] | None,
+    dtype: str | None,
     ceilings: Ceilings | None | Literal["backend"],
     opts: AttributeOptions,
 ) -> Setup:
@@ -115,7 +120,7 @@ def _prepare(
     from irkit.runtime import get_backend
     from irkit.runtime.check import reference_case
 
-    graph = load(model, dims) if isinstance(model, str | Path) else model
+    graph = load(model, dims, dtype) if isinstance(model, str | Path) else model
     model_function(graph)
     chosen, selection = get_backend(backend)
     if chosen.name == "reference":

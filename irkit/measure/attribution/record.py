@@ -100,6 +100,9 @@ class Attribution:
     ceilings: Ceilings | None
     dims: dict = field(default_factory=dict)
     workload: str | None = None
+    dtype: str = ""
+    """The type the model's f32 tensors were converted to (`--dtype`); "" where none was.
+    It names the workload too (gemm-bf16), so that histories and comparisons keep it apart."""
     moments: dict = field(default_factory=dict)
     """"baseline" and "full": each program's log moments and sample count (`log_moments`),
     what a later test between runs needs (the history database keeps them)."""
@@ -112,9 +115,11 @@ class Attribution:
         return {
             "kind": "irkit.attribution",
             "schema": 1,
-            "workload": self.workload or Path(self.model).stem,
+            "workload": self.workload
+            or Path(self.model).stem + (f"-{self.dtype}" * bool(self.dtype)),
             "model": self.model,
             "dims": self.dims,
+            **({"dtype": self.dtype} if self.dtype else {}),
             "pipeline": self.pipeline,
             "backend": self.backend,
             "strategy": self.strategy,
