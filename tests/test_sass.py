@@ -1,8 +1,9 @@
 """The machine code NVRTC builds for the tensor-core matmuls holds the instructions meant,
 for sm_80 and sm_90, read from the cubin with cuobjdump and nvdisasm (the
 `nvidia-cuda-cuobjdump` and `nvidia-cuda-nvdisasm` wheels): HMMA for the mma.sync tiles,
-LDSM (and LDSM.MT, the transposed load of B) for `ldmatrix`, 16-byte global loads for the
-copies, and no local memory (no spills). No GPU needed."""
+LDSM (and LDSM.MT, the transposed load of B) for `ldmatrix`, LDGSTS for the cp.async copies
+(16-byte global loads and shared stores where they are staged through registers), and no
+local memory (no spills). No GPU needed."""
 
 from __future__ import annotations
 
@@ -59,7 +60,10 @@ def _sass(dtype: str, options: str, arch: str, tmp_path: Path) -> tuple[Counter,
     cubin = tmp_path / f"{arch}.cubin"
     cubin.write_bytes(compiled.cubin)
     text = _disassemble(cubin)
-    ops = Counter(re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", text))
+    # (`@!PT` marks an instruction never executed: ptxas's padding beside LDGDEPBAR)
+    ops = Counter(
+        re.findall(r"/\*[0-9a-f]{4}\*/\s+(?!@!PT)(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", text)
+    )
     return ops, compiled.resources.__dict__
 
 
@@ -69,16 +73,26 @@ def _sass(dtype: str, options: str, arch: str, tmp_path: Path) -> tuple[Counter,
 def test_half_tiles_are_ldmatrix_and_hmma_without_spills(
     arch: str, dtype: str, hmma: str, tmp_path: Path
 ) -> None:
-    """The default f16/bf16 kernel (128 x 128 tiles 64 deep, in dynamic shared memory):
-    per k tile, 64 HMMA fed by 16 LDSM of A and 8 transposed LDSM of B, 16-byte loads and
-    stores for the copies, no LDS (every fragment by ldmatrix), no local memory."""
+    """The default f16/bf16 kernel (128 x 128 tiles 32 deep, three cp.async stages in
+    dynamic shared memory): per k tile, 32 HMMA fed by 8 LDSM of A and 4 transposed LDSM of
+    B; the copies LDGSTS (cp.async.cg: global straight to shared, 4 a thread a tile, 8 more
+    for the two tiles before the loop), committed by LDGDEPBAR and waited for by DEPBAR, one
+    barrier a tile; no register-staged copy (LDG, STS) and no LDS (every fragment by
+    ldmatrix), no local memory. With `async-copy=false`, 64 deep through registers: 64 HMMA,
+    16 + 8 LDSM, 16-byte LDG and STS."""
     ops, resources = _sass(dtype, "fill-sms=false split-k=1", arch, tmp_path)
-    assert ops[hmma] == 64, ops
-    assert ops["LDSM.16.M88.4"] == 16 and ops["LDSM.16.MT88.4"] == 8, ops
-    assert ops["STS.128"] == 16 and not any(op.startswith("LDS.") or op == "LDS" for op in ops)
-    assert any(op.startswith("LDG.E.128") for op in ops), ops
+    assert ops[hmma] == 32, ops
+    assert ops["LDSM.16.M88.4"] == 8 and ops["LDSM.16.MT88.4"] == 4, ops
+    assert ops["LDGSTS.E.BYPASS.128"] == 12 and ops["LDGDEPBAR"] >= 1, ops
+    assert ops["DEPBAR.LE"] >= 1 and ops["BAR.SYNC.DEFER_BLOCKING"] == 1, ops
+    assert not any(op.startswith(("LDG.", "STS", "LDS.")) or op == "LDS" for op in ops), ops
     assert not any(op.startswith(("LDL", "STL")) for op in ops), ops
     assert resources["spill_stores"] == 0 and resources["shared_bytes"] == 0, resources
+    ops, resources = _sass(dtype, "fill-sms=false split-k=1 async-copy=false", arch, tmp_path)
+    assert ops[hmma] == 64 and ops["LDSM.16.M88.4"] == 16 and ops["LDSM.16.MT88.4"] == 8, ops
+    assert ops["STS.128"] == 16 and not any(op.startswith("LDS.") or op == "LDS" for op in ops)
+    assert any(op.startswith("LDG.E.128") for op in ops) and "LDGSTS.E.BYPASS.128" not in ops
+    assert not any(op.startswith(("LDL", "STL")) for op in ops), ops
 
 
 def test_pair_loads_and_tf32_keep_their_own_instructions(tmp_path: Path) -> None:

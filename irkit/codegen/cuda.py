@@ -38,7 +38,11 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from irkit.dialects.cpu import PrefetchOp
 from irkit.dialects.warp import (
+    ASYNC_COPY_OPS,
     MMA_OPS,
+    CpAsyncCommitOp,
+    CpAsyncOp,
+    CpAsyncWaitOp,
     LdmatrixX4Op,
     MmaM16n8k16Op,
     ShuffleModeEnum,
@@ -607,6 +611,21 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         kind = _ldmatrix_kind(op)
         self.emit(f"irkit_ldmatrix_x4_{kind}(&{base}, {stride}, {offsets}, {pointers});")
 
+    def cp_async(self, op: CpAsyncOp) -> None:
+        """A thread's 16-byte asynchronous copy into shared memory: the prelude's helper
+        (cp.async.cg with its source size on the GPU; a queued copy on cuda-host)."""
+        dest = self.element(op.dest, list(op.dest_indices))
+        source = self.element(op.source, list(op.source_indices))
+        size = numpy_dtype(op.source.type.get_element_type()).itemsize  # type: ignore[attr-defined]
+        valid = self.name(op.valid)
+        self.emit(f"irkit_cp_async16(&{dest}, &{source}, (int)({valid}) * {size});")
+
+    def cp_async_commit(self, op: CpAsyncCommitOp) -> None:
+        self.emit("irkit_cp_async_commit();")
+
+    def cp_async_wait(self, op: CpAsyncWaitOp) -> None:
+        self.emit(f"irkit_cp_async_wait<{op.groups}>();")
+
     def shuffle(self, op: ShuffleOp) -> None:
         """A warp's xor exchange (every lane of the warp together: the full mask). Its
         `valid` flag is not printed: irkit's passes shuffle within whole warps."""
@@ -620,6 +639,9 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         **dict.fromkeys(MMA_OPS, mma),
         ShuffleOp: shuffle,
         LdmatrixX4Op: ldmatrix,
+        CpAsyncOp: cp_async,
+        CpAsyncCommitOp: cp_async_commit,
+        CpAsyncWaitOp: cp_async_wait,
         arith.BitcastOp: bitcast,
         gpu.BarrierOp: barrier,
         memref.GetGlobalOp: get_global,
@@ -853,6 +875,21 @@ def _ldmatrix_helper(kind: str) -> str:
     )
 
 
+ASYNC_COPY_HELPERS = """\
+#ifndef IRKIT_CUDA_HOST
+__device__ __forceinline__ void irkit_cp_async16(void* dst, const void* src, int bytes) {
+  const unsigned address = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\\n" :: "r"(address), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void irkit_cp_async_commit() { asm volatile("cp.async.commit_group;\\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void irkit_cp_async_wait() { asm volatile("cp.async.wait_group %0;\\n" :: "n"(N) : "memory"); }
+#endif
+"""
+"""PTX's cp.async (16 bytes, `.cg`: cached in L2 only, past L1, with the source size
+zero-filling the rest), commit_group and wait_group; kept from a host build, whose header
+has its own."""
+
+
 def _prelude(kernels: list[func.FuncOp]) -> str:
     """The helpers, cuda_fp16.h/cuda_bf16.h only where a kernel touches f16 or bf16, and the
     tensor-core helpers only where a kernel uses them."""
@@ -875,6 +912,8 @@ def _prelude(kernels: list[func.FuncOp]) -> str:
         {_ldmatrix_kind(op) for fn in kernels for op in fn.walk() if isinstance(op, LdmatrixX4Op)}
     )
     helpers += "".join(_ldmatrix_helper(kind) for kind in loads)
+    if any(isinstance(op, ASYNC_COPY_OPS) for fn in kernels for op in fn.walk()):
+        helpers += ASYNC_COPY_HELPERS
     return (CudaPrinter.HALF_HEADERS if narrow else "") + CudaPrinter.PRELUDE + helpers
 
 

@@ -46,6 +46,7 @@ STATUS = {
     "barriers)",
     2: "no memory for the fibers of a block",
     3: "a barrier outside a fiber (irkit thought the kernel had none)",
+    4: "a thread with more than 64 cp.async copies in flight, or one of more than 16 bytes",
 }
 
 
@@ -86,10 +87,12 @@ def host_source(module: ModuleOp) -> str:
 
 def has_barrier(fn: func.FuncOp) -> bool:
     """Whether the kernel's threads must meet: a barrier, or a warp-collective op (an mma
-    or a shuffle, whose host emulation waits for every lane)."""
-    from irkit.dialects.warp import WARP_COLLECTIVES
+    or a shuffle, whose host emulation waits for every lane; an asynchronous copy, whose
+    per-thread queue lives with the fibers)."""
+    from irkit.dialects.warp import ASYNC_COPY_OPS, WARP_COLLECTIVES
 
-    return any(isinstance(op, (gpu.BarrierOp, *WARP_COLLECTIVES)) for op in fn.walk())
+    kinds = (gpu.BarrierOp, *WARP_COLLECTIVES, *ASYNC_COPY_OPS)
+    return any(isinstance(op, kinds) for op in fn.walk())
 
 
 @dataclass

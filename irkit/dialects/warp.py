@@ -35,6 +35,19 @@ of B for two instructions. Each matrix row is 16 bytes and must be 16-byte align
 `transpose` (PTX's `.trans`), lane l's result j is the pair at rows `2 (l % 4)` and
 `2 (l % 4) + 1`, column `l / 4` of matrix j: on B stored [k][n] as it is in memory, origins
 (0,0), (8,0), (0,8), (8,8) give the pairs of B for two 8-column instructions.
+
+`irkit_warp.cp_async`, `cp_async_commit` and `cp_async_wait`: a thread's asynchronous copy
+of 16 bytes from global to shared memory, PTX's `cp.async.cg.shared.global` with its
+source size (MLIR's `nvgpu.device_async_copy` with `srcElements`): `count` elements along
+the last dimension, of which the first `valid` are read and the rest are zero (a copy past
+a ragged edge reads nothing there). Copies are grouped by `cp_async_commit` (the thread's
+copies issued since the last commit form one group), and `cp_async_wait {pending = N}`
+returns when at most the N most recent groups of the thread are still in flight: only then
+are the older groups' bytes in shared memory, and only for the thread that waited (a barrier
+after the wait shows them to the block). Until its wait, a copy may land at any time:
+cuda-host makes it land at the wait (the latest moment, so a missing or short wait reads
+stale data), and lockstep counts it as a write both when issued and when it lands (so a
+copy into a buffer other threads still read races).
 """
 
 from __future__ import annotations
@@ -49,6 +62,7 @@ from xdsl.dialects.builtin import (
     Float32Type,
     Float64Type,
     IndexType,
+    IntegerAttr,
     IntegerType,
     MemRefType,
     UnitAttr,
@@ -58,6 +72,7 @@ from xdsl.dialects.builtin import (
 from xdsl.dialects.utils import EnumAttribute
 from xdsl.ir import Attribute, Dialect, SpacedOpaqueSyntaxAttribute, SSAValue
 from xdsl.irdl import (
+    AttrSizedOperandSegments,
     IRDLOperation,
     irdl_attr_definition,
     irdl_op_definition,
@@ -242,6 +257,93 @@ class LdmatrixX4Op(IRDLOperation):
             raise VerifyException(f"{self.name}'s results are vector<2x{t.element_type}>")
 
 
+SHARED = IntegerAttr(3, 32)
+"""Shared memory's address space (`irkit.loops.SHARED_SPACE`, MLIR's gpu workgroup space)."""
+
+
+@irdl_op_definition
+class CpAsyncOp(IRDLOperation):
+    """One thread's asynchronous 16-byte copy from global to shared memory (see the module
+    docstring): `count` elements along the last dimension from `source[source_indices]` to
+    `dest[dest_indices]`, the first `valid` read, the rest zero."""
+
+    name = "irkit_warp.cp_async"
+
+    dest = operand_def(MemRefType)
+    dest_indices = var_operand_def(IndexType)
+    source = operand_def(MemRefType)
+    source_indices = var_operand_def(IndexType)
+    valid = operand_def(IndexType)
+    count = prop_def(IntegerAttr)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    BYTES: ClassVar[int] = 16
+
+    def __init__(
+        self,
+        dest: SSAValue,
+        dest_indices: list[SSAValue],
+        source: SSAValue,
+        source_indices: list[SSAValue],
+        valid: SSAValue,
+        count: int,
+    ):
+        super().__init__(
+            operands=[dest, dest_indices, source, source_indices, valid],
+            properties={"count": IntegerAttr(count, i64)},
+        )
+
+    @property
+    def elements(self) -> int:
+        return self.count.value.data
+
+    def verify_(self) -> None:
+        from irkit.dtypes import numpy_dtype
+
+        d, s = self.dest.type, self.source.type
+        assert isinstance(d, MemRefType) and isinstance(s, MemRefType)
+        if d.memory_space != SHARED or s.memory_space == SHARED:
+            raise VerifyException(f"{self.name} copies from global to shared memory")
+        if d.element_type != s.element_type:
+            raise VerifyException(f"{self.name} copies between buffers of one element type")
+        if len(self.dest_indices) != d.get_num_dims() or len(self.source_indices) != s.get_num_dims():  # fmt: skip
+            raise VerifyException(f"{self.name} takes one index per dimension of each buffer")
+        if self.elements * numpy_dtype(d.element_type).itemsize != self.BYTES:
+            raise VerifyException(f"{self.name} copies {self.BYTES} bytes")
+
+
+@irdl_op_definition
+class CpAsyncCommitOp(IRDLOperation):
+    """The thread's copies issued since its last commit become one group."""
+
+    name = "irkit_warp.cp_async_commit"
+
+    def __init__(self):
+        super().__init__()
+
+
+@irdl_op_definition
+class CpAsyncWaitOp(IRDLOperation):
+    """Wait until at most `pending` of the thread's most recent groups are in flight."""
+
+    name = "irkit_warp.cp_async_wait"
+
+    pending = prop_def(IntegerAttr)
+
+    def __init__(self, pending: int):
+        super().__init__(properties={"pending": IntegerAttr(pending, i64)})
+
+    @property
+    def groups(self) -> int:
+        return self.pending.value.data
+
+    def verify_(self) -> None:
+        if not 0 <= self.groups <= 7:
+            raise VerifyException(f"{self.name}: pending must be from 0 to 7")
+
+
+ASYNC_COPY_OPS = (CpAsyncOp, CpAsyncCommitOp, CpAsyncWaitOp)
+
 MMA_OPS = (MmaM16n8k16Op, MmaM16n8k8Tf32Op)
 
 
@@ -345,7 +447,7 @@ WARP_COLLECTIVES = (*MMA_OPS, ShuffleOp, LdmatrixX4Op)
 """Ops every lane of a warp executes together (cuda-host's emulation waits for them all)."""
 
 
-Warp = Dialect("irkit_warp", [MmaM16n8k16Op, MmaM16n8k8Tf32Op, LdmatrixX4Op], [])
+Warp = Dialect("irkit_warp", [MmaM16n8k16Op, MmaM16n8k8Tf32Op, LdmatrixX4Op, *ASYNC_COPY_OPS], [])
 
 
 def gpu_dialect() -> Dialect:

@@ -38,6 +38,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, SSAValue
 from xdsl.passes import ModulePass
 
+from irkit.dialects.warp import CpAsyncCommitOp, CpAsyncOp, CpAsyncWaitOp
 from irkit.dtypes import numpy_dtype
 from irkit.errors import require
 from irkit.ir import shape_of
@@ -89,6 +90,7 @@ class GpuTileMatmulPass(ModulePass):
         "thread-m": (4, 8),
         "thread-n": (4, 8),
         "split-k": (0, 1),
+        "stages": (2, 3, 4),
     }
     """What `irkit-bench tune --space gpu-tile-matmul` tries: the block and register tiles,
     the k depth (0: auto), and split-K on or off; every combination a valid block (64 to
@@ -114,6 +116,12 @@ class GpuTileMatmulPass(ModulePass):
     # stores put 16 threads of a warp on one bank; with A alone by ldmatrix (6a2c45a) it
     # had run 0.93x of the pair loads.
     ldmatrix: bool = True
+    # f16/bf16 tensor-core tiles filled by cp.async (sm_80 and later) straight from global
+    # memory into a ring of `stages` shared stages, `stages - 1` tiles in flight while one
+    # is computed (false: copies staged through registers, two stages). Not yet timed on a
+    # GPU: benchmarks/gpu_acceptance.sh attributes it and each stage count.
+    async_copy: bool = True
+    stages: int = 3
     tf32: bool = False  # f32 through TF32 tensor cores (opt-in: 10-bit mantissa products)
     vector_stores: bool = False  # f32 C: a thread's 4 consecutive columns as one float4
     # __launch_bounds__(threads, min-blocks) where > 0. An option, not a default: two
@@ -187,6 +195,7 @@ class GpuTileMatmulPass(ModulePass):
         require(0 <= self.split_k <= 4096, "split-k", self.split_k, "must be from 0 to 4096")
         require(0 <= self.min_blocks <= 32, "min-blocks", self.min_blocks, "must be from 0 to 32")
         require(1 <= self.sms <= 4096, "sms", self.sms, "must be from 1 to 4096")
+        require(2 <= self.stages <= 8, "stages", self.stages, "must be from 2 to 8")
 
 
 class _TiledKernel:
@@ -204,6 +213,8 @@ class _TiledKernel:
         # transposed ldmatrix (or [n][k] without `ldmatrix`), the copies 16 bytes wide
         self.pairs, self.pad = tile.pairs, tile.pad
         self.shared_sizes: list[int] = []  # bytes of each shared tile, in kernel order
+        self.async_copy = self._async_copy()
+        self.stages = self.o.stages if self.async_copy else 2 if self.o.double_buffer else 1
 
     def _thread_tile(self, b: GpuBuilder, tid: SSAValue) -> tuple[list[SSAValue], list[SSAValue]]:
         """The first row (column) of each of this thread's groups in the block tile: groups
@@ -411,7 +422,7 @@ class _TiledKernel:
         a, bb = mapping[nest.a], mapping[nest.b]
         tiles_n = -(-nest.n // o.block_n)
         grid = self.tile.blocks
-        stages = 2 if o.double_buffer else 1
+        stages = self.stages
         if self.pairs:  # k-contiguous A [m][k]; B [n][k], or [k][n] read by ldmatrix.trans
             a_tile = self._shared(f"{name}_a_tile", [stages, o.block_m, o.block_k + self.pad])
             b_shape = [o.block_k, o.block_n + self.pad] if o.ldmatrix else [o.block_n, o.block_k + self.pad]  # fmt: skip
@@ -455,58 +466,40 @@ class _TiledKernel:
         a_slots = self._slots(tid, o.block_m, o.block_k, a_copy.lanes)
         b_slots = self._slots(tid, o.block_k, o.block_n, b_copy.lanes)
 
-        def fetch(t: GpuBuilder, kt: SSAValue | int) -> list[list[SSAValue]]:
-            """Tile `kt` of A and of B (of this block's range), from global memory into this
-            thread's registers."""
+        def k_origin(t: GpuBuilder, kt: SSAValue | int) -> SSAValue:
+            """The first k of tile `kt` of this block's range."""
             if k_base is not None:
-                kt = (
-                    t.add(arith.AddiOp(k_base, t.index(kt)))
-                    if isinstance(kt, int)
-                    else t.add(arith.AddiOp(k_base, kt))
-                )
-            k0 = (
-                t.index(kt * o.block_k)
-                if isinstance(kt, int)
-                else t.binary(arith.MuliOp, kt, o.block_k)
-            )
-            return [
-                *self._fetch(t, a_slots, a_copy, row0, k0),
-                *self._fetch(t, b_slots, b_copy, k0, col0),
-            ]
+                kt = t.add(arith.AddiOp(k_base, t.index(kt) if isinstance(kt, int) else kt))
+            if isinstance(kt, int):
+                return t.index(kt * o.block_k)
+            return t.binary(arith.MuliOp, kt, o.block_k)
 
-        def stash(t: GpuBuilder, values: list[list[SSAValue]], stage: SSAValue) -> None:
-            """Registers from `fetch` into shared-memory stage `stage`."""
-            self._stash(t, a_slots, a_copy, values[: len(a_slots)], stage)
-            self._stash(t, b_slots, b_copy, values[len(a_slots) :], stage)
+        if self.async_copy:
 
-        if o.double_buffer:
-            # Register-staged double buffering: tile kt+1's global loads are issued before
-            # the FMAs on tile kt (which sits in stage kt % 2), and stored into the other
-            # stage after them; one barrier per tile. The stage written in iteration kt was
-            # last read in iteration kt-1, before its barrier. The last iteration fetches its
-            # own tile again (the index is clamped) rather than branch.
-            stash(b, fetch(b, 0), b.index(0))
-            b.add(gpu.BarrierOp())
+            def issue(t: GpuBuilder, kt: SSAValue | int, stage: SSAValue) -> None:
+                """Tile `kt` of A and of B into shared-memory stage `stage` by cp.async."""
+                k0 = k_origin(t, kt)
+                self._issue(t, a_slots, a_copy, row0, k0, stage)
+                self._issue(t, b_slots, b_copy, k0, col0, stage)
 
-            def k_tile(t: GpuBuilder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
-                following = t.add(arith.MinSIOp(t.iadd(kt, 1), t.index(k_tiles - 1)))
-                staged = fetch(t, following)
-                stage = t.binary(arith.RemUIOp, kt, 2)
-                accs = compute(t, stage, accs)
-                stash(t, staged, t.binary(arith.RemUIOp, t.iadd(kt, 1), 2))
-                t.add(gpu.BarrierOp())
-                return accs
+            accs = self._async_pipeline(b, k_tiles, compute, [init] * len(outputs), issue)
         else:
 
-            def k_tile(t: GpuBuilder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
-                zero = t.index(0)
-                stash(t, fetch(t, kt), zero)
-                t.add(gpu.BarrierOp())
-                accs = compute(t, zero, accs)
-                t.add(gpu.BarrierOp())
-                return accs
+            def fetch(t: GpuBuilder, kt: SSAValue | int) -> list[list[SSAValue]]:
+                """Tile `kt` of A and of B (of this block's range), from global memory into
+                this thread's registers."""
+                k0 = k_origin(t, kt)
+                return [
+                    *self._fetch(t, a_slots, a_copy, row0, k0),
+                    *self._fetch(t, b_slots, b_copy, k0, col0),
+                ]
 
-        accs = _for(b, k_tiles, [init] * len(outputs), k_tile)
+            def stash(t: GpuBuilder, values: list[list[SSAValue]], stage: SSAValue) -> None:
+                """Registers from `fetch` into shared-memory stage `stage`."""
+                self._stash(t, a_slots, a_copy, values[: len(a_slots)], stage)
+                self._stash(t, b_slots, b_copy, values[len(a_slots) :], stage)
+
+            accs = self._staged_pipeline(b, k_tiles, compute, [init] * len(outputs), fetch, stash)
         if split is None and self._store_lanes() > 1:
             self._vector_epilogue(b, accs, outputs, row0, col0, mapping)
             outputs, accs = [], []
@@ -530,6 +523,97 @@ class _TiledKernel:
             grid, self.threads, "tiled", flops, dynamic, min_blocks=self.o.min_blocks
         )
         return kernel
+
+    def _staged_pipeline(self, b: GpuBuilder, k_tiles: int, compute, inits, fetch, stash):
+        """The k loop with register-staged copies (`fetch` into registers, `stash` into a
+        shared stage); returns the accumulators after it."""
+        if not self.o.double_buffer:
+
+            def single(t: GpuBuilder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+                zero = t.index(0)
+                stash(t, fetch(t, kt), zero)
+                t.add(gpu.BarrierOp())
+                accs = compute(t, zero, accs)
+                t.add(gpu.BarrierOp())
+                return accs
+
+            return _for(b, k_tiles, inits, single)
+        # Register-staged double buffering: tile kt+1's global loads are issued before the
+        # FMAs on tile kt (which sits in stage kt % 2), and stored into the other stage after
+        # them; one barrier per tile. The stage written in iteration kt was last read in
+        # iteration kt-1, before its barrier. The last iteration fetches its own tile again
+        # (the index is clamped) rather than branch.
+        stash(b, fetch(b, 0), b.index(0))
+        b.add(gpu.BarrierOp())
+
+        def double(t: GpuBuilder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+            following = t.add(arith.MinSIOp(t.iadd(kt, 1), t.index(k_tiles - 1)))
+            staged = fetch(t, following)
+            accs = compute(t, t.binary(arith.RemUIOp, kt, 2), accs)
+            stash(t, staged, t.binary(arith.RemUIOp, t.iadd(kt, 1), 2))
+            t.add(gpu.BarrierOp())
+            return accs
+
+        return _for(b, k_tiles, inits, double)
+
+    def _async_pipeline(self, b: GpuBuilder, k_tiles: int, compute, inits, issue):
+        """The k loop over a ring of `stages` shared stages filled by cp.async: the first
+        `stages - 1` tiles are issued before it, one commit group each; iteration kt waits
+        until tile kt's group has landed (at most `stages - 2` younger ones in flight), one
+        barrier shows it to the block (and says every thread is done with the stage read in
+        iteration kt-1), then tile kt + stages - 1 is issued into that stage, and tile kt
+        is computed while the younger tiles are in flight. A group is committed every
+        iteration, empty past the last tile, so the count stays exact."""
+        stages = self.stages
+        for s in range(stages - 1):
+            if s < k_tiles:
+                issue(b, s, b.index(s))
+            b.add(CpAsyncCommitOp())
+
+        def k_tile(t: GpuBuilder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+            t.add(CpAsyncWaitOp(stages - 2))
+            t.add(gpu.BarrierOp())
+            if k_tiles > stages - 1:
+                following = t.iadd(kt, stages - 1)
+                inner = t.guarded(t.add(arith.CmpiOp(following, t.index(k_tiles), "ult")))
+                issue(inner, following, inner.binary(arith.RemUIOp, following, stages))
+            t.add(CpAsyncCommitOp())
+            return compute(t, t.binary(arith.RemUIOp, kt, stages), accs)
+
+        accs = _for(b, k_tiles, inits, k_tile)
+        b.add(CpAsyncWaitOp(0))  # nothing left in flight when the thread moves on
+        return accs
+
+    def _issue(
+        self,
+        t: GpuBuilder,
+        slots: list[_Slot],
+        copy: _Copy,
+        r0: SSAValue,
+        c0: SSAValue,
+        stage: SSAValue,
+    ) -> None:
+        """This thread's pieces of one tile of `copy.src` (from row `r0`, column `c0`) into
+        `copy.tile[stage]`, one cp.async of 16 bytes each. Past the row extent a copy reads
+        nothing; across the column extent it reads the elements inside (the source size),
+        and the rest of the 16 bytes is zero; its address is clamped into the buffer."""
+        (r_extent, r_tile), (c_extent, c_tile) = copy.rows, copy.cols
+        lanes, builder = copy.lanes, t
+        for r, c, guard in slots:
+            t = builder.guarded(guard)
+            gr, gc = t.add(arith.AddiOp(r0, r)), t.add(arith.AddiOp(c0, c))
+            valid = t.index(lanes)
+            if c_extent % c_tile:
+                left = t.add(arith.SubiOp(t.index(c_extent), gc))
+                valid = t.add(arith.MaxSIOp(t.add(arith.MinSIOp(left, valid)), t.index(0)))
+                last = -(-c_extent // lanes) * lanes - lanes
+                gc = t.add(arith.MinSIOp(gc, t.index(last)))
+            if r_extent % r_tile:
+                inside = t.add(arith.CmpiOp(gr, t.index(r_extent), "ult"))
+                valid = t.add(arith.SelectOp(inside, valid, t.index(0)))
+                gr = t.add(arith.MinSIOp(gr, t.index(r_extent - 1)))
+            source = [*copy.prefix, gr, gc]
+            t.add(CpAsyncOp(copy.tile, [stage, r, c], copy.src, source, valid, lanes))
 
     def _batch_indices(self, b: GpuBuilder, entry: SSAValue, mapping: dict) -> None:
         """Batch entry `entry` (row-major over the batch extents) as the nest's batch ivs,
@@ -590,6 +674,22 @@ class _TiledKernel:
                 vec = inner.add(vector.InsertOp(values[q], vec, [q], vtype))
             inner.add(vector.StoreOp(vec, c, [i, j]))
 
+    def _async_copy(self) -> bool:
+        """Whether the tiles are filled by cp.async (`async-copy`): f16/bf16 tensor-core
+        tiles read by ldmatrix (A [m][k] and B [k][n], both as in memory), whose source rows
+        and shared rows all start 16-byte aligned; ragged edges are the copies' source
+        sizes. Otherwise the copies are staged through registers."""
+        o, nest, lanes = self.o, self.nest, VECTOR_BYTES // 2
+        return (
+            self.pairs
+            and o.async_copy
+            and o.ldmatrix
+            and o.vector_loads
+            and _row_length(nest.a) % lanes == 0
+            and _row_length(nest.b) % lanes == 0
+            and all(x % lanes == 0 for x in (o.block_k, o.block_n, self.pad))
+        )
+
     def _vector_lanes(self) -> int:
         """Elements per 16-byte access (f32; f16 and bf16 on tensor cores), or 1 when
         `vector-loads` is off."""
@@ -605,7 +705,10 @@ class _TiledKernel:
         multiple of the lanes) and a tile's k extent is whole vectors. With K itself a
         multiple, a vector is wholly inside K or wholly outside and the bounds check stays
         per vector; with a padded row, the vector across K reads into the padding (inside
-        the buffer) and its elements are checked one by one."""
+        the buffer) and its elements are checked one by one. Under cp.async, whole 16-byte
+        copies (`_async_copy`)."""
+        if self.async_copy:
+            return VECTOR_BYTES // 2
         lanes, o = self._vector_lanes(), self.o
         return lanes if _row_length(self.nest.a) % lanes == 0 and o.block_k % lanes == 0 else 1
 
@@ -613,6 +716,8 @@ class _TiledKernel:
         """B's rows are read along n and stored to shared memory as they are, so as whole
         16-byte vectors both ways: only where no copy needs a bounds check (K and N
         multiples of their tiles), and shared rows stay 16-byte aligned (pad)."""
+        if self.async_copy:  # the copies' source sizes check the bounds
+            return VECTOR_BYTES // 2
         lanes, o, nest = self._vector_lanes(), self.o, self.nest
         aligned = (
             # [n][k] (pairs without ldmatrix): stored element by element, any row length

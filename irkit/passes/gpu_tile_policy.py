@@ -197,12 +197,21 @@ def tile_pad(pad: int, pairs: bool) -> int:
     return -(-max(pad, HALF_PAD) // HALF_PAD) * HALF_PAD if pairs else pad
 
 
+def stage_count(o: GpuTileMatmulPass, pairs: bool) -> int:
+    """Shared stages of the tiles: `stages` where cp.async may fill them (f16/bf16 tiles
+    read by ldmatrix; the kernel falls back to two where its rows are not 16-byte aligned),
+    two with register-staged double buffering, else one."""
+    if pairs and o.async_copy and o.ldmatrix and o.vector_loads:
+        return o.stages
+    return 2 if o.double_buffer else 1
+
+
 def shared_bytes(
     o: GpuTileMatmulPass, block_m: int, block_n: int, depth: int, itemsize: int, pairs: bool
 ) -> int:
     """Bytes of the A and B tiles, every stage: under `pairs` A [m][k] and B [n][k] (with
     `ldmatrix`, B [k][n]), otherwise A [k][m] and B [k][n]; each row padded."""
-    stages = 2 if o.double_buffer else 1
+    stages = stage_count(o, pairs)
     pad = tile_pad(o.pad, pairs)
     if pairs:
         b = depth * (block_n + pad) if o.ldmatrix else block_n * (depth + pad)
@@ -218,17 +227,17 @@ def _auto_depth(
     147-deep im2col matmul at 16 f32), halved until the tiles fit 48 KB of static shared
     memory. f16/bf16 on tensor cores (`pairs`) take 128 bytes (64 of k) where K is a
     multiple of 64 and the tiles fit `HALF_DEEP_SHARED` of dynamic shared memory: at 4096^3
-    and 8192^3, f16 and bf16, on an H200 (bb6856d) 1.062-1.075x the 32-deep tiles."""
+    and 8192^3, f16 and bf16, on an H200 (bb6856d) 1.062-1.075x the 32-deep tiles (two
+    register-staged stages; three cp.async stages 64 deep pass that limit, and take 32).
+    Their shallower depths may use dynamic shared memory up to the same limit."""
     if pairs and k % 64 == 0:
         if shared_bytes(o, block_m, block_n, 64, itemsize, pairs) <= HALF_DEEP_SHARED:
             return 64
+    limit = HALF_DEEP_SHARED if pairs else STATIC_SHARED_LIMIT
     depth = max(1, 64 // itemsize)
     if k % depth:
         depth = max(1, depth // 2)
-    while (
-        depth > 1
-        and shared_bytes(o, block_m, block_n, depth, itemsize, pairs) > STATIC_SHARED_LIMIT
-    ):
+    while depth > 1 and shared_bytes(o, block_m, block_n, depth, itemsize, pairs) > limit:
         depth //= 2
     return depth
 
@@ -238,7 +247,7 @@ def _check_shared(o: GpuTileMatmulPass, itemsize: int, pairs: bool) -> None:
     them, or the f16/bf16 automatic depth of 64) the launch's dynamic shared memory, which a
     device may hold up to `MAX_SHARED` (sm_90; a smaller device refuses the kernel by name
     when it is compiled for it); past that, refuse, naming the options."""
-    stages = 2 if o.double_buffer else 1
+    stages = stage_count(o, pairs)
     need = shared_bytes(o, o.block_m, o.block_n, o.block_k, itemsize, pairs)
     require(
         need <= MAX_SHARED,

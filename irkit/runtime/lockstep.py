@@ -43,6 +43,8 @@ from irkit.errors import IrkitError
 from irkit.ir import shape_of
 from irkit.loops import SHARED_SPACE, launch_of
 from irkit.loops.scalar_ops import numpy_ops
+from irkit.runtime.lockstep_async import RULES as ASYNC_RULES
+from irkit.runtime.lockstep_async import AsyncCopy
 from irkit.runtime.lockstep_warp import mma, shuffle_xor
 
 
@@ -166,6 +168,8 @@ class LockstepInterpreter:
         self.shared: dict[str, np.ndarray] = {}
         self.shadows: dict[int, _Shadow] = {}
         self.names: dict[int, str] = {}
+        self.async_open: list[AsyncCopy] = []  # cp.async copies since the last commit
+        self.async_groups: list[list[AsyncCopy]] = []  # committed, oldest first, not landed
         for arg, array in zip(fn.body.block.args, buffers, strict=True):
             self.env[arg] = array
             self.names[id(array)] = arg.name_hint or "arg"
@@ -536,7 +540,11 @@ class LockstepInterpreter:
             s.r_block[flat[mixed]] = -2
         return out
 
-    def _store(self, t: Any, what: str, args: list[Any], mask: np.ndarray) -> None:
+    def _store(
+        self, t: Any, what: str, args: list[Any], mask: np.ndarray, write: bool = True
+    ) -> None:
+        """A checked store; `write=False`: the checks and the record of the write only
+        (an asynchronous copy when issued, whose bytes land later)."""
         value, buffer, *indices = args
         active, flat = self._elements(t, what, buffer, indices, mask)
         if self.check_races and active.size:
@@ -555,7 +563,8 @@ class LockstepInterpreter:
                 dup = np.isin(flat, uniq[counts > 1])
                 self._race(buffer, "two threads writing one element", active, dup)
             s.w_lane[flat], s.w_epoch[flat] = active, epoch
-        buffer.reshape(-1)[flat] = np.broadcast_to(np.asarray(value), mask.shape)[active]
+        if write:
+            buffer.reshape(-1)[flat] = np.broadcast_to(np.asarray(value), mask.shape)[active]
 
     # A vector access is its elements' accesses, each checked (bounds, races) as one: the
     # vector's lanes run along the buffer's last dimension, so `lanes` consecutive elements.
@@ -584,3 +593,7 @@ class LockstepInterpreter:
                 f"@{self.run.name}: vector.extract is interpreted at one static position only"
             )
         return np.asarray(value)[..., op.static_position.get_values()[0]]
+
+
+for _async_op, _async_rule in ASYNC_RULES.items():  # cp.async: irkit.runtime.lockstep_async
+    impl(_async_op)(_async_rule)

@@ -237,13 +237,31 @@ thread_local double* shfl_stages = nullptr;  // [warp][parity][lane]; f32 and f6
 thread_local unsigned char* warp_parity = nullptr;  // [thread][0: mma, 1: shuffle]
 thread_local size_t warp_held = 0;
 
+// cp.async: per thread, its copies in flight (in issue order) and its committed groups.
+// A copy lands when a wait lets it (the latest moment the GPU may land it), so a missing
+// or short wait reads what the stage held before.
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  int bytes;
+  unsigned group;
+};
+constexpr unsigned ASYNC_CAPACITY = 64;  // copies a thread may have in flight
+thread_local AsyncCopy* async_copies = nullptr;  // [thread][ASYNC_CAPACITY]
+thread_local unsigned* async_state = nullptr;  // [thread][0: copies in flight, 1: groups]
+thread_local bool async_overflow = false;
+
 inline void warp_release() {
   std::free(mma_stages);
   std::free(shfl_stages);
   std::free(warp_parity);
+  std::free(async_copies);
+  std::free(async_state);
   mma_stages = nullptr;
   shfl_stages = nullptr;
   warp_parity = nullptr;
+  async_copies = nullptr;
+  async_state = nullptr;
   warp_held = 0;
 }
 
@@ -254,13 +272,16 @@ inline bool warp_reset(unsigned threads) {
     mma_stages = (MmaStage*)std::malloc(sizeof(MmaStage) * 2 * warps);
     shfl_stages = (double*)std::malloc(sizeof(double) * 2 * 32 * warps);
     warp_parity = (unsigned char*)std::malloc(2 * threads);
-    if (!mma_stages || !shfl_stages || !warp_parity) {
+    async_copies = (AsyncCopy*)std::malloc(sizeof(AsyncCopy) * ASYNC_CAPACITY * threads);
+    async_state = (unsigned*)std::malloc(sizeof(unsigned) * 2 * threads);
+    if (!mma_stages || !shfl_stages || !warp_parity || !async_copies || !async_state) {
       warp_release();
       return false;
     }
     warp_held = threads;
   }
   std::memset(warp_parity, 0, 2 * threads);
+  std::memset(async_state, 0, sizeof(unsigned) * 2 * threads);
   return true;
 }
 
@@ -273,7 +294,13 @@ __attribute__((destructor)) static void release_thread_buffers() {
   warp_release();
 }
 
-enum Status { OK = 0, DIVERGENT_BARRIER = 1, NO_MEMORY = 2, BARRIER_WITHOUT_FIBERS = 3 };
+enum Status {
+  OK = 0,
+  DIVERGENT_BARRIER = 1,
+  NO_MEMORY = 2,
+  BARRIER_WITHOUT_FIBERS = 3,
+  ASYNC_OVERFLOW = 4
+};
 
 // One launch: geometry = grid x, y, z, block x, y, z. `fibers`: the kernel has a barrier.
 inline int launch(const unsigned* geometry, int fibers, void (*fn)(void*), void* args) {
@@ -335,6 +362,8 @@ inline int launch(const unsigned* geometry, int fibers, void (*fn)(void*), void*
     }
   }
   std::free(pool);
+  if (status == OK && async_overflow) status = ASYNC_OVERFLOW;
+  async_overflow = false;
   return status;
 }
 
@@ -465,6 +494,47 @@ IRKIT_LDMATRIX_HOST(bf16, __nv_bfloat16, irkit_bf16x2)
   }
 IRKIT_LDMATRIX_TRANS_HOST(f16, __half, irkit_f16x2)
 IRKIT_LDMATRIX_TRANS_HOST(bf16, __nv_bfloat16, irkit_bf16x2)
+
+// --- cp.async (see irkit/dialects/warp.py): queued per thread, landed by the waits --------
+
+namespace irkit_host {
+inline unsigned linear_thread() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+
+inline void land(const AsyncCopy& c) {
+  std::memcpy(c.dst, c.src, (size_t)c.bytes);
+  std::memset((char*)c.dst + c.bytes, 0, (size_t)(16 - c.bytes));
+}
+}  // namespace irkit_host
+
+inline void irkit_cp_async16(void* dst, const void* src, int bytes) {
+  using namespace irkit_host;
+  const unsigned t = linear_thread();
+  unsigned& count = async_state[2 * t];
+  if (bytes < 0 || bytes > 16 || count == ASYNC_CAPACITY) {
+    async_overflow = true;  // the launch fails, naming the fault
+    return;
+  }
+  async_copies[ASYNC_CAPACITY * t + count++] = {dst, src, bytes, async_state[2 * t + 1]};
+}
+
+inline void irkit_cp_async_commit() { irkit_host::async_state[2 * irkit_host::linear_thread() + 1]++; }
+
+template <int N>
+inline void irkit_cp_async_wait() {
+  using namespace irkit_host;
+  const unsigned t = linear_thread();
+  const unsigned groups = async_state[2 * t + 1];
+  unsigned& count = async_state[2 * t];
+  AsyncCopy* mine = async_copies + ASYNC_CAPACITY * t;
+  unsigned kept = 0;
+  for (unsigned i = 0; i < count; i++) {
+    if (mine[i].group + N < groups) land(mine[i]);  // older than the N most recent groups
+    else mine[kept++] = mine[i];
+  }
+  count = kept;
+}
 
 namespace irkit_host {
 // TF32: the input rounded to 10 mantissa bits, to nearest with ties away (cvt.rna.tf32.f32).
