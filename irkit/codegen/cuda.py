@@ -36,6 +36,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
+from irkit.codegen import cuda_wgmma
 from irkit.dialects.cpu import PrefetchOp
 from irkit.dialects.warp import (
     ASYNC_COPY_OPS,
@@ -47,6 +48,10 @@ from irkit.dialects.warp import (
     MmaM16n8k16Op,
     ShuffleModeEnum,
     ShuffleOp,
+    WgmmaCommitOp,
+    WgmmaFenceOp,
+    WgmmaOp,
+    WgmmaWaitOp,
 )
 from irkit.dtypes import numpy_dtype
 from irkit.errors import IrkitError
@@ -407,6 +412,10 @@ class CudaPrinter(CPrinter):
         super().__init__(index_type)
         self.dynamic_offsets: dict[str, int] = {}
         """The kernel's shared buffers in its dynamic shared memory, by name (`kernel`)."""
+        self.wgmma_arrays: dict[Operation, str] = {}
+        """Each wgmma's accumulator array (a chain of wgmma ops shares one)."""
+        self.wgmma_fence = False
+        """A wgmma fence met and not yet printed (`wgmma_sync`)."""
 
     HALF_HEADERS = (
         "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
@@ -626,6 +635,38 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
     def cp_async_wait(self, op: CpAsyncWaitOp) -> None:
         self.emit(f"irkit_cp_async_wait<{op.groups}>();")
 
+    def wgmma(self, op: WgmmaOp) -> None:
+        """A warpgroup's wgmma: its accumulators an array of N/2 floats (the one of the
+        wgmma it chains on, else a new one holding its C), and the prelude's helper over
+        the two tiles' descriptors (`irkit.codegen.cuda_wgmma`)."""
+        from irkit.codegen import cuda_wgmma as w
+
+        prev = w.chained(op)
+        if prev is not None:
+            array = self.wgmma_arrays[prev]
+        else:
+            array = self.fresh(op.d[0], "acc")
+            self.emit(f"float {array}[{len(op.d)}] = {{{', '.join(self.name(v) for v in op.c)}}};")
+        if self.wgmma_fence:  # after the accumulators are written, as PTX requires
+            self.emit("irkit_wgmma_fence();")
+            self.wgmma_fence = False
+        self.wgmma_arrays[op] = array
+        for i, r in enumerate(op.d):
+            self.names[r] = f"{array}[{i}]"
+        a = w.descriptor(self.element(op.a, list(op.a_indices)), op.a, -3, -4)
+        b = w.descriptor(self.element(op.b, list(op.b_indices)), op.b, -4, -3)
+        self.emit(f"{w.helper_name(op)}({a}, {b}, {array});")
+
+    def wgmma_sync(self, op: Operation) -> None:
+        """The fence, commit and wait: the prelude's one-instruction helpers. The fence is
+        printed at the next wgmma, after its accumulator array is written."""
+        if isinstance(op, WgmmaWaitOp):
+            self.emit(f"irkit_wgmma_wait<{op.groups}>();")
+        elif isinstance(op, WgmmaFenceOp):
+            self.wgmma_fence = True
+        else:
+            self.emit("irkit_wgmma_commit();")
+
     def shuffle(self, op: ShuffleOp) -> None:
         """A warp's xor exchange (every lane of the warp together: the full mask). Its
         `valid` flag is not printed: irkit's passes shuffle within whole warps."""
@@ -642,6 +683,8 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         CpAsyncOp: cp_async,
         CpAsyncCommitOp: cp_async_commit,
         CpAsyncWaitOp: cp_async_wait,
+        WgmmaOp: wgmma,
+        **dict.fromkeys((WgmmaFenceOp, WgmmaCommitOp, WgmmaWaitOp), wgmma_sync),
         arith.BitcastOp: bitcast,
         gpu.BarrierOp: barrier,
         memref.GetGlobalOp: get_global,
@@ -914,6 +957,10 @@ def _prelude(kernels: list[func.FuncOp]) -> str:
     helpers += "".join(_ldmatrix_helper(kind) for kind in loads)
     if any(isinstance(op, ASYNC_COPY_OPS) for fn in kernels for op in fn.walk()):
         helpers += ASYNC_COPY_HELPERS
+    ops = [op for fn in kernels for op in fn.walk()]
+    wgmma = sorted({cuda_wgmma.helper_name(op) for op in ops if isinstance(op, WgmmaOp)})
+    if wgmma:
+        helpers += cuda_wgmma.COMMON_HELPERS + "".join(cuda_wgmma.helper(n) for n in wgmma)
     return (CudaPrinter.HALF_HEADERS if narrow else "") + CudaPrinter.PRELUDE + helpers
 
 

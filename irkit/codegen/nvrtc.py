@@ -37,6 +37,7 @@ ARCH_LIMITS = {
     "sm_87": (1024, 163 * 1024, 65536),
     "sm_89": (1024, 99 * 1024, 65536),
     "sm_90": (1024, 227 * 1024, 65536),
+    "sm_90a": (1024, 227 * 1024, 65536),
     "sm_100": (1024, 227 * 1024, 65536),
     "sm_120": (1024, 99 * 1024, 65536),
 }
@@ -172,6 +173,10 @@ def _error_line(log: str, source: str, name: str) -> str:
     return one_line(log)
 
 
+ARCH_SPECIFIC = "wgmma.mma_async"
+"""Source holding this needs the architecture-specific target (sm_90a, not sm_90)."""
+
+
 def compile_cuda(
     source: str,
     name: str,
@@ -179,7 +184,10 @@ def compile_cuda(
     extra: tuple[str, ...] = (),
     use_cache: bool = True,
 ) -> Compiled:
-    """Compile one translation unit holding `extern "C"` kernel `name` to cubin for `arch`."""
+    """Compile one translation unit holding `extern "C"` kernel `name` to cubin for `arch`
+    (sm_90 becomes sm_90a for a kernel with Hopper-only instructions, wgmma)."""
+    if arch == "sm_90" and ARCH_SPECIFIC in source:
+        arch = "sm_90a"
     if arch not in ARCH_LIMITS:
         raise IrkitError(f"unsupported architecture '{arch}'; choose from {', '.join(ARCH_LIMITS)}")
     version = nvrtc_version()

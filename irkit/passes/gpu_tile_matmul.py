@@ -122,6 +122,11 @@ class GpuTileMatmulPass(ModulePass):
     # GPU: benchmarks/gpu_acceptance.sh attributes it and each stage count.
     async_copy: bool = True
     stages: int = 3
+    # f16/bf16 on Hopper's warpgroup MMA (sm_90a only, so opt-in): a warpgroup of 128
+    # threads per 64 rows of the block, `wgmma.mma_async` m64nNk16 reading both operands
+    # from core-matrix tiles in shared memory (A K-major, B N-major, no swizzle), filled by
+    # the cp.async ring; f32 accumulators. Not yet timed on a GPU.
+    wgmma: bool = False
     tf32: bool = False  # f32 through TF32 tensor cores (opt-in: 10-bit mantissa products)
     vector_stores: bool = False  # f32 C: a thread's 4 consecutive columns as one float4
     # __launch_bounds__(threads, min-blocks) where > 0. An option, not a default: two
@@ -205,6 +210,7 @@ class _TiledKernel:
         self.fn, self.nest, self.module = fn, nest, module
         self.tile, self.o = tile, tile.options
         self.mma, self.tf32, self.mma_k = tile.mma, tile.tf32, tile.mma_k
+        self.wgmma = tile.wgmma
         self.rows_t, self.cols_t, self.threads = tile.rows_t, tile.cols_t, tile.threads
         self.warp_tiled, self.warps = tile.warp_tiled, tile.warps
         self.tiles, self.batches, self.k_tiles = tile.tiles, tile.batches, tile.k_tiles
@@ -414,6 +420,46 @@ class _TiledKernel:
         ]
         return compute, outputs
 
+    def _wgmma(self, b: GpuBuilder, tid: SSAValue, a_tile: SSAValue, b_tile: SSAValue):
+        """The warpgroup inner product: warpgroup g computes rows 64g .. 64g + 63 of the block
+        tile, all its columns, as one `irkit_warp.wgmma` m64nNk16 per 16 of k, chained on
+        the same accumulators: a fence first (the accumulators and the stage just landed
+        are the wgmma's to read), one commit group, and a wait for it before the k tile
+        ends (the next iteration's copies go into this stage). Returns the k-tile step and
+        each accumulator's row and column in the block tile."""
+        from irkit.dialects.warp import WgmmaCommitOp, WgmmaFenceOp, WgmmaOp, WgmmaWaitOp
+
+        o, n = self.o, self.o.block_n
+        group = b.binary(arith.DivUIOp, tid, 128)
+        a_row = b.binary(arith.MuliOp, group, 8)  # the warpgroup's first core matrix along m
+        zero = b.index(0)
+
+        def compute(t: GpuBuilder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+            t.add(WgmmaFenceOp())
+            for kk in range(o.block_k // MMA_K):
+                k_core = t.index(2 * kk)
+                a_at = [stage, a_row, k_core, zero, zero]
+                op = WgmmaOp(a_tile, a_at, b_tile, [stage, k_core, zero, zero, zero], accs, n)
+                t.add(op)
+                accs = list(op.results)
+            t.add(WgmmaCommitOp())
+            t.add(WgmmaWaitOp(0))
+            return accs
+
+        warp = b.binary(arith.DivUIOp, b.binary(arith.RemUIOp, tid, 128), 32)
+        lane = b.binary(arith.RemUIOp, tid, 32)
+        g, q = b.binary(arith.DivUIOp, lane, 4), b.binary(arith.RemUIOp, lane, 4)
+        row = b.add(
+            arith.AddiOp(b.binary(arith.MuliOp, group, 64), b.binary(arith.MuliOp, warp, 16))
+        )
+        row = b.add(arith.AddiOp(row, g))
+        col = b.binary(arith.MuliOp, q, 2)
+        outputs = [
+            (b.iadd(row, 8 * (i // 2 % 2)), b.iadd(col, 8 * (i // 4) + i % 2))
+            for i in range(n // 2)
+        ]
+        return compute, outputs
+
     def build(self, constants) -> func.FuncOp:
         o, nest = self.o, self.nest
         name = self.fn.sym_name.data
@@ -423,7 +469,10 @@ class _TiledKernel:
         tiles_n = -(-nest.n // o.block_n)
         grid = self.tile.blocks
         stages = self.stages
-        if self.pairs:  # k-contiguous A [m][k]; B [n][k], or [k][n] read by ldmatrix.trans
+        if self.wgmma:  # core-matrix tiles: A [m/8][k/8][8][8], B [k/8][n/8][8][8]
+            a_tile = self._shared(f"{name}_a_tile", [stages, o.block_m // 8, o.block_k // 8, 8, 8])
+            b_tile = self._shared(f"{name}_b_tile", [stages, o.block_k // 8, o.block_n // 8, 8, 8])
+        elif self.pairs:  # k-contiguous A [m][k]; B [n][k], or [k][n] read by ldmatrix.trans
             a_tile = self._shared(f"{name}_a_tile", [stages, o.block_m, o.block_k + self.pad])
             b_shape = [o.block_k, o.block_n + self.pad] if o.ldmatrix else [o.block_n, o.block_k + self.pad]  # fmt: skip
             b_tile = self._shared(f"{name}_b_tile", [stages, *b_shape])
@@ -448,7 +497,9 @@ class _TiledKernel:
         if self.splits > 1:  # each range sums from zero; the second kernel adds the init
             init = b.constants.float(0.0, nest.acc.type)
         # loop-invariant: this thread's rows and columns in the tile, and its copy slots
-        if self.mma:
+        if self.wgmma:
+            compute, outputs = self._wgmma(b, tid, a_tile, b_tile)
+        elif self.mma:
             compute, outputs = self._mma(b, tid, a_tile, b_tile)
         else:
             compute, outputs = self._simt(b, tid, a_tile, b_tile)
@@ -457,11 +508,11 @@ class _TiledKernel:
         )
         a_copy = _Copy(
             a, a_tile, (nest.m, o.block_m), (nest.k, o.block_k), not self.pairs, self._lanes_a(),
-            a_prefix,
+            a_prefix, self.wgmma,
         )  # fmt: skip
         b_copy = _Copy(
             bb, b_tile, (nest.k, o.block_k), (nest.n, o.block_n), self.pairs and not o.ldmatrix, self._lanes_b(),
-            b_prefix,
+            b_prefix, self.wgmma,
         )  # fmt: skip
         a_slots = self._slots(tid, o.block_m, o.block_k, a_copy.lanes)
         b_slots = self._slots(tid, o.block_k, o.block_n, b_copy.lanes)
@@ -613,7 +664,11 @@ class _TiledKernel:
                 valid = t.add(arith.SelectOp(inside, valid, t.index(0)))
                 gr = t.add(arith.MinSIOp(gr, t.index(r_extent - 1)))
             source = [*copy.prefix, gr, gc]
-            t.add(CpAsyncOp(copy.tile, [stage, r, c], copy.src, source, valid, lanes))
+            dest = [stage, r, c]
+            if copy.cores:  # c is a multiple of 8: a copy is one row of a core matrix
+                core_r, in_r = t.binary(arith.DivUIOp, r, 8), t.binary(arith.RemUIOp, r, 8)
+                dest = [stage, core_r, t.binary(arith.DivUIOp, c, 8), in_r, t.index(0)]
+            t.add(CpAsyncOp(copy.tile, dest, copy.src, source, valid, lanes))
 
     def _batch_indices(self, b: GpuBuilder, entry: SSAValue, mapping: dict) -> None:
         """Batch entry `entry` (row-major over the batch extents) as the nest's batch ivs,
@@ -839,8 +894,11 @@ def _shape(nest: MatmulNest, calls: int) -> MatmulShape:
         "f16" if isinstance(t, Float16Type) else "bf16" if isinstance(t, BFloat16Type)
         else "f32" if isinstance(t, Float32Type) else "f64"
     )  # fmt: skip
+    itemsize = numpy_dtype(nest.element_type).itemsize
+    lanes = VECTOR_BYTES // itemsize
+    aligned = _row_length(nest.a) % lanes == 0 and _row_length(nest.b) % lanes == 0
     return MatmulShape(nest.m, nest.n, nest.k, tuple(e for _, e in nest.batch), dtype,
-                       numpy_dtype(nest.element_type).itemsize, calls == 1)  # fmt: skip
+                       itemsize, calls == 1, aligned)  # fmt: skip
 
 
 def _split_k(module: ModuleOp, fn: func.FuncOp, nest: MatmulNest, splits: int, constants) -> None:
@@ -902,6 +960,8 @@ class _Copy(NamedTuple):
     lanes: int
     prefix: tuple[SSAValue, ...] = ()
     """The source's leading (batch) indices, before its row and column."""
+    cores: bool = False
+    """The tile is core matrices `[stage][row/8][column/8][row%8][column%8]` (wgmma's)."""
 
 
 class _Slot(NamedTuple):

@@ -77,6 +77,8 @@ class MatmulShape:
     itemsize: int
     single_call: bool
     """Whether the kernel is called exactly once (split-K needs its own driver call)."""
+    aligned: bool = True
+    """Whether every row of A and B starts 16-byte aligned (what cp.async copies need)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,8 @@ class GpuTile:
     k_tiles: int
     splits: int
     """k ranges each C tile's sum is split into (split-K; 1: none)."""
+    wgmma: bool = False
+    """On Hopper's warpgroup MMA (`wgmma`): a warpgroup of 128 threads per 64 rows."""
 
     @property
     def pairs(self) -> bool:
@@ -146,6 +150,8 @@ def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
     block_n, thread_n = _fit(o.block_n, o.thread_n, shape.n)
     if mma:  # whole m16n8k16 tiles: the block at least 16 x 8, k in steps of 16
         block_m, block_n = max(block_m, MMA_M), max(block_n, MMA_N)
+        if o.wgmma and not tf32:  # a warpgroup's 64 rows at the least
+            block_m = max(block_m, WGMMA_M)
     pairs = mma and not tf32
     block_k = o.block_k or _auto_depth(o, block_m, block_n, shape.k, shape.itemsize, pairs)
     if mma:
@@ -169,8 +175,32 @@ def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
     tiles = -(-shape.m // block_m) * -(-shape.n // block_n)
     k_tiles = -(-shape.k // block_k)
     splits = _splits(o, tiles, k_tiles) if not shape.batch and shape.single_call else 1
+    wgmma = _wgmma(o, mma and pairs, shape)
+    if wgmma:  # a warpgroup per 64 rows of the block
+        threads = 128 * (block_m // WGMMA_M)
     return GpuTile(o, mma, tf32, mma_k, warps, threads, _warp_tiles(o), tiles,
-                   prod(shape.batch), k_tiles, splits)  # fmt: skip
+                   prod(shape.batch), k_tiles, splits, wgmma)  # fmt: skip
+
+
+WGMMA_M = 64
+"""Rows of C a warpgroup's wgmma computes."""
+
+
+def _wgmma(o: GpuTileMatmulPass, pairs: bool, shape: MatmulShape) -> bool:
+    """Whether the block runs on wgmma (`wgmma=true`): f16/bf16 tiles filled by cp.async
+    (rows 16-byte aligned), whole warpgroups of 64 rows, N a multiple of 8 up to 256 and
+    k whole instructions of 16."""
+    return (
+        o.wgmma
+        and pairs
+        and o.async_copy
+        and o.vector_loads
+        and shape.aligned
+        and o.block_m % WGMMA_M == 0
+        and o.block_n % 8 == 0
+        and o.block_n <= 256
+        and o.block_k % MMA_K == 0
+    )
 
 
 def _splits(o: GpuTileMatmulPass, tiles: int, k_tiles: int) -> int:
@@ -328,8 +358,8 @@ def _filling(tile: GpuTile, shape: MatmulShape) -> GpuTile:
             replace(o, block_m=block_m, block_n=block_n, thread_m=thread_m, thread_n=thread_n),
             shape,
         )
-        if smaller.blocks <= best.blocks:
-            break
+        if smaller.blocks <= best.blocks or (best.wgmma and not smaller.wgmma):
+            break  # (a wgmma tile keeps its warpgroups of 64 rows)
         best = smaller
     return best
 

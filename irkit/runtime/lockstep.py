@@ -39,18 +39,12 @@ from xdsl.ir import Block, Operation, SSAValue
 from irkit.dialects.cpu import PrefetchOp
 from irkit.dialects.warp import MMA_OPS, LdmatrixX4Op, ShuffleOp
 from irkit.dtypes import numpy_dtype, poisoned
-from irkit.errors import IrkitError
 from irkit.ir import shape_of
 from irkit.loops import SHARED_SPACE, launch_of
 from irkit.loops.scalar_ops import numpy_ops
 from irkit.runtime.lockstep_async import RULES as ASYNC_RULES
-from irkit.runtime.lockstep_async import AsyncCopy
-from irkit.runtime.lockstep_warp import mma, shuffle_xor
-
-
-class LockstepError(IrkitError):
-    """A kernel did something a GPU would not do reliably (race, divergent barrier, out of
-    bounds), or used an op the interpretation does not know."""
+from irkit.runtime.lockstep_async import AsyncCopy, WgmmaInFlight, check_pending, start_async
+from irkit.runtime.lockstep_warp import LockstepError, mma, shuffle_xor
 
 
 def value_dtype(t: Any) -> np.dtype:
@@ -136,6 +130,11 @@ def _rule(t: type[Operation], kernel: str, name: str) -> Rule:
 class LockstepInterpreter:
     """Runs GPU-mapped kernels over numpy buffers (see the module docstring)."""
 
+    async_open: list[AsyncCopy]  # cp.async copies since the last commit (`start_async`)
+    async_groups: list[list[AsyncCopy]]  # committed, oldest first, not landed
+    wgmma_open: list[WgmmaInFlight]  # wgmma ops since the last commit
+    wgmma_groups: list[list[WgmmaInFlight]]  # committed, not waited for
+
     def __init__(self, module: ModuleOp, check_races: bool = True):
         self.module = module
         self.check_races = check_races
@@ -168,8 +167,7 @@ class LockstepInterpreter:
         self.shared: dict[str, np.ndarray] = {}
         self.shadows: dict[int, _Shadow] = {}
         self.names: dict[int, str] = {}
-        self.async_open: list[AsyncCopy] = []  # cp.async copies since the last commit
-        self.async_groups: list[list[AsyncCopy]] = []  # committed, oldest first, not landed
+        start_async(self)  # cp.async and wgmma: nothing in flight
         for arg, array in zip(fn.body.block.args, buffers, strict=True):
             self.env[arg] = array
             self.names[id(array)] = arg.name_hint or "arg"
@@ -193,6 +191,8 @@ class LockstepInterpreter:
         env = self.env
         args = [env[v] for v in op.operands] if not isinstance(op, scf.ForOp | scf.IfOp) else []
         t = type(op)
+        if self.wgmma_groups or self.wgmma_open:
+            check_pending(self, op, args)
         if t in BINARY:
             out = BINARY[t](args[0], args[1])
         elif t in UNARY:
@@ -543,8 +543,7 @@ class LockstepInterpreter:
     def _store(
         self, t: Any, what: str, args: list[Any], mask: np.ndarray, write: bool = True
     ) -> None:
-        """A checked store; `write=False`: the checks and the record of the write only
-        (an asynchronous copy when issued, whose bytes land later)."""
+        """A checked store; `write=False`: the checks and the write's record only (cp.async)."""
         value, buffer, *indices = args
         active, flat = self._elements(t, what, buffer, indices, mask)
         if self.check_races and active.size:

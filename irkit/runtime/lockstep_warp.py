@@ -13,6 +13,12 @@ import numpy as np
 from xdsl.ir import Operation
 
 from irkit.dialects.warp import c_coordinates, mma_layout, round_tf32
+from irkit.errors import IrkitError
+
+
+class LockstepError(IrkitError):
+    """A kernel did something a GPU would not do reliably (race, divergent barrier, out of
+    bounds), or used an op the interpretation does not know."""
 
 
 def shuffle_xor(value: Any, offset: int, width: int, lanes: int) -> tuple[np.ndarray, np.ndarray]:

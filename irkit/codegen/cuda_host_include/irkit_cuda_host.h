@@ -250,6 +250,30 @@ constexpr unsigned ASYNC_CAPACITY = 64;  // copies a thread may have in flight
 thread_local AsyncCopy* async_copies = nullptr;  // [thread][ASYNC_CAPACITY]
 thread_local unsigned* async_state = nullptr;  // [thread][0: copies in flight, 1: groups]
 thread_local bool async_overflow = false;
+}  // namespace irkit_host
+
+// wgmma (see irkit/dialects/warp.py): a descriptor is the tile's address and its offsets
+struct irkit_wgmma_desc_t {
+  const unsigned char* p;
+  unsigned lbo, sbo;
+};
+inline irkit_wgmma_desc_t irkit_wgmma_desc(const void* p, unsigned lbo, unsigned sbo) {
+  return {(const unsigned char*)p, lbo, sbo};
+}
+
+namespace irkit_host {
+// per thread, its wgmma ops in flight (in issue order) and its committed groups; an op
+// computes when a wait lets it, so a result read early, or a tile changed before the
+// wait, shows
+struct WgmmaInFlight {
+  irkit_wgmma_desc_t a, b;
+  float* d;
+  unsigned n, group;
+  bool bf16;
+};
+constexpr unsigned WGMMA_CAPACITY = 64;
+thread_local WgmmaInFlight* wgmma_ops = nullptr;  // [thread][WGMMA_CAPACITY]
+thread_local unsigned* wgmma_state = nullptr;  // [thread][0: in flight, 1: groups]
 
 inline void warp_release() {
   std::free(mma_stages);
@@ -257,6 +281,10 @@ inline void warp_release() {
   std::free(warp_parity);
   std::free(async_copies);
   std::free(async_state);
+  std::free(wgmma_ops);
+  std::free(wgmma_state);
+  wgmma_ops = nullptr;
+  wgmma_state = nullptr;
   mma_stages = nullptr;
   shfl_stages = nullptr;
   warp_parity = nullptr;
@@ -274,7 +302,10 @@ inline bool warp_reset(unsigned threads) {
     warp_parity = (unsigned char*)std::malloc(2 * threads);
     async_copies = (AsyncCopy*)std::malloc(sizeof(AsyncCopy) * ASYNC_CAPACITY * threads);
     async_state = (unsigned*)std::malloc(sizeof(unsigned) * 2 * threads);
-    if (!mma_stages || !shfl_stages || !warp_parity || !async_copies || !async_state) {
+    wgmma_ops = (WgmmaInFlight*)std::malloc(sizeof(WgmmaInFlight) * WGMMA_CAPACITY * threads);
+    wgmma_state = (unsigned*)std::malloc(sizeof(unsigned) * 2 * threads);
+    if (!mma_stages || !shfl_stages || !warp_parity || !async_copies || !async_state ||
+        !wgmma_ops || !wgmma_state) {
       warp_release();
       return false;
     }
@@ -282,6 +313,7 @@ inline bool warp_reset(unsigned threads) {
   }
   std::memset(warp_parity, 0, 2 * threads);
   std::memset(async_state, 0, sizeof(unsigned) * 2 * threads);
+  std::memset(wgmma_state, 0, sizeof(unsigned) * 2 * threads);
   return true;
 }
 
@@ -531,6 +563,64 @@ inline void irkit_cp_async_wait() {
   unsigned kept = 0;
   for (unsigned i = 0; i < count; i++) {
     if (mine[i].group + N < groups) land(mine[i]);  // older than the N most recent groups
+    else mine[kept++] = mine[i];
+  }
+  count = kept;
+}
+
+// --- wgmma: queued per thread, computed at the waits ----------------------------------------
+
+namespace irkit_host {
+inline float narrow_at(const unsigned char* p, bool bf16) {
+  unsigned short bits;
+  std::memcpy(&bits, p, 2);
+  if (bf16) return __bfloat162float(__nv_bfloat16{bits});
+  return __half2float(__half{bits});
+}
+
+// One thread's N/2 results: row 16 w + g (+ 8), column 8 (i / 4) + 2 t (+ 1) of the 64 x N
+// tile, each its C plus the 16 products in k order, in f32. A's element (m, k) is at
+// (m / 8) SBO + (k / 8) LBO + (m % 8) 16 + (k % 8) 2 bytes (K-major core matrices), B's
+// (k, n) at (n / 8) SBO + (k / 8) LBO + (k % 8) 16 + (n % 8) 2 (N-major).
+inline void wgmma_compute(const WgmmaInFlight& w) {
+  const unsigned t = linear_thread() % 128, warp = t / 32, g = t % 32 / 4, q = t % 4;
+  for (unsigned i = 0; i < w.n / 2; i++) {
+    const unsigned row = 16 * warp + g + 8 * (i / 2 % 2), col = 8 * (i / 4) + 2 * q + i % 2;
+    float sum = w.d[i];
+    for (unsigned k = 0; k < 16; k++) {
+      const unsigned a = (row / 8) * w.a.sbo + (k / 8) * w.a.lbo + (row % 8) * 16 + (k % 8) * 2;
+      const unsigned b = (col / 8) * w.b.sbo + (k / 8) * w.b.lbo + (k % 8) * 16 + (col % 8) * 2;
+      sum += narrow_at(w.a.p + a, w.bf16) * narrow_at(w.b.p + b, w.bf16);
+    }
+    w.d[i] = sum;
+  }
+}
+
+inline void wgmma_issue(irkit_wgmma_desc_t a, irkit_wgmma_desc_t b, float* d, unsigned n,
+                        bool bf16) {
+  const unsigned t = linear_thread();
+  unsigned& count = wgmma_state[2 * t];
+  if (count == WGMMA_CAPACITY) {
+    async_overflow = true;  // the launch fails, naming the fault
+    return;
+  }
+  wgmma_ops[WGMMA_CAPACITY * t + count++] = {a, b, d, n, wgmma_state[2 * t + 1], bf16};
+}
+}  // namespace irkit_host
+
+inline void irkit_wgmma_fence() {}
+inline void irkit_wgmma_commit() { irkit_host::wgmma_state[2 * irkit_host::linear_thread() + 1]++; }
+
+template <int N>
+inline void irkit_wgmma_wait() {
+  using namespace irkit_host;
+  const unsigned t = linear_thread();
+  const unsigned groups = wgmma_state[2 * t + 1];
+  unsigned& count = wgmma_state[2 * t];
+  WgmmaInFlight* mine = wgmma_ops + WGMMA_CAPACITY * t;
+  unsigned kept = 0;
+  for (unsigned i = 0; i < count; i++) {
+    if (mine[i].group + N < groups) wgmma_compute(mine[i]);  // in issue order
     else mine[kept++] = mine[i];
   }
   count = kept;

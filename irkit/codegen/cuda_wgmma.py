@@ -1,0 +1,92 @@
+"""Printing Hopper's warpgroup MMA (`irkit_warp.wgmma` and its fence, commit and wait) as
+CUDA C: the prelude's helpers (inline PTX, kept from a host build, whose header emulates
+them) and each op's shared-memory matrix descriptors.
+
+A descriptor (PTX's "matrix descriptor", 64 bits) holds the tile's shared address, its
+leading-dimension byte offset (LBO: between core matrices adjacent along k) and its
+stride-dimension byte offset (SBO: between core matrices adjacent along m or n), each in
+16-byte units, and no swizzle. irkit's tiles are core matrices `[.., m/8, k/8, 8, 8]` for A
+(K-major: a core matrix is 8 rows of m, each 16 bytes of k) and `[.., k/8, n/8, 8, 8]` for
+B (N-major: 8 rows of k, each 16 bytes of n); the offsets are the memref's strides.
+"""
+
+from __future__ import annotations
+
+import math
+
+from xdsl.dialects.builtin import MemRefType
+from xdsl.ir import SSAValue
+
+from irkit.dialects.warp import WgmmaOp
+from irkit.dtypes import numpy_dtype
+from irkit.errors import IrkitError
+
+COMMON_HELPERS = """\
+#ifndef IRKIT_CUDA_HOST
+typedef unsigned long long irkit_wgmma_desc_t;
+__device__ __forceinline__ irkit_wgmma_desc_t irkit_wgmma_desc(const void* p, unsigned lbo, unsigned sbo) {
+  const unsigned long long address = (unsigned)__cvta_generic_to_shared(p);
+  return ((address & 0x3FFFFull) >> 4) | ((unsigned long long)((lbo & 0x3FFFFu) >> 4) << 16) | ((unsigned long long)((sbo & 0x3FFFFu) >> 4) << 32);
+}
+__device__ __forceinline__ void irkit_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory"); }
+__device__ __forceinline__ void irkit_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void irkit_wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\\n" :: "n"(N) : "memory"); }
+#endif
+"""
+"""The descriptor (no swizzle, base offset 0), the fence, commit_group and wait_group."""
+
+
+def helper_name(op: WgmmaOp) -> str:
+    return f"irkit_wgmma_m64n{op.width}k16_{op.narrow_type}"
+
+
+def helper(name: str) -> str:
+    """`irkit_wgmma_m64n<N>k16_<type>(a, b, d)`: one wgmma.mma_async, D += A B with the
+    N/2 accumulators `d` in and out (one "+f" register each), A K-major and B N-major
+    (imm-trans-a 0, imm-trans-b 1), scale-d 1."""
+    shape, kind = name.removeprefix("irkit_wgmma_").split("_")
+    n = int(shape.split("n")[1].split("k")[0])
+    count = n // 2
+    registers = ", ".join(f"%{i}" for i in range(count))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(count))
+    return (
+        "#ifndef IRKIT_CUDA_HOST\n"
+        f"__device__ __forceinline__ void {name}(irkit_wgmma_desc_t a, irkit_wgmma_desc_t b, float* d) {{\n"
+        '  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n'
+        f"wgmma.mma_async.sync.aligned.{shape}.f32.{kind}.{kind} {{{registers}}}, "
+        f'%{count}, %{count + 1}, p, 1, 1, 0, 1;\\n}}\\n"\n'
+        f'      : {outs}\n      : "l"(a), "l"(b));\n'
+        "}\n#else\n"
+        f"inline void {name}(irkit_wgmma_desc_t a, irkit_wgmma_desc_t b, float* d) {{ "
+        f"irkit_host::wgmma_issue(a, b, d, {n}, {'true' if kind == 'bf16' else 'false'}); }}\n"
+        "#endif\n"
+    )
+
+
+def chained(op: WgmmaOp) -> WgmmaOp | None:
+    """The wgmma whose results are `op`'s accumulators, in order and used by `op` alone
+    (the same registers, in flight between them); None where they come from elsewhere. A
+    wgmma result read by anything else before a wait is refused: the registers are the
+    hardware's until then."""
+    owners = {v.owner for v in op.c}
+    if len(owners) != 1 or not isinstance(prev := next(iter(owners)), WgmmaOp):
+        if any(isinstance(v.owner, WgmmaOp) for v in op.c):
+            raise IrkitError("the CUDA printer chains a wgmma on one earlier wgmma's results only")
+        return None
+    if list(op.c) != list(prev.d) or any(len(list(r.uses)) != 1 for r in prev.d):
+        raise IrkitError("a wgmma's results may feed only the next wgmma, in order")
+    return prev
+
+
+def descriptor(element: str, buffer: SSAValue, k_dim: int, mn_dim: int) -> str:
+    """The descriptor of the tile at `element` (a C lvalue): LBO the stride of its k-core
+    dimension, SBO that of its m- or n-core dimension, in bytes."""
+    t = buffer.type
+    assert isinstance(t, MemRefType)
+    shape = t.get_shape()
+    size = numpy_dtype(t.element_type).itemsize
+
+    def stride(d: int) -> int:
+        return math.prod(shape[d + 1 :]) * size
+
+    return f"irkit_wgmma_desc(&{element}, {stride(k_dim)}, {stride(mn_dim)})"
