@@ -449,31 +449,46 @@ def gpu_path(path: Path, inputs: dict[str, np.ndarray]) -> dict:
             "nvrtc_spill_stores": spills}  # fmt: skip
 
 
+def _wgmma_pipeline() -> str:
+    """default-cuda with gpu-tile-matmul{wgmma=true}."""
+    from irkit.pipelines import pipeline_steps
+
+    steps = [s.spec for s in pipeline_steps("default-cuda")]
+    wgmma = "gpu-tile-matmul{wgmma=true}"
+    return ",".join(wgmma if s.startswith("gpu-tile-matmul") else s for s in steps)
+
+
 def gpu_half_path(path: Path, dtype: str, seed: int = 0) -> dict:
-    """The model converted to `dtype`, on cuda-host under default-cuda, checked against the
-    float64 reference of the converted model; the mma instructions the program issues
-    (per kernel launch, counted in its IR), and NVRTC's spills on sm_80 and sm_90."""
+    """The model converted to `dtype`, on cuda-host under default-cuda (mma.sync) and with
+    wgmma, each checked against the float64 reference of the converted model; the tensor-
+    core instructions each program issues (counted in its IR), and NVRTC's spills (sm_80
+    and sm_90 for mma.sync, sm_90a for wgmma)."""
     import irkit
-    from irkit.dialects.warp import MMA_OPS
+    from irkit.dialects.warp import MMA_OPS, WgmmaOp
     from irkit.runtime.check import check
     from irkit.runtime.gpu import build_kernels
 
     module = irkit.load(str(path), dtype=dtype)
-    exe = irkit.compile(module, "default-cuda", "cuda-host")
-    checks, _ = check(exe, module, seed)
-    spills = {
-        arch: sum(
-            k.compiled.resources.spill_stores for k in build_kernels(exe.module, arch) if k.compiled
-        )  # fmt: skip
-        for arch in ("sm_80", "sm_90")
-    }
-    return {
-        f"{dtype}_rel_error": max(c.rel_error for c in checks),
-        f"{dtype}_tolerance": checks[0].tolerance,
-        f"{dtype}_matches": all(c.passed for c in checks),
-        f"{dtype}_mma_ops": sum(isinstance(op, MMA_OPS) for op in exe.module.walk()),
-        f"{dtype}_spill_stores": spills,
-    }
+    record: dict[str, Any] = {}
+    for variant, pipeline, archs, ops in (
+        ("", "default-cuda", ("sm_80", "sm_90"), MMA_OPS),
+        ("_wgmma", _wgmma_pipeline(), ("sm_90",), (WgmmaOp,)),
+    ):
+        exe = irkit.compile(module, pipeline, "cuda-host")
+        checks, _ = check(exe, module, seed)
+        key = f"{dtype}{variant}"
+        spills = {}
+        for arch in archs:
+            kernels = build_kernels(exe.module, arch)
+            spills[arch] = sum(k.compiled.resources.spill_stores for k in kernels if k.compiled)
+        record |= {
+            f"{key}_rel_error": max(c.rel_error for c in checks),
+            f"{key}_tolerance": checks[0].tolerance,
+            f"{key}_matches": all(c.passed for c in checks),
+            f"{key}_tensor_ops": sum(isinstance(op, ops) for op in exe.module.walk()),
+            f"{key}_spill_stores": spills,
+        }
+    return record
 
 
 def run(args: argparse.Namespace) -> list[dict]:
@@ -528,9 +543,10 @@ def _line(r: dict) -> str:
         gpu = f"  cuda-host {verdict} ({r['cuda_host_rel_error']:.1e}), NVRTC {r['nvrtc_kernels']} kernels"
     for dtype in ("f16", "bf16"):
         if f"{dtype}_matches" in r:
-            verdict = "ok" if r[f"{dtype}_matches"] else "WRONG"
+            ok = "ok" if r[f"{dtype}_matches"] and r[f"{dtype}_wgmma_matches"] else "WRONG"
             gpu += (
-                f"  {dtype} {verdict} ({r[f'{dtype}_rel_error']:.1e}, {r[f'{dtype}_mma_ops']} mma)"
+                f"  {dtype} {ok} ({r[f'{dtype}_rel_error']:.1e}, {r[f'{dtype}_tensor_ops']} mma; "
+                f"{r[f'{dtype}_wgmma_rel_error']:.1e}, {r[f'{dtype}_wgmma_tensor_ops']} wgmma)"
             )
     speed = gpu + "".join(
         f"  {r[f'speed_vs_{p}_{t}t']:.2f}x {p} ({t}t)"
@@ -604,7 +620,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{len(imported)} of {len(records)} imported, {len(matched)} match onnxruntime within 1e-4"
     )
-    half = [r for r in imported for d in ("f16", "bf16") if r.get(f"{d}_matches") is False]
+    variants = ("f16", "bf16", "f16_wgmma", "bf16_wgmma")
+    half = [r for r in imported for v in variants if r.get(f"{v}_matches") is False]
     if args.gpu_dtypes:
         print(f"{len(half)} (model, dtype) pairs wrong on cuda-host in {args.gpu_dtypes}")
     return 0 if len(matched) == len(records) and not half else 1
