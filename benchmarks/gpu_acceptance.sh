@@ -183,6 +183,33 @@ else
   SKIP="${SKIP:-} gpu_targets" step gpu_targets 1 true  # GPU peers: on a GPU only
 fi
 
+tensor_cores() {  # issue 69's steps against cuBLAS (a GPU), or each checked on a host backend
+  local status=0 w t step options
+  if [ "$backend" = cuda ]; then
+    local names=(gemm_tf32 gemm_f16 gemm_bf16 gemm_f16_8192 gemm_bf16_8192)
+    names+=(gemm_f16_staged gemm_f16_stages2 gemm_f16_stages4 gemm_f16_wgmma gemm_f16_8192_wgmma)
+    names+=(gemm_bf16_staged gemm_bf16_stages2 gemm_bf16_stages4 gemm_bf16_wgmma gemm_bf16_8192_wgmma)
+    local only=()
+    for w in "${names[@]}"; do only+=(--only "$w"); done
+    python3 benchmarks/gpu_targets.py "${targets[@]}" "${only[@]}" --out "$out/tensor_cores.jsonl"
+    return $?
+  fi
+  for t in f16 bf16; do
+    for step in default "async-copy=false" stages=2 stages=4 wgmma=true; do
+      options=${step/default/}
+      echo "--- gemm $t, gpu-tile-matmul{$options}"
+      irkit-bench run examples/gemm.graph --backend "$backend" --dtype "$t" --dim M=100 \
+        --dim N=72 --dim K=96 --budget 0.2 \
+        -p "fuse-kernels,lower-graph-to-loops,gpu-tile-matmul{$options},map-to-gpu" \
+        --json "$out/tensor_cores_${t}_${step//[=-]/_}.json" || status=1
+    done
+  done
+  return $status
+}
+export -f tensor_cores
+export targets_string="${targets[*]}"
+step tensor_cores 180 bash -c 'targets=($targets_string); tensor_cores'
+
 attribute_all() {
   local status=0 f name
   for f in examples/mlp.graph examples/*.graph; do

@@ -30,6 +30,9 @@ graphs: `torch_compile_graphs`), whose replay takes the host's guards and launch
 is timed; the target is against the faster of the two by median. (A mode that fails to
 compile or run is recorded under `peers_dropped`; the workload still runs.)
 
+The tensor-core steps (`TENSOR_CORE_LADDER`) run only when named with `--only`
+(gpu_acceptance.sh's `tensor_cores` step names them).
+
 Variants, each timed in the same rounds as the unchanged pipeline (`speed_vs_irkit_default`,
 what the change is worth) and torch eager: gemm with `gpu-tile-matmul{min-blocks=2}` (at most
 128 registers a thread) and with 16-byte stores of C (`vector-stores=true`); a 256^3 gemm (the
@@ -37,7 +40,8 @@ example's size, whose default `fill-sms` makes 32 x 32 tiles and split-K) with 6
 and with the 128 x 128 tiles' 4 blocks (`fill-sms=false`); gemm with
 `gpu-tile-matmul{tf32=true}` against cuBLAS with TF32 on (target 0.8x), f16 and bf16
 gemms on tensor cores, 4096^3 and 8192^3, against cuBLAS's at the same precision (issue 70's
-ladder: 0.6x, 0.8x, 0.95x), bias + GELU one point per thread (`gpu-coarsen{factor=1}`) and 8,
+ladder: 0.6x, 0.8x, 0.95x) with each step of issue 69 (`TENSOR_CORE_STEPS`: copies staged
+through registers, 2 and 4 cp.async stages, wgmma), bias + GELU one point per thread (`gpu-coarsen{factor=1}`) and 8,
 layer_norm with `map-to-gpu{row-items=1}` (256 threads a row, as before 2026-11-26) and 8
 (128 threads), mlp without split-K, and with `fill-sms`'s smaller tiles instead of it,
 transformer_block with its batch matmuls one thread per output (`batch=false`) and with
@@ -121,6 +125,26 @@ class Workload:
     rungs: tuple[float, ...] = (0.5, 0.7, 0.9, 0.93)  # the ladder against cuBLAS (target "cublas")
 
 
+TENSOR_CORE_STEPS = {
+    "staged": "gpu-tile-matmul{async-copy=false}",  # the default until cp.async (2 stages)
+    "stages2": "gpu-tile-matmul{stages=2}",
+    "stages4": "gpu-tile-matmul{stages=4}",
+    "wgmma": "gpu-tile-matmul{wgmma=true}",
+}
+"""Issue 69's steps, each a variant of the f16/bf16 gemms timed in the same rounds as the
+default (cp.async, three stages, mma.sync): register-staged copies, two and four stages, and
+Hopper's wgmma (sm_90a). Their `speed_vs_irkit_default` is what each step is worth."""
+
+TENSOR_CORE_LADDER = [
+    Workload(f"gemm_{t}{'' if n == 4096 else f'_{n}'}_{step}", source,
+             {"M": n, "N": n, "K": n}, {"M": 512, "N": 512, "K": 512}, "matmul", "cublas",
+             TENSOR_CORE_STEPS[step], peer_tolerance=1e-2 if t == "f16" else 2e-2,
+             rungs=TENSOR_CORE_RUNGS)
+    for t, source in (("f16", GEMM_F16), ("bf16", GEMM_BF16))
+    for n, steps in ((4096, TENSOR_CORE_STEPS), (8192, ("wgmma",)))
+    for step in steps
+]  # fmt: skip
+
 WORKLOADS = [
     Workload("gemm", "examples/gemm.graph", {"M": 4096, "N": 4096, "K": 4096},
              {"M": 512, "N": 512, "K": 512}, "matmul", "cublas"),
@@ -155,6 +179,7 @@ WORKLOADS = [
     Workload("gemm_bf16_8192", GEMM_BF16, {"M": 8192, "N": 8192, "K": 8192},
              {"M": 512, "N": 512, "K": 512}, "matmul", "cublas", peer_tolerance=2e-2,
              rungs=TENSOR_CORE_RUNGS),
+    *TENSOR_CORE_LADDER,
     Workload("bias_gelu", BIAS_GELU, {"N": 4096, "D": 4096}, {"N": 512, "D": 512},
              "bias_gelu", "bandwidth"),
     Workload("bias_gelu_one_point", BIAS_GELU, {"N": 4096, "D": 4096}, {"N": 512, "D": 512},
@@ -463,6 +488,8 @@ def main() -> int:
     for w in WORKLOADS + tiled:
         if w not in tiled and (w.name not in args.only if args.only else bool(args.variant)):
             continue  # not named; with --variant and no --only, the variants alone run
+        if not args.only and w in TENSOR_CORE_LADDER:
+            continue  # issue 69's steps: by name (gpu_acceptance.sh's tensor_cores step)
         dims = w.quick_dims if args.quick else w.dims
         try:
             rec = measure(w, dims, args.pipeline, budget, torch, dev, copy_bw, not args.no_compile)

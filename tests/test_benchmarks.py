@@ -314,11 +314,12 @@ def test_gpu_acceptance_keeps_going_past_failing_steps(tmp_path: Path) -> None:
         "pytest_gpu",
         "run_examples",
         "gpu_targets",
+        "tensor_cores",
         "attribute",
         "attention",
     ]
     failed = [s[0] for s in steps if s[1] != "0"]
-    assert {"run_examples", "gpu_targets", "attribute", "attention"} <= set(failed)
+    assert {"run_examples", "gpu_targets", "tensor_cores", "attribute", "attention"} <= set(failed)
     assert "FAILED:" in r.stdout and all(name in r.stdout for name in failed)
     assert r.returncode >= len(failed)
     assert all((out / f"{s[0]}.log").exists() for s in steps)
@@ -339,7 +340,9 @@ def test_gpu_acceptance_runs_in_full_on_cuda_host(tmp_path: Path) -> None:
                        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:]
     steps = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()[1:]]
-    assert [s[0] for s in steps] == ["host", "pytest_gpu", "run_examples", "attribute", "attention"]
+    assert [s[0] for s in steps] == [
+        "host", "pytest_gpu", "run_examples", "tensor_cores", "attribute", "attention"
+    ]  # fmt: skip
     assert all(s[1] == "0" for s in steps)
     assert "skipped" in (out / "gpu_targets.log").read_text()
     assert not (out / "run_gemm.json").exists()  # not among EXAMPLES
@@ -347,6 +350,10 @@ def test_gpu_acceptance_runs_in_full_on_cuda_host(tmp_path: Path) -> None:
         run = json.loads((out / f"run_{example}.json").read_text())
         assert run["backend"] == "cuda-host" and run["correct"] is True
         assert json.loads((out / f"attribute_{example}.json").read_text())["backend"] == "cuda-host"
+    for t in ("f16", "bf16"):  # issue 69's steps, each checked on the host
+        for step in ("default", "async_copy_false", "stages_2", "stages_4", "wgmma_true"):
+            run = json.loads((out / f"tensor_cores_{t}_{step}.json").read_text())
+            assert run["correct"] is True and run["dtype"] == t, (t, step)
     cross = json.loads((out / "attribute_mlp_cross.json").read_text())
     assert cross["backends"] == ["cpu", "cuda-host"]
     fused = json.loads((out / "attribute_attention_40.json").read_text())
