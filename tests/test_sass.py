@@ -107,14 +107,18 @@ def test_pair_loads_and_tf32_keep_their_own_instructions(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(
-    ("dtype", "options"), [("f32", ""), ("f32", "tf32=true"), ("f16", ""), ("bf16", "")]
-)
+    ("dtype", "options"),
+    [("f32", ""), ("f32", "tf32=true"), ("f16", ""), ("bf16", ""), ("f16", "async-copy=false"),
+     ("bf16", "stages=4"), ("f16", "wgmma=true"), ("bf16", "wgmma=true")],
+)  # fmt: skip
 def test_every_matmul_variant_reports_its_resources_without_spills(
     dtype: str, options: str, tmp_path: Path
 ) -> None:
     """`irkit-opt -t resources` under default-cuda (its default tiles, split-K and fill-sms
     as the policy chooses): every kernel on sm_80 and sm_90 with its registers, shared
-    memory, blocks per SM, occupancy and waves; no spill and no stack at the default tiles."""
+    memory, blocks per SM, occupancy and waves; no spill and no stack at the default tiles,
+    every step of the tensor-core ladder included (register-staged copies, four cp.async
+    stages, wgmma: built for sm_90a, and said not to be for sm_80)."""
     import sys
 
     model = tmp_path / "g.graph"
@@ -128,9 +132,13 @@ def test_every_matmul_variant_reports_its_resources_without_spills(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
-    assert {line.split(":")[0].split()[1] for line in lines} == {"sm_80", "sm_90"}
+    hopper = "sm_90a" if "wgmma" in options else "sm_90"
+    assert {line.split(":")[0].split()[1] for line in lines} >= {"sm_80", hopper}
+    skipped = [line for line in lines if line.endswith("not built (wgmma needs sm_90a)")]
+    assert bool(skipped) == ("wgmma" in options) and all(" sm_80:" in line for line in skipped)
+    lines = [line for line in lines if line not in skipped]
     pattern = (
-        r"(\w+) (sm_\d+): (\d+) registers, (\d+) spill stores, (\d+) spill loads, (\d+) B stack, "
+        r"(\w+) (sm_\d+a?): (\d+) registers, (\d+) spill stores, (\d+) spill loads, (\d+) B stack, "
         r"\d+ B static \+ \d+ B dynamic shared; block [\dx]+, grid [\dx]+: (\d+) blocks/SM "
         r"\([a-z ]+\), occupancy (\d+)%, [\d.]+ waves on 132 SMs"
     )

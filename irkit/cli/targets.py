@@ -98,7 +98,9 @@ class PtxTarget(Target):
 class ResourcesTarget(Target):
     """Per GPU kernel and architecture ($IRKIT_CUDA_ARCH, comma-separated; default sm_80 and
     sm_90): ptxas's registers, spills, stack and shared memory, and the theoretical
-    occupancy and waves they allow (`irkit.codegen.occupancy`)."""
+    occupancy and waves they allow (`irkit.codegen.occupancy`). A kernel with Hopper-only
+    instructions (wgmma) is built for sm_90a where sm_90 is asked, and not for the others
+    (a line says so)."""
 
     name = "resources"
 
@@ -106,7 +108,7 @@ class ResourcesTarget(Target):
         import os
 
         from irkit.codegen.cuda import gpu_kernels, kernel_source
-        from irkit.codegen.nvrtc import compile_cuda
+        from irkit.codegen.nvrtc import ARCH_SPECIFIC, compile_cuda
         from irkit.codegen.occupancy import occupancy
         from irkit.loops import Launch, launch_of
 
@@ -114,9 +116,14 @@ class ResourcesTarget(Target):
         archs = [a for a in os.environ.get("IRKIT_CUDA_ARCH", "sm_80,sm_90").split(",") if a]
         for fn in gpu_kernels(module):
             name, launch = fn.sym_name.data, launch_of(fn) or Launch()
+            source = kernel_source(module, fn)
             for arch in archs:
-                r = compile_cuda(kernel_source(module, fn), name, arch).resources
-                occ = occupancy(launch, r.__dict__, arch) or {}
+                if ARCH_SPECIFIC in source and not arch.startswith("sm_90"):
+                    output.write(f"{name} {arch}: not built (wgmma needs sm_90a)\n")
+                    continue
+                compiled = compile_cuda(source, name, arch)
+                r, arch = compiled.resources, compiled.arch
+                occ = occupancy(launch, r.__dict__, arch.removesuffix("a")) or {}
                 grid = "x".join(str(g) for g in launch.get("grid", ()))
                 block = "x".join(str(b) for b in launch.get("block", ()))
                 output.write(
