@@ -130,3 +130,64 @@ def test_a_planted_pipeline_slip_fails_on_both_host_paths(backend: str, slip: st
 
     assert right(plant=False)
     assert not right(plant=True)
+
+
+@pytest.mark.parametrize("row_length", [16, 32, 64, 128, 256])
+def test_the_swizzle_gives_eight_rows_eight_bank_groups(row_length: int) -> None:
+    """What the swizzle is for, counted: an ldmatrix phase reads one 16-byte chunk from each
+    of 8 consecutive rows (from a multiple of 8), and a cp.async phase writes 8 consecutive
+    chunks; each falls in 8 different bank groups (16 bytes: 4 of the 32 banks) where the
+    chunks are swizzled, and in as few as 1 where the rows are neither swizzled nor padded.
+    (Rows of 8 elements, one chunk, have no other chunk to trade places with.)"""
+    from irkit.dialects.warp import swizzle_chunk
+
+    chunks = row_length // 8
+
+    def group(row: int, chunk: int, swizzled: bool) -> int:
+        physical = swizzle_chunk(row, chunk, chunks) if swizzled else chunk
+        return (row * chunks + physical) % 8
+
+    for swizzled in (True, False):
+        reads = [
+            {group(r0 + r, c, swizzled) for r in range(8)}
+            for r0 in range(0, 64, 8)
+            for c in range(chunks)
+        ]
+        writes = [
+            {group((e0 + e) // chunks, (e0 + e) % chunks, swizzled) for e in range(8)}
+            for e0 in range(0, 64 * chunks, 8)
+        ]
+        assert all(len(g) == 8 for g in writes)  # consecutive chunks: conflict-free either way
+        assert all(len(g) == 8 for g in reads) == swizzled or chunks == 1
+    assert {swizzle_chunk(r, c, chunks) for r in range(8) for c in range(chunks)} == set(
+        range(chunks)
+    )
+
+
+@pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
+def test_an_ldmatrix_that_forgets_the_swizzle_fails_on_both_host_paths(backend: str) -> None:
+    """The copies swizzle, the reads do not: a wrong product on both host paths (the
+    control, every op swizzled, matches)."""
+    from irkit.dialects.warp import LdmatrixX4Op
+
+    graph = parse_source(GEMM.format(t="bf16", m=64, n=64, k=64), "g.graph", ".graph")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 64)).astype(np.float32)
+    import ml_dtypes
+
+    a16, b16 = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
+    expected = a16.astype(np.float32) @ b16.astype(np.float32)
+    chosen = BACKENDS[backend]()
+
+    def right(plant: bool) -> bool:
+        module = apply_passes(graph.clone(), parse_passes(_pipeline("block-k=32 fill-sms=false")))
+        loads = [op for op in module.walk() if isinstance(op, LdmatrixX4Op)]
+        assert loads and all(op.swizzled is not None for op in loads)
+        if plant:
+            del loads[0].properties["swizzled"]
+        got = chosen.compile(chosen.lower(module))(a16, b16)[0]
+        return bool(np.allclose(np.asarray(got, np.float32), expected, rtol=3e-2, atol=3e-1))
+
+    assert right(plant=False)
+    assert not right(plant=True)

@@ -614,10 +614,20 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         stride = t.get_shape()[-1]
         names = [self.fresh(r, "m") for r in op.pairs]
         self.emit(f"{self.type_name(op.pairs[0].type)} {', '.join(names)};")
-        base = self.element(op.source, list(op.indices))
-        offsets = ", ".join(str(r * stride + c) for r, c in op.origins)
         pointers = ", ".join(f"&{n}" for n in names)
         kind = _ldmatrix_kind(op)
+        if op.swizzled is not None:  # the stage's origin, the base's row and column, the offsets
+            shape = t.get_shape()
+            *lead, row, column = op.indices
+            terms = [f"{self.name(ix)} * {math.prod(shape[d + 1 :])}"
+                     for d, ix in enumerate(lead) if self.name(ix) != "0"]  # fmt: skip
+            origin = f"{self.name(op.source)}[{' + '.join(terms) or '0'}]"
+            pairs = ", ".join(f"{r}, {c}" for r, c in op.origins)
+            self.emit(f"irkit_ldmatrix_x4_{kind}(&{origin}, {stride}, {self.name(row)}, "
+                      f"{self.name(column)}, {pairs}, {pointers});")  # fmt: skip
+            return
+        base = self.element(op.source, list(op.indices))
+        offsets = ", ".join(str(r * stride + c) for r, c in op.origins)
         self.emit(f"irkit_ldmatrix_x4_{kind}(&{base}, {stride}, {offsets}, {pointers});")
 
     def cp_async(self, op: CpAsyncOp) -> None:
@@ -891,19 +901,36 @@ def _mma_helper(kind: str) -> str:
 
 
 def _ldmatrix_kind(op: LdmatrixX4Op) -> str:
-    """The helper's suffix: the element type, and `_trans` for a transposed load."""
-    return op.narrow_type + ("_trans" if op.transpose is not None else "")
+    """The helper's suffix: the element type, `_trans` for a transposed load and `_sw` for
+    a swizzled tile."""
+    trans = "_trans" if op.transpose is not None else ""
+    return op.narrow_type + trans + ("_sw" if op.swizzled is not None else "")
 
 
 def _ldmatrix_helper(kind: str) -> str:
     """`irkit_ldmatrix_x4_<kind>`: PTX's ldmatrix.x4 (`.trans` for a `_trans` kind), lane l
     giving the address of row l % 8 of matrix l / 8 (the base plus that matrix's offset);
     kept from a host build, whose header has its own."""
-    element, _, trans = kind.partition("_")
+    element, _, rest = kind.partition("_")
     t = NARROW_C_TYPES[element]
     pair = f"irkit_{element}x2"
-    modifier = ".trans" if trans else ""
+    modifier = ".trans" if "trans" in rest else ""
     outs = ", ".join(f'"=r"(*reinterpret_cast<unsigned*>(d{j}))' for j in range(4))
+    if rest.endswith("sw"):  # a swizzled tile: each lane's row address through the swizzle
+        return (
+            "#ifndef IRKIT_CUDA_HOST\n"
+            f"__device__ __forceinline__ void irkit_ldmatrix_x4_{kind}(const {t}* tile, int stride, "
+            "int row, int col, int r0, int c0, int r1, int c1, int r2, int c2, int r3, int c3, "
+            f"{pair}* d0, {pair}* d1, {pair}* d2, {pair}* d3) {{\n"
+            "  const unsigned lane = threadIdx.x & 31u, j = lane >> 3;\n"
+            "  const int r = row + (j == 0u ? r0 : j == 1u ? r1 : j == 2u ? r2 : r3) + (int)(lane & 7u);\n"
+            "  const int c = col + (j == 0u ? c0 : j == 1u ? c1 : j == 2u ? c2 : c3);\n"
+            "  const unsigned address = (unsigned)__cvta_generic_to_shared("
+            "tile + r * stride + irkit_swizzle_column(r, c, stride));\n"
+            f'  asm volatile("ldmatrix.sync.aligned.m8n8.x4{modifier}.shared.b16 {{%0, %1, %2, %3}}, [%4];\\n"\n'
+            f'      : {outs} : "r"(address));\n'
+            "}\n#endif\n"
+        )
     return (
         "#ifndef IRKIT_CUDA_HOST\n"
         f"__device__ __forceinline__ void irkit_ldmatrix_x4_{kind}(const {t}* base, int stride, "
@@ -916,6 +943,18 @@ def _ldmatrix_helper(kind: str) -> str:
         f'      : {outs} : "r"(address));\n'
         "}\n#endif\n"
     )
+
+
+SWIZZLE_HELPER = """\
+#ifndef IRKIT_CUDA_HOST
+__device__ __forceinline__ int irkit_swizzle_column(int row, int column, int row_length) {
+  const int chunks = row_length / 8, period = chunks < 8 ? chunks : 8;
+  const int group = chunks >= 8 ? 1 : 8 / chunks;
+  return 8 * ((column / 8) ^ (row / group % period)) + column % 8;
+}
+#endif
+"""
+"""`irkit.dialects.warp.swizzle_column` in C (cuda-host's header has its own)."""
 
 
 ASYNC_COPY_HELPERS = """\
@@ -954,6 +993,8 @@ def _prelude(kernels: list[func.FuncOp]) -> str:
     loads = sorted(
         {_ldmatrix_kind(op) for fn in kernels for op in fn.walk() if isinstance(op, LdmatrixX4Op)}
     )
+    if any(kind.endswith("_sw") for kind in loads):
+        helpers += SWIZZLE_HELPER
     helpers += "".join(_ldmatrix_helper(kind) for kind in loads)
     if any(isinstance(op, ASYNC_COPY_OPS) for fn in kernels for op in fn.walk()):
         helpers += ASYNC_COPY_HELPERS

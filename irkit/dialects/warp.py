@@ -34,7 +34,9 @@ m16n8k16; on two 8-row tiles of B stored [n][k], (0,0), (0,8), (8,0), (8,8) give
 of B for two instructions. Each matrix row is 16 bytes and must be 16-byte aligned. With
 `transpose` (PTX's `.trans`), lane l's result j is the pair at rows `2 (l % 4)` and
 `2 (l % 4) + 1`, column `l / 4` of matrix j: on B stored [k][n] as it is in memory, origins
-(0,0), (8,0), (0,8), (8,8) give the pairs of B for two 8-column instructions.
+(0,0), (8,0), (0,8), (8,8) give the pairs of B for two 8-column instructions. With
+`swizzled`, the tile's 16-byte chunks are swizzled (`swizzle_column`): a lane's row address
+is its row's chunk where the swizzle put it.
 
 `irkit_warp.cp_async`, `cp_async_commit` and `cp_async_wait`: a thread's asynchronous copy
 of 16 bytes from global to shared memory, PTX's `cp.async.cg.shared.global` with its
@@ -202,6 +204,7 @@ class LdmatrixX4Op(IRDLOperation):
     indices = var_operand_def(IndexType)
     offsets = prop_def(DenseArrayBase)
     transpose = opt_prop_def(UnitAttr)
+    swizzled = opt_prop_def(UnitAttr)
     pairs = var_result_def()
 
     def __init__(
@@ -210,6 +213,7 @@ class LdmatrixX4Op(IRDLOperation):
         indices: list[SSAValue],
         offsets: list[tuple[int, int]],
         transpose: bool = False,
+        swizzled: bool = False,
     ):
         t = source.type
         assert isinstance(t, MemRefType)
@@ -217,6 +221,8 @@ class LdmatrixX4Op(IRDLOperation):
         properties: dict[str, Attribute] = {"offsets": DenseArrayBase.from_list(i64, flat)}
         if transpose:
             properties["transpose"] = UnitAttr()
+        if swizzled:
+            properties["swizzled"] = UnitAttr()
         super().__init__(
             operands=[source, indices],
             properties=properties,
@@ -473,6 +479,22 @@ class WgmmaWaitOp(IRDLOperation):
 
 
 WGMMA_OPS = (WgmmaOp, WgmmaFenceOp, WgmmaCommitOp, WgmmaWaitOp)
+
+def swizzle_chunk(row, chunk, chunks: int):
+    """The 16-byte chunk where logical chunk `chunk` of row `row` sits in a swizzled tile
+    whose rows hold `chunks` chunks (ints or numpy arrays): the chunk XOR a function of the
+    row that gives 8 consecutive rows' same chunk 8 different bank groups (128 bytes: rows
+    of 8 or more chunks, row % 8; of 4, (row / 2) % 4; of 2, (row / 4) % 2). A tile written
+    and read through it (cp.async, ldmatrix, element loads) needs no padding."""
+    period = min(chunks, 8)
+    return chunk ^ (row // max(1, 8 // chunks) % period)
+
+
+def swizzle_column(row, column, row_length: int):
+    """Column `column` of row `row` in a swizzled tile of `row_length` 2-byte elements."""
+    chunk = swizzle_chunk(row, column // 8, row_length // 8)
+    return 8 * chunk + column % 8
+
 
 MMA_OPS = (MmaM16n8k16Op, MmaM16n8k8Tf32Op)
 

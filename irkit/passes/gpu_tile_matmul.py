@@ -127,6 +127,10 @@ class GpuTileMatmulPass(ModulePass):
     # from core-matrix tiles in shared memory (A K-major, B N-major, no swizzle), filled by
     # the cp.async ring; f32 accumulators. Not yet timed on a GPU.
     wgmma: bool = False
+    # the cp.async tiles' 16-byte chunks XOR-swizzled by row (`irkit.dialects.warp.
+    # swizzle_chunk`) instead of rows padded by 16 bytes: ldmatrix and the copies stay free
+    # of bank conflicts, and 64-deep tiles of three stages fit 96 KB. Not yet timed on a GPU.
+    swizzle: bool = True
     tf32: bool = False  # f32 through TF32 tensor cores (opt-in: 10-bit mantissa products)
     vector_stores: bool = False  # f32 C: a thread's 4 consecutive columns as one float4
     # __launch_bounds__(threads, min-blocks) where > 0. An option, not a default: two
@@ -220,6 +224,7 @@ class _TiledKernel:
         self.pairs, self.pad = tile.pairs, tile.pad
         self.shared_sizes: list[int] = []  # bytes of each shared tile, in kernel order
         self.async_copy = self._async_copy()
+        self.swizzled = tile.swizzled and self.async_copy
         self.stages = self.o.stages if self.async_copy else 2 if self.o.double_buffer else 1
 
     def _thread_tile(self, b: GpuBuilder, tid: SSAValue) -> tuple[list[SSAValue], list[SSAValue]]:
@@ -351,7 +356,7 @@ class _TiledKernel:
         def ldmatrix(t: GpuBuilder, tile: SSAValue, at: list[SSAValue],
                      origins: list[tuple[int, int]], transpose: bool = False) -> list[list[SSAValue]]:  # fmt: skip
             """Four pairs a lane, from the warp's 8 x 8 matrices at `origins` from `at`."""
-            op = LdmatrixX4Op(tile, at, origins, transpose)
+            op = LdmatrixX4Op(tile, at, origins, transpose, self.swizzled)
             t.add(op)
             et = self.nest.element_type
             return [[t.add(vector.ExtractOp(v, [q], et)) for q in range(2)] for v in op.pairs]
@@ -381,7 +386,7 @@ class _TiledKernel:
                     p = ldmatrix(t, b_tile, at, origins, transpose=True)
                     out += [[*p[0], *p[1]], [*p[2], *p[3]]]
                 elif len(out) == ni:
-                    out.append([t.add(memref.LoadOp.get(b_tile, [stage, t.iadd(k_lane, kk + dk), t.iadd(b_cols, ni * MMA_N)]))
+                    out.append([t.add(memref.LoadOp.get(b_tile, [stage, *self._at(t, t.iadd(k_lane, kk + dk), t.iadd(b_cols, ni * MMA_N), o.block_n)]))
                                 for dk, _ in b_at])  # fmt: skip
             return out
 
@@ -419,6 +424,18 @@ class _TiledKernel:
             for dm, dn in c_at
         ]
         return compute, outputs
+
+    def _at(self, t: GpuBuilder, row: SSAValue, column: SSAValue, row_length: int) -> list[SSAValue]:
+        """(row, column) of a 2-byte element in a shared tile, the column where the swizzle
+        put it in a swizzled tile (`irkit.dialects.warp.swizzle_column`)."""
+        if not self.swizzled:
+            return [row, column]
+        chunks = row_length // 8
+        chunk = t.binary(arith.DivUIOp, column, 8)
+        phase = t.binary(arith.RemUIOp, t.binary(arith.DivUIOp, row, max(1, 8 // chunks)), min(chunks, 8))
+        chunk = t.add(arith.XOrIOp(chunk, phase))
+        within = t.binary(arith.RemUIOp, column, 8)
+        return [row, t.add(arith.AddiOp(t.binary(arith.MuliOp, chunk, 8), within))]
 
     def _wgmma(self, b: GpuBuilder, tid: SSAValue, a_tile: SSAValue, b_tile: SSAValue):
         """The warpgroup inner product: warpgroup g computes rows 64g .. 64g + 63 of the block
@@ -508,11 +525,11 @@ class _TiledKernel:
         )
         a_copy = _Copy(
             a, a_tile, (nest.m, o.block_m), (nest.k, o.block_k), not self.pairs, self._lanes_a(),
-            a_prefix, self.wgmma,
+            a_prefix, self.wgmma, self.swizzled,
         )  # fmt: skip
         b_copy = _Copy(
             bb, b_tile, (nest.k, o.block_k), (nest.n, o.block_n), self.pairs and not o.ldmatrix, self._lanes_b(),
-            b_prefix, self.wgmma,
+            b_prefix, self.wgmma, self.swizzled,
         )  # fmt: skip
         a_slots = self._slots(tid, o.block_m, o.block_k, a_copy.lanes)
         b_slots = self._slots(tid, o.block_k, o.block_n, b_copy.lanes)
@@ -664,7 +681,7 @@ class _TiledKernel:
                 valid = t.add(arith.SelectOp(inside, valid, t.index(0)))
                 gr = t.add(arith.MinSIOp(gr, t.index(r_extent - 1)))
             source = [*copy.prefix, gr, gc]
-            dest = [stage, r, c]
+            dest = [stage, *self._at(t, r, c, copy.cols[1])]
             if copy.cores:  # c is a multiple of 8: a copy is one row of a core matrix
                 core_r, in_r = t.binary(arith.DivUIOp, r, 8), t.binary(arith.RemUIOp, r, 8)
                 dest = [stage, core_r, t.binary(arith.DivUIOp, c, 8), in_r, t.index(0)]
@@ -962,6 +979,8 @@ class _Copy(NamedTuple):
     """The source's leading (batch) indices, before its row and column."""
     cores: bool = False
     """The tile is core matrices `[stage][row/8][column/8][row%8][column%8]` (wgmma's)."""
+    swizzled: bool = False
+    """The tile's columns are swizzled (`_TiledKernel._at`)."""
 
 
 class _Slot(NamedTuple):

@@ -104,6 +104,8 @@ class GpuTile:
     """k ranges each C tile's sum is split into (split-K; 1: none)."""
     wgmma: bool = False
     """On Hopper's warpgroup MMA (`wgmma`): a warpgroup of 128 threads per 64 rows."""
+    swizzled: bool = False
+    """The f16/bf16 tiles' 16-byte chunks swizzled instead of their rows padded (`swizzle`)."""
 
     @property
     def pairs(self) -> bool:
@@ -114,7 +116,7 @@ class GpuTile:
     def pad(self) -> int:
         """Elements after each row of the shared tiles (`pad`; under `pairs`, rounded up to
         `HALF_PAD`'s multiples)."""
-        return tile_pad(self.options.pad, self.pairs)
+        return 0 if self.swizzled else tile_pad(self.options.pad, self.pairs)
 
     @property
     def rows_t(self) -> int:
@@ -178,8 +180,9 @@ def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
     wgmma = _wgmma(o, mma and pairs, shape)
     if wgmma:  # a warpgroup per 64 rows of the block
         threads = 128 * (block_m // WGMMA_M)
+    swizzled = swizzles(o, mma and pairs, block_k, block_n) and shape.aligned and not wgmma
     return GpuTile(o, mma, tf32, mma_k, warps, threads, _warp_tiles(o), tiles,
-                   prod(shape.batch), k_tiles, splits, wgmma)  # fmt: skip
+                   prod(shape.batch), k_tiles, splits, wgmma, swizzled)  # fmt: skip
 
 
 WGMMA_M = 64
@@ -227,6 +230,19 @@ def tile_pad(pad: int, pairs: bool) -> int:
     return -(-max(pad, HALF_PAD) // HALF_PAD) * HALF_PAD if pairs else pad
 
 
+def swizzles(o: GpuTileMatmulPass, pairs: bool, depth: int, block_n: int) -> bool:
+    """Whether the f16/bf16 tiles (A [m][depth], B [depth][block_n], filled by cp.async and
+    read by ldmatrix) are swizzled (`swizzle`; `irkit.dialects.warp.swizzle_chunk`): rows of
+    1, 2, 4 or a multiple of 8 chunks of 16 bytes, where the XOR stays inside the row."""
+
+    def fits(elements: int) -> bool:
+        chunks, rest = divmod(elements, 8)
+        return rest == 0 and (chunks in (1, 2, 4) or chunks % 8 == 0)
+
+    copies = pairs and o.async_copy and o.ldmatrix and o.vector_loads
+    return copies and o.swizzle and not o.wgmma and fits(depth) and fits(block_n)
+
+
 def stage_count(o: GpuTileMatmulPass, pairs: bool) -> int:
     """Shared stages of the tiles: `stages` where cp.async may fill them (f16/bf16 tiles
     read by ldmatrix; the kernel falls back to two where its rows are not 16-byte aligned),
@@ -242,7 +258,7 @@ def shared_bytes(
     """Bytes of the A and B tiles, every stage: under `pairs` A [m][k] and B [n][k] (with
     `ldmatrix`, B [k][n]), otherwise A [k][m] and B [k][n]; each row padded."""
     stages = stage_count(o, pairs)
-    pad = tile_pad(o.pad, pairs)
+    pad = 0 if swizzles(o, pairs, depth, block_n) else tile_pad(o.pad, pairs)
     if pairs:
         b = depth * (block_n + pad) if o.ldmatrix else block_n * (depth + pad)
         return stages * (block_m * (depth + pad) + b) * itemsize

@@ -44,7 +44,7 @@ from irkit.loops import SHARED_SPACE, launch_of
 from irkit.loops.scalar_ops import numpy_ops
 from irkit.runtime.lockstep_async import RULES as ASYNC_RULES
 from irkit.runtime.lockstep_async import AsyncCopy, WgmmaInFlight, check_pending, start_async
-from irkit.runtime.lockstep_warp import LockstepError, mma, shuffle_xor
+from irkit.runtime.lockstep_warp import LockstepError, ldmatrix, mma, shuffle_xor
 
 
 def value_dtype(t: Any) -> np.dtype:
@@ -291,10 +291,6 @@ class LockstepInterpreter:
     def _mma_op(self, op: Operation, args: list[Any], mask: np.ndarray) -> None:
         self._mma(op, args, mask)
 
-    @impl(LdmatrixX4Op)
-    def _ldmatrix_op(self, op: LdmatrixX4Op, args: list[Any], mask: np.ndarray) -> None:
-        self._ldmatrix(op, args, mask)
-
     @impl(ShuffleOp)
     def _shuffle_op(self, op: ShuffleOp, args: list[Any], mask: np.ndarray) -> Any:
         return self._shuffle(op, args, mask)
@@ -417,32 +413,6 @@ class LockstepInterpreter:
         self._whole_warps(op, mask)
         for result, value in zip(op.results, mma(op, args, self.run.lanes), strict=True):
             self.env[result] = value
-
-    def _ldmatrix(self, op: LdmatrixX4Op, args: list[Any], mask: np.ndarray) -> None:
-        """A warp's ldmatrix.x4 over whole warps: the base must be the same in every lane of
-        a warp (the GPU derives each lane's row address from it); lane l's result j is the
-        pair at row l / 4, columns 2 (l % 4) + {0, 1} of matrix j (transposed: rows
-        2 (l % 4) + {0, 1}, column l / 4), each element a checked load (bounds, races) as a
-        plain load would be."""
-        self._whole_warps(op, mask)
-        buffer, *indices = args
-        n = self.run.lanes
-        for ix in indices:
-            per_warp = np.broadcast_to(np.asarray(ix), (n,)).reshape(-1, 32)
-            if (per_warp != per_warp[:, :1]).any():
-                raise LockstepError(
-                    f"@{self.run.name}: {op.name} with a base that differs between the lanes "
-                    "of a warp"
-                )
-        lane = self.tid % 32
-        t = op.source.type
-        for j in range(4):
-            pair = []
-            for q in range(2):
-                row, column = op.lane_elements(lane, j, q)
-                at = [*indices[:-2], indices[-2] + row, indices[-1] + column]
-                pair.append(self._load(t, op.name, [buffer, *at], mask))
-            self.env[op.pairs[j]] = np.stack(pair, axis=-1)
 
     def _barrier(self, mask: np.ndarray) -> None:
         per_block = mask.reshape(self.run.grid, self.run.block)
@@ -594,5 +564,6 @@ class LockstepInterpreter:
         return np.asarray(value)[..., op.static_position.get_values()[0]]
 
 
+impl(LdmatrixX4Op)(ldmatrix)
 for _async_op, _async_rule in ASYNC_RULES.items():  # cp.async: irkit.runtime.lockstep_async
     impl(_async_op)(_async_rule)

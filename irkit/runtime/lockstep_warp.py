@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from xdsl.ir import Operation
 
-from irkit.dialects.warp import c_coordinates, mma_layout, round_tf32
+from irkit.dialects.warp import LdmatrixX4Op, c_coordinates, mma_layout, round_tf32, swizzle_column
 from irkit.errors import IrkitError
 
 
@@ -62,3 +62,32 @@ def mma(op: Operation, args: list[Any], lanes: int) -> list[np.ndarray]:
             out[:, lane] = d[(slice(None), *c_coordinates(lane, i))]
         results.append(out.reshape(lanes))
     return results
+
+
+def ldmatrix(run: Any, op: LdmatrixX4Op, args: list[Any], mask: np.ndarray) -> None:
+    """A warp's ldmatrix.x4 over whole warps: the base must be the same in every lane of
+    a warp (the GPU derives each lane's row address from it); lane l's result j is the
+    pair at row l / 4, columns 2 (l % 4) + {0, 1} of matrix j (transposed: rows
+    2 (l % 4) + {0, 1}, column l / 4), each element a checked load (bounds, races) as a
+    plain load would be."""
+    run._whole_warps(op, mask)
+    buffer, *indices = args
+    n = run.run.lanes
+    for ix in indices:
+        per_warp = np.broadcast_to(np.asarray(ix), (n,)).reshape(-1, 32)
+        if (per_warp != per_warp[:, :1]).any():
+            raise LockstepError(
+                f"@{run.run.name}: {op.name} with a base that differs between the lanes of a warp"
+            )
+    lane = run.tid % 32
+    t = op.source.type
+    for j in range(4):
+        pair = []
+        for q in range(2):
+            row, column = op.lane_elements(lane, j, q)
+            row, column = indices[-2] + row, indices[-1] + column
+            if op.swizzled is not None:
+                column = swizzle_column(row, column, t.get_shape()[-1])
+            at = [*indices[:-2], row, column]
+            pair.append(run._load(t, op.name, [buffer, *at], mask))
+        run.env[op.pairs[j]] = np.stack(pair, axis=-1)

@@ -527,6 +527,36 @@ IRKIT_LDMATRIX_HOST(bf16, __nv_bfloat16, irkit_bf16x2)
 IRKIT_LDMATRIX_TRANS_HOST(f16, __half, irkit_f16x2)
 IRKIT_LDMATRIX_TRANS_HOST(bf16, __nv_bfloat16, irkit_bf16x2)
 
+// a swizzled tile (irkit/dialects/warp.py, swizzle_column): 16-byte chunks XOR the row's phase
+inline int irkit_swizzle_column(int row, int column, int row_length) {
+  const int chunks = row_length / 8, period = chunks < 8 ? chunks : 8;
+  const int group = chunks >= 8 ? 1 : 8 / chunks;
+  return 8 * ((column / 8) ^ (row / group % period)) + column % 8;
+}
+
+// ldmatrix.x4 on a swizzled tile: matrix j at (row + r_j, col + c_j); lane l's pair j is
+// row l / 4, columns 2 (l % 4) + {0, 1} of it (transposed: rows 2 (l % 4) + {0, 1},
+// column l / 4), each element where the swizzle put it
+#define IRKIT_LDMATRIX_SW_HOST(KIND, T, P, TRANS)                                              \
+  inline void irkit_ldmatrix_x4_##KIND(const T* tile, int stride, int row, int col, int r0,    \
+                                       int c0, int r1, int c1, int r2, int c2, int r3, int c3, \
+                                       P* d0, P* d1, P* d2, P* d3) {                           \
+    const int lane = (int)(threadIdx.x & 31u);                                                 \
+    P* d[4] = {d0, d1, d2, d3};                                                                \
+    const int r[4] = {r0, r1, r2, r3}, c[4] = {c0, c1, c2, c3};                                \
+    for (int j = 0; j < 4; j++) {                                                              \
+      for (int q = 0; q < 2; q++) {                                                            \
+        const int rr = row + r[j] + (TRANS ? 2 * (lane % 4) + q : lane / 4);                   \
+        const int cc = col + c[j] + (TRANS ? lane / 4 : 2 * (lane % 4) + q);                   \
+        d[j]->v[q] = tile[rr * stride + irkit_swizzle_column(rr, cc, stride)];                 \
+      }                                                                                        \
+    }                                                                                          \
+  }
+IRKIT_LDMATRIX_SW_HOST(f16_sw, __half, irkit_f16x2, false)
+IRKIT_LDMATRIX_SW_HOST(bf16_sw, __nv_bfloat16, irkit_bf16x2, false)
+IRKIT_LDMATRIX_SW_HOST(f16_trans_sw, __half, irkit_f16x2, true)
+IRKIT_LDMATRIX_SW_HOST(bf16_trans_sw, __nv_bfloat16, irkit_bf16x2, true)
+
 // --- cp.async (see irkit/dialects/warp.py): queued per thread, landed by the waits --------
 
 namespace irkit_host {
