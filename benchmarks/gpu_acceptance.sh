@@ -24,7 +24,13 @@
 # 4. runs `irkit-bench run --backend cuda --counters --json` on every example (ncu's counters
 #    per kernel where Nsight Compute works, a one-line reason where it does not), and
 #    transformer_block at gpu_targets' size without counters (its per-kernel times);
-# 5. runs benchmarks/gpu_targets.py (records appended to OUTDIR/gpu_targets.jsonl);
+# 5. runs benchmarks/gpu_targets.py (records appended to OUTDIR/gpu_targets.jsonl); then its
+#    tensor-core ladder (step "tensor_cores": f16/bf16 gemms 4096^3 and 8192^3 and TF32 against
+#    cuBLAS, each of issue 69's steps in the same rounds as the default: register-staged
+#    copies, 2 and 4 cp.async stages, wgmma; OUTDIR/tensor_cores.jsonl) and bf16 fused
+#    attention against SDPA's flash backend (step "flash_attention"; head dim 64 and 128,
+#    sequence 1k and 4k, causal and not; OUTDIR/flash_attention.jsonl). On a host backend the
+#    two steps check the same variants there (no times);
 # 6. runs `irkit-bench attribute --backend cuda` on examples/mlp.graph, then on every other
 #    example (one record each, with the A/A noise floor); then gpu-fuse-attention against the
 #    exported chain (batch matmuls tiled, softmax by rows) at S = 512 and 2048 (step "attention");
@@ -209,6 +215,28 @@ tensor_cores() {  # issue 69's steps against cuBLAS (a GPU), or each checked on 
 export -f tensor_cores
 export targets_string="${targets[*]}"
 step tensor_cores 180 bash -c 'targets=($targets_string); tensor_cores'
+
+flash_attention() {  # bf16 fused attention against SDPA's flash backend, or checked on a host
+  local status=0 s d causal only=()
+  if [ "$backend" = cuda ]; then
+    for s in 1024 4096; do
+      for d in 64 128; do
+        only+=(--only "attention_bf16_${s}_d${d}" --only "attention_bf16_${s}_d${d}_causal")
+      done
+    done
+    python3 benchmarks/gpu_targets.py "${targets[@]}" "${only[@]}" --out "$out/flash_attention.jsonl"
+    return $?
+  fi
+  for causal in false true; do
+    printf 'model attention\ninput q : bf16[1, 4, 40, 64]\ninput k : bf16[1, 4, 40, 64]\ninput v : bf16[1, 4, 40, 64]\noutput y = attention(q, k, v, causal=%s)\n' \
+      "$causal" >"$out/flash_attention_$causal.graph"
+    irkit-bench run "$out/flash_attention_$causal.graph" --backend "$backend" --budget 0.2 \
+      --json "$out/flash_attention_$causal.json" || status=1
+  done
+  return $status
+}
+export -f flash_attention
+step flash_attention 150 bash -c 'targets=($targets_string); flash_attention'
 
 attribute_all() {
   local status=0 f name

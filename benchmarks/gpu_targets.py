@@ -30,8 +30,10 @@ graphs: `torch_compile_graphs`), whose replay takes the host's guards and launch
 is timed; the target is against the faster of the two by median. (A mode that fails to
 compile or run is recorded under `peers_dropped`; the workload still runs.)
 
-The tensor-core steps (`TENSOR_CORE_LADDER`) run only when named with `--only`
-(gpu_acceptance.sh's `tensor_cores` step names them).
+The tensor-core steps (`TENSOR_CORE_LADDER`) and bf16 fused attention against
+`scaled_dot_product_attention` held to its flash backend (`ATTENTION_LADDER`: head dim 64 and
+128, sequence 1k and 4k, causal and not; issue 70's 0.7x and 0.9x) run only when named with
+`--only` (gpu_acceptance.sh's `tensor_cores` and `flash_attention` steps name them).
 
 Variants, each timed in the same rounds as the unchanged pipeline (`speed_vs_irkit_default`,
 what the change is worth) and torch eager: gemm with `gpu-tile-matmul{min-blocks=2}` (at most
@@ -118,7 +120,7 @@ class Workload:
     dims: dict[str, int]
     quick_dims: dict[str, int]
     peer: str  # the name of a torch function of the inputs in irkit's order (PEERS below)
-    target: str  # "cublas", "bandwidth" or "end_to_end"
+    target: str  # "cublas", "flash", "bandwidth" or "end_to_end"
     passes: str = ""  # pass specs this variant changes (see `variant`)
     peer_tolerance: float = 1e-3  # largest |peer - irkit| / max |irkit| accepted
     targeted: bool = True  # False: no target at this size or precision, the ratio recorded
@@ -144,6 +146,27 @@ TENSOR_CORE_LADDER = [
     for n, steps in ((4096, TENSOR_CORE_STEPS), (8192, ("wgmma",)))
     for step in steps
 ]  # fmt: skip
+
+ATTENTION = """model attention
+dim S = 1024
+dim D = 64
+input q : bf16[1, 16, S, D]
+input k : bf16[1, 16, S, D]
+input v : bf16[1, 16, S, D]
+output y = attention(q, k, v, causal={causal})
+"""
+FLASH_RUNGS = (0.7, 0.9)
+"""Issue 70's ladder for fused attention against torch's flash-attention backend."""
+
+ATTENTION_LADDER = [
+    Workload(f"attention_bf16_{s}_d{d}{'_causal' if causal else ''}",
+             ATTENTION.format(causal=str(causal).lower()), {"S": s, "D": d}, {"S": 128, "D": d},
+             "sdpa_causal" if causal else "sdpa", "flash", peer_tolerance=3e-2, rungs=FLASH_RUNGS)
+    for s in (1024, 4096) for d in (64, 128) for causal in (False, True)
+]  # fmt: skip
+"""bf16 attention (one batch, 16 heads, head dim 64 and 128, sequence 1k and 4k, causal and
+not), irkit's default-cuda (graph.attention fused by gpu-fuse-attention) against
+`scaled_dot_product_attention` held to its flash backend. Run when named with `--only`."""
 
 WORKLOADS = [
     Workload("gemm", "examples/gemm.graph", {"M": 4096, "N": 4096, "K": 4096},
@@ -180,6 +203,7 @@ WORKLOADS = [
              {"M": 512, "N": 512, "K": 512}, "matmul", "cublas", peer_tolerance=2e-2,
              rungs=TENSOR_CORE_RUNGS),
     *TENSOR_CORE_LADDER,
+    *ATTENTION_LADDER,
     Workload("bias_gelu", BIAS_GELU, {"N": 4096, "D": 4096}, {"N": 512, "D": 512},
              "bias_gelu", "bandwidth"),
     Workload("bias_gelu_one_point", BIAS_GELU, {"N": 4096, "D": 4096}, {"N": 512, "D": 512},
@@ -246,7 +270,18 @@ def torch_peers(torch: Any) -> dict[str, Any]:
         finally:
             torch.backends.cuda.matmul.allow_tf32 = False
 
+    def sdpa(causal: bool) -> Any:
+        def attention(q, k, v):  # flash attention only: an error, not a fallback, without it
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        return attention
+
     return {
+        "sdpa": sdpa(False),
+        "sdpa_causal": sdpa(True),
         "matmul": torch.matmul,
         "matmul_tf32": matmul_tf32,
         "bias_gelu": lambda x, b: F.gelu(x + b),
@@ -332,9 +367,9 @@ def measure(
     ours = exe(*inputs)[0]
     args = [_to_torch(torch, a) for a in inputs]
     fn = torch_peers(torch)[w.peer]
-    peers = {"cublas": fn} if w.target == "cublas" else {"torch_eager": fn}
+    peers = {w.target: fn} if w.target in ("cublas", "flash") else {"torch_eager": fn}
     dropped: dict[str, str] = {}
-    if compile_peer and w.target != "cublas" and not w.passes:  # variants: eager only
+    if compile_peer and w.target not in ("cublas", "flash") and not w.passes:  # variants: eager
         peers["torch_compile"] = torch.compile(fn)
         # CUDA graphs ("reduce-overhead"): the default mode's host side (guards, launches)
         # outlasted softmax's and layer_norm's kernels in the 2026-11-27 run, so its ratio
@@ -402,9 +437,10 @@ def measure(
     if not w.targeted:
         rec["target"] = "none: cuBLAS at the same precision, recorded"
         rec["verdict"] = None
-    elif w.target == "cublas":
-        speed = rec["speed_vs_cublas"]
-        rec["target"] = f"ladder: {', '.join(f'{r}x' for r in w.rungs)} cuBLAS"
+    elif w.target in ("cublas", "flash"):
+        speed = rec[f"speed_vs_{w.target}"]
+        peer = "cuBLAS" if w.target == "cublas" else "SDPA (flash)"
+        rec["target"] = f"ladder: {', '.join(f'{r}x' for r in w.rungs)} {peer}"
         rec["rungs"] = list(w.rungs)
         rec["rung"] = max([r for r in w.rungs if speed["ci_low"] >= r], default=None)
         rec["verdict"] = speed["ci_low"] >= w.rungs[0]
@@ -488,7 +524,7 @@ def main() -> int:
     for w in WORKLOADS + tiled:
         if w not in tiled and (w.name not in args.only if args.only else bool(args.variant)):
             continue  # not named; with --variant and no --only, the variants alone run
-        if not args.only and w in TENSOR_CORE_LADDER:
+        if not args.only and (w in TENSOR_CORE_LADDER or w in ATTENTION_LADDER):
             continue  # issue 69's steps: by name (gpu_acceptance.sh's tensor_cores step)
         dims = w.quick_dims if args.quick else w.dims
         try:

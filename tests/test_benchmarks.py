@@ -315,11 +315,13 @@ def test_gpu_acceptance_keeps_going_past_failing_steps(tmp_path: Path) -> None:
         "run_examples",
         "gpu_targets",
         "tensor_cores",
+        "flash_attention",
         "attribute",
         "attention",
     ]
     failed = [s[0] for s in steps if s[1] != "0"]
-    assert {"run_examples", "gpu_targets", "tensor_cores", "attribute", "attention"} <= set(failed)
+    device_steps = {"run_examples", "gpu_targets", "tensor_cores", "flash_attention", "attribute"}
+    assert device_steps | {"attention"} <= set(failed)
     assert "FAILED:" in r.stdout and all(name in r.stdout for name in failed)
     assert r.returncode >= len(failed)
     assert all((out / f"{s[0]}.log").exists() for s in steps)
@@ -341,7 +343,8 @@ def test_gpu_acceptance_runs_in_full_on_cuda_host(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout[-3000:]
     steps = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()[1:]]
     assert [s[0] for s in steps] == [
-        "host", "pytest_gpu", "run_examples", "tensor_cores", "attribute", "attention"
+        "host", "pytest_gpu", "run_examples", "tensor_cores", "flash_attention", "attribute",
+        "attention",
     ]  # fmt: skip
     assert all(s[1] == "0" for s in steps)
     assert "skipped" in (out / "gpu_targets.log").read_text()
@@ -354,6 +357,9 @@ def test_gpu_acceptance_runs_in_full_on_cuda_host(tmp_path: Path) -> None:
         for step in ("default", "async_copy_false", "stages_2", "stages_4", "wgmma_true"):
             run = json.loads((out / f"tensor_cores_{t}_{step}.json").read_text())
             assert run["correct"] is True and run["dtype"] == t, (t, step)
+    for causal in ("false", "true"):  # bf16 attention, fused, as the flash step times it
+        run = json.loads((out / f"flash_attention_{causal}.json").read_text())
+        assert run["correct"] is True and [k["name"] for k in run["kernels"]] == ["k0_attention"]
     cross = json.loads((out / "attribute_mlp_cross.json").read_text())
     assert cross["backends"] == ["cpu", "cuda-host"]
     fused = json.loads((out / "attribute_attention_40.json").read_text())
