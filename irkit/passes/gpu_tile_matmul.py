@@ -118,10 +118,12 @@ class GpuTileMatmulPass(ModulePass):
     ldmatrix: bool = True
     # f16/bf16 tensor-core tiles filled by cp.async (sm_80 and later) straight from global
     # memory into a ring of `stages` shared stages, `stages - 1` tiles in flight while one
-    # is computed (false: copies staged through registers, two stages). Not yet timed on a
-    # GPU: benchmarks/gpu_acceptance.sh attributes it and each stage count.
+    # is computed (false: copies staged through registers, two stages). Four stages of 32
+    # (64 KB at 128 x 128, swizzled): as many bytes in flight as the register-staged 64-deep
+    # pair, at 123 registers (two blocks an SM). Not yet timed on a GPU:
+    # benchmarks/gpu_acceptance.sh times it against each other stage count.
     async_copy: bool = True
-    stages: int = 3
+    stages: int = 4
     # f16/bf16 on Hopper's warpgroup MMA (sm_90a only, so opt-in): a warpgroup of 128
     # threads per 64 rows of the block, `wgmma.mma_async` m64nNk16 reading both operands
     # from core-matrix tiles in shared memory (A K-major, B N-major, no swizzle), filled by
@@ -129,7 +131,7 @@ class GpuTileMatmulPass(ModulePass):
     wgmma: bool = False
     # the cp.async tiles' 16-byte chunks XOR-swizzled by row (`irkit.dialects.warp.
     # swizzle_chunk`) instead of rows padded by 16 bytes: ldmatrix and the copies stay free
-    # of bank conflicts, and 64-deep tiles of three stages fit 96 KB. Not yet timed on a GPU.
+    # of bank conflicts in 20% less shared memory. Not yet timed on a GPU.
     swizzle: bool = True
     tf32: bool = False  # f32 through TF32 tensor cores (opt-in: 10-bit mantissa products)
     vector_stores: bool = False  # f32 C: a thread's 4 consecutive columns as one float4

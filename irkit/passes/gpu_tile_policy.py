@@ -274,9 +274,11 @@ def _auto_depth(
     memory. f16/bf16 on tensor cores (`pairs`) take 128 bytes (64 of k) where K is a
     multiple of 64 and the tiles fit `HALF_DEEP_SHARED` of dynamic shared memory: at 4096^3
     and 8192^3, f16 and bf16, on an H200 (bb6856d) 1.062-1.075x the 32-deep tiles (two
-    register-staged stages; three cp.async stages 64 deep pass that limit, and take 32).
-    Their shallower depths may use dynamic shared memory up to the same limit."""
-    if pairs and k % 64 == 0:
+    register-staged stages). A cp.async ring takes 32: 64 deep, ptxas gave the 128 x 128
+    kernel 156 registers (one block an SM) against 123 at 32 deep (two), NVRTC 13.5, not
+    timed. Their shallower depths may use dynamic shared memory up to the same limit."""
+    ring = o.async_copy and o.ldmatrix and o.vector_loads  # a cp.async ring where aligned
+    if pairs and k % 64 == 0 and not ring:
         if shared_bytes(o, block_m, block_n, 64, itemsize, pairs) <= HALF_DEEP_SHARED:
             return 64
     limit = HALF_DEEP_SHARED if pairs else STATIC_SHARED_LIMIT
