@@ -158,3 +158,23 @@ def test_dtype_on_the_command_lines(tmp_path: Path) -> None:
     assert "as f16" in done.stdout and "tolerance 5e-03" in done.stdout
     data = json.loads(record.read_text())
     assert data["dtype"] == "f16" and data["correct"] and data["checks"][0]["dtype"] == "float16"
+
+
+@pytest.mark.parametrize("backend", ["cuda-host", "cuda-sim"])
+def test_half_models_accumulate_in_f32_where_it_matters(backend: str) -> None:
+    """A sum of 4096 f16 ones is 4096: summed in f16 it would stop at 2048 (2049 is not an
+    f16). The row sum, the matmul (on tensor cores) and softmax's statistics (each of 4096
+    equal scores gets 1/4096) accumulate in f32 on the GPU path."""
+    from irkit.frontend import parse_source
+
+    cases = {
+        "output y = reduce_sum(x, axes=[1])": 4096.0,
+        "input w : f16[4096, 8]\noutput y = matmul(x, w)": 4096.0,
+        "output y = softmax(x, axis=-1)": 1 / 4096,
+    }
+    for body, expected in cases.items():
+        graph = parse_source(f"model s\ninput x : f16[4, 4096]\n{body}\n", "s.graph", ".graph")
+        exe = irkit.compile(graph, "default-cuda", backend)
+        ones = [np.ones(a.shape, np.float16) for a in irkit.random_inputs(graph, seed=0)]
+        got = np.asarray(exe(*ones)[0], np.float64)
+        assert np.all(got == np.float64(np.float16(expected))), (body, got.ravel()[:4])
