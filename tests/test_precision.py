@@ -158,6 +158,10 @@ def test_dtype_on_the_command_lines(tmp_path: Path) -> None:
     assert "as f16" in done.stdout and "tolerance 5e-03" in done.stdout
     data = json.loads(record.read_text())
     assert data["dtype"] == "f16" and data["correct"] and data["checks"][0]["dtype"] == "float16"
+    from irkit.measure.history import points_of
+
+    series = {s["workload"] for s, _ in points_of(data)}
+    assert series == {"gemm-f16"}, series  # never one series with the f32 runs of gemm
 
 
 @pytest.mark.parametrize("backend", ["cuda-host", "cuda-sim"])

@@ -619,12 +619,15 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         if op.swizzled is not None:  # the stage's origin, the base's row and column, the offsets
             shape = t.get_shape()
             *lead, row, column = op.indices
-            terms = [f"{self.name(ix)} * {math.prod(shape[d + 1 :])}"
-                     for d, ix in enumerate(lead) if self.name(ix) != "0"]  # fmt: skip
+            terms = [
+                f"{self.name(ix)} * {math.prod(shape[d + 1 :])}"
+                for d, ix in enumerate(lead)
+                if self.name(ix) != "0"
+            ]
             origin = f"{self.name(op.source)}[{' + '.join(terms) or '0'}]"
             pairs = ", ".join(f"{r}, {c}" for r, c in op.origins)
-            self.emit(f"irkit_ldmatrix_x4_{kind}(&{origin}, {stride}, {self.name(row)}, "
-                      f"{self.name(column)}, {pairs}, {pointers});")  # fmt: skip
+            at = f"{self.name(row)}, {self.name(column)}"
+            self.emit(f"irkit_ldmatrix_x4_{kind}(&{origin}, {stride}, {at}, {pairs}, {pointers});")
             return
         base = self.element(op.source, list(op.indices))
         offsets = ", ".join(str(r * stride + c) for r, c in op.origins)

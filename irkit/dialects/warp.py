@@ -312,7 +312,8 @@ class CpAsyncOp(IRDLOperation):
             raise VerifyException(f"{self.name} copies from global to shared memory")
         if d.element_type != s.element_type:
             raise VerifyException(f"{self.name} copies between buffers of one element type")
-        if len(self.dest_indices) != d.get_num_dims() or len(self.source_indices) != s.get_num_dims():  # fmt: skip
+        counts = (len(self.dest_indices), len(self.source_indices))
+        if counts != (d.get_num_dims(), s.get_num_dims()):
             raise VerifyException(f"{self.name} takes one index per dimension of each buffer")
         if self.elements * numpy_dtype(d.element_type).itemsize != self.BYTES:
             raise VerifyException(f"{self.name} copies {self.BYTES} bytes")
@@ -479,6 +480,7 @@ class WgmmaWaitOp(IRDLOperation):
 
 
 WGMMA_OPS = (WgmmaOp, WgmmaFenceOp, WgmmaCommitOp, WgmmaWaitOp)
+
 
 def swizzle_chunk(row, chunk, chunks: int):
     """The 16-byte chunk where logical chunk `chunk` of row `row` sits in a swizzled tile

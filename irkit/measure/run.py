@@ -75,7 +75,8 @@ class RunResult:
             "kind": "irkit.run",
             "model": self.model,
             "dims": self.dims,
-            **({"dtype": self.dtype} if self.dtype else {}),
+            # a converted model is a workload of its own (gemm-bf16): histories keep it apart
+            **self._dtype_fields(),
             "seed": self.seed,
             "pipeline": self.pipeline,
             "backend": self.backend,
@@ -90,6 +91,11 @@ class RunResult:
             "fingerprint": self.fingerprint,
             "fingerprint_end": self.fingerprint_end,
         }
+
+    def _dtype_fields(self) -> dict:
+        if not self.dtype:
+            return {}
+        return {"dtype": self.dtype, "workload": f"{Path(self.model).stem}-{self.dtype}"}
 
     def copy_fraction(self, kernel: KernelTiming) -> float | None:
         """The kernel's minimal traffic per second over the device's copy bandwidth."""

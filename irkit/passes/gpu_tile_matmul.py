@@ -427,14 +427,18 @@ class _TiledKernel:
         ]
         return compute, outputs
 
-    def _at(self, t: GpuBuilder, row: SSAValue, column: SSAValue, row_length: int) -> list[SSAValue]:
+    def _at(
+        self, t: GpuBuilder, row: SSAValue, column: SSAValue, row_length: int
+    ) -> list[SSAValue]:
         """(row, column) of a 2-byte element in a shared tile, the column where the swizzle
         put it in a swizzled tile (`irkit.dialects.warp.swizzle_column`)."""
         if not self.swizzled:
             return [row, column]
         chunks = row_length // 8
         chunk = t.binary(arith.DivUIOp, column, 8)
-        phase = t.binary(arith.RemUIOp, t.binary(arith.DivUIOp, row, max(1, 8 // chunks)), min(chunks, 8))
+        phase = t.binary(
+            arith.RemUIOp, t.binary(arith.DivUIOp, row, max(1, 8 // chunks)), min(chunks, 8)
+        )
         chunk = t.add(arith.XOrIOp(chunk, phase))
         within = t.binary(arith.RemUIOp, column, 8)
         return [row, t.add(arith.AddiOp(t.binary(arith.MuliOp, chunk, 8), within))]
