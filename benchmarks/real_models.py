@@ -464,7 +464,8 @@ def gpu_half_path(path: Path, dtype: str, seed: int = 0) -> dict:
     core instructions each program issues (counted in its IR), and NVRTC's spills (sm_80
     and sm_90 for mma.sync, sm_90a for wgmma)."""
     import irkit
-    from irkit.dialects.warp import MMA_OPS, WgmmaOp
+    from irkit.dialects.warp import MMA_OPS
+    from irkit.dialects.warp_async import WgmmaOp
     from irkit.runtime.check import check
     from irkit.runtime.gpu import build_kernels
 

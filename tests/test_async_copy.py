@@ -14,7 +14,7 @@ from xdsl.dialects import arith, gpu
 from xdsl.dialects.builtin import IntegerAttr, i64
 
 import irkit
-from irkit.dialects.warp import CpAsyncOp, CpAsyncWaitOp
+from irkit.dialects.warp_async import CpAsyncOp, CpAsyncWaitOp
 from irkit.frontend import parse_source
 from irkit.pipelines import apply_passes, parse_passes
 from irkit.runtime import BACKENDS

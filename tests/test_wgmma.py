@@ -19,7 +19,7 @@ from xdsl.dialects import arith, scf
 import irkit
 from irkit.codegen.cuda import gpu_kernels, kernel_source
 from irkit.codegen.nvrtc import compile_cuda
-from irkit.dialects.warp import WgmmaOp, WgmmaWaitOp, core_a, core_b, wgmma_d_coordinates
+from irkit.dialects.warp_async import WgmmaOp, WgmmaWaitOp, core_a, core_b, wgmma_d_coordinates
 from irkit.frontend import parse_source
 from irkit.pipelines import apply_passes, parse_passes, pipeline_steps
 from irkit.runtime import BACKENDS

@@ -38,16 +38,12 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from irkit.codegen import cuda_wgmma
 from irkit.dialects.cpu import PrefetchOp
-from irkit.dialects.warp import (
+from irkit.dialects.warp import MMA_OPS, LdmatrixX4Op, MmaM16n8k16Op, ShuffleModeEnum, ShuffleOp
+from irkit.dialects.warp_async import (
     ASYNC_COPY_OPS,
-    MMA_OPS,
     CpAsyncCommitOp,
     CpAsyncOp,
     CpAsyncWaitOp,
-    LdmatrixX4Op,
-    MmaM16n8k16Op,
-    ShuffleModeEnum,
-    ShuffleOp,
     WgmmaCommitOp,
     WgmmaFenceOp,
     WgmmaOp,

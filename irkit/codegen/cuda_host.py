@@ -89,7 +89,8 @@ def has_barrier(fn: func.FuncOp) -> bool:
     """Whether the kernel's threads must meet: a barrier, or a warp-collective op (an mma
     or a shuffle, whose host emulation waits for every lane; an asynchronous copy, whose
     per-thread queue lives with the fibers)."""
-    from irkit.dialects.warp import ASYNC_COPY_OPS, WARP_COLLECTIVES
+    from irkit.dialects.warp import WARP_COLLECTIVES
+    from irkit.dialects.warp_async import ASYNC_COPY_OPS
 
     kinds = (gpu.BarrierOp, *WARP_COLLECTIVES, *ASYNC_COPY_OPS)
     return any(isinstance(op, kinds) for op in fn.walk())

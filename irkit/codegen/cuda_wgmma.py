@@ -17,7 +17,7 @@ import math
 from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import SSAValue
 
-from irkit.dialects.warp import WgmmaOp
+from irkit.dialects.warp_async import WgmmaOp
 from irkit.dtypes import numpy_dtype
 from irkit.errors import IrkitError
 

@@ -38,7 +38,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, SSAValue
 from xdsl.passes import ModulePass
 
-from irkit.dialects.warp import CpAsyncCommitOp, CpAsyncOp, CpAsyncWaitOp
+from irkit.dialects.warp_async import CpAsyncCommitOp, CpAsyncOp, CpAsyncWaitOp
 from irkit.dtypes import numpy_dtype
 from irkit.errors import require
 from irkit.ir import shape_of
@@ -450,7 +450,7 @@ class _TiledKernel:
         are the wgmma's to read), one commit group, and a wait for it before the k tile
         ends (the next iteration's copies go into this stage). Returns the k-tile step and
         each accumulator's row and column in the block tile."""
-        from irkit.dialects.warp import WgmmaCommitOp, WgmmaFenceOp, WgmmaOp, WgmmaWaitOp
+        from irkit.dialects.warp_async import WgmmaCommitOp, WgmmaFenceOp, WgmmaOp, WgmmaWaitOp
 
         o, n = self.o, self.o.block_n
         group = b.binary(arith.DivUIOp, tid, 128)

@@ -25,7 +25,7 @@ import numpy as np
 from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Operation
 
-from irkit.dialects.warp import (
+from irkit.dialects.warp_async import (
     CpAsyncCommitOp,
     CpAsyncOp,
     CpAsyncWaitOp,
@@ -135,7 +135,7 @@ def wgmma(run: Any, op: WgmmaOp, args: list[Any], mask: np.ndarray) -> None:
     """A warpgroup's m64nNk16 (see the module docstring): A and B gathered from the tiles
     (lane l reads A's row l / 2, eight k; and N / 8 elements of B), D = A B + C per
     warpgroup in f32, each lane's results at `wgmma_d_coordinates`."""
-    from irkit.dialects.warp import core_a, core_b
+    from irkit.dialects.warp_async import core_a, core_b
 
     lanes, block = run.run.lanes, run.run.block
     if block % 128:

@@ -1,8 +1,9 @@
-"""The warp-collective ops' semantics for the lockstep interpreter, as pure functions over
+"""The warp-collective ops' semantics for the lockstep interpreter, as functions over
 per-lane numpy arrays (lane `l` of a launch at index `l`; warps are consecutive runs of 32).
 
 The interpreter (`irkit.runtime.lockstep`) checks that every lane of a warp reached the op
-and binds the results; these say what the hardware computes.
+and binds the results; these say what the hardware computes. `ldmatrix` is the
+interpreter's rule for the op itself (its loads are the interpreter's checked loads).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Operation
 
 from irkit.dialects.warp import LdmatrixX4Op, c_coordinates, mma_layout, round_tf32, swizzle_column
@@ -81,6 +83,7 @@ def ldmatrix(run: Any, op: LdmatrixX4Op, args: list[Any], mask: np.ndarray) -> N
             )
     lane = run.tid % 32
     t = op.source.type
+    assert isinstance(t, MemRefType)
     for j in range(4):
         pair = []
         for q in range(2):

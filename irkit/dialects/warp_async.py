@@ -1,0 +1,262 @@
+"""The asynchronous ops of the `irkit_warp` dialect (`irkit.dialects.warp`): cp.async and
+its groups, and Hopper's wgmma with its fence, commit and wait.
+
+`irkit_warp.cp_async`, `cp_async_commit` and `cp_async_wait`: a thread's asynchronous copy
+of 16 bytes from global to shared memory, PTX's `cp.async.cg.shared.global` with its
+source size (MLIR's `nvgpu.device_async_copy` with `srcElements`): `count` elements along
+the last dimension, of which the first `valid` are read and the rest are zero (a copy past
+a ragged edge reads nothing there). Copies are grouped by `cp_async_commit` (the thread's
+copies issued since the last commit form one group), and `cp_async_wait {pending = N}`
+returns when at most the N most recent groups of the thread are still in flight: only then
+are the older groups' bytes in shared memory, and only for the thread that waited (a barrier
+after the wait shows them to the block). Until its wait, a copy may land at any time:
+cuda-host makes it land at the wait (the latest moment, so a missing or short wait reads
+stale data), and lockstep counts it as a write both when issued and when it lands (so a
+copy into a buffer other threads still read races).
+
+`irkit_warp.wgmma` and its fence, commit and wait: a warpgroup's `wgmma.mma_async` m64nNk16
+reading both operands from core-matrix tiles in shared memory (see `WgmmaOp`).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    i64,
+)
+from xdsl.ir import SSAValue
+from xdsl.irdl import (
+    AttrSizedOperandSegments,
+    IRDLOperation,
+    irdl_op_definition,
+    operand_def,
+    prop_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.utils.exceptions import VerifyException
+
+SHARED = IntegerAttr(3, 32)
+"""Shared memory's address space (`irkit.loops.SHARED_SPACE`, MLIR's gpu workgroup space)."""
+
+
+@irdl_op_definition
+class CpAsyncOp(IRDLOperation):
+    """One thread's asynchronous 16-byte copy from global to shared memory (see the module
+    docstring): `count` elements along the last dimension from `source[source_indices]` to
+    `dest[dest_indices]`, the first `valid` read, the rest zero."""
+
+    name = "irkit_warp.cp_async"
+
+    dest = operand_def(MemRefType)
+    dest_indices = var_operand_def(IndexType)
+    source = operand_def(MemRefType)
+    source_indices = var_operand_def(IndexType)
+    valid = operand_def(IndexType)
+    count = prop_def(IntegerAttr)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    BYTES: ClassVar[int] = 16
+
+    def __init__(
+        self,
+        dest: SSAValue,
+        dest_indices: list[SSAValue],
+        source: SSAValue,
+        source_indices: list[SSAValue],
+        valid: SSAValue,
+        count: int,
+    ):
+        super().__init__(
+            operands=[dest, dest_indices, source, source_indices, valid],
+            properties={"count": IntegerAttr(count, i64)},
+        )
+
+    @property
+    def elements(self) -> int:
+        return self.count.value.data
+
+    def verify_(self) -> None:
+        from irkit.dtypes import numpy_dtype
+
+        d, s = self.dest.type, self.source.type
+        assert isinstance(d, MemRefType) and isinstance(s, MemRefType)
+        if d.memory_space != SHARED or s.memory_space == SHARED:
+            raise VerifyException(f"{self.name} copies from global to shared memory")
+        if d.element_type != s.element_type:
+            raise VerifyException(f"{self.name} copies between buffers of one element type")
+        counts = (len(self.dest_indices), len(self.source_indices))
+        if counts != (d.get_num_dims(), s.get_num_dims()):
+            raise VerifyException(f"{self.name} takes one index per dimension of each buffer")
+        if self.elements * numpy_dtype(d.element_type).itemsize != self.BYTES:
+            raise VerifyException(f"{self.name} copies {self.BYTES} bytes")
+
+
+@irdl_op_definition
+class CpAsyncCommitOp(IRDLOperation):
+    """The thread's copies issued since its last commit become one group."""
+
+    name = "irkit_warp.cp_async_commit"
+
+    def __init__(self):
+        super().__init__()
+
+
+@irdl_op_definition
+class CpAsyncWaitOp(IRDLOperation):
+    """Wait until at most `pending` of the thread's most recent groups are in flight."""
+
+    name = "irkit_warp.cp_async_wait"
+
+    pending = prop_def(IntegerAttr)
+
+    def __init__(self, pending: int):
+        super().__init__(properties={"pending": IntegerAttr(pending, i64)})
+
+    @property
+    def groups(self) -> int:
+        return self.pending.value.data
+
+    def verify_(self) -> None:
+        if not 0 <= self.groups <= 7:
+            raise VerifyException(f"{self.name}: pending must be from 0 to 7")
+
+
+ASYNC_COPY_OPS = (CpAsyncOp, CpAsyncCommitOp, CpAsyncWaitOp)
+
+
+def core_a(m: int, k: int) -> tuple[int, int, int, int]:
+    """Where element (m, k) of a wgmma's A sits in its core-matrix tile [m/8, k/8, m%8, k%8]
+    (K-major, no swizzle): 8 x 8 core matrices of 16-byte rows."""
+    return m // 8, k // 8, m % 8, k % 8
+
+
+def core_b(k: int, n: int) -> tuple[int, int, int, int]:
+    """Where element (k, n) of a wgmma's B sits in its core-matrix tile [k/8, n/8, k%8, n%8]
+    (N-major, no swizzle: each core matrix's 16-byte rows run along n)."""
+    return k // 8, n // 8, k % 8, n % 8
+
+
+def wgmma_d_coordinates(thread: int, i: int) -> tuple[int, int]:
+    """Row and column of a warpgroup thread's accumulator i (0 .. N/2 - 1) in the 64 x N
+    tile: warp w of the warpgroup holds rows 16w .. 16w + 15, each 8 columns as m16n8's C."""
+    w, lane = thread % 128 // 32, thread % 32
+    g, t = divmod(lane, 4)
+    return 16 * w + g + 8 * (i // 2 % 2), 8 * (i // 4) + 2 * t + i % 2
+
+
+@irdl_op_definition
+class WgmmaOp(IRDLOperation):
+    """A warpgroup's (128 threads') `wgmma.mma_async` m64nNk16, f32 accumulators: D = A B + C
+    with A (64 x 16, f16 or bf16) and B (16 x N, same type) read from shared memory. A is a
+    core-matrix tile `[.., m/8, k/8, 8, 8]` (K-major), B one `[.., k/8, n/8, 8, 8]` (N-major);
+    the indices name the first core matrix of each (the last two 0). Each thread gives and
+    receives N/2 accumulators at `wgmma_d_coordinates`. Asynchronous: the results may be read
+    only after a `wgmma_wait` that covers the op's group, except as the C of the next wgmma
+    (the same registers on the GPU), and the tiles must not change until then."""
+
+    name = "irkit_warp.wgmma"
+
+    a = operand_def(MemRefType)
+    a_indices = var_operand_def(IndexType)
+    b = operand_def(MemRefType)
+    b_indices = var_operand_def(IndexType)
+    c = var_operand_def(Float32Type)
+    d = var_result_def()
+    n = prop_def(IntegerAttr)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    def __init__(
+        self,
+        a: SSAValue,
+        a_indices: list[SSAValue],
+        b: SSAValue,
+        b_indices: list[SSAValue],
+        c: list[SSAValue],
+        n: int,
+    ):
+        super().__init__(
+            operands=[a, a_indices, b, b_indices, c],
+            properties={"n": IntegerAttr(n, i64)},
+            result_types=[[Float32Type()] * (n // 2)],
+        )
+
+    @property
+    def width(self) -> int:
+        return self.n.value.data
+
+    @property
+    def narrow_type(self) -> str:
+        t = self.a.type
+        assert isinstance(t, MemRefType)
+        return "bf16" if isinstance(t.element_type, BFloat16Type) else "f16"
+
+    def verify_(self) -> None:
+        n = self.width
+        if not (8 <= n <= 256 and n % 8 == 0):
+            raise VerifyException(f"{self.name}: N must be a multiple of 8 from 8 to 256")
+        if len(self.c) != n // 2 or len(self.d) != n // 2:
+            raise VerifyException(f"{self.name}: {n // 2} accumulators in and out")
+        for buffer, indices in ((self.a, self.a_indices), (self.b, self.b_indices)):
+            t = buffer.type
+            assert isinstance(t, MemRefType)
+            if t.memory_space != SHARED or t.get_shape()[-2:] != (8, 8):
+                raise VerifyException(
+                    f"{self.name} reads core-matrix tiles [.., 8, 8] in shared memory"
+                )
+            if len(indices) != t.get_num_dims():
+                raise VerifyException(f"{self.name} takes one index per dimension of each tile")
+            if not isinstance(t.element_type, Float16Type | BFloat16Type):
+                raise VerifyException(f"{self.name} multiplies f16 or bf16")
+
+
+@irdl_op_definition
+class WgmmaFenceOp(IRDLOperation):
+    """`wgmma.fence`: the accumulators and shared tiles written before it are seen by the
+    wgmma ops after it."""
+
+    name = "irkit_warp.wgmma_fence"
+
+    def __init__(self):
+        super().__init__()
+
+
+@irdl_op_definition
+class WgmmaCommitOp(IRDLOperation):
+    """`wgmma.commit_group`: the warpgroup's wgmma ops since the last commit form a group."""
+
+    name = "irkit_warp.wgmma_commit"
+
+    def __init__(self):
+        super().__init__()
+
+
+@irdl_op_definition
+class WgmmaWaitOp(IRDLOperation):
+    """`wgmma.wait_group`: wait until at most `pending` of the most recent groups are in
+    flight; the older groups' results are then readable and their tiles free."""
+
+    name = "irkit_warp.wgmma_wait"
+
+    pending = prop_def(IntegerAttr)
+
+    def __init__(self, pending: int):
+        super().__init__(properties={"pending": IntegerAttr(pending, i64)})
+
+    @property
+    def groups(self) -> int:
+        return self.pending.value.data
+
+    def verify_(self) -> None:
+        if not 0 <= self.groups <= 7:
+            raise VerifyException(f"{self.name}: pending must be from 0 to 7")
+
+
+WGMMA_OPS = (WgmmaOp, WgmmaFenceOp, WgmmaCommitOp, WgmmaWaitOp)
