@@ -230,6 +230,17 @@ def write_output(
         raise IrkitError(f"cannot write: {e.strerror}", str(path)) from None
 
 
+def dtype_option(p: argparse.ArgumentParser, effect: str = "first") -> None:
+    """`--dtype f32|f16|bf16`: the model's f32 tensors converted (`irkit.frontend.precision`)."""
+    p.add_argument(
+        "--dtype",
+        default=None,
+        choices=("f32", "f16", "bf16"),
+        help="convert the model's f32 tensors (inputs, weights, outputs) to this type "
+        f"{effect}, as torch's model.half() does; the reference and the check follow",
+    )
+
+
 def add_plugin_option(parser: argparse.ArgumentParser, also: str = "") -> None:
     """`-L/--load-pass-plugin/--plugin MODULE_OR_FILE`, repeatable: what irkit-opt and every
     irkit-bench command take to import a module that registers passes first."""

@@ -25,6 +25,7 @@ from irkit.cli.common import (
     add_plugin_option,
     check_output,
     debug_level,
+    dtype_option,
     parse_dim,
     run_main,
     write_output,
@@ -94,12 +95,8 @@ class IrkitOptMain(xDSLOptMain):
             metavar="NAME=VALUE",
             help="override a named dim of a .graph model (repeatable)",
         )
-        arg_parser.add_argument(
-            "--dtype",
-            default=None,
-            choices=("f32", "f16", "bf16"),
-            help="convert the model's f32 tensors (inputs, weights, outputs) to this type "
-            "before the pipeline; with no pipeline, write the converted model",
+        dtype_option(
+            arg_parser, "before the pipeline (with no pipeline, the converted model is written)"
         )
         arg_parser.add_argument(
             "--list-passes", action="store_true", help="list passes and named pipelines, then exit"

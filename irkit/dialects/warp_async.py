@@ -109,11 +109,9 @@ class CpAsyncCommitOp(IRDLOperation):
         super().__init__()
 
 
-@irdl_op_definition
-class CpAsyncWaitOp(IRDLOperation):
-    """Wait until at most `pending` of the thread's most recent groups are in flight."""
-
-    name = "irkit_warp.cp_async_wait"
+class _WaitGroupOp(IRDLOperation):
+    """A wait on a thread's (a warpgroup's) commit groups: until at most `pending` of the most
+    recent ones are in flight."""
 
     pending = prop_def(IntegerAttr)
 
@@ -127,6 +125,13 @@ class CpAsyncWaitOp(IRDLOperation):
     def verify_(self) -> None:
         if not 0 <= self.groups <= 7:
             raise VerifyException(f"{self.name}: pending must be from 0 to 7")
+
+
+@irdl_op_definition
+class CpAsyncWaitOp(_WaitGroupOp):
+    """`cp.async.wait_group`: the thread's older copy groups have landed (for it alone)."""
+
+    name = "irkit_warp.cp_async_wait"
 
 
 ASYNC_COPY_OPS = (CpAsyncOp, CpAsyncCommitOp, CpAsyncWaitOp)
@@ -239,24 +244,10 @@ class WgmmaCommitOp(IRDLOperation):
 
 
 @irdl_op_definition
-class WgmmaWaitOp(IRDLOperation):
-    """`wgmma.wait_group`: wait until at most `pending` of the most recent groups are in
-    flight; the older groups' results are then readable and their tiles free."""
+class WgmmaWaitOp(_WaitGroupOp):
+    """`wgmma.wait_group`: the older groups' results are readable and their tiles free."""
 
     name = "irkit_warp.wgmma_wait"
-
-    pending = prop_def(IntegerAttr)
-
-    def __init__(self, pending: int):
-        super().__init__(properties={"pending": IntegerAttr(pending, i64)})
-
-    @property
-    def groups(self) -> int:
-        return self.pending.value.data
-
-    def verify_(self) -> None:
-        if not 0 <= self.groups <= 7:
-            raise VerifyException(f"{self.name}: pending must be from 0 to 7")
 
 
 WGMMA_OPS = (WgmmaOp, WgmmaFenceOp, WgmmaCommitOp, WgmmaWaitOp)

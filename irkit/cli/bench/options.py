@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from irkit.cli.common import fraction, parse_dim, positive_float, seed, write_output
+from irkit.cli.common import dtype_option, fraction, parse_dim, positive_float, seed, write_output
 
 BACKEND_HELP = (
     "cpu, cuda, cuda-sim (GPU-mapped IR run by the lockstep interpreter), cuda-host (the "
@@ -42,16 +42,6 @@ def executor_options(p) -> None:
         default=None,
         choices=("local",),
         help="local: submitit's local executor instead of Slurm (testing)",
-    )
-
-
-def dtype_option(p) -> None:
-    p.add_argument(
-        "--dtype",
-        default=None,
-        choices=("f32", "f16", "bf16"),
-        help="convert the model's f32 tensors (inputs, weights, outputs) to this type first, "
-        "as torch's model.half() does; the reference and the check follow",
     )
 
 

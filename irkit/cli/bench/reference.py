@@ -7,8 +7,8 @@ import time
 
 import numpy as np
 
-from irkit.cli.bench.options import dtype_option
 from irkit.cli.common import (
+    dtype_option,
     parse_dim,
     seed,
 )

@@ -583,19 +583,26 @@ inline void irkit_cp_async16(void* dst, const void* src, int bytes) {
 
 inline void irkit_cp_async_commit() { irkit_host::async_state[2 * irkit_host::linear_thread() + 1]++; }
 
+namespace irkit_host {
+// A wait on the calling thread's queue (`state` is its [in flight, groups committed]): each
+// entry of a group older than the `pending` most recent ones is done by `finish`, in issue
+// order, and leaves the queue.
+template <typename Entry, typename Finish>
+inline void wait_groups(Entry* mine, unsigned* state, unsigned pending, Finish finish) {
+  unsigned kept = 0;
+  for (unsigned i = 0; i < state[0]; i++) {
+    if (mine[i].group + pending < state[1]) finish(mine[i]);
+    else mine[kept++] = mine[i];
+  }
+  state[0] = kept;
+}
+}  // namespace irkit_host
+
 template <int N>
 inline void irkit_cp_async_wait() {
   using namespace irkit_host;
   const unsigned t = linear_thread();
-  const unsigned groups = async_state[2 * t + 1];
-  unsigned& count = async_state[2 * t];
-  AsyncCopy* mine = async_copies + ASYNC_CAPACITY * t;
-  unsigned kept = 0;
-  for (unsigned i = 0; i < count; i++) {
-    if (mine[i].group + N < groups) land(mine[i]);  // older than the N most recent groups
-    else mine[kept++] = mine[i];
-  }
-  count = kept;
+  wait_groups(async_copies + ASYNC_CAPACITY * t, async_state + 2 * t, N, land);
 }
 
 // --- wgmma: queued per thread, computed at the waits ----------------------------------------
@@ -645,15 +652,7 @@ template <int N>
 inline void irkit_wgmma_wait() {
   using namespace irkit_host;
   const unsigned t = linear_thread();
-  const unsigned groups = wgmma_state[2 * t + 1];
-  unsigned& count = wgmma_state[2 * t];
-  WgmmaInFlight* mine = wgmma_ops + WGMMA_CAPACITY * t;
-  unsigned kept = 0;
-  for (unsigned i = 0; i < count; i++) {
-    if (mine[i].group + N < groups) wgmma_compute(mine[i]);  // in issue order
-    else mine[kept++] = mine[i];
-  }
-  count = kept;
+  wait_groups(wgmma_ops + WGMMA_CAPACITY * t, wgmma_state + 2 * t, N, wgmma_compute);
 }
 
 namespace irkit_host {
