@@ -182,3 +182,18 @@ def test_half_models_accumulate_in_f32_where_it_matters(backend: str) -> None:
         ones = [np.ones(a.shape, np.float16) for a in irkit.random_inputs(graph, seed=0)]
         got = np.asarray(exe(*ones)[0], np.float64)
         assert np.all(got == np.float64(np.float16(expected))), (body, got.ravel()[:4])
+
+
+def test_tune_and_advise_take_the_converted_model() -> None:
+    """`tune` and `advise` (`--dtype` on both) measure the converted model and say so in
+    their records: the candidates are checked at bf16's tolerance against its reference."""
+    from irkit.measure.advice import AdviseOptions, advise
+    from irkit.measure.tune import tune
+
+    gemm, dims = ROOT / "examples/gemm.graph", {"M": 32, "N": 32, "K": 32}
+    tuned = tune(gemm, "cpu-tile-matmul{nr=16,32}", None, "cpu", dims, budget_s=0.5,
+                 store=False, dtype="bf16")  # fmt: skip
+    record = tuned.to_json()
+    assert record["dtype"] == "bf16" and all(p["wrong"] is None for p in record["programs"])
+    advised = advise(gemm, None, "cpu", dims, AdviseOptions(budget_s=1.0), None, "bf16")
+    assert advised.to_json()["dtype"] == "bf16"

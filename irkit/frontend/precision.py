@@ -13,7 +13,7 @@ take the matmuls on the GPU path (`gpu-tile-matmul`). f64 and integer tensors ar
 The result is a new model, not a pass of a pipeline: its reference is its own (the float64
 reference of the narrow inputs and weights), and the check holds it to the narrow type's
 tolerance. `irkit.load(..., dtype=)`, `--dtype` on `irkit-opt` (which writes the converted
-model) and on `irkit-bench run` and `reference` use it.
+model) and on `irkit-bench run`, `attribute`, `tune`, `advise` and `reference` use it.
 """
 
 from __future__ import annotations

@@ -150,10 +150,13 @@ class TuneResult:
     speedup: dict[str, float] | None = None
     database: str | None = None
     machine: dict[str, Any] | None = None
+    dtype: str = ""
+    """The type the model's f32 tensors were converted to (`--dtype`); "" where none was."""
 
     def to_json(self) -> dict:
         return {
             "kind": "irkit.tune", "schema": 1, "model": self.model, "base_pipeline": self.base,
+            **({"dtype": self.dtype} if self.dtype else {}),
             "backend": self.backend, "space": self.space,
             "dimensions": [{"option": d.label, "values": list(d.values)} for d in self.dims],
             "programs": [{"spec": p.spec, "choices": p.choices, "is_default": p.key == self.default_key,
@@ -178,9 +181,11 @@ def tune(
     store: bool = True,
     progress: Callable[[str, int, int], None] | None = None,
     placements: int = 8,
+    dtype: str | None = None,
 ) -> TuneResult:
     """Search `space` over `pipeline` (see the module docstring). `placements`: the slots
-    the final race binds every program in (`slots.bind_slots`)."""
+    the final race binds every program in (`slots.bind_slots`); `dtype`: a model file's
+    f32 tensors converted to "f16" or "bf16" first (`irkit.load`)."""
     from irkit.frontend import load
     from irkit.measure.fingerprint import host_fingerprint
     from irkit.measure.slots import check_placements
@@ -189,7 +194,7 @@ def tune(
 
     check_placements("tune", placements)
     tick = progress or (lambda *_: None)
-    graph = load(model, dims) if isinstance(model, str | Path) else model
+    graph = load(model, dims, dtype) if isinstance(model, str | Path) else model
     chosen, _ = get_backend(backend)
     base = pipeline if pipeline is not None else chosen.default_pipeline
     dimensions = parse_space(space)
@@ -214,6 +219,7 @@ def tune(
     }
     res = TuneResult(str(model), base, chosen.name, space, dimensions, list(programs.values()),
                      default.key, confidence, protocol, host_fingerprint(), base)  # fmt: skip
+    res.dtype = dtype if dtype and dtype != "f32" else ""
     if not others:
         why = (
             "every candidate compiles to the default's code"
@@ -471,6 +477,7 @@ class TuneJob:
     workload: str = "tune"
     strategy: str = "tune"
     placements: int = 8
+    dtype: str | None = None
 
 
 def tune_job(
@@ -479,7 +486,7 @@ def tune_job(
     """`tune` with the job's arguments."""
     return tune(job.model, job.space, job.pipeline, job.backend, job.dims, job.precision,
                 job.budget_s, job.seed, store=store, progress=progress,
-                placements=job.placements)  # fmt: skip
+                placements=job.placements, dtype=job.dtype)  # fmt: skip
 
 
 def _run_tune_job(job: TuneJob) -> dict:  # pragma: no cover - runs on a worker
@@ -495,5 +502,5 @@ def tune_on(executor: Any, job: TuneJob, store: bool = True) -> dict:
     if tag != "ok":
         raise IrkitError(f"the tuning job failed on its worker: {record.get('error')}")
     if store:
-        record["database"] = str(store_result(load(job.model, job.dims), record))
+        record["database"] = str(store_result(load(job.model, job.dims, job.dtype), record))
     return record

@@ -17,7 +17,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "checked and timed paired against the pipeline: advice only with a CI over 1",
     )
     p.add_argument("file", nargs="?", help="a .graph, .mlir or .onnx model")
-    measure_options(p, budget=60.0)
+    measure_options(p, budget=60.0, dtype=True)
     p.add_argument(
         "--kernels",
         type=bounded_int(1, 64),
@@ -87,7 +87,8 @@ def run(args) -> int:
     )
     bar, tick = progress()
     with bar:
-        result = advise(args.file, args.passes, args.backend, dict(args.dim) or None, opts, tick)
+        dims = dict(args.dim) or None
+        result = advise(args.file, args.passes, args.backend, dims, opts, tick, args.dtype)
     record = result.to_json()
     if args.store and result.advice:
         record["database"] = _store(result)
@@ -112,7 +113,7 @@ def _store(result) -> str:
     from irkit.runtime import device_name, get_backend
 
     chosen, _ = get_backend(result.backend)
-    graph = load(result.model, result.dims or None)
+    graph = load(result.model, result.dims or None, result.dtype or None)
     where = tuning.machine(chosen.name, device_name(chosen))
     entry = {
         "declared": True,

@@ -27,7 +27,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         metavar="SPACE",
         help="pass options and the values to try, e.g. 'cpu-tile-matmul{mr=4,6,8;nr=32,48,64}'",
     )
-    measure_options(p, budget=30.0)
+    measure_options(p, budget=30.0, dtype=True)
     p.add_argument(
         "--placements",
         type=bounded_int(1, 64),
@@ -66,7 +66,8 @@ def _tune(args, console) -> dict:
     from irkit.measure.tune import TuneJob, tune_job, tune_on
 
     job = TuneJob(args.file, args.space, args.passes, args.backend, dict(args.dim) or None,
-                  args.precision, args.budget, args.seed, placements=args.placements)  # fmt: skip
+                  args.precision, args.budget, args.seed, placements=args.placements,
+                  dtype=args.dtype)  # fmt: skip
     if args.executor == "local":
         bar, tick = progress()
         with bar:

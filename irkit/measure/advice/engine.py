@@ -104,6 +104,8 @@ class AdviceResult:
     """Where counters were asked for: "collected", or the one line saying why not."""
     time_label: str = ""
     rules_used: list[str] = field(default_factory=list)
+    dtype: str = ""
+    """The type the model's f32 tensors were converted to (`--dtype`); "" where none was."""
 
     @property
     def advice(self) -> list[Hypothesis]:
@@ -128,6 +130,7 @@ class AdviceResult:
             "schema": 1,
             "model": self.model,
             "dims": self.dims,
+            **({"dtype": self.dtype} if self.dtype else {}),
             "backend": self.backend,
             "pipeline": self.pipeline,
             "time_label": self.time_label,
@@ -173,8 +176,10 @@ def advise(
     dims: dict[str, int] | None = None,
     options: AdviseOptions | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    dtype: str | None = None,
 ) -> AdviceResult:
-    """Advise on `pipeline` (default: the backend's own) for `model`; see the module doc."""
+    """Advise on `pipeline` (default: the backend's own) for `model`; see the module doc.
+    `dtype`: a model file's f32 tensors converted to "f16" or "bf16" first (`irkit.load`)."""
     from irkit.frontend import load
     from irkit.host import vector_bits
     from irkit.measure.fingerprint import host_fingerprint
@@ -184,7 +189,7 @@ def advise(
 
     opts = options or AdviseOptions()
     tick = progress or (lambda *_: None)
-    graph = load(model, dims) if isinstance(model, str | Path) else model
+    graph = load(model, dims, dtype) if isinstance(model, str | Path) else model
     chosen, _ = get_backend(backend)
     base = pipeline if pipeline is not None else chosen.default_pipeline
     family = "cpu" if chosen.name == "cpu" else "gpu"
@@ -230,6 +235,7 @@ def advise(
         time_label=_time_label(chosen),
         counters=counters_line,
         rules_used=[r.name for r in rules],
+        dtype=dtype if dtype and dtype != "f32" else "",
     )
     raced = [h for h in hyps if h.status == "proposed"]
     if raced:
