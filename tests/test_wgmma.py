@@ -162,3 +162,14 @@ def test_the_slips_touch_what_they_claim() -> None:
     second = [op for op in module.walk() if isinstance(op, WgmmaOp)][1]
     k_core = second.b_indices[1].owner
     assert isinstance(k_core, arith.ConstantOp) and k_core.value.value.data == 2
+
+
+def test_wgmma_does_not_need_ldmatrix() -> None:
+    """`ldmatrix` is the mma.sync path's fragment load; wgmma reads its own core-matrix
+    tiles, filled by the cp.async ring either way (with `ldmatrix=false` its copies had been
+    staged into 5-d tiles as if 3-d, and the pass failed)."""
+    graph = parse_source(GEMM.format(t="f16", m=128, n=128, k=64), "g.graph", ".graph")
+    exe = irkit.compile(graph, _pipeline("ldmatrix=false fill-sms=false"), "cuda-host")
+    checks, _ = check(exe, graph, seed=0)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
+    assert any(isinstance(op, WgmmaOp) for op in exe.module.walk())

@@ -225,8 +225,7 @@ class _TiledKernel:
         # transposed ldmatrix (or [n][k] without `ldmatrix`), the copies 16 bytes wide
         self.pairs, self.pad = tile.pairs, tile.pad
         self.shared_sizes: list[int] = []  # bytes of each shared tile, in kernel order
-        self.async_copy = self._async_copy()
-        self.swizzled = tile.swizzled and self.async_copy
+        self.async_copy, self.swizzled = tile.async_copy, tile.swizzled
         self.stages = self.o.stages if self.async_copy else 2 if self.o.double_buffer else 1
 
     def _thread_tile(self, b: GpuBuilder, tid: SSAValue) -> tuple[list[SSAValue], list[SSAValue]]:
@@ -752,22 +751,6 @@ class _TiledKernel:
                 vec = inner.add(vector.InsertOp(values[q], vec, [q], vtype))
             inner.add(vector.StoreOp(vec, c, [i, j]))
 
-    def _async_copy(self) -> bool:
-        """Whether the tiles are filled by cp.async (`async-copy`): f16/bf16 tensor-core
-        tiles read by ldmatrix (A [m][k] and B [k][n], both as in memory), whose source rows
-        and shared rows all start 16-byte aligned; ragged edges are the copies' source
-        sizes. Otherwise the copies are staged through registers."""
-        o, nest, lanes = self.o, self.nest, VECTOR_BYTES // 2
-        return (
-            self.pairs
-            and o.async_copy
-            and o.ldmatrix
-            and o.vector_loads
-            and _row_length(nest.a) % lanes == 0
-            and _row_length(nest.b) % lanes == 0
-            and all(x % lanes == 0 for x in (o.block_k, o.block_n, self.pad))
-        )
-
     def _vector_lanes(self) -> int:
         """Elements per 16-byte access (f32; f16 and bf16 on tensor cores), or 1 when
         `vector-loads` is off."""
@@ -784,7 +767,7 @@ class _TiledKernel:
         multiple, a vector is wholly inside K or wholly outside and the bounds check stays
         per vector; with a padded row, the vector across K reads into the padding (inside
         the buffer) and its elements are checked one by one. Under cp.async, whole 16-byte
-        copies (`_async_copy`)."""
+        copies (`GpuTile.async_copy`)."""
         if self.async_copy:
             return VECTOR_BYTES // 2
         lanes, o = self._vector_lanes(), self.o

@@ -104,6 +104,8 @@ class GpuTile:
     """k ranges each C tile's sum is split into (split-K; 1: none)."""
     wgmma: bool = False
     """On Hopper's warpgroup MMA (`wgmma`): a warpgroup of 128 threads per 64 rows."""
+    async_copy: bool = False
+    """The tiles filled by a cp.async ring of `stages` (`ring`, rows 16-byte aligned)."""
     swizzled: bool = False
     """The f16/bf16 tiles' 16-byte chunks swizzled instead of their rows padded (`swizzle`)."""
 
@@ -177,12 +179,14 @@ def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
     tiles = -(-shape.m // block_m) * -(-shape.n // block_n)
     k_tiles = -(-shape.k // block_k)
     splits = _splits(o, tiles, k_tiles) if not shape.batch and shape.single_call else 1
-    wgmma = _wgmma(o, mma and pairs, shape)
+    pairs = mma and not tf32  # again: mma is off where the block does not cut into its tiles
+    wgmma = _wgmma(o, pairs, shape)
     if wgmma:  # a warpgroup per 64 rows of the block
         threads = 128 * (block_m // WGMMA_M)
-    swizzled = swizzles(o, mma and pairs, block_k, block_n) and shape.aligned and not wgmma
+    copies = ring(o, pairs) and shape.aligned and block_k % 8 == 0 and block_n % 8 == 0
+    swizzled = copies and swizzles(o, pairs, block_k, block_n)
     return GpuTile(o, mma, tf32, mma_k, warps, threads, _warp_tiles(o), tiles,
-                   prod(shape.batch), k_tiles, splits, wgmma, swizzled)  # fmt: skip
+                   prod(shape.batch), k_tiles, splits, wgmma, copies, swizzled)  # fmt: skip
 
 
 WGMMA_M = 64
@@ -195,9 +199,7 @@ def _wgmma(o: GpuTileMatmulPass, pairs: bool, shape: MatmulShape) -> bool:
     k whole instructions of 16."""
     return (
         o.wgmma
-        and pairs
-        and o.async_copy
-        and o.vector_loads
+        and ring(o, pairs)
         and shape.aligned
         and o.block_m % WGMMA_M == 0
         and o.block_n % 8 == 0
@@ -239,15 +241,22 @@ def swizzles(o: GpuTileMatmulPass, pairs: bool, depth: int, block_n: int) -> boo
         chunks, rest = divmod(elements, 8)
         return rest == 0 and (chunks in (1, 2, 4) or chunks % 8 == 0)
 
-    copies = pairs and o.async_copy and o.ldmatrix and o.vector_loads
-    return copies and o.swizzle and not o.wgmma and fits(depth) and fits(block_n)
+    return ring(o, pairs) and o.swizzle and not o.wgmma and fits(depth) and fits(block_n)
+
+
+def ring(o: GpuTileMatmulPass, pairs: bool) -> bool:
+    """Whether the options fill f16/bf16 tiles by a cp.async ring (`async-copy`): 16-byte
+    copies into tiles kept as in memory, A [m][k] and B [k][n] read by ldmatrix or wgmma's
+    core matrices (not B [n][k], which a copy cannot transpose). A problem whose rows are
+    not 16-byte aligned is staged through registers instead (`GpuTile.async_copy`)."""
+    return pairs and o.async_copy and o.vector_loads and (o.ldmatrix or o.wgmma)
 
 
 def stage_count(o: GpuTileMatmulPass, pairs: bool) -> int:
-    """Shared stages of the tiles: `stages` where cp.async may fill them (f16/bf16 tiles
-    read by ldmatrix; the kernel falls back to two where its rows are not 16-byte aligned),
-    two with register-staged double buffering, else one."""
-    if pairs and o.async_copy and o.ldmatrix and o.vector_loads:
+    """Shared stages of the tiles: `stages` where cp.async may fill them (`ring`; the
+    kernel falls back to two where its rows are not 16-byte aligned), two with
+    register-staged double buffering, else one."""
+    if ring(o, pairs):
         return o.stages
     return 2 if o.double_buffer else 1
 
@@ -277,8 +286,7 @@ def _auto_depth(
     register-staged stages). A cp.async ring takes 32: 64 deep, ptxas gave the 128 x 128
     kernel 156 registers (one block an SM) against 123 at 32 deep (two), NVRTC 13.5, not
     timed. Their shallower depths may use dynamic shared memory up to the same limit."""
-    ring = o.async_copy and o.ldmatrix and o.vector_loads  # a cp.async ring where aligned
-    if pairs and k % 64 == 0 and not ring:
+    if pairs and k % 64 == 0 and not ring(o, pairs):
         if shared_bytes(o, block_m, block_n, 64, itemsize, pairs) <= HALF_DEEP_SHARED:
             return 64
     limit = HALF_DEEP_SHARED if pairs else STATIC_SHARED_LIMIT
