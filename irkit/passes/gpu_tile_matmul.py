@@ -226,7 +226,7 @@ class _TiledKernel:
         self.pairs, self.pad = tile.pairs, tile.pad
         self.shared_sizes: list[int] = []  # bytes of each shared tile, in kernel order
         self.async_copy, self.swizzled = tile.async_copy, tile.swizzled
-        self.stages = self.o.stages if self.async_copy else 2 if self.o.double_buffer else 1
+        self.stages = tile.stages
 
     def _thread_tile(self, b: GpuBuilder, tid: SSAValue) -> tuple[list[SSAValue], list[SSAValue]]:
         """The first row (column) of each of this thread's groups in the block tile: groups
@@ -449,7 +449,13 @@ class _TiledKernel:
         are the wgmma's to read), one commit group, and a wait for it before the k tile
         ends (the next iteration's copies go into this stage). Returns the k-tile step and
         each accumulator's row and column in the block tile."""
-        from irkit.dialects.warp_async import WgmmaCommitOp, WgmmaFenceOp, WgmmaOp, WgmmaWaitOp
+        from irkit.dialects.warp_async import (
+            WgmmaCommitOp,
+            WgmmaFenceOp,
+            WgmmaOp,
+            WgmmaWaitOp,
+            wgmma_d_coordinates,
+        )
 
         o, n = self.o, self.o.block_n
         group = b.binary(arith.DivUIOp, tid, 128)
@@ -476,11 +482,9 @@ class _TiledKernel:
         )
         row = b.add(arith.AddiOp(row, g))
         col = b.binary(arith.MuliOp, q, 2)
-        outputs = [
-            (b.iadd(row, 8 * (i // 2 % 2)), b.iadd(col, 8 * (i // 4) + i % 2))
-            for i in range(n // 2)
-        ]
-        return compute, outputs
+        # thread 0's coordinates are the others' offsets from their (row, col): the layout
+        d_at = [wgmma_d_coordinates(0, i) for i in range(n // 2)]
+        return compute, [(b.iadd(row, dr), b.iadd(col, dc)) for dr, dc in d_at]
 
     def build(self, constants) -> func.FuncOp:
         o, nest = self.o, self.nest
@@ -686,10 +690,11 @@ class _TiledKernel:
                 valid = t.add(arith.SelectOp(inside, valid, t.index(0)))
                 gr = t.add(arith.MinSIOp(gr, t.index(r_extent - 1)))
             source = [*copy.prefix, gr, gc]
-            dest = [stage, *self._at(t, r, c, copy.cols[1])]
             if copy.cores:  # c is a multiple of 8: a copy is one row of a core matrix
                 core_r, in_r = t.binary(arith.DivUIOp, r, 8), t.binary(arith.RemUIOp, r, 8)
                 dest = [stage, core_r, t.binary(arith.DivUIOp, c, 8), in_r, t.index(0)]
+            else:
+                dest = [stage, *self._at(t, r, c, copy.cols[1])]
             t.add(CpAsyncOp(copy.tile, dest, copy.src, source, valid, lanes))
 
     def _batch_indices(self, b: GpuBuilder, entry: SSAValue, mapping: dict) -> None:

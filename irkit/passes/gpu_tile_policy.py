@@ -121,6 +121,11 @@ class GpuTile:
         return 0 if self.swizzled else tile_pad(self.options.pad, self.pairs)
 
     @property
+    def stages(self) -> int:
+        """Shared stages: `stages` of a cp.async ring, else as `stage_count` says."""
+        return self.options.stages if self.async_copy else stage_count(self.options, False)
+
+    @property
     def rows_t(self) -> int:
         """SIMT threads along m."""
         return self.options.block_m // self.options.thread_m
