@@ -205,13 +205,16 @@ class CPrinter:
     # --- memory -----------------------------------------------------------------------------
 
     def element(self, buffer: SSAValue, indices: list[SSAValue]) -> str:
+        return self.element_at(buffer, [self.name(ix) for ix in indices])
+
+    def element_at(self, buffer: SSAValue, names: list[str]) -> str:
+        """The element of `buffer` at the indices named `names` (C expressions)."""
         t = buffer.type
         assert isinstance(t, MemRefType)
         shape = t.get_shape()
         terms = []
-        for d, ix in enumerate(indices):
+        for d, name in enumerate(names):
             stride = math.prod(shape[d + 1 :])
-            name = self.name(ix)
             if name == "0":
                 continue
             terms.append(name if stride == 1 else f"{name} * {stride}")
@@ -613,14 +616,8 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         pointers = ", ".join(f"&{n}" for n in names)
         kind = _ldmatrix_kind(op)
         if op.swizzled is not None:  # the stage's origin, the base's row and column, the offsets
-            shape = t.get_shape()
             *lead, row, column = op.indices
-            terms = [
-                f"{self.name(ix)} * {math.prod(shape[d + 1 :])}"
-                for d, ix in enumerate(lead)
-                if self.name(ix) != "0"
-            ]
-            origin = f"{self.name(op.source)}[{' + '.join(terms) or '0'}]"
+            origin = self.element_at(op.source, [*map(self.name, lead), "0", "0"])
             pairs = ", ".join(f"{r}, {c}" for r, c in op.origins)
             at = f"{self.name(row)}, {self.name(column)}"
             self.emit(f"irkit_ldmatrix_x4_{kind}(&{origin}, {stride}, {at}, {pairs}, {pointers});")
@@ -634,7 +631,9 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         (cp.async.cg with its source size on the GPU; a queued copy on cuda-host)."""
         dest = self.element(op.dest, list(op.dest_indices))
         source = self.element(op.source, list(op.source_indices))
-        size = numpy_dtype(op.source.type.get_element_type()).itemsize  # type: ignore[attr-defined]
+        t = op.source.type
+        assert isinstance(t, MemRefType)
+        size = numpy_dtype(t.element_type).itemsize
         valid = self.name(op.valid)
         self.emit(f"irkit_cp_async16(&{dest}, &{source}, (int)({valid}) * {size});")
 
@@ -648,8 +647,7 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         """A warpgroup's wgmma: its accumulators an array of N/2 floats (the one of the
         wgmma it chains on, else a new one holding its C), and the prelude's helper over
         the two tiles' descriptors (`irkit.codegen.cuda_wgmma`)."""
-        from irkit.codegen import cuda_wgmma as w
-
+        w = cuda_wgmma
         prev = w.chained(op)
         if prev is not None:
             array = self.wgmma_arrays[prev]

@@ -46,7 +46,8 @@ STATUS = {
     "barriers)",
     2: "no memory for the fibers of a block",
     3: "a barrier outside a fiber (irkit thought the kernel had none)",
-    4: "a thread with more than 64 cp.async copies in flight, or one of more than 16 bytes",
+    4: "a thread with more than 64 cp.async copies or wgmma ops in flight, or a copy of more "
+    "than 16 bytes",
 }
 
 

@@ -383,15 +383,19 @@ class LockstepInterpreter:
             b = else_vals[k] if else_vals is not None else a
             self.env[r] = np.asarray(np.where(cond, a, b)).astype(value_dtype(r.type), copy=False)
 
-    def _whole_warps(self, op: Operation, mask: np.ndarray) -> None:
-        """A warp-collective op must be reached by every lane of a warp or by none."""
-        if self.run.block % 32:
+    def _whole_warps(self, op: Operation, mask: np.ndarray, width: int = 32) -> None:
+        """A warp-collective op must be reached by every lane of a warp or by none (of a
+        warpgroup, `width` 128, for a warpgroup's op)."""
+        unit = "warp" if width == 32 else "warpgroup"
+        if self.run.block % width:
             raise LockstepError(
-                f"@{self.run.name}: {op.name} in a block of {self.run.block} threads (not whole warps)"
+                f"@{self.run.name}: {op.name} in a block of {self.run.block} threads (not whole {unit}s)"
             )
-        warps = mask.reshape(-1, 32)
+        warps = mask.reshape(-1, width)
         if (warps.any(axis=1) & ~warps.all(axis=1)).any():
-            raise LockstepError(f"@{self.run.name}: {op.name} reached by only some lanes of a warp")
+            raise LockstepError(
+                f"@{self.run.name}: {op.name} reached by only some lanes of a {unit}"
+            )
 
     def _shuffle(self, op: ShuffleOp, args: list[Any], mask: np.ndarray) -> np.ndarray:
         """gpu.shuffle xor over whole warps (`lockstep_warp.shuffle_xor`); the offset and

@@ -33,10 +33,12 @@ from irkit.dialects.warp_async import (
     WgmmaFenceOp,
     WgmmaOp,
     WgmmaWaitOp,
+    core_a,
+    core_b,
     wgmma_d_coordinates,
 )
 from irkit.errors import IrkitError
-from irkit.runtime.lockstep_warp import LockstepError
+from irkit.runtime.lockstep_warp import LockstepError, uniform
 
 
 @dataclass
@@ -108,15 +110,6 @@ class WgmmaInFlight:
     reads: list[_Read]
 
 
-def _uniform(run: Any, op: WgmmaOp, indices: list[Any]) -> None:
-    """A warpgroup's tile origins must be the same in all its 128 threads."""
-    n = run.run.lanes
-    for ix in indices:
-        per_group = np.broadcast_to(np.asarray(ix), (n,)).reshape(-1, 128)
-        if (per_group != per_group[:, :1]).any():
-            raise _error(run, f"{op.name} with a tile origin that differs within a warpgroup")
-
-
 def _error(run: Any, what: str) -> IrkitError:
     return LockstepError(f"@{run.run.name}: {what}")
 
@@ -135,19 +128,13 @@ def wgmma(run: Any, op: WgmmaOp, args: list[Any], mask: np.ndarray) -> None:
     """A warpgroup's m64nNk16 (see the module docstring): A and B gathered from the tiles
     (lane l reads A's row l / 2, eight k; and N / 8 elements of B), D = A B + C per
     warpgroup in f32, each lane's results at `wgmma_d_coordinates`."""
-    from irkit.dialects.warp_async import core_a, core_b
-
-    lanes, block = run.run.lanes, run.run.block
-    if block % 128:
-        raise _error(run, f"{op.name} in a block of {block} threads (not whole warpgroups)")
-    groups = mask.reshape(-1, 128)
-    if (groups.any(axis=1) & ~groups.all(axis=1)).any():
-        raise _error(run, f"{op.name} reached by only some threads of a warpgroup")
+    run._whole_warps(op, mask, 128)
+    lanes = run.run.lanes
     na, nb, n = len(op.a_indices), len(op.b_indices), op.width
     a_buf, *a_ix = args[: 1 + na]
     b_buf, *b_ix = args[1 + na : 2 + na + nb]
     c = [x.value if isinstance(x, Pending) else x for x in args[2 + na + nb :]]
-    _uniform(run, op, [*a_ix, *b_ix])
+    uniform(run, op, [*a_ix, *b_ix], 128, "a tile origin that differs within a warpgroup")
     t = run.tid % 128
     count = lanes // 128
     a = np.zeros((count, 64, 16), np.float32)

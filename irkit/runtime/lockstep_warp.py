@@ -66,6 +66,16 @@ def mma(op: Operation, args: list[Any], lanes: int) -> list[np.ndarray]:
     return results
 
 
+def uniform(run: Any, op: Operation, indices: list[Any], width: int, what: str) -> None:
+    """Indices that must be the same in every lane of each group of `width` (a warp's base,
+    a warpgroup's tile origins): else a LockstepError naming the op and `what`."""
+    n = run.run.lanes
+    for ix in indices:
+        per_group = np.broadcast_to(np.asarray(ix), (n,)).reshape(-1, width)
+        if (per_group != per_group[:, :1]).any():
+            raise LockstepError(f"@{run.run.name}: {op.name} with {what}")
+
+
 def ldmatrix(run: Any, op: LdmatrixX4Op, args: list[Any], mask: np.ndarray) -> None:
     """A warp's ldmatrix.x4 over whole warps: the base must be the same in every lane of
     a warp (the GPU derives each lane's row address from it); lane l's result j is the
@@ -74,13 +84,7 @@ def ldmatrix(run: Any, op: LdmatrixX4Op, args: list[Any], mask: np.ndarray) -> N
     plain load would be."""
     run._whole_warps(op, mask)
     buffer, *indices = args
-    n = run.run.lanes
-    for ix in indices:
-        per_warp = np.broadcast_to(np.asarray(ix), (n,)).reshape(-1, 32)
-        if (per_warp != per_warp[:, :1]).any():
-            raise LockstepError(
-                f"@{run.run.name}: {op.name} with a base that differs between the lanes of a warp"
-            )
+    uniform(run, op, indices, 32, "a base that differs between the lanes of a warp")
     lane = run.tid % 32
     t = op.source.type
     assert isinstance(t, MemRefType)
