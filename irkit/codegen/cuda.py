@@ -36,7 +36,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
-from irkit.codegen import cuda_wgmma
+from irkit.codegen import cuda_tma, cuda_wgmma
 from irkit.dialects.cpu import PrefetchOp
 from irkit.dialects.warp import MMA_OPS, LdmatrixX4Op, MmaM16n8k16Op, ShuffleModeEnum, ShuffleOp
 from irkit.dialects.warp_async import (
@@ -49,6 +49,7 @@ from irkit.dialects.warp_async import (
     WgmmaOp,
     WgmmaWaitOp,
 )
+from irkit.dialects.warp_tma import TMA_OPS, TensorMap, TmaLoadOp, tensor_maps
 from irkit.dtypes import numpy_dtype
 from irkit.errors import IrkitError
 from irkit.ir import shape_of
@@ -415,6 +416,10 @@ class CudaPrinter(CPrinter):
         """Each wgmma's accumulator array (a chain of wgmma ops shares one)."""
         self.wgmma_fence = False
         """A wgmma fence met and not yet printed (`wgmma_sync`)."""
+        self.tensor_maps: list[TensorMap] = []
+        """The kernel's tensor maps, in parameter order (`irkit.dialects.warp_tma`)."""
+        self.tma_dests: set[SSAValue] = set()
+        """The shared buffers TMA copies land in (128-byte aligned)."""
 
     HALF_HEADERS = (
         "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
@@ -544,8 +549,10 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
             raise IrkitError(f"the CUDA printer handles only shared-memory globals, not @{name}")
         size = math.prod(t.get_shape())
         element = self.type_name(t.element_type)
-        # 16-byte aligned, so that a vector access at a multiple of 4 floats is aligned too
-        static = f"__shared__ __align__(16) {element} {name}[{size}];"
+        # 16-byte aligned, so that a vector access at a multiple of 4 floats is aligned too;
+        # 128 where a TMA copy lands (`cp.async.bulk.tensor` asks it of its destination)
+        align = 128 if op.memref in self.tma_dests else 16
+        static = f"__shared__ __align__({align}) {element} {name}[{size}];"
         if name not in self.dynamic_offsets:
             self.emit(static)
             return
@@ -660,8 +667,9 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         self.wgmma_arrays[op] = array
         for i, r in enumerate(op.d):
             self.names[r] = f"{array}[{i}]"
-        a = w.descriptor(self.element(op.a, list(op.a_indices)), op.a, -3, -4)
-        b = w.descriptor(self.element(op.b, list(op.b_indices)), op.b, -4, -3)
+        a_k, a_m, b_k, b_n = op.core_dims()
+        a = w.descriptor(self.element(op.a, list(op.a_indices)), op.a, a_k, a_m)
+        b = w.descriptor(self.element(op.b, list(op.b_indices)), op.b, b_k, b_n)
         self.emit(f"{w.helper_name(op)}({a}, {b}, {array});")
 
     def wgmma_sync(self, op: Operation) -> None:
@@ -673,6 +681,10 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
             self.wgmma_fence = True
         else:
             self.emit("irkit_wgmma_commit();")
+
+    def tma(self, op: Operation) -> None:
+        """A TMA copy or an mbarrier op (`irkit.codegen.cuda_tma`)."""
+        cuda_tma.emit(self, op, self.tensor_maps)
 
     def shuffle(self, op: ShuffleOp) -> None:
         """A warp's xor exchange (every lane of the warp together: the full mask). Its
@@ -692,6 +704,7 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         CpAsyncWaitOp: cp_async_wait,
         WgmmaOp: wgmma,
         **dict.fromkeys((WgmmaFenceOp, WgmmaCommitOp, WgmmaWaitOp), wgmma_sync),
+        **dict.fromkeys(TMA_OPS, tma),
         arith.BitcastOp: bitcast,
         gpu.BarrierOp: barrier,
         memref.GetGlobalOp: get_global,
@@ -737,12 +750,16 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
             const = "" if arg in stored else "const "
             pointer = self.restrict(arg, stored, loaded)
             params.append(f"{const}{self.type_name(t.element_type)}{pointer} {name}")
+        self.tensor_maps = tensor_maps(fn)
+        self.tma_dests = {o.dest for o in fn.walk() if isinstance(o, TmaLoadOp)}
+        params += cuda_tma.parameters(fn)
         self.lines = []
         self.indent = 1
         self.dynamic_offsets = _dynamic_offsets(fn, launch)
         if self.dynamic_offsets:
             self.emit("#ifndef IRKIT_CUDA_HOST")
-            self.emit("extern __shared__ __align__(16) unsigned char irkit_dynamic_shared[];")
+            align = 128 if self.tma_dests else 16  # TMA's destinations are 128-byte aligned
+            self.emit(f"extern __shared__ __align__({align}) unsigned char irkit_dynamic_shared[];")
             self.emit("#endif")
         self.block(fn.body.block)
         grid = launch["grid"]
@@ -999,6 +1016,7 @@ def _prelude(kernels: list[func.FuncOp]) -> str:
     wgmma = sorted({cuda_wgmma.helper_name(op) for op in ops if isinstance(op, WgmmaOp)})
     if wgmma:
         helpers += cuda_wgmma.COMMON_HELPERS + "".join(cuda_wgmma.helper(n) for n in wgmma)
+    helpers += cuda_tma.prelude(ops)
     return (CudaPrinter.HALF_HEADERS if narrow else "") + CudaPrinter.PRELUDE + helpers
 
 

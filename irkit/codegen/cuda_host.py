@@ -33,6 +33,8 @@ from xdsl.dialects.builtin import MemRefType, ModuleOp
 
 from irkit.codegen import disk_cache
 from irkit.codegen.cuda import CudaPrinter, cuda_source, gpu_kernels, index_type_for
+from irkit.codegen.cuda_tma import map_layout
+from irkit.dialects.warp_tma import tensor_maps
 from irkit.errors import IrkitError
 
 INCLUDE = Path(__file__).parent / "cuda_host_include"
@@ -46,8 +48,11 @@ STATUS = {
     "barriers)",
     2: "no memory for the fibers of a block",
     3: "a barrier outside a fiber (irkit thought the kernel had none)",
-    4: "a thread with more than 64 cp.async copies or wgmma ops in flight, or a copy of more "
-    "than 16 bytes",
+    4: "a thread with more than 64 cp.async copies or wgmma ops in flight, a block with more "
+    "than 512 TMA copies in flight, or a copy of more than 16 bytes",
+    5: "threads waiting on an mbarrier whose phase never completes (on a GPU, a kernel that "
+    "never ends)",
+    6: "a TMA copy still in flight when its block ended (no thread waited on its mbarrier)",
 }
 
 
@@ -71,9 +76,22 @@ def launcher(name: str, fn: func.FuncOp, printer: CudaPrinter) -> str:
     for i, t in enumerate(fn.function_type.inputs):
         assert isinstance(t, MemRefType)
         casts.append(f"({printer.type_name(t.element_type)}*)a[{i}]")
+    maps = ""
+    for j, m in enumerate(tensor_maps(fn)):  # from the buffer's address, as on a GPU
+        layout = map_layout(fn, m)
+        dims = ", ".join(f"{d}ull" for d in layout.dims)
+        box = ", ".join(f"{b}u" for b in layout.box)
+        maps += (
+            f"  static const unsigned long long dims{j}[] = {{{dims}}};\n"
+            f"  static const unsigned box{j}[] = {{{box}}};\n"
+        )
+        casts.append(
+            f"irkit_host::tensor_map(a[{m.arg}], {layout.itemsize}u, {len(layout.dims)}u, "
+            f"dims{j}, box{j})"
+        )
     return (
         f"\nstatic void irkit_body_{name}(void* p) {{\n"
-        f"  void** a = (void**)p;\n  (void)a;\n  {name}({', '.join(casts)});\n}}\n"
+        f"  void** a = (void**)p;\n  (void)a;\n{maps}  {name}({', '.join(casts)});\n}}\n"
         f'extern "C" int irkit_host_{name}(void** args, const unsigned* geometry, int fibers) {{\n'
         f"  return irkit_host::launch(geometry, fibers, irkit_body_{name}, args);\n}}\n"
     )
@@ -92,8 +110,9 @@ def has_barrier(fn: func.FuncOp) -> bool:
     per-thread queue lives with the fibers)."""
     from irkit.dialects.warp import WARP_COLLECTIVES
     from irkit.dialects.warp_async import ASYNC_COPY_OPS
+    from irkit.dialects.warp_tma import TMA_OPS
 
-    kinds = (gpu.BarrierOp, *WARP_COLLECTIVES, *ASYNC_COPY_OPS)
+    kinds = (gpu.BarrierOp, *WARP_COLLECTIVES, *ASYNC_COPY_OPS, *TMA_OPS)
     return any(isinstance(op, kinds) for op in fn.walk())
 
 

@@ -79,6 +79,7 @@ from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
 from irkit.dialects.warp_async import ASYNC_COPY_OPS, WGMMA_OPS
+from irkit.dialects.warp_tma import TMA_OPS
 
 A_COUNT, B_COUNT, C_COUNT = 8, 4, 4
 
@@ -374,7 +375,7 @@ WARP_COLLECTIVES = (*MMA_OPS, ShuffleOp, LdmatrixX4Op, *WGMMA_OPS)
 
 Warp = Dialect(
     "irkit_warp",
-    [MmaM16n8k16Op, MmaM16n8k8Tf32Op, LdmatrixX4Op, *ASYNC_COPY_OPS, *WGMMA_OPS],
+    [MmaM16n8k16Op, MmaM16n8k8Tf32Op, LdmatrixX4Op, *ASYNC_COPY_OPS, *WGMMA_OPS, *TMA_OPS],
     [],
 )
 

@@ -29,14 +29,16 @@ from xdsl.dialects.builtin import (
     IndexType,
     IntegerAttr,
     MemRefType,
+    UnitAttr,
     i64,
 )
-from xdsl.ir import SSAValue
+from xdsl.ir import Attribute, SSAValue
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
     irdl_op_definition,
     operand_def,
+    opt_prop_def,
     prop_def,
     var_operand_def,
     var_result_def,
@@ -137,15 +139,21 @@ class CpAsyncWaitOp(_WaitGroupOp):
 ASYNC_COPY_OPS = (CpAsyncOp, CpAsyncCommitOp, CpAsyncWaitOp)
 
 
-def core_a(m: int, k: int) -> tuple[int, int, int, int]:
+def core_a(m: int, k: int, strips: bool = False) -> tuple[int, int, int, int]:
     """Where element (m, k) of a wgmma's A sits in its core-matrix tile [m/8, k/8, m%8, k%8]
-    (K-major, no swizzle): 8 x 8 core matrices of 16-byte rows."""
+    (K-major, no swizzle): 8 x 8 core matrices of 16-byte rows; under `strips`, a strip of
+    core matrices along m for each 8 of k, [k/8, m/8, m%8, k%8] (what one TMA box lands)."""
+    if strips:
+        return k // 8, m // 8, m % 8, k % 8
     return m // 8, k // 8, m % 8, k % 8
 
 
-def core_b(k: int, n: int) -> tuple[int, int, int, int]:
+def core_b(k: int, n: int, strips: bool = False) -> tuple[int, int, int, int]:
     """Where element (k, n) of a wgmma's B sits in its core-matrix tile [k/8, n/8, k%8, n%8]
-    (N-major, no swizzle: each core matrix's 16-byte rows run along n)."""
+    (N-major, no swizzle: each core matrix's 16-byte rows run along n); under `strips`, a
+    strip along k for each 8 of n, [n/8, k/8, k%8, n%8]."""
+    if strips:
+        return n // 8, k // 8, k % 8, n % 8
     return k // 8, n // 8, k % 8, n % 8
 
 
@@ -162,7 +170,9 @@ class WgmmaOp(IRDLOperation):
     """A warpgroup's (128 threads') `wgmma.mma_async` m64nNk16, f32 accumulators: D = A B + C
     with A (64 x 16, f16 or bf16) and B (16 x N, same type) read from shared memory. A is a
     core-matrix tile `[.., m/8, k/8, 8, 8]` (K-major), B one `[.., k/8, n/8, 8, 8]` (N-major);
-    the indices name the first core matrix of each (the last two 0). Each thread gives and
+    the indices name the first core matrix of each (the last two 0). Under `strips` the two
+    core dimensions are swapped (A `[.., k/8, m/8, 8, 8]`, B `[.., n/8, k/8, 8, 8]`: strips
+    of core matrices, one TMA box each; `core_a`, `core_b`). Each thread gives and
     receives N/2 accumulators at `wgmma_d_coordinates`. Asynchronous: the results may be read
     only after a `wgmma_wait` that covers the op's group, except as the C of the next wgmma
     (the same registers on the GPU), and the tiles must not change until then."""
@@ -176,6 +186,7 @@ class WgmmaOp(IRDLOperation):
     c = var_operand_def(Float32Type)
     d = var_result_def()
     n = prop_def(IntegerAttr)
+    strips = opt_prop_def(UnitAttr)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
     def __init__(
@@ -186,12 +197,26 @@ class WgmmaOp(IRDLOperation):
         b_indices: list[SSAValue],
         c: list[SSAValue],
         n: int,
+        strips: bool = False,
     ):
+        properties: dict[str, Attribute] = {"n": IntegerAttr(n, i64)}
+        if strips:
+            properties["strips"] = UnitAttr()
         super().__init__(
             operands=[a, a_indices, b, b_indices, c],
-            properties={"n": IntegerAttr(n, i64)},
+            properties=properties,
             result_types=[[Float32Type()] * (n // 2)],
         )
+
+    @property
+    def in_strips(self) -> bool:
+        return self.strips is not None
+
+    def core_dims(self) -> tuple[int, int, int, int]:
+        """The dimensions (from the end) of A's k and m cores and of B's k and n cores."""
+        if self.in_strips:
+            return -4, -3, -3, -4
+        return -3, -4, -4, -3
 
     @property
     def width(self) -> int:

@@ -18,7 +18,6 @@ works and was measured: docs/passes.md, "gpu-tile-matmul in detail".
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from math import prod
 from typing import ClassVar, NamedTuple
@@ -35,7 +34,7 @@ from xdsl.dialects.builtin import (
     UnitAttr,
     VectorType,
 )
-from xdsl.ir import Block, SSAValue
+from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 
 from irkit.dialects.warp_async import CpAsyncCommitOp, CpAsyncOp, CpAsyncWaitOp
@@ -68,6 +67,7 @@ from irkit.passes.gpu_tile_policy import (
     MatmulShape,
     gpu_tile,
 )
+from irkit.passes.gpu_tile_tma import described, tma_pipeline
 from irkit.passes.loop_builder import add_kernel_buffer
 from irkit.passes.map_to_gpu import GpuBuilder, X, launch_attr, new_kernel
 
@@ -129,6 +129,10 @@ class GpuTileMatmulPass(ModulePass):
     # from core-matrix tiles in shared memory (A K-major, B N-major, no swizzle), filled by
     # the cp.async ring; f32 accumulators. Not yet timed on a GPU.
     wgmma: bool = False
+    # the wgmma tiles filled by Hopper's tensor memory accelerator (sm_90a; with `wgmma`):
+    # one thread issues each k tile's boxes, which complete on a stage's mbarrier, instead
+    # of every thread's cp.async (`irkit.passes.gpu_tile_tma`). Not yet timed on a GPU.
+    tma: bool = False
     # the cp.async tiles' 16-byte chunks XOR-swizzled by row (`irkit.dialects.warp.
     # swizzle_chunk`) instead of rows padded by 16 bytes: ldmatrix and the copies stay free
     # of bank conflicts in 20% less shared memory. Not yet timed on a GPU.
@@ -227,6 +231,7 @@ class _TiledKernel:
         self.shared_sizes: list[int] = []  # bytes of each shared tile, in kernel order
         self.async_copy, self.swizzled = tile.async_copy, tile.swizzled
         self.stages = tile.stages
+        self.tma = tile.tma
 
     def _thread_tile(self, b: GpuBuilder, tid: SSAValue) -> tuple[list[SSAValue], list[SSAValue]]:
         """The first row (column) of each of this thread's groups in the block tile: groups
@@ -466,8 +471,11 @@ class _TiledKernel:
             t.add(WgmmaFenceOp())
             for kk in range(o.block_k // MMA_K):
                 k_core = t.index(2 * kk)
-                a_at = [stage, a_row, k_core, zero, zero]
-                op = WgmmaOp(a_tile, a_at, b_tile, [stage, k_core, zero, zero, zero], accs, n)
+                a_at = [stage, k_core, a_row] if self.tma else [stage, a_row, k_core]
+                b_at = [stage, zero, k_core] if self.tma else [stage, k_core, zero]
+                op = WgmmaOp(
+                    a_tile, [*a_at, zero, zero], b_tile, [*b_at, zero, zero], accs, n, self.tma
+                )
                 t.add(op)
                 accs = list(op.results)
             t.add(WgmmaCommitOp())
@@ -495,7 +503,10 @@ class _TiledKernel:
         tiles_n = -(-nest.n // o.block_n)
         grid = self.tile.blocks
         stages = self.stages
-        if self.wgmma:  # core-matrix tiles: A [m/8][k/8][8][8], B [k/8][n/8][8][8]
+        if self.tma:  # strips of core matrices, one box each: A [k/8][m/8][8][8], B [n/8][k/8]
+            a_tile = self._shared(f"{name}_a_tile", [stages, o.block_k // 8, o.block_m // 8, 8, 8])
+            b_tile = self._shared(f"{name}_b_tile", [stages, o.block_n // 8, o.block_k // 8, 8, 8])
+        elif self.wgmma:  # core-matrix tiles: A [m/8][k/8][8][8], B [k/8][n/8][8][8]
             a_tile = self._shared(f"{name}_a_tile", [stages, o.block_m // 8, o.block_k // 8, 8, 8])
             b_tile = self._shared(f"{name}_b_tile", [stages, o.block_k // 8, o.block_n // 8, 8, 8])
         elif self.pairs:  # k-contiguous A [m][k]; B [n][k], or [k][n] read by ldmatrix.trans
@@ -540,8 +551,9 @@ class _TiledKernel:
             bb, b_tile, (nest.k, o.block_k), (nest.n, o.block_n), self.pairs and not o.ldmatrix, self._lanes_b(),
             b_prefix, self.wgmma, self.swizzled,
         )  # fmt: skip
-        a_slots = self._slots(tid, o.block_m, o.block_k, a_copy.lanes)
-        b_slots = self._slots(tid, o.block_k, o.block_n, b_copy.lanes)
+        if not self.tma:  # the pieces each thread copies
+            a_slots = self._slots(tid, o.block_m, o.block_k, a_copy.lanes)
+            b_slots = self._slots(tid, o.block_k, o.block_n, b_copy.lanes)
 
         def k_origin(t: GpuBuilder, kt: SSAValue | int) -> SSAValue:
             """The first k of tile `kt` of this block's range."""
@@ -551,7 +563,11 @@ class _TiledKernel:
                 return t.index(kt * o.block_k)
             return t.binary(arith.MuliOp, kt, o.block_k)
 
-        if self.async_copy:
+        if self.tma:
+            operands = ((a_tile, b_tile), (a, bb), (a_prefix, b_prefix), (row0, col0))
+            inits = [init] * len(outputs)
+            accs = tma_pipeline(self, b, tid, k_tiles, compute, inits, *operands, k_origin)
+        elif self.async_copy:
 
             def issue(t: GpuBuilder, kt: SSAValue | int, stage: SSAValue) -> None:
                 """Tile `kt` of A and of B into shared-memory stage `stage` by cp.async."""
@@ -614,7 +630,7 @@ class _TiledKernel:
                 t.add(gpu.BarrierOp())
                 return accs
 
-            return _for(b, k_tiles, inits, single)
+            return b.for_loop(k_tiles, inits, single)
         # Register-staged double buffering: tile kt+1's global loads are issued before the
         # FMAs on tile kt (which sits in stage kt % 2), and stored into the other stage after
         # them; one barrier per tile. The stage written in iteration kt was last read in
@@ -631,7 +647,7 @@ class _TiledKernel:
             t.add(gpu.BarrierOp())
             return accs
 
-        return _for(b, k_tiles, inits, double)
+        return b.for_loop(k_tiles, inits, double)
 
     def _async_pipeline(self, b: GpuBuilder, k_tiles: int, compute, inits, issue):
         """The k loop over a ring of `stages` shared stages filled by cp.async: the first
@@ -657,7 +673,7 @@ class _TiledKernel:
             t.add(CpAsyncCommitOp())
             return compute(t, t.binary(arith.RemUIOp, kt, stages), accs)
 
-        accs = _for(b, k_tiles, inits, k_tile)
+        accs = b.for_loop(k_tiles, inits, k_tile)
         b.add(CpAsyncWaitOp(0))  # nothing left in flight when the thread moves on
         return accs
 
@@ -909,7 +925,7 @@ def _shape(nest: MatmulNest, calls: int) -> MatmulShape:
     lanes = VECTOR_BYTES // itemsize
     aligned = _row_length(nest.a) % lanes == 0 and _row_length(nest.b) % lanes == 0
     return MatmulShape(nest.m, nest.n, nest.k, tuple(e for _, e in nest.batch), dtype,
-                       itemsize, calls == 1, aligned)  # fmt: skip
+                       itemsize, calls == 1, aligned, described(nest.a) and described(nest.b))  # fmt: skip
 
 
 def _split_k(module: ModuleOp, fn: func.FuncOp, nest: MatmulNest, splits: int, constants) -> None:
@@ -945,7 +961,7 @@ def _split_k(module: ModuleOp, fn: func.FuncOp, nest: MatmulNest, splits: int, c
     def add(u: GpuBuilder, s: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
         return [u.add(arith.AddfOp(accs[0], u.add(memref.LoadOp.get(partials, [s, i, j]))))]
 
-    (acc,) = _for(t, splits, [t.constants.float(nest.init, acc_type)], add)
+    (acc,) = t.for_loop(splits, [t.constants.float(nest.init, acc_type)], add)
     m = dict(mapping)
     m.update({nest.i: i, nest.j: j, nest.acc: acc})
     t.clone(nest.epilogue, m)
@@ -1003,19 +1019,3 @@ def _all(b: GpuBuilder, bounds: list[tuple[SSAValue, int, int]]) -> SSAValue | N
     for c in conds[1:]:
         out = b.add(arith.AndIOp(out, c))
     return out
-
-
-def _for(
-    b: GpuBuilder,
-    trips: int,
-    inits: list[SSAValue],
-    body: Callable[[GpuBuilder, SSAValue, list[SSAValue]], list[SSAValue]],
-) -> list[SSAValue]:
-    """`scf.for iv = 0 to trips` carrying `inits`."""
-    block = Block(arg_types=[b.index(0).type, *(v.type for v in inits)])
-    inner = GpuBuilder(block, b.constants)
-    iv, *accs = block.args
-    block.add_op(scf.YieldOp(*body(inner, iv, list(accs))))
-    loop = scf.ForOp(b.index(0), b.index(trips), b.index(1), inits, block)
-    b.add(loop)
-    return list(loop.results)

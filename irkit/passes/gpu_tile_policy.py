@@ -79,6 +79,8 @@ class MatmulShape:
     """Whether the kernel is called exactly once (split-K needs its own driver call)."""
     aligned: bool = True
     """Whether every row of A and B starts 16-byte aligned (what cp.async copies need)."""
+    described: bool = False
+    """Whether A and B are kernel arguments a tensor map can describe (what TMA needs)."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,8 @@ class GpuTile:
     """The tiles filled by a cp.async ring of `stages` (`ring`, rows 16-byte aligned)."""
     swizzled: bool = False
     """The f16/bf16 tiles' 16-byte chunks swizzled instead of their rows padded (`swizzle`)."""
+    tma: bool = False
+    """The wgmma tiles filled by TMA boxes on mbarriers (`tma`; `irkit.passes.gpu_tile_tma`)."""
 
     @property
     def pairs(self) -> bool:
@@ -190,8 +194,9 @@ def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
         threads = 128 * (block_m // WGMMA_M)
     copies = ring(o, pairs) and shape.aligned and block_k % 8 == 0 and block_n % 8 == 0
     swizzled = copies and swizzles(o, pairs, block_k, block_n)
+    tma = wgmma and o.tma and shape.described
     return GpuTile(o, mma, tf32, mma_k, warps, threads, _warp_tiles(o), tiles,
-                   prod(shape.batch), k_tiles, splits, wgmma, copies, swizzled)  # fmt: skip
+                   prod(shape.batch), k_tiles, splits, wgmma, copies, swizzled, tma)  # fmt: skip
 
 
 WGMMA_M = 64

@@ -144,6 +144,22 @@ class GpuBuilder:
             outermost = False
         return out
 
+    def for_loop(
+        self,
+        trips: int,
+        inits: list[SSAValue],
+        body: Callable[[GpuBuilder, SSAValue, list[SSAValue]], list[SSAValue]],
+    ) -> list[SSAValue]:
+        """`scf.for iv = 0 to trips` carrying `inits`, its body built by `body(builder, iv,
+        carried)`; returns the loop's results."""
+        block = Block(arg_types=[self.index(0).type, *(v.type for v in inits)])
+        inner = GpuBuilder(block, self.constants)
+        iv, *carried = block.args
+        block.add_op(scf.YieldOp(*body(inner, iv, list(carried))))
+        loop = scf.ForOp(self.index(0), self.index(trips), self.index(1), inits, block)
+        self.add(loop)
+        return list(loop.results)
+
     def guarded(self, cond: SSAValue | None) -> GpuBuilder:
         """A builder inside `scf.if cond` (or this one, when there is no condition)."""
         if cond is None:

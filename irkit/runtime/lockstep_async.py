@@ -140,15 +140,23 @@ def wgmma(run: Any, op: WgmmaOp, args: list[Any], mask: np.ndarray) -> None:
     a = np.zeros((count, 64, 16), np.float32)
     b = np.zeros((count, 16, n), np.float32)
     reads = []
+    strips = op.in_strips
+
+    def a_core(m, k):
+        return core_a(m, k, strips)
+
+    def b_core(k, n):
+        return core_b(k, n, strips)
+
     for j in range(8):
         rows, ks = t // 2, 8 * (t % 2) + j
-        values, read = _read(run, op.a.type, a_buf, a_ix, core_a, rows, ks, mask)
+        values, read = _read(run, op.a.type, a_buf, a_ix, a_core, rows, ks, mask)
         a[np.arange(lanes) // 128, rows, ks] = values
         reads.append(read)
     for j in range(n // 8):
         e = t + 128 * j
         ks, cols = e // n, e % n
-        values, read = _read(run, op.b.type, b_buf, b_ix, core_b, ks, cols, mask)
+        values, read = _read(run, op.b.type, b_buf, b_ix, b_core, ks, cols, mask)
         b[np.arange(lanes) // 128, ks, cols] = values
         reads.append(read)
     d = np.matmul(a, b)

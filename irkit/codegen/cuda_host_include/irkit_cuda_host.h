@@ -26,6 +26,7 @@
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __restrict__ __restrict
 #define __shared__ static thread_local
 #define __align__(n) __attribute__((aligned(n)))
@@ -134,7 +135,7 @@ __asm__(
 
 namespace irkit_host {
 
-enum State { RUNNABLE, AT_BARRIER, DONE };
+enum State { RUNNABLE, AT_BARRIER, AT_MBARRIER, DONE };
 
 struct Fiber {
 #if IRKIT_FAST_SWITCH
@@ -252,6 +253,39 @@ thread_local unsigned* async_state = nullptr;  // [thread][0: copies in flight, 
 thread_local bool async_overflow = false;
 }  // namespace irkit_host
 
+// TMA (see irkit/dialects/warp_tma.py): a tensor map is the tensor's address, its extents
+// and byte strides and the box, innermost dimension first (the driver's order)
+struct irkit_tensor_map {
+  const unsigned char* base;
+  unsigned rank, itemsize;
+  unsigned long long dims[5], strides[5];  // strides[d]: bytes between indices along d
+  unsigned box[5];
+};
+
+namespace irkit_host {
+// An mbarrier's 64 bits: arrivals a phase, arrivals still due in this one, and the bytes
+// still to land (two's complement, shifted) above the phase's parity bit.
+struct Mbarrier {
+  unsigned short count, pending;
+  int tx_phase;
+};
+static_assert(sizeof(Mbarrier) == 8, "an mbarrier is 64 bits");
+
+// The block's TMA copies in flight, in issue order: each lands when a thread waits on its
+// mbarrier (the latest moment a GPU may land it), so a missing or early wait reads what
+// the stage held before.
+struct TmaCopy {
+  Mbarrier* bar;
+  unsigned char* dst;
+  irkit_tensor_map map;
+  int c[5];
+};
+constexpr unsigned TMA_CAPACITY = 512;  // copies a block may have in flight
+thread_local TmaCopy* tma_copies = nullptr;
+thread_local unsigned tma_count = 0;
+thread_local unsigned long long mbarrier_events = 0;  // progress on any mbarrier
+}  // namespace irkit_host
+
 // wgmma (see irkit/dialects/warp.py): a descriptor is the tile's address and its offsets
 struct irkit_wgmma_desc_t {
   const unsigned char* p;
@@ -283,6 +317,8 @@ inline void warp_release() {
   std::free(async_state);
   std::free(wgmma_ops);
   std::free(wgmma_state);
+  std::free(tma_copies);
+  tma_copies = nullptr;
   wgmma_ops = nullptr;
   wgmma_state = nullptr;
   mma_stages = nullptr;
@@ -304,8 +340,9 @@ inline bool warp_reset(unsigned threads) {
     async_state = (unsigned*)std::malloc(sizeof(unsigned) * 2 * threads);
     wgmma_ops = (WgmmaInFlight*)std::malloc(sizeof(WgmmaInFlight) * WGMMA_CAPACITY * threads);
     wgmma_state = (unsigned*)std::malloc(sizeof(unsigned) * 2 * threads);
+    tma_copies = (TmaCopy*)std::malloc(sizeof(TmaCopy) * TMA_CAPACITY);
     if (!mma_stages || !shfl_stages || !warp_parity || !async_copies || !async_state ||
-        !wgmma_ops || !wgmma_state) {
+        !wgmma_ops || !wgmma_state || !tma_copies) {
       warp_release();
       return false;
     }
@@ -314,6 +351,7 @@ inline bool warp_reset(unsigned threads) {
   std::memset(warp_parity, 0, 2 * threads);
   std::memset(async_state, 0, sizeof(unsigned) * 2 * threads);
   std::memset(wgmma_state, 0, sizeof(unsigned) * 2 * threads);
+  tma_count = 0;
   return true;
 }
 
@@ -331,8 +369,19 @@ enum Status {
   DIVERGENT_BARRIER = 1,
   NO_MEMORY = 2,
   BARRIER_WITHOUT_FIBERS = 3,
-  ASYNC_OVERFLOW = 4
+  ASYNC_OVERFLOW = 4,
+  MBARRIER_HANG = 5,
+  TMA_IN_FLIGHT = 6
 };
+
+inline void run_fiber(Fiber& f, unsigned t) {
+  f.state = RUNNABLE;
+  set_thread(t);
+  current = &f;
+  in_fiber = true;
+  fiber_resume(f);
+  in_fiber = false;
+}
 
 // One launch: geometry = grid x, y, z, block x, y, z. `fibers`: the kernel has a barrier.
 inline int launch(const unsigned* geometry, int fibers, void (*fn)(void*), void* args) {
@@ -375,13 +424,22 @@ inline int launch(const unsigned* geometry, int fibers, void (*fn)(void*), void*
         const unsigned t = reverse ? threads - 1 - i : i;
         Fiber& f = pool[t];
         if (f.state == DONE) continue;
-        f.state = RUNNABLE;
-        set_thread(t);
-        current = &f;
-        in_fiber = true;
-        fiber_resume(f);
-        in_fiber = false;
+        run_fiber(f, t);
       }
+      // threads waiting on an mbarrier run again until they pass it; a round in which no
+      // mbarrier moves and no wait returns is a hang (on a GPU, a kernel that never ends)
+      for (bool waiting = true; waiting && status == OK;) {
+        waiting = false;
+        const unsigned long long events = mbarrier_events;
+        for (unsigned i = 0; i < threads; i++) {
+          const unsigned t = reverse ? threads - 1 - i : i;
+          if (pool[t].state != AT_MBARRIER) continue;
+          run_fiber(pool[t], t);
+          waiting |= pool[t].state == AT_MBARRIER;
+        }
+        if (waiting && events == mbarrier_events) status = MBARRIER_HANG;
+      }
+      if (status != OK) break;
       for (unsigned t = 0; t < threads; t++) {
         if (pool[t].state == DONE) { done++; continue; }
         divergent |= line >= 0 && pool[t].barrier != line;
@@ -392,6 +450,7 @@ inline int launch(const unsigned* geometry, int fibers, void (*fn)(void*), void*
       // GPU such a barrier is undefined behaviour (a hang or a wrong result)
       if (done || divergent) { status = DIVERGENT_BARRIER; break; }
     }
+    if (status == OK && tma_count) status = TMA_IN_FLIGHT;
   }
   std::free(pool);
   if (status == OK && async_overflow) status = ASYNC_OVERFLOW;
@@ -692,4 +751,92 @@ inline void irkit_mma_m16n8k8_tf32(float a0, float a1, float a2, float a3, float
   float d[4];
   irkit_host::mma_tf32(a, b, c, d, __LINE__);
   *d0 = d[0]; *d1 = d[1]; *d2 = d[2]; *d3 = d[3];
+}
+
+// --- TMA and mbarriers: copies queued per block, landed by the waits on their barrier -----
+
+namespace irkit_host {
+inline irkit_tensor_map tensor_map(const void* base, unsigned itemsize, unsigned rank,
+                                   const unsigned long long* dims, const unsigned* box) {
+  irkit_tensor_map m{(const unsigned char*)base, rank, itemsize, {}, {}, {}};
+  unsigned long long stride = itemsize;
+  for (unsigned d = 0; d < rank; d++) {
+    m.dims[d] = dims[d];
+    m.strides[d] = stride;
+    m.box[d] = box[d];
+    stride *= dims[d];
+  }
+  return m;
+}
+
+inline void phase_done_if_due(Mbarrier& m) {
+  if (m.pending == 0 && (m.tx_phase >> 1) == 0) {
+    m.tx_phase ^= 1;
+    m.pending = m.count;
+  }
+  mbarrier_events++;
+}
+
+// The box lands in the destination's row-major order; an element outside the tensor is 0.
+inline void land_tma(const TmaCopy& t) {
+  const irkit_tensor_map& m = t.map;
+  unsigned long long total = 1;
+  for (unsigned d = 0; d < m.rank; d++) total *= m.box[d];
+  for (unsigned long long e = 0; e < total; e++) {
+    unsigned long long rest = e, offset = 0;
+    bool inside = true;
+    for (unsigned d = 0; d < m.rank; d++) {
+      const long long at = (long long)t.c[d] + (long long)(rest % m.box[d]);
+      rest /= m.box[d];
+      inside &= at >= 0 && at < (long long)m.dims[d];
+      offset += (unsigned long long)at * m.strides[d];
+    }
+    unsigned char* dst = t.dst + e * m.itemsize;
+    if (inside) std::memcpy(dst, m.base + offset, m.itemsize);
+    else std::memset(dst, 0, m.itemsize);
+  }
+  t.bar->tx_phase -= (int)(total * m.itemsize) << 1;
+  phase_done_if_due(*t.bar);
+}
+
+inline void tma_issue(void* dst, const irkit_tensor_map* map, const int* c, void* bar) {
+  if (tma_count == TMA_CAPACITY) {
+    async_overflow = true;  // the launch fails, naming the fault
+    return;
+  }
+  TmaCopy& t = tma_copies[tma_count++];
+  t = {(Mbarrier*)bar, (unsigned char*)dst, *map, {}};
+  for (unsigned d = 0; d < map->rank; d++) t.c[d] = c[d];
+}
+}  // namespace irkit_host
+
+inline void irkit_mbarrier_init(void* bar, unsigned count) {
+  *(irkit_host::Mbarrier*)bar = {(unsigned short)count, (unsigned short)count, 0};
+  irkit_host::mbarrier_events++;
+}
+
+inline void irkit_mbarrier_arrive_expect_tx(void* bar, unsigned bytes) {
+  irkit_host::Mbarrier& m = *(irkit_host::Mbarrier*)bar;
+  m.tx_phase += (int)bytes << 1;
+  m.pending--;
+  irkit_host::phase_done_if_due(m);
+}
+
+// Returns once the phase of parity `parity` has completed; first lands the copies that
+// complete on this barrier, and while the phase is still open lets the other threads run.
+inline void irkit_mbarrier_wait(void* bar, unsigned parity) {
+  using namespace irkit_host;
+  Mbarrier& m = *(Mbarrier*)bar;
+  for (;; current->state = AT_MBARRIER, fiber_yield()) {
+    if ((unsigned)(m.tx_phase & 1) != parity) break;
+    unsigned kept = 0;
+    for (unsigned i = 0; i < tma_count; i++) {
+      if (tma_copies[i].bar == &m) land_tma(tma_copies[i]);
+      else tma_copies[kept++] = tma_copies[i];
+    }
+    tma_count = kept;
+    if ((unsigned)(m.tx_phase & 1) != parity) break;
+    if (!in_fiber) { stray_barrier = true; return; }
+  }
+  mbarrier_events++;  // a wait returned: progress
 }

@@ -1,0 +1,141 @@
+"""Printing Hopper's TMA copies and mbarriers (`irkit.dialects.warp_tma`) as CUDA C: the
+prelude's helpers (inline PTX, kept from a host build, whose header emulates them), the
+kernel's tensor-map parameters and each op's call.
+
+A kernel that copies by TMA takes its tensor maps after its buffers, as
+`const __grid_constant__ irkit_tensor_map irkit_tmap<j>` (the 128-byte, 64-byte aligned
+`CUtensorMap` of the driver API, declared here since NVRTC has no `cuda.h`): a
+`__grid_constant__` parameter has an address in the parameter space, which is what
+`cp.async.bulk.tensor` reads the map from. The runtime builds the maps (`map_layout`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import MemRefType
+from xdsl.ir import Operation
+
+from irkit.dialects.warp_tma import (
+    MbarrierArriveExpectTxOp,
+    MbarrierInitOp,
+    MbarrierWaitOp,
+    TensorMap,
+    TmaLoadOp,
+    map_index,
+    tensor_maps,
+)
+from irkit.dtypes import numpy_dtype
+
+if TYPE_CHECKING:
+    from irkit.codegen.cuda import CudaPrinter
+
+COMMON_HELPERS = """\
+#ifndef IRKIT_CUDA_HOST
+struct __align__(64) irkit_tensor_map { unsigned long long opaque[16]; };
+__device__ __forceinline__ unsigned irkit_shared_address(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void irkit_mbarrier_init(void* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\\n" :: "r"(irkit_shared_address(bar)), "r"(count) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;\\n" ::: "memory");
+}
+__device__ __forceinline__ void irkit_mbarrier_arrive_expect_tx(void* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n" :: "r"(irkit_shared_address(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void irkit_mbarrier_wait(void* bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile("{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\nselp.u32 %0, 1, 0, p;\\n}\\n"
+                 : "=r"(done) : "r"(irkit_shared_address(bar)), "r"(parity) : "memory");
+  } while (!done);
+}
+#endif
+"""
+"""The tensor map's type, mbarrier.init (and the fence that shows it to the TMA unit),
+arrive.expect_tx, and a wait: try_wait.parity until the phase has completed."""
+
+
+def helper(rank: int) -> str:
+    """`irkit_tma_load_<rank>d(dst, map, c0 .. c<rank-1>, bar)`: one cp.async.bulk.tensor
+    of a box, its coordinates innermost first (PTX's order), completing on `bar`."""
+    coordinates = ", ".join(f"int c{i}" for i in range(rank))
+    registers = ", ".join(f"%{i + 2}" for i in range(rank))
+    inputs = ", ".join(f'"r"(c{i})' for i in range(rank))
+    name = f"irkit_tma_load_{rank}d"
+    return (
+        "#ifndef IRKIT_CUDA_HOST\n"
+        f"__device__ __forceinline__ void {name}(void* dst, const irkit_tensor_map* map, "
+        f"{coordinates}, void* bar) {{\n"
+        f'  asm volatile("cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile'
+        ".mbarrier::complete_tx::bytes "
+        f'[%0], [%1, {{{registers}}}], [%{rank + 2}];\\n"\n'
+        f'               :: "r"(irkit_shared_address(dst)), "l"(map), {inputs}, '
+        '"r"(irkit_shared_address(bar)) : "memory");\n'
+        "}\n#else\n"
+        f"inline void {name}(void* dst, const irkit_tensor_map* map, {coordinates}, void* bar) {{\n"
+        f"  const int c[] = {{{', '.join(f'c{i}' for i in range(rank))}}};\n"
+        "  irkit_host::tma_issue(dst, map, c, bar);\n"
+        "}\n#endif\n"
+    )
+
+
+def prelude(ops: list[Operation]) -> str:
+    """The helpers the kernels' TMA ops need (none where there is none)."""
+    ranks = sorted({len(op.box_shape) for op in ops if isinstance(op, TmaLoadOp)})
+    barriers = any(isinstance(op, MbarrierInitOp | MbarrierWaitOp) for op in ops)
+    if not ranks and not barriers:
+        return ""
+    return COMMON_HELPERS + "".join(helper(r) for r in ranks)
+
+
+def parameters(fn: func.FuncOp) -> list[str]:
+    """The kernel's tensor-map parameters, after its buffers."""
+    return [
+        f"const __grid_constant__ irkit_tensor_map irkit_tmap{j}"
+        for j in range(len(tensor_maps(fn)))
+    ]
+
+
+class MapLayout(NamedTuple):
+    """A tensor map's fields, innermost dimension first (the driver's order)."""
+
+    itemsize: int
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    """Bytes between consecutive indices of dimensions 1 .. rank - 1."""
+    box: tuple[int, ...]
+
+
+def map_layout(fn: func.FuncOp, m: TensorMap) -> MapLayout:
+    """What the runtime encodes kernel `fn`'s tensor map `m` from (with the buffer's
+    address): the argument's shape, contiguous, and the box."""
+    t = fn.function_type.inputs.data[m.arg]
+    assert isinstance(t, MemRefType)
+    itemsize = numpy_dtype(t.element_type).itemsize
+    shape = t.get_shape()
+    strides, step = [], itemsize
+    for extent in reversed(shape[1:]):
+        step *= extent
+        strides.append(step)
+    return MapLayout(itemsize, tuple(reversed(shape)), tuple(strides), tuple(reversed(m.box)))
+
+
+def emit(printer: CudaPrinter, op: Operation, fn_maps: list[TensorMap]) -> None:
+    """One TMA or mbarrier op as a call of the prelude's helper."""
+    if isinstance(op, TmaLoadOp):
+        dest = printer.element(op.dest, list(op.dest_indices))
+        coordinates = ", ".join(f"(int){printer.name(c)}" for c in reversed(op.coordinates))
+        bar = printer.element(op.barrier, [op.barrier_index])
+        j = map_index(fn_maps, op)
+        printer.emit(
+            f"irkit_tma_load_{len(op.box_shape)}d(&{dest}, &irkit_tmap{j}, {coordinates}, &{bar});"
+        )
+        return
+    assert isinstance(op, MbarrierInitOp | MbarrierArriveExpectTxOp | MbarrierWaitOp)
+    bar = printer.element(op.barrier, [op.index])
+    if isinstance(op, MbarrierInitOp):
+        printer.emit(f"irkit_mbarrier_init(&{bar}, {op.arrivals}u);")
+    elif isinstance(op, MbarrierArriveExpectTxOp):
+        printer.emit(f"irkit_mbarrier_arrive_expect_tx(&{bar}, {op.transaction}u);")
+    else:
+        printer.emit(f"irkit_mbarrier_wait(&{bar}, (unsigned){printer.name(op.parity)});")

@@ -1,0 +1,129 @@
+"""gpu-tile-matmul's TMA pipeline (`tma=true`, with `wgmma`, sm_90a): the wgmma tiles
+filled by Hopper's tensor memory accelerator instead of every thread's cp.async.
+
+One thread (thread 0) issues each k tile's copies: per 8 of k a box of A (`block-m` rows,
+8 columns: a strip of core matrices along m) and per 8 of n a box of B (`block-k` rows, 8
+columns: a strip along k), each landing as `irkit.dialects.warp_async.core_a`/`core_b` say
+under `strips`. Each of the `stages` stages has an mbarrier; the thread arrives on it
+saying how many bytes the stage's copies bring, and every thread waits on it (the phase's
+parity alternates each time the ring comes round) before the stage's wgmma ops read it.
+Ragged edges need no guard: a box reaching past the matrix is filled with zeros.
+
+The ring is the cp.async ring's (`_async_pipeline` in `gpu_tile_matmul`): `stages - 1`
+tiles in flight while one is computed, and one block barrier a k tile, after the wait, so
+that the stage refilled in iteration kt (the one read in kt - 1) is no longer read by any
+warpgroup. Warp specialization (a producer warp, `setmaxnreg`) is a later step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from xdsl.dialects import arith, gpu, memref
+from xdsl.dialects.builtin import MemRefType, NoneAttr, StringAttr, UnitAttr, i64
+from xdsl.ir import BlockArgument, SSAValue
+
+from irkit.dialects.warp_tma import (
+    TMA_RANK,
+    MbarrierArriveExpectTxOp,
+    MbarrierInitOp,
+    MbarrierWaitOp,
+    TmaLoadOp,
+)
+from irkit.dtypes import numpy_dtype
+from irkit.loops import SHARED_SPACE
+from irkit.passes.map_to_gpu import GpuBuilder
+
+if TYPE_CHECKING:
+    from irkit.passes.gpu_tile_matmul import _TiledKernel
+
+
+CORE = 8
+"""Elements along k (A) or n (B) of one strip of core matrices: one TMA box's row."""
+
+
+def described(value: SSAValue) -> bool:
+    """Whether a tensor map can describe matmul operand `value`: an argument of the kernel,
+    contiguous, of at most `TMA_RANK` dimensions."""
+    t = value.type
+    return (
+        isinstance(value, BlockArgument)
+        and isinstance(t, MemRefType)
+        and isinstance(t.layout, NoneAttr)
+        and t.get_num_dims() <= TMA_RANK
+    )
+
+
+def barriers(kernel: _TiledKernel, name: str, count: int) -> SSAValue:
+    """`count` mbarriers in shared memory (`memref<count x i64>`), named `name`."""
+    t = MemRefType(i64, [count], memory_space=SHARED_SPACE)
+    kernel.shared_sizes.append(8 * count)
+    kernel.module.body.block.insert_op_before(
+        memref.GlobalOp.get(StringAttr(name), t, UnitAttr(), StringAttr("private")), kernel.fn
+    )
+    return kernel.b.add(memref.GetGlobalOp(name, t))
+
+
+def tma_pipeline(
+    kernel: _TiledKernel,
+    b: GpuBuilder,
+    tid: SSAValue,
+    k_tiles: int,
+    compute: Callable[[GpuBuilder, SSAValue, list[SSAValue]], list[SSAValue]],
+    inits: list[SSAValue],
+    tiles: tuple[SSAValue, SSAValue],
+    sources: tuple[SSAValue, SSAValue],
+    prefixes: tuple[tuple[SSAValue, ...], tuple[SSAValue, ...]],
+    origin: tuple[SSAValue, SSAValue],
+    k_origin: Callable[[GpuBuilder, SSAValue | int], SSAValue],
+) -> list[SSAValue]:
+    """The k loop over a ring of `stages` stages filled by TMA (see the module docstring);
+    returns the accumulators after it. `origin` is the block's first row and column of C."""
+    o, stages = kernel.o, kernel.stages
+    (a_tile, b_tile), (a, bb), (a_prefix, b_prefix) = tiles, sources, prefixes
+    row0, col0 = origin
+    itemsize = numpy_dtype(kernel.nest.element_type).itemsize
+    stage_bytes = (o.block_m * o.block_k + o.block_k * o.block_n) * itemsize
+    bars = barriers(kernel, f"{kernel.fn.sym_name.data}_full", stages)
+    leader = b.add(arith.CmpiOp(tid, b.index(0), "eq"))
+
+    def issue(t: GpuBuilder, kt: SSAValue | int, stage: SSAValue) -> None:
+        """Tile `kt` of A and of B into `stage`: the stage's bytes announced, then the boxes."""
+        k0 = k_origin(t, kt)
+        t.add(MbarrierArriveExpectTxOp(bars, stage, stage_bytes))
+        zero = t.index(0)
+        for kc in range(o.block_k // CORE):
+            at = [*a_prefix, row0, t.iadd(k0, CORE * kc)]
+            box = [1] * len(a_prefix) + [o.block_m, CORE]
+            t.add(
+                TmaLoadOp(a_tile, [stage, t.index(kc), zero, zero, zero], a, at, box, bars, stage)
+            )
+        for nc in range(o.block_n // CORE):
+            at = [*b_prefix, k0, t.iadd(col0, CORE * nc)]
+            box = [1] * len(b_prefix) + [o.block_k, CORE]
+            t.add(
+                TmaLoadOp(b_tile, [stage, t.index(nc), zero, zero, zero], bb, at, box, bars, stage)
+            )
+
+    first = b.guarded(leader)
+    for s in range(stages):
+        first.add(MbarrierInitOp(bars, first.index(s), 1))
+    b.add(gpu.BarrierOp())  # the barriers ready before any thread waits on one
+    prologue = b.guarded(leader)
+    for s in range(min(stages - 1, k_tiles)):
+        issue(prologue, s, prologue.index(s))
+
+    def k_tile(t: GpuBuilder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+        stage = t.binary(arith.RemUIOp, kt, stages)
+        parity = t.binary(arith.RemUIOp, t.binary(arith.DivUIOp, kt, stages), 2)
+        t.add(MbarrierWaitOp(bars, stage, parity))
+        t.add(gpu.BarrierOp())  # every warpgroup is done with the stage read in kt - 1
+        if k_tiles > stages - 1:
+            following = t.iadd(kt, stages - 1)
+            inside = t.add(arith.CmpiOp(following, t.index(k_tiles), "ult"))
+            inner = t.guarded(t.add(arith.AndIOp(leader, inside)))
+            issue(inner, following, inner.binary(arith.RemUIOp, following, stages))
+        return compute(t, stage, accs)
+
+    return b.for_loop(k_tiles, inits, k_tile)
