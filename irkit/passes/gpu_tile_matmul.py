@@ -211,6 +211,9 @@ class GpuTileMatmulPass(ModulePass):
         require(0 <= self.min_blocks <= 32, "min-blocks", self.min_blocks, "must be from 0 to 32")
         require(1 <= self.sms <= 4096, "sms", self.sms, "must be from 1 to 4096")
         require(2 <= self.stages <= 8, "stages", self.stages, "must be from 2 to 8")
+        require(
+            not self.tma or self.wgmma, "tma", self.tma, "needs wgmma=true (TMA fills its tiles)"
+        )
 
 
 class _TiledKernel:

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
+from irkit.codegen.cuda_tma import map_layout
+from irkit.dialects.warp_tma import TensorMap
 from irkit.errors import IrkitError
 from irkit.ir import entry_function
 from irkit.loops import STATIC_SHARED_LIMIT
@@ -169,9 +171,10 @@ class Launch:
         drv = cuda_driver()
         if self._params is None:
             pointers = [ctypes.c_void_p(b.ptr) for b in self.args]
-            self._keep = pointers
-            self._params = (ctypes.c_void_p * len(pointers))(
-                *[ctypes.addressof(p) for p in pointers]
+            maps = [encode_tensor_map(self.kernel, m, self.args[m.arg]) for m in self.kernel.maps]
+            self._keep = (pointers, maps)  # the parameters' storage lives with the launch
+            self._params = (ctypes.c_void_p * (len(pointers) + len(maps)))(
+                *[ctypes.addressof(p) for p in pointers], *[int(m.getPtr()) for m in maps]
             )
         launch = self.kernel.launch
         driver_call(
@@ -186,6 +189,38 @@ class Launch:
                 0,
             ),
         )
+
+
+def encode_tensor_map(kernel: GpuKernel, m: TensorMap, buffer: DeviceBuffer) -> Any:
+    """The driver's `CUtensorMap` for the kernel's tensor map `m` over `buffer`
+    (`cuTensorMapEncodeTiled`: no interleave, no swizzle, zeros outside the tensor); the
+    kernel takes it as a `__grid_constant__` parameter (`irkit.codegen.cuda_tma`)."""
+    drv = cuda_driver()
+    layout = map_layout(kernel.fn, m)
+    if buffer.ptr % 16:
+        raise IrkitError(
+            f"launch of kernel {kernel.name}: argument {m.arg} is not 16-byte aligned, "
+            "which a TMA tensor map needs"
+        )
+    kinds = {"float16": "FLOAT16", "bfloat16": "BFLOAT16", "float32": "FLOAT32"}
+    kind = getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kinds[buffer.dtype.name]}")
+    rank = len(layout.dims)
+    return driver_call(
+        f"tensor map {m.arg} of kernel {kernel.name}",
+        drv.cuTensorMapEncodeTiled(
+            kind,
+            rank,
+            buffer.ptr,
+            list(layout.dims),
+            list(layout.strides),
+            list(layout.box),
+            [1] * rank,
+            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        ),
+    )
 
 
 @dataclass

@@ -20,6 +20,7 @@ from xdsl.ir import SSAValue
 
 from irkit.codegen.cuda import gpu_kernels, kernel_source
 from irkit.codegen.nvrtc import Compiled, check_limits, compile_cuda
+from irkit.dialects.warp_tma import TensorMap, tensor_maps
 from irkit.dtypes import poison, poisoned
 from irkit.ir import to_text
 from irkit.loops import Launch, is_once, launch_of
@@ -35,8 +36,11 @@ class GpuKernel:
     launch: Launch
     compiled: Compiled | None
     record: KernelRecord = field(init=False)
+    maps: list[TensorMap] = field(init=False)
+    """The tensor maps it takes after its buffers (`irkit.dialects.warp_tma`)."""
 
     def __post_init__(self) -> None:
+        self.maps = tensor_maps(self.fn)
         body = self.source.replace(self.name, "kernel")
         resources = self.compiled.record() if self.compiled is not None else {}
         flops = self.launch.get("flops")

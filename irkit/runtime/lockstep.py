@@ -44,6 +44,8 @@ from irkit.loops import SHARED_SPACE, launch_of
 from irkit.loops.scalar_ops import numpy_ops
 from irkit.runtime.lockstep_async import RULES as ASYNC_RULES
 from irkit.runtime.lockstep_async import AsyncCopy, WgmmaInFlight, check_pending, start_async
+from irkit.runtime.lockstep_tma import RULES as TMA_RULES
+from irkit.runtime.lockstep_tma import Mbarrier, finish_tma, start_tma
 from irkit.runtime.lockstep_warp import LockstepError, ldmatrix, mma, shuffle_xor
 
 
@@ -134,6 +136,7 @@ class LockstepInterpreter:
     async_groups: list[list[AsyncCopy]]  # committed, oldest first, not landed
     wgmma_open: list[WgmmaInFlight]  # wgmma ops since the last commit
     wgmma_groups: list[list[WgmmaInFlight]]  # committed, not waited for
+    mbarriers: dict[tuple[int, int], Mbarrier]  # each block's mbarriers (`start_tma`)
 
     def __init__(self, module: ModuleOp, check_races: bool = True):
         self.module = module
@@ -168,11 +171,13 @@ class LockstepInterpreter:
         self.shadows: dict[int, _Shadow] = {}
         self.names: dict[int, str] = {}
         start_async(self)  # cp.async and wgmma: nothing in flight
+        start_tma(self)
         for arg, array in zip(fn.body.block.args, buffers, strict=True):
             self.env[arg] = array
             self.names[id(array)] = arg.name_hint or "arg"
         with np.errstate(all="ignore"):
             self.block_(fn.body.block, np.ones(n, bool))
+        finish_tma(self)
 
     # --- structure ----------------------------------------------------------------------------
 
@@ -520,6 +525,15 @@ class LockstepInterpreter:
         """A checked store; `write=False`: the checks and the write's record only (cp.async)."""
         value, buffer, *indices = args
         active, flat = self._elements(t, what, buffer, indices, mask)
+        values = np.broadcast_to(np.asarray(value), mask.shape)[active] if write else None
+        self._write_at(buffer, what, active, flat, values)
+
+    def _write_at(
+        self, buffer: np.ndarray, what: str, active: np.ndarray, flat: np.ndarray, values
+    ) -> None:
+        """Lanes `active` write elements `flat` of `buffer` (parallel arrays), checked for
+        races; `values` None: the checks and the write's record only (an asynchronous copy
+        issued, which lands later)."""
         if self.check_races and active.size:
             s, epoch, block = self._shadow(buffer), self.run.epoch, self.run.block
             clash = self._after_write(s, flat, active)
@@ -536,8 +550,8 @@ class LockstepInterpreter:
                 dup = np.isin(flat, uniq[counts > 1])
                 self._race(buffer, "two threads writing one element", active, dup)
             s.w_lane[flat], s.w_epoch[flat] = active, epoch
-        if write:
-            buffer.reshape(-1)[flat] = np.broadcast_to(np.asarray(value), mask.shape)[active]
+        if values is not None:
+            buffer.reshape(-1)[flat] = values
 
     # A vector access is its elements' accesses, each checked (bounds, races) as one: the
     # vector's lanes run along the buffer's last dimension, so `lanes` consecutive elements.
@@ -569,5 +583,6 @@ class LockstepInterpreter:
 
 
 impl(LdmatrixX4Op)(ldmatrix)
-for _async_op, _async_rule in ASYNC_RULES.items():  # cp.async: irkit.runtime.lockstep_async
+# cp.async and wgmma (irkit.runtime.lockstep_async), TMA and mbarriers (lockstep_tma)
+for _async_op, _async_rule in (ASYNC_RULES | TMA_RULES).items():
     impl(_async_op)(_async_rule)

@@ -1,0 +1,211 @@
+"""TMA on mbarriers for `gpu-tile-matmul{wgmma=true tma=true}` (sm_90a) without a GPU: the
+kernels agree with the reference on both host paths (cuda-host lands each box when a
+thread waits on its barrier; lockstep counts a box as a write when issued and lands it at
+the wait that completes its phase) at ragged shapes (boxes past the edge fill zeros),
+every stage count, split-K, batches and every example in f16 and bf16; NVRTC builds
+UTMALDG and the mbarrier's SYNCS ops with no spills; and each planted slip (a wait
+dropped, the bytes announced short, the wrong parity, the k tile's barrier dropped, a box
+one strip off) fails on both host paths. The IR's shape:
+tests/filecheck/passes/gpu-tile-matmul-tma.graph."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from xdsl.dialects import gpu, scf
+from xdsl.dialects.builtin import IntegerAttr, i64
+from xdsl.utils.exceptions import VerifyException
+
+import irkit
+from irkit.codegen.cuda import gpu_kernels, kernel_source
+from irkit.codegen.nvrtc import compile_cuda
+from irkit.dialects.warp_async import CpAsyncOp, WgmmaOp
+from irkit.dialects.warp_tma import (
+    MbarrierArriveExpectTxOp,
+    MbarrierWaitOp,
+    TmaLoadOp,
+    tensor_maps,
+)
+from irkit.errors import IrkitError
+from irkit.frontend import parse_source
+from irkit.pipelines import apply_passes, parse_passes, pipeline_steps
+from irkit.runtime import BACKENDS
+from irkit.runtime.check import check
+from tests.conftest import EXAMPLES, SMALL
+
+HOST_AND_GPU = ["cuda-sim", "cuda-host", pytest.param("cuda", marks=pytest.mark.gpu)]
+GEMM = "model g\ninput a : {t}[{m}, {k}]\ninput b : {t}[{k}, {n}]\noutput c = matmul(a, b)\n"
+
+
+def _pipeline(options: str = "") -> str:
+    """default-cuda with wgmma and TMA on (and `options`) for gpu-tile-matmul."""
+    spec = f"gpu-tile-matmul{{wgmma=true tma=true {options}}}".replace(" }", "}")
+    steps = [s.spec for s in pipeline_steps("default-cuda")]
+    return ",".join(spec if s.startswith("gpu-tile-matmul") else s for s in steps)
+
+
+def _checked(text_or_module, pipeline: str, backend: str, seed: int = 3):
+    graph = (
+        parse_source(text_or_module, "g.graph", ".graph")
+        if isinstance(text_or_module, str)
+        else text_or_module
+    )
+    exe = irkit.compile(graph, pipeline, backend)
+    checks, _ = check(exe, graph, seed=seed)
+    assert all(c.passed for c in checks), (backend, [c.describe() for c in checks])
+    return exe
+
+
+@pytest.mark.parametrize("backend", HOST_AND_GPU)
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize(
+    ("dtype", "dims"), [("f16", (100, 72, 40)), ("bf16", (130, 136, 96)), ("f16", (64, 256, 16))]
+)
+def test_tma_matches_the_reference(backend: str, stages: int, dtype: str, dims) -> None:
+    """Ragged M and K (boxes past the edge land zeros), N a multiple of 8, fewer k tiles
+    than stages; the tiles filled by TMA alone (no cp.async), one box per strip."""
+    if backend == "cuda":
+        from tests.test_cuda_path import needs
+
+        needs(backend)
+    m, n, k = dims
+    exe = _checked(GEMM.format(t=dtype, m=m, n=n, k=k), _pipeline(f"stages={stages} fill-sms=false"), backend)  # fmt: skip
+    ops = list(exe.module.walk())
+    assert any(isinstance(op, TmaLoadOp) for op in ops) and any(
+        isinstance(op, WgmmaOp) for op in ops
+    )
+    assert not any(isinstance(op, CpAsyncOp) for op in ops)
+
+
+@pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
+def test_split_k_and_batches_keep_tma(backend: str) -> None:
+    """Split-K (each range's boxes start at its own k) and a batch matmul with a broadcast
+    operand (4-d and 3-d tensor maps, the batch coordinates' boxes of 1)."""
+    exe = _checked(GEMM.format(t="f16", m=64, n=64, k=256), _pipeline("split-k=2 block-k=16"), backend)  # fmt: skip
+    assert len(exe.kernels) == 2 and any(isinstance(op, TmaLoadOp) for op in exe.module.walk())
+    batch = (
+        "model g\ninput a : bf16[3, 2, 70, 32]\ninput b : bf16[2, 32, 24]\n"
+        "output c = batch_matmul(a, b)\n"
+    )
+    exe = _checked(batch, _pipeline(), backend)
+    (fn,) = [f for f in gpu_kernels(exe.module) if any(isinstance(o, TmaLoadOp) for o in f.walk())]
+    assert sorted(len(m.box) for m in tensor_maps(fn)) == [3, 4]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_runs_on_tma_in_half_precision(example: Path, dtype: str) -> None:
+    """Each example converted to f16 and bf16, under default-cuda with wgmma and TMA, on
+    both host paths: every matmul's tiles filled by TMA, within the type's tolerance."""
+    from tests.test_precision import HAS_MATMUL
+
+    module = irkit.load(example, SMALL[example.stem], dtype=dtype)
+    for backend in ("cuda-host", "cuda-sim"):
+        exe = _checked(module, _pipeline(), backend, seed=1)
+        ops = list(exe.module.walk())
+        assert any(isinstance(op, TmaLoadOp) for op in ops) == (example.stem in HAS_MATMUL)
+        assert not any(isinstance(op, CpAsyncOp) for op in ops)
+
+
+def test_nvrtc_builds_utmaldg_and_mbarriers_without_spills(tmp_path: Path) -> None:
+    """A 1024^3 bf16 gemm: UTMALDG.2D for the boxes (20 a stage: 4 strips of A, 16 of B),
+    the mbarrier's init, arrive with its transaction count and parity wait (SYNCS), HGMMA
+    reading the strips, no LDGSTS (no thread copies), no local memory."""
+    from tests.test_sass import _disassemble
+
+    graph = parse_source(GEMM.format(t="bf16", m=1024, n=1024, k=1024), "g.graph", ".graph")
+    module = apply_passes(graph, parse_passes(_pipeline("fill-sms=false split-k=1")))
+    (fn,) = gpu_kernels(module)
+    compiled = compile_cuda(kernel_source(module, fn), fn.sym_name.data, "sm_90")
+    assert compiled.arch == "sm_90a"
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(compiled.cubin)
+    text = _disassemble(cubin)
+    ops = Counter(re.findall(r"/\*[0-9a-f]{4}\*/\s+(?!@!PT)(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", text))  # fmt: skip
+    assert ops["UTMALDG.2D"] % 20 == 0 and ops["UTMALDG.2D"] >= 20, ops
+    assert ops["SYNCS.ARRIVE.TRANS64"] >= 1 and ops["SYNCS.EXCH.64"] >= 1, ops
+    assert any(op.startswith("SYNCS.PHASECHK") for op in ops), ops
+    assert "HGMMA.64x128x16.F32.BF16 " in text, ops
+    assert not any(op.startswith(("LDL", "STL", "LDGSTS", "HMMA")) for op in ops), ops
+    r = compiled.resources
+    assert r.spill_stores == 0 and r.spill_loads == 0 and r.stack_bytes == 0, r
+
+
+def _plant(module, slip: str) -> None:
+    ops = list(module.walk())
+    if slip == "wait":  # the k tile's mbarrier wait dropped
+        wait = next(op for op in ops if isinstance(op, MbarrierWaitOp))
+        wait.detach()
+        wait.erase()
+    elif slip == "bytes":  # one stage announces 16 bytes more than its boxes bring
+        arrive = next(op for op in ops if isinstance(op, MbarrierArriveExpectTxOp))
+        arrive.properties["bytes"] = IntegerAttr(arrive.transaction + 16, i64)
+    elif slip == "parity":  # the wait's parity taken from the stage number instead
+        wait = next(op for op in ops if isinstance(op, MbarrierWaitOp))
+        wait.operands[2] = wait.operands[1]
+    elif slip == "barrier":  # the barrier that frees the stage to refill dropped
+        loop = next(op for op in ops if isinstance(op, scf.ForOp))
+        barrier = next(op for op in loop.body.block.ops if isinstance(op, gpu.BarrierOp))
+        barrier.detach()
+        barrier.erase()
+    else:  # "box": A's second strip copied from the first strip's columns (its k)
+        first, second = [op for op in ops if isinstance(op, TmaLoadOp)][:2]
+        k = len(second.dest_indices) + 3  # dest, its indices, the source, the row: the column
+        second.operands[k] = first.operands[k]
+
+
+@pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
+@pytest.mark.parametrize("slip", ["wait", "bytes", "parity", "barrier", "box"])
+def test_a_planted_tma_slip_fails_on_both_host_paths(backend: str, slip: str) -> None:
+    """The control matches; each slip gives a wrong product or the host path's named error
+    (a hang, a copy never waited for, a race, an arrival too many)."""
+    from irkit.runtime.lockstep import LockstepError
+
+    graph = parse_source(GEMM.format(t="f16", m=64, n=64, k=128), "g.graph", ".graph")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 128)).astype(np.float16)
+    b = rng.standard_normal((128, 64)).astype(np.float16)
+    expected = a.astype(np.float32) @ b.astype(np.float32)
+    chosen = BACKENDS[backend]()
+
+    def right(plant: bool) -> bool:
+        module = apply_passes(graph.clone(), parse_passes(_pipeline("fill-sms=false stages=2")))
+        if plant:
+            _plant(module, slip)
+        try:
+            got = chosen.compile(chosen.lower(module))(a, b)[0]
+        except (LockstepError, IrkitError) as e:
+            assert re.search(r"mbarrier|TMA|race|never", str(e)), e
+            return False
+        return bool(np.allclose(np.asarray(got, np.float32), expected, rtol=2e-2, atol=2e-1))
+
+    assert right(plant=False)
+    assert not right(plant=True)
+
+
+def test_tma_needs_wgmma() -> None:
+    """TMA fills wgmma's tiles; asked for alone it is refused by name."""
+    graph = parse_source(GEMM.format(t="f16", m=64, n=64, k=64), "g.graph", ".graph")
+    pipeline = "fuse-kernels,lower-graph-to-loops,gpu-tile-matmul{tma=true},map-to-gpu"
+    with pytest.raises(IrkitError, match="tma.*wgmma=true"):
+        apply_passes(graph, parse_passes(pipeline))
+
+
+def test_the_box_verifier_names_what_is_wrong() -> None:
+    """A box whose rows are not whole 16-byte units, or larger than its destination, does
+    not verify."""
+    graph = parse_source(GEMM.format(t="f16", m=64, n=64, k=64), "g.graph", ".graph")
+    module = apply_passes(graph, parse_passes(_pipeline("fill-sms=false")))
+    box = next(op for op in module.walk() if isinstance(op, TmaLoadOp))
+    from xdsl.dialects.builtin import DenseArrayBase
+
+    box.properties["box"] = DenseArrayBase.from_list(i64, [64, 4])
+    with pytest.raises(VerifyException, match="16 bytes"):
+        box.verify()
+    box.properties["box"] = DenseArrayBase.from_list(i64, [256, 256])
+    with pytest.raises(VerifyException, match="larger than its destination"):
+        box.verify()
