@@ -19,8 +19,10 @@ from xdsl.ir import Operation
 
 from irkit.dialects.warp_tma import (
     MbarrierArriveExpectTxOp,
+    MbarrierArriveOp,
     MbarrierInitOp,
     MbarrierWaitOp,
+    SetMaxNRegOp,
     TensorMap,
     TmaLoadOp,
     map_index,
@@ -42,6 +44,11 @@ __device__ __forceinline__ void irkit_mbarrier_init(void* bar, unsigned count) {
 __device__ __forceinline__ void irkit_mbarrier_arrive_expect_tx(void* bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n" :: "r"(irkit_shared_address(bar)), "r"(bytes) : "memory");
 }
+__device__ __forceinline__ void irkit_mbarrier_arrive(void* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\\n" :: "r"(irkit_shared_address(bar)) : "memory");
+}
+template <int N> __device__ __forceinline__ void irkit_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\\n" :: "n"(N)); }
+template <int N> __device__ __forceinline__ void irkit_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\\n" :: "n"(N)); }
 __device__ __forceinline__ void irkit_mbarrier_wait(void* bar, unsigned parity) {
   unsigned done;
   do {
@@ -52,7 +59,8 @@ __device__ __forceinline__ void irkit_mbarrier_wait(void* bar, unsigned parity) 
 #endif
 """
 """The tensor map's type, mbarrier.init (and the fence that shows it to the TMA unit),
-arrive.expect_tx, and a wait: try_wait.parity until the phase has completed."""
+arrive.expect_tx, arrive, setmaxnreg, and a wait: try_wait.parity until the phase has
+completed."""
 
 
 def helper(rank: int) -> str:
@@ -82,7 +90,7 @@ def helper(rank: int) -> str:
 def prelude(ops: list[Operation]) -> str:
     """The helpers the kernels' TMA ops need (none where there is none)."""
     ranks = sorted({len(op.box_shape) for op in ops if isinstance(op, TmaLoadOp)})
-    barriers = any(isinstance(op, MbarrierInitOp | MbarrierWaitOp) for op in ops)
+    barriers = any(isinstance(op, MbarrierInitOp | MbarrierWaitOp | SetMaxNRegOp) for op in ops)
     if not ranks and not barriers:
         return ""
     return COMMON_HELPERS + "".join(helper(r) for r in ranks)
@@ -131,9 +139,17 @@ def emit(printer: CudaPrinter, op: Operation, fn_maps: list[TensorMap]) -> None:
             f"irkit_tma_load_{len(op.box_shape)}d(&{dest}, &irkit_tmap{j}, {coordinates}, &{bar});"
         )
         return
-    assert isinstance(op, MbarrierInitOp | MbarrierArriveExpectTxOp | MbarrierWaitOp)
+    if isinstance(op, SetMaxNRegOp):
+        kind = "inc" if op.increase is not None else "dec"
+        printer.emit(f"irkit_setmaxnreg_{kind}<{op.registers}>();")
+        return
+    assert isinstance(
+        op, MbarrierInitOp | MbarrierArriveExpectTxOp | MbarrierArriveOp | MbarrierWaitOp
+    )
     bar = printer.element(op.barrier, [op.index])
-    if isinstance(op, MbarrierInitOp):
+    if isinstance(op, MbarrierArriveOp):
+        printer.emit(f"irkit_mbarrier_arrive(&{bar});")
+    elif isinstance(op, MbarrierInitOp):
         printer.emit(f"irkit_mbarrier_init(&{bar}, {op.arrivals}u);")
     elif isinstance(op, MbarrierArriveExpectTxOp):
         printer.emit(f"irkit_mbarrier_arrive_expect_tx(&{bar}, {op.transaction}u);")

@@ -36,14 +36,16 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     MemRefType,
     NoneAttr,
+    UnitAttr,
     i64,
 )
-from xdsl.ir import BlockArgument, SSAValue
+from xdsl.ir import Attribute, BlockArgument, SSAValue
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
     irdl_op_definition,
     operand_def,
+    opt_prop_def,
     prop_def,
     var_operand_def,
 )
@@ -122,6 +124,43 @@ class MbarrierArriveExpectTxOp(_BarrierOp):
         super().verify_()
         if not 0 <= self.transaction < 1 << 20:
             raise VerifyException(f"{self.name}: bytes must be from 0 to 2^20 - 1")
+
+
+@irdl_op_definition
+class MbarrierArriveOp(_BarrierOp):
+    """`mbarrier.arrive`: one arrival on `barrier[index]` (a consumer done with a stage)."""
+
+    name = "irkit_warp.mbarrier_arrive"
+
+    def __init__(self, barrier: SSAValue, index: SSAValue):
+        super().__init__(operands=[barrier, index])
+
+
+@irdl_op_definition
+class SetMaxNRegOp(IRDLOperation):
+    """`setmaxnreg.{inc,dec}.sync.aligned.u32`: the warpgroup's threads ask for `count`
+    registers each from here on (more, `increase`; or fewer, handing the rest back to the
+    block's pool), so that a producer warpgroup that only issues copies leaves its
+    registers to the consumers' accumulators (sm_90a; the whole warpgroup executes it)."""
+
+    name = "irkit_warp.setmaxnreg"
+
+    count = prop_def(IntegerAttr)
+    increase = opt_prop_def(UnitAttr)
+
+    def __init__(self, count: int, increase: bool):
+        properties: dict[str, Attribute] = {"count": IntegerAttr(count, i64)}
+        if increase:
+            properties["increase"] = UnitAttr()
+        super().__init__(properties=properties)
+
+    @property
+    def registers(self) -> int:
+        return self.count.value.data
+
+    def verify_(self) -> None:
+        if not (24 <= self.registers <= 256 and self.registers % 8 == 0):
+            raise VerifyException(f"{self.name}: count must be a multiple of 8 from 24 to 256")
 
 
 @irdl_op_definition
@@ -212,7 +251,14 @@ class TmaLoadOp(IRDLOperation):
             raise VerifyException(f"{self.name}: the box is larger than its destination")
 
 
-TMA_OPS = (MbarrierInitOp, MbarrierArriveExpectTxOp, MbarrierWaitOp, TmaLoadOp)
+TMA_OPS = (
+    MbarrierInitOp,
+    MbarrierArriveExpectTxOp,
+    MbarrierArriveOp,
+    MbarrierWaitOp,
+    TmaLoadOp,
+    SetMaxNRegOp,
+)
 
 
 class TensorMap(NamedTuple):

@@ -67,7 +67,7 @@ from irkit.passes.gpu_tile_policy import (
     MatmulShape,
     gpu_tile,
 )
-from irkit.passes.gpu_tile_tma import described, tma_pipeline
+from irkit.passes.gpu_tile_tma import described, specialized_pipeline, tma_pipeline
 from irkit.passes.loop_builder import add_kernel_buffer
 from irkit.passes.map_to_gpu import GpuBuilder, X, launch_attr, new_kernel
 
@@ -133,6 +133,10 @@ class GpuTileMatmulPass(ModulePass):
     # one thread issues each k tile's boxes, which complete on a stage's mbarrier, instead
     # of every thread's cp.async (`irkit.passes.gpu_tile_tma`). Not yet timed on a GPU.
     tma: bool = False
+    # with `tma`: a producer warpgroup (its thread 0 issuing the boxes, its registers given
+    # to the others by setmaxnreg) and consumer warpgroups computing, the stages handed over
+    # by full and empty mbarriers, no block barrier in the k loop. Not yet timed on a GPU.
+    warp_specialize: bool = False
     # the cp.async tiles' 16-byte chunks XOR-swizzled by row (`irkit.dialects.warp.
     # swizzle_chunk`) instead of rows padded by 16 bytes: ldmatrix and the copies stay free
     # of bank conflicts in 20% less shared memory. Not yet timed on a GPU.
@@ -214,6 +218,12 @@ class GpuTileMatmulPass(ModulePass):
         require(
             not self.tma or self.wgmma, "tma", self.tma, "needs wgmma=true (TMA fills its tiles)"
         )
+        require(
+            not self.warp_specialize or self.tma,
+            "warp-specialize",
+            self.warp_specialize,
+            "needs tma=true (the producer warpgroup issues TMA boxes)",
+        )
 
 
 class _TiledKernel:
@@ -234,7 +244,9 @@ class _TiledKernel:
         self.shared_sizes: list[int] = []  # bytes of each shared tile, in kernel order
         self.async_copy, self.swizzled = tile.async_copy, tile.swizzled
         self.stages = tile.stages
-        self.tma = tile.tma
+        self.tma, self.specialized = tile.tma, tile.specialized
+        # setmaxnreg shares the register pool ptxas sizes from __launch_bounds__(threads, 1)
+        self.min_blocks = self.o.min_blocks or int(self.specialized)
 
     def _thread_tile(self, b: GpuBuilder, tid: SSAValue) -> tuple[list[SSAValue], list[SSAValue]]:
         """The first row (column) of each of this thread's groups in the block tile: groups
@@ -537,7 +549,10 @@ class _TiledKernel:
         if self.splits > 1:  # each range sums from zero; the second kernel adds the init
             init = b.constants.float(0.0, nest.acc.type)
         # loop-invariant: this thread's rows and columns in the tile, and its copy slots
-        if self.wgmma:
+        if self.specialized:  # warpgroup 0 produces; the consumers count from 0 after it
+            consumer_tid = b.add(arith.SubiOp(tid, b.index(128)))
+            compute, outputs = self._wgmma(b, consumer_tid, a_tile, b_tile)
+        elif self.wgmma:
             compute, outputs = self._wgmma(b, tid, a_tile, b_tile)
         elif self.mma:
             compute, outputs = self._mma(b, tid, a_tile, b_tile)
@@ -566,10 +581,15 @@ class _TiledKernel:
                 return t.index(kt * o.block_k)
             return t.binary(arith.MuliOp, kt, o.block_k)
 
+        top = b  # a warp-specialized epilogue is the consumers' (inside their branch)
         if self.tma:
             operands = ((a_tile, b_tile), (a, bb), (a_prefix, b_prefix), (row0, col0))
             inits = [init] * len(outputs)
-            accs = tma_pipeline(self, b, tid, k_tiles, compute, inits, *operands, k_origin)
+            ring = (k_tiles, compute, inits, *operands, k_origin)
+            if self.specialized:
+                b, accs = specialized_pipeline(self, b, tid, *ring)
+            else:
+                accs = tma_pipeline(self, b, tid, *ring)
         elif self.async_copy:
 
             def issue(t: GpuBuilder, kt: SSAValue | int, stage: SSAValue) -> None:
@@ -610,13 +630,13 @@ class _TiledKernel:
             m = dict(mapping)
             m.update({nest.i: i, nest.j: j, nest.acc: acc})
             inner.clone(nest.epilogue, m)
-        b.add(func.ReturnOp())
+        top.add(func.ReturnOp())
         flops = count_flops(nest.loop)
         # past 48 KB the tiles are the launch's dynamic shared memory (the printer places them)
         _, shared = shared_layout(self.shared_sizes)
         dynamic = shared if shared > STATIC_SHARED_LIMIT else 0
         kernel.attributes[LAUNCH_ATTR] = launch_attr(
-            grid, self.threads, "tiled", flops, dynamic, min_blocks=self.o.min_blocks
+            grid, self.threads, "tiled", flops, dynamic, min_blocks=self.min_blocks
         )
         return kernel
 

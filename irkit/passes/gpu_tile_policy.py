@@ -112,6 +112,8 @@ class GpuTile:
     """The f16/bf16 tiles' 16-byte chunks swizzled instead of their rows padded (`swizzle`)."""
     tma: bool = False
     """The wgmma tiles filled by TMA boxes on mbarriers (`tma`; `irkit.passes.gpu_tile_tma`)."""
+    specialized: bool = False
+    """With `tma`: a producer warpgroup beside the consumers (`warp-specialize`)."""
 
     @property
     def pairs(self) -> bool:
@@ -195,8 +197,12 @@ def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
     copies = ring(o, pairs) and shape.aligned and block_k % 8 == 0 and block_n % 8 == 0
     swizzled = copies and swizzles(o, pairs, block_k, block_n)
     tma = wgmma and o.tma and shape.described
+    specialized = tma and o.warp_specialize
+    if specialized:  # the producer warpgroup
+        threads += 128
     return GpuTile(o, mma, tf32, mma_k, warps, threads, _warp_tiles(o), tiles,
-                   prod(shape.batch), k_tiles, splits, wgmma, copies, swizzled, tma)  # fmt: skip
+                   prod(shape.batch), k_tiles, splits, wgmma, copies, swizzled, tma,
+                   specialized)  # fmt: skip
 
 
 WGMMA_M = 64

@@ -27,8 +27,10 @@ from xdsl.ir import BlockArgument, SSAValue
 from irkit.dialects.warp_tma import (
     TMA_RANK,
     MbarrierArriveExpectTxOp,
+    MbarrierArriveOp,
     MbarrierInitOp,
     MbarrierWaitOp,
+    SetMaxNRegOp,
     TmaLoadOp,
 )
 from irkit.dtypes import numpy_dtype
@@ -65,31 +67,24 @@ def barriers(kernel: _TiledKernel, name: str, count: int) -> SSAValue:
     return kernel.b.add(memref.GetGlobalOp(name, t))
 
 
-def tma_pipeline(
+def _issuer(
     kernel: _TiledKernel,
-    b: GpuBuilder,
-    tid: SSAValue,
-    k_tiles: int,
-    compute: Callable[[GpuBuilder, SSAValue, list[SSAValue]], list[SSAValue]],
-    inits: list[SSAValue],
+    bars: SSAValue,
     tiles: tuple[SSAValue, SSAValue],
     sources: tuple[SSAValue, SSAValue],
     prefixes: tuple[tuple[SSAValue, ...], tuple[SSAValue, ...]],
     origin: tuple[SSAValue, SSAValue],
     k_origin: Callable[[GpuBuilder, SSAValue | int], SSAValue],
-) -> list[SSAValue]:
-    """The k loop over a ring of `stages` stages filled by TMA (see the module docstring);
-    returns the accumulators after it. `origin` is the block's first row and column of C."""
-    o, stages = kernel.o, kernel.stages
+) -> Callable[[GpuBuilder, SSAValue | int, SSAValue], None]:
+    """`issue(builder, kt, stage)`: tile `kt` of A and of B into `stage`, the stage's bytes
+    announced on `bars[stage]`, then the boxes (one a strip)."""
+    o = kernel.o
     (a_tile, b_tile), (a, bb), (a_prefix, b_prefix) = tiles, sources, prefixes
     row0, col0 = origin
     itemsize = numpy_dtype(kernel.nest.element_type).itemsize
     stage_bytes = (o.block_m * o.block_k + o.block_k * o.block_n) * itemsize
-    bars = barriers(kernel, f"{kernel.fn.sym_name.data}_full", stages)
-    leader = b.add(arith.CmpiOp(tid, b.index(0), "eq"))
 
     def issue(t: GpuBuilder, kt: SSAValue | int, stage: SSAValue) -> None:
-        """Tile `kt` of A and of B into `stage`: the stage's bytes announced, then the boxes."""
         k0 = k_origin(t, kt)
         t.add(MbarrierArriveExpectTxOp(bars, stage, stage_bytes))
         zero = t.index(0)
@@ -106,6 +101,31 @@ def tma_pipeline(
                 TmaLoadOp(b_tile, [stage, t.index(nc), zero, zero, zero], bb, at, box, bars, stage)
             )
 
+    return issue
+
+
+def _ring(t: GpuBuilder, kt: SSAValue, stages: int) -> tuple[SSAValue, SSAValue]:
+    """Iteration `kt`'s stage and the parity of its trip round the ring."""
+    stage = t.binary(arith.RemUIOp, kt, stages)
+    return stage, t.binary(arith.RemUIOp, t.binary(arith.DivUIOp, kt, stages), 2)
+
+
+def tma_pipeline(
+    kernel: _TiledKernel,
+    b: GpuBuilder,
+    tid: SSAValue,
+    k_tiles: int,
+    compute: Callable[[GpuBuilder, SSAValue, list[SSAValue]], list[SSAValue]],
+    inits: list[SSAValue],
+    *operands,
+) -> list[SSAValue]:
+    """The k loop over a ring of `stages` stages filled by TMA (see the module docstring);
+    returns the accumulators after it. `operands`: the tiles, the sources, their batch
+    prefixes, the block's first row and column of C, and `k_origin` (`_issuer`)."""
+    stages = kernel.stages
+    bars = barriers(kernel, f"{kernel.fn.sym_name.data}_full", stages)
+    issue = _issuer(kernel, bars, *operands)
+    leader = b.add(arith.CmpiOp(tid, b.index(0), "eq"))
     first = b.guarded(leader)
     for s in range(stages):
         first.add(MbarrierInitOp(bars, first.index(s), 1))
@@ -115,8 +135,7 @@ def tma_pipeline(
         issue(prologue, s, prologue.index(s))
 
     def k_tile(t: GpuBuilder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
-        stage = t.binary(arith.RemUIOp, kt, stages)
-        parity = t.binary(arith.RemUIOp, t.binary(arith.DivUIOp, kt, stages), 2)
+        stage, parity = _ring(t, kt, stages)
         t.add(MbarrierWaitOp(bars, stage, parity))
         t.add(gpu.BarrierOp())  # every warpgroup is done with the stage read in kt - 1
         if k_tiles > stages - 1:
@@ -127,3 +146,70 @@ def tma_pipeline(
         return compute(t, stage, accs)
 
     return b.for_loop(k_tiles, inits, k_tile)
+
+
+PRODUCER_REGISTERS = 40
+"""Registers a thread of the producer warpgroup keeps (`setmaxnreg.dec`): it only issues."""
+REGISTER_FILE = 65536
+"""Registers of a multiprocessor: the block's pool, one block an SM."""
+
+
+def consumer_registers(threads: int, consumers: int) -> int:
+    """Registers a consumer thread asks for (`setmaxnreg.inc`): the block's pool at launch
+    (one block an SM: `REGISTER_FILE / threads` a thread, in multiples of 8), less what the
+    producer warpgroup keeps, shared by the consumers; at most 240."""
+    pool = REGISTER_FILE // threads // 8 * 8 * threads
+    return min(240, (pool - 128 * PRODUCER_REGISTERS) // (128 * consumers) // 8 * 8)
+
+
+def specialized_pipeline(
+    kernel: _TiledKernel,
+    b: GpuBuilder,
+    tid: SSAValue,
+    k_tiles: int,
+    compute: Callable[[GpuBuilder, SSAValue, list[SSAValue]], list[SSAValue]],
+    inits: list[SSAValue],
+    *operands,
+) -> tuple[GpuBuilder, list[SSAValue]]:
+    """Warp specialization (`warp-specialize`): warpgroup 0 is the producer, its thread 0
+    issuing every k tile's boxes as soon as the stage is free, the others consumers, each
+    waiting for a stage to be full, computing on it, and arriving on its `empty` barrier.
+    No block barrier in the loop: the stages are handed over by mbarriers alone, two a
+    stage (`full`: the producer's arrival and the boxes' bytes; `empty`: every consumer
+    thread's arrival). The producer first waits on parity 1 of a fresh `empty` barrier,
+    which returns at once: every stage starts free. Returns a builder inside the
+    consumers' branch, where the epilogue goes, and their accumulators after the loop."""
+    stages = kernel.stages
+    name = kernel.fn.sym_name.data
+    consumers = kernel.o.block_m // 64
+    full = barriers(kernel, f"{name}_full", stages)
+    empty = barriers(kernel, f"{name}_empty", stages)
+    issue = _issuer(kernel, full, *operands)
+    leader = b.add(arith.CmpiOp(tid, b.index(0), "eq"))
+    first = b.guarded(leader)
+    for s in range(stages):
+        first.add(MbarrierInitOp(full, first.index(s), 1))
+        first.add(MbarrierInitOp(empty, first.index(s), 128 * consumers))
+    b.add(gpu.BarrierOp())  # the barriers ready before any thread waits on one
+    producer, consumer = b.branches(b.add(arith.CmpiOp(tid, b.index(128), "ult")))
+    producer.add(SetMaxNRegOp(PRODUCER_REGISTERS, increase=False))
+    issuer = producer.guarded(leader)
+
+    def produce(t: GpuBuilder, kt: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
+        stage, parity = _ring(t, kt, stages)
+        t.add(MbarrierWaitOp(empty, stage, t.add(arith.XOrIOp(parity, t.index(1)))))
+        issue(t, kt, stage)
+        return []
+
+    issuer.for_loop(k_tiles, [], produce)
+    registers = consumer_registers(kernel.threads, consumers)
+    consumer.add(SetMaxNRegOp(registers, increase=True))
+
+    def consume(t: GpuBuilder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+        stage, parity = _ring(t, kt, stages)
+        t.add(MbarrierWaitOp(full, stage, parity))
+        accs = compute(t, stage, accs)  # ends with the wgmma wait: the stage is read
+        t.add(MbarrierArriveOp(empty, stage))
+        return accs
+
+    return consumer, consumer.for_loop(k_tiles, inits, consume)

@@ -169,6 +169,14 @@ class GpuBuilder:
         self.add(scf.IfOp(cond, [], Region(inner)))
         return GpuBuilder(_Before(inner), self.constants)
 
+    def branches(self, cond: SSAValue) -> tuple[GpuBuilder, GpuBuilder]:
+        """Builders inside `scf.if cond` and inside its `else`."""
+        then, other = Block(), Block()
+        then.add_op(scf.YieldOp())
+        other.add_op(scf.YieldOp())
+        self.add(scf.IfOp(cond, [], Region(then), Region(other)))
+        return GpuBuilder(_Before(then), self.constants), GpuBuilder(_Before(other), self.constants)
+
     def clone(self, ops: Sequence[Operation], mapping: dict[SSAValue, SSAValue]) -> None:
         for op in ops:
             self.add(op.clone(value_mapper=mapping))

@@ -25,8 +25,10 @@ from xdsl.ir import Operation
 
 from irkit.dialects.warp_tma import (
     MbarrierArriveExpectTxOp,
+    MbarrierArriveOp,
     MbarrierInitOp,
     MbarrierWaitOp,
+    SetMaxNRegOp,
     TmaLoadOp,
 )
 from irkit.runtime.lockstep_warp import LockstepError
@@ -95,6 +97,21 @@ def mbarrier_arrive_expect_tx(
         state.complete_if_due()
 
 
+def mbarrier_arrive(run: Any, op: MbarrierArriveOp, args: list[Any], mask: np.ndarray) -> None:
+    """One arrival a lane."""
+    for key in _barriers(run, op, op.barrier.type, args[0], args[1], mask)[1]:
+        state = _state(run, key, op)
+        state.pending -= 1
+        if state.pending < 0:
+            raise _error(run, f"{op.name}: more arrivals in one phase than its count")
+        state.complete_if_due()
+
+
+def setmaxnreg(run: Any, op: SetMaxNRegOp, args: list[Any], mask: np.ndarray) -> None:
+    """Whole warpgroups only; lockstep has no registers to share."""
+    run._whole_warps(op, mask, 128)
+
+
 def tma_load(run: Any, op: TmaLoadOp, args: list[Any], mask: np.ndarray) -> None:
     """Issue each lane's copy (see the module docstring)."""
     nd = len(op.dest_indices)
@@ -140,6 +157,15 @@ def mbarrier_wait(run: Any, op: MbarrierWaitOp, args: list[Any], mask: np.ndarra
         state.copies = []
         state.complete_if_due()
         if state.phase % 2 == p:
+            block = key[1] // int(np.prod(op.barrier.type.get_shape()))
+            if not mask.reshape(run.run.grid, run.run.block)[block].all():
+                raise _error(
+                    run,
+                    f"{op.name} in divergent code waits on threads of another branch, which "
+                    "lockstep runs after this one: a warp-specialized kernel (producer and "
+                    "consumer warps handing stages over) needs cuda-host, whose threads "
+                    "interleave",
+                )
             raise _error(
                 run,
                 f"{op.name} never returns: {state.pending} arrival(s) and {state.tx} byte(s) "
@@ -160,6 +186,8 @@ def finish_tma(run: Any) -> None:
 RULES: dict[type[Operation], Callable[..., None]] = {
     MbarrierInitOp: mbarrier_init,
     MbarrierArriveExpectTxOp: mbarrier_arrive_expect_tx,
+    MbarrierArriveOp: mbarrier_arrive,
+    SetMaxNRegOp: setmaxnreg,
     MbarrierWaitOp: mbarrier_wait,
     TmaLoadOp: tma_load,
 }

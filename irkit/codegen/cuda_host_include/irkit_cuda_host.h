@@ -822,6 +822,16 @@ inline void irkit_mbarrier_arrive_expect_tx(void* bar, unsigned bytes) {
   irkit_host::phase_done_if_due(m);
 }
 
+inline void irkit_mbarrier_arrive(void* bar) {
+  irkit_host::Mbarrier& m = *(irkit_host::Mbarrier*)bar;
+  m.pending--;
+  irkit_host::phase_done_if_due(m);
+}
+
+// setmaxnreg: the host has no register file to share
+template <int N> inline void irkit_setmaxnreg_inc() {}
+template <int N> inline void irkit_setmaxnreg_dec() {}
+
 // Returns once the phase of parity `parity` has completed; first lands the copies that
 // complete on this barrier, and while the phase is still open lets the other threads run.
 inline void irkit_mbarrier_wait(void* bar, unsigned parity) {
