@@ -5,7 +5,10 @@ the wait that completes its phase) at ragged shapes (boxes past the edge fill ze
 every stage count, split-K, batches and every example in f16 and bf16; NVRTC builds
 UTMALDG and the mbarrier's SYNCS ops with no spills; and each planted slip (a wait
 dropped, the bytes announced short, the wrong parity, the k tile's barrier dropped, a box
-one strip off) fails on both host paths. The IR's shape:
+one strip off) fails on both host paths. With `warp-specialize` (a producer warpgroup and
+consumers handing stages over by full and empty mbarriers): the same on cuda-host, whose
+fibers interleave at each wait (lockstep, which runs divergent branches one after another,
+says it cannot), setmaxnreg in the SASS, and a dropped handover caught. The IR's shape:
 tests/filecheck/passes/gpu-tile-matmul-tma.graph."""
 
 from __future__ import annotations
@@ -26,12 +29,15 @@ from irkit.codegen.nvrtc import compile_cuda
 from irkit.dialects.warp_async import CpAsyncOp, WgmmaOp
 from irkit.dialects.warp_tma import (
     MbarrierArriveExpectTxOp,
+    MbarrierArriveOp,
     MbarrierWaitOp,
+    SetMaxNRegOp,
     TmaLoadOp,
     tensor_maps,
 )
 from irkit.errors import IrkitError
 from irkit.frontend import parse_source
+from irkit.passes.gpu_tile_tma import consumer_registers
 from irkit.pipelines import apply_passes, parse_passes, pipeline_steps
 from irkit.runtime import BACKENDS
 from irkit.runtime.check import check
@@ -209,3 +215,114 @@ def test_the_box_verifier_names_what_is_wrong() -> None:
     box.properties["box"] = DenseArrayBase.from_list(i64, [256, 256])
     with pytest.raises(VerifyException, match="larger than its destination"):
         box.verify()
+
+
+# --- warp specialization (warp-specialize=true): a producer warpgroup, consumer warpgroups --
+
+
+@pytest.mark.parametrize("backend", ["cuda-host", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize(
+    ("dtype", "dims"),
+    [("f16", (100, 72, 40)), ("bf16", (130, 136, 96)), ("f16", (64, 256, 16)), ("bf16", (200, 64, 304))],
+)  # fmt: skip
+def test_warp_specialized_tma_matches_the_reference(backend, stages, dtype, dims) -> None:
+    """The producer's ring runs ahead of the consumers by the stages (k tiles past the
+    stages make it wait on the empty barriers); ragged M and K; cuda-host interleaves the
+    warpgroups' threads at each mbarrier wait."""
+    if backend == "cuda":
+        from tests.test_cuda_path import needs
+
+        needs(backend)
+    m, n, k = dims
+    pipeline = _pipeline(f"warp-specialize=true stages={stages} fill-sms=false")
+    exe = _checked(GEMM.format(t=dtype, m=m, n=n, k=k), pipeline, backend)
+    ops = list(exe.module.walk())
+    counts = Counter(type(op).__name__ for op in ops)
+    assert counts["SetMaxNRegOp"] == 2 and counts["MbarrierArriveOp"] == 1, counts
+    assert not any(isinstance(op, gpu.BarrierOp) for op in ops if isinstance(op.parent_op(), scf.ForOp))  # fmt: skip
+
+
+def test_lockstep_names_the_handshake_it_cannot_interleave() -> None:
+    """Lockstep runs the producer's branch before the consumers': a ring with more k tiles
+    than stages makes the producer wait on consumers that have not run, and lockstep says
+    so (where the k tiles fit the stages, it runs the kernel and checks it)."""
+    from irkit.runtime.lockstep import LockstepError
+
+    text = GEMM.format(t="f16", m=64, n=64, k=256)
+    with pytest.raises(LockstepError, match="warp-specialized kernel .* needs cuda-host"):
+        _checked(text, _pipeline("warp-specialize=true stages=2 block-k=32"), "cuda-sim")
+    _checked(text, _pipeline("warp-specialize=true stages=8 block-k=32"), "cuda-sim")
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_runs_warp_specialized_on_cuda_host(example: Path, dtype: str) -> None:
+    from tests.test_precision import HAS_MATMUL
+
+    module = irkit.load(example, SMALL[example.stem], dtype=dtype)
+    exe = _checked(module, _pipeline("warp-specialize=true"), "cuda-host", seed=1)
+    ops = list(exe.module.walk())
+    assert any(isinstance(op, SetMaxNRegOp) for op in ops) == (example.stem in HAS_MATMUL)
+
+
+def test_nvrtc_builds_the_specialized_kernel_with_setmaxnreg(tmp_path: Path) -> None:
+    """1024^3 bf16, 128 x 128 blocks: 384 threads at 168 registers (ptxas sizes the pool
+    from __launch_bounds__(384, 1)), the producer handing back to 40 and the consumers
+    taking 232 (USETMAXREG), one block barrier (after the mbarriers' init) and none in the
+    loop, no spills."""
+    from tests.test_sass import _disassemble
+
+    graph = parse_source(GEMM.format(t="bf16", m=1024, n=1024, k=1024), "g.graph", ".graph")
+    module = apply_passes(graph, parse_passes(_pipeline("warp-specialize=true fill-sms=false split-k=1")))  # fmt: skip
+    (fn,) = gpu_kernels(module)
+    compiled = compile_cuda(kernel_source(module, fn), fn.sym_name.data, "sm_90")
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(compiled.cubin)
+    text = _disassemble(cubin)
+    alloc = re.findall(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL \w+, (0x[0-9a-f]+)", text)
+    dealloc = re.findall(r"USETMAXREG\.DEALLOC\.CTAPOOL (0x[0-9a-f]+)", text)
+    assert [int(v, 16) for v in alloc] == [232] and [int(v, 16) for v in dealloc] == [40]
+    assert consumer_registers(384, 2) == 232
+    assert text.count("BAR.SYNC") == 1 and "UTMALDG.2D" in text
+    r = compiled.resources
+    assert r.registers == 168 and r.spill_stores == 0 and r.stack_bytes == 0, r
+
+
+def _plant_specialized(module, slip: str) -> None:
+    ops = list(module.walk())
+    if slip == "arrive":  # the consumers never say a stage is free
+        drop = next(op for op in ops if isinstance(op, MbarrierArriveOp))
+    elif slip == "full":  # the consumers read a stage without waiting for its boxes
+        drop = [op for op in ops if isinstance(op, MbarrierWaitOp)][1]
+    else:  # "empty": the producer refills a stage without waiting for it to be free
+        drop = [op for op in ops if isinstance(op, MbarrierWaitOp)][0]
+    drop.detach()
+    drop.erase()
+
+
+@pytest.mark.parametrize("slip", ["arrive", "full", "empty"])
+def test_a_planted_handover_slip_fails_on_cuda_host(slip: str) -> None:
+    """The control matches; each slip is a hang, a copy never waited for, or a stage
+    overwritten before it was read (a wrong product)."""
+    graph = parse_source(GEMM.format(t="f16", m=64, n=64, k=256), "g.graph", ".graph")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 256)).astype(np.float16)
+    b = rng.standard_normal((256, 64)).astype(np.float16)
+    expected = a.astype(np.float32) @ b.astype(np.float32)
+    host = BACKENDS["cuda-host"]()
+    pipeline = _pipeline("warp-specialize=true fill-sms=false stages=2 block-k=32")
+
+    def right(plant: bool) -> bool:
+        module = apply_passes(graph.clone(), parse_passes(pipeline))
+        if plant:
+            _plant_specialized(module, slip)
+        try:
+            got = host.compile(host.lower(module))(a, b)[0]
+        except IrkitError as e:
+            assert re.search(r"mbarrier|TMA", str(e)), e
+            return False
+        return bool(np.allclose(np.asarray(got, np.float32), expected, rtol=2e-2, atol=3e-1))
+
+    assert right(plant=False)
+    assert not right(plant=True)
