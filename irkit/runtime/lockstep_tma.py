@@ -157,7 +157,9 @@ def mbarrier_wait(run: Any, op: MbarrierWaitOp, args: list[Any], mask: np.ndarra
         state.copies = []
         state.complete_if_due()
         if state.phase % 2 == p:
-            block = key[1] // int(np.prod(op.barrier.type.get_shape()))
+            bars = op.barrier.type
+            assert isinstance(bars, MemRefType)
+            block = key[1] // int(np.prod(bars.get_shape()))
             if not mask.reshape(run.run.grid, run.run.block)[block].all():
                 raise _error(
                     run,
