@@ -139,7 +139,7 @@ def test_the_swizzle_gives_eight_rows_eight_bank_groups(row_length: int) -> None
     chunks; each falls in 8 different bank groups (16 bytes: 4 of the 32 banks) where the
     chunks are swizzled, and in as few as 1 where the rows are neither swizzled nor padded.
     (Rows of 8 elements, one chunk, have no other chunk to trade places with.)"""
-    from irkit.dialects.warp import swizzle_chunk
+    from irkit.dialects.warp_async import swizzle_chunk
 
     chunks = row_length // 8
 

@@ -66,40 +66,51 @@ def _checked(text_or_module, pipeline: str, backend: str, seed: int = 3):
     return exe
 
 
+LAYOUTS = {"swizzled": "", "strips": "swizzle=false"}
+"""The TMA tiles: 128-byte rows swizzled (the default, a box per 64 columns) and strips of
+core matrices (`swizzle=false`, a box per 8 columns)."""
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("backend", HOST_AND_GPU)
 @pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize(
     ("dtype", "dims"), [("f16", (100, 72, 40)), ("bf16", (130, 136, 96)), ("f16", (64, 256, 16))]
 )
-def test_tma_matches_the_reference(backend: str, stages: int, dtype: str, dims) -> None:
+def test_tma_matches_the_reference(
+    layout: str, backend: str, stages: int, dtype: str, dims
+) -> None:
     """Ragged M and K (boxes past the edge land zeros), N a multiple of 8, fewer k tiles
-    than stages; the tiles filled by TMA alone (no cp.async), one box per strip."""
+    than stages; the tiles filled by TMA alone (no cp.async), read by wgmma in `layout`."""
     if backend == "cuda":
         from tests.test_cuda_path import needs
 
         needs(backend)
     m, n, k = dims
-    exe = _checked(GEMM.format(t=dtype, m=m, n=n, k=k), _pipeline(f"stages={stages} fill-sms=false"), backend)  # fmt: skip
+    options = f"{LAYOUTS[layout]} stages={stages} fill-sms=false"
+    exe = _checked(GEMM.format(t=dtype, m=m, n=n, k=k), _pipeline(options), backend)
     ops = list(exe.module.walk())
-    assert any(isinstance(op, TmaLoadOp) for op in ops) and any(
-        isinstance(op, WgmmaOp) for op in ops
-    )
+    assert {op.tiles for op in ops if isinstance(op, WgmmaOp)} == {layout}
+    assert any(isinstance(op, TmaLoadOp) for op in ops)
     assert not any(isinstance(op, CpAsyncOp) for op in ops)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
-def test_split_k_and_batches_keep_tma(backend: str) -> None:
+def test_split_k_and_batches_keep_tma(layout: str, backend: str) -> None:
     """Split-K (each range's boxes start at its own k) and a batch matmul with a broadcast
     operand (4-d and 3-d tensor maps, the batch coordinates' boxes of 1)."""
-    exe = _checked(GEMM.format(t="f16", m=64, n=64, k=256), _pipeline("split-k=2 block-k=16"), backend)  # fmt: skip
+    text = GEMM.format(t="f16", m=64, n=64, k=512)
+    exe = _checked(text, _pipeline(f"{LAYOUTS[layout]} split-k=2"), backend)
     assert len(exe.kernels) == 2 and any(isinstance(op, TmaLoadOp) for op in exe.module.walk())
     batch = (
-        "model g\ninput a : bf16[3, 2, 70, 32]\ninput b : bf16[2, 32, 24]\n"
+        "model g\ninput a : bf16[3, 2, 70, 64]\ninput b : bf16[2, 64, 64]\n"
         "output c = batch_matmul(a, b)\n"
     )
-    exe = _checked(batch, _pipeline(), backend)
+    exe = _checked(batch, _pipeline(f"{LAYOUTS[layout]} fill-sms=false"), backend)
     (fn,) = [f for f in gpu_kernels(exe.module) if any(isinstance(o, TmaLoadOp) for o in f.walk())]
     assert sorted(len(m.box) for m in tensor_maps(fn)) == [3, 4]
+    assert {m.swizzle for m in tensor_maps(fn)} == {128 if layout == "swizzled" else 0}
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -117,14 +128,17 @@ def test_every_example_runs_on_tma_in_half_precision(example: Path, dtype: str) 
         assert not any(isinstance(op, CpAsyncOp) for op in ops)
 
 
-def test_nvrtc_builds_utmaldg_and_mbarriers_without_spills(tmp_path: Path) -> None:
-    """A 1024^3 bf16 gemm: UTMALDG.2D for the boxes (20 a stage: 4 strips of A, 16 of B),
-    the mbarrier's init, arrive with its transaction count and parity wait (SYNCS), HGMMA
-    reading the strips, no LDGSTS (no thread copies), no local memory."""
+@pytest.mark.parametrize(("layout", "boxes"), [("swizzled", 3), ("strips", 20)])
+def test_nvrtc_builds_utmaldg_and_mbarriers_without_spills(layout: str, boxes: int, tmp_path: Path) -> None:  # fmt: skip
+    """A 1024^3 bf16 gemm, 128 x 128 blocks: UTMALDG.2D for the boxes (`boxes` a stage:
+    swizzled, 64 of k deep, one of A and two of B; strips, 32 deep, 4 of A and 16 of B), the
+    mbarrier's init, arrive with its transaction count and parity wait (SYNCS), HGMMA
+    reading the tiles, no LDGSTS (no thread copies), no local memory."""
     from tests.test_sass import _disassemble
 
     graph = parse_source(GEMM.format(t="bf16", m=1024, n=1024, k=1024), "g.graph", ".graph")
-    module = apply_passes(graph, parse_passes(_pipeline("fill-sms=false split-k=1")))
+    options = f"{LAYOUTS[layout]} fill-sms=false split-k=1"
+    module = apply_passes(graph, parse_passes(_pipeline(options)))
     (fn,) = gpu_kernels(module)
     compiled = compile_cuda(kernel_source(module, fn), fn.sym_name.data, "sm_90")
     assert compiled.arch == "sm_90a"
@@ -132,7 +146,7 @@ def test_nvrtc_builds_utmaldg_and_mbarriers_without_spills(tmp_path: Path) -> No
     cubin.write_bytes(compiled.cubin)
     text = _disassemble(cubin)
     ops = Counter(re.findall(r"/\*[0-9a-f]{4}\*/\s+(?!@!PT)(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", text))  # fmt: skip
-    assert ops["UTMALDG.2D"] % 20 == 0 and ops["UTMALDG.2D"] >= 20, ops
+    assert ops["UTMALDG.2D"] % boxes == 0 and ops["UTMALDG.2D"] >= boxes, ops
     assert ops["SYNCS.ARRIVE.TRANS64"] >= 1 and ops["SYNCS.EXCH.64"] >= 1, ops
     assert any(op.startswith("SYNCS.PHASECHK") for op in ops), ops
     assert "HGMMA.64x128x16.F32.BF16 " in text, ops
@@ -143,6 +157,7 @@ def test_nvrtc_builds_utmaldg_and_mbarriers_without_spills(tmp_path: Path) -> No
 
 def _plant(module, slip: str) -> None:
     ops = list(module.walk())
+    boxes = [op for op in ops if isinstance(op, TmaLoadOp)]
     if slip == "wait":  # the k tile's mbarrier wait dropped
         wait = next(op for op in ops if isinstance(op, MbarrierWaitOp))
         wait.detach()
@@ -158,28 +173,35 @@ def _plant(module, slip: str) -> None:
         barrier = next(op for op in loop.body.block.ops if isinstance(op, gpu.BarrierOp))
         barrier.detach()
         barrier.erase()
-    else:  # "box": A's second strip copied from the first strip's columns (its k)
-        first, second = [op for op in ops if isinstance(op, TmaLoadOp)][:2]
-        k = len(second.dest_indices) + 3  # dest, its indices, the source, the row: the column
-        second.operands[k] = first.operands[k]
+    elif slip == "box":  # the loop's first box of A reads k tile 0 again (the prologue's k)
+        of_a = [op for op in boxes if op.source is boxes[0].source]  # prologue's, then loop's
+        first, again = of_a[0], of_a[len(of_a) // 2]
+        k = len(again.dest_indices) + 3  # dest, its indices, the source, the row: the column
+        again.operands[k] = first.operands[k]
+    else:  # "swizzle": B's box lands unswizzled, which wgmma reads swizzled
+        del [op for op in boxes if op.swizzle_bytes][-1].properties["swizzle"]
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
-@pytest.mark.parametrize("slip", ["wait", "bytes", "parity", "barrier", "box"])
-def test_a_planted_tma_slip_fails_on_both_host_paths(backend: str, slip: str) -> None:
+@pytest.mark.parametrize("slip", ["wait", "bytes", "parity", "barrier", "box", "swizzle"])
+def test_a_planted_tma_slip_fails_on_both_host_paths(layout: str, backend: str, slip: str) -> None:  # fmt: skip
     """The control matches; each slip gives a wrong product or the host path's named error
     (a hang, a copy never waited for, a race, an arrival too many)."""
     from irkit.runtime.lockstep import LockstepError
 
-    graph = parse_source(GEMM.format(t="f16", m=64, n=64, k=128), "g.graph", ".graph")
+    if slip == "swizzle" and layout == "strips":
+        pytest.skip("strips are not swizzled")
+    graph = parse_source(GEMM.format(t="f16", m=64, n=64, k=256), "g.graph", ".graph")
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((64, 128)).astype(np.float16)
-    b = rng.standard_normal((128, 64)).astype(np.float16)
+    a = rng.standard_normal((64, 256)).astype(np.float16)
+    b = rng.standard_normal((256, 64)).astype(np.float16)
     expected = a.astype(np.float32) @ b.astype(np.float32)
     chosen = BACKENDS[backend]()
+    pipeline = _pipeline(f"{LAYOUTS[layout]} fill-sms=false stages=2 block-k=64")  # 4 k tiles
 
     def right(plant: bool) -> bool:
-        module = apply_passes(graph.clone(), parse_passes(_pipeline("fill-sms=false stages=2")))
+        module = apply_passes(graph.clone(), parse_passes(pipeline))
         if plant:
             _plant(module, slip)
         try:
@@ -187,7 +209,7 @@ def test_a_planted_tma_slip_fails_on_both_host_paths(backend: str, slip: str) ->
         except (LockstepError, IrkitError) as e:
             assert re.search(r"mbarrier|TMA|race|never", str(e)), e
             return False
-        return bool(np.allclose(np.asarray(got, np.float32), expected, rtol=2e-2, atol=2e-1))
+        return bool(np.allclose(np.asarray(got, np.float32), expected, rtol=2e-2, atol=3e-1))
 
     assert right(plant=False)
     assert not right(plant=True)

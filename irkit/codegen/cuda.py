@@ -418,8 +418,8 @@ class CudaPrinter(CPrinter):
         """A wgmma fence met and not yet printed (`wgmma_sync`)."""
         self.tensor_maps: list[TensorMap] = []
         """The kernel's tensor maps, in parameter order (`irkit.dialects.warp_tma`)."""
-        self.tma_dests: set[SSAValue] = set()
-        """The shared buffers TMA copies land in (128-byte aligned)."""
+        self.tma_dests: dict[SSAValue, int] = {}
+        """The shared buffers TMA copies land in, and their alignment (128 or 1024 bytes)."""
 
     HALF_HEADERS = (
         "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
@@ -550,8 +550,9 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         size = math.prod(t.get_shape())
         element = self.type_name(t.element_type)
         # 16-byte aligned, so that a vector access at a multiple of 4 floats is aligned too;
-        # 128 where a TMA copy lands (`cp.async.bulk.tensor` asks it of its destination)
-        align = 128 if op.memref in self.tma_dests else 16
+        # 128 where a TMA copy lands (`cp.async.bulk.tensor` asks it of its destination),
+        # 1024 where it lands swizzled (the pattern runs on the address's bits 4-9)
+        align = self.tma_dests.get(op.memref, 16)
         static = f"__shared__ __align__({align}) {element} {name}[{size}];"
         if name not in self.dynamic_offsets:
             self.emit(static)
@@ -667,9 +668,12 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         self.wgmma_arrays[op] = array
         for i, r in enumerate(op.d):
             self.names[r] = f"{array}[{i}]"
-        a_k, a_m, b_k, b_n = op.core_dims()
-        a = w.descriptor(self.element(op.a, list(op.a_indices)), op.a, a_k, a_m)
-        b = w.descriptor(self.element(op.b, list(op.b_indices)), op.b, b_k, b_n)
+        a_at, b_at = self.element(op.a, list(op.a_indices)), self.element(op.b, list(op.b_indices))
+        if op.tiles == "swizzled":
+            a, b = w.swizzled_descriptor(a_at, op.a, "a"), w.swizzled_descriptor(b_at, op.b, "b")
+        else:
+            a_k, a_m, b_k, b_n = op.core_dims()
+            a, b = w.descriptor(a_at, op.a, a_k, a_m), w.descriptor(b_at, op.b, b_k, b_n)
         self.emit(f"{w.helper_name(op)}({a}, {b}, {array});")
 
     def wgmma_sync(self, op: Operation) -> None:
@@ -751,14 +755,18 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
             pointer = self.restrict(arg, stored, loaded)
             params.append(f"{const}{self.type_name(t.element_type)}{pointer} {name}")
         self.tensor_maps = tensor_maps(fn)
-        self.tma_dests = {o.dest for o in fn.walk() if isinstance(o, TmaLoadOp)}
+        self.tma_dests = {}
+        for o in fn.walk():
+            if isinstance(o, TmaLoadOp):
+                align = 1024 if o.swizzle_bytes else 128
+                self.tma_dests[o.dest] = max(align, self.tma_dests.get(o.dest, 0))
         params += cuda_tma.parameters(fn)
         self.lines = []
         self.indent = 1
         self.dynamic_offsets = _dynamic_offsets(fn, launch)
         if self.dynamic_offsets:
             self.emit("#ifndef IRKIT_CUDA_HOST")
-            align = 128 if self.tma_dests else 16  # TMA's destinations are 128-byte aligned
+            align = max(self.tma_dests.values(), default=16)  # TMA's destinations: 128 or 1024
             self.emit(f"extern __shared__ __align__({align}) unsigned char irkit_dynamic_shared[];")
             self.emit("#endif")
         self.block(fn.body.block)
@@ -968,7 +976,7 @@ __device__ __forceinline__ int irkit_swizzle_column(int row, int column, int row
 }
 #endif
 """
-"""`irkit.dialects.warp.swizzle_column` in C (cuda-host's header has its own)."""
+"""`irkit.dialects.warp_async.swizzle_column` in C (cuda-host's header has its own)."""
 
 
 ASYNC_COPY_HELPERS = """\

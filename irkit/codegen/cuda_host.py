@@ -87,7 +87,7 @@ def launcher(name: str, fn: func.FuncOp, printer: CudaPrinter) -> str:
         )
         casts.append(
             f"irkit_host::tensor_map(a[{m.arg}], {layout.itemsize}u, {len(layout.dims)}u, "
-            f"dims{j}, box{j})"
+            f"dims{j}, box{j}, {layout.swizzle}u)"
         )
     return (
         f"\nstatic void irkit_body_{name}(void* p) {{\n"

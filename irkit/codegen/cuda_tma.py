@@ -112,6 +112,8 @@ class MapLayout(NamedTuple):
     strides: tuple[int, ...]
     """Bytes between consecutive indices of dimensions 1 .. rank - 1."""
     box: tuple[int, ...]
+    swizzle: int
+    """0, or 128: the bytes of the swizzle pattern the box lands in."""
 
 
 def map_layout(fn: func.FuncOp, m: TensorMap) -> MapLayout:
@@ -125,7 +127,8 @@ def map_layout(fn: func.FuncOp, m: TensorMap) -> MapLayout:
     for extent in reversed(shape[1:]):
         step *= extent
         strides.append(step)
-    return MapLayout(itemsize, tuple(reversed(shape)), tuple(strides), tuple(reversed(m.box)))
+    dims, box = tuple(reversed(shape)), tuple(reversed(m.box))
+    return MapLayout(itemsize, dims, tuple(strides), box, m.swizzle)
 
 
 def emit(printer: CudaPrinter, op: Operation, fn_maps: list[TensorMap]) -> None:

@@ -24,16 +24,17 @@ from irkit.errors import IrkitError
 COMMON_HELPERS = """\
 #ifndef IRKIT_CUDA_HOST
 typedef unsigned long long irkit_wgmma_desc_t;
-__device__ __forceinline__ irkit_wgmma_desc_t irkit_wgmma_desc(const void* p, unsigned lbo, unsigned sbo) {
+__device__ __forceinline__ irkit_wgmma_desc_t irkit_wgmma_desc(const void* p, unsigned lbo, unsigned sbo, unsigned mode) {
   const unsigned long long address = (unsigned)__cvta_generic_to_shared(p);
-  return ((address & 0x3FFFFull) >> 4) | ((unsigned long long)((lbo & 0x3FFFFu) >> 4) << 16) | ((unsigned long long)((sbo & 0x3FFFFu) >> 4) << 32);
+  return ((address & 0x3FFFFull) >> 4) | ((unsigned long long)((lbo & 0x3FFFFu) >> 4) << 16) | ((unsigned long long)((sbo & 0x3FFFFu) >> 4) << 32) | ((unsigned long long)mode << 62);
 }
 __device__ __forceinline__ void irkit_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory"); }
 __device__ __forceinline__ void irkit_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void irkit_wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\\n" :: "n"(N) : "memory"); }
 #endif
 """
-"""The descriptor (no swizzle, base offset 0), the fence, commit_group and wait_group."""
+"""The descriptor (its layout type in bits 62-63: 0 no swizzle, 1 the 128-byte swizzle; base
+offset 0, the tiles aligned to 1024 bytes), the fence, commit_group and wait_group."""
 
 
 def helper_name(op: WgmmaOp) -> str:
@@ -79,14 +80,22 @@ def chained(op: WgmmaOp) -> WgmmaOp | None:
 
 
 def descriptor(element: str, buffer: SSAValue, k_dim: int, mn_dim: int) -> str:
-    """The descriptor of the tile at `element` (a C lvalue): LBO the stride of its k-core
-    dimension, SBO that of its m- or n-core dimension, in bytes."""
+    """The descriptor of the core-matrix tile at `element` (a C lvalue): LBO the stride of its
+    k-core dimension, SBO that of its m- or n-core dimension, in bytes; no swizzle."""
+    return f"irkit_wgmma_desc(&{element}, {_stride(buffer, k_dim)}, {_stride(buffer, mn_dim)}, 0)"
+
+
+def swizzled_descriptor(element: str, buffer: SSAValue, operand: str) -> str:
+    """The descriptor of a 128-byte-swizzled tile at `element` (`WgmmaOp.layout`
+    "swizzled"): SBO 1024 bytes (8 rows of 128) between the core matrices along m (A) or k
+    (B); A's LBO unused (16), B's the stride between its 64-column atoms along n."""
+    lbo = 16 if operand == "a" else _stride(buffer, -3)
+    return f"irkit_wgmma_desc(&{element}, {lbo}, 1024, 1)"
+
+
+def _stride(buffer: SSAValue, d: int) -> int:
+    """Bytes between consecutive indices of dimension `d` of `buffer`."""
     t = buffer.type
     assert isinstance(t, MemRefType)
     shape = t.get_shape()
-    size = numpy_dtype(t.element_type).itemsize
-
-    def stride(d: int) -> int:
-        return math.prod(shape[d + 1 :]) * size
-
-    return f"irkit_wgmma_desc(&{element}, {stride(k_dim)}, {stride(mn_dim)})"
+    return math.prod(shape[len(shape) + d + 1 :]) * numpy_dtype(t.element_type).itemsize

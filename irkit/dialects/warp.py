@@ -254,22 +254,6 @@ class LdmatrixX4Op(IRDLOperation):
             raise VerifyException(f"{self.name}'s results are vector<2x{t.element_type}>")
 
 
-def swizzle_chunk(row, chunk, chunks: int):
-    """The 16-byte chunk where logical chunk `chunk` of row `row` sits in a swizzled tile
-    whose rows hold `chunks` chunks (ints or numpy arrays): the chunk XOR a function of the
-    row that gives 8 consecutive rows' same chunk 8 different bank groups (128 bytes: rows
-    of 8 or more chunks, row % 8; of 4, (row / 2) % 4; of 2, (row / 4) % 2). A tile written
-    and read through it (cp.async, ldmatrix, element loads) needs no padding."""
-    period = min(chunks, 8)
-    return chunk ^ (row // max(1, 8 // chunks) % period)
-
-
-def swizzle_column(row, column, row_length: int):
-    """Column `column` of row `row` in a swizzled tile of `row_length` 2-byte elements."""
-    chunk = swizzle_chunk(row, column // 8, row_length // 8)
-    return 8 * chunk + column % 8
-
-
 MMA_OPS = (MmaM16n8k16Op, MmaM16n8k8Tf32Op)
 
 

@@ -29,7 +29,7 @@ from xdsl.dialects.builtin import (
     IndexType,
     IntegerAttr,
     MemRefType,
-    UnitAttr,
+    StringAttr,
     i64,
 )
 from xdsl.ir import Attribute, SSAValue
@@ -157,6 +157,46 @@ def core_b(k: int, n: int, strips: bool = False) -> tuple[int, int, int, int]:
     return k // 8, n // 8, k % 8, n % 8
 
 
+def swizzle_chunk(row, chunk, chunks: int):
+    """The 16-byte chunk where logical chunk `chunk` of row `row` sits in a swizzled tile
+    whose rows hold `chunks` chunks (ints or numpy arrays): the chunk XOR a function of the
+    row that gives 8 consecutive rows' same chunk 8 different bank groups (128 bytes: rows
+    of 8 or more chunks, row % 8; of 4, (row / 2) % 4; of 2, (row / 4) % 2). A tile written
+    and read through it (cp.async, ldmatrix, element loads) needs no padding. On rows of 8,
+    4 and 2 chunks it is TMA's 128-, 64- and 32-byte swizzle (address bits 4-6 XOR bits 7-9,
+    for a tile aligned to 1024 bytes), which wgmma's descriptors name."""
+    period = min(chunks, 8)
+    return chunk ^ (row // max(1, 8 // chunks) % period)
+
+
+def swizzle_column(row, column, row_length: int):
+    """Column `column` of row `row` in a swizzled tile of `row_length` 2-byte elements."""
+    chunk = swizzle_chunk(row, column // 8, row_length // 8)
+    return 8 * chunk + column % 8
+
+
+SWIZZLE_ROW = 64
+"""Elements (2 bytes each) of a row of a 128-byte-swizzled wgmma tile (`wgmma_element`)."""
+
+
+def wgmma_element(layout: str, operand: str, origin: list, r, c) -> list:
+    """The indices of element (r, c) of a wgmma's A (r along m, c along k) or B (r along k,
+    c along n) in its tile, from the op's indices `origin` (ints or numpy arrays), for each
+    `WgmmaOp.layout`: "cores" (`core_a`, `core_b`), "strips" (the same, the two core
+    dimensions swapped) and "swizzled": rows of 128 bytes, 128-byte swizzled, A K-major
+    `[.., m, 64]` from origin `[.., m0, k0]` and B N-major `[.., n/64, k, 64]` from origin
+    `[.., 0, k0, 0]` (what a TMA box with 128-byte swizzle lands)."""
+    if layout == "swizzled":
+        row = origin[-2] + r
+        if operand == "a":
+            return [*origin[:-2], row, swizzle_column(row, origin[-1] + c, SWIZZLE_ROW)]
+        at, atom = origin[-1] + c % SWIZZLE_ROW, origin[-3] + c // SWIZZLE_ROW
+        return [*origin[:-3], atom, row, swizzle_column(row, at, SWIZZLE_ROW)]
+    core = core_a if operand == "a" else core_b
+    c0, c1, i, j = core(r, c, layout == "strips")
+    return [*origin[:-4], origin[-4] + c0, origin[-3] + c1, origin[-2] + i, origin[-1] + j]
+
+
 def wgmma_d_coordinates(thread: int, i: int) -> tuple[int, int]:
     """Row and column of a warpgroup thread's accumulator i (0 .. N/2 - 1) in the 64 x N
     tile: warp w of the warpgroup holds rows 16w .. 16w + 15, each 8 columns as m16n8's C."""
@@ -170,9 +210,10 @@ class WgmmaOp(IRDLOperation):
     """A warpgroup's (128 threads') `wgmma.mma_async` m64nNk16, f32 accumulators: D = A B + C
     with A (64 x 16, f16 or bf16) and B (16 x N, same type) read from shared memory. A is a
     core-matrix tile `[.., m/8, k/8, 8, 8]` (K-major), B one `[.., k/8, n/8, 8, 8]` (N-major);
-    the indices name the first core matrix of each (the last two 0). Under `strips` the two
-    core dimensions are swapped (A `[.., k/8, m/8, 8, 8]`, B `[.., n/8, k/8, 8, 8]`: strips
-    of core matrices, one TMA box each; `core_a`, `core_b`). Each thread gives and
+    the indices name the first core matrix of each (the last two 0). `layout` "strips": the
+    two core dimensions swapped (A `[.., k/8, m/8, 8, 8]`, B `[.., n/8, k/8, 8, 8]`: strips
+    of core matrices, one TMA box each); "swizzled": rows of 128 bytes swizzled
+    (`wgmma_element`). Each thread gives and
     receives N/2 accumulators at `wgmma_d_coordinates`. Asynchronous: the results may be read
     only after a `wgmma_wait` that covers the op's group, except as the C of the next wgmma
     (the same registers on the GPU), and the tiles must not change until then."""
@@ -186,7 +227,7 @@ class WgmmaOp(IRDLOperation):
     c = var_operand_def(Float32Type)
     d = var_result_def()
     n = prop_def(IntegerAttr)
-    strips = opt_prop_def(UnitAttr)
+    layout = opt_prop_def(StringAttr)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
     def __init__(
@@ -197,11 +238,11 @@ class WgmmaOp(IRDLOperation):
         b_indices: list[SSAValue],
         c: list[SSAValue],
         n: int,
-        strips: bool = False,
+        layout: str = "cores",
     ):
         properties: dict[str, Attribute] = {"n": IntegerAttr(n, i64)}
-        if strips:
-            properties["strips"] = UnitAttr()
+        if layout != "cores":
+            properties["layout"] = StringAttr(layout)
         super().__init__(
             operands=[a, a_indices, b, b_indices, c],
             properties=properties,
@@ -209,12 +250,13 @@ class WgmmaOp(IRDLOperation):
         )
 
     @property
-    def in_strips(self) -> bool:
-        return self.strips is not None
+    def tiles(self) -> str:
+        """The tiles' layout: "cores", "strips" or "swizzled" (see the class docstring)."""
+        return self.layout.data if self.layout is not None else "cores"
 
     def core_dims(self) -> tuple[int, int, int, int]:
         """The dimensions (from the end) of A's k and m cores and of B's k and n cores."""
-        if self.in_strips:
+        if self.tiles == "strips":
             return -4, -3, -3, -4
         return -3, -4, -4, -3
 
@@ -234,12 +276,16 @@ class WgmmaOp(IRDLOperation):
             raise VerifyException(f"{self.name}: N must be a multiple of 8 from 8 to 256")
         if len(self.c) != n // 2 or len(self.d) != n // 2:
             raise VerifyException(f"{self.name}: {n // 2} accumulators in and out")
+        if self.tiles not in ("cores", "strips", "swizzled"):
+            raise VerifyException(f"{self.name}: layout is cores, strips or swizzled")
+        last = (SWIZZLE_ROW,) if self.tiles == "swizzled" else (8, 8)
         for buffer, indices in ((self.a, self.a_indices), (self.b, self.b_indices)):
             t = buffer.type
             assert isinstance(t, MemRefType)
-            if t.memory_space != SHARED or t.get_shape()[-2:] != (8, 8):
+            if t.memory_space != SHARED or t.get_shape()[-len(last) :] != last:
                 raise VerifyException(
-                    f"{self.name} reads core-matrix tiles [.., 8, 8] in shared memory"
+                    f"{self.name} reads {self.tiles} tiles [.., {', '.join(map(str, last))}] "
+                    "in shared memory"
                 )
             if len(indices) != t.get_num_dims():
                 raise VerifyException(f"{self.name} takes one index per dimension of each tile")

@@ -194,6 +194,7 @@ class TmaLoadOp(IRDLOperation):
     barrier = operand_def(MemRefType)
     barrier_index = operand_def(IndexType)
     box = prop_def(DenseArrayBase)
+    swizzle = opt_prop_def(IntegerAttr)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
     def __init__(
@@ -205,11 +206,22 @@ class TmaLoadOp(IRDLOperation):
         box: list[int],
         barrier: SSAValue,
         barrier_index: SSAValue,
+        swizzle: int = 0,
     ):
+        properties: dict[str, Attribute] = {"box": DenseArrayBase.from_list(i64, box)}
+        if swizzle:
+            properties["swizzle"] = IntegerAttr(swizzle, i64)
         super().__init__(
             operands=[dest, dest_indices, source, coordinates, barrier, barrier_index],
-            properties={"box": DenseArrayBase.from_list(i64, box)},
+            properties=properties,
         )
+
+    @property
+    def swizzle_bytes(self) -> int:
+        """0, or 128: the box's rows (128 bytes each) land with their 16-byte chunks XOR
+        the row's position in 8 (`irkit.dialects.warp_async.swizzle_chunk`), the box's
+        destination aligned to 1024 bytes."""
+        return self.swizzle.value.data if self.swizzle is not None else 0
 
     @property
     def box_shape(self) -> tuple[int, ...]:
@@ -249,6 +261,10 @@ class TmaLoadOp(IRDLOperation):
             raise VerifyException(f"{self.name}: the box's rows must be multiples of 16 bytes")
         if math.prod(box) > math.prod(d.get_shape()):
             raise VerifyException(f"{self.name}: the box is larger than its destination")
+        if self.swizzle_bytes not in (0, 128) or (
+            self.swizzle_bytes and box[-1] * numpy_dtype(s.element_type).itemsize != 128
+        ):
+            raise VerifyException(f"{self.name}: a swizzled box has rows of 128 bytes")
 
 
 TMA_OPS = (
@@ -262,10 +278,12 @@ TMA_OPS = (
 
 
 class TensorMap(NamedTuple):
-    """One tensor map a kernel takes: kernel argument `arg` seen in boxes of `box`."""
+    """One tensor map a kernel takes: kernel argument `arg` seen in boxes of `box`, landing
+    with `swizzle` (0 or 128 bytes)."""
 
     arg: int
     box: tuple[int, ...]
+    swizzle: int = 0
 
 
 def tensor_maps(fn: func.FuncOp) -> list[TensorMap]:
@@ -278,7 +296,7 @@ def tensor_maps(fn: func.FuncOp) -> list[TensorMap]:
         source = op.source
         if not (isinstance(source, BlockArgument) and source.block is fn.body.block):
             raise IrkitError(f"@{fn.sym_name.data}: {op.name} reads a kernel argument only")
-        m = TensorMap(source.index, op.box_shape)
+        m = TensorMap(source.index, op.box_shape, op.swizzle_bytes)
         if m not in maps:
             maps.append(m)
     return maps
@@ -288,4 +306,4 @@ def map_index(fn_maps: list[TensorMap], op: TmaLoadOp) -> int:
     """Which of the kernel's tensor maps `op` copies through."""
     source = op.source
     assert isinstance(source, BlockArgument)
-    return fn_maps.index(TensorMap(source.index, op.box_shape))
+    return fn_maps.index(TensorMap(source.index, op.box_shape, op.swizzle_bytes))

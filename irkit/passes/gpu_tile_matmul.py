@@ -137,7 +137,7 @@ class GpuTileMatmulPass(ModulePass):
     # to the others by setmaxnreg) and consumer warpgroups computing, the stages handed over
     # by full and empty mbarriers, no block barrier in the k loop. Not yet timed on a GPU.
     warp_specialize: bool = False
-    # the cp.async tiles' 16-byte chunks XOR-swizzled by row (`irkit.dialects.warp.
+    # the cp.async tiles' 16-byte chunks XOR-swizzled by row (`irkit.dialects.warp_async.
     # swizzle_chunk`) instead of rows padded by 16 bytes: ldmatrix and the copies stay free
     # of bank conflicts in 20% less shared memory. Not yet timed on a GPU.
     swizzle: bool = True
@@ -245,6 +245,9 @@ class _TiledKernel:
         self.async_copy, self.swizzled = tile.async_copy, tile.swizzled
         self.stages = tile.stages
         self.tma, self.specialized = tile.tma, tile.specialized
+        # wgmma's tiles: "swizzled" (128-byte rows) or "strips" of core matrices (TMA boxes),
+        # else "cores" (cp.async; `irkit.dialects.warp_async.wgmma_element`)
+        self.layout = "swizzled" if tile.tma_swizzled else "strips" if tile.tma else "cores"
         # setmaxnreg shares the register pool ptxas sizes from __launch_bounds__(threads, 1)
         self.min_blocks = self.o.min_blocks or int(self.specialized)
 
@@ -450,7 +453,7 @@ class _TiledKernel:
         self, t: GpuBuilder, row: SSAValue, column: SSAValue, row_length: int
     ) -> list[SSAValue]:
         """(row, column) of a 2-byte element in a shared tile, the column where the swizzle
-        put it in a swizzled tile (`irkit.dialects.warp.swizzle_column`)."""
+        put it in a swizzled tile (`irkit.dialects.warp_async.swizzle_column`)."""
         if not self.swizzled:
             return [row, column]
         chunks = row_length // 8
@@ -480,17 +483,14 @@ class _TiledKernel:
         o, n = self.o, self.o.block_n
         group = b.binary(arith.DivUIOp, tid, 128)
         a_row = b.binary(arith.MuliOp, group, 8)  # the warpgroup's first core matrix along m
-        zero = b.index(0)
+        if self.layout == "swizzled":  # its first row
+            a_row = b.binary(arith.MuliOp, group, 64)
 
         def compute(t: GpuBuilder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
             t.add(WgmmaFenceOp())
             for kk in range(o.block_k // MMA_K):
-                k_core = t.index(2 * kk)
-                a_at = [stage, k_core, a_row] if self.tma else [stage, a_row, k_core]
-                b_at = [stage, zero, k_core] if self.tma else [stage, k_core, zero]
-                op = WgmmaOp(
-                    a_tile, [*a_at, zero, zero], b_tile, [*b_at, zero, zero], accs, n, self.tma
-                )
+                a_at, b_at = self._wgmma_origins(t, stage, a_row, kk)
+                op = WgmmaOp(a_tile, a_at, b_tile, b_at, accs, n, self.layout)
                 t.add(op)
                 accs = list(op.results)
             t.add(WgmmaCommitOp())
@@ -509,6 +509,22 @@ class _TiledKernel:
         d_at = [wgmma_d_coordinates(0, i) for i in range(n // 2)]
         return compute, [(b.iadd(row, dr), b.iadd(col, dc)) for dr, dc in d_at]
 
+    def _wgmma_origins(
+        self, t: GpuBuilder, stage: SSAValue, a_row: SSAValue, kk: int
+    ) -> tuple[list[SSAValue], list[SSAValue]]:
+        """The indices of A's and B's tiles where k step `kk` (16 of k) of a warpgroup begins,
+        for `self.layout`; `a_row` is the warpgroup's first row of A (swizzled) or first core
+        matrix along m."""
+        zero = t.index(0)
+        core_row = a_row
+        if self.layout == "swizzled":  # 16 kk into A's 64-wide atoms
+            a_at = [stage, t.index(kk // 4), a_row, t.index(16 * (kk % 4))]
+            return a_at, [stage, zero, t.index(16 * kk), zero]
+        k_core = t.index(2 * kk)
+        if self.layout == "strips":
+            return [stage, k_core, core_row, zero, zero], [stage, zero, k_core, zero, zero]
+        return [stage, core_row, k_core, zero, zero], [stage, k_core, zero, zero, zero]
+
     def build(self, constants) -> func.FuncOp:
         o, nest = self.o, self.nest
         name = self.fn.sym_name.data
@@ -518,7 +534,10 @@ class _TiledKernel:
         tiles_n = -(-nest.n // o.block_n)
         grid = self.tile.blocks
         stages = self.stages
-        if self.tma:  # strips of core matrices, one box each: A [k/8][m/8][8][8], B [n/8][k/8]
+        if self.layout == "swizzled":  # rows of 128 bytes: A [k/64][m][64], B [n/64][k][64]
+            a_tile = self._shared(f"{name}_a_tile", [stages, o.block_k // 64, o.block_m, 64])
+            b_tile = self._shared(f"{name}_b_tile", [stages, o.block_n // 64, o.block_k, 64])
+        elif self.tma:  # strips of core matrices, one box each: A [k/8][m/8][8][8], B [n/8][k/8]
             a_tile = self._shared(f"{name}_a_tile", [stages, o.block_k // 8, o.block_m // 8, 8, 8])
             b_tile = self._shared(f"{name}_b_tile", [stages, o.block_n // 8, o.block_k // 8, 8, 8])
         elif self.wgmma:  # core-matrix tiles: A [m/8][k/8][8][8], B [k/8][n/8][8][8]

@@ -114,6 +114,9 @@ class GpuTile:
     """The wgmma tiles filled by TMA boxes on mbarriers (`tma`; `irkit.passes.gpu_tile_tma`)."""
     specialized: bool = False
     """With `tma`: a producer warpgroup beside the consumers (`warp-specialize`)."""
+    tma_swizzled: bool = False
+    """With `tma`: tiles of 128-byte rows, 128-byte swizzled (`swizzle`), one box per 64
+    columns; else strips of core matrices, one box per 8 columns."""
 
     @property
     def pairs(self) -> bool:
@@ -169,6 +172,8 @@ def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
             block_m = max(block_m, WGMMA_M)
     pairs = mma and not tf32
     block_k = o.block_k or _auto_depth(o, block_m, block_n, shape.k, shape.itemsize, pairs)
+    if pairs and o.wgmma and o.tma and o.swizzle and not o.block_k:
+        block_k = TMA_SWIZZLE_DEPTH  # one 128-byte swizzled row of k a stage
     if mma:
         block_k = -(-block_k // mma_k) * mma_k
     o = replace(o, block_m=block_m, thread_m=thread_m, block_n=block_n, thread_n=thread_n,
@@ -200,12 +205,17 @@ def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
     specialized = tma and o.warp_specialize
     if specialized:  # the producer warpgroup
         threads += 128
+    atoms = block_k % TMA_SWIZZLE_DEPTH == 0 and block_n % TMA_SWIZZLE_DEPTH == 0
+    tma_swizzled = tma and o.swizzle and atoms
     return GpuTile(o, mma, tf32, mma_k, warps, threads, _warp_tiles(o), tiles,
                    prod(shape.batch), k_tiles, splits, wgmma, copies, swizzled, tma,
-                   specialized)  # fmt: skip
+                   specialized, tma_swizzled)  # fmt: skip
 
 
 WGMMA_M = 64
+TMA_SWIZZLE_DEPTH = 64
+"""Elements of a 128-byte swizzled row (2 bytes each): the TMA tiles' k depth, and their
+atoms along n."""
 """Rows of C a warpgroup's wgmma computes."""
 
 
@@ -250,7 +260,7 @@ def tile_pad(pad: int, pairs: bool) -> int:
 
 def swizzles(o: GpuTileMatmulPass, pairs: bool, depth: int, block_n: int) -> bool:
     """Whether the f16/bf16 tiles (A [m][depth], B [depth][block_n], filled by cp.async and
-    read by ldmatrix) are swizzled (`swizzle`; `irkit.dialects.warp.swizzle_chunk`): rows of
+    read by ldmatrix) are swizzled (`swizzle`; `irkit.dialects.warp_async.swizzle_chunk`): rows of
     1, 2, 4 or a multiple of 8 chunks of 16 bytes, where the XOR stays inside the row."""
 
     def fits(elements: int) -> bool:

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 CORE = 8
 """Elements along k (A) or n (B) of one strip of core matrices: one TMA box's row."""
+ATOM = 64
+"""Elements of a 128-byte swizzled row: a swizzled box's columns (`tma_swizzled`)."""
 
 
 def described(value: SSAValue) -> bool:
@@ -88,6 +90,18 @@ def _issuer(
         k0 = k_origin(t, kt)
         t.add(MbarrierArriveExpectTxOp(bars, stage, stage_bytes))
         zero = t.index(0)
+        if kernel.layout == "swizzled":  # a box per 64 of k (A) and of n (B), 128-byte rows
+            for ka in range(o.block_k // ATOM):
+                at = [*a_prefix, row0, t.iadd(k0, ATOM * ka)]
+                box = [1] * len(a_prefix) + [o.block_m, ATOM]
+                dest = [stage, t.index(ka), zero, zero]
+                t.add(TmaLoadOp(a_tile, dest, a, at, box, bars, stage, swizzle=128))
+            for na in range(o.block_n // ATOM):
+                at = [*b_prefix, k0, t.iadd(col0, ATOM * na)]
+                box = [1] * len(b_prefix) + [o.block_k, ATOM]
+                dest = [stage, t.index(na), zero, zero]
+                t.add(TmaLoadOp(b_tile, dest, bb, at, box, bars, stage, swizzle=128))
+            return
         for kc in range(o.block_k // CORE):
             at = [*a_prefix, row0, t.iadd(k0, CORE * kc)]
             box = [1] * len(a_prefix) + [o.block_m, CORE]

@@ -193,7 +193,7 @@ class Launch:
 
 def encode_tensor_map(kernel: GpuKernel, m: TensorMap, buffer: DeviceBuffer) -> Any:
     """The driver's `CUtensorMap` for the kernel's tensor map `m` over `buffer`
-    (`cuTensorMapEncodeTiled`: no interleave, no swizzle, zeros outside the tensor); the
+    (`cuTensorMapEncodeTiled`: no interleave, its swizzle, zeros outside the tensor); the
     kernel takes it as a `__grid_constant__` parameter (`irkit.codegen.cuda_tma`)."""
     drv = cuda_driver()
     layout = map_layout(kernel.fn, m)
@@ -205,6 +205,8 @@ def encode_tensor_map(kernel: GpuKernel, m: TensorMap, buffer: DeviceBuffer) -> 
     kinds = {"float16": "FLOAT16", "bfloat16": "BFLOAT16", "float32": "FLOAT32"}
     kind = getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kinds[buffer.dtype.name]}")
     rank = len(layout.dims)
+    mode = "128B" if layout.swizzle == 128 else "NONE"
+    swizzle = getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{mode}")
     return driver_call(
         f"tensor map {m.arg} of kernel {kernel.name}",
         drv.cuTensorMapEncodeTiled(
@@ -216,7 +218,7 @@ def encode_tensor_map(kernel: GpuKernel, m: TensorMap, buffer: DeviceBuffer) -> 
             list(layout.box),
             [1] * rank,
             drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+            swizzle,
             drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
             drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         ),

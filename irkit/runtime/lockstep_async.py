@@ -33,9 +33,8 @@ from irkit.dialects.warp_async import (
     WgmmaFenceOp,
     WgmmaOp,
     WgmmaWaitOp,
-    core_a,
-    core_b,
     wgmma_d_coordinates,
+    wgmma_element,
 )
 from irkit.errors import IrkitError
 from irkit.runtime.lockstep_warp import LockstepError, uniform
@@ -115,11 +114,11 @@ def _error(run: Any, what: str) -> IrkitError:
 
 
 def _read(
-    run: Any, t: Any, buffer: np.ndarray, origin: list[Any], core, rows, cols, mask
+    run: Any, op: WgmmaOp, operand: str, buffer: np.ndarray, origin: list[Any], rows, cols, mask
 ) -> tuple[np.ndarray, _Read]:
-    """Element (rows, cols) of a core-matrix tile at `origin` for every lane (checked)."""
-    c0, c1, r, c = core(rows, cols)
-    at = [*origin[:-4], origin[-4] + c0, origin[-3] + c1, origin[-2] + r, origin[-1] + c]
+    """Element (rows, cols) of the wgmma's A or B (`operand`) for every lane (checked)."""
+    t = (op.a if operand == "a" else op.b).type
+    at = wgmma_element(op.tiles, operand, origin, rows, cols)
     values = run._load(t, WgmmaOp.name, [buffer, *at], mask)
     return values, _Read(t, buffer, at, values, mask)
 
@@ -140,23 +139,15 @@ def wgmma(run: Any, op: WgmmaOp, args: list[Any], mask: np.ndarray) -> None:
     a = np.zeros((count, 64, 16), np.float32)
     b = np.zeros((count, 16, n), np.float32)
     reads = []
-    strips = op.in_strips
-
-    def a_core(m, k):
-        return core_a(m, k, strips)
-
-    def b_core(k, n):
-        return core_b(k, n, strips)
-
     for j in range(8):
         rows, ks = t // 2, 8 * (t % 2) + j
-        values, read = _read(run, op.a.type, a_buf, a_ix, a_core, rows, ks, mask)
+        values, read = _read(run, op, "a", a_buf, a_ix, rows, ks, mask)
         a[np.arange(lanes) // 128, rows, ks] = values
         reads.append(read)
     for j in range(n // 8):
         e = t + 128 * j
         ks, cols = e // n, e % n
-        values, read = _read(run, op.b.type, b_buf, b_ix, b_core, ks, cols, mask)
+        values, read = _read(run, op, "b", b_buf, b_ix, ks, cols, mask)
         b[np.arange(lanes) // 128, ks, cols] = values
         reads.append(read)
     d = np.matmul(a, b)

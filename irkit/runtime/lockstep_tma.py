@@ -31,6 +31,7 @@ from irkit.dialects.warp_tma import (
     SetMaxNRegOp,
     TmaLoadOp,
 )
+from irkit.dialects.warp_async import swizzle_column
 from irkit.runtime.lockstep_warp import LockstepError
 
 
@@ -135,6 +136,14 @@ def tma_load(run: Any, op: TmaLoadOp, args: list[Any], mask: np.ndarray) -> None
         clipped = np.clip(where, 0, np.array(source.shape)[:, None] - 1)
         values = np.where(inside, source[tuple(clipped)], np.zeros((), source.dtype))
         flat = start[i] + np.arange(size)
+        if op.swizzle_bytes:  # rows of 128 bytes, 16-byte chunks XOR the row's place in 8
+            row_length = box[-1]
+            first, rest = divmod(int(local[i]), row_length)
+            if rest or first % 8:
+                raise _error(run, f"{op.name}: a swizzled box starts off a 1024-byte boundary")
+            rows = first + np.arange(size) // row_length
+            columns = swizzle_column(rows, np.arange(size) % row_length, row_length)
+            flat = start[i] + (rows - first) * row_length + columns
         run._write_at(dest, op.name, np.full(size, lane), flat, None)
         state = _state(run, keys[i], op)
         state.copies.append(TmaInFlight(dest, flat, values, op.bytes))

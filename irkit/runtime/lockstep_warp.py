@@ -14,7 +14,8 @@ import numpy as np
 from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Operation
 
-from irkit.dialects.warp import LdmatrixX4Op, c_coordinates, mma_layout, round_tf32, swizzle_column
+from irkit.dialects.warp import LdmatrixX4Op, c_coordinates, mma_layout, round_tf32
+from irkit.dialects.warp_async import swizzle_column
 from irkit.errors import IrkitError
 
 

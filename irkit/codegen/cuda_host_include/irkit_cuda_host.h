@@ -260,6 +260,7 @@ struct irkit_tensor_map {
   unsigned rank, itemsize;
   unsigned long long dims[5], strides[5];  // strides[d]: bytes between indices along d
   unsigned box[5];
+  unsigned swizzle;  // 0, or 128: rows of 128 bytes land with chunk ^= row % 8
 };
 
 namespace irkit_host {
@@ -289,10 +290,10 @@ thread_local unsigned long long mbarrier_events = 0;  // progress on any mbarrie
 // wgmma (see irkit/dialects/warp.py): a descriptor is the tile's address and its offsets
 struct irkit_wgmma_desc_t {
   const unsigned char* p;
-  unsigned lbo, sbo;
+  unsigned lbo, sbo, mode;  // mode 1: 128-byte swizzle
 };
-inline irkit_wgmma_desc_t irkit_wgmma_desc(const void* p, unsigned lbo, unsigned sbo) {
-  return {(const unsigned char*)p, lbo, sbo};
+inline irkit_wgmma_desc_t irkit_wgmma_desc(const void* p, unsigned lbo, unsigned sbo, unsigned mode) {
+  return {(const unsigned char*)p, lbo, sbo, mode};
 }
 
 namespace irkit_host {
@@ -674,19 +675,35 @@ inline float narrow_at(const unsigned char* p, bool bf16) {
   return __half2float(__half{bits});
 }
 
+// The 128-byte swizzle on a shared address: bits 4-6 (the 16-byte chunk) XOR bits 7-9
+// (the 128-byte row's position in 1024 bytes), as TMA writes and wgmma reads it.
+inline unsigned char* swizzled(const unsigned char* p) {
+  const uintptr_t a = (uintptr_t)p;
+  return (unsigned char*)(a ^ (((a >> 7) & 7) << 4));
+}
+
 // One thread's N/2 results: row 16 w + g (+ 8), column 8 (i / 4) + 2 t (+ 1) of the 64 x N
-// tile, each its C plus the 16 products in k order, in f32. A's element (m, k) is at
-// (m / 8) SBO + (k / 8) LBO + (m % 8) 16 + (k % 8) 2 bytes (K-major core matrices), B's
-// (k, n) at (n / 8) SBO + (k / 8) LBO + (k % 8) 16 + (n % 8) 2 (N-major).
+// tile, each its C plus the 16 products in k order, in f32. Without swizzle, A's element
+// (m, k) is at (m / 8) SBO + (k / 8) LBO + (m % 8) 16 + (k % 8) 2 bytes (K-major core
+// matrices), B's (k, n) at (n / 8) SBO + (k / 8) LBO + (k % 8) 16 + (n % 8) 2 (N-major).
+// With the 128-byte swizzle (rows of 128 bytes), A's at (m / 8) SBO + (m % 8) 128 + 2 k
+// (LBO unused: k stays in one row), B's at (n / 64) LBO + (k / 8) SBO + (k % 8) 128 +
+// (n % 64) 2, each address then swizzled.
 inline void wgmma_compute(const WgmmaInFlight& w) {
   const unsigned t = linear_thread() % 128, warp = t / 32, g = t % 32 / 4, q = t % 4;
   for (unsigned i = 0; i < w.n / 2; i++) {
     const unsigned row = 16 * warp + g + 8 * (i / 2 % 2), col = 8 * (i / 4) + 2 * q + i % 2;
     float sum = w.d[i];
     for (unsigned k = 0; k < 16; k++) {
-      const unsigned a = (row / 8) * w.a.sbo + (k / 8) * w.a.lbo + (row % 8) * 16 + (k % 8) * 2;
-      const unsigned b = (col / 8) * w.b.sbo + (k / 8) * w.b.lbo + (k % 8) * 16 + (col % 8) * 2;
-      sum += narrow_at(w.a.p + a, w.bf16) * narrow_at(w.b.p + b, w.bf16);
+      const unsigned char *a, *b;
+      if (w.a.mode) a = swizzled(w.a.p + (row / 8) * w.a.sbo + (row % 8) * 128 + k * 2);
+      else a = w.a.p + (row / 8) * w.a.sbo + (k / 8) * w.a.lbo + (row % 8) * 16 + (k % 8) * 2;
+      if (w.b.mode) {
+        b = swizzled(w.b.p + (col / 64) * w.b.lbo + (k / 8) * w.b.sbo + (k % 8) * 128 + (col % 64) * 2);
+      } else {
+        b = w.b.p + (col / 8) * w.b.sbo + (k / 8) * w.b.lbo + (k % 8) * 16 + (col % 8) * 2;
+      }
+      sum += narrow_at(a, w.bf16) * narrow_at(b, w.bf16);
     }
     w.d[i] = sum;
   }
@@ -757,8 +774,9 @@ inline void irkit_mma_m16n8k8_tf32(float a0, float a1, float a2, float a3, float
 
 namespace irkit_host {
 inline irkit_tensor_map tensor_map(const void* base, unsigned itemsize, unsigned rank,
-                                   const unsigned long long* dims, const unsigned* box) {
-  irkit_tensor_map m{(const unsigned char*)base, rank, itemsize, {}, {}, {}};
+                                   const unsigned long long* dims, const unsigned* box,
+                                   unsigned swizzle) {
+  irkit_tensor_map m{(const unsigned char*)base, rank, itemsize, {}, {}, {}, swizzle};
   unsigned long long stride = itemsize;
   for (unsigned d = 0; d < rank; d++) {
     m.dims[d] = dims[d];
@@ -777,7 +795,8 @@ inline void phase_done_if_due(Mbarrier& m) {
   mbarrier_events++;
 }
 
-// The box lands in the destination's row-major order; an element outside the tensor is 0.
+// The box lands in the destination's row-major order (swizzled if the map says so); an
+// element outside the tensor is 0.
 inline void land_tma(const TmaCopy& t) {
   const irkit_tensor_map& m = t.map;
   unsigned long long total = 1;
@@ -792,6 +811,7 @@ inline void land_tma(const TmaCopy& t) {
       offset += (unsigned long long)at * m.strides[d];
     }
     unsigned char* dst = t.dst + e * m.itemsize;
+    if (m.swizzle) dst = swizzled(dst);
     if (inside) std::memcpy(dst, m.base + offset, m.itemsize);
     else std::memset(dst, 0, m.itemsize);
   }
