@@ -23,6 +23,7 @@ import numpy as np
 from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Operation
 
+from irkit.dialects.warp_async import swizzle_column
 from irkit.dialects.warp_tma import (
     MbarrierArriveExpectTxOp,
     MbarrierArriveOp,
@@ -31,7 +32,6 @@ from irkit.dialects.warp_tma import (
     SetMaxNRegOp,
     TmaLoadOp,
 )
-from irkit.dialects.warp_async import swizzle_column
 from irkit.runtime.lockstep_warp import LockstepError
 
 
