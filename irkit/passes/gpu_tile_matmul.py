@@ -67,7 +67,12 @@ from irkit.passes.gpu_tile_policy import (
     MatmulShape,
     gpu_tile,
 )
-from irkit.passes.gpu_tile_tma import described, specialized_pipeline, tma_pipeline
+from irkit.passes.gpu_tile_tma import (
+    described,
+    persistent_pipeline,
+    specialized_pipeline,
+    tma_pipeline,
+)
 from irkit.passes.loop_builder import add_kernel_buffer
 from irkit.passes.map_to_gpu import GpuBuilder, X, launch_attr, new_kernel
 
@@ -137,6 +142,10 @@ class GpuTileMatmulPass(ModulePass):
     # to the others by setmaxnreg) and consumer warpgroups computing, the stages handed over
     # by full and empty mbarriers, no block barrier in the k loop. Not yet timed on a GPU.
     warp_specialize: bool = False
+    # with `warp-specialize`: a grid of at most `sms` blocks, each looping over C tiles (the
+    # producer loading the next tile's stages while the consumers store this one's). Not yet
+    # timed on a GPU.
+    persistent: bool = False
     # the cp.async tiles' 16-byte chunks XOR-swizzled by row (`irkit.dialects.warp_async.
     # swizzle_chunk`) instead of rows padded by 16 bytes: ldmatrix and the copies stay free
     # of bank conflicts in 20% less shared memory. Not yet timed on a GPU.
@@ -224,6 +233,12 @@ class GpuTileMatmulPass(ModulePass):
             self.warp_specialize,
             "needs tma=true (the producer warpgroup issues TMA boxes)",
         )
+        require(
+            not self.persistent or self.warp_specialize,
+            "persistent",
+            self.persistent,
+            "needs warp-specialize=true (the producer runs ahead into the next tile)",
+        )
 
 
 class _TiledKernel:
@@ -245,6 +260,7 @@ class _TiledKernel:
         self.async_copy, self.swizzled = tile.async_copy, tile.swizzled
         self.stages = tile.stages
         self.tma, self.specialized = tile.tma, tile.specialized
+        self.persistent = tile.persistent
         # wgmma's tiles: "swizzled" (128-byte rows) or "strips" of core matrices (TMA boxes),
         # else "cores" (cp.async; `irkit.dialects.warp_async.wgmma_element`)
         self.layout = "swizzled" if tile.tma_swizzled else "strips" if tile.tma else "cores"
@@ -529,9 +545,8 @@ class _TiledKernel:
         o, nest = self.o, self.nest
         name = self.fn.sym_name.data
         kernel, b, mapping = new_kernel(self.fn, name, constants)
-        self.b, self.mapping = b, mapping
+        self.b, self.mapping, self.kernel = b, mapping, kernel
         a, bb = mapping[nest.a], mapping[nest.b]
-        tiles_n = -(-nest.n // o.block_n)
         grid = self.tile.blocks
         stages = self.stages
         if self.layout == "swizzled":  # rows of 128 bytes: A [k/64][m][64], B [n/64][k][64]
@@ -553,17 +568,8 @@ class _TiledKernel:
 
         bid = b.add(gpu.BlockIdOp(X))
         tid = b.add(gpu.ThreadIdOp(X))
-        tile, split, k_base = bid, None, None
-        if nest.batch:  # block = batch entry * tiles + tile; the entry's batch indices
-            tile = b.binary(arith.RemUIOp, bid, self.tiles)
-            self._batch_indices(b, b.binary(arith.DivUIOp, bid, self.tiles), mapping)
         k_tiles = self.k_tiles // self.splits  # this block's k range
-        if self.splits > 1:  # block = split * tiles + tile; the split's first k tile
-            tile = b.binary(arith.RemUIOp, bid, self.tiles)
-            split = b.binary(arith.DivUIOp, bid, self.tiles)
-            k_base = b.binary(arith.MuliOp, split, k_tiles)
-        row0 = b.binary(arith.MuliOp, b.binary(arith.DivUIOp, tile, tiles_n), o.block_m)
-        col0 = b.binary(arith.MuliOp, b.binary(arith.RemUIOp, tile, tiles_n), o.block_n)
+        row0, col0, split, k_base, (a_prefix, b_prefix) = self._tile_origin(b, bid, mapping)
         init = mapping.get(nest.k_loop.iter_args[0], nest.k_loop.iter_args[0])
         if self.splits > 1:  # each range sums from zero; the second kernel adds the init
             init = b.constants.float(0.0, nest.acc.type)
@@ -577,9 +583,6 @@ class _TiledKernel:
             compute, outputs = self._mma(b, tid, a_tile, b_tile)
         else:
             compute, outputs = self._simt(b, tid, a_tile, b_tile)
-        a_prefix, b_prefix, _ = (
-            tuple(self._index(b, v, mapping) for v in p) for p in nest.prefixes
-        )
         a_copy = _Copy(
             a, a_tile, (nest.m, o.block_m), (nest.k, o.block_k), not self.pairs, self._lanes_a(),
             a_prefix, self.wgmma, self.swizzled,
@@ -601,6 +604,12 @@ class _TiledKernel:
             return t.binary(arith.MuliOp, kt, o.block_k)
 
         top = b  # a warp-specialized epilogue is the consumers' (inside their branch)
+        if self.persistent:  # each block loops over tiles, epilogues in the consumers' loop
+            inits = [init] * len(outputs)
+            operands = ((a_tile, b_tile), (a, bb), outputs, k_origin)
+            persistent_pipeline(self, b, bid, tid, k_tiles, compute, inits, *operands)
+            top.add(func.ReturnOp())
+            return self._launched(kernel, grid)
         if self.tma:
             operands = ((a_tile, b_tile), (a, bb), (a_prefix, b_prefix), (row0, col0))
             inits = [init] * len(outputs)
@@ -635,22 +644,55 @@ class _TiledKernel:
                 self._stash(t, b_slots, b_copy, values[len(a_slots) :], stage)
 
             accs = self._staged_pipeline(b, k_tiles, compute, [init] * len(outputs), fetch, stash)
+        self._epilogue(b, accs, outputs, (row0, col0), mapping, split)
+        top.add(func.ReturnOp())
+        return self._launched(kernel, grid)
+
+    def _tile_origin(self, b: GpuBuilder, tile_id: SSAValue, mapping: dict):
+        """Where the block's C tile `tile_id` (its number in the launch: batch entry * tiles +
+        tile, or split * tiles + tile) starts: its first row and column, its k range's split
+        and first k tile (None without split-K), and A's and B's batch prefixes; the entry's
+        batch indices go into `mapping` (for the epilogue)."""
+        o, nest = self.o, self.nest
+        tiles_n = -(-nest.n // o.block_n)
+        tile, split, k_base = tile_id, None, None
+        if nest.batch:  # the entry's batch indices
+            tile = b.binary(arith.RemUIOp, tile_id, self.tiles)
+            self._batch_indices(b, b.binary(arith.DivUIOp, tile_id, self.tiles), mapping)
+        if self.splits > 1:  # the split's first k tile
+            tile = b.binary(arith.RemUIOp, tile_id, self.tiles)
+            split = b.binary(arith.DivUIOp, tile_id, self.tiles)
+            k_base = b.binary(arith.MuliOp, split, self.k_tiles // self.splits)
+        row0 = b.binary(arith.MuliOp, b.binary(arith.DivUIOp, tile, tiles_n), o.block_m)
+        col0 = b.binary(arith.MuliOp, b.binary(arith.RemUIOp, tile, tiles_n), o.block_n)
+        a_prefix, b_prefix, _ = (
+            tuple(self._index(b, v, mapping) for v in p) for p in nest.prefixes
+        )
+        return row0, col0, split, k_base, (a_prefix, b_prefix)
+
+    def _epilogue(self, b: GpuBuilder, accs, outputs, origin, mapping: dict, split) -> None:
+        """The accumulators (at `outputs` in the tile from `origin`) into C through the
+        nest's epilogue, guarded at the edges; under split-K into the partial sums."""
+        o, nest = self.o, self.nest
+        row0, col0 = origin
         if split is None and self._store_lanes() > 1:
             self._vector_epilogue(b, accs, outputs, row0, col0, mapping)
-            outputs, accs = [], []
+            return
         for acc, (row, col) in zip(accs, outputs, strict=True):
             i, j = b.add(arith.AddiOp(row0, row)), b.add(arith.AddiOp(col0, col))
             inside = _all(b, [(i, nest.m, o.block_m), (j, nest.n, o.block_n)])
             inner = b.guarded(inside)
             if split is not None:  # the partial sum, for the second kernel
-                partials = kernel.body.block.args[-1]
+                partials = self.kernel.body.block.args[-1]
                 inner.add(memref.StoreOp.get(acc, partials, [split, i, j]))
                 continue
             m = dict(mapping)
             m.update({nest.i: i, nest.j: j, nest.acc: acc})
             inner.clone(nest.epilogue, m)
-        top.add(func.ReturnOp())
-        flops = count_flops(nest.loop)
+
+    def _launched(self, kernel: func.FuncOp, grid: int) -> func.FuncOp:
+        """The kernel with its launch attribute."""
+        flops = count_flops(self.nest.loop)
         # past 48 KB the tiles are the launch's dynamic shared memory (the printer places them)
         _, shared = shared_layout(self.shared_sizes)
         dynamic = shared if shared > STATIC_SHARED_LIMIT else 0

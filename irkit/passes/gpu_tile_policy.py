@@ -117,6 +117,8 @@ class GpuTile:
     tma_swizzled: bool = False
     """With `tma`: tiles of 128-byte rows, 128-byte swizzled (`swizzle`), one box per 64
     columns; else strips of core matrices, one box per 8 columns."""
+    persistent: bool = False
+    """With `specialized`: at most `sms` blocks, each looping over C tiles (`persistent`)."""
 
     @property
     def pairs(self) -> bool:
@@ -146,8 +148,10 @@ class GpuTile:
 
     @property
     def blocks(self) -> int:
-        """The grid: C tiles, times k ranges, times batch entries."""
-        return self.tiles * self.splits * self.batches
+        """The grid: C tiles, times k ranges, times batch entries; persistent, at most
+        `sms` blocks, each looping over tiles."""
+        total = self.tiles * self.splits * self.batches
+        return min(total, self.options.sms) if self.persistent else total
 
 
 def gpu_tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
@@ -207,9 +211,12 @@ def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
         threads += 128
     atoms = block_k % TMA_SWIZZLE_DEPTH == 0 and block_n % TMA_SWIZZLE_DEPTH == 0
     tma_swizzled = tma and o.swizzle and atoms
+    persistent = specialized and o.persistent
+    if persistent:  # the blocks loop over tiles instead of splitting k
+        splits = 1
     return GpuTile(o, mma, tf32, mma_k, warps, threads, _warp_tiles(o), tiles,
                    prod(shape.batch), k_tiles, splits, wgmma, copies, swizzled, tma,
-                   specialized, tma_swizzled)  # fmt: skip
+                   specialized, tma_swizzled, persistent)  # fmt: skip
 
 
 WGMMA_M = 64

@@ -227,3 +227,81 @@ def specialized_pipeline(
         return accs
 
     return consumer, consumer.for_loop(k_tiles, inits, consume)
+
+
+def persistent_pipeline(
+    kernel: _TiledKernel,
+    b: GpuBuilder,
+    bid: SSAValue,
+    tid: SSAValue,
+    k_tiles: int,
+    compute: Callable[[GpuBuilder, SSAValue, list[SSAValue]], list[SSAValue]],
+    inits: list[SSAValue],
+    tiles: tuple[SSAValue, SSAValue],
+    sources: tuple[SSAValue, SSAValue],
+    outputs: list[tuple[SSAValue, SSAValue]],
+    k_origin: Callable[[GpuBuilder, SSAValue | int], SSAValue],
+) -> None:
+    """Warp specialization over a persistent grid (`persistent`): block `bid` takes C tiles
+    bid, bid + grid, ... in rounds; the producer and the consumers walk the same tiles, the
+    ring's position counting every k tile the block has taken (round * k_tiles + kt), so
+    the producer runs on into the next tile's stages while the consumers finish this one
+    and store it (their epilogue, `outputs` each accumulator's place in the tile)."""
+    stages, grid = kernel.stages, kernel.tile.blocks
+    total = kernel.tiles * kernel.batches
+    rounds = -(-total // grid)
+    name = kernel.fn.sym_name.data
+    consumers = kernel.o.block_m // 64
+    full = barriers(kernel, f"{name}_full", stages)
+    empty = barriers(kernel, f"{name}_empty", stages)
+    leader = b.add(arith.CmpiOp(tid, b.index(0), "eq"))
+    first = b.guarded(leader)
+    for s in range(stages):
+        first.add(MbarrierInitOp(full, first.index(s), 1))
+        first.add(MbarrierInitOp(empty, first.index(s), 128 * consumers))
+    b.add(gpu.BarrierOp())  # the barriers ready before any thread waits on one
+    producer, consumer = b.branches(b.add(arith.CmpiOp(tid, b.index(128), "ult")))
+
+    def taken(t: GpuBuilder, round_: SSAValue):
+        """This round's tile (a builder inside its guard, the tile's number, and the
+        position on the ring of its first k tile)."""
+        tile_id = t.add(arith.AddiOp(bid, t.binary(arith.MuliOp, round_, grid)))
+        inner = t.guarded(t.add(arith.CmpiOp(tile_id, t.index(total), "ult")))
+        return inner, tile_id, inner.binary(arith.MuliOp, round_, k_tiles)
+
+    producer.add(SetMaxNRegOp(PRODUCER_REGISTERS, increase=False))
+
+    def produce_tile(t: GpuBuilder, round_: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+        inner, tile_id, base = taken(t, round_)
+        row0, col0, _, _, prefixes = kernel._tile_origin(inner, tile_id, dict(kernel.mapping))
+        issue = _issuer(kernel, full, tiles, sources, prefixes, (row0, col0), k_origin)
+
+        def produce(u: GpuBuilder, kt: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+            stage, parity = _ring(u, u.add(arith.AddiOp(base, kt)), stages)
+            u.add(MbarrierWaitOp(empty, stage, u.add(arith.XOrIOp(parity, u.index(1)))))
+            issue(u, kt, stage)
+            return []
+
+        inner.for_loop(k_tiles, [], produce)
+        return []
+
+    producer.guarded(leader).for_loop(rounds, [], produce_tile)
+    consumer.add(SetMaxNRegOp(consumer_registers(kernel.threads, consumers), increase=True))
+
+    def consume_tile(t: GpuBuilder, round_: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+        inner, tile_id, base = taken(t, round_)
+        mapping = dict(kernel.mapping)
+        row0, col0, _, _, _ = kernel._tile_origin(inner, tile_id, mapping)
+
+        def consume(u: GpuBuilder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+            stage, parity = _ring(u, u.add(arith.AddiOp(base, kt)), stages)
+            u.add(MbarrierWaitOp(full, stage, parity))
+            accs = compute(u, stage, accs)  # ends with the wgmma wait: the stage is read
+            u.add(MbarrierArriveOp(empty, stage))
+            return accs
+
+        accs = inner.for_loop(k_tiles, inits, consume)
+        kernel._epilogue(inner, accs, outputs, (row0, col0), mapping, None)
+        return []
+
+    consumer.for_loop(rounds, [], consume_tile)
