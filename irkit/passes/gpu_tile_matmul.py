@@ -18,6 +18,7 @@ works and was measured: docs/passes.md, "gpu-tile-matmul in detail".
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import prod
 from typing import ClassVar, NamedTuple
@@ -498,9 +499,8 @@ class _TiledKernel:
 
         o, n = self.o, self.o.block_n
         group = b.binary(arith.DivUIOp, tid, 128)
-        a_row = b.binary(arith.MuliOp, group, 8)  # the warpgroup's first core matrix along m
-        if self.layout == "swizzled":  # its first row
-            a_row = b.binary(arith.MuliOp, group, 64)
+        # the warpgroup's first row (swizzled tiles), or first core matrix along m
+        a_row = b.binary(arith.MuliOp, group, 64 if self.layout == "swizzled" else 8)
 
         def compute(t: GpuBuilder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
             t.add(WgmmaFenceOp())
@@ -569,7 +569,6 @@ class _TiledKernel:
         bid = b.add(gpu.BlockIdOp(X))
         tid = b.add(gpu.ThreadIdOp(X))
         k_tiles = self.k_tiles // self.splits  # this block's k range
-        row0, col0, split, k_base, (a_prefix, b_prefix) = self._tile_origin(b, bid, mapping)
         init = mapping.get(nest.k_loop.iter_args[0], nest.k_loop.iter_args[0])
         if self.splits > 1:  # each range sums from zero; the second kernel adds the init
             init = b.constants.float(0.0, nest.acc.type)
@@ -583,6 +582,14 @@ class _TiledKernel:
             compute, outputs = self._mma(b, tid, a_tile, b_tile)
         else:
             compute, outputs = self._simt(b, tid, a_tile, b_tile)
+        if self.persistent:  # each block loops over tiles, epilogues in the consumers' loop
+            inits = [init] * len(outputs)
+            walk = ((a_tile, b_tile), (a, bb), outputs, self._k_origin(None))
+            persistent_pipeline(self, b, bid, tid, k_tiles, compute, inits, *walk)
+            b.add(func.ReturnOp())
+            return self._launched(kernel, grid)
+        row0, col0, split, k_base, (a_prefix, b_prefix) = self._tile_origin(b, bid, mapping)
+        k_origin = self._k_origin(k_base)
         a_copy = _Copy(
             a, a_tile, (nest.m, o.block_m), (nest.k, o.block_k), not self.pairs, self._lanes_a(),
             a_prefix, self.wgmma, self.swizzled,
@@ -595,21 +602,7 @@ class _TiledKernel:
             a_slots = self._slots(tid, o.block_m, o.block_k, a_copy.lanes)
             b_slots = self._slots(tid, o.block_k, o.block_n, b_copy.lanes)
 
-        def k_origin(t: GpuBuilder, kt: SSAValue | int) -> SSAValue:
-            """The first k of tile `kt` of this block's range."""
-            if k_base is not None:
-                kt = t.add(arith.AddiOp(k_base, t.index(kt) if isinstance(kt, int) else kt))
-            if isinstance(kt, int):
-                return t.index(kt * o.block_k)
-            return t.binary(arith.MuliOp, kt, o.block_k)
-
         top = b  # a warp-specialized epilogue is the consumers' (inside their branch)
-        if self.persistent:  # each block loops over tiles, epilogues in the consumers' loop
-            inits = [init] * len(outputs)
-            operands = ((a_tile, b_tile), (a, bb), outputs, k_origin)
-            persistent_pipeline(self, b, bid, tid, k_tiles, compute, inits, *operands)
-            top.add(func.ReturnOp())
-            return self._launched(kernel, grid)
         if self.tma:
             operands = ((a_tile, b_tile), (a, bb), (a_prefix, b_prefix), (row0, col0))
             inits = [init] * len(outputs)
@@ -647,6 +640,22 @@ class _TiledKernel:
         self._epilogue(b, accs, outputs, (row0, col0), mapping, split)
         top.add(func.ReturnOp())
         return self._launched(kernel, grid)
+
+    def _k_origin(
+        self, k_base: SSAValue | None
+    ) -> Callable[[GpuBuilder, SSAValue | int], SSAValue]:
+        """`k_origin(builder, kt)`: the first k of tile `kt` of the block's k range (from k
+        tile `k_base` under split-K)."""
+        depth = self.o.block_k
+
+        def k_origin(t: GpuBuilder, kt: SSAValue | int) -> SSAValue:
+            if k_base is not None:
+                kt = t.add(arith.AddiOp(k_base, t.index(kt) if isinstance(kt, int) else kt))
+            if isinstance(kt, int):
+                return t.index(kt * depth)
+            return t.binary(arith.MuliOp, kt, depth)
+
+        return k_origin
 
     def _tile_origin(self, b: GpuBuilder, tile_id: SSAValue, mapping: dict):
         """Where the block's C tile `tile_id` (its number in the launch: batch entry * tiles +

@@ -118,6 +118,7 @@ def _read(
 ) -> tuple[np.ndarray, _Read]:
     """Element (rows, cols) of the wgmma's A or B (`operand`) for every lane (checked)."""
     t = (op.a if operand == "a" else op.b).type
+    assert isinstance(t, MemRefType)
     at = wgmma_element(op.tiles, operand, origin, rows, cols)
     values = run._load(t, WgmmaOp.name, [buffer, *at], mask)
     return values, _Read(t, buffer, at, values, mask)
