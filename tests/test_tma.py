@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from xdsl.dialects import gpu, scf
+from xdsl.dialects import arith, gpu, scf
 from xdsl.dialects.builtin import IntegerAttr, i64
 from xdsl.utils.exceptions import VerifyException
 
@@ -277,13 +277,19 @@ def test_lockstep_names_the_handshake_it_cannot_interleave() -> None:
     _checked(text, _pipeline("warp-specialize=true stages=8 block-k=32"), "cuda-sim")
 
 
+SPECIALIZED = {"specialized": "warp-specialize=true", "persistent": "warp-specialize=true persistent=true sms=3"}  # fmt: skip
+"""Warp specialization, and over a persistent grid (3 blocks: most examples' matmuls take
+several rounds of tiles, the last round partly guarded off)."""
+
+
+@pytest.mark.parametrize("variant", SPECIALIZED)
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
-def test_every_example_runs_warp_specialized_on_cuda_host(example: Path, dtype: str) -> None:
+def test_every_example_runs_warp_specialized_on_cuda_host(example: Path, dtype: str, variant: str) -> None:  # fmt: skip
     from tests.test_precision import HAS_MATMUL
 
     module = irkit.load(example, SMALL[example.stem], dtype=dtype)
-    exe = _checked(module, _pipeline("warp-specialize=true"), "cuda-host", seed=1)
+    exe = _checked(module, _pipeline(SPECIALIZED[variant]), "cuda-host", seed=1)
     ops = list(exe.module.walk())
     assert any(isinstance(op, SetMaxNRegOp) for op in ops) == (example.stem in HAS_MATMUL)
 
@@ -348,3 +354,42 @@ def test_a_planted_handover_slip_fails_on_cuda_host(slip: str) -> None:
 
     assert right(plant=False)
     assert not right(plant=True)
+
+
+# --- persistent=true: at most `sms` blocks, each looping over C tiles ----------------------
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("backend", ["cuda-host", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize(
+    ("text", "sms", "rounds"),
+    [
+        (GEMM.format(t="f16", m=300, n=200, k=200), 3, 2),  # 6 tiles: two whole rounds
+        (GEMM.format(t="bf16", m=300, n=200, k=200), 4, 2),  # the second round half empty
+        ("model g\ninput a : bf16[3, 2, 70, 64]\ninput b : bf16[2, 64, 64]\n"
+         "output c = batch_matmul(a, b)\n", 5, 2),  # 6 entries' tiles: a second round of 1
+    ],
+)  # fmt: skip
+def test_persistent_blocks_loop_over_every_tile(layout, backend, text, sms, rounds) -> None:
+    """The grid is min(tiles, sms); each block's rounds take tiles bid, bid + grid, ...,
+    the ring's position running on across them; every tile computed once and stored."""
+    if backend == "cuda":
+        from tests.test_cuda_path import needs
+
+        needs(backend)
+    options = f"{LAYOUTS[layout]} warp-specialize=true persistent=true sms={sms} fill-sms=false"
+    exe = _checked(text, _pipeline(options), backend)
+    (fn,) = [f for f in gpu_kernels(exe.module) if any(isinstance(o, TmaLoadOp) for o in f.walk())]
+    from irkit.loops import launch_of
+
+    launch = launch_of(fn)
+    assert launch is not None and launch["grid"][0] == sms
+    loops = [op for op in fn.walk() if isinstance(op, scf.ForOp)]
+    trips = {op.ub.owner.value.value.data for op in loops if isinstance(op.ub.owner, arith.ConstantOp)}  # fmt: skip
+    assert rounds in trips
+
+
+def test_persistent_needs_warp_specialization() -> None:
+    graph = parse_source(GEMM.format(t="f16", m=64, n=64, k=64), "g.graph", ".graph")
+    with pytest.raises(IrkitError, match="persistent.*warp-specialize=true"):
+        apply_passes(graph, parse_passes(_pipeline("persistent=true")))
