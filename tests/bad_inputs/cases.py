@@ -428,6 +428,8 @@ CASES: list[Case] = [
     Case("option-block-size", opt("m.graph", "-p", "map-to-gpu{block-size=100}"), {"m.graph": G}, where="-p", says="option block-size=100: must be a power of two"),
     Case("option-gpu-tiles", opt("m.graph", "-p", "gpu-tile-matmul{block-m=30 thread-m=4}"), {"m.graph": G}, where="-p", says="option block-m=30"),
     Case("option-gpu-pad", opt("m.graph", "-p", "gpu-tile-matmul{pad=-1}"), {"m.graph": G}, where="-p", says="option pad=-1"),
+    Case("option-gpu-tma-alone", opt("m.graph", "-p", "gpu-tile-matmul{tma=true}"), {"m.graph": G}, where="-p", says="option tma=true"),
+    Case("option-gpu-persistent-alone", opt("m.graph", "-p", "gpu-tile-matmul{wgmma=true tma=true persistent=true}"), {"m.graph": G}, where="-p", says="option persistent=true"),
     Case("option-threads", bench("run", "m.graph", "-p", "cpu-parallelize{threads=-1}"), {"m.graph": G}, where="-p", says="option threads=-1"),
     Case("option-threads-huge", opt("m.graph", "-p", "cpu-parallelize{threads=100000}"), {"m.graph": G}, where="-p", says="option threads=100000"),
     Case("option-layout", opt("m.graph", "-p", "conv-layout{layout=chwn}"), {"m.graph": G}, where="-p", says="option layout=chwn: expected one of nchw, nhwc"),
