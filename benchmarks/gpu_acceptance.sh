@@ -27,7 +27,8 @@
 # 5. runs benchmarks/gpu_targets.py (records appended to OUTDIR/gpu_targets.jsonl); then its
 #    tensor-core ladder (step "tensor_cores": f16/bf16 gemms 4096^3 and 8192^3 and TF32 against
 #    cuBLAS, each of issue 69's steps in the same rounds as the default: register-staged
-#    copies, 2 and 4 cp.async stages, wgmma; OUTDIR/tensor_cores.jsonl) and bf16 fused
+#    copies, 2 and 3 cp.async stages, wgmma, TMA, warp specialization, persistent;
+#    OUTDIR/tensor_cores.jsonl) and bf16 fused
 #    attention against SDPA's flash backend (step "flash_attention"; head dim 64 and 128,
 #    sequence 1k and 4k, causal and not; OUTDIR/flash_attention.jsonl). On a host backend the
 #    two steps check the same variants there (no times);
@@ -192,29 +193,36 @@ fi
 tensor_cores() {  # issue 69's steps against cuBLAS (a GPU), or each checked on a host backend
   local status=0 w t step options
   if [ "$backend" = cuda ]; then
-    local names=(gemm_tf32 gemm_f16 gemm_bf16 gemm_f16_8192 gemm_bf16_8192)
-    names+=(gemm_f16_staged gemm_f16_stages2 gemm_f16_stages4 gemm_f16_wgmma gemm_f16_8192_wgmma)
-    names+=(gemm_bf16_staged gemm_bf16_stages2 gemm_bf16_stages4 gemm_bf16_wgmma gemm_bf16_8192_wgmma)
-    local only=()
+    local names=(gemm_tf32) only=()
+    for t in f16 bf16; do
+      names+=("gemm_$t" "gemm_${t}_8192" "gemm_${t}_8192_wgmma" "gemm_${t}_8192_persistent")
+      for step in staged stages2 stages3 wgmma tma specialized persistent; do
+        names+=("gemm_${t}_$step")
+      done
+    done
     for w in "${names[@]}"; do only+=(--only "$w"); done
-    python3 benchmarks/gpu_targets.py "${targets[@]}" "${only[@]}" --out "$out/tensor_cores.jsonl"
+    # 23 workloads: 5 s each of interleaved rounds (thousands of samples of a 4096^3 gemm)
+    python3 benchmarks/gpu_targets.py "${targets[@]}" --budget "${TENSOR_CORES_BUDGET:-5}" \
+      "${only[@]}" --out "$out/tensor_cores.jsonl"
     return $?
   fi
+  local tma="wgmma=true tma=true"
   for t in f16 bf16; do
-    for step in default "async-copy=false" stages=2 stages=4 wgmma=true; do
+    for step in default "async-copy=false" stages=2 stages=3 wgmma=true "$tma" \
+        "$tma warp-specialize=true" "$tma warp-specialize=true persistent=true"; do
       options=${step/default/}
       echo "--- gemm $t, gpu-tile-matmul{$options}"
       irkit-bench run examples/gemm.graph --backend "$backend" --dtype "$t" --dim M=100 \
         --dim N=72 --dim K=96 --budget 0.2 \
         -p "fuse-kernels,lower-graph-to-loops,gpu-tile-matmul{$options},map-to-gpu" \
-        --json "$out/tensor_cores_${t}_${step//[=-]/_}.json" || status=1
+        --json "$out/tensor_cores_${t}_${step//[= -]/_}.json" || status=1
     done
   done
   return $status
 }
 export -f tensor_cores
 export targets_string="${targets[*]}"
-step tensor_cores 180 bash -c 'targets=($targets_string); tensor_cores'
+step tensor_cores 240 bash -c 'targets=($targets_string); tensor_cores'
 
 flash_attention() {  # bf16 fused attention against SDPA's flash backend, or checked on a host
   local status=0 s d causal only=()

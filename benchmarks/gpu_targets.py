@@ -43,7 +43,8 @@ and with the 128 x 128 tiles' 4 blocks (`fill-sms=false`); gemm with
 `gpu-tile-matmul{tf32=true}` against cuBLAS with TF32 on (target 0.8x), f16 and bf16
 gemms on tensor cores, 4096^3 and 8192^3, against cuBLAS's at the same precision (issue 70's
 ladder: 0.6x, 0.8x, 0.95x) with each step of issue 69 (`TENSOR_CORE_STEPS`: copies staged
-through registers, 2 and 4 cp.async stages, wgmma), bias + GELU one point per thread (`gpu-coarsen{factor=1}`) and 8,
+through registers, 2 and 3 cp.async stages, wgmma, TMA, warp specialization, persistent),
+bias + GELU one point per thread (`gpu-coarsen{factor=1}`) and 8,
 layer_norm with `map-to-gpu{row-items=1}` (256 threads a row, as before 2026-11-26) and 8
 (128 threads), mlp without split-K, and with `fill-sms`'s smaller tiles instead of it,
 transformer_block with its batch matmuls one thread per output (`batch=false`) and with
@@ -130,12 +131,20 @@ class Workload:
 TENSOR_CORE_STEPS = {
     "staged": "gpu-tile-matmul{async-copy=false}",  # the default until cp.async (2 stages)
     "stages2": "gpu-tile-matmul{stages=2}",
-    "stages4": "gpu-tile-matmul{stages=4}",
+    "stages3": "gpu-tile-matmul{stages=3}",
     "wgmma": "gpu-tile-matmul{wgmma=true}",
+    "tma": "gpu-tile-matmul{wgmma=true tma=true}",
+    "specialized": "gpu-tile-matmul{wgmma=true tma=true warp-specialize=true}",
+    "persistent": "gpu-tile-matmul{wgmma=true tma=true warp-specialize=true persistent=true}",
 }
 """Issue 69's steps, each a variant of the f16/bf16 gemms timed in the same rounds as the
-default (cp.async, three stages, mma.sync): register-staged copies, two and four stages, and
-Hopper's wgmma (sm_90a). Their `speed_vs_irkit_default` is what each step is worth."""
+default (cp.async, four stages, mma.sync): register-staged copies, two and three stages,
+then Hopper's (sm_90a): wgmma on the cp.async ring, its tiles filled by TMA on mbarriers
+(128-byte swizzled), warp-specialized (a producer warpgroup, setmaxnreg), and persistent.
+Their `speed_vs_irkit_default` is what each step is worth; each is also timed against
+cuBLAS (the ladder's rungs)."""
+TENSOR_CORE_8192 = ("wgmma", "persistent")
+"""The steps also timed at 8192^3 (the published ladder's size): the first and the last."""
 
 TENSOR_CORE_LADDER = [
     Workload(f"gemm_{t}{'' if n == 4096 else f'_{n}'}_{step}", source,
@@ -143,7 +152,7 @@ TENSOR_CORE_LADDER = [
              TENSOR_CORE_STEPS[step], peer_tolerance=1e-2 if t == "f16" else 2e-2,
              rungs=TENSOR_CORE_RUNGS)
     for t, source in (("f16", GEMM_F16), ("bf16", GEMM_BF16))
-    for n, steps in ((4096, TENSOR_CORE_STEPS), (8192, ("wgmma",)))
+    for n, steps in ((4096, TENSOR_CORE_STEPS), (8192, TENSOR_CORE_8192))
     for step in steps
 ]  # fmt: skip
 
