@@ -23,9 +23,10 @@ speed measured, irkit's and onnxruntime's medians on one and two threads, timed
 interleaved in one process, with their ratio. `--gpu` also compiles every kernel's CUDA C
 with NVRTC under `default-cuda` and runs the program on cuda-host (at `--small` dims);
 `--gpu-dtypes f16,bf16` also converts the model to each type (`irkit.load(dtype=)`, as
-torch's `model.half()`) and runs it on cuda-host under `default-cuda`, checked against the
-float64 reference of the converted model within the type's tolerance, with the tensor-core
-instructions it took and NVRTC's spills on sm_80 and sm_90.
+torch's `model.half()`) and runs it on cuda-host under `default-cuda` (mma.sync) and under
+Hopper's steps (`HALF_VARIANTS`: wgmma, TMA, warp-specialized and persistent), each checked
+against the float64 reference of the converted model within the type's tolerance, with the
+tensor-core instructions it took and NVRTC's spills on sm_80 and sm_90.
 """
 
 from __future__ import annotations
@@ -449,32 +450,44 @@ def gpu_path(path: Path, inputs: dict[str, np.ndarray]) -> dict:
             "nvrtc_spill_stores": spills}  # fmt: skip
 
 
-def _wgmma_pipeline() -> str:
-    """default-cuda with gpu-tile-matmul{wgmma=true}."""
+def _tile_pipeline(options: str) -> str:
+    """default-cuda with gpu-tile-matmul{options}."""
     from irkit.pipelines import pipeline_steps
 
     steps = [s.spec for s in pipeline_steps("default-cuda")]
-    wgmma = "gpu-tile-matmul{wgmma=true}"
-    return ",".join(wgmma if s.startswith("gpu-tile-matmul") else s for s in steps)
+    tile = f"gpu-tile-matmul{{{options}}}"
+    return ",".join(tile if s.startswith("gpu-tile-matmul") else s for s in steps)
+
+
+HALF_VARIANTS = {
+    "": "",
+    "_wgmma": "wgmma=true",
+    "_tma": "wgmma=true tma=true",
+    "_persistent": "wgmma=true tma=true warp-specialize=true persistent=true",
+}
+"""The converted model's programs: default-cuda (mma.sync), and Hopper's steps (sm_90a):
+wgmma on the cp.async ring, its tiles filled by TMA, warp-specialized over a persistent
+grid."""
 
 
 def gpu_half_path(path: Path, dtype: str, seed: int = 0) -> dict:
-    """The model converted to `dtype`, on cuda-host under default-cuda (mma.sync) and with
-    wgmma, each checked against the float64 reference of the converted model; the tensor-
-    core instructions each program issues (counted in its IR), and NVRTC's spills (sm_80
-    and sm_90 for mma.sync, sm_90a for wgmma)."""
+    """The model converted to `dtype`, on cuda-host under each of `HALF_VARIANTS`, each
+    checked against the float64 reference of the converted model; the tensor-core (or TMA)
+    instructions each program issues (counted in its IR), and NVRTC's spills (sm_80 and
+    sm_90 for mma.sync, sm_90a for the others)."""
     import irkit
     from irkit.dialects.warp import MMA_OPS
     from irkit.dialects.warp_async import WgmmaOp
+    from irkit.dialects.warp_tma import SetMaxNRegOp, TmaLoadOp
     from irkit.runtime.check import check
     from irkit.runtime.gpu import build_kernels
 
     module = irkit.load(str(path), dtype=dtype)
     record: dict[str, Any] = {}
-    for variant, pipeline, archs, ops in (
-        ("", "default-cuda", ("sm_80", "sm_90"), MMA_OPS),
-        ("_wgmma", _wgmma_pipeline(), ("sm_90",), (WgmmaOp,)),
-    ):
+    counted = {"": MMA_OPS, "_wgmma": (WgmmaOp,), "_tma": (TmaLoadOp,), "_persistent": (SetMaxNRegOp,)}  # fmt: skip
+    for variant, options in HALF_VARIANTS.items():
+        pipeline = _tile_pipeline(options) if options else "default-cuda"
+        archs, ops = ("sm_80", "sm_90") if not options else ("sm_90",), counted[variant]
         exe = irkit.compile(module, pipeline, "cuda-host")
         checks, _ = check(exe, module, seed)
         key = f"{dtype}{variant}"
@@ -544,11 +557,10 @@ def _line(r: dict) -> str:
         gpu = f"  cuda-host {verdict} ({r['cuda_host_rel_error']:.1e}), NVRTC {r['nvrtc_kernels']} kernels"
     for dtype in ("f16", "bf16"):
         if f"{dtype}_matches" in r:
-            ok = "ok" if r[f"{dtype}_matches"] and r[f"{dtype}_wgmma_matches"] else "WRONG"
-            gpu += (
-                f"  {dtype} {ok} ({r[f'{dtype}_rel_error']:.1e}, {r[f'{dtype}_tensor_ops']} mma; "
-                f"{r[f'{dtype}_wgmma_rel_error']:.1e}, {r[f'{dtype}_wgmma_tensor_ops']} wgmma)"
-            )
+            keys = [f"{dtype}{v}" for v in HALF_VARIANTS if f"{dtype}{v}_matches" in r]
+            ok = "ok" if all(r[f"{k}_matches"] for k in keys) else "WRONG"
+            errors = ", ".join(f"{r[f'{k}_rel_error']:.1e}" for k in keys)
+            gpu += f"  {dtype} {ok} ({errors})"
     speed = gpu + "".join(
         f"  {r[f'speed_vs_{p}_{t}t']:.2f}x {p} ({t}t)"
         for p in ("ort", "torch") for t in (1, 2) if f"speed_vs_{p}_{t}t" in r
@@ -621,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{len(imported)} of {len(records)} imported, {len(matched)} match onnxruntime within 1e-4"
     )
-    variants = ("f16", "bf16", "f16_wgmma", "bf16_wgmma")
+    variants = [f"{t}{v}" for t in ("f16", "bf16") for v in HALF_VARIANTS]
     half = [r for r in imported for v in variants if r.get(f"{v}_matches") is False]
     if args.gpu_dtypes:
         print(f"{len(half)} (model, dtype) pairs wrong on cuda-host in {args.gpu_dtypes}")
