@@ -30,8 +30,10 @@
 #    copies, 2 and 3 cp.async stages, wgmma, TMA, warp specialization, persistent;
 #    OUTDIR/tensor_cores.jsonl) and bf16 fused
 #    attention against SDPA's flash backend (step "flash_attention"; head dim 64 and 128,
-#    sequence 1k and 4k, causal and not; OUTDIR/flash_attention.jsonl). On a host backend the
-#    two steps check the same variants there (no times);
+#    sequence 1k and 4k, causal and not; OUTDIR/flash_attention.jsonl), and a Llama-3-8B
+#    layer in bf16, prefill of 2048 tokens and decode at a 2048-position cache, against
+#    torch.compile (step "llama"; OUTDIR/llama.jsonl). On a host backend the three steps
+#    check the same variants there (no times);
 # 6. runs `irkit-bench attribute --backend cuda` on examples/mlp.graph, then on every other
 #    example (one record each, with the A/A noise floor); then gpu-fuse-attention against the
 #    exported chain (batch matmuls tiled, softmax by rows) at S = 512 and 2048 (step "attention");
@@ -245,6 +247,24 @@ flash_attention() {  # bf16 fused attention against SDPA's flash backend, or che
 }
 export -f flash_attention
 step flash_attention 150 bash -c 'targets=($targets_string); flash_attention'
+
+llama() {  # a Llama-3-8B layer in bf16, prefill and decode, against torch.compile (a GPU),
+  # or the two examples in bf16 checked on a host backend at their test sizes
+  local status=0 example
+  if [ "$backend" = cuda ]; then
+    python3 benchmarks/gpu_targets.py "${targets[@]}" --only llama_prefill_bf16 \
+      --only llama_decode_bf16 --out "$out/llama.jsonl"
+    return $?
+  fi
+  for example in llama_block llama_decode; do
+    # shellcheck disable=SC2046  # dims_for's options are words
+    irkit-bench run "examples/$example.graph" --backend "$backend" --dtype bf16 --budget 0.2 \
+      $(dims_for "$example") --json "$out/llama_$example.json" || status=1
+  done
+  return $status
+}
+export -f llama
+step llama 240 bash -c 'targets=($targets_string); llama'
 
 attribute_all() {
   local status=0 f name

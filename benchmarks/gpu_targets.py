@@ -30,10 +30,12 @@ graphs: `torch_compile_graphs`), whose replay takes the host's guards and launch
 is timed; the target is against the faster of the two by median. (A mode that fails to
 compile or run is recorded under `peers_dropped`; the workload still runs.)
 
-The tensor-core steps (`TENSOR_CORE_LADDER`) and bf16 fused attention against
+The tensor-core steps (`TENSOR_CORE_LADDER`), bf16 fused attention against
 `scaled_dot_product_attention` held to its flash backend (`ATTENTION_LADDER`: head dim 64 and
-128, sequence 1k and 4k, causal and not; issue 70's 0.7x and 0.9x) run only when named with
-`--only` (gpu_acceptance.sh's `tensor_cores` and `flash_attention` steps name them).
+128, sequence 1k and 4k, causal and not; issue 70's 0.7x and 0.9x) and a Llama-3-8B layer in
+bf16, prefill of 2048 tokens and decode at a 2048-position cache, against the same layer in
+PyTorch under torch.compile (`LLAMA_LADDER`; issue 70's >= 1.0x) run only when named with
+`--only` (gpu_acceptance.sh's `tensor_cores`, `flash_attention` and `llama` steps name them).
 
 Variants, each timed in the same rounds as the unchanged pipeline (`speed_vs_irkit_default`,
 what the change is worth) and torch eager: gemm with `gpu-tile-matmul{min-blocks=2}` (at most
@@ -126,6 +128,7 @@ class Workload:
     peer_tolerance: float = 1e-3  # largest |peer - irkit| / max |irkit| accepted
     targeted: bool = True  # False: no target at this size or precision, the ratio recorded
     rungs: tuple[float, ...] = (0.5, 0.7, 0.9, 0.93)  # the ladder against cuBLAS (target "cublas")
+    dtype: str = ""  # the model converted to "f16" or "bf16" (`irkit.load(dtype=)`)
 
 
 TENSOR_CORE_STEPS = {
@@ -177,6 +180,21 @@ ATTENTION_LADDER = [
 not), irkit's default-cuda (graph.attention fused by gpu-fuse-attention) against
 `scaled_dot_product_attention` held to its flash backend. Run when named with `--only`."""
 
+LLAMA_3_8B = {"D": 4096, "H": 32, "HK": 8, "HD": 128, "F": 14336}
+"""One decoder layer of Llama-3-8B (the examples' own comments give the same)."""
+LLAMA_LADDER = [
+    Workload("llama_prefill_bf16", "examples/llama_block.graph", {"B": 1, "S": 2048, **LLAMA_3_8B},
+             {"B": 1, "S": 64, "D": 256, "H": 8, "HK": 2, "HD": 32, "F": 512}, "llama_block",
+             "end_to_end", peer_tolerance=3e-2, dtype="bf16"),
+    Workload("llama_decode_bf16", "examples/llama_decode.graph", {"B": 1, "L": 2048, **LLAMA_3_8B},
+             {"B": 1, "L": 256, "D": 256, "H": 8, "HK": 2, "HD": 32, "F": 512}, "llama_decode",
+             "end_to_end", peer_tolerance=3e-2, dtype="bf16"),
+]  # fmt: skip
+"""Issue 70's LLM rungs: a Llama-3-8B decoder layer in bf16, prefill of 2048 tokens and one
+decode step against a 2048-position cache, irkit's default-cuda against the same layer in
+PyTorch (`torch_peers`: RMSNorm, rotary, grouped-query SDPA, SwiGLU) eager and under
+torch.compile (target >= 1.0x the faster compile mode). Run when named with `--only`."""
+
 WORKLOADS = [
     Workload("gemm", "examples/gemm.graph", {"M": 4096, "N": 4096, "K": 4096},
              {"M": 512, "N": 512, "K": 512}, "matmul", "cublas"),
@@ -212,6 +230,7 @@ WORKLOADS = [
              {"M": 512, "N": 512, "K": 512}, "matmul", "cublas", peer_tolerance=2e-2,
              rungs=TENSOR_CORE_RUNGS),
     *TENSOR_CORE_LADDER,
+    *LLAMA_LADDER,
     *ATTENTION_LADDER,
     Workload("bias_gelu", BIAS_GELU, {"N": 4096, "D": 4096}, {"N": 512, "D": 512},
              "bias_gelu", "bandwidth"),
@@ -272,6 +291,33 @@ def torch_peers(torch: Any) -> dict[str, Any]:
         x1 = x + (p @ v) @ wo
         return x1 + F.gelu(layer_norm(x1, ln2_g, ln2_b) @ w1 + b1) @ w2 + b2
 
+    def rms_norm(x, g):
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * g
+
+    def rotary(t, cos, sin):  # transformers' rotate_half
+        half = t.shape[-1] // 2
+        return t * cos + torch.cat((-t[..., half:], t[..., :half]), dim=-1) * sin
+
+    def llama(x, cos, sin, past_k, past_v, attn_norm, wq, wk, wv, wo, mlp_norm, wg, wu, wd):
+        """A Llama decoder layer as examples/llama_block.graph (past_k None: a prompt, causal)
+        and llama_decode.graph (the new position's keys and values appended to the cache;
+        its one query sees every key) compute it; the block's output."""
+        b, s, d = x.shape
+        hd = cos.shape[-1]
+        heads, kv_heads = wq.shape[1] // hd, wk.shape[1] // hd
+        h = rms_norm(x, attn_norm).reshape(b * s, d)
+        q = rotary((h @ wq).view(b, s, heads, hd).transpose(1, 2), cos, sin)
+        k = rotary((h @ wk).view(b, s, kv_heads, hd).transpose(1, 2), cos, sin)
+        v = (h @ wv).view(b, s, kv_heads, hd).transpose(1, 2)
+        if past_k is not None:
+            k, v = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
+        k = k.repeat_interleave(heads // kv_heads, dim=1)  # transformers' repeat_kv
+        v = v.repeat_interleave(heads // kv_heads, dim=1)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=past_k is None)
+        x1 = x + (a.transpose(1, 2).reshape(b * s, heads * hd) @ wo).view(b, s, d)
+        h2 = rms_norm(x1, mlp_norm).reshape(b * s, d)
+        return x1 + ((F.silu(h2 @ wg) * (h2 @ wu)) @ wd).view(b, s, d)
+
     def matmul_tf32(a, b):  # cuBLAS on TF32 tensor cores for this call only
         torch.backends.cuda.matmul.allow_tf32 = True
         try:
@@ -298,6 +344,8 @@ def torch_peers(torch: Any) -> dict[str, Any]:
         "layer_norm": layer_norm,
         "mlp": lambda x, w1, b1, w2: F.gelu(x @ w1 + b1) @ w2,
         "transformer_block": transformer_block,
+        "llama_block": lambda x, cos, sin, *params: llama(x, cos, sin, None, None, *params),
+        "llama_decode": llama,
     }
 
 
@@ -340,7 +388,7 @@ def _to_torch(torch: Any, a: np.ndarray) -> Any:
 
 def load(w: Workload, dims: dict[str, int]):
     if w.source.endswith(".graph"):
-        return irkit.load(ROOT / w.source, dims)
+        return irkit.load(ROOT / w.source, dims, dtype=w.dtype or None)
     return parse_source(w.source, f"{w.name}.graph", ".graph", dims)
 
 
@@ -533,7 +581,9 @@ def main() -> int:
     for w in WORKLOADS + tiled:
         if w not in tiled and (w.name not in args.only if args.only else bool(args.variant)):
             continue  # not named; with --variant and no --only, the variants alone run
-        if not args.only and (w in TENSOR_CORE_LADDER or w in ATTENTION_LADDER):
+        if not args.only and (
+            w in TENSOR_CORE_LADDER or w in ATTENTION_LADDER or w in LLAMA_LADDER
+        ):
             continue  # issue 69's steps: by name (gpu_acceptance.sh's tensor_cores step)
         dims = w.quick_dims if args.quick else w.dims
         try:

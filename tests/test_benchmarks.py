@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from irkit.measure.timers import MIN_SAMPLE_S, calibrate
@@ -343,8 +344,8 @@ def test_gpu_acceptance_runs_in_full_on_cuda_host(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout[-3000:]
     steps = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()[1:]]
     assert [s[0] for s in steps] == [
-        "host", "pytest_gpu", "run_examples", "tensor_cores", "flash_attention", "attribute",
-        "attention",
+        "host", "pytest_gpu", "run_examples", "tensor_cores", "flash_attention", "llama",
+        "attribute", "attention",
     ]  # fmt: skip
     assert all(s[1] == "0" for s in steps)
     assert "skipped" in (out / "gpu_targets.log").read_text()
@@ -361,6 +362,9 @@ def test_gpu_acceptance_runs_in_full_on_cuda_host(tmp_path: Path) -> None:
             assert run["correct"] is True and run["dtype"] == t, (t, step)
             kernels.add(run["kernels"][0]["hash"])
         assert len(kernels) == 8  # each step built a kernel of its own
+    for example in ("llama_block", "llama_decode"):  # the Llama layer in bf16, prefill, decode
+        run = json.loads((out / f"llama_{example}.json").read_text())
+        assert run["correct"] is True and run["dtype"] == "bf16", example
     for causal in ("false", "true"):  # bf16 attention, fused, as the flash step times it
         run = json.loads((out / f"flash_attention_{causal}.json").read_text())
         assert run["correct"] is True and [k["name"] for k in run["kernels"]] == ["k0_attention"]
@@ -755,3 +759,25 @@ def test_every_fidelity_example_takes_the_plants_and_computes_right() -> None:
             exe = fidelity.compiled(backend, ROOT / model, dims, f"{real},{plants}")
             checks, _ = check(exe, load(ROOT / model, dims), seed=0)
             assert all(c.passed for c in checks), (backend, example, [c.describe() for c in checks])
+
+
+@pytest.mark.parametrize("name", ["llama_prefill_bf16", "llama_decode_bf16"])
+def test_the_llama_peers_compute_what_the_examples_compute(name: str) -> None:
+    """The PyTorch layer gpu_targets.py times the Llama examples against (RMSNorm, rotary,
+    grouped-query SDPA, SwiGLU; decode appending to the cache) agrees with irkit's float64
+    reference of the example, in f32 on the CPU at the workload's quick sizes: a peer that
+    computed something else would make a GPU ratio meaningless."""
+    torch = pytest.importorskip("torch")
+    g = _gpu_targets()
+    from dataclasses import replace
+
+    from irkit.runtime.reference import random_inputs, reference
+
+    w = replace(next(w for w in g.LLAMA_LADDER if w.name == name), dtype="")
+    module = g.load(w, w.quick_dims)
+    inputs = random_inputs(module, seed=0)
+    expected = reference(module, *inputs)[0]
+    peer = g.torch_peers(torch)[w.peer]
+    got = peer(*[torch.from_numpy(np.ascontiguousarray(a, np.float32)) for a in inputs]).numpy()
+    assert got.shape == expected.shape
+    assert np.abs(got - expected).max() / np.abs(expected).max() < 1e-4

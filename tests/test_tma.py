@@ -393,3 +393,19 @@ def test_persistent_needs_warp_specialization() -> None:
     graph = parse_source(GEMM.format(t="f16", m=64, n=64, k=64), "g.graph", ".graph")
     with pytest.raises(IrkitError, match="persistent.*warp-specialize=true"):
         apply_passes(graph, parse_passes(_pipeline("persistent=true")))
+
+
+@pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
+def test_a_row_padded_past_k_reads_zeros_through_the_map(backend: str) -> None:
+    """A 7 x 7 convolution over 3 channels is a matmul with K = 147 whose im2col rows are
+    padded to 152 (16-byte aligned): the tensor map's extent is the matmul's K, its stride
+    the padded row's, so the padding (never written: NaN on the host paths) is read as zero
+    (resnet's stem gave NaN on cuda-host until the maps took the matmul's extents)."""
+    text = (
+        "model c\ninput x : f16[1, 3, 16, 16]\nparam w : f16[32, 3, 7, 7]\n"
+        "output y = conv2d(x, w, strides=[2, 2], padding=[3, 3, 3, 3])\n"
+    )
+    exe = _checked(text, _pipeline("fill-sms=false"), backend)
+    boxes = [op for op in exe.module.walk() if isinstance(op, TmaLoadOp)]
+    padded = [op for op in boxes if op.tensor_extent != tuple(op.source.type.get_shape())]
+    assert padded and {op.tensor_extent[-1] for op in padded} == {147}

@@ -81,13 +81,15 @@ def launcher(name: str, fn: func.FuncOp, printer: CudaPrinter) -> str:
         layout = map_layout(fn, m)
         dims = ", ".join(f"{d}ull" for d in layout.dims)
         box = ", ".join(f"{b}u" for b in layout.box)
+        strides = ", ".join(f"{d}ull" for d in layout.strides) or "0ull"
         maps += (
             f"  static const unsigned long long dims{j}[] = {{{dims}}};\n"
+            f"  static const unsigned long long strides{j}[] = {{{strides}}};\n"
             f"  static const unsigned box{j}[] = {{{box}}};\n"
         )
         casts.append(
             f"irkit_host::tensor_map(a[{m.arg}], {layout.itemsize}u, {len(layout.dims)}u, "
-            f"dims{j}, box{j}, {layout.swizzle}u)"
+            f"dims{j}, strides{j}, box{j}, {layout.swizzle}u)"
         )
     return (
         f"\nstatic void irkit_body_{name}(void* p) {{\n"

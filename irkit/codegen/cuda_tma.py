@@ -118,7 +118,8 @@ class MapLayout(NamedTuple):
 
 def map_layout(fn: func.FuncOp, m: TensorMap) -> MapLayout:
     """What the runtime encodes kernel `fn`'s tensor map `m` from (with the buffer's
-    address): the argument's shape, contiguous, and the box."""
+    address): the map's extents within the argument's (contiguous) shape, whose strides
+    it keeps, and the box."""
     t = fn.function_type.inputs.data[m.arg]
     assert isinstance(t, MemRefType)
     itemsize = numpy_dtype(t.element_type).itemsize
@@ -127,7 +128,7 @@ def map_layout(fn: func.FuncOp, m: TensorMap) -> MapLayout:
     for extent in reversed(shape[1:]):
         step *= extent
         strides.append(step)
-    dims, box = tuple(reversed(shape)), tuple(reversed(m.box))
+    dims, box = tuple(reversed(m.extent or shape)), tuple(reversed(m.box))
     return MapLayout(itemsize, dims, tuple(strides), box, m.swizzle)
 
 

@@ -195,6 +195,7 @@ class TmaLoadOp(IRDLOperation):
     barrier_index = operand_def(IndexType)
     box = prop_def(DenseArrayBase)
     swizzle = opt_prop_def(IntegerAttr)
+    extent = opt_prop_def(DenseArrayBase)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
     def __init__(
@@ -207,14 +208,28 @@ class TmaLoadOp(IRDLOperation):
         barrier: SSAValue,
         barrier_index: SSAValue,
         swizzle: int = 0,
+        extent: list[int] | None = None,
     ):
         properties: dict[str, Attribute] = {"box": DenseArrayBase.from_list(i64, box)}
         if swizzle:
             properties["swizzle"] = IntegerAttr(swizzle, i64)
+        if extent is not None:
+            properties["extent"] = DenseArrayBase.from_list(i64, extent)
         super().__init__(
             operands=[dest, dest_indices, source, coordinates, barrier, barrier_index],
             properties=properties,
         )
+
+    @property
+    def tensor_extent(self) -> tuple[int, ...]:
+        """The extents the tensor map gives the source (elements past them read as zero):
+        `extent` where set, a matmul's own where its operand's rows are padded past them,
+        else the source's shape."""
+        if self.extent is not None:
+            return tuple(int(v) for v in self.extent.get_values())
+        t = self.source.type
+        assert isinstance(t, MemRefType)
+        return tuple(t.get_shape())
 
     @property
     def swizzle_bytes(self) -> int:
@@ -261,6 +276,10 @@ class TmaLoadOp(IRDLOperation):
             raise VerifyException(f"{self.name}: the box's rows must be multiples of 16 bytes")
         if math.prod(box) > math.prod(d.get_shape()):
             raise VerifyException(f"{self.name}: the box is larger than its destination")
+        extent = self.tensor_extent
+        within = all(1 <= e <= n for e, n in zip(extent, s.get_shape(), strict=False))
+        if len(extent) != len(box) or not within:
+            raise VerifyException(f"{self.name}: an extent a dimension, within the source's")
         if self.swizzle_bytes not in (0, 128) or (
             self.swizzle_bytes and box[-1] * numpy_dtype(s.element_type).itemsize != 128
         ):
@@ -279,11 +298,18 @@ TMA_OPS = (
 
 class TensorMap(NamedTuple):
     """One tensor map a kernel takes: kernel argument `arg` seen in boxes of `box`, landing
-    with `swizzle` (0 or 128 bytes)."""
+    with `swizzle` (0 or 128 bytes), its extents `extent` (empty: the argument's shape)."""
 
     arg: int
     box: tuple[int, ...]
     swizzle: int = 0
+    extent: tuple[int, ...] = ()
+
+
+def _map_of(op: TmaLoadOp) -> TensorMap:
+    source = op.source
+    assert isinstance(source, BlockArgument)
+    return TensorMap(source.index, op.box_shape, op.swizzle_bytes, op.tensor_extent)
 
 
 def tensor_maps(fn: func.FuncOp) -> list[TensorMap]:
@@ -296,7 +322,7 @@ def tensor_maps(fn: func.FuncOp) -> list[TensorMap]:
         source = op.source
         if not (isinstance(source, BlockArgument) and source.block is fn.body.block):
             raise IrkitError(f"@{fn.sym_name.data}: {op.name} reads a kernel argument only")
-        m = TensorMap(source.index, op.box_shape, op.swizzle_bytes)
+        m = _map_of(op)
         if m not in maps:
             maps.append(m)
     return maps
@@ -304,6 +330,4 @@ def tensor_maps(fn: func.FuncOp) -> list[TensorMap]:
 
 def map_index(fn_maps: list[TensorMap], op: TmaLoadOp) -> int:
     """Which of the kernel's tensor maps `op` copies through."""
-    source = op.source
-    assert isinstance(source, BlockArgument)
-    return fn_maps.index(TensorMap(source.index, op.box_shape, op.swizzle_bytes))
+    return fn_maps.index(_map_of(op))

@@ -34,6 +34,7 @@ from irkit.dialects.warp_tma import (
     TmaLoadOp,
 )
 from irkit.dtypes import numpy_dtype
+from irkit.ir import shape_of
 from irkit.loops import SHARED_SPACE
 from irkit.passes.map_to_gpu import GpuBuilder
 
@@ -80,11 +81,14 @@ def _issuer(
 ) -> Callable[[GpuBuilder, SSAValue | int, SSAValue], None]:
     """`issue(builder, kt, stage)`: tile `kt` of A and of B into `stage`, the stage's bytes
     announced on `bars[stage]`, then the boxes (one a strip)."""
-    o = kernel.o
+    o, nest = kernel.o, kernel.nest
     (a_tile, b_tile), (a, bb), (a_prefix, b_prefix) = tiles, sources, prefixes
     row0, col0 = origin
-    itemsize = numpy_dtype(kernel.nest.element_type).itemsize
+    itemsize = numpy_dtype(nest.element_type).itemsize
     stage_bytes = (o.block_m * o.block_k + o.block_k * o.block_n) * itemsize
+    # the maps' extents are the matmul's: a row padded past K (or a padded M) reads zeros
+    a_extent = [*shape_of(a)[:-2], nest.m, nest.k]
+    b_extent = [*shape_of(bb)[:-2], nest.k, nest.n]
 
     def issue(t: GpuBuilder, kt: SSAValue | int, stage: SSAValue) -> None:
         k0 = k_origin(t, kt)
@@ -95,24 +99,44 @@ def _issuer(
                 at = [*a_prefix, row0, t.iadd(k0, ATOM * ka)]
                 box = [1] * len(a_prefix) + [o.block_m, ATOM]
                 dest = [stage, t.index(ka), zero, zero]
-                t.add(TmaLoadOp(a_tile, dest, a, at, box, bars, stage, swizzle=128))
+                t.add(TmaLoadOp(a_tile, dest, a, at, box, bars, stage, 128, a_extent))
             for na in range(o.block_n // ATOM):
                 at = [*b_prefix, k0, t.iadd(col0, ATOM * na)]
                 box = [1] * len(b_prefix) + [o.block_k, ATOM]
                 dest = [stage, t.index(na), zero, zero]
-                t.add(TmaLoadOp(b_tile, dest, bb, at, box, bars, stage, swizzle=128))
+                t.add(TmaLoadOp(b_tile, dest, bb, at, box, bars, stage, 128, b_extent))
             return
         for kc in range(o.block_k // CORE):
             at = [*a_prefix, row0, t.iadd(k0, CORE * kc)]
             box = [1] * len(a_prefix) + [o.block_m, CORE]
             t.add(
-                TmaLoadOp(a_tile, [stage, t.index(kc), zero, zero, zero], a, at, box, bars, stage)
+                TmaLoadOp(
+                    a_tile,
+                    [stage, t.index(kc), zero, zero, zero],
+                    a,
+                    at,
+                    box,
+                    bars,
+                    stage,
+                    0,
+                    a_extent,
+                )
             )
         for nc in range(o.block_n // CORE):
             at = [*b_prefix, k0, t.iadd(col0, CORE * nc)]
             box = [1] * len(b_prefix) + [o.block_k, CORE]
             t.add(
-                TmaLoadOp(b_tile, [stage, t.index(nc), zero, zero, zero], bb, at, box, bars, stage)
+                TmaLoadOp(
+                    b_tile,
+                    [stage, t.index(nc), zero, zero, zero],
+                    bb,
+                    at,
+                    box,
+                    bars,
+                    stage,
+                    0,
+                    b_extent,
+                )
             )
 
     return issue

@@ -132,7 +132,8 @@ def tma_load(run: Any, op: TmaLoadOp, args: list[Any], mask: np.ndarray) -> None
     for i, lane in enumerate(active):
         at = np.array([np.broadcast_to(np.asarray(c), mask.shape)[lane] for c in coordinates])
         where = at[:, None] + offsets
-        inside = ((where >= 0) & (where < np.array(source.shape)[:, None])).all(axis=0)
+        extent = np.array(op.tensor_extent)[:, None]
+        inside = ((where >= 0) & (where < extent)).all(axis=0)
         clipped = np.clip(where, 0, np.array(source.shape)[:, None] - 1)
         values = np.where(inside, source[tuple(clipped)], np.zeros((), source.dtype))
         flat = start[i] + np.arange(size)

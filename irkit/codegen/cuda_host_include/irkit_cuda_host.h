@@ -773,16 +773,17 @@ inline void irkit_mma_m16n8k8_tf32(float a0, float a1, float a2, float a3, float
 // --- TMA and mbarriers: copies queued per block, landed by the waits on their barrier -----
 
 namespace irkit_host {
+// `strides`: bytes between consecutive indices of dimensions 1 .. rank - 1 (the driver's
+// globalStrides; dimension 0's elements are contiguous)
 inline irkit_tensor_map tensor_map(const void* base, unsigned itemsize, unsigned rank,
-                                   const unsigned long long* dims, const unsigned* box,
+                                   const unsigned long long* dims,
+                                   const unsigned long long* strides, const unsigned* box,
                                    unsigned swizzle) {
   irkit_tensor_map m{(const unsigned char*)base, rank, itemsize, {}, {}, {}, swizzle};
-  unsigned long long stride = itemsize;
   for (unsigned d = 0; d < rank; d++) {
     m.dims[d] = dims[d];
-    m.strides[d] = stride;
+    m.strides[d] = d ? strides[d - 1] : itemsize;
     m.box[d] = box[d];
-    stride *= dims[d];
   }
   return m;
 }
