@@ -168,6 +168,9 @@ class Step:
     spec: str
     """The pass with its options, in `-p` syntax."""
     optional: bool
+    refines: int | None = None
+    """An option step (`irkit.measure.attribution.plan.option_chain`): the index of the
+    step whose pass this one runs with more options set, in its place."""
 
 
 def pipeline_steps(spec: str) -> list[Step]:

@@ -1379,3 +1379,51 @@ def test_copies_are_bounded_by_memory_and_the_output_says_so(tmp_path, capsys,
     assert proto["placement_bytes"] <= proto["placement_budget_bytes"] == placement_budget()
     printed = " ".join(capsys.readouterr().out.split())
     assert f"only {proto['placements']} of the 32 copies wanted fit in memory" in printed
+
+
+def test_option_steps_run_the_pass_with_their_options_in_its_place() -> None:
+    """`option_chain`: each change is a step after its pass (and the changes before it on
+    the same pass), running the pass with the options so far; in any variant the pass runs
+    once, with the options of the last change kept, and not at all when it is left out."""
+    from irkit.measure.attribution.plan import kept, option_chain, variant_spec
+    from irkit.pipelines import pipeline_steps
+
+    steps = option_chain(
+        pipeline_steps("default-cuda"),
+        ["gpu-tile-matmul{wgmma=true}", "gpu-tile-matmul{tma=true}"],
+    )
+    labels = [s.label for s in steps]
+    at = labels.index("gpu-tile-matmul")
+    assert labels[at + 1 : at + 3] == ["gpu-tile-matmul{wgmma=true}", "gpu-tile-matmul{tma=true}"]
+    assert steps[at + 2].spec == "gpu-tile-matmul{wgmma=true tma=true}"
+    assert steps[at + 1].refines == steps[at + 2].refines == at
+    optional = [n for n, s in enumerate(steps) if s.optional]
+    k = len(optional)
+    full = (True,) * k
+    tiles = [p for p in variant_spec(steps, optional, full).split(",") if "tile" in p]
+    assert tiles == ["gpu-tile-matmul{wgmma=true tma=true}"]
+    first = tuple(n != optional.index(at + 2) for n in range(k))  # the last change left out
+    assert [p for p in variant_spec(steps, optional, first).split(",") if "tile" in p] == [
+        "gpu-tile-matmul{wgmma=true}"
+    ]
+    without = tuple(n != optional.index(at) for n in range(k))  # the pass itself left out
+    assert not any(kept(steps, optional, without)[at : at + 3])
+
+
+def test_attribute_prices_option_steps_with_the_prefix_strategy() -> None:
+    """`irkit-bench attribute --step`: the record lists each option change as a pass of its
+    own, after its pass, with its spec and whether it changed the program; another strategy,
+    a change of a pass the pipeline lacks, or an option the pass lacks is one line."""
+    rec = attribute(CHAIN, "default-cpu", "cpu", "prefix", SMALL,
+                    option_steps=("cpu-tile-matmul{mr=4}",), budget_s=1.0, kernel_times=False)  # fmt: skip
+    names = [p.label for p in rec.passes]
+    assert names[names.index("cpu-tile-matmul") + 1] == "cpu-tile-matmul{mr=4}"
+    (step,) = [p for p in rec.passes if p.label == "cpu-tile-matmul{mr=4}"]
+    assert "mr=4" in step.spec
+    for strategy, changes, says in (
+        ("shapley", ("cpu-tile-matmul{mr=4}",), "--strategy prefix"),
+        ("prefix", ("gpu-tile-matmul{tma=true}",), "no pass gpu-tile-matmul"),
+        ("prefix", ("cpu-tile-matmul{tma=true}",), "tma"),
+    ):
+        with pytest.raises(IrkitError, match=says):
+            attribute(CHAIN, "default-cpu", "cpu", strategy, SMALL, option_steps=changes, budget_s=1.0)  # fmt: skip

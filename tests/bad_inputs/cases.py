@@ -337,6 +337,8 @@ CASES: list[Case] = [
     Case("unknown-target", opt("m.graph", "-t", "verilog"), {"m.graph": G}, code=2, where="-t/--target", says="unknown target 'verilog'"),
     Case("unknown-command", bench("frobnicate"), code=2, says="invalid choice"),
     Case("strategy", bench("attribute", "m.graph", "--strategy", "banzhaf"), {"m.graph": G}, code=2, where="--strategy", says="invalid choice"),
+    Case("attribute-step-strategy", bench("attribute", "m.graph", "--backend", "cpu", "--step", "cpu-tile-matmul{mr=4}"), {"m.graph": G}, where="--step", says="--strategy prefix"),
+    Case("attribute-step-no-pass", bench("attribute", "m.graph", "--backend", "cpu", "--strategy", "prefix", "--step", "gpu-tile-matmul{tma=true}"), {"m.graph": G}, says="no pass gpu-tile-matmul"),
     # --- outputs: never over an input ------------------------------------------------------------------
     Case("run-json-over-model", bench("run", "m.graph", "--json", "m.graph"), {"m.graph": G}, where="m.graph", says="--json names an input of this command"),
     Case("attribute-json-over-model", bench("attribute", "m.graph", "--json", "m.graph"), {"m.graph": G}, where="m.graph", says="--json names an input of this command"),

@@ -35,6 +35,15 @@ def add_parser(sub) -> argparse.ArgumentParser:
     measure_options(p, budget=30.0, several=True, dtype=True)
     p.add_argument("--strategy", default="shapley", choices=("prefix", "ablation", "shapley"))
     p.add_argument(
+        "--step",
+        action="append",
+        default=[],
+        metavar="PASS{OPTION=VALUE}",
+        help="an option change of a pass of the pipeline, attributed as a step after the pass "
+        "and the changes before it (repeatable, cumulative: 'gpu-tile-matmul{wgmma=true}' "
+        "then 'gpu-tile-matmul{tma=true}'; with --strategy prefix)",
+    )
+    p.add_argument(
         "--permutations",
         type=bounded_int(1, 100_000),
         default=16,
@@ -191,6 +200,7 @@ def _attribute_once(args, model: str, dims: dict, kernel_times: bool) -> dict:
                 args.strategy,
                 dims,
                 dtype=args.dtype,
+                option_steps=tuple(args.step),
                 precision=args.precision,
                 budget_s=args.budget,
                 seed=args.seed,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,7 +33,15 @@ from irkit.measure.attribution.noise import (
 )
 from irkit.measure.attribution.options import AttributeOptions
 from irkit.measure.attribution.placements import auto_placements, copies_within_budget
-from irkit.measure.attribution.plan import Mask, Plan, describe_variant, make_plan, variant_spec
+from irkit.measure.attribution.plan import (
+    Mask,
+    Plan,
+    describe_variant,
+    kept,
+    make_plan,
+    option_chain,
+    variant_spec,
+)
 from irkit.measure.attribution.protocol import (
     AA_TWIN,
     AA_TWIN_BASELINE,
@@ -75,6 +83,7 @@ def attribute(
     dims: Mapping[str, int] | None = None,
     *,
     dtype: str | None = None,
+    option_steps: Sequence[str] = (),
     options: AttributeOptions | None = None,
     ceilings: Ceilings | None | Literal["backend"] = "backend",
     progress: Progress | None = None,
@@ -85,14 +94,16 @@ def attribute(
     with any of `AttributeOptions`'s fields given as keywords (`budget_s=5`) replacing
     theirs; `strategy` likewise. `ceilings`: the roofline's, by default the backend's own
     (`Backend.ceilings()`); None for none. `dtype`: a model file's f32 tensors converted to
-    "f16" or "bf16" first (`irkit.load`)."""
+    "f16" or "bf16" first (`irkit.load`). `option_steps`: option changes of the pipeline's
+    passes (`pass{option=value}`), each attributed as a step after its pass and the changes
+    before it (`plan.option_chain`; the prefix strategy)."""
     if strategy is not None:
         knobs["strategy"] = strategy
     opts = AttributeOptions.of(options, **knobs)
     expect("attribute", "model", model, ModuleOp | str | Path, "a module or a model file path")
     expect("attribute", "pipeline", pipeline, str | None, "a pipeline spec")
     tick = progress or (lambda *_: None)
-    setup = _prepare(model, pipeline, backend, dims, dtype, ceilings, opts)
+    setup = _prepare(model, pipeline, backend, dims, dtype, ceilings, opts, option_steps)
     setup, variants = _plan_and_compile(setup, opts, tick)
     binding = _bind_placements(setup, variants, opts, tick)
     measured = _measure(setup, variants, binding, opts, tick)
@@ -115,6 +126,7 @@ def _prepare(
     dtype: str | None,
     ceilings: Ceilings | None | Literal["backend"],
     opts: AttributeOptions,
+    option_steps: Sequence[str] = (),
 ) -> Setup:
     from irkit.frontend import load
     from irkit.runtime import get_backend
@@ -127,6 +139,13 @@ def _prepare(
         raise IrkitError("attribution needs a compiling backend (cpu or cuda), not the reference")
     spec = pipeline if pipeline is not None else chosen.default_pipeline
     steps = pipeline_steps(spec)
+    if option_steps:
+        if opts.strategy != "prefix":
+            raise IrkitError(
+                "option steps build on each other: they are attributed with --strategy prefix",
+                "--step",
+            )
+        steps = option_chain(steps, list(option_steps))
     optional = [n for n, s in enumerate(steps) if s.optional]
     if not optional:
         raise IrkitError(f"pipeline '{spec}' has no optional pass to attribute", "-p")
@@ -208,9 +227,7 @@ def _inert_passes(setup: Setup) -> frozenset[int]:
     masks = {(False,) * k, (True,) * k}
     for i in range(k):
         masks |= {tuple(j != i for j in range(k)), tuple(j == i for j in range(k))}
-    choices = [
-        [not s.optional or m[optional.index(n)] for n, s in enumerate(steps)] for m in sorted(masks)
-    ]
+    choices = [kept(steps, optional, m) for m in sorted(masks)]
     shared = apply_pipelines(setup.graph, [s.spec for s in steps], choices, lambda m: None)
     return frozenset(i for i, n in enumerate(optional) if not shared.changed[n])
 
@@ -236,9 +253,7 @@ def _compile_variants(setup: Setup, tick: Progress) -> Variants:
         return compiled[ir_key]
 
     started = time.perf_counter()
-    choices = [
-        [not s.optional or m[optional.index(n)] for n, s in enumerate(steps)] for m in plan.masks
-    ]
+    choices = [kept(steps, optional, m) for m in plan.masks]
     shared = apply_pipelines(
         setup.graph,
         [s.spec for s in steps],

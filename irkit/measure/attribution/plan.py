@@ -216,11 +216,66 @@ def _antithetic_orders(passes: list[int], count: int, seed: int) -> tuple[tuple[
     return (*drawn, *(order[::-1] for order in drawn), *extra)
 
 
+def option_chain(steps: list[Step], changes: list[str]) -> list[Step]:
+    """The steps with option steps added: each of `changes` (`pass{option=value ...}`) sets
+    options of the pipeline's pass of that name, on top of the changes before it on the same
+    pass. Each becomes a step placed after the pass (and its earlier changes), which runs
+    the pass with them set instead of it (`refines`): attribution prices option changes as
+    it prices passes (the prefix strategy: each given the ones before). A change naming no
+    pass of the pipeline, or an option the pass does not have, is a one-line error."""
+    from xdsl.utils.arg_spec import ArgSpec, parse_pipeline
+
+    from irkit.pipelines import parse_passes
+
+    out = list(steps)
+    for change in changes:
+        items = list(parse_pipeline(change)) if change.strip() else []
+        if len(items) != 1 or not items[0].parameters:
+            raise IrkitError(f"--step '{change}': one pass with the options it sets")
+        item = items[0]
+        bases = [n for n, s in enumerate(out) if _pass_of(s) == item.name and s.refines is None]
+        if not bases:
+            raise IrkitError(f"--step '{change}': the pipeline has no pass {item.name}")
+        base = bases[0]
+        last = max((n for n, s in enumerate(out) if s.refines == base), default=base)
+        (previous,) = parse_pipeline(out[last].spec)
+        merged = ArgSpec(item.name, {**previous.parameters, **item.parameters})
+        parse_passes(str(merged))  # an option the pass lacks, or refuses: one line
+        step = Step(f"{item.name}{{{_options_text(item)}}}", str(merged), True, base)
+        out.insert(last + 1, step)
+    return out
+
+
+def _options_text(item) -> str:
+    return str(item).split("{", 1)[1].rstrip("}")
+
+
+def _pass_of(step: Step) -> str:
+    return step.spec.split("{")[0]
+
+
+def kept(steps: list[Step], optional: list[int], mask: Mask) -> list[bool]:
+    """Which of `steps` the variant with optional step optional[j] kept iff mask[j] runs: a
+    required step always; of a pass and its option steps (`option_chain`), the last one
+    kept, the others not (the pass runs once, with the options of the changes kept)."""
+    asked = [not s.optional or mask[optional.index(n)] for n, s in enumerate(steps)]
+    on = list(asked)
+    for n, s in enumerate(steps):
+        if s.refines is None or not asked[n]:
+            continue
+        if not asked[s.refines]:  # the pass itself left out: so are its options
+            on[n] = False
+            continue
+        for m in range(s.refines, n):  # the pass with fewer options gives way
+            if m == s.refines or steps[m].refines == s.refines:
+                on[m] = False
+    return on
+
+
 def variant_steps(steps: list[Step], optional: list[int], mask: Mask) -> list[str]:
     """The passes (`-p` items) of the variant with optional step optional[j] kept iff
-    mask[j]."""
-    off = {optional[j] for j, on in enumerate(mask) if not on}
-    return [s.spec for n, s in enumerate(steps) if n not in off]
+    mask[j] (`kept`)."""
+    return [s.spec for s, on in zip(steps, kept(steps, optional, mask), strict=True) if on]
 
 
 def variant_spec(steps: list[Step], optional: list[int], mask: Mask) -> str:
