@@ -99,3 +99,42 @@ def test_snapshot_errors_are_one_line(tmp_path, capsys) -> None:
     err = capsys.readouterr().err.strip()
     assert code == 1 and err.endswith("not an irkit snapshot (irkit-bench snapshot writes them)")
     assert not (tmp_path / "x.snap").exists()
+
+
+def test_a_bf16_snapshot_keeps_its_type_and_replays_bit_identically(tmp_path, capsys) -> None:
+    """`snapshot --dtype bf16`: the model converted first; the archive's bf16 arguments
+    (which npz stores as raw 2-byte records) come back as bfloat16, and the replay of the
+    recorded code is bit-identical (it had refused: "dtype |V2, expected bfloat16")."""
+    out = tmp_path / "k.snap"
+    code = bench(["snapshot", "examples/gemm.graph", "--kernel", "k0_matmul", "--backend",
+                  "cuda-host", "--dtype", "bf16", "--dim", "M=64", "--dim", "N=64", "--dim",
+                  "K=64", "-o", str(out)])  # fmt: skip
+    assert code == 0
+    snap = Snapshot.load(out)
+    assert snap.meta["dtype"] == "bf16"
+    assert {a.dtype.name for a in snap.before} == {"bfloat16"}
+    capsys.readouterr()
+    assert bench(["replay", str(out), "--budget", "0.05"]) == 0
+    assert "bit-identical to the recorded outputs" in capsys.readouterr().out
+
+
+def test_bisect_and_suite_jobs_take_the_dtype(tmp_path, capsys) -> None:
+    """`bisect --dtype` checks the converted model; a suite job's "dtype" reaches its
+    attribution and its key (an f32 job's key is what it was), and a wrong one is refused."""
+    from irkit.errors import IrkitError
+    from irkit.measure.suite import Job, read_jobs
+
+    code = bench(["bisect", "examples/gemm.graph", "--backend", "cuda-host", "--dtype", "bf16",
+                  "--dim", "M=32", "--dim", "N=32", "--dim", "K=32"])  # fmt: skip
+    assert code == 0 and "nothing to bisect" in capsys.readouterr().out
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(
+        '{"workload": "g", "model": "m.graph", "dtype": "bf16"}\n{"workload": "h", "model": "m.graph"}\n'
+    )
+    bf16, f32 = read_jobs(jobs)
+    assert bf16.dtype == "bf16" and f32.dtype is None
+    assert bf16.key("cpu", "default-cpu") != Job("g", bf16.model).key("cpu", "default-cpu")
+    assert f32.key("cpu", "p") == Job("h", f32.model).key("cpu", "p")
+    jobs.write_text('{"workload": "g", "model": "m.graph", "dtype": "f8"}\n')
+    with pytest.raises(IrkitError, match='"dtype" is'):
+        read_jobs(jobs)

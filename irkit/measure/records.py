@@ -136,11 +136,15 @@ def _object(value: object, path: Path, line: int) -> dict:
 
 
 def job_key(record: dict) -> str:
-    """What identifies a suite job: workload, backend, pipeline, strategy and sizes."""
+    """What identifies a suite job: workload, backend, pipeline, strategy and sizes, and
+    the element type where the model was converted to f16 or bf16 (an f32 job's key is
+    what it was before types were asked for)."""
     dims = ",".join(f"{k}={v}" for k, v in sorted(record.get("dims", {}).items()))
+    dtype = record.get("dtype")
     return (
         "|".join(str(record.get(k)) for k in ("workload", "backend", "pipeline", "strategy"))
         + f"|{dims}"
+        + (f"|{dtype}" if dtype in ("f16", "bf16") else "")
     )
 
 

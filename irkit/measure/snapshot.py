@@ -87,12 +87,14 @@ class Snapshot:
 
     @staticmethod
     def load(path: str | Path) -> Snapshot:
+        """Read an archive `save` wrote (bf16 arguments, which npz keeps as raw 2-byte
+        records, viewed as bfloat16 again from the meta)."""
         try:
             with np.load(Path(path), allow_pickle=False) as archive:
                 meta = json.loads(bytes(archive["meta"]).decode())
                 count = len(meta["arguments"])
-                before = [archive[f"before_{i}"] for i in range(count)]
-                after = [archive[f"after_{i}"] for i in range(count)]
+                before = [_typed(archive[f"before_{i}"], meta, i) for i in range(count)]
+                after = [_typed(archive[f"after_{i}"], meta, i) for i in range(count)]
         except FileNotFoundError:
             raise IrkitError("no such file", str(path)) from None
         except (OSError, KeyError, ValueError, json.JSONDecodeError):
@@ -146,10 +148,12 @@ def take_snapshot(
     backend: str = "cpu",
     dims: dict[str, int] | None = None,
     seed: int = 0,
+    dtype: str | None = None,
 ) -> Snapshot:
-    """Compile `model`, run it on inputs from `seed`, and keep kernel `kernel` (its name, as
-    `irkit-bench run` lists them): its code, launch, IR and arguments around its call."""
-    return take_snapshots(model, [kernel], pipeline, backend, dims, seed)[0]
+    """Compile `model` (its f32 tensors converted to `dtype` first, where given), run it on
+    inputs from `seed`, and keep kernel `kernel` (its name, as `irkit-bench run` lists
+    them): its code, launch, IR and arguments around its call."""
+    return take_snapshots(model, [kernel], pipeline, backend, dims, seed, dtype)[0]
 
 
 def take_snapshots(
@@ -159,6 +163,7 @@ def take_snapshots(
     backend: str = "cpu",
     dims: dict[str, int] | None = None,
     seed: int = 0,
+    dtype: str | None = None,
 ) -> list[Snapshot]:
     """`take_snapshot` for several kernels (None: every kernel) from one compile and run."""
     from irkit.frontend import load
@@ -167,7 +172,7 @@ def take_snapshots(
     from irkit.runtime.backend import HasGpuKernels
     from irkit.runtime.reference import random_inputs
 
-    graph = load(model, dims)
+    graph = load(model, dims, dtype)
     exe = compile(graph, pipeline, backend)
     names = [k.name for k in exe.kernels]
     wanted = list(names if kernels is None else kernels)
@@ -201,7 +206,7 @@ def take_snapshots(
                           for i, (a, b) in enumerate(zip(fn.body.block.args, data["before"],
                                                          strict=True))],
             "model": str(model), "pipeline": exe.pipeline or pipeline,
-            "dims": dims or {}, "seed": seed,
+            "dims": dims or {}, "seed": seed, "dtype": dtype or "f32",
             "fingerprint": fingerprint,
         }  # fmt: skip
         meta = json.loads(json.dumps(meta))  # as the file will hold it (lists, not tuples)
@@ -410,3 +415,17 @@ def rebuilt_module(snap: Snapshot) -> ModuleOp:
         raise IrkitError(f"the current {snap.kernel} takes other arguments than the recorded one")
     rebuilt = Snapshot({**meta, "module": standalone_text(exe.module, fn)}, snap.before, snap.after)
     return replay_module(rebuilt)
+
+
+def _typed(array: np.ndarray, meta: dict, i: int) -> np.ndarray:
+    """Argument `i`'s array with the element type the meta names (npz writes ml_dtypes'
+    bfloat16 as a 2-byte void record)."""
+    import ml_dtypes  # noqa: F401  (numpy knows "bfloat16" by name once it is imported)
+
+    try:
+        want = np.dtype(meta["arguments"][i]["dtype"])
+    except TypeError:
+        return array
+    if array.dtype != want and array.dtype.itemsize == want.itemsize:
+        return array.view(want)
+    return array

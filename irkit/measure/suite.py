@@ -52,6 +52,8 @@ class Job:
     """The job's own pipeline (None: the suite's)."""
     timeout_s: float | None = None
     """The job's own deadline in a worker (None: the suite's)."""
+    dtype: str | None = None
+    """The model's f32 tensors converted to "f16" or "bf16" first (None: as it is)."""
 
     def key(self, backend: str, pipeline: str) -> str:
         return job_key(
@@ -61,6 +63,7 @@ class Job:
                 "pipeline": self.pipeline or pipeline,
                 "strategy": self.strategy,
                 "dims": self.dims,
+                "dtype": self.dtype,
             }
         )
 
@@ -145,8 +148,9 @@ def run_suite(
 
 
 def read_jobs(path: str | Path) -> tuple[Job, ...]:
-    """Jobs from a JSON Lines file: {"workload", "model", "dims"?, "strategy"?, "pipeline"?}
-    per line; a relative model path is taken from the file's directory."""
+    """Jobs from a JSON Lines file: {"workload", "model", "dims"?, "strategy"?, "pipeline"?,
+    "timeout_s"?, "dtype"?} per line; a relative model path is taken from the file's
+    directory."""
     jobs = []
     base = Path(path).parent
     for line, r in numbered_records(path):
@@ -163,11 +167,11 @@ def read_jobs(path: str | Path) -> tuple[Job, ...]:
             raise IrkitError(
                 'a job\'s "timeout_s" is a positive number of seconds', f"{path}:{line}"
             )
-        jobs.append(
-            Job(
-                r["workload"], model, dims, r.get("strategy", "shapley"), r.get("pipeline"), timeout
-            )
-        )
+        dtype = r.get("dtype")
+        if dtype not in (None, "f32", "f16", "bf16"):
+            raise IrkitError('a job\'s "dtype" is "f32", "f16" or "bf16"', f"{path}:{line}")
+        strategy, pipeline = r.get("strategy", "shapley"), r.get("pipeline")
+        jobs.append(Job(r["workload"], model, dims, strategy, pipeline, timeout, dtype))
     if not jobs:
         raise IrkitError("no jobs in the file", str(path))
     return tuple(jobs)
@@ -198,7 +202,7 @@ def run_job(job: Job, options: SuiteOptions, progress=None) -> dict:
     from irkit.measure.attribution import attribute
 
     result = attribute(job.model, job.pipeline or options.pipeline, options.backend,
-                       job.strategy, job.dims, precision=options.precision, budget_s=options.budget,
+                       job.strategy, job.dims, dtype=job.dtype, precision=options.precision, budget_s=options.budget,
                        seed=options.seed, permutations=options.permutations,
                        progress=progress)  # fmt: skip
     return result.to_json()
@@ -318,8 +322,10 @@ def reproducer(job: Job, options: SuiteOptions, stage: tuple | None) -> str:
             return (
                 f"{env}irkit-bench run {shlex.quote(job.model)} -p {shlex.quote(spec)} "
                 f"--backend {options.backend} {dims} --seed {options.seed}"
+                f"{f' --dtype {job.dtype}' if job.dtype else ''}"
             ).strip()
     return (
         f"{env}irkit-bench attribute {shlex.quote(job.model)} -p {shlex.quote(pipeline)} "
         f"--backend {options.backend} {dims} --strategy {job.strategy} --seed {options.seed}"
+        f"{f' --dtype {job.dtype}' if job.dtype else ''}"
     ).strip()

@@ -10,6 +10,7 @@ from irkit.cli.bench.options import (
 )
 from irkit.cli.common import (
     bounded_int,
+    dtype_option,
     parse_dim,
     positive_float,
     positive_int,
@@ -33,6 +34,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", help=BACKEND_HELP)
     p.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
     p.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
+    dtype_option(p)
     p.add_argument(
         "--slower-than",
         default=None,
@@ -95,7 +97,7 @@ def _bisect_wrong(console, args) -> int:
 
     backend, _ = get_backend(args.backend)
     pipeline = args.passes or backend.default_pipeline
-    graph = irkit.load(args.file, dict(args.dim))
+    graph = irkit.load(args.file, dict(args.dim), dtype=args.dtype)
     found = first_wrong_pass(graph, pipeline, backend.name, args.seed)
     if found is None:
         console.print(
@@ -129,8 +131,11 @@ def _bisect_slowdown(console, args) -> int:
 
     backend, _ = get_backend(args.backend)
     pipeline = args.passes or backend.default_pipeline
+    import irkit
+
+    model = irkit.load(args.file, dict(args.dim), dtype=args.dtype) if args.dtype else args.file
     result = slowing_edits(
-        args.file,
+        model,
         pipeline,
         args.slower_than,
         backend.name,

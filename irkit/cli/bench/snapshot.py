@@ -6,6 +6,7 @@ import argparse
 
 from irkit.cli.common import (
     check_output,
+    dtype_option,
     parse_dim,
     seed,
 )
@@ -26,6 +27,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--backend", default="cpu", help="cpu (default), cuda-sim or cuda-host")
     p.add_argument("--dim", action="append", default=[], type=parse_dim, metavar="NAME=VALUE")
     p.add_argument("--seed", type=seed, default=0, help="seed of the model's random inputs")
+    dtype_option(p)
     return p
 
 
@@ -34,7 +36,13 @@ def run(args) -> int:
 
     check_output(args.output, [args.file], "-o", "snapshot")
     snap = take_snapshot(
-        args.file, args.kernel, args.passes, args.backend, dict(args.dim) or None, args.seed
+        args.file,
+        args.kernel,
+        args.passes,
+        args.backend,
+        dict(args.dim) or None,
+        args.seed,
+        args.dtype,
     )
     snap.save(args.output)
     meta = snap.meta
