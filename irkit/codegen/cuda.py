@@ -123,6 +123,9 @@ class CPrinter:
 
     def __init__(self, index_type: str = "int"):
         self.index_type = index_type
+        self.wgmma_carried: dict[SSAValue, str] = {}
+        """A loop's first carried wgmma accumulator and the array all of them are
+        (`cuda_wgmma.carried`; `for_`)."""
         self.lines: list[str] = []
         self.indent = 1
         self.names: dict[SSAValue, str] = {}
@@ -340,22 +343,34 @@ class CPrinter:
         pass  # a CPU cache hint: nothing on the GPU
 
     def for_(self, op: scf.ForOp) -> None:
+        iv, *args = op.body.block.args
+        carried = cuda_wgmma.carried(op)  # wgmma accumulators: one array, no copies
+        if carried is not None:
+            first, count = carried
+            array = self.fresh(op.results[first], "acc")
+            inits = ", ".join(self.name(v) for v in op.iter_args[first : first + count])
+            self.emit(f"float {array}[{count}] = {{{inits}}};")
+            for i in range(count):
+                self.names[args[first + i]] = self.names[op.results[first + i]] = f"{array}[{i}]"
+            self.wgmma_carried[args[first]] = array
+        span = range(carried[0], sum(carried)) if carried is not None else range(0)
+        kept = [i for i in range(len(args)) if i not in span]
         accs = []
-        for init, result in zip(op.iter_args, op.results, strict=True):
+        for i in kept:
+            init, result = op.iter_args[i], op.results[i]
             name = self.fresh(result, "acc")
             accs.append(name)
             self.emit(f"{self.type_name(result.type)} {name} = {self.name(init)};")
-        iv, *args = op.body.block.args
         k = self.fresh(iv, "k")
         it = self.index_type
         self.emit(
             f"for ({it} {k} = {self.name(op.lb)}; {k} < {self.name(op.ub)}; {k} += {self.name(op.step)}) {{"
         )
         self.indent += 1
-        for arg, name in zip(args, accs, strict=True):
-            self.names[arg] = name
+        for i, name in zip(kept, accs, strict=True):
+            self.names[args[i]] = name
         yielded = self.block(op.body.block)
-        self.assign(accs, yielded)
+        self.assign(accs, [yielded[i] for i in kept])
         self.indent -= 1
         self.emit("}")
 
@@ -659,6 +674,8 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         prev = w.chained(op)
         if prev is not None:
             array = self.wgmma_arrays[prev]
+        elif op.c and op.c[0] in self.wgmma_carried:  # the loop's accumulators, in order
+            array = self.wgmma_carried[op.c[0]]
         else:
             array = self.fresh(op.d[0], "acc")
             self.emit(f"float {array}[{len(op.d)}] = {{{', '.join(self.name(v) for v in op.c)}}};")

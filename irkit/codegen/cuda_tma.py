@@ -50,17 +50,16 @@ __device__ __forceinline__ void irkit_mbarrier_arrive(void* bar) {
 template <int N> __device__ __forceinline__ void irkit_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\\n" :: "n"(N)); }
 template <int N> __device__ __forceinline__ void irkit_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\\n" :: "n"(N)); }
 __device__ __forceinline__ void irkit_mbarrier_wait(void* bar, unsigned parity) {
-  unsigned done;
-  do {
-    asm volatile("{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\nselp.u32 %0, 1, 0, p;\\n}\\n"
-                 : "=r"(done) : "r"(irkit_shared_address(bar)), "r"(parity) : "memory");
-  } while (!done);
+  asm volatile("{\\n.reg .pred p;\\nirkit_wait:\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\\n@!p bra irkit_wait;\\n}\\n"
+               :: "r"(irkit_shared_address(bar)), "r"(parity) : "memory");
 }
 #endif
 """
 """The tensor map's type, mbarrier.init (and the fence that shows it to the TMA unit),
 arrive.expect_tx, arrive, setmaxnreg, and a wait: try_wait.parity until the phase has
-completed."""
+completed, the loop inside the asm (its label scoped by the braces, so each inlined copy
+has its own). As a C loop around one try_wait, ptxas serialized a consumer's wgmma ops that
+a wait kept in flight across it (its C7514 remark): the loop sat in their pipeline stage."""
 
 
 def helper(rank: int) -> str:

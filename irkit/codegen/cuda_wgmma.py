@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from xdsl.dialects import scf
 from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import SSAValue
 
@@ -77,6 +78,34 @@ def chained(op: WgmmaOp) -> WgmmaOp | None:
     if list(op.c) != list(prev.d) or any(len(list(r.uses)) != 1 for r in prev.d):
         raise IrkitError("a wgmma's results may feed only the next wgmma, in order")
     return prev
+
+
+def carried(loop: scf.ForOp) -> tuple[int, int] | None:
+    """The loop's iter_args that carry a wgmma chain's accumulators (first index, count): the
+    values it yields are one wgmma's results, in order, and the first wgmma of the body
+    that reads the carried values takes them all, in order, as its C. The printer keeps them
+    in one array across iterations (a wgmma group may still be in flight when the loop
+    goes round, `wgmma-depth=1`: copying its registers would read them early). None where
+    no such run of iter_args is."""
+    body = loop.body.block
+    terminator = body.last_op
+    if not isinstance(terminator, scf.YieldOp):
+        return None
+    for op in body.ops:
+        if not isinstance(op, WgmmaOp):
+            continue
+        args: list[SSAValue] = list(body.args[1:])
+        if op.c and op.c[0] in args:
+            first = args.index(op.c[0])
+            count = len(op.c)
+            if list(op.c) != args[first : first + count]:
+                return None
+            last = terminator.operands[first : first + count]
+            owner = last[0].owner if last else None
+            if isinstance(owner, WgmmaOp) and list(owner.d) == list(last):
+                return first, count
+        return None
+    return None
 
 
 def descriptor(element: str, buffer: SSAValue, k_dim: int, mn_dim: int) -> str:

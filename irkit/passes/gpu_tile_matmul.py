@@ -147,6 +147,10 @@ class GpuTileMatmulPass(ModulePass):
     # producer loading the next tile's stages while the consumers store this one's). Not yet
     # timed on a GPU.
     persistent: bool = False
+    # with `warp-specialize`: wgmma groups a consumer leaves in flight at the end of a k tile
+    # (1: the next k tile's wgmma ops are issued while this one's run; its stage is handed
+    # back one k tile later; 0: each k tile waited for). Not yet timed on a GPU.
+    wgmma_depth: int = 1
     # the cp.async tiles' 16-byte chunks XOR-swizzled by row (`irkit.dialects.warp_async.
     # swizzle_chunk`) instead of rows padded by 16 bytes: ldmatrix and the copies stay free
     # of bank conflicts in 20% less shared memory. Not yet timed on a GPU.
@@ -225,6 +229,7 @@ class GpuTileMatmulPass(ModulePass):
         require(0 <= self.min_blocks <= 32, "min-blocks", self.min_blocks, "must be from 0 to 32")
         require(1 <= self.sms <= 4096, "sms", self.sms, "must be from 1 to 4096")
         require(2 <= self.stages <= 8, "stages", self.stages, "must be from 2 to 8")
+        require(0 <= self.wgmma_depth <= 1, "wgmma-depth", self.wgmma_depth, "must be 0 or 1")
         require(
             not self.tma or self.wgmma, "tma", self.tma, "needs wgmma=true (TMA fills its tiles)"
         )
@@ -502,7 +507,11 @@ class _TiledKernel:
         # the warpgroup's first row (swizzled tiles), or first core matrix along m
         a_row = b.binary(arith.MuliOp, group, 64 if self.layout == "swizzled" else 8)
 
-        def compute(t: GpuBuilder, stage: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+        def compute(
+            t: GpuBuilder, stage: SSAValue, accs: list[SSAValue], pending: int = 0
+        ) -> list[SSAValue]:
+            """The k tile's wgmma ops, their group committed and waited for down to
+            `pending` groups in flight (1: the previous k tile's done, this one's not)."""
             t.add(WgmmaFenceOp())
             for kk in range(o.block_k // MMA_K):
                 a_at, b_at = self._wgmma_origins(t, stage, a_row, kk)
@@ -510,7 +519,7 @@ class _TiledKernel:
                 t.add(op)
                 accs = list(op.results)
             t.add(WgmmaCommitOp())
-            t.add(WgmmaWaitOp(0))
+            t.add(WgmmaWaitOp(pending))
             return accs
 
         warp = b.binary(arith.DivUIOp, b.binary(arith.RemUIOp, tid, 128), 32)

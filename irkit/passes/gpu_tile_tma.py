@@ -24,6 +24,7 @@ from xdsl.dialects import arith, gpu, memref
 from xdsl.dialects.builtin import MemRefType, NoneAttr, StringAttr, UnitAttr, i64
 from xdsl.ir import BlockArgument, SSAValue
 
+from irkit.dialects.warp_async import WgmmaWaitOp
 from irkit.dialects.warp_tma import (
     TMA_RANK,
     MbarrierArriveExpectTxOp,
@@ -243,14 +244,8 @@ def specialized_pipeline(
     registers = consumer_registers(kernel.threads, consumers)
     consumer.add(SetMaxNRegOp(registers, increase=True))
 
-    def consume(t: GpuBuilder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
-        stage, parity = _ring(t, kt, stages)
-        t.add(MbarrierWaitOp(full, stage, parity))
-        accs = compute(t, stage, accs)  # ends with the wgmma wait: the stage is read
-        t.add(MbarrierArriveOp(empty, stage))
-        return accs
-
-    return consumer, consumer.for_loop(k_tiles, inits, consume)
+    accs = _consume(kernel, consumer, k_tiles, compute, inits, full, empty, consumer.index(0))
+    return consumer, accs
 
 
 def persistent_pipeline(
@@ -317,15 +312,46 @@ def persistent_pipeline(
         mapping = dict(kernel.mapping)
         row0, col0, _, _, _ = kernel._tile_origin(inner, tile_id, mapping)
 
-        def consume(u: GpuBuilder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
-            stage, parity = _ring(u, u.add(arith.AddiOp(base, kt)), stages)
-            u.add(MbarrierWaitOp(full, stage, parity))
-            accs = compute(u, stage, accs)  # ends with the wgmma wait: the stage is read
-            u.add(MbarrierArriveOp(empty, stage))
-            return accs
-
-        accs = inner.for_loop(k_tiles, inits, consume)
+        accs = _consume(kernel, inner, k_tiles, compute, inits, full, empty, base)
         kernel._epilogue(inner, accs, outputs, (row0, col0), mapping, None)
         return []
 
     consumer.for_loop(rounds, [], consume_tile)
+
+
+def _consume(
+    kernel: _TiledKernel,
+    b: GpuBuilder,
+    k_tiles: int,
+    compute: Callable[..., list[SSAValue]],
+    inits: list[SSAValue],
+    full: SSAValue,
+    empty: SSAValue,
+    base: SSAValue,
+) -> list[SSAValue]:
+    """A consumer's k loop over one C tile whose first k tile is at ring position `base`:
+    wait for each stage to be full, compute on it, hand it back on its `empty` barrier.
+    With `wgmma-depth=1` a k tile's wgmma group stays in flight into the next k tile (the
+    next group is issued first), so the stage handed back in iteration kt is kt - 1's, and
+    the last one after the loop's final wait; with 0, each k tile's own."""
+    stages, depth = kernel.stages, kernel.o.wgmma_depth
+
+    def consume(t: GpuBuilder, kt: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
+        position = t.add(arith.AddiOp(base, kt))
+        stage, parity = _ring(t, position, stages)
+        t.add(MbarrierWaitOp(full, stage, parity))
+        accs = compute(t, stage, accs, pending=depth)
+        if not depth:  # the k tile's wgmma ops are done: the stage is read
+            t.add(MbarrierArriveOp(empty, stage))
+            return accs
+        started = t.guarded(t.add(arith.CmpiOp(kt, t.index(0), "ugt")))
+        previous = started.binary(arith.RemUIOp, started.iadd(position, -1), stages)
+        started.add(MbarrierArriveOp(empty, previous))  # k tile kt - 1's group is done
+        return accs
+
+    accs = b.for_loop(k_tiles, inits, consume)
+    if depth:  # the last k tile's group, and its stage
+        b.add(WgmmaWaitOp(0))
+        last = b.binary(arith.RemUIOp, b.iadd(base, k_tiles - 1), stages)
+        b.add(MbarrierArriveOp(empty, last))
+    return accs

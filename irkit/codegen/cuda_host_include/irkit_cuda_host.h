@@ -274,7 +274,7 @@ static_assert(sizeof(Mbarrier) == 8, "an mbarrier is 64 bits");
 
 // The block's TMA copies in flight, in issue order: each lands when a thread waits on its
 // mbarrier (the latest moment a GPU may land it), so a missing or early wait reads what
-// the stage held before.
+// the stage held before; built with IRKIT_TMA_EARLY, as it is issued (the earliest).
 struct TmaCopy {
   Mbarrier* bar;
   unsigned char* dst;
@@ -828,6 +828,12 @@ inline void tma_issue(void* dst, const irkit_tensor_map* map, const int* c, void
   TmaCopy& t = tma_copies[tma_count++];
   t = {(Mbarrier*)bar, (unsigned char*)dst, *map, {}};
   for (unsigned d = 0; d < map->rank; d++) t.c[d] = c[d];
+#ifdef IRKIT_TMA_EARLY
+  // the earliest moment instead: the box lands as it is issued, so a stage handed back
+  // while a wgmma still reads it (which computes at its wait) shows
+  land_tma(t);
+  tma_count--;
+#endif
 }
 }  // namespace irkit_host
 
