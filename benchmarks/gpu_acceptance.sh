@@ -153,8 +153,8 @@ if [ "$quick" = "--quick" ]; then
   targets=(--quick --budget 1)
 fi
 
-step pytest_gpu 150 python3 -m pytest -o addopts= -p no:benchmark -m gpu -p no:cacheprovider -q -rs tests/test_gpu.py \
-  tests/test_cuda_path.py \
+step pytest_gpu 210 python3 -m pytest -o addopts= -p no:benchmark -m gpu -p no:cacheprovider -q -rs tests/test_gpu.py \
+  tests/test_cuda_path.py tests/test_async_copy.py tests/test_wgmma.py tests/test_tma.py \
   --junitxml="$out/pytest_gpu.xml"
 
 run_examples() {

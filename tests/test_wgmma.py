@@ -48,7 +48,7 @@ def test_the_accumulator_layout_covers_the_tile_once() -> None:
     assert len({core_b(k, n) for k in range(16) for n in range(32)}) == 16 * 32
 
 
-@pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
+@pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host", pytest.param("cuda", marks=pytest.mark.gpu)])  # fmt: skip
 @pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize(
     ("dtype", "dims"), [("f16", (100, 72, 40)), ("bf16", (130, 136, 96)), ("f16", (64, 256, 16))]
@@ -56,6 +56,10 @@ def test_the_accumulator_layout_covers_the_tile_once() -> None:
 def test_wgmma_matches_the_reference(backend: str, stages: int, dtype: str, dims) -> None:
     """Ragged M (rows past the edge read as zero by cp.async and never stored), N a multiple
     of 8 (72: one m64n72k16 a warpgroup), K ragged in its k tiles; one 64 x 256 tile."""
+    if backend == "cuda":
+        from tests.test_cuda_path import needs
+
+        needs(backend)
     m, n, k = dims
     graph = parse_source(GEMM.format(t=dtype, m=m, n=n, k=k), "g.graph", ".graph")
     exe = irkit.compile(graph, _pipeline(f"stages={stages} fill-sms=false"), backend)
