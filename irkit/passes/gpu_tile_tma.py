@@ -91,54 +91,26 @@ def _issuer(
     a_extent = [*shape_of(a)[:-2], nest.m, nest.k]
     b_extent = [*shape_of(bb)[:-2], nest.k, nest.n]
 
+    swizzled = kernel.layout == "swizzled"
+    width, swizzle = (ATOM, 128) if swizzled else (CORE, 0)  # a box's columns
+
     def issue(t: GpuBuilder, kt: SSAValue | int, stage: SSAValue) -> None:
         k0 = k_origin(t, kt)
         t.add(MbarrierArriveExpectTxOp(bars, stage, stage_bytes))
         zero = t.index(0)
-        if kernel.layout == "swizzled":  # a box per 64 of k (A) and of n (B), 128-byte rows
-            for ka in range(o.block_k // ATOM):
-                at = [*a_prefix, row0, t.iadd(k0, ATOM * ka)]
-                box = [1] * len(a_prefix) + [o.block_m, ATOM]
-                dest = [stage, t.index(ka), zero, zero]
-                t.add(TmaLoadOp(a_tile, dest, a, at, box, bars, stage, 128, a_extent))
-            for na in range(o.block_n // ATOM):
-                at = [*b_prefix, k0, t.iadd(col0, ATOM * na)]
-                box = [1] * len(b_prefix) + [o.block_k, ATOM]
-                dest = [stage, t.index(na), zero, zero]
-                t.add(TmaLoadOp(b_tile, dest, bb, at, box, bars, stage, 128, b_extent))
-            return
-        for kc in range(o.block_k // CORE):
-            at = [*a_prefix, row0, t.iadd(k0, CORE * kc)]
-            box = [1] * len(a_prefix) + [o.block_m, CORE]
-            t.add(
-                TmaLoadOp(
-                    a_tile,
-                    [stage, t.index(kc), zero, zero, zero],
-                    a,
-                    at,
-                    box,
-                    bars,
-                    stage,
-                    0,
-                    a_extent,
-                )
-            )
-        for nc in range(o.block_n // CORE):
-            at = [*b_prefix, k0, t.iadd(col0, CORE * nc)]
-            box = [1] * len(b_prefix) + [o.block_k, CORE]
-            t.add(
-                TmaLoadOp(
-                    b_tile,
-                    [stage, t.index(nc), zero, zero, zero],
-                    bb,
-                    at,
-                    box,
-                    bars,
-                    stage,
-                    0,
-                    b_extent,
-                )
-            )
+
+        def boxes(tile, source, prefix, extent, row: SSAValue, col: SSAValue, rows, count):
+            """`count` boxes of `rows` x `width` from (`row`, `col`) on, along the columns,
+            each into the next strip (or 64-column atom) of the stage."""
+            rank = len(shape_of(tile))
+            for j in range(count):
+                at = [*prefix, row, t.iadd(col, width * j)]
+                box = [1] * len(prefix) + [rows, width]
+                dest = [stage, t.index(j)] + [zero] * (rank - 2)
+                t.add(TmaLoadOp(tile, dest, source, at, box, bars, stage, swizzle, extent))
+
+        boxes(a_tile, a, a_prefix, a_extent, row0, k0, o.block_m, o.block_k // width)
+        boxes(b_tile, bb, b_prefix, b_extent, k0, col0, o.block_k, o.block_n // width)
 
     return issue
 
