@@ -197,13 +197,13 @@ tensor_cores() {  # issue 69's steps against cuBLAS (a GPU), or each checked on 
   if [ "$backend" = cuda ]; then
     local names=(gemm_tf32) only=()
     for t in f16 bf16; do
-      names+=("gemm_$t" "gemm_${t}_8192" "gemm_${t}_8192_wgmma" "gemm_${t}_8192_persistent")
-      for step in staged stages2 stages3 wgmma tma specialized persistent; do
+      names+=("gemm_$t" "gemm_${t}_8192" "gemm_${t}_8192_wgmma" "gemm_${t}_8192_grouped")
+      for step in staged stages2 stages3 wgmma tma specialized persistent grouped; do
         names+=("gemm_${t}_$step")
       done
     done
     for w in "${names[@]}"; do only+=(--only "$w"); done
-    # 23 workloads: 5 s each of interleaved rounds (thousands of samples of a 4096^3 gemm)
+    # 25 workloads: 5 s each of interleaved rounds (thousands of samples of a 4096^3 gemm)
     python3 benchmarks/gpu_targets.py "${targets[@]}" --budget "${TENSOR_CORES_BUDGET:-5}" \
       "${only[@]}" --out "$out/tensor_cores.jsonl"
     return $?
@@ -211,7 +211,8 @@ tensor_cores() {  # issue 69's steps against cuBLAS (a GPU), or each checked on 
   local tma="wgmma=true tma=true"
   for t in f16 bf16; do
     for step in default "async-copy=false" stages=2 stages=3 wgmma=true "$tma" \
-        "$tma warp-specialize=true" "$tma warp-specialize=true persistent=true"; do
+        "$tma warp-specialize=true" "$tma warp-specialize=true persistent=true" \
+        "$tma warp-specialize=true persistent=true group-m=8"; do
       options=${step/default/}
       echo "--- gemm $t, gpu-tile-matmul{$options}"
       irkit-bench run examples/gemm.graph --backend "$backend" --dtype "$t" --dim M=100 \

@@ -477,3 +477,23 @@ def test_a_stage_handed_back_early_fails_on_cuda_host(early: bool) -> None:
 
     assert right(False, early)
     assert not right(True, early)
+
+
+@pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        "group-m=2",
+        "group-m=3 block-m=64 block-n=64",
+        "tensor-cores=false group-m=4 block-m=64 block-n=64",
+    ],
+)
+def test_grouped_tile_order_computes_every_tile_once(backend: str, options: str) -> None:
+    """`group-m`: the blocks take the C tiles in groups of tile rows (the last group
+    shorter), on tensor cores and SIMT alike; every output computed once (lockstep names
+    two blocks writing one element)."""
+    steps = [s.spec for s in pipeline_steps("default-cuda")]
+    tile = f"gpu-tile-matmul{{{options} fill-sms=false}}"
+    pipeline = ",".join(tile if s.startswith("gpu-tile-matmul") else s for s in steps)
+    for t in ("f16", "f32"):
+        _checked(GEMM.format(t=t, m=200, n=264, k=32), pipeline, backend)

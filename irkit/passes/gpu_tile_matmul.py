@@ -151,6 +151,9 @@ class GpuTileMatmulPass(ModulePass):
     # (1: the next k tile's wgmma ops are issued while this one's run; its stage is handed
     # back one k tile later; 0: each k tile waited for). Not yet timed on a GPU.
     wgmma_depth: int = 1
+    # C tiles in groups of this many tile rows, column-major inside a group (1: row-major):
+    # consecutive blocks reuse A's rows and B's columns from L2. Not yet timed on a GPU.
+    group_m: int = 1
     # the cp.async tiles' 16-byte chunks XOR-swizzled by row (`irkit.dialects.warp_async.
     # swizzle_chunk`) instead of rows padded by 16 bytes: ldmatrix and the copies stay free
     # of bank conflicts in 20% less shared memory. Not yet timed on a GPU.
@@ -230,6 +233,7 @@ class GpuTileMatmulPass(ModulePass):
         require(1 <= self.sms <= 4096, "sms", self.sms, "must be from 1 to 4096")
         require(2 <= self.stages <= 8, "stages", self.stages, "must be from 2 to 8")
         require(0 <= self.wgmma_depth <= 1, "wgmma-depth", self.wgmma_depth, "must be 0 or 1")
+        require(1 <= self.group_m <= 64, "group-m", self.group_m, "must be from 1 to 64")
         require(
             not self.tma or self.wgmma, "tma", self.tma, "needs wgmma=true (TMA fills its tiles)"
         )
@@ -681,12 +685,27 @@ class _TiledKernel:
             tile = b.binary(arith.RemUIOp, tile_id, self.tiles)
             split = b.binary(arith.DivUIOp, tile_id, self.tiles)
             k_base = b.binary(arith.MuliOp, split, self.k_tiles // self.splits)
-        row0 = b.binary(arith.MuliOp, b.binary(arith.DivUIOp, tile, tiles_n), o.block_m)
-        col0 = b.binary(arith.MuliOp, b.binary(arith.RemUIOp, tile, tiles_n), o.block_n)
+        tile_row, tile_col = self._tile_order(b, tile, tiles_n)
+        row0 = b.binary(arith.MuliOp, tile_row, o.block_m)
+        col0 = b.binary(arith.MuliOp, tile_col, o.block_n)
         a_prefix, b_prefix, _ = (
             tuple(self._index(b, v, mapping) for v in p) for p in nest.prefixes
         )
         return row0, col0, split, k_base, (a_prefix, b_prefix)
+
+    def _tile_order(self, b: GpuBuilder, tile: SSAValue, tiles_n: int) -> tuple[SSAValue, SSAValue]:
+        """C tile `tile`'s row and column among the tiles: row-major, or with `group-m` G > 1
+        in groups of G tile rows, column-major inside a group (Triton's GROUP_SIZE_M), so
+        consecutive blocks share A's rows and B's columns (L2 reuse on large grids)."""
+        g, tiles_m = self.o.group_m, -(-self.nest.m // self.o.block_m)
+        if g <= 1 or tiles_m <= 1 or tiles_n <= 1:
+            return b.binary(arith.DivUIOp, tile, tiles_n), b.binary(arith.RemUIOp, tile, tiles_n)
+        in_group = g * tiles_n
+        first = b.binary(arith.MuliOp, b.binary(arith.DivUIOp, tile, in_group), g)
+        rows = b.add(arith.MinSIOp(b.add(arith.SubiOp(b.index(tiles_m), first)), b.index(g)))
+        local = b.binary(arith.RemUIOp, tile, in_group)
+        row = b.add(arith.AddiOp(first, b.add(arith.RemUIOp(local, rows))))
+        return row, b.add(arith.DivUIOp(local, rows))
 
     def _epilogue(self, b: GpuBuilder, accs, outputs, origin, mapping: dict, split) -> None:
         """The accumulators (at `outputs` in the tile from `origin`) into C through the
