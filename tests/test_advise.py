@@ -289,3 +289,31 @@ def test_the_roof_a_program_cannot_beat() -> None:
     # 2e8 / (1e11 x 2) = 1 ms (compute: memory would be 1e6 / 1e10 = 0.1 ms); 16 KiB from L1
     assert roof_seconds(exe, ceilings) == pytest.approx(1e-3 + 16384 / 100e9)
     assert roof_seconds(exe, None) is None
+
+
+def test_the_hopper_ladder_is_proposed_one_step_at_a_time() -> None:
+    """hopper-matmul: a bf16 gemm under default-cuda is proposed wgmma; one that has wgmma
+    and TMA, warp specialization; every proposal compiled, checked and timed (host times on
+    cuda-host), none for an f32 gemm."""
+    from irkit.pipelines import pipeline_steps
+
+    gemm = str(ROOT / "irkit" / "examples" / "gemm.graph")
+    dims = {"M": 64, "N": 64, "K": 64}
+    steps = [s.spec for s in pipeline_steps("default-cuda")]
+
+    def with_tile(options: str) -> str:
+        tile = f"gpu-tile-matmul{{{options}}}"
+        return ",".join(tile if s.startswith("gpu-tile-matmul") else s for s in steps)
+
+    for pipeline, proposed in (
+        ("default-cuda", "gpu-tile-matmul{wgmma=true}"),
+        (with_tile("wgmma=true tma=true"), "gpu-tile-matmul{warp-specialize=true}"),
+        (with_tile("wgmma=true tma=true warp-specialize=true persistent=true group-m=8"), None),
+    ):
+        record = advise(gemm, pipeline, "cuda-host", dims,
+                        AdviseOptions(budget_s=1, rules=("hopper-matmul",)), dtype="bf16").to_json()  # fmt: skip
+        said = [h["describe"] for h in [*record["advice"], *record["refuted"]]]
+        assert said == ([proposed] if proposed else []), (pipeline, said)
+    f32 = advise(gemm, "default-cuda", "cuda-host", dims,
+                 AdviseOptions(budget_s=1, rules=("hopper-matmul",))).to_json()  # fmt: skip
+    assert [*f32["advice"], *f32["refuted"]] == []

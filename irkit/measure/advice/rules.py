@@ -26,6 +26,7 @@ Rules are data, in a registry, extensible from a plugin like passes:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -506,6 +507,39 @@ class GpuMatmulTiles(Rule):
         if gpu.get("waves", 1) < 1:
             edits.append(Edit.set("gpu-tile-matmul", "split-k", 1))
         return edits
+
+
+@register_rule
+class HopperMatmul(Rule):
+    """f16 and bf16 matmuls on mma.sync top out near two thirds of a Hopper's tensor-core
+    peak; the published steps past that point each took a share of the rest: wgmma reading
+    both operands from shared memory through descriptors, its tiles filled by TMA on
+    mbarriers (one thread issues a stage), a producer warpgroup handing stages to consumers
+    by mbarriers with setmaxnreg, a persistent grid, and a grouped tile order for L2 reuse.
+    Proposed for an f16/bf16 contraction kernel under gpu-tile-matmul: the first of those
+    steps its pipeline has not taken, one at a time, so each is timed against the one
+    before (sm_90a only: a device without it refuses the edit when compiling it)."""
+
+    name = "hopper-matmul"
+    families = frozenset({"gpu"})
+    LADDER: ClassVar[tuple[tuple[str, Any, tuple[str, ...]], ...]] = (
+        ("wgmma", True, ("true",)),
+        ("tma", True, ("true",)),
+        ("warp-specialize", True, ("true",)),
+        ("persistent", True, ("true",)),
+        ("group-m", 8, tuple(str(g) for g in range(2, 65))),
+    )
+    """Each step: the option, the value proposed, and the values that mean it is taken."""
+
+    def propose(self, kernel: KernelEvidence, ctx: Context) -> list[Edit]:
+        if kernel.kind != "contraction" or not ctx.has("gpu-tile-matmul"):
+            return []
+        if not re.search(r"x(b?f16)>", kernel.ir):  # a half-precision operand
+            return []
+        for option, value, taken in self.LADDER:
+            if ctx.option("gpu-tile-matmul", option) not in taken:
+                return [Edit.set("gpu-tile-matmul", option, value)]
+        return []
 
 
 @register_rule
