@@ -497,3 +497,26 @@ def test_grouped_tile_order_computes_every_tile_once(backend: str, options: str)
     pipeline = ",".join(tile if s.startswith("gpu-tile-matmul") else s for s in steps)
     for t in ("f16", "f32"):
         _checked(GEMM.format(t=t, m=200, n=264, k=32), pipeline, backend)
+
+
+def test_the_tensor_map_call_takes_the_arguments_irkit_builds() -> None:
+    """What the device runtime passes `cuTensorMapEncodeTiled` (`tensor_map_args`) gets past
+    cuda-python's argument checks: without a driver the call then fails for want of one,
+    never for an argument's type (plain ints for the box had been refused: a TypeError the
+    first lent GPU would have met)."""
+    from cuda.bindings import driver
+
+    from irkit.codegen.cuda_tma import map_layout
+    from irkit.runtime.cuda import tensor_map_args
+
+    graph = parse_source(GEMM.format(t="bf16", m=200, n=128, k=152), "g.graph", ".graph")
+    module = apply_passes(graph, parse_passes(_pipeline("fill-sms=false")))
+    (fn,) = gpu_kernels(module)
+    for m in tensor_maps(fn):
+        args = tensor_map_args(driver, map_layout(fn, m), 1 << 20, "bfloat16")
+        try:
+            driver.cuTensorMapEncodeTiled(*args)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise AssertionError(f"an argument refused: {e}") from None
+        except Exception:  # noqa: BLE001 - no driver library here: past the argument checks
+            pass

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from irkit.codegen.cuda_tma import map_layout
+from irkit.codegen.cuda_tma import MapLayout, map_layout
 from irkit.dialects.warp_tma import TensorMap
 from irkit.errors import IrkitError
 from irkit.ir import entry_function
@@ -193,35 +193,41 @@ class Launch:
 
 def encode_tensor_map(kernel: GpuKernel, m: TensorMap, buffer: DeviceBuffer) -> Any:
     """The driver's `CUtensorMap` for the kernel's tensor map `m` over `buffer`
-    (`cuTensorMapEncodeTiled`: no interleave, its swizzle, zeros outside the tensor); the
-    kernel takes it as a `__grid_constant__` parameter (`irkit.codegen.cuda_tma`)."""
+    (`cuTensorMapEncodeTiled`); the kernel takes it as a `__grid_constant__` parameter
+    (`irkit.codegen.cuda_tma`)."""
     drv = cuda_driver()
-    layout = map_layout(kernel.fn, m)
     if buffer.ptr % 16:
         raise IrkitError(
             f"launch of kernel {kernel.name}: argument {m.arg} is not 16-byte aligned, "
             "which a TMA tensor map needs"
         )
-    kinds = {"float16": "FLOAT16", "bfloat16": "BFLOAT16", "float32": "FLOAT32"}
-    kind = getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kinds[buffer.dtype.name]}")
-    rank = len(layout.dims)
-    mode = "128B" if layout.swizzle == 128 else "NONE"
-    swizzle = getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{mode}")
+    args = tensor_map_args(drv, map_layout(kernel.fn, m), buffer.ptr, buffer.dtype.name)
     return driver_call(
-        f"tensor map {m.arg} of kernel {kernel.name}",
-        drv.cuTensorMapEncodeTiled(
-            kind,
-            rank,
-            buffer.ptr,
-            list(layout.dims),
-            list(layout.strides),
-            list(layout.box),
-            [1] * rank,
-            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            swizzle,
-            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        ),
+        f"tensor map {m.arg} of kernel {kernel.name}", drv.cuTensorMapEncodeTiled(*args)
+    )
+
+
+def tensor_map_args(drv: Any, layout: MapLayout, address: int, dtype: str) -> tuple:
+    """`cuTensorMapEncodeTiled`'s arguments for a map of `layout` at `address` (elements of
+    numpy type `dtype`): no interleave, the layout's swizzle, L2 promotion of 128 bytes,
+    zeros outside the tensor. cuda-python takes the extents, strides and box as its own
+    `cuuint64_t`/`cuuint32_t` (plain ints are refused)."""
+    kinds = {"float16": "FLOAT16", "bfloat16": "BFLOAT16", "float32": "FLOAT32"}
+    kind = getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kinds[dtype]}")
+    mode = "128B" if layout.swizzle == 128 else "NONE"
+    rank = len(layout.dims)
+    return (
+        kind,
+        rank,
+        address,
+        [drv.cuuint64_t(d) for d in layout.dims],
+        [drv.cuuint64_t(d) for d in layout.strides],
+        [drv.cuuint32_t(b) for b in layout.box],
+        [drv.cuuint32_t(1)] * rank,
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{mode}"),
+        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
     )
 
 
