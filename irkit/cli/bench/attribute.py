@@ -22,17 +22,8 @@ from irkit.cli.common import (
 )
 
 
-def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        "attribute", help="measure what each optional pass of a pipeline buys, with CIs"
-    )
-    p.add_argument(
-        "file",
-        nargs="?",
-        default=None,
-        help=f"a .graph, .mlir or .onnx model (default: the embedded {DEFAULT_MODEL})",
-    )
-    measure_options(p, budget=30.0, several=True, dtype=True)
+def _plan_options(p: argparse.ArgumentParser) -> None:
+    """What is attributed: the strategy, option steps, Shapley's sampled orders."""
     p.add_argument("--strategy", default="shapley", choices=("prefix", "ablation", "shapley"))
     p.add_argument(
         "--step",
@@ -50,6 +41,20 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="sampled orders for shapley beyond 8 passes that change code, in antithetic "
         "pairs, their sampling inside the CIs (default 16)",
     )
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "attribute", help="measure what each optional pass of a pipeline buys, with CIs"
+    )
+    p.add_argument(
+        "file",
+        nargs="?",
+        default=None,
+        help=f"a .graph, .mlir or .onnx model (default: the embedded {DEFAULT_MODEL})",
+    )
+    measure_options(p, budget=30.0, several=True, dtype=True)
+    _plan_options(p)
     p.add_argument("--json", default=None, metavar="OUT", help="write the record as JSON")
     add_db_option(p)
     p.add_argument(
