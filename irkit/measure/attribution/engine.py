@@ -15,9 +15,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from irkit.errors import IrkitError, expect
 from irkit.ir import model_function, structure_key
-from irkit.measure.attribution.bootstrap import (
-    round_bootstrap,
-)
+from irkit.measure.attribution.bootstrap import round_bootstrap
 from irkit.measure.attribution.kernels import (
     kernel_diff,
     kernel_threads,
@@ -94,9 +92,7 @@ def attribute(
     with any of `AttributeOptions`'s fields given as keywords (`budget_s=5`) replacing
     theirs; `strategy` likewise. `ceilings`: the roofline's, by default the backend's own
     (`Backend.ceilings()`); None for none. `dtype`: a model file's f32 tensors converted to
-    "f16" or "bf16" first (`irkit.load`). `option_steps`: option changes of the pipeline's
-    passes (`pass{option=value}`), each attributed as a step after its pass and the changes
-    before it (`plan.option_chain`; the prefix strategy)."""
+    "f16" or "bf16" first (`irkit.load`). `option_steps`: `plan.option_chain`'s."""
     if strategy is not None:
         knobs["strategy"] = strategy
     opts = AttributeOptions.of(options, **knobs)
@@ -138,14 +134,7 @@ def _prepare(
     if chosen.name == "reference":
         raise IrkitError("attribution needs a compiling backend (cpu or cuda), not the reference")
     spec = pipeline if pipeline is not None else chosen.default_pipeline
-    steps = pipeline_steps(spec)
-    if option_steps:
-        if opts.strategy != "prefix":
-            raise IrkitError(
-                "option steps build on each other: they are attributed with --strategy prefix",
-                "--step",
-            )
-        steps = option_chain(steps, list(option_steps))
+    steps = option_chain(pipeline_steps(spec), list(option_steps), opts.strategy)
     optional = [n for n, s in enumerate(steps) if s.optional]
     if not optional:
         raise IrkitError(f"pipeline '{spec}' has no optional pass to attribute", "-p")

@@ -216,17 +216,23 @@ def _antithetic_orders(passes: list[int], count: int, seed: int) -> tuple[tuple[
     return (*drawn, *(order[::-1] for order in drawn), *extra)
 
 
-def option_chain(steps: list[Step], changes: list[str]) -> list[Step]:
+def option_chain(steps: list[Step], changes: list[str], strategy: str = "prefix") -> list[Step]:
     """The steps with option steps added: each of `changes` (`pass{option=value ...}`) sets
     options of the pipeline's pass of that name, on top of the changes before it on the same
     pass. Each becomes a step placed after the pass (and its earlier changes), which runs
     the pass with them set instead of it (`refines`): attribution prices option changes as
-    it prices passes (the prefix strategy: each given the ones before). A change naming no
-    pass of the pipeline, or an option the pass does not have, is a one-line error."""
+    it prices passes, with the prefix strategy (each given the ones before; another is a
+    one-line error). A change naming no pass of the pipeline, or an option the pass does
+    not have, is a one-line error."""
     from xdsl.utils.arg_spec import ArgSpec, parse_pipeline
 
     from irkit.pipelines import parse_passes
 
+    if changes and strategy != "prefix":
+        raise IrkitError(
+            "option steps build on each other: they are attributed with --strategy prefix",
+            "--step",
+        )
     out = list(steps)
     for change in changes:
         items = list(parse_pipeline(change)) if change.strip() else []
