@@ -1,18 +1,21 @@
-"""gpu-tile-matmul's TMA pipeline (`tma=true`, with `wgmma`, sm_90a): the wgmma tiles
-filled by Hopper's tensor memory accelerator instead of every thread's cp.async.
+"""gpu-tile-matmul's Hopper pipelines (sm_90a): the wgmma tiles filled by the tensor memory
+accelerator (`tma=true`) instead of every thread's cp.async, then warp-specialized
+(`warp-specialize=true`) and over a persistent grid (`persistent=true`).
 
-One thread (thread 0) issues each k tile's copies: per 8 of k a box of A (`block-m` rows,
-8 columns: a strip of core matrices along m) and per 8 of n a box of B (`block-k` rows, 8
-columns: a strip along k), each landing as `irkit.dialects.warp_async.core_a`/`core_b` say
-under `strips`. Each of the `stages` stages has an mbarrier; the thread arrives on it
-saying how many bytes the stage's copies bring, and every thread waits on it (the phase's
-parity alternates each time the ring comes round) before the stage's wgmma ops read it.
-Ragged edges need no guard: a box reaching past the matrix is filled with zeros.
+One thread issues each k tile's boxes: with the tiles in rows of 128 bytes, 128-byte
+swizzled (`swizzle`, 64 of k deep), a box of A per 64 of k (`block-m` rows) and one of B per
+64 of n (`block-k` rows), landing as `irkit.dialects.warp_async.wgmma_element` says for
+"swizzled"; otherwise strips of core matrices, a box per 8 columns ("strips"). The maps'
+extents are the matmul's: a box past an edge (or a padded row's end) lands zeros, so no
+guard is needed. Each stage has an mbarrier: the issuing thread arrives on it with the
+bytes the stage's boxes bring, and every thread waits on it (the phase's parity alternates
+each time the ring comes round) before the stage's wgmma ops read it.
 
-The ring is the cp.async ring's (`_async_pipeline` in `gpu_tile_matmul`): `stages - 1`
-tiles in flight while one is computed, and one block barrier a k tile, after the wait, so
-that the stage refilled in iteration kt (the one read in kt - 1) is no longer read by any
-warpgroup. Warp specialization (a producer warp, `setmaxnreg`) is a later step.
+`tma_pipeline` keeps the cp.async ring's schedule (`_async_pipeline` in `gpu_tile_matmul`):
+`stages - 1` tiles in flight while one is computed, and one block barrier a k tile, after
+the wait, so that the stage refilled in iteration kt (read in kt - 1) is no longer read.
+`specialized_pipeline` and `persistent_pipeline` hand stages over by a second mbarrier a
+stage instead (`empty`), a producer warpgroup issuing and consumer warpgroups computing.
 """
 
 from __future__ import annotations
