@@ -6,22 +6,26 @@ PTX's `cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::byt
 `nvgpu.tma.async.load`). The box is `box` elements along each dimension of the source (a
 kernel argument, outermost first, at most 5), from the element at `coordinates`; it lands
 in the destination's row-major order (the last dimension fastest) from `dest[dest_indices]`
-on, and an element outside the source is zero. The runtime describes the source by a
-tensor map (`tensor_maps`), which the kernel takes as a `__grid_constant__` parameter after
-its buffers. The copy completes on an mbarrier: its bytes count down the barrier's
+on (its rows of 128 bytes 128-byte swizzled, with `swizzle`), and an element outside the
+source, or past its `extent`, is zero. The runtime describes the source by a tensor map
+(`tensor_maps`), which the kernel takes as a `__grid_constant__` parameter after its
+buffers. The copy completes on an mbarrier: its bytes count down the barrier's
 transaction count as they land.
 
 An mbarrier (`memref<N x i64>` in shared memory, one 64-bit barrier an element) is PTX's
 phase barrier: `irkit_warp.mbarrier_init {count}` readies it for `count` arrivals a phase
 (one thread, before a block barrier shows it to the others);
 `irkit_warp.mbarrier_arrive_expect_tx {bytes}` arrives once and says `bytes` more are to
-land in this phase; the phase completes when every arrival is in and every byte has landed,
+land in this phase (`irkit_warp.mbarrier_arrive`: an arrival alone); the phase completes when every arrival is in and every byte has landed,
 and the next begins. `irkit_warp.mbarrier_wait` (PTX's `mbarrier.try_wait.parity` in a loop)
 returns once the phase of the given parity (0 or 1: phases alternate) has completed: only
 then are the copies that complete on it in shared memory for the waiting thread. cuda-host
 lands a barrier's copies when a thread waits on it (the latest moment a GPU may), and
 lockstep counts a copy as a write when issued and lands it at the wait that completes its
 phase (`irkit.runtime.lockstep_tma`).
+
+`irkit_warp.setmaxnreg`: a warpgroup gives registers back to the block's pool, or takes
+them (a producer warpgroup that only issues copies, and its consumers).
 """
 
 from __future__ import annotations
