@@ -521,6 +521,8 @@ def run(args: argparse.Namespace) -> list[dict]:
                 torch_model = export(spec, inputs, path, args.small)
             except Exception as e:  # noqa: BLE001 - an exporter failure is recorded, not ours
                 records.append({"model": spec.name, "family": spec.family, "exported": False, "error": f"{type(e).__name__}: {e}"[:300]})  # fmt: skip
+                if args.out:
+                    _append(args.out, records[-1])
                 print(f"{spec.name:18s} export failed: {records[-1]['error']}", flush=True)
                 continue
             record = check_model(spec, path, inputs)
@@ -534,10 +536,17 @@ def run(args: argparse.Namespace) -> list[dict]:
             for dtype in args.gpu_dtypes.split(",") if exe is not None and args.gpu_dtypes else ():
                 record.update(gpu_half_path(path, dtype))
             records.append(record)
+            if args.out:
+                _append(args.out, record)
             print(_line(record), flush=True)
             if args.export_dir and record.get("matches"):
                 _add_job(args.export_dir / "jobs.jsonl", spec, path, args.strategy)
     return records
+
+
+def _append(path: Path, record: dict) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def _add_job(jobs: Path, spec: Spec, path: Path, strategy: str) -> None:
@@ -623,11 +632,9 @@ def main(argv: list[str] | None = None) -> int:
     # next side's sample needs (read when torch loads its OpenMP runtime: after this)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     header = run_header(args)
+    if args.out:  # the header first, then each model's record as it is made: a run stopped
+        _append(args.out, header)  # part way keeps the models it finished
     records = run(args)
-    if args.out:
-        with args.out.open("a") as f:
-            for r in [header, *records]:
-                f.write(json.dumps(r) + "\n")
     imported = [r for r in records if r.get("imported")]
     matched = [r for r in imported if r.get("matches")]
     print(
