@@ -520,3 +520,17 @@ def test_the_tensor_map_call_takes_the_arguments_irkit_builds() -> None:
             raise AssertionError(f"an argument refused: {e}") from None
         except Exception:  # noqa: BLE001 - no driver library here: past the argument checks
             pass
+
+
+def test_a_matmul_tma_cannot_fill_keeps_its_own_depth() -> None:
+    """K = 12 (rows of 24 bytes: no TMA, no cp.async): under `wgmma=true tma=true` the kernel
+    is the register-staged mma.sync one at its own depth, not TMA's 64 deep (which had given
+    255 registers and 1222 spill stores in resnet_wide's stem, found by the real-model
+    suite)."""
+    from irkit.runtime.gpu import build_kernels
+
+    graph = parse_source(GEMM.format(t="bf16", m=256, n=48, k=12), "g.graph", ".graph")
+    module = apply_passes(graph, parse_passes(_pipeline("fill-sms=false")))
+    assert not any(isinstance(op, TmaLoadOp | WgmmaOp) for op in module.walk())
+    (kernel,) = build_kernels(module, "sm_90")
+    assert kernel.compiled is not None and kernel.compiled.resources.spill_stores == 0

@@ -176,8 +176,9 @@ def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
             block_m = max(block_m, WGMMA_M)
     pairs = mma and not tf32
     block_k = o.block_k or _auto_depth(o, block_m, block_n, shape.k, shape.itemsize, pairs)
-    if pairs and o.wgmma and o.tma and o.swizzle and not o.block_k:
-        block_k = TMA_SWIZZLE_DEPTH  # one 128-byte swizzled row of k a stage
+    by_tma = pairs and o.wgmma and o.tma and o.swizzle and shape.aligned and shape.described
+    if by_tma and not o.block_k:  # one 128-byte swizzled row of k a stage, where TMA fills it
+        block_k = TMA_SWIZZLE_DEPTH
     if mma:
         block_k = -(-block_k // mma_k) * mma_k
     o = replace(o, block_m=block_m, thread_m=thread_m, block_n=block_n, thread_n=thread_n,
