@@ -205,3 +205,17 @@ def postgres_url(postgres_server: str) -> Iterator[str]:
     finally:
         with psycopg.connect(postgres_server, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(autouse=True)
+def _plugins_stay_with_their_test() -> Iterator[None]:
+    """`load_plugins` records what it loaded in IRKIT_PLUGINS, for the subprocesses of the
+    command that loaded them; a command run in-process by a test (the bad-input corpus's
+    `-L` cases) would leave it to the next test of the worker, whose subprocesses then load
+    a plugin file of another test's (a history record named one)."""
+    before = os.environ.get("IRKIT_PLUGINS")
+    yield
+    if before is None:
+        os.environ.pop("IRKIT_PLUGINS", None)
+    else:
+        os.environ["IRKIT_PLUGINS"] = before
