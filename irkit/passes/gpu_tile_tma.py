@@ -193,12 +193,22 @@ def specialized_pipeline(
     thread's arrival). The producer first waits on parity 1 of a fresh `empty` barrier,
     which returns at once: every stage starts free. Returns a builder inside the
     consumers' branch, where the epilogue goes, and their accumulators after the loop."""
-    stages = kernel.stages
-    name = kernel.fn.sym_name.data
+    full, empty, issuer, consumer = _roles(kernel, b, tid)
+    issue = _issuer(kernel, full, *operands)
+    issuer.for_loop(k_tiles, [], lambda t, kt, _: _produce(kernel, t, kt, kt, empty, issue))
+    accs = _consume(kernel, consumer, k_tiles, compute, inits, full, empty, consumer.index(0))
+    return consumer, accs
+
+
+def _roles(kernel: _TiledKernel, b: GpuBuilder, tid: SSAValue):
+    """Warp specialization's set-up: a `full` and an `empty` mbarrier a stage, readied by
+    thread 0 before a block barrier; warpgroup 0 the producer, its registers given back,
+    the rest consumers taking them. Returns the barriers, a builder for the producer's
+    thread 0 and one for the consumers."""
+    stages, name = kernel.stages, kernel.fn.sym_name.data
     consumers = kernel.o.block_m // 64
     full = barriers(kernel, f"{name}_full", stages)
     empty = barriers(kernel, f"{name}_empty", stages)
-    issue = _issuer(kernel, full, *operands)
     leader = b.add(arith.CmpiOp(tid, b.index(0), "eq"))
     first = b.guarded(leader)
     for s in range(stages):
@@ -207,20 +217,25 @@ def specialized_pipeline(
     b.add(gpu.BarrierOp())  # the barriers ready before any thread waits on one
     producer, consumer = b.branches(b.add(arith.CmpiOp(tid, b.index(128), "ult")))
     producer.add(SetMaxNRegOp(PRODUCER_REGISTERS, increase=False))
-    issuer = producer.guarded(leader)
+    consumer.add(SetMaxNRegOp(consumer_registers(kernel.threads, consumers), increase=True))
+    return full, empty, producer.guarded(leader), consumer
 
-    def produce(t: GpuBuilder, kt: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
-        stage, parity = _ring(t, kt, stages)
-        t.add(MbarrierWaitOp(empty, stage, t.add(arith.XOrIOp(parity, t.index(1)))))
-        issue(t, kt, stage)
-        return []
 
-    issuer.for_loop(k_tiles, [], produce)
-    registers = consumer_registers(kernel.threads, consumers)
-    consumer.add(SetMaxNRegOp(registers, increase=True))
-
-    accs = _consume(kernel, consumer, k_tiles, compute, inits, full, empty, consumer.index(0))
-    return consumer, accs
+def _produce(
+    kernel: _TiledKernel,
+    t: GpuBuilder,
+    position: SSAValue,
+    kt: SSAValue,
+    empty: SSAValue,
+    issue: Callable[[GpuBuilder, SSAValue | int, SSAValue], None],
+) -> list[SSAValue]:
+    """The producer's k tile `kt` at ring position `position`: wait until its stage is
+    empty (the parity flipped: a fresh barrier's phase before the first counts as
+    complete, so the first round does not wait), then issue the tile into it."""
+    stage, parity = _ring(t, position, kernel.stages)
+    t.add(MbarrierWaitOp(empty, stage, t.add(arith.XOrIOp(parity, t.index(1)))))
+    issue(t, kt, stage)
+    return []
 
 
 def persistent_pipeline(
@@ -241,20 +256,10 @@ def persistent_pipeline(
     ring's position counting every k tile the block has taken (round * k_tiles + kt), so
     the producer runs on into the next tile's stages while the consumers finish this one
     and store it (their epilogue, `outputs` each accumulator's place in the tile)."""
-    stages, grid = kernel.stages, kernel.tile.blocks
+    grid = kernel.tile.blocks
     total = kernel.tiles * kernel.batches
     rounds = -(-total // grid)
-    name = kernel.fn.sym_name.data
-    consumers = kernel.o.block_m // 64
-    full = barriers(kernel, f"{name}_full", stages)
-    empty = barriers(kernel, f"{name}_empty", stages)
-    leader = b.add(arith.CmpiOp(tid, b.index(0), "eq"))
-    first = b.guarded(leader)
-    for s in range(stages):
-        first.add(MbarrierInitOp(full, first.index(s), 1))
-        first.add(MbarrierInitOp(empty, first.index(s), 128 * consumers))
-    b.add(gpu.BarrierOp())  # the barriers ready before any thread waits on one
-    producer, consumer = b.branches(b.add(arith.CmpiOp(tid, b.index(128), "ult")))
+    full, empty, issuer, consumer = _roles(kernel, b, tid)
 
     def taken(t: GpuBuilder, round_: SSAValue):
         """This round's tile (a builder inside its guard, the tile's number, and the
@@ -263,24 +268,18 @@ def persistent_pipeline(
         inner = t.guarded(t.add(arith.CmpiOp(tile_id, t.index(total), "ult")))
         return inner, tile_id, inner.binary(arith.MuliOp, round_, k_tiles)
 
-    producer.add(SetMaxNRegOp(PRODUCER_REGISTERS, increase=False))
-
     def produce_tile(t: GpuBuilder, round_: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
         inner, tile_id, base = taken(t, round_)
         row0, col0, _, _, prefixes = kernel._tile_origin(inner, tile_id, dict(kernel.mapping))
         issue = _issuer(kernel, full, tiles, sources, prefixes, (row0, col0), k_origin)
 
         def produce(u: GpuBuilder, kt: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-            stage, parity = _ring(u, u.add(arith.AddiOp(base, kt)), stages)
-            u.add(MbarrierWaitOp(empty, stage, u.add(arith.XOrIOp(parity, u.index(1)))))
-            issue(u, kt, stage)
-            return []
+            return _produce(kernel, u, u.add(arith.AddiOp(base, kt)), kt, empty, issue)
 
         inner.for_loop(k_tiles, [], produce)
         return []
 
-    producer.guarded(leader).for_loop(rounds, [], produce_tile)
-    consumer.add(SetMaxNRegOp(consumer_registers(kernel.threads, consumers), increase=True))
+    issuer.for_loop(rounds, [], produce_tile)
 
     def consume_tile(t: GpuBuilder, round_: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
         inner, tile_id, base = taken(t, round_)
