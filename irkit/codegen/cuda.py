@@ -777,7 +777,7 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
             if isinstance(o, TmaLoadOp):
                 align = 1024 if o.swizzle_bytes else 128
                 self.tma_dests[o.dest] = max(align, self.tma_dests.get(o.dest, 0))
-        params += cuda_tma.parameters(fn)
+        params += cuda_tma.parameters(self.tensor_maps)
         self.lines = []
         self.indent = 1
         self.dynamic_offsets = _dynamic_offsets(fn, launch)

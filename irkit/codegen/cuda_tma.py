@@ -26,7 +26,6 @@ from irkit.dialects.warp_tma import (
     TensorMap,
     TmaLoadOp,
     map_index,
-    tensor_maps,
 )
 from irkit.dtypes import numpy_dtype
 
@@ -95,12 +94,9 @@ def prelude(ops: list[Operation]) -> str:
     return COMMON_HELPERS + "".join(helper(r) for r in ranks)
 
 
-def parameters(fn: func.FuncOp) -> list[str]:
-    """The kernel's tensor-map parameters, after its buffers."""
-    return [
-        f"const __grid_constant__ irkit_tensor_map irkit_tmap{j}"
-        for j in range(len(tensor_maps(fn)))
-    ]
+def parameters(maps: list[TensorMap]) -> list[str]:
+    """The kernel's tensor-map parameters (its `tensor_maps`), after its buffers."""
+    return [f"const __grid_constant__ irkit_tensor_map irkit_tmap{j}" for j in range(len(maps))]
 
 
 class MapLayout(NamedTuple):
