@@ -153,9 +153,9 @@ if [ "$quick" = "--quick" ]; then
   targets=(--quick --budget 1)
 fi
 
-step pytest_gpu 210 python3 -m pytest -o addopts= -p no:benchmark -m gpu -p no:cacheprovider -q -rs tests/test_gpu.py \
-  tests/test_cuda_path.py tests/test_async_copy.py tests/test_wgmma.py tests/test_tma.py \
-  --junitxml="$out/pytest_gpu.xml"
+read -r -a pytest_files <<<"${PYTEST_GPU_FILES:-tests/test_gpu.py tests/test_cuda_path.py tests/test_async_copy.py tests/test_wgmma.py tests/test_tma.py}"
+step pytest_gpu 210 python3 -m pytest -o addopts= -p no:benchmark -m gpu -p no:cacheprovider -q -rs \
+  "${pytest_files[@]}" --junitxml="$out/pytest_gpu.xml"
 
 run_examples() {
   local status=0 f name
@@ -192,6 +192,43 @@ else
   SKIP="${SKIP:-} gpu_targets" step gpu_targets 1 true  # GPU peers: on a GPU only
 fi
 
+targets_watched() {  # targets_watched OUTFILE HANG_S NAME...: gpu_targets.py on the named
+  # workloads; one still running after HANG_S seconds (a kernel that never finishes cannot be
+  # stopped inside its process) is recorded as hung, its process killed, and the workloads
+  # not yet recorded run in a new process
+  local outfile=$1 hang=$2 status=0 w pid started current left only
+  shift 2
+  local progress="$outfile.progress"
+  while :; do
+    left=() only=()
+    for w in "$@"; do
+      grep -q "\"workload\": \"$w\"" "$outfile" 2>/dev/null || left+=("$w")
+    done
+    [ ${#left[@]} -eq 0 ] && return $status
+    for w in "${left[@]}"; do only+=(--only "$w"); done
+    rm -f "$progress"
+    python3 benchmarks/gpu_targets.py "${targets[@]}" "${only[@]}" --progress "$progress" \
+      --out "$outfile" &
+    pid=$! current="" started=$(date +%s)
+    while kill -0 "$pid" 2>/dev/null; do
+      sleep 1
+      w=$(cat "$progress" 2>/dev/null)
+      if [ "$w" != "$current" ]; then current=$w started=$(date +%s); fi
+      if [ -n "$current" ] && [ $(($(date +%s) - started)) -gt "$hang" ]; then
+        kill -9 "$pid" 2>/dev/null
+        echo "$current FAILED: hung: no result after $hang s; its process killed, the rest run anew"
+        printf '{"kind": "irkit.benchmark", "benchmark": "gpu_targets", "workload": "%s", "error": "hung: no result after %s s (process killed)"}\n' \
+          "$current" "$hang" >>"$outfile"
+        status=1
+        break
+      fi
+    done
+    wait "$pid" || status=1
+    [ -z "$current" ] && return 1  # it ended before any workload started: not a hang
+  done
+}
+export -f targets_watched
+
 tensor_cores() {  # issue 69's steps against cuBLAS (a GPU), or each checked on a host backend
   local status=0 w t step options
   if [ "$backend" = cuda ]; then
@@ -202,10 +239,9 @@ tensor_cores() {  # issue 69's steps against cuBLAS (a GPU), or each checked on 
         names+=("gemm_${t}_$step")
       done
     done
-    for w in "${names[@]}"; do only+=(--only "$w"); done
     # 25 workloads: 5 s each of interleaved rounds (thousands of samples of a 4096^3 gemm)
-    python3 benchmarks/gpu_targets.py "${targets[@]}" --budget "${TENSOR_CORES_BUDGET:-5}" \
-      "${only[@]}" --out "$out/tensor_cores.jsonl"
+    targets+=(--budget "${TENSOR_CORES_BUDGET:-5}")
+    targets_watched "$out/tensor_cores.jsonl" "${HANG_AFTER:-90}" "${names[@]}"
     return $?
   fi
   local tma="wgmma=true tma=true"
@@ -228,14 +264,14 @@ export targets_string="${targets[*]}"
 step tensor_cores 240 bash -c 'targets=($targets_string); tensor_cores'
 
 flash_attention() {  # bf16 fused attention against SDPA's flash backend, or checked on a host
-  local status=0 s d causal only=()
+  local status=0 s d causal names=()
   if [ "$backend" = cuda ]; then
     for s in 1024 4096; do
       for d in 64 128; do
-        only+=(--only "attention_bf16_${s}_d${d}" --only "attention_bf16_${s}_d${d}_causal")
+        names+=("attention_bf16_${s}_d${d}" "attention_bf16_${s}_d${d}_causal")
       done
     done
-    python3 benchmarks/gpu_targets.py "${targets[@]}" "${only[@]}" --out "$out/flash_attention.jsonl"
+    targets_watched "$out/flash_attention.jsonl" "${HANG_AFTER:-120}" "${names[@]}"
     return $?
   fi
   for causal in false true; do
@@ -253,8 +289,8 @@ llama() {  # a Llama-3-8B layer in bf16, prefill and decode, against torch.compi
   # or the two examples in bf16 checked on a host backend at their test sizes
   local status=0 example
   if [ "$backend" = cuda ]; then
-    python3 benchmarks/gpu_targets.py "${targets[@]}" --only llama_prefill_bf16 \
-      --only llama_decode_bf16 --out "$out/llama.jsonl"
+    # torch.compile's two modes compile a whole layer: a long first record
+    targets_watched "$out/llama.jsonl" "${HANG_AFTER:-300}" llama_prefill_bf16 llama_decode_bf16
     return $?
   fi
   for example in llama_block llama_decode; do

@@ -539,10 +539,22 @@ def _line(rec: dict) -> str:
             f"{rec['target']}: {verdict}{against_default}")  # fmt: skip
 
 
+def _device_usable(torch: Any) -> bool:
+    """Whether the CUDA context still runs work: an illegal address or a trap poisons it for
+    every later workload of this process."""
+    try:
+        return float(torch.ones(8, device="cuda").sum().item()) == 8.0
+    except Exception:  # noqa: BLE001 - any failure here means the context is gone
+        return False
+
+
 def main() -> int:
     parser = benchmark_parser(__doc__, "default-cuda")
     parser.add_argument("--no-compile", action="store_true", help="no torch.compile peers")
     parser.add_argument("--only", action="append", default=[], help="a workload (repeatable)")
+    parser.add_argument("--progress", type=Path, metavar="FILE",
+                        help="write each workload's name into FILE as it starts (a watcher "
+                             "that kills a hung run knows which workload hung)")  # fmt: skip
     parser.add_argument("--tile", action="append", default=[], metavar="OPTIONS",
                         help="also time the gemm with gpu-tile-matmul{OPTIONS} (repeatable), "
                              "e.g. --tile block-k=16")  # fmt: skip
@@ -588,6 +600,8 @@ def main() -> int:
         ):
             continue  # issue 69's steps: by name (gpu_acceptance.sh's tensor_cores step)
         dims = w.quick_dims if args.quick else w.dims
+        if args.progress:
+            args.progress.write_text(w.name + "\n")
         try:
             rec = measure(w, dims, args.pipeline, budget, torch, dev, copy_bw, not args.no_compile)
         except Exception as e:  # noqa: BLE001 - one workload's failure must not stop the rest
@@ -601,6 +615,11 @@ def main() -> int:
         if args.out:
             with open(args.out, "a") as f:
                 f.write(json.dumps(rec, default=str) + "\n")
+        if "error" in rec and not _device_usable(torch):
+            print("gpu_targets: the device is unusable after that failure (a sticky CUDA error); "
+                  "the workloads after it need a new process (gpu_acceptance.sh starts one)",
+                  file=sys.stderr)  # fmt: skip
+            return 3
     if failed:
         print(
             f"gpu_targets: {len(failed)} workload(s) failed: {', '.join(failed)}", file=sys.stderr
