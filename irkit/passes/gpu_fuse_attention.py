@@ -22,6 +22,10 @@ Options:
     block-k=16       keys a shared-memory tile (the scores of a tile are registers)
     decode-rows=4    at most this many query rows: the decode form (0: never)
     warps=4          warps a block in the decode form
+    max-head-dim=128 the prefill form only where the head dim (of Q and V) is at most this;
+                     wider heads stay the batch-matmul chain (a thread holds a query row
+                     and its accumulator: at 512, transformer_block's single head, the
+                     kernel spilled 24k stores on an H200 and ran 10x slower than the chain)
 
 Optional: the same values up to the order of the f32 sums.
 """
@@ -29,10 +33,17 @@ Optional: the same values up to the order of the f32 sums.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, i64
+from xdsl.dialects.builtin import (
+    DictionaryAttr,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+    i64,
+)
 from xdsl.passes import ModulePass
 
 from irkit.dialects import graph as g
@@ -60,6 +71,7 @@ class GpuFuseAttentionPass(ModulePass):
     block_k: int = 16
     decode_rows: int = 4
     warps: int = 4
+    max_head_dim: int = 128
 
     def check_options(self) -> None:
         require(
@@ -72,6 +84,7 @@ class GpuFuseAttentionPass(ModulePass):
         rows = self.decode_rows
         require(0 <= rows <= 64, "decode-rows", rows, "must be from 0 to 64")
         require(1 <= self.warps <= 32, "warps", self.warps, "must be from 1 to 32")
+        require(self.max_head_dim >= 1, "max-head-dim", self.max_head_dim, "must be at least 1")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self.check_options()
@@ -87,5 +100,11 @@ class GpuFuseAttentionPass(ModulePass):
             }
         )
         for inner in op.walk():
-            if isinstance(inner, g.AttentionOp):
+            if isinstance(inner, g.AttentionOp) and self._fits(inner):
                 inner.attributes[FUSED_ATTR] = mark
+
+    def _fits(self, op: g.AttentionOp) -> bool:
+        """The decode form (its lanes along the features) takes any head; the prefill form
+        (a query row and its accumulator a thread) heads up to `max-head-dim`."""
+        q, v = (cast(TensorType, op.inputs[i].type).get_shape() for i in (0, 2))
+        return q[-2] <= self.decode_rows or max(q[-1], v[-1]) <= self.max_head_dim
