@@ -352,7 +352,8 @@ class CPrinter:
             self.emit(f"float {array}[{count}] = {{{inits}}};")
             for i in range(count):
                 self.names[args[first + i]] = self.names[op.results[first + i]] = f"{array}[{i}]"
-            self.wgmma_carried[args[first]] = array
+            # the body's first wgmma takes them, and so does one after the loop (a peeled k tile)
+            self.wgmma_carried[args[first]] = self.wgmma_carried[op.results[first]] = array
         span = range(carried[0], sum(carried)) if carried is not None else range(0)
         kept = [i for i in range(len(args)) if i not in span]
         accs = []
