@@ -263,7 +263,8 @@ def test_warp_specialized_tma_matches_the_reference(backend, stages, dtype, dims
     counts = Counter(type(op).__name__ for op in ops)
     # the consumers hand back the previous k tile's stage in the loop; the last k tile, peeled
     # off it (no wgmma group in flight past the loop), its predecessor's and its own
-    assert counts["SetMaxNRegOp"] == 2 and counts["MbarrierArriveOp"] == 3, counts
+    arrivals = 3 if k > 64 else 1  # one k tile (64 deep): its own stage only
+    assert counts["SetMaxNRegOp"] == 2 and counts["MbarrierArriveOp"] == arrivals, counts
     assert not any(isinstance(op, gpu.BarrierOp) for op in ops if isinstance(op.parent_op(), scf.ForOp))  # fmt: skip
 
 

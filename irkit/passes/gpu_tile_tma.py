@@ -319,7 +319,7 @@ def _consume(
         stage, parity = _ring(t, position, stages)
         t.add(MbarrierWaitOp(full, stage, parity))
         accs = compute(t, stage, accs, pending=pending)
-        if depth:  # k tile kt - 1's group is done: its stage is read
+        if depth and k_tiles > 1:  # k tile kt - 1's group is done: its stage is read
             started = t.guarded(t.add(arith.CmpiOp(kt, t.index(0), "ugt")))
             previous = started.binary(arith.RemUIOp, started.iadd(position, -1), stages)
             started.add(MbarrierArriveOp(empty, previous))
