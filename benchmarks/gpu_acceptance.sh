@@ -196,7 +196,7 @@ targets_watched() {  # targets_watched OUTFILE HANG_S NAME...: gpu_targets.py on
   # workloads; one still running after HANG_S seconds (a kernel that never finishes cannot be
   # stopped inside its process) is recorded as hung, its process killed, and the workloads
   # not yet recorded run in a new process
-  local outfile=$1 hang=$2 status=0 w pid started current left only
+  local outfile=$1 hang=$2 status=0 w pid started current left only recorded
   shift 2
   local progress="$outfile.progress"
   while :; do
@@ -207,7 +207,9 @@ targets_watched() {  # targets_watched OUTFILE HANG_S NAME...: gpu_targets.py on
     [ ${#left[@]} -eq 0 ] && return $status
     for w in "${left[@]}"; do only+=(--only "$w"); done
     rm -f "$progress"
-    python3 benchmarks/gpu_targets.py "${targets[@]}" "${only[@]}" --progress "$progress" \
+    recorded=$(cat "$outfile" 2>/dev/null | grep -c .)
+    # a process group of its own: killing it takes its children too (torch.compile's workers)
+    setsid python3 benchmarks/gpu_targets.py "${targets[@]}" "${only[@]}" --progress "$progress" \
       --out "$outfile" &
     pid=$! current="" started=$(date +%s)
     while kill -0 "$pid" 2>/dev/null; do
@@ -215,7 +217,7 @@ targets_watched() {  # targets_watched OUTFILE HANG_S NAME...: gpu_targets.py on
       w=$(cat "$progress" 2>/dev/null)
       if [ "$w" != "$current" ]; then current=$w started=$(date +%s); fi
       if [ -n "$current" ] && [ $(($(date +%s) - started)) -gt "$hang" ]; then
-        kill -9 "$pid" 2>/dev/null
+        kill -9 -- "-$pid" 2>/dev/null || kill -9 "$pid" 2>/dev/null
         echo "$current FAILED: hung: no result after $hang s; its process killed, the rest run anew"
         printf '{"kind": "irkit.benchmark", "benchmark": "gpu_targets", "workload": "%s", "error": "hung: no result after %s s (process killed)"}\n' \
           "$current" "$hang" >>"$outfile"
@@ -224,7 +226,9 @@ targets_watched() {  # targets_watched OUTFILE HANG_S NAME...: gpu_targets.py on
       fi
     done
     wait "$pid" || status=1
-    [ -z "$current" ] && return 1  # it ended before any workload started: not a hang
+    # it ended before any workload started, or recorded none: another try would do the same
+    [ -z "$current" ] && return 1
+    [ "$(cat "$outfile" 2>/dev/null | grep -c .)" -gt "$recorded" ] || return 1
   done
 }
 export -f targets_watched
