@@ -10,6 +10,10 @@
 # time limit (LIMIT_gpu_targets=240); TARGETS_ARGS="--only gemm_f16 ..." adds options to
 # gpu_targets.py's command line (a call's chosen workloads and variants); DEADLINE=EPOCH_S cuts every step's limit to end by then
 # (a call's own limit: the steps that fit finish and are archived, the last one is cut short).
+# The tensor_cores, flash_attention and llama steps run gpu_targets.py watched: a workload still
+# running after HANG_AFTER seconds (90, 120, 300) is recorded as hung and its process killed,
+# and the workloads not yet recorded run in a new process, as after a failure that left the
+# device unusable. PYTEST_GPU_FILES="tests/..." names the files the pytest_gpu step runs.
 # BACKEND=cuda-host (or cuda-sim) runs the same steps without a GPU, to test the script
 # itself: the examples and attributions on that backend (host times, not GPU times), the
 # gpu tests skipping, and the device-only steps (counters, GPU peers, graph replay) left out.
