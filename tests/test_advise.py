@@ -293,27 +293,31 @@ def test_the_roof_a_program_cannot_beat() -> None:
 
 def test_the_hopper_ladder_is_proposed_one_step_at_a_time() -> None:
     """hopper-matmul: a bf16 gemm under default-cuda is proposed wgmma; one that has wgmma
-    and TMA, warp specialization; every proposal compiled, checked and timed (host times on
-    cuda-host), none for an f32 gemm."""
+    and TMA, warp specialization; one with every step, 256-wide tiles where C is at least
+    512 wide; every proposal compiled, checked and timed (host times on cuda-host), none for
+    an f32 gemm."""
     from irkit.pipelines import pipeline_steps
 
     gemm = str(ROOT / "irkit" / "examples" / "gemm.graph")
-    dims = {"M": 64, "N": 64, "K": 64}
     steps = [s.spec for s in pipeline_steps("default-cuda")]
 
     def with_tile(options: str) -> str:
         tile = f"gpu-tile-matmul{{{options}}}"
         return ",".join(tile if s.startswith("gpu-tile-matmul") else s for s in steps)
 
-    for pipeline, proposed in (
-        ("default-cuda", "gpu-tile-matmul{wgmma=true}"),
-        (with_tile("wgmma=true tma=true"), "gpu-tile-matmul{warp-specialize=true}"),
-        (with_tile("wgmma=true tma=true warp-specialize=true persistent=true group-m=8"), None),
+    last = "wgmma=true tma=true warp-specialize=true persistent=true group-m=8"
+    for pipeline, proposed, n in (
+        ("default-cuda", "gpu-tile-matmul{wgmma=true}", 64),
+        (with_tile("wgmma=true tma=true"), "gpu-tile-matmul{warp-specialize=true}", 64),
+        (with_tile(last), None, 64),  # C one 256-wide tile column at most: no wider tiles
+        (with_tile(last), "gpu-tile-matmul{block-n=256}", 512),
+        (with_tile(f"{last} block-n=256"), None, 512),
     ):
+        dims = {"M": 64, "N": n, "K": 64}
         record = advise(gemm, pipeline, "cuda-host", dims,
                         AdviseOptions(budget_s=1, rules=("hopper-matmul",)), dtype="bf16").to_json()  # fmt: skip
         said = [h["describe"] for h in [*record["advice"], *record["refuted"]]]
         assert said == ([proposed] if proposed else []), (pipeline, said)
-    f32 = advise(gemm, "default-cuda", "cuda-host", dims,
+    f32 = advise(gemm, "default-cuda", "cuda-host", {"M": 64, "N": 64, "K": 64},
                  AdviseOptions(budget_s=1, rules=("hopper-matmul",))).to_json()  # fmt: skip
     assert [*f32["advice"], *f32["refuted"]] == []

@@ -515,7 +515,9 @@ class HopperMatmul(Rule):
     peak; the published steps past that point each took a share of the rest: wgmma reading
     both operands from shared memory through descriptors, its tiles filled by TMA on
     mbarriers (one thread issues a stage), a producer warpgroup handing stages to consumers
-    by mbarriers with setmaxnreg, a persistent grid, and a grouped tile order for L2 reuse.
+    by mbarriers with setmaxnreg, a persistent grid, and a grouped tile order for L2 reuse;
+    then, where C has at least two 256-wide tile columns, 128 x 256 tiles (on an H200,
+    2026-11-29: 4096^3 f16 from 0.747x to 0.843x cuBLAS, docs/results.md).
     Proposed for an f16/bf16 contraction kernel under gpu-tile-matmul: the first of those
     steps its pipeline has not taken, one at a time, so each is timed against the one
     before (sm_90a only: a device without it refuses the edit when compiling it)."""
@@ -530,6 +532,8 @@ class HopperMatmul(Rule):
         ("group-m", 8, tuple(str(g) for g in range(2, 65))),
     )
     """Each step: the option, the value proposed, and the values that mean it is taken."""
+    WIDE_N: ClassVar[int] = 256
+    """The tile width proposed last (wgmma n256: 128 accumulators a consumer thread)."""
 
     def propose(self, kernel: KernelEvidence, ctx: Context) -> list[Edit]:
         if kernel.kind != "contraction" or not ctx.has("gpu-tile-matmul"):
@@ -539,6 +543,10 @@ class HopperMatmul(Rule):
         for option, value, taken in self.LADDER:
             if ctx.option("gpu-tile-matmul", option) not in taken:
                 return [Edit.set("gpu-tile-matmul", option, value)]
+        output = re.search(r"memref<(?:\d+x)*(\d+)xb?f16> \{irkit\.output", kernel.ir)
+        wide = output is not None and int(output.group(1)) >= 2 * self.WIDE_N
+        if wide and ctx.option("gpu-tile-matmul", "block-n") != str(self.WIDE_N):
+            return [Edit.set("gpu-tile-matmul", "block-n", self.WIDE_N)]
         return []
 
 
