@@ -349,6 +349,32 @@ def test_copies_dropped_give_their_memory_maps_back() -> None:
     assert maps() - before < 40  # kept, 40 copies held over 40 x 256 maps
 
 
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="no /proc/self/maps")
+def test_distinct_programs_past_the_kept_ones_are_unloaded(monkeypatch) -> None:
+    """The process keeps at most LOADED_KEPT libraries loaded for reuse (here 2); older ones
+    unload once no program holds them, stacks and all. Before, every distinct program
+    stayed loaded for good, and a test worker that had run a few hundred (warp-specialized
+    kernels hold 768 maps) crashed in llvmlite's loader ('failed to map segment')."""
+    import gc
+
+    from irkit.codegen import cuda_host
+
+    def maps() -> int:
+        return Path("/proc/self/maps").read_text().count("\n")
+
+    monkeypatch.setattr(cuda_host, "LOADED_KEPT", 2)
+    counts = []
+    for c in range(4100, 4106):  # six distinct programs, one 256-thread block with a barrier
+        module = irkit.load("examples/softmax.graph", {"R": 2, "C": c})
+        exe = irkit.compile(module, backend="cuda-host")
+        exe(*random_inputs(module, seed=1))
+        del exe
+        gc.collect()
+        counts.append(maps())
+    assert len(cuda_host._LOADED) <= 2
+    assert counts[-1] - counts[1] < 256, counts  # four more programs, not 4 x 512 maps more
+
+
 def _with_and_without_fill_sms(dims: dict[str, int], options: str, seed: int):
     """The gemm example under gpu-tile-matmul{OPTIONS fill-sms=true}, then =false, on
     cuda-host, each checked against the float64 reference: each one's launches (grid, block,

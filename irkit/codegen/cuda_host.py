@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -161,9 +162,15 @@ def _load(key: str, image: bytes) -> ctypes.CDLL:
         return ctypes.CDLL(str(so))
 
 
-_LOADED: dict[str, HostLibrary] = {}
-"""Libraries loaded by this process, by cache key: a program compiled again (attribution's
-variants often share one) is loaded once."""
+_LOADED: OrderedDict[str, HostLibrary] = OrderedDict()
+"""Libraries loaded by this process, by cache key, the most recently used last: a program
+compiled again (attribution's variants often share one) is loaded once."""
+LOADED_KEPT = 16
+"""Libraries `_LOADED` holds at most. Each keeps its fiber stacks while loaded (768 memory
+maps for a block of 384 threads, of the 65530 Linux allows); a test worker that had compiled
+a few hundred distinct programs (the warp-specialized kernels among them) crashed in
+llvmlite's loader with 'failed to map segment'. An evicted library is unloaded once no
+program holds it."""
 
 
 def compile_host(source: str, defines: tuple[str, ...] = ()) -> HostLibrary:
@@ -176,6 +183,7 @@ def compile_host(source: str, defines: tuple[str, ...] = ()) -> HostLibrary:
     flags = (*FLAGS, *(f"-D{d}" for d in defines))
     key = disk_cache.cache_key(source, HEADER.read_text(), compiler_version(cxx), flags)
     if key in _LOADED:
+        _LOADED.move_to_end(key)
         return _LOADED[key]
     image = disk_cache.read("cuda-host", key)
     if image is None:
@@ -191,6 +199,8 @@ def compile_host(source: str, defines: tuple[str, ...] = ()) -> HostLibrary:
         disk_cache.write("cuda-host", key, image)
     library = HostLibrary(key, image, _load(key, image))
     _LOADED[key] = library
+    while len(_LOADED) > LOADED_KEPT:
+        _LOADED.popitem(last=False)
     return library
 
 
