@@ -231,7 +231,8 @@ targets_watched() {  # targets_watched OUTFILE HANG_S NAME...: gpu_targets.py on
     done
     wait "$pid" || status=1
     # it ended before any workload started, or recorded none: another try would do the same
-    [ -z "$current" ] && return 1
+    # (the progress file read again: a run may end between two looks at it)
+    [ -s "$progress" ] || return 1
     [ "$(cat "$outfile" 2>/dev/null | grep -c .)" -gt "$recorded" ] || return 1
   done
 }
