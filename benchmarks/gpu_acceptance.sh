@@ -31,7 +31,8 @@
 # 5. runs benchmarks/gpu_targets.py (records appended to OUTDIR/gpu_targets.jsonl); then its
 #    tensor-core ladder (step "tensor_cores": f16/bf16 gemms 4096^3 and 8192^3 and TF32 against
 #    cuBLAS, each of issue 69's steps in the same rounds as the default: register-staged
-#    copies, 2 and 3 cp.async stages, wgmma, TMA, warp specialization, persistent;
+#    copies, 2 and 3 cp.async stages, wgmma, TMA, warp specialization, persistent, grouped,
+#    and 128 x 256 tiles;
 #    OUTDIR/tensor_cores.jsonl) and bf16 fused
 #    attention against SDPA's flash backend (step "flash_attention"; head dim 64 and 128,
 #    sequence 1k and 4k, causal and not; OUTDIR/flash_attention.jsonl), and a Llama-3-8B
@@ -239,16 +240,17 @@ targets_watched() {  # targets_watched OUTFILE HANG_S NAME...: gpu_targets.py on
 export -f targets_watched
 
 tensor_cores() {  # issue 69's steps against cuBLAS (a GPU), or each checked on a host backend
-  local status=0 w t step options
+  local status=0 w t step options n
   if [ "$backend" = cuda ]; then
     local names=(gemm_tf32) only=()
     for t in f16 bf16; do
-      names+=("gemm_$t" "gemm_${t}_8192" "gemm_${t}_8192_wgmma" "gemm_${t}_8192_grouped")
-      for step in staged stages2 stages3 wgmma tma specialized persistent grouped; do
+      names+=("gemm_$t" "gemm_${t}_8192" "gemm_${t}_8192_wgmma" "gemm_${t}_8192_grouped"
+        "gemm_${t}_8192_wide")
+      for step in staged stages2 stages3 wgmma tma specialized persistent grouped wide; do
         names+=("gemm_${t}_$step")
       done
     done
-    # 25 workloads: 5 s each of interleaved rounds (thousands of samples of a 4096^3 gemm)
+    # 29 workloads: 5 s each of interleaved rounds (thousands of samples of a 4096^3 gemm)
     targets+=(--budget "${TENSOR_CORES_BUDGET:-5}")
     targets_watched "$out/tensor_cores.jsonl" "${HANG_AFTER:-90}" "${names[@]}"
     return $?
@@ -257,11 +259,14 @@ tensor_cores() {  # issue 69's steps against cuBLAS (a GPU), or each checked on 
   for t in f16 bf16; do
     for step in default "async-copy=false" stages=2 stages=3 wgmma=true "$tma" \
         "$tma warp-specialize=true" "$tma warp-specialize=true persistent=true" \
-        "$tma warp-specialize=true persistent=true group-m=8"; do
+        "$tma warp-specialize=true persistent=true group-m=8" \
+        "$tma warp-specialize=true persistent=true group-m=8 block-n=256"; do
       options=${step/default/}
+      n=72  # 256-wide tiles want C wider than one (a narrower C keeps the 128-wide ones)
+      [[ $options == *block-n=256* ]] && n=300
       echo "--- gemm $t, gpu-tile-matmul{$options}"
       irkit-bench run examples/gemm.graph --backend "$backend" --dtype "$t" --dim M=100 \
-        --dim N=72 --dim K=96 --budget 0.2 \
+        --dim N=$n --dim K=96 --budget 0.2 \
         -p "fuse-kernels,lower-graph-to-loops,gpu-tile-matmul{$options},map-to-gpu" \
         --json "$out/tensor_cores_${t}_${step//[= -]/_}.json" || status=1
     done

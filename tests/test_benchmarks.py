@@ -402,11 +402,12 @@ def test_gpu_acceptance_runs_in_full_on_cuda_host(tmp_path: Path) -> None:
         tma, kernels = "wgmma_true_tma_true", set()
         for step in ("default", "async_copy_false", "stages_2", "stages_3", "wgmma_true", tma,
                      f"{tma}_warp_specialize_true", f"{tma}_warp_specialize_true_persistent_true",
-                     f"{tma}_warp_specialize_true_persistent_true_group_m_8"):  # fmt: skip
+                     f"{tma}_warp_specialize_true_persistent_true_group_m_8",
+                     f"{tma}_warp_specialize_true_persistent_true_group_m_8_block_n_256"):  # fmt: skip
             run = json.loads((out / f"tensor_cores_{t}_{step}.json").read_text())
             assert run["correct"] is True and run["dtype"] == t, (t, step)
             kernels.add(run["kernels"][0]["hash"])
-        assert len(kernels) == 9  # each step built a kernel of its own
+        assert len(kernels) == 10  # each step built a kernel of its own
     for example in ("llama_block", "llama_decode"):  # the Llama layer in bf16, prefill, decode
         run = json.loads((out / f"llama_{example}.json").read_text())
         assert run["correct"] is True and run["dtype"] == "bf16", example
