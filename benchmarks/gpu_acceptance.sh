@@ -213,9 +213,10 @@ targets_watched() {  # targets_watched OUTFILE HANG_S NAME...: gpu_targets.py on
     for w in "${left[@]}"; do only+=(--only "$w"); done
     rm -f "$progress"
     recorded=$(cat "$outfile" 2>/dev/null | grep -c .)
-    # a process group of its own: killing it takes its children too (torch.compile's workers)
-    setsid python3 benchmarks/gpu_targets.py "${targets[@]}" "${only[@]}" --progress "$progress" \
-      --out "$outfile" &
+    # a process group of its own (where setsid is): killing it takes its children too
+    # (torch.compile's workers)
+    $(command -v setsid) python3 benchmarks/gpu_targets.py "${targets[@]}" "${only[@]}" \
+      --progress "$progress" --out "$outfile" &
     pid=$! current="" started=$(date +%s)
     while kill -0 "$pid" 2>/dev/null; do
       sleep 1
