@@ -33,21 +33,15 @@ Optional: the same values up to the order of the f32 sums.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, cast
+from typing import ClassVar
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import (
-    DictionaryAttr,
-    IntegerAttr,
-    ModuleOp,
-    StringAttr,
-    TensorType,
-    i64,
-)
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, i64
 from xdsl.passes import ModulePass
 
 from irkit.dialects import graph as g
 from irkit.errors import require
+from irkit.ir import shape_of
 from irkit.passes.emit_attention import FUSED_ATTR
 from irkit.passes.emit_gpu_attention import TARGET
 from irkit.passes.recognize_attention import RecognizeAttentionPass
@@ -106,5 +100,5 @@ class GpuFuseAttentionPass(ModulePass):
     def _fits(self, op: g.AttentionOp) -> bool:
         """The decode form (its lanes along the features) takes any head; the prefill form
         (a query row and its accumulator a thread) heads up to `max-head-dim`."""
-        q, v = (cast(TensorType, op.inputs[i].type).get_shape() for i in (0, 2))
+        q, v = shape_of(op.inputs[0]), shape_of(op.inputs[2])
         return q[-2] <= self.decode_rows or max(q[-1], v[-1]) <= self.max_head_dim
