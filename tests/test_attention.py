@@ -475,3 +475,99 @@ def test_gpu_fuse_attention_options_are_checked(option: str, message: str) -> No
 
     with pytest.raises(IrkitError, match=message):
         parse_passes(f"gpu-fuse-attention{{{option}}}")
+
+
+TENSOR_CORE_CASES = [(4, 2, 37, 45, 32, False, "f16"), (8, 2, 70, 70, 64, True, "bf16"),
+                     (2, 1, 100, 40, 48, True, "f16"), (2, 2, 20, 83, 16, True, "bf16"),
+                     (1, 1, 16, 16, 128, False, "bf16")]  # fmt: skip
+"""(heads, kv heads, Sq, Sk, head dim, causal, type): ragged query and key tiles, GQA and
+MQA-like groups, a query longer than its keys under a causal mask (its first rows see no
+key: NaN in the reference and here), a prefill after a cache, head dims 16 to 128."""
+
+
+def _tensor_core_run(case: tuple, backend: str, spec: str = "default-cuda") -> tuple:
+    heads, kv_heads, sq, sk, dim, causal, dtype = case
+    source = (
+        f"model att\ninput q : {dtype}[2, {heads}, {sq}, {dim}]\n"
+        f"input k : {dtype}[2, {kv_heads}, {sk}, {dim}]\ninput v : {dtype}[2, {kv_heads}, {sk}, {dim}]\n"
+        f"output y = attention(q, k, v, causal={str(causal).lower()})\n"
+    )
+    module = parse_source(source, "att.graph", ".graph")
+    arrays = random_inputs(module, seed=5)
+    (want,) = reference(module, *arrays)
+    exe = irkit.compile(module, spec, backend=backend)
+    (got,) = exe(*arrays)
+    return exe, got.astype(np.float64), want.astype(np.float64)
+
+
+@pytest.mark.parametrize("backend", ["cuda-host", "cuda-sim"])
+@pytest.mark.parametrize("case", TENSOR_CORE_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_tensor_core_attention_matches_the_reference(case: tuple, backend: str) -> None:
+    """f16/bf16 prefill under default-cuda takes the tensor-core form: Q K^T and P V on
+    mma.sync m16n8k16 from ldmatrix fragments, the online softmax on the C fragments (a
+    row's statistics across its quad by shuffles), P rounded to the input type as the next
+    mma's A. It matches the reference on cuda-host (the printed CUDA C) and cuda-sim (the
+    IR in lockstep) within the type's tolerance."""
+    from irkit.dialects.warp import LdmatrixX4Op, MmaM16n8k16Op
+
+    exe, got, want = _tensor_core_run(case, backend)
+    ops = list(exe.module.walk())
+    assert any(isinstance(op, MmaM16n8k16Op) for op in ops)
+    assert any(isinstance(op, LdmatrixX4Op) and op.transpose for op in ops)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2, equal_nan=True)
+
+
+@pytest.mark.parametrize("backend", ["cuda-host", "cuda-sim"])
+@pytest.mark.parametrize(
+    ("constant", "planted"),
+    [("A_ORIGINS", [(0, 0), (0, 8), (8, 0), (8, 8)]),  # Q's fragments: matrices 2 and 3 swapped
+     ("B_TRANS_ORIGINS", [(0, 0), (0, 8), (8, 0), (8, 8)]),  # V's: as if stored [n][k]
+     ("QUAD", (1,))],  # a row's maximum and sum over 2 of its 4 lanes
+)  # fmt: skip
+def test_tensor_core_attention_planted_slips_fail(
+    backend: str, constant: str, planted: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fragment layout off, or a row statistic missing lanes, gives wrong attention on
+    both host paths (what passes above is not passing by accident)."""
+    from irkit.passes import emit_gpu_attention_mma
+
+    monkeypatch.setattr(emit_gpu_attention_mma, constant, planted)
+    _, got, want = _tensor_core_run((2, 2, 40, 40, 32, False, "bf16"), backend)
+    assert not np.allclose(got, want, rtol=2e-2, atol=2e-2)
+
+
+def test_tensor_core_attention_compiles_to_hmma_and_ldsm_without_spills(tmp_path) -> None:
+    """NVRTC for sm_80 and sm_90: the bf16 prefill at head dims 64 and 128 (S = 1024,
+    causal) is HMMA fed by LDSM (K's fragments) and LDSM.MT (V's, transposed), K and V
+    staged by 16-byte loads, no local memory; `tensor-cores=false` keeps the f32 SIMT form
+    (no HMMA)."""
+    from irkit.codegen.cuda import kernel_source
+    from irkit.codegen.nvrtc import compile_cuda
+    from irkit.pipelines import apply_passes, lower_for_gpu, parse_passes
+    from tests.test_sass import _disassemble
+
+    def sass(dim: int, spec: str, arch: str) -> tuple[str, object]:
+        source = (
+            f"model att\ninput q : bf16[1, 8, 1024, {dim}]\ninput k : bf16[1, 8, 1024, {dim}]\n"
+            f"input v : bf16[1, 8, 1024, {dim}]\noutput y = attention(q, k, v, causal=true)\n"
+        )
+        module = parse_source(source, "att.graph", ".graph")
+        lowered = lower_for_gpu(apply_passes(module, parse_passes(spec)))
+        (kernel,) = _gpu_kernels(lowered)
+        compiled = compile_cuda(kernel_source(lowered, kernel), kernel.sym_name.data, arch)
+        cubin = tmp_path / f"{dim}{arch}.cubin"
+        cubin.write_bytes(compiled.cubin)
+        return _disassemble(cubin), compiled.resources
+
+    for dim in (64, 128):
+        for arch in ("sm_80", "sm_90"):
+            text, resources = sass(dim, "default-cuda", arch)
+            assert "HMMA.16816.F32.BF16" in text and "LDSM.16.M88.4" in text, dim
+            assert "LDSM.16.MT88.4" in text and "LDG.E.128" in text, dim
+            assert resources.spill_stores == resources.spill_loads == 0, resources
+            assert not any(op in text for op in ("LDL", "STL")), dim
+    steps = ",".join(p if p != "gpu-fuse-attention" else f"{p}{{tensor-cores=false}}"
+                     for p in PIPELINES["default-cuda"].passes)  # fmt: skip
+    text, _ = sass(64, steps, "sm_90")
+    assert "HMMA" not in text

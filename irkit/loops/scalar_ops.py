@@ -77,6 +77,7 @@ SCALAR_OPS: dict[type[Operation], Scalar] = {
     arith.NegfOp: Scalar(np.negative, None, None, flops=0),
     # math
     xmath.ExpOp: Scalar(np.exp, "llvm.exp", ("expf", "exp")),
+    xmath.Exp2Op: Scalar(np.exp2, "llvm.exp2", ("exp2f", "exp2")),
     xmath.LogOp: Scalar(np.log, "llvm.log", ("logf", "log")),
     xmath.SqrtOp: Scalar(np.sqrt, "llvm.sqrt", ("sqrtf", "sqrt")),
     xmath.AbsFOp: Scalar(np.abs, "llvm.fabs", ("fabsf", "fabs")),

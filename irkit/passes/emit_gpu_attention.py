@@ -35,18 +35,20 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xdsl.dialects import arith, gpu, memref
+from xdsl.dialects import arith, gpu, memref, vector
 from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import (
     DictionaryAttr,
     IntegerAttr,
     MemRefType,
+    NoneAttr,
     StringAttr,
     UnitAttr,
+    VectorType,
     i32,
 )
 from xdsl.ir import Attribute, SSAValue
@@ -59,6 +61,7 @@ from irkit.ir import shape_of
 from irkit.loops import SHARED_SPACE, STATIC_SHARED_LIMIT
 from irkit.passes.emit_attention import FUSED_ATTR, _index, _masked, emit_fused_attention, heads_of
 from irkit.passes.emit_decode import Decode
+from irkit.passes.emit_gpu_attention_mma import MmaAttention, fits_tensor_cores
 from irkit.passes.loop_builder import compute_type
 from irkit.passes.map_to_gpu import X
 
@@ -126,6 +129,8 @@ class GpuAttention:
         sq = self.shapes[2]
         if sq <= self.params.get("decode-rows", 0):
             return self._decode()
+        if self.params.get("tensor-cores", 0) and fits_tensor_cores(self.op):
+            return MmaAttention(self).emit()
         return self._tiles()
 
     # --- the prefill form ----------------------------------------------------------------
@@ -155,22 +160,14 @@ class GpuAttention:
         qs = [em.value_at(q, [bi, h, row, b_.index(d)]) for d in range(dim)]
         qs = [em.fop(arith.MulfOp, x, scale) for x in qs]
 
-        keys: SSAValue | int = sk
-        if causal:  # keys up to the tile's last row's own: min(q0 + BQ, Sq) + Sk - Sq
-            last = b_.iadd(q0, threads)
-            if sq % threads:
-                last = b_.add(arith.MinSIOp(last, b_.index(sq)))
-            if sk >= sq:  # at most Sk (last <= Sq)
-                keys = b_.iadd(last, sk - sq)
-            else:  # the first rows of a longer query see no key
-                fewer = b_.add(arith.SubiOp(last, b_.index(sq - sk)))
-                keys = b_.add(arith.MaxSIOp(fewer, b_.index(0)))
+        keys = self._visible_keys(q0, threads) if causal else sk
         trips = _ceil_div(b_, keys, bk)
 
         def step(kt: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
             m, total, *acc = carried
             j0 = b_.imul(kt, bk)
-            self._stage(tid, threads, j0, [(k, k_tile, dim), (v, v_tile, dv)], bi, hk)
+            self._copy(tid, threads, k, k_tile, (bi, hk), j0, dim, sk)
+            self._copy(tid, threads, v, v_tile, (bi, hk), j0, dv, sk)
             b_.add(gpu.BarrierOp())
             scores = self._tile_scores(qs, k_tile, j0, (bi, h, row))
             m_new, total, weights, rescale = self._online(m, total, scores)
@@ -231,38 +228,71 @@ class GpuAttention:
             scores.append(s)
         return scores
 
-    def _stage(
+    def _visible_keys(self, q0: SSAValue, rows: int) -> SSAValue:
+        """Causal: the keys a tile of `rows` query rows from q0 sees, up to its last row's
+        own: min(q0 + rows, Sq) + Sk - Sq, at least 0."""
+        b_ = self.em.b
+        sq, sk = self.shapes[2], self.shapes[5]
+        last = b_.iadd(q0, rows)
+        if sq % rows:
+            last = b_.add(arith.MinSIOp(last, b_.index(sq)))
+        if sk >= sq:  # at most Sk (last <= Sq)
+            return b_.iadd(last, sk - sq)
+        fewer = b_.add(arith.SubiOp(last, b_.index(sq - sk)))  # the first rows see no key
+        return b_.add(arith.MaxSIOp(fewer, b_.index(0)))
+
+    def _copy(
         self,
         tid: SSAValue,
         threads: int,
-        j0: SSAValue,
-        copies: Sequence[tuple[SSAValue, SSAValue, int]],
-        bi: SSAValue,
-        hk: SSAValue,
+        source: SSAValue,
+        tile: SSAValue,
+        heads: tuple[SSAValue, SSAValue],
+        first: SSAValue,
+        width: int,
+        limit: int,
     ) -> None:
-        """Each (source, shared tile, width): the tile's keys from j0 into shared memory,
-        element e of the tile by thread e % threads (consecutive threads, consecutive
-        features); keys past Sk read the last key (their scores are masked)."""
+        """Rows first.. of `source` at (batch, head) `heads` into the shared `tile`, `width`
+        values a row: element e by thread e % threads (consecutive threads, consecutive
+        features); a row past `limit` reads the last row (its results are masked or not
+        stored)."""
         em, b_ = self.em, self.em.b
-        sk = self.shapes[5]
-        for source, tile, width in copies:
-            rows = shape_of(tile)[0]
-            count, ragged = rows * width, sk % rows != 0
-            for n in range(-(-count // threads)):
-                e = b_.iadd(tid, n * threads)
+        rows = shape_of(tile)[0]
+        lanes = self._copy_lanes(source, tile, width)
+        count, ragged = rows * width // lanes, limit % rows != 0
+        for n in range(-(-count // threads)):
+            e = b_.iadd(tid, n * threads)
 
-                def copy(e=e, source=source, tile=tile, width=width, ragged=ragged) -> None:
-                    c = b_.add(arith.DivUIOp(e, b_.index(width)))
-                    d = b_.add(arith.RemUIOp(e, b_.index(width)))
-                    j = b_.add(arith.AddiOp(j0, c))
-                    if ragged:
-                        j = b_.add(arith.MinSIOp(j, b_.index(sk - 1)))
-                    b_.store(em.value_at(source, [bi, hk, j, d]), tile, [c, d])
+            def copy(e=e) -> None:
+                c = b_.add(arith.DivUIOp(e, b_.index(width // lanes)))
+                d = b_.imul(b_.add(arith.RemUIOp(e, b_.index(width // lanes))), lanes)
+                j = b_.add(arith.AddiOp(first, c))
+                if ragged:
+                    j = b_.add(arith.MinSIOp(j, b_.index(limit - 1)))
+                if lanes == 1:
+                    b_.store(em.value_at(source, [*heads, j, d]), tile, [c, d])
+                    return
+                vt = VectorType(g.element_type_of(source), [lanes])
+                chunk = b_.add(vector.LoadOp(em.buffers[source], [*heads, j, d], vt))
+                b_.add(vector.StoreOp(chunk, tile, [c, d]))
 
-                if (n + 1) * threads > count:
-                    b_.when(em.cmpi("ult", e, count), copy)
-                else:
-                    copy()
+            if (n + 1) * threads > count:
+                b_.when(em.cmpi("ult", e, count), copy)
+            else:
+                copy()
+
+    def _copy_lanes(self, source: SSAValue, tile: SSAValue, width: int) -> int:
+        """Elements a thread copies at once: 16 bytes where `source` is a kernel buffer of
+        the tile's type with rows of `width` (a row's 16-byte pieces aligned); else 1."""
+        buffer = self.em.buffers.get(source)
+        if buffer is None or len(shape_of(source)) != 4 or shape_of(source)[-1] != width:
+            return 1
+        t, tt = buffer.type, tile.type
+        assert isinstance(t, MemRefType) and isinstance(tt, MemRefType)
+        if t.element_type != tt.element_type or not isinstance(t.layout, NoneAttr):
+            return 1
+        lanes = 16 // numpy_dtype(t.element_type).itemsize
+        return lanes if width % lanes == 0 and shape_of(tile)[-1] % lanes == 0 else 1
 
     # --- the decode form -----------------------------------------------------------------
 
@@ -431,12 +461,12 @@ class GpuAttention:
         total = em.fop(arith.AddfOp, em.fop(arith.MulfOp, total, rescale), block_sum)
         return m_new, total, weights, rescale
 
-    def _shared(self, what: str, shape: list[int]) -> SSAValue:
-        """A shared-memory buffer of the compute type: a `memref.global` in the shared
-        space, named after the kernel."""
+    def _shared(self, what: str, shape: list[int], type_: Attribute | None = None) -> SSAValue:
+        """A shared-memory buffer of `type_` (the compute type by default): a
+        `memref.global` in the shared space, named after the kernel."""
         em = self.em
         assert em.module is not None, "the GPU form needs the module (lower-graph-to-loops)"
-        t = MemRefType(self.ct, shape, memory_space=SHARED_SPACE)
+        t = MemRefType(type_ or self.ct, shape, memory_space=SHARED_SPACE)
         name = f"{em.name}_{what}"
         glob = memref.GlobalOp.get(StringAttr(name), t, UnitAttr(), StringAttr("private"))
         first = em.module.body.block.first_op

@@ -12,7 +12,11 @@ or more launches. With it, the op is marked (`irkit.fused`, target "gpu") and
 - decode (Sq <= `decode-rows`): a block of `warps` warps a query row, the warps over the
   keys, their lanes along the features, merged at the end through shared memory.
 
-f32 SIMT (f16/bf16 inputs computed in f32); tensor cores are the low-precision work's.
+- prefill on tensor cores (`tensor-cores`, f16/bf16 inputs with head dims multiples of
+  16): FlashAttention-2 on mma.sync m16n8k16 (`emit_gpu_attention_mma`), a warp 16 query
+  rows, `block-q / 16` warps a block, K and V tiles of `mma-block-k` keys in shared memory.
+
+Otherwise f32 SIMT (f16/bf16 inputs computed in f32).
 
 Options:
 
@@ -22,6 +26,9 @@ Options:
     block-k=16       keys a shared-memory tile (the scores of a tile are registers)
     decode-rows=4    at most this many query rows: the decode form (0: never)
     warps=4          warps a block in the decode form
+    tensor-cores=true  the prefill of f16/bf16 inputs on mma.sync (false: f32 SIMT)
+    mma-block-k=64   keys a shared tile in the tensor-core form: 16 to 128, a multiple of
+                     16 (halved where the tiles would pass 48 KiB)
     max-head-dim=128 the prefill form only where the head dim (of Q and V) is at most this;
                      wider heads stay the batch-matmul chain (a thread holds a query row
                      and its accumulator: at 512, transformer_block's single head, the
@@ -58,6 +65,7 @@ class GpuFuseAttentionPass(ModulePass):
     SEARCH_SPACE: ClassVar[dict[str, tuple[int, ...]]] = {
         "block-q": (32, 64, 128),
         "block-k": (16, 32),
+        "mma-block-k": (32, 64),
     }
     """What `tune --space gpu-fuse-attention` and `advise` try: the query and key tiles."""
 
@@ -66,6 +74,8 @@ class GpuFuseAttentionPass(ModulePass):
     decode_rows: int = 4
     warps: int = 4
     max_head_dim: int = 128
+    tensor_cores: bool = True
+    mma_block_k: int = 64
 
     def check_options(self) -> None:
         require(
@@ -78,6 +88,12 @@ class GpuFuseAttentionPass(ModulePass):
         rows = self.decode_rows
         require(0 <= rows <= 64, "decode-rows", rows, "must be from 0 to 64")
         require(1 <= self.warps <= 32, "warps", self.warps, "must be from 1 to 32")
+        require(
+            16 <= self.mma_block_k <= 128 and self.mma_block_k % 16 == 0,
+            "mma-block-k",
+            self.mma_block_k,
+            "must be a multiple of 16 from 16 to 128",
+        )
         require(self.max_head_dim >= 1, "max-head-dim", self.max_head_dim, "must be at least 1")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
@@ -91,6 +107,8 @@ class GpuFuseAttentionPass(ModulePass):
                 "block-k": IntegerAttr(self.block_k, i64),
                 "decode-rows": IntegerAttr(self.decode_rows, i64),
                 "warps": IntegerAttr(self.warps, i64),
+                "tensor-cores": IntegerAttr(int(self.tensor_cores), i64),
+                "mma-block-k": IntegerAttr(self.mma_block_k, i64),
             }
         )
         for inner in op.walk():

@@ -1,0 +1,338 @@
+"""The tensor-core form of the GPU's fused attention: FlashAttention-2 on `mma.sync`
+(`irkit_warp.mma_m16n8k16`), for f16 and bf16 inputs whose head dims are multiples of 16.
+
+A block of W warps takes 16 W query rows of one (batch, head), each warp 16 of them:
+
+    Q tile -> shared (padded rows), each warp's rows -> A fragments (ldmatrix), kept
+    for each tile of BK keys (causal: up to the tile's last visible key):
+      K and V of the tile -> shared memory, the threads' loads along d (coalesced)
+      barrier
+      S = Q K^T            mma m16n8k16, B from K [key][d] by ldmatrix (16 x BK a warp, f32)
+      S *= scale log2(e); masked (causal, keys past Sk, the mask operand) to -inf
+      m' = max(m, rowmax S)   a row's 8 x BK/8 values in the 4 lanes of a quad:
+                              the lane's own, then shuffles xor 1 and 2
+      P = exp2(S - m'), l = l exp2(m - m') + rowsum P (the lane's part; the quad adds at the end)
+      O = O exp(m - m') + P V  P's C fragments are exactly A fragments of the next mma
+                               (rounded to the input type), B from V [key][e] by
+                               ldmatrix.trans
+      barrier
+    O / l -> out (rows past Sq not stored)
+
+Every thread holds two rows' statistics (rows g and g + 8 of its warp's 16, g = lane / 4),
+its slice of S (BK / 2 values) and of O (Dv / 2 values) in registers; nothing of S x S is
+stored. The accumulation, the softmax's statistics and the rescales are f32; P is rounded
+to the input type for the second product, as FlashAttention does. Causal tiles run heaviest
+first, as in the SIMT form. Shared rows are padded by 16 bytes, so the 8 row addresses of
+an ldmatrix fall in 8 different bank groups.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from xdsl.dialects import arith, gpu, scf, vector
+from xdsl.dialects import math as xmath
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, i32
+from xdsl.ir import Block, Region, SSAValue
+
+from irkit.dialects import graph as g
+from irkit.dialects.warp import LdmatrixX4Op, MmaM16n8k16Op, ShuffleOp
+from irkit.ir import shape_of
+from irkit.loops import STATIC_SHARED_LIMIT
+from irkit.passes.emit_attention import _masked
+from irkit.passes.map_to_gpu import X
+
+if TYPE_CHECKING:
+    from irkit.passes.emit_gpu_attention import GpuAttention
+
+WARP, ROWS, CHUNK, K_STEP = 32, 16, 8, 16
+"""A warp's lanes; its query rows (mma's M); a C fragment's columns (N); mma's K."""
+PAD = 8
+"""Elements of padding at the end of a shared row (16 bytes of f16/bf16)."""
+LOG2E = math.log2(math.e)
+A_ORIGINS = [(0, 0), (8, 0), (0, 8), (8, 8)]
+"""ldmatrix origins of a 16 x 16 A tile: its four 8 x 8 matrices in A's fragment order."""
+B_PAIR_ORIGINS = [(0, 0), (0, 8), (8, 0), (8, 8)]
+"""ldmatrix origins on B stored [n][k] (K's rows): two 8-column fragments of B."""
+B_TRANS_ORIGINS = [(0, 0), (8, 0), (0, 8), (8, 8)]
+"""ldmatrix.trans origins on B stored [k][n] (V's rows): two 8-column fragments of B."""
+QUAD = (1, 2)
+"""The xor offsets that reach the other 3 lanes of a quad (a fragment row's 4 lanes)."""
+
+
+def fits_tensor_cores(op: g.AttentionOp) -> bool:
+    """Whether the tensor-core form takes `op`: Q, K and V all f16 or all bf16, head dims
+    (of Q and K, and of V) multiples of 16."""
+    types = {type(g.element_type_of(x)) for x in op.operands[:3]}
+    if len(types) != 1 or next(iter(types)) not in (Float16Type, BFloat16Type):
+        return False
+    q, v = shape_of(op.operands[0]), shape_of(op.operands[2])
+    return q[-1] % K_STEP == 0 and v[-1] % K_STEP == 0
+
+
+def key_tile(bq: int, dim: int, dv: int, wanted: int, itemsize: int) -> int:
+    """Keys a shared tile: `wanted`, halved (down to 16) until the Q, K and V tiles fit the
+    static shared-memory limit."""
+    bk = wanted
+    while bk > K_STEP and itemsize * (bq * (dim + PAD) + bk * (dim + dv + 2 * PAD)) > (
+        STATIC_SHARED_LIMIT
+    ):
+        bk //= 2
+    return bk
+
+
+@dataclass
+class MmaAttention:
+    """One marked `graph.attention` emitted as the tensor-core kernel (module docstring)."""
+
+    att: GpuAttention
+    bk: int = 0
+    """Keys a shared tile (set by `emit`)."""
+    heads: tuple[SSAValue, ...] = ()
+    """The block's (batch, head) indices (set by `emit`)."""
+
+    def emit(self) -> tuple[int, int, int]:
+        """Emit the kernel; its launch: (grid, threads, flops)."""
+        att, em = self.att, self.att.em
+        b_, op = em.b, att.op
+        batch, heads, sq, dim, _, sk, dv = att.shapes
+        q, k, v = op.operands[:3]
+        nt = g.element_type_of(q)
+        ct = att.ct
+        causal = g.bool_of(op.properties, "causal")
+        warps = max(1, min(att.params["block-q"] // ROWS, -(-sq // ROWS)))
+        bq, threads = warps * ROWS, warps * WARP
+        bk = self.bk = key_tile(bq, dim, dv, att.params.get("mma-block-k", 64), 2)
+        tiles = -(-sq // bq)
+        q_tile = att._shared("q_tile", [bq, dim + PAD], nt)
+        k_tile = att._shared("k_tile", [bk, dim + PAD], nt)
+        v_tile = att._shared("v_tile", [bk, dv + PAD], nt)
+
+        bid, tid = b_.add(gpu.BlockIdOp(X)), b_.add(gpu.ThreadIdOp(X))
+        t = b_.add(arith.RemUIOp(bid, b_.index(tiles)))
+        if causal:  # heaviest first: the last query tile sees the most keys
+            t = b_.add(arith.SubiOp(b_.index(tiles - 1), t))
+        bi, h, hk = att._heads(b_.add(arith.DivUIOp(bid, b_.index(tiles))))
+        self.heads = (bi, h)
+        lane = b_.add(arith.RemUIOp(tid, b_.index(WARP)))
+        w = b_.add(arith.DivUIOp(tid, b_.index(WARP)))
+        quad_row = b_.add(arith.DivUIOp(lane, b_.index(4)))
+        quad_col = b_.imul(b_.add(arith.RemUIOp(lane, b_.index(4))), 2)
+        q0 = b_.imul(t, bq)
+        warp_row = b_.imul(w, ROWS)
+        first = b_.iadd(b_.add(arith.AddiOp(q0, warp_row)), quad_row)
+        rows = [first, b_.iadd(first, 8)]  # this thread's two query rows
+
+        att._copy(tid, threads, q, q_tile, (bi, h), q0, dim, sq)
+        b_.add(gpu.BarrierOp())
+        q_frags = [
+            self._fragments(q_tile, [warp_row, b_.index(kc * K_STEP)], A_ORIGINS)
+            for kc in range(dim // K_STEP)
+        ]
+
+        keys = att._visible_keys(q0, bq) if causal else sk
+        trips = -(-keys // bk) if isinstance(keys, int) else _ceil_div(b_, keys, bk)
+        neg_inf, zero = b_.float(-math.inf, ct), b_.float(0.0, ct)
+        scale = g.float_of(op.properties, "scale")
+        masked_by_operand = len(op.operands) == 4
+        # base 2: exp(x) = exp2(x log2 e), log2 e folded into the scale where no additive
+        # mask comes between (exp2 is one MUFU.EX2 on the GPU; expf is a range reduction)
+        to_log2 = b_.float(LOG2E, ct)
+        scale_v = b_.float(scale if masked_by_operand else scale * LOG2E, ct)
+        chunks, out_chunks = bk // CHUNK, dv // CHUNK
+
+        def step(kt: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
+            m, total, flat = carried[:2], carried[2:4], carried[4:]
+            acc = [flat[4 * n : 4 * n + 4] for n in range(out_chunks)]
+            j0 = b_.imul(kt, bk)
+            att._copy(tid, threads, k, k_tile, (bi, hk), j0, dim, sk)
+            att._copy(tid, threads, v, v_tile, (bi, hk), j0, dv, sk)
+            b_.add(gpu.BarrierOp())
+            s = [[zero] * 4 for _ in range(chunks)]
+            for pair in range(chunks // 2):
+                for kc, a in enumerate(q_frags):
+                    at = [b_.index(pair * 16), b_.index(kc * K_STEP)]
+                    frags = self._fragments(k_tile, at, B_PAIR_ORIGINS)
+                    for half in (0, 1):
+                        n = 2 * pair + half
+                        s[n] = self._mma(a, frags[4 * half : 4 * half + 4], s[n])
+            keys_of = b_.add(arith.AddiOp(j0, quad_col))
+            s = [[em.fop(arith.MulfOp, x, scale_v) for x in chunk] for chunk in s]
+
+            def masked() -> list[SSAValue]:
+                return [
+                    self._masked(x, rows[c // 2], keys_of, n, c)
+                    for n, chunk in enumerate(s)
+                    for c, x in enumerate(chunk)
+                ]
+
+            crossing = self._crossing(j0, q0, warp_row)
+            if isinstance(crossing, bool):
+                flat_s = masked() if crossing else [x for chunk in s for x in chunk]
+            else:
+                flat_s = self._branch(crossing, masked, lambda: [x for ch in s for x in ch])
+            s = [flat_s[4 * n : 4 * n + 4] for n in range(chunks)]
+            if masked_by_operand:
+                s = [[em.fop(arith.MulfOp, x, to_log2) for x in chunk] for chunk in s]
+            p, m, total, rescale = self._online(s, m, total)
+            acc = [[em.fop(arith.MulfOp, x, rescale[c // 2]) for c, x in enumerate(a)] for a in acc]
+            for kc in range(chunks // 2):
+                a = [b_.convert(x, nt) for x in [*p[2 * kc], *p[2 * kc + 1]]]
+                for pair in range(out_chunks // 2):
+                    at = [b_.index(kc * K_STEP), b_.index(pair * 16)]
+                    frags = self._fragments(v_tile, at, B_TRANS_ORIGINS, transpose=True)
+                    for half in (0, 1):
+                        n = 2 * pair + half
+                        acc[n] = self._mma(a, frags[4 * half : 4 * half + 4], acc[n])
+            b_.add(gpu.BarrierOp())
+            return [*m, *total, *(x for a in acc for x in a)]
+
+        inits = [neg_inf, neg_inf, zero, zero, *[zero] * (4 * out_chunks)]
+        final = b_.for_range(0, trips, 1, inits, step)
+        total, flat = final[2:4], final[4:]
+        total = [self._quad(x, arith.AddfOp) for x in total]
+        for r, i in enumerate(rows):
+
+            def store(r=r, i=i) -> None:
+                for n in range(out_chunks):
+                    for c in (2 * r, 2 * r + 1):
+                        e = b_.iadd(quad_col, n * CHUNK + c % 2)
+                        x = em.fop(arith.DivfOp, flat[4 * n + c], total[r])
+                        b_.store(x, att.out, [bi, h, i, e])
+
+            if sq % bq:
+                b_.when(em.cmpi("ult", i, sq), store)
+            else:
+                store()
+        flops = batch * heads * sq * sk * 2 * (dim + dv) // (2 if causal else 1)
+        return batch * heads * tiles, threads, flops
+
+    def _fragments(
+        self,
+        tile: SSAValue,
+        at: list[SSAValue],
+        origins: list[tuple[int, int]],
+        transpose: bool = False,
+    ) -> list[SSAValue]:
+        """The 8 values of the lane's four ldmatrix pairs from `tile` at `at`."""
+        b_ = self.att.em.b
+        op = LdmatrixX4Op(tile, at, origins, transpose)
+        b_.block.add_op(op)
+        et = op.pairs[0].type.element_type  # type: ignore[attr-defined]
+        return [b_.add(vector.ExtractOp(p, [q], et)) for p in op.pairs for q in range(2)]
+
+    def _mma(self, a: list[SSAValue], b: list[SSAValue], c: list[SSAValue]) -> list[SSAValue]:
+        op = MmaM16n8k16Op(a, b, c)
+        self.att.em.b.block.add_op(op)
+        return list(op.outputs)
+
+    def _crossing(self, j0: SSAValue, q0: SSAValue, warp_row: SSAValue) -> SSAValue | bool:
+        """Whether the key tile from j0 needs masking for this warp's 16 rows (the same in
+        every lane: a branch without divergence): it runs past Sk, or past the warp's first
+        row's last visible key (causal). True: every tile (a mask operand); False: none."""
+        att, em = self.att, self.att.em
+        b_, op = em.b, att.op
+        sq, sk = att.shapes[2], att.shapes[5]
+        if len(op.operands) == 4:
+            return True
+        end = b_.iadd(j0, self.bk)
+        conds = []
+        if sk % self.bk:
+            conds.append(em.cmpi("ugt", end, sk))
+        if g.bool_of(op.properties, "causal"):  # j0 + BK - 1 > row0 + Sk - Sq
+            row0 = b_.add(arith.AddiOp(q0, warp_row))
+            conds.append(em.cmpi("ugt", b_.iadd(end, sq - 1), b_.iadd(row0, sk)))
+        if not conds:
+            return False
+        out = conds[0]
+        for c in conds[1:]:
+            out = b_.add(arith.OrIOp(out, c))
+        return out
+
+    def _branch(
+        self,
+        cond: SSAValue,
+        then: Callable[[], list[SSAValue]],
+        otherwise: Callable[[], list[SSAValue]],
+    ) -> list[SSAValue]:
+        """`scf.if` yielding the values `then` or `otherwise` computes."""
+        b_ = self.att.em.b
+        outer, regions, types = b_.block, [], []
+        for branch in (then, otherwise):
+            b_.block = Block()
+            values = branch()
+            types = [v.type for v in values]
+            b_.block.add_op(scf.YieldOp(*values))
+            regions.append(Region(b_.block))
+        b_.block = outer
+        op = scf.IfOp(cond, types, regions[0], regions[1])
+        outer.add_op(op)
+        return list(op.results)
+
+    def _masked(self, x: SSAValue, row: SSAValue, keys_of: SSAValue, n: int, c: int) -> SSAValue:
+        """Score `x` of chunk n, value c (key keys_of + 8 n + c % 2 of query `row`) or -inf
+        where the key is hidden: past Sk, past the row's own (causal), by the mask operand."""
+        att, em = self.att, self.att.em
+        b_, op = em.b, att.op
+        sq, sk = att.shapes[2], att.shapes[5]
+        neg_inf = b_.float(-math.inf, att.ct)
+        j = b_.iadd(keys_of, n * CHUNK + c % 2)
+        hidden = []
+        if sk % self.bk:  # the last tile runs past Sk
+            hidden.append(em.cmpi("uge", j, sk))
+        if g.bool_of(op.properties, "causal"):  # j > row + Sk - Sq
+            hidden.append(em.cmpi("ugt", b_.iadd(j, sq), b_.iadd(row, sk)))
+        if len(op.operands) == 4:
+            i = b_.add(arith.MinSIOp(row, b_.index(sq - 1))) if sq > 1 else b_.index(0)
+            jj = b_.add(arith.MinSIOp(j, b_.index(sk - 1)))
+            x = _masked(em, op, x, [*self.heads, i, jj], neg_inf)
+        for cond in hidden:
+            x = em.select(cond, neg_inf, x)
+        return x
+
+    def _online(
+        self, s: list[list[SSAValue]], m: list[SSAValue], total: list[SSAValue]
+    ) -> tuple[list[list[SSAValue]], list[SSAValue], list[SSAValue], list[SSAValue]]:
+        """The online softmax's step for the thread's two rows (value c of a chunk is row
+        c // 2's): the weights, the new maxima and (lane-partial) sums, the rescales."""
+        em, ct = self.att.em, self.att.ct
+        b_ = em.b
+        zero, neg_inf = b_.float(0.0, ct), b_.float(-math.inf, ct)
+        new_m, new_total, rescale, bases = [], [], [], []
+        for r in (0, 1):
+            peak = m[r]
+            for chunk in s:
+                for x in chunk[2 * r : 2 * r + 2]:
+                    peak = em.fop(arith.MaximumfOp, peak, x)
+            peak = self._quad(peak, arith.MaximumfOp)
+            base = em.select(em.cmpf("oeq", peak, neg_inf), zero, peak)
+            new_m.append(peak)
+            bases.append(base)
+            rescale.append(em.fop(xmath.Exp2Op, em.fop(arith.SubfOp, m[r], base)))
+        p = [
+            [em.fop(xmath.Exp2Op, em.fop(arith.SubfOp, x, bases[c // 2])) for c, x in enumerate(ch)]
+            for ch in s
+        ]
+        for r in (0, 1):
+            part = zero
+            for chunk in p:
+                for x in chunk[2 * r : 2 * r + 2]:
+                    part = em.fop(arith.AddfOp, part, x)
+            new_total.append(em.fop(arith.AddfOp, em.fop(arith.MulfOp, total[r], rescale[r]), part))
+        return p, new_m, new_total, rescale
+
+    def _quad(self, x: SSAValue, combine: type[arith.FloatingPointLikeBinaryOperation]) -> SSAValue:
+        """`combine` over the 4 lanes of x's quad (the lanes holding one row of a fragment),
+        in each of them: shuffles xor 1 and 2."""
+        b_ = self.att.em.b
+        for offset in QUAD:
+            other = b_.add(ShuffleOp(x, b_.integer(offset, i32), b_.integer(WARP, i32)))
+            x = b_.add(combine(x, other))
+        return x
+
+
+def _ceil_div(b_, n: SSAValue, d: int) -> SSAValue:
+    return b_.add(arith.DivUIOp(b_.iadd(n, d - 1), b_.index(d)))
