@@ -35,7 +35,8 @@
 #    and 128 x 256 tiles;
 #    OUTDIR/tensor_cores.jsonl) and bf16 fused
 #    attention against SDPA's flash backend (step "flash_attention"; head dim 64 and 128,
-#    sequence 1k and 4k, causal and not; OUTDIR/flash_attention.jsonl), and a Llama-3-8B
+#    sequence 1k and 4k (and 8k at 128), causal and not, the tensor-core form and at 1k the
+#    f32 SIMT one; OUTDIR/flash_attention.jsonl), and a Llama-3-8B
 #    layer in bf16, prefill of 2048 tokens and decode at a 2048-position cache, against
 #    torch.compile (step "llama"; OUTDIR/llama.jsonl). On a host backend the three steps
 #    check the same variants there (no times);
@@ -286,6 +287,10 @@ flash_attention() {  # bf16 fused attention against SDPA's flash backend, or che
         names+=("attention_bf16_${s}_d${d}" "attention_bf16_${s}_d${d}_causal")
       done
     done
+    names+=(attention_bf16_8192_d128 attention_bf16_8192_d128_causal)
+    for d in 64 128; do  # the f32 SIMT form, what the tensor cores are worth
+      names+=("attention_bf16_1024_d${d}_simt" "attention_bf16_1024_d${d}_causal_simt")
+    done
     targets_watched "$out/flash_attention.jsonl" "${HANG_AFTER:-120}" "${names[@]}"
     return $?
   fi
@@ -298,7 +303,7 @@ flash_attention() {  # bf16 fused attention against SDPA's flash backend, or che
   return $status
 }
 export -f flash_attention
-step flash_attention 150 bash -c 'targets=($targets_string); flash_attention'
+step flash_attention 240 bash -c 'targets=($targets_string); flash_attention'
 
 llama() {  # a Llama-3-8B layer in bf16, prefill and decode, against torch.compile (a GPU),
   # or the two examples in bf16 checked on a host backend at their test sizes

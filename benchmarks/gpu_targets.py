@@ -182,10 +182,25 @@ ATTENTION_LADDER = [
              ATTENTION.format(causal=str(causal).lower()), {"S": s, "D": d}, {"S": 128, "D": d},
              "sdpa_causal" if causal else "sdpa", "flash", peer_tolerance=3e-2, rungs=FLASH_RUNGS)
     for s in (1024, 4096) for d in (64, 128) for causal in (False, True)
+] + [
+    Workload(f"attention_bf16_8192_d128{'_causal' if causal else ''}",
+             ATTENTION.format(causal=str(causal).lower()), {"S": 8192, "D": 128}, {"S": 128, "D": 128},
+             "sdpa_causal" if causal else "sdpa", "flash", peer_tolerance=3e-2, rungs=FLASH_RUNGS)
+    for causal in (False, True)
+] + [
+    Workload(f"attention_bf16_1024_d{d}{'_causal' if causal else ''}_simt",
+             ATTENTION.format(causal=str(causal).lower()), {"S": 1024, "D": d}, {"S": 128, "D": d},
+             "sdpa_causal" if causal else "sdpa", "flash", "gpu-fuse-attention{tensor-cores=false}",
+             peer_tolerance=3e-2, rungs=FLASH_RUNGS)
+    for d in (64, 128) for causal in (False, True)
 ]  # fmt: skip
-"""bf16 attention (one batch, 16 heads, head dim 64 and 128, sequence 1k and 4k, causal and
-not), irkit's default-cuda (graph.attention fused by gpu-fuse-attention) against
-`scaled_dot_product_attention` held to its flash backend. Run when named with `--only`."""
+"""bf16 attention (one batch, 16 heads, head dim 64 and 128, sequence 1k, 4k and (head dim
+128) 8k, causal and not), irkit's default-cuda (graph.attention fused by
+gpu-fuse-attention: the tensor-core form since 0e7f76b) against
+`scaled_dot_product_attention` held to its flash backend; and at 1k the f32 SIMT form
+(`tensor-cores=false`, the only form before 0e7f76b) in the same rounds, so that
+`speed_vs_irkit_default` says what the tensor cores are worth. Run when named with
+`--only`."""
 
 LLAMA_3_8B = {"D": 4096, "H": 32, "HK": 8, "HD": 128, "F": 14336}
 """One decoder layer of Llama-3-8B (the examples' own comments give the same)."""
