@@ -204,6 +204,21 @@ def test_detect_finds_planted_steps_with_their_sign_and_commit(tmp_path: Path) -
         assert changes(_history_of({8: 1.015}, noise=0.002, seed=seed)) == []  # under the floor
 
 
+def test_a_lone_outlier_beside_a_step_does_not_hide_it() -> None:
+    """Measured in a loaded full run (test_nightly): one night 30% slow two nights before a
+    2.8x step. PELT cut the outlier off as a segment of its own, leaving the step two points
+    on its left, too few for the t-test; cuts that fail are now removed, the weakest first,
+    and the step is tested across the merged segment."""
+    from irkit.measure.changepoints import detect
+
+    values = [87.4, 88.5, 87.9, 86.8, 113.2, 87.1, 244.0, 243.5, 244.9, 253.7, 251.7, 253.3]
+    values += [63.7, 59.4, 62.1, 59.6, 62.1, 59.7]
+    lows, highs = [v * 0.99 for v in values], [v * 1.01 for v in values]
+    commits = [f"{i:040x}" for i in range(len(values))]
+    found = detect(values, lows, highs, commits, floor=0.02)
+    assert [(c.at, c.slower) for c in found] == [(6, True), (12, False)], found
+
+
 def test_history_detect_prints_the_triage_list(tmp_path: Path) -> None:
     records = tmp_path / "runs.jsonl"
     records.write_text("".join(json.dumps(r) + "\n" for r in _history_of({10: 1.08})))

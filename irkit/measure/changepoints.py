@@ -11,6 +11,9 @@ the scatter from run to run that those CIs do not hold). A candidate is a change
 - and the two segments' means differ beyond their standard errors (Welch's t-test on the
   log medians, at `confidence`), each segment's spread its points' scatter.
 
+A cut that fails is removed, the weakest first, and the cuts beside it are tested again
+across the merged segment, until every cut left passes.
+
 (apache-otava's E-divisive with its t-test was the first choice; its releases pin numpy
 2.2 on Python < 3.14, and MongoDB's signal-processing-algorithms pins numpy < 2: both
 would take irkit's numpy back. ruptures runs on the numpy irkit has.)
@@ -63,28 +66,31 @@ def detect(
     confidence: float = 0.99,
 ) -> list[Change]:
     """The changes in one series of positive values (oldest first), each point's 95% CI
-    beside it; `floor`: the relative A/A floor under which no step is a change."""
-    from scipy import stats
-
+    beside it; `floor`: the relative A/A floor under which no step is a change. PELT's cuts
+    are tested between their neighbours; the weakest that fails goes and its neighbours
+    are tested again across the merged segment (a lone outlier, cut off as a segment of its
+    own, would otherwise leave the real step beside it with two points a side)."""
     x = np.log(np.asarray(values, dtype=np.float64))
     n = len(x)
     if n < MIN_POINTS:
         return []
     sigma = _point_noise(values, ci_low, ci_high, x)
     cuts = _candidates(x, sigma)
+    while True:  # the weakest failing cut goes, its neighbours tested again on the merged segment
+        tests = [_step(x, [0, *cuts, n], k, confidence) for k in range(len(cuts))]
+        failing = [
+            (k, t[1])
+            for k, t in enumerate(tests)
+            if t is None or abs(math.expm1(t[0])) <= floor or t[1] > 1 - confidence
+        ]
+        if not failing:
+            break
+        weakest = max(failing, key=lambda kp: 2.0 if kp[1] is None else kp[1])[0]
+        cuts.pop(weakest)
     changes = []
-    edges = [0, *cuts, n]
-    for k, cut in enumerate(cuts):
-        left, right = x[edges[k] : cut], x[cut : edges[k + 2]]
-        if len(left) < 2 or len(right) < 2:
-            continue
-        step = float(right.mean() - left.mean())
-        test = stats.ttest_ind(right, left, equal_var=False)
-        p = float(test.pvalue) if np.isfinite(test.pvalue) else 0.0
-        se = math.sqrt(left.var(ddof=1) / len(left) + right.var(ddof=1) / len(right))
-        half = float(stats.t.ppf(0.5 + confidence / 2, max(len(left) + len(right) - 2, 1))) * se
-        if abs(math.expm1(step)) <= floor or p > 1 - confidence:
-            continue
+    for cut, t in zip(cuts, tests, strict=True):
+        assert t is not None
+        step, p, half = t
         changes.append(
             Change(
                 cut,
@@ -97,6 +103,25 @@ def detect(
             )
         )
     return changes
+
+
+def _step(
+    x: np.ndarray, edges: list[int], k: int, confidence: float
+) -> tuple[float, float, float] | None:
+    """Cut k's step between its neighbouring segments (edges[k]..cut..edges[k + 2]): the
+    difference of their mean logs, Welch's p-value and the CI's half-width; None where a
+    side has fewer than 2 points."""
+    from scipy import stats
+
+    left, right = x[edges[k] : edges[k + 1]], x[edges[k + 1] : edges[k + 2]]
+    if len(left) < 2 or len(right) < 2:
+        return None
+    step = float(right.mean() - left.mean())
+    test = stats.ttest_ind(right, left, equal_var=False)
+    p = float(test.pvalue) if np.isfinite(test.pvalue) else 0.0
+    se = math.sqrt(left.var(ddof=1) / len(left) + right.var(ddof=1) / len(right))
+    half = float(stats.t.ppf(0.5 + confidence / 2, max(len(left) + len(right) - 2, 1))) * se
+    return step, p, half
 
 
 def _point_noise(
