@@ -207,8 +207,8 @@ def test_detect_finds_planted_steps_with_their_sign_and_commit(tmp_path: Path) -
 def test_a_lone_outlier_beside_a_step_does_not_hide_it() -> None:
     """Measured in a loaded full run (test_nightly): one night 30% slow two nights before a
     2.8x step. PELT cut the outlier off as a segment of its own, leaving the step two points
-    on its left, too few for the t-test; cuts that fail are now removed, the weakest first,
-    and the step is tested across the merged segment."""
+    on its left, too few for the t-test; a cut that fails is now tested again between the
+    nearest cuts that passed (the strongest first), and the step is found."""
     from irkit.measure.changepoints import detect
 
     values = [87.4, 88.5, 87.9, 86.8, 113.2, 87.1, 244.0, 243.5, 244.9, 253.7, 251.7, 253.3]

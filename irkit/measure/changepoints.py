@@ -11,8 +11,8 @@ the scatter from run to run that those CIs do not hold). A candidate is a change
 - and the two segments' means differ beyond their standard errors (Welch's t-test on the
   log medians, at `confidence`), each segment's spread its points' scatter.
 
-A cut that fails is removed, the weakest first, and the cuts beside it are tested again
-across the merged segment, until every cut left passes.
+A cut that fails is tested again between the nearest cuts that passed (or the series'
+ends), until no more pass.
 
 (apache-otava's E-divisive with its t-test was the first choice; its releases pin numpy
 2.2 on Python < 3.14, and MongoDB's signal-processing-algorithms pins numpy < 2: both
@@ -67,26 +67,38 @@ def detect(
 ) -> list[Change]:
     """The changes in one series of positive values (oldest first), each point's 95% CI
     beside it; `floor`: the relative A/A floor under which no step is a change. PELT's cuts
-    are tested between their neighbours; the weakest that fails goes and its neighbours
-    are tested again across the merged segment (a lone outlier, cut off as a segment of its
-    own, would otherwise leave the real step beside it with two points a side)."""
+    are tested between their neighbours; one that fails is tested again between the
+    nearest cuts that passed (or the series' ends): a noisy night that PELT cut off as a
+    segment of its own would otherwise leave the real step beside it with two points a
+    side, too few for the test."""
     x = np.log(np.asarray(values, dtype=np.float64))
     n = len(x)
     if n < MIN_POINTS:
         return []
     sigma = _point_noise(values, ci_low, ci_high, x)
     cuts = _candidates(x, sigma)
-    while True:  # the weakest failing cut goes, its neighbours tested again on the merged segment
-        tests = [_step(x, [0, *cuts, n], k, confidence) for k in range(len(cuts))]
-        failing = [
-            (k, t[1])
-            for k, t in enumerate(tests)
-            if t is None or abs(math.expm1(t[0])) <= floor or t[1] > 1 - confidence
-        ]
-        if not failing:
+
+    def passes(t: tuple[float, float, float] | None) -> bool:
+        return t is not None and abs(math.expm1(t[0])) > floor and t[1] <= 1 - confidence
+
+    tests = {c: _step(x, [0, *cuts, n], k, confidence) for k, c in enumerate(cuts)}
+    kept = {c: t for c, t in tests.items() if passes(t)}
+    while True:  # failing cuts again, between the nearest kept cuts (or the series' ends)
+        more = {}
+        for c in cuts:
+            if c in kept:
+                continue
+            left = max((k for k in kept if k < c), default=0)
+            right = min((k for k in kept if k > c), default=n)
+            t = _step(x, [left, c, right], 0, confidence)
+            if passes(t):
+                more[c] = t
+        if not more:
             break
-        weakest = max(failing, key=lambda kp: 2.0 if kp[1] is None else kp[1])[0]
-        cuts.pop(weakest)
+        best = min(more, key=lambda c: more[c][1])  # one a round, the strongest: a cut
+        kept[best] = more[best]  # beside a real step is then tested against it
+    cuts = sorted(kept)
+    tests = [kept[c] for c in cuts]
     changes = []
     for cut, t in zip(cuts, tests, strict=True):
         assert t is not None
