@@ -310,7 +310,8 @@ llama() {  # a Llama-3-8B layer in bf16, prefill and decode, against torch.compi
   local status=0 example
   if [ "$backend" = cuda ]; then
     # torch.compile's two modes compile a whole layer: a long first record
-    targets_watched "$out/llama.jsonl" "${HANG_AFTER:-300}" llama_prefill_bf16 llama_decode_bf16
+    targets_watched "$out/llama.jsonl" "${HANG_AFTER:-300}" llama_prefill_bf16 llama_decode_bf16 \
+      llama_prefill_bf16_hopper
     return $?
   fi
   for example in llama_block llama_decode; do

@@ -211,6 +211,11 @@ LLAMA_LADDER = [
     Workload("llama_decode_bf16", "examples/llama_decode.graph", {"B": 1, "L": 2048, **LLAMA_3_8B},
              {"B": 1, "L": 256, "D": 256, "H": 8, "HK": 2, "HD": 32, "F": 512}, "llama_decode",
              "end_to_end", peer_tolerance=3e-2, dtype="bf16", inputs="llama"),
+    Workload("llama_prefill_bf16_hopper", "examples/llama_block.graph",
+             {"B": 1, "S": 2048, **LLAMA_3_8B},
+             {"B": 1, "S": 64, "D": 256, "H": 8, "HK": 2, "HD": 32, "F": 512}, "llama_block",
+             "end_to_end", TENSOR_CORE_STEPS["wide"], peer_tolerance=3e-2, dtype="bf16",
+             inputs="llama"),
 ]  # fmt: skip
 """Issue 70's LLM rungs: a Llama-3-8B decoder layer in bf16, prefill of 2048 tokens and one
 decode step against a 2048-position cache, irkit's default-cuda against the same layer in
@@ -218,7 +223,11 @@ PyTorch (`torch_peers`: RMSNorm, rotary, grouped-query SDPA, SwiGLU) eager and u
 torch.compile (target >= 1.0x the faster compile mode). Run when named with `--only`.
 Their inputs have a trained layer's scales (`llama_inputs`): with weights uniform in [-1, 1)
 at width 4096 the attention scores reach thousands, the softmax picks one key by a margin
-below bf16's rounding, and no two correct bf16 programs agree (the 2026-11-29 H200 run)."""
+below bf16's rounding, and no two correct bf16 programs agree (the 2026-11-29 H200 run).
+`llama_prefill_bf16_hopper` runs the prefill with its matmuls on the best measured Hopper
+step (`wide`: wgmma, TMA, warp-specialized, persistent, grouped, 128 x 256 tiles; 1.9x the
+mma.sync default on a 4096^3 gemm), its speed against the default in the same rounds: what
+making those options the sm_90 default would buy the layer."""
 
 
 def llama_inputs(module, dims: dict[str, int], seed: int = 0) -> list[np.ndarray]:
