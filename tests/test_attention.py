@@ -521,15 +521,17 @@ def test_tensor_core_attention_matches_the_reference(case: tuple, backend: str) 
 @pytest.mark.parametrize("backend", ["cuda-host", "cuda-sim"])
 @pytest.mark.parametrize(
     ("constant", "planted"),
-    [("A_ORIGINS", [(0, 0), (0, 8), (8, 0), (8, 8)]),  # Q's fragments: matrices 2 and 3 swapped
+    [("A_PAIRS", [(0, 0), (0, 8), (8, 0), (8, 8)]),  # Q's fragments: pairs 2 and 3 swapped
      ("B_TRANS_ORIGINS", [(0, 0), (0, 8), (8, 0), (8, 8)]),  # V's: as if stored [n][k]
-     ("QUAD", (1,))],  # a row's maximum and sum over 2 of its 4 lanes
+     ("QUAD", (1,)),  # a row's maximum and sum over 2 of its 4 lanes
+     ("RING_WAIT", 2)],  # the wait lets this tile's K and V copies stay in flight
 )  # fmt: skip
 def test_tensor_core_attention_planted_slips_fail(
     backend: str, constant: str, planted: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A fragment layout off, or a row statistic missing lanes, gives wrong attention on
-    both host paths (what passes above is not passing by accident)."""
+    """A fragment layout off, a row statistic missing lanes, or a key tile read before its
+    copies have landed gives wrong attention on both host paths (what passes above is not
+    passing by accident)."""
     from irkit.passes import emit_gpu_attention_mma
 
     monkeypatch.setattr(emit_gpu_attention_mma, constant, planted)
@@ -540,8 +542,8 @@ def test_tensor_core_attention_planted_slips_fail(
 def test_tensor_core_attention_compiles_to_hmma_and_ldsm_without_spills(tmp_path) -> None:
     """NVRTC for sm_80 and sm_90: the bf16 prefill at head dims 64 and 128 (S = 1024,
     causal) is HMMA fed by LDSM (K's fragments) and LDSM.MT (V's, transposed), K and V
-    staged by 16-byte loads, no local memory; `tensor-cores=false` keeps the f32 SIMT form
-    (no HMMA)."""
+    staged by cp.async (LDGSTS, 16 bytes) into a two-stage ring, no local memory;
+    `tensor-cores=false` keeps the f32 SIMT form (no HMMA)."""
     from irkit.codegen.cuda import kernel_source
     from irkit.codegen.nvrtc import compile_cuda
     from irkit.pipelines import apply_passes, lower_for_gpu, parse_passes
@@ -564,7 +566,8 @@ def test_tensor_core_attention_compiles_to_hmma_and_ldsm_without_spills(tmp_path
         for arch in ("sm_80", "sm_90"):
             text, resources = sass(dim, "default-cuda", arch)
             assert "HMMA.16816.F32.BF16" in text and "LDSM.16.M88.4" in text, dim
-            assert "LDSM.16.MT88.4" in text and "LDG.E.128" in text, dim
+            assert "LDSM.16.MT88.4" in text and "LDGSTS.E.BYPASS.128" in text, dim
+            assert "DEPBAR" in text, dim
             assert resources.spill_stores == resources.spill_loads == 0, resources
             assert not any(op in text for op in ("LDL", "STL")), dim
     steps = ",".join(p if p != "gpu-fuse-attention" else f"{p}{{tensor-cores=false}}"

@@ -55,6 +55,7 @@ from xdsl.ir import Attribute, SSAValue
 
 from irkit.dialects import graph as g
 from irkit.dialects.warp import ShuffleOp
+from irkit.dialects.warp_async import CpAsyncOp
 from irkit.dtypes import numpy_dtype
 from irkit.errors import IrkitError
 from irkit.ir import shape_of
@@ -251,14 +252,18 @@ class GpuAttention:
         first: SSAValue,
         width: int,
         limit: int,
+        stage: SSAValue | None = None,
+        asynchronous: bool = False,
     ) -> None:
-        """Rows first.. of `source` at (batch, head) `heads` into the shared `tile`, `width`
-        values a row: element e by thread e % threads (consecutive threads, consecutive
-        features); a row past `limit` reads the last row (its results are masked or not
-        stored)."""
+        """Rows first.. of `source` at (batch, head) `heads` into the shared `tile` (its
+        `stage` where the tile is a ring), `width` values a row: element (or 16-byte piece)
+        e by thread e % threads (consecutive threads, consecutive features); a row past
+        `limit` reads the last row (its results are masked or not stored). `asynchronous`:
+        by cp.async (the caller commits and waits), where 16-byte pieces apply."""
         em, b_ = self.em, self.em.b
-        rows = shape_of(tile)[0]
-        lanes = self._copy_lanes(source, tile, width)
+        rows = shape_of(tile)[-2]
+        prefix = [] if stage is None else [stage]
+        lanes = self._copy_lanes(source, tile.type, width)
         count, ragged = rows * width // lanes, limit % rows != 0
         for n in range(-(-count // threads)):
             e = b_.iadd(tid, n * threads)
@@ -269,30 +274,37 @@ class GpuAttention:
                 j = b_.add(arith.AddiOp(first, c))
                 if ragged:
                     j = b_.add(arith.MinSIOp(j, b_.index(limit - 1)))
+                at = [*prefix, c, d]
                 if lanes == 1:
-                    b_.store(em.value_at(source, [*heads, j, d]), tile, [c, d])
+                    b_.store(em.value_at(source, [*heads, j, d]), tile, at)
+                    return
+                buffer = em.buffers[source]
+                if asynchronous:
+                    where = [*heads, j, d]
+                    b_.add(CpAsyncOp(tile, at, buffer, where, b_.index(lanes), lanes))
                     return
                 vt = VectorType(g.element_type_of(source), [lanes])
-                chunk = b_.add(vector.LoadOp(em.buffers[source], [*heads, j, d], vt))
-                b_.add(vector.StoreOp(chunk, tile, [c, d]))
+                chunk = b_.add(vector.LoadOp(buffer, [*heads, j, d], vt))
+                b_.add(vector.StoreOp(chunk, tile, at))
 
             if (n + 1) * threads > count:
                 b_.when(em.cmpi("ult", e, count), copy)
             else:
                 copy()
 
-    def _copy_lanes(self, source: SSAValue, tile: SSAValue, width: int) -> int:
+    def _copy_lanes(self, source: SSAValue, tile: Attribute, width: int) -> int:
         """Elements a thread copies at once: 16 bytes where `source` is a kernel buffer of
-        the tile's type with rows of `width` (a row's 16-byte pieces aligned); else 1."""
+        the tile's type (`tile`, a memref type) with rows of `width` (a row's 16-byte pieces
+        aligned); else 1."""
         buffer = self.em.buffers.get(source)
         if buffer is None or len(shape_of(source)) != 4 or shape_of(source)[-1] != width:
             return 1
-        t, tt = buffer.type, tile.type
-        assert isinstance(t, MemRefType) and isinstance(tt, MemRefType)
-        if t.element_type != tt.element_type or not isinstance(t.layout, NoneAttr):
+        t = buffer.type
+        assert isinstance(t, MemRefType) and isinstance(tile, MemRefType)
+        if t.element_type != tile.element_type or not isinstance(t.layout, NoneAttr):
             return 1
         lanes = 16 // numpy_dtype(t.element_type).itemsize
-        return lanes if width % lanes == 0 and shape_of(tile)[-1] % lanes == 0 else 1
+        return lanes if width % lanes == 0 and tile.get_shape()[-1] % lanes == 0 else 1
 
     # --- the decode form -----------------------------------------------------------------
 

@@ -3,19 +3,20 @@
 
 A block of W warps takes 16 W query rows of one (batch, head), each warp 16 of them:
 
-    Q tile -> shared (padded rows), each warp's rows -> A fragments (ldmatrix), kept
+    each warp's 16 rows of Q -> A fragments, read from global memory once, kept
+    K and V tile 0 -> shared stage 0 (cp.async)
     for each tile of BK keys (causal: up to the tile's last visible key):
-      K and V of the tile -> shared memory, the threads' loads along d (coalesced)
-      barrier
+      K and V of the next tile -> the other stage (cp.async); wait for this tile's
+      barrier (where K or V is not a kernel buffer: this tile copied here, one stage)
       S = Q K^T            mma m16n8k16, B from K [key][d] by ldmatrix (16 x BK a warp, f32)
       S *= scale log2(e); masked (causal, keys past Sk, the mask operand) to -inf
       m' = max(m, rowmax S)   a row's 8 x BK/8 values in the 4 lanes of a quad:
                               the lane's own, then shuffles xor 1 and 2
       P = exp2(S - m'), l = l exp2(m - m') + rowsum P (the lane's part; the quad adds at the end)
-      O = O exp(m - m') + P V  P's C fragments are exactly A fragments of the next mma
+      O = O exp2(m - m') + P V P's C fragments are exactly A fragments of the next mma
                                (rounded to the input type), B from V [key][e] by
                                ldmatrix.trans
-      barrier
+      barrier              (the stage is refilled next)
     O / l -> out (rows past Sq not stored)
 
 Every thread holds two rows' statistics (rows g and g + 8 of its warp's 16, g = lane / 4),
@@ -35,13 +36,21 @@ from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith, gpu, scf, vector
 from xdsl.dialects import math as xmath
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, i32
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    MemRefType,
+    NoneAttr,
+    VectorType,
+    i32,
+)
 from xdsl.ir import Block, Region, SSAValue
 
 from irkit.dialects import graph as g
 from irkit.dialects.warp import LdmatrixX4Op, MmaM16n8k16Op, ShuffleOp
+from irkit.dialects.warp_async import CpAsyncCommitOp, CpAsyncWaitOp
 from irkit.ir import shape_of
-from irkit.loops import STATIC_SHARED_LIMIT
+from irkit.loops import SHARED_SPACE, STATIC_SHARED_LIMIT
 from irkit.passes.emit_attention import _masked
 from irkit.passes.map_to_gpu import X
 
@@ -53,12 +62,15 @@ WARP, ROWS, CHUNK, K_STEP = 32, 16, 8, 16
 PAD = 8
 """Elements of padding at the end of a shared row (16 bytes of f16/bf16)."""
 LOG2E = math.log2(math.e)
-A_ORIGINS = [(0, 0), (8, 0), (0, 8), (8, 8)]
-"""ldmatrix origins of a 16 x 16 A tile: its four 8 x 8 matrices in A's fragment order."""
+A_PAIRS = [(0, 0), (8, 0), (0, 8), (8, 8)]
+"""(row, column) offsets of an A fragment's four pairs from the lane's (g, 2t): A operand
+i is at row g + 8 (i // 2 % 2), column 2t + i % 2 + 8 (i // 4)."""
 B_PAIR_ORIGINS = [(0, 0), (0, 8), (8, 0), (8, 8)]
 """ldmatrix origins on B stored [n][k] (K's rows): two 8-column fragments of B."""
 B_TRANS_ORIGINS = [(0, 0), (8, 0), (0, 8), (8, 8)]
 """ldmatrix.trans origins on B stored [k][n] (V's rows): two 8-column fragments of B."""
+RING_WAIT = 1
+"""Copy groups left in flight at a key tile's wait: the next tile's (this tile's has landed)."""
 QUAD = (1, 2)
 """The xor offsets that reach the other 3 lanes of a quad (a fragment row's 4 lanes)."""
 
@@ -73,13 +85,11 @@ def fits_tensor_cores(op: g.AttentionOp) -> bool:
     return q[-1] % K_STEP == 0 and v[-1] % K_STEP == 0
 
 
-def key_tile(bq: int, dim: int, dv: int, wanted: int, itemsize: int) -> int:
-    """Keys a shared tile: `wanted`, halved (down to 16) until the Q, K and V tiles fit the
-    static shared-memory limit."""
+def key_tile(stages: int, dim: int, dv: int, wanted: int, itemsize: int) -> int:
+    """Keys a shared tile: `wanted`, halved (down to 16) until the stages of K and V tiles
+    fit the static shared-memory limit."""
     bk = wanted
-    while bk > K_STEP and itemsize * (bq * (dim + PAD) + bk * (dim + dv + 2 * PAD)) > (
-        STATIC_SHARED_LIMIT
-    ):
+    while bk > K_STEP and itemsize * stages * bk * (dim + dv + 2 * PAD) > STATIC_SHARED_LIMIT:
         bk //= 2
     return bk
 
@@ -105,11 +115,12 @@ class MmaAttention:
         causal = g.bool_of(op.properties, "causal")
         warps = max(1, min(att.params["block-q"] // ROWS, -(-sq // ROWS)))
         bq, threads = warps * ROWS, warps * WARP
-        bk = self.bk = key_tile(bq, dim, dv, att.params.get("mma-block-k", 64), 2)
+        ring = self._ring(k, v, dim, dv, nt)
+        stages = 2 if ring else 1
+        bk = self.bk = key_tile(stages, dim, dv, att.params.get("mma-block-k", 64), 2)
         tiles = -(-sq // bq)
-        q_tile = att._shared("q_tile", [bq, dim + PAD], nt)
-        k_tile = att._shared("k_tile", [bk, dim + PAD], nt)
-        v_tile = att._shared("v_tile", [bk, dv + PAD], nt)
+        k_tile = att._shared("k_tile", [stages, bk, dim + PAD], nt)
+        v_tile = att._shared("v_tile", [stages, bk, dv + PAD], nt)
 
         bid, tid = b_.add(gpu.BlockIdOp(X)), b_.add(gpu.ThreadIdOp(X))
         t = b_.add(arith.RemUIOp(bid, b_.index(tiles)))
@@ -126,15 +137,23 @@ class MmaAttention:
         first = b_.iadd(b_.add(arith.AddiOp(q0, warp_row)), quad_row)
         rows = [first, b_.iadd(first, 8)]  # this thread's two query rows
 
-        att._copy(tid, threads, q, q_tile, (bi, h), q0, dim, sq)
-        b_.add(gpu.BarrierOp())
-        q_frags = [
-            self._fragments(q_tile, [warp_row, b_.index(kc * K_STEP)], A_ORIGINS)
-            for kc in range(dim // K_STEP)
-        ]
+        q_frags = self._q_fragments(q, (bi, h), rows, quad_col)
 
         keys = att._visible_keys(q0, bq) if causal else sk
         trips = -(-keys // bk) if isinstance(keys, int) else _ceil_div(b_, keys, bk)
+        trips_v = b_.index(trips) if isinstance(trips, int) else trips
+
+        def stage_in(kt: SSAValue, stage: SSAValue) -> None:
+            """Key tile kt's K and V into `stage` (by cp.async where the tiles are a ring)."""
+            j0 = b_.imul(kt, bk)
+            att._copy(tid, threads, k, k_tile, (bi, hk), j0, dim, sk, stage, ring)
+            att._copy(tid, threads, v, v_tile, (bi, hk), j0, dv, sk, stage, ring)
+
+        if ring:  # the first tile in flight before the loop
+            b_.when(
+                em.cmpi("ult", b_.index(0), trips_v), lambda: stage_in(b_.index(0), b_.index(0))
+            )
+            b_.add(CpAsyncCommitOp())
         neg_inf, zero = b_.float(-math.inf, ct), b_.float(0.0, ct)
         scale = g.float_of(op.properties, "scale")
         masked_by_operand = len(op.operands) == 4
@@ -148,13 +167,21 @@ class MmaAttention:
             m, total, flat = carried[:2], carried[2:4], carried[4:]
             acc = [flat[4 * n : 4 * n + 4] for n in range(out_chunks)]
             j0 = b_.imul(kt, bk)
-            att._copy(tid, threads, k, k_tile, (bi, hk), j0, dim, sk)
-            att._copy(tid, threads, v, v_tile, (bi, hk), j0, dv, sk)
+            if ring:  # the next tile in flight while this one is computed
+                stage = b_.add(arith.RemUIOp(kt, b_.index(2)))
+                following = b_.iadd(kt, 1)
+                other = b_.add(arith.SubiOp(b_.index(1), stage))
+                b_.when(em.cmpi("ult", following, trips_v), lambda: stage_in(following, other))
+                b_.add(CpAsyncCommitOp())
+                b_.add(CpAsyncWaitOp(RING_WAIT))  # this tile's group has landed
+            else:
+                stage = b_.index(0)
+                stage_in(kt, stage)
             b_.add(gpu.BarrierOp())
             s = [[zero] * 4 for _ in range(chunks)]
             for pair in range(chunks // 2):
                 for kc, a in enumerate(q_frags):
-                    at = [b_.index(pair * 16), b_.index(kc * K_STEP)]
+                    at = [stage, b_.index(pair * 16), b_.index(kc * K_STEP)]
                     frags = self._fragments(k_tile, at, B_PAIR_ORIGINS)
                     for half in (0, 1):
                         n = 2 * pair + half
@@ -182,12 +209,12 @@ class MmaAttention:
             for kc in range(chunks // 2):
                 a = [b_.convert(x, nt) for x in [*p[2 * kc], *p[2 * kc + 1]]]
                 for pair in range(out_chunks // 2):
-                    at = [b_.index(kc * K_STEP), b_.index(pair * 16)]
+                    at = [stage, b_.index(kc * K_STEP), b_.index(pair * 16)]
                     frags = self._fragments(v_tile, at, B_TRANS_ORIGINS, transpose=True)
                     for half in (0, 1):
                         n = 2 * pair + half
                         acc[n] = self._mma(a, frags[4 * half : 4 * half + 4], acc[n])
-            b_.add(gpu.BarrierOp())
+            b_.add(gpu.BarrierOp())  # the stage is refilled next
             return [*m, *total, *(x for a in acc for x in a)]
 
         inits = [neg_inf, neg_inf, zero, zero, *[zero] * (4 * out_chunks)]
@@ -209,6 +236,54 @@ class MmaAttention:
                 store()
         flops = batch * heads * sq * sk * 2 * (dim + dv) // (2 if causal else 1)
         return batch * heads * tiles, threads, flops
+
+    def _ring(self, k: SSAValue, v: SSAValue, dim: int, dv: int, nt) -> bool:
+        """Whether K and V stage through a two-stage cp.async ring: both kernel buffers of
+        the input type read in 16-byte pieces (else each tile is copied, then computed)."""
+        lanes = self.att._copy_lanes
+        k_type = MemRefType(nt, [1, dim + PAD], memory_space=SHARED_SPACE)
+        v_type = MemRefType(nt, [1, dv + PAD], memory_space=SHARED_SPACE)
+        return lanes(k, k_type, dim) > 1 and lanes(v, v_type, dv) > 1
+
+    def _q_fragments(
+        self,
+        q: SSAValue,
+        heads: tuple[SSAValue, SSAValue],
+        rows: list[SSAValue],
+        quad_col: SSAValue,
+    ) -> list[list[SSAValue]]:
+        """The lane's A fragments of its warp's 16 rows of Q, per 16 of the head dim, read
+        from global memory once (pairs of consecutive features: 4-byte loads where Q is a
+        kernel buffer); a row past Sq reads the last row (not stored)."""
+        att, em = self.att, self.att.em
+        b_ = em.b
+        sq, dim = att.shapes[2], att.shapes[3]
+        nt = g.element_type_of(q)
+        if sq % ROWS or sq < ROWS:
+            rows = [b_.add(arith.MinSIOp(r, b_.index(sq - 1))) for r in rows]
+        buffer = em.buffers.get(q)
+        paired = (
+            buffer is not None
+            and isinstance(buffer.type, MemRefType)
+            and isinstance(buffer.type.layout, NoneAttr)
+            and buffer.type.element_type == nt
+        )
+        frags = []
+        for kc in range(dim // K_STEP):
+            values = []
+            for down, right in A_PAIRS:
+                row = rows[down // 8]
+                col = b_.iadd(quad_col, kc * K_STEP + right)
+                if paired:
+                    vt = VectorType(nt, [2])
+                    pair = b_.add(vector.LoadOp(buffer, [*heads, row, col], vt))
+                    values += [b_.add(vector.ExtractOp(pair, [e], nt)) for e in range(2)]
+                else:
+                    for e in range(2):
+                        x = em.value_at(q, [*heads, row, b_.iadd(col, e)])
+                        values.append(b_.convert(x, nt))
+            frags.append(values)
+        return frags
 
     def _fragments(
         self,
