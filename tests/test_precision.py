@@ -104,8 +104,9 @@ def test_conversion_refuses_loop_level_ir_and_unknown_types() -> None:
 
 
 HAS_MATMUL = {"conv_block", "gemm", "llama_block", "mlp", "transformer_block"}
-"""The examples whose matmuls (conv_block's convolutions become one) reach gpu-tile-matmul.
-llama_decode's are one row times a matrix: left to map-to-gpu, no tile of B to share."""
+"""The examples whose matmuls (conv_block's convolutions become one) reach gpu-tile-matmul's
+tensor-core tiles. llama_decode's are one row times a matrix: the GEMV kernel
+(`irkit.passes.gpu_gemv`), no tile of B to share, no mma."""
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])

@@ -55,6 +55,7 @@ from irkit.loops import (
 from irkit.loops.costs import count_flops
 from irkit.loops.rows import nests_of
 from irkit.passes.contraction import MatmulNest, match_matmul
+from irkit.passes.gpu_gemv import applies, build_gemv, gemv_splits
 from irkit.passes.gpu_tile_policy import (
     GROUP,
     MAX_THREADS,
@@ -116,6 +117,10 @@ class GpuTileMatmulPass(ModulePass):
     fill_sms: bool = True  # smaller block tiles where the grid would leave most `sms` idle
     batch: bool = True  # batch matmuls tiled too (false: left to map-to-gpu, as before)
     tensor_cores: bool = True  # f16/bf16: mma.sync m16n8k16 (sm_80 and later)
+    # a matmul of one row (a decode step's projections): the GEMV kernel of
+    # `irkit.passes.gpu_gemv` (8 warps along k, 16-byte loads of W, k ranges filling `sms`;
+    # false: left to map-to-gpu, a thread an output with its whole k loop)
+    gemv: bool = True
     # f16/bf16 on tensor cores: fragments by ldmatrix.x4, B's tile [k][n] as in memory and
     # read transposed (false: [n][k] tiles, one 32-bit load a pair). At 4096^3 f16 on an
     # H200 (f613a5b) 0.528 ms against 1.687, 3.19x: the [n][k] tile's transposed 2-byte
@@ -191,14 +196,25 @@ class GpuTileMatmulPass(ModulePass):
                 continue
             shape = _shape(nest, calls[fn.sym_name.data])
             if shape.m == 1:  # a row times a matrix (a decode step's projections): no row
-                continue  # shares a tile of B; a thread an output reads each weight once
-            tiled = _TiledKernel(gpu_tile(self, shape), fn, nest, op)
-            if tiled.splits > 1:
-                _split_k(op, fn, nest, tiled.splits, constants)
-            kernel = tiled.build(constants)
+                if not (self.gemv and applies(nest)):  # shares a tile of B
+                    continue
+                splits = gemv_splits(nest, shape.single_call, self.sms)
+                if splits > 1:
+                    _split_k(op, fn, nest, splits, constants)
+                kernel = build_gemv(fn, nest, constants, splits, op)
+            else:
+                kernel = self._tiled(fn, nest, shape, constants, op)
             op.body.block.insert_op_before(kernel, fn)
             fn.detach()
             fn.erase()
+
+    def _tiled(self, fn, nest, shape, constants, op) -> func.FuncOp:
+        """The tiled kernel of a matmul of more than one row (split-K's partial buffer and
+        reduction kernel added to `fn` where its tile asks for them)."""
+        tiled = _TiledKernel(gpu_tile(self, shape), fn, nest, op)
+        if tiled.splits > 1:
+            _split_k(op, fn, nest, tiled.splits, constants)
+        return tiled.build(constants)
 
     def check_options(self) -> None:
         for name, value in (
