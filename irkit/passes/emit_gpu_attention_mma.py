@@ -44,7 +44,7 @@ from xdsl.dialects.builtin import (
     VectorType,
     i32,
 )
-from xdsl.ir import Block, Region, SSAValue
+from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from irkit.dialects import graph as g
 from irkit.dialects.warp import LdmatrixX4Op, MmaM16n8k16Op, ShuffleOp
@@ -94,6 +94,27 @@ def key_tile(stages: int, dim: int, dv: int, wanted: int, itemsize: int) -> int:
     return bk
 
 
+@dataclass(frozen=True)
+class _Block:
+    """What `MmaAttention.emit` computes once a block and the key tiles read."""
+
+    ring: bool
+    k_tile: SSAValue
+    v_tile: SSAValue
+    q_frags: list[list[SSAValue]]
+    rows: tuple[SSAValue, SSAValue]
+    """The thread's two query rows (g and g + 8 of its warp's 16)."""
+    quad_col: SSAValue
+    """2 (lane % 4): the first column of the lane's C fragment values."""
+    q0: SSAValue
+    warp_row: SSAValue
+    trips: SSAValue
+    stage_in: Callable[[SSAValue, SSAValue], None]
+    input_type: Attribute
+    bq: int
+    """Query rows a block (16 a warp)."""
+
+
 @dataclass
 class MmaAttention:
     """One marked `graph.attention` emitted as the tensor-core kernel (module docstring)."""
@@ -103,6 +124,13 @@ class MmaAttention:
     """Keys a shared tile (set by `emit`)."""
     heads: tuple[SSAValue, ...] = ()
     """The block's (batch, head) indices (set by `emit`)."""
+    shared: _Block | None = None
+    """What the key tiles share (set by `emit`)."""
+
+    @property
+    def block(self) -> _Block:
+        assert self.shared is not None, "emit sets it first"
+        return self.shared
 
     def emit(self) -> tuple[int, int, int]:
         """Emit the kernel; its launch: (grid, threads, flops)."""
@@ -110,8 +138,7 @@ class MmaAttention:
         b_, op = em.b, att.op
         batch, heads, sq, dim, _, sk, dv = att.shapes
         q, k, v = op.operands[:3]
-        nt = g.element_type_of(q)
-        ct = att.ct
+        nt, ct = g.element_type_of(q), att.ct
         causal = g.bool_of(op.properties, "causal")
         warps = max(1, min(att.params["block-q"] // ROWS, -(-sq // ROWS)))
         bq, threads = warps * ROWS, warps * WARP
@@ -129,19 +156,14 @@ class MmaAttention:
         bi, h, hk = att._heads(b_.add(arith.DivUIOp(bid, b_.index(tiles))))
         self.heads = (bi, h)
         lane = b_.add(arith.RemUIOp(tid, b_.index(WARP)))
-        w = b_.add(arith.DivUIOp(tid, b_.index(WARP)))
         quad_row = b_.add(arith.DivUIOp(lane, b_.index(4)))
         quad_col = b_.imul(b_.add(arith.RemUIOp(lane, b_.index(4))), 2)
         q0 = b_.imul(t, bq)
-        warp_row = b_.imul(w, ROWS)
+        warp_row = b_.imul(b_.add(arith.DivUIOp(tid, b_.index(WARP))), ROWS)
         first = b_.iadd(b_.add(arith.AddiOp(q0, warp_row)), quad_row)
-        rows = [first, b_.iadd(first, 8)]  # this thread's two query rows
-
-        q_frags = self._q_fragments(q, (bi, h), rows, quad_col)
-
+        rows = (first, b_.iadd(first, 8))  # this thread's two query rows
         keys = att._visible_keys(q0, bq) if causal else sk
         trips = -(-keys // bk) if isinstance(keys, int) else _ceil_div(b_, keys, bk)
-        trips_v = b_.index(trips) if isinstance(trips, int) else trips
 
         def stage_in(kt: SSAValue, stage: SSAValue) -> None:
             """Key tile kt's K and V into `stage` (by cp.async where the tiles are a ring)."""
@@ -149,93 +171,113 @@ class MmaAttention:
             att._copy(tid, threads, k, k_tile, (bi, hk), j0, dim, sk, stage, ring)
             att._copy(tid, threads, v, v_tile, (bi, hk), j0, dv, sk, stage, ring)
 
+        self.shared = _Block(
+            ring, k_tile, v_tile, self._q_fragments(q, (bi, h), list(rows), quad_col),
+            rows, quad_col, q0, warp_row, b_.index(trips) if isinstance(trips, int) else trips,
+            stage_in, nt, bq,
+        )  # fmt: skip
         if ring:  # the first tile in flight before the loop
-            b_.when(
-                em.cmpi("ult", b_.index(0), trips_v), lambda: stage_in(b_.index(0), b_.index(0))
-            )
+            zero_i = b_.index(0)
+            b_.when(em.cmpi("ult", zero_i, self.block.trips), lambda: stage_in(zero_i, zero_i))
             b_.add(CpAsyncCommitOp())
         neg_inf, zero = b_.float(-math.inf, ct), b_.float(0.0, ct)
-        scale = g.float_of(op.properties, "scale")
-        masked_by_operand = len(op.operands) == 4
+        inits = [neg_inf, neg_inf, zero, zero, *[zero] * (4 * (dv // CHUNK))]
+        self._store(b_.for_range(0, trips, 1, inits, self._key_tile))
+        flops = batch * heads * sq * sk * 2 * (dim + dv) // (2 if causal else 1)
+        return batch * heads * tiles, threads, flops
+
+    def _key_tile(self, kt: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
+        """One key tile: its copies (the next one's issued first where K and V are a ring),
+        the scores, the online softmax's step, P V into the accumulators."""
+        em, blk = self.att.em, self.block
+        b_ = em.b
+        m, total, flat = carried[:2], carried[2:4], carried[4:]
+        acc = [flat[4 * n : 4 * n + 4] for n in range(len(flat) // 4)]
+        if blk.ring:  # the next tile in flight while this one is computed
+            stage = b_.add(arith.RemUIOp(kt, b_.index(2)))
+            following = b_.iadd(kt, 1)
+            other = b_.add(arith.SubiOp(b_.index(1), stage))
+            b_.when(em.cmpi("ult", following, blk.trips), lambda: blk.stage_in(following, other))
+            b_.add(CpAsyncCommitOp())
+            b_.add(CpAsyncWaitOp(RING_WAIT))  # this tile's group has landed
+        else:
+            stage = b_.index(0)
+            blk.stage_in(kt, stage)
+        b_.add(gpu.BarrierOp())
+        s = self._scores(stage, b_.imul(kt, self.bk))
+        p, m, total, rescale = self._online(s, m, total)
+        acc = [[em.fop(arith.MulfOp, x, rescale[c // 2]) for c, x in enumerate(a)] for a in acc]
+        for kc in range(len(p) // 2):
+            a = [b_.convert(x, blk.input_type) for x in [*p[2 * kc], *p[2 * kc + 1]]]
+            for pair in range(len(acc) // 2):
+                at = [stage, b_.index(kc * K_STEP), b_.index(pair * 16)]
+                frags = self._fragments(blk.v_tile, at, B_TRANS_ORIGINS, transpose=True)
+                for half in (0, 1):
+                    n = 2 * pair + half
+                    acc[n] = self._mma(a, frags[4 * half : 4 * half + 4], acc[n])
+        b_.add(gpu.BarrierOp())  # the stage is refilled next
+        return [*m, *total, *(x for a in acc for x in a)]
+
+    def _scores(self, stage: SSAValue, j0: SSAValue) -> list[list[SSAValue]]:
+        """The warp's 16 x BK scores of the key tile from j0 in `stage` (the lane's C
+        fragments, a list per 8 keys): Q K^T on mma, scaled into base 2, masked where the
+        tile needs it."""
+        att, em, blk = self.att, self.att.em, self.block
+        b_, op, ct = em.b, att.op, att.ct
+        chunks = self.bk // CHUNK
+        zero = b_.float(0.0, ct)
+        s = [[zero] * 4 for _ in range(chunks)]
+        for pair in range(chunks // 2):
+            for kc, a in enumerate(blk.q_frags):
+                at = [stage, b_.index(pair * 16), b_.index(kc * K_STEP)]
+                frags = self._fragments(blk.k_tile, at, B_PAIR_ORIGINS)
+                for half in (0, 1):
+                    n = 2 * pair + half
+                    s[n] = self._mma(a, frags[4 * half : 4 * half + 4], s[n])
         # base 2: exp(x) = exp2(x log2 e), log2 e folded into the scale where no additive
         # mask comes between (exp2 is one MUFU.EX2 on the GPU; expf is a range reduction)
-        to_log2 = b_.float(LOG2E, ct)
-        scale_v = b_.float(scale if masked_by_operand else scale * LOG2E, ct)
-        chunks, out_chunks = bk // CHUNK, dv // CHUNK
+        by_operand = len(op.operands) == 4
+        scale = g.float_of(op.properties, "scale") * (1.0 if by_operand else LOG2E)
+        s = [[em.fop(arith.MulfOp, x, b_.float(scale, ct)) for x in chunk] for chunk in s]
+        keys_of = b_.add(arith.AddiOp(j0, blk.quad_col))
 
-        def step(kt: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
-            m, total, flat = carried[:2], carried[2:4], carried[4:]
-            acc = [flat[4 * n : 4 * n + 4] for n in range(out_chunks)]
-            j0 = b_.imul(kt, bk)
-            if ring:  # the next tile in flight while this one is computed
-                stage = b_.add(arith.RemUIOp(kt, b_.index(2)))
-                following = b_.iadd(kt, 1)
-                other = b_.add(arith.SubiOp(b_.index(1), stage))
-                b_.when(em.cmpi("ult", following, trips_v), lambda: stage_in(following, other))
-                b_.add(CpAsyncCommitOp())
-                b_.add(CpAsyncWaitOp(RING_WAIT))  # this tile's group has landed
-            else:
-                stage = b_.index(0)
-                stage_in(kt, stage)
-            b_.add(gpu.BarrierOp())
-            s = [[zero] * 4 for _ in range(chunks)]
-            for pair in range(chunks // 2):
-                for kc, a in enumerate(q_frags):
-                    at = [stage, b_.index(pair * 16), b_.index(kc * K_STEP)]
-                    frags = self._fragments(k_tile, at, B_PAIR_ORIGINS)
-                    for half in (0, 1):
-                        n = 2 * pair + half
-                        s[n] = self._mma(a, frags[4 * half : 4 * half + 4], s[n])
-            keys_of = b_.add(arith.AddiOp(j0, quad_col))
-            s = [[em.fop(arith.MulfOp, x, scale_v) for x in chunk] for chunk in s]
+        def masked() -> list[SSAValue]:
+            return [
+                self._masked(x, blk.rows[c // 2], keys_of, n, c)
+                for n, chunk in enumerate(s)
+                for c, x in enumerate(chunk)
+            ]
 
-            def masked() -> list[SSAValue]:
-                return [
-                    self._masked(x, rows[c // 2], keys_of, n, c)
-                    for n, chunk in enumerate(s)
-                    for c, x in enumerate(chunk)
-                ]
+        crossing = self._crossing(j0, blk.q0, blk.warp_row)
+        if isinstance(crossing, bool):
+            flat = masked() if crossing else [x for chunk in s for x in chunk]
+        else:
+            flat = self._branch(crossing, masked, lambda: [x for ch in s for x in ch])
+        s = [flat[4 * n : 4 * n + 4] for n in range(chunks)]
+        if by_operand:
+            s = [[em.fop(arith.MulfOp, x, b_.float(LOG2E, ct)) for x in chunk] for chunk in s]
+        return s
 
-            crossing = self._crossing(j0, q0, warp_row)
-            if isinstance(crossing, bool):
-                flat_s = masked() if crossing else [x for chunk in s for x in chunk]
-            else:
-                flat_s = self._branch(crossing, masked, lambda: [x for ch in s for x in ch])
-            s = [flat_s[4 * n : 4 * n + 4] for n in range(chunks)]
-            if masked_by_operand:
-                s = [[em.fop(arith.MulfOp, x, to_log2) for x in chunk] for chunk in s]
-            p, m, total, rescale = self._online(s, m, total)
-            acc = [[em.fop(arith.MulfOp, x, rescale[c // 2]) for c, x in enumerate(a)] for a in acc]
-            for kc in range(chunks // 2):
-                a = [b_.convert(x, nt) for x in [*p[2 * kc], *p[2 * kc + 1]]]
-                for pair in range(out_chunks // 2):
-                    at = [stage, b_.index(kc * K_STEP), b_.index(pair * 16)]
-                    frags = self._fragments(v_tile, at, B_TRANS_ORIGINS, transpose=True)
-                    for half in (0, 1):
-                        n = 2 * pair + half
-                        acc[n] = self._mma(a, frags[4 * half : 4 * half + 4], acc[n])
-            b_.add(gpu.BarrierOp())  # the stage is refilled next
-            return [*m, *total, *(x for a in acc for x in a)]
-
-        inits = [neg_inf, neg_inf, zero, zero, *[zero] * (4 * out_chunks)]
-        final = b_.for_range(0, trips, 1, inits, step)
-        total, flat = final[2:4], final[4:]
-        total = [self._quad(x, arith.AddfOp) for x in total]
-        for r, i in enumerate(rows):
+    def _store(self, final: list[SSAValue]) -> None:
+        """O / l for the thread's two rows (l added across the quad), rows past Sq not
+        stored."""
+        att, em, blk = self.att, self.att.em, self.block
+        b_ = em.b
+        sq = att.shapes[2]
+        total, flat = [self._quad(x, arith.AddfOp) for x in final[2:4]], final[4:]
+        for r, i in enumerate(blk.rows):
 
             def store(r=r, i=i) -> None:
-                for n in range(out_chunks):
+                for n in range(len(flat) // 4):
                     for c in (2 * r, 2 * r + 1):
-                        e = b_.iadd(quad_col, n * CHUNK + c % 2)
+                        e = b_.iadd(blk.quad_col, n * CHUNK + c % 2)
                         x = em.fop(arith.DivfOp, flat[4 * n + c], total[r])
-                        b_.store(x, att.out, [bi, h, i, e])
+                        b_.store(x, att.out, [*self.heads, i, e])
 
-            if sq % bq:
+            if sq % blk.bq:
                 b_.when(em.cmpi("ult", i, sq), store)
             else:
                 store()
-        flops = batch * heads * sq * sk * 2 * (dim + dv) // (2 if causal else 1)
-        return batch * heads * tiles, threads, flops
 
     def _ring(self, k: SSAValue, v: SSAValue, dim: int, dv: int, nt) -> bool:
         """Whether K and V stage through a two-stage cp.async ring: both kernel buffers of
@@ -274,7 +316,7 @@ class MmaAttention:
             for down, right in A_PAIRS:
                 row = rows[down // 8]
                 col = b_.iadd(quad_col, kc * K_STEP + right)
-                if paired:
+                if paired and buffer is not None:
                     vt = VectorType(nt, [2])
                     pair = b_.add(vector.LoadOp(buffer, [*heads, row, col], vt))
                     values += [b_.add(vector.ExtractOp(pair, [e], nt)) for e in range(2)]
