@@ -44,6 +44,7 @@ from irkit.loops import SHARED_SPACE, launch_of
 from irkit.loops.scalar_ops import numpy_ops
 from irkit.runtime.lockstep_async import RULES as ASYNC_RULES
 from irkit.runtime.lockstep_async import AsyncCopy, WgmmaInFlight, check_pending, start_async
+from irkit.runtime.lockstep_loops import divergent_for
 from irkit.runtime.lockstep_tma import RULES as TMA_RULES
 from irkit.runtime.lockstep_tma import Mbarrier, finish_tma, start_tma
 from irkit.runtime.lockstep_warp import LockstepError, ldmatrix, mma, shuffle_xor
@@ -360,7 +361,7 @@ class LockstepInterpreter:
     def _for(self, op: scf.ForOp, mask: np.ndarray) -> None:
         bounds = [self.env[v] for v in (op.lb, op.ub, op.step)]
         if any(np.ndim(b) and not np.all(b[mask] == b[mask][0]) for b in bounds if mask.any()):
-            self._divergent_for(op, bounds, mask)
+            divergent_for(self, op, bounds, mask)
             return
         lb, ub, step = (int(np.asarray(b).flat[0]) if np.ndim(b) else int(b) for b in bounds)
         values = [self.env[v] for v in op.iter_args]
@@ -370,34 +371,6 @@ class LockstepInterpreter:
             for a, v in zip(accs, values, strict=True):
                 self.env[a] = v
             values = self.block_(op.body.block, mask)
-        for r, v in zip(op.results, values, strict=True):
-            self.env[r] = v
-
-    def _divergent_for(self, op: scf.ForOp, bounds: list[Any], mask: np.ndarray) -> None:
-        """An scf.for whose bounds differ between threads (a causal attention's key tiles,
-        per block): iteration n runs in the threads where lb + n step < ub, the others keep
-        their values. A collective op inside must still be reached by whole warps, and a
-        barrier by whole blocks (where bounds differ within a block, the checks say so)."""
-        lb, ub, step = (np.broadcast_to(np.asarray(b, np.int64), mask.shape) for b in bounds)
-        if (step[mask] <= 0).any():
-            raise LockstepError(f"@{self.run.name}: scf.for with a step that is not positive")
-        values = [self.env[v] for v in op.iter_args]
-        iv, *accs = op.body.block.args
-        n = 0
-        while True:
-            at = lb + n * step
-            active = mask & (at < ub)
-            if not active.any():
-                break
-            self.env[iv] = at
-            for a, v in zip(accs, values, strict=True):
-                self.env[a] = v
-            out = self.block_(op.body.block, active)
-            values = [
-                np.asarray(np.where(active, new, old)).astype(value_dtype(a.type), copy=False)
-                for a, new, old in zip(accs, out, values, strict=True)
-            ]
-            n += 1
         for r, v in zip(op.results, values, strict=True):
             self.env[r] = v
 
