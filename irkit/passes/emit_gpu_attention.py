@@ -49,12 +49,10 @@ from xdsl.dialects.builtin import (
     StringAttr,
     UnitAttr,
     VectorType,
-    i32,
 )
 from xdsl.ir import Attribute, SSAValue
 
 from irkit.dialects import graph as g
-from irkit.dialects.warp import ShuffleOp
 from irkit.dialects.warp_async import CpAsyncOp
 from irkit.dtypes import numpy_dtype
 from irkit.errors import IrkitError
@@ -62,7 +60,7 @@ from irkit.ir import shape_of
 from irkit.loops import SHARED_SPACE, STATIC_SHARED_LIMIT
 from irkit.passes.emit_attention import FUSED_ATTR, _index, _masked, emit_fused_attention, heads_of
 from irkit.passes.emit_decode import Decode
-from irkit.passes.emit_gpu_attention_mma import MmaAttention, fits_tensor_cores
+from irkit.passes.emit_gpu_attention_mma import MmaAttention, butterfly, fits_tensor_cores
 from irkit.passes.loop_builder import compute_type
 from irkit.passes.map_to_gpu import X
 
@@ -491,12 +489,7 @@ class GpuAttention:
 
 def _across_warp(b_, value: SSAValue) -> SSAValue:
     """The sum of `value` over the warp's lanes, in every lane (an xor butterfly)."""
-    offset = WARP // 2
-    while offset:
-        other = b_.add(ShuffleOp(value, b_.integer(offset, i32), b_.integer(WARP, i32)))
-        value = b_.add(arith.AddfOp(value, other))
-        offset //= 2
-    return value
+    return butterfly(b_, value, (16, 8, 4, 2, 1), arith.AddfOp)
 
 
 def _ceil_div(b_, n: SSAValue | int, d: int) -> SSAValue | int:

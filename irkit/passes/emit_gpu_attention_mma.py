@@ -30,7 +30,7 @@ an ldmatrix fall in 8 different bank groups.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -444,12 +444,17 @@ class MmaAttention:
     def _quad(self, x: SSAValue, combine: type[arith.FloatingPointLikeBinaryOperation]) -> SSAValue:
         """`combine` over the 4 lanes of x's quad (the lanes holding one row of a fragment),
         in each of them: shuffles xor 1 and 2."""
-        b_ = self.att.em.b
-        for offset in QUAD:
-            other = b_.add(ShuffleOp(x, b_.integer(offset, i32), b_.integer(WARP, i32)))
-            x = b_.add(combine(x, other))
-        return x
+        return butterfly(self.att.em.b, x, QUAD, combine)
 
 
 def _ceil_div(b_, n: SSAValue, d: int) -> SSAValue:
     return b_.add(arith.DivUIOp(b_.iadd(n, d - 1), b_.index(d)))
+
+
+def butterfly(b_, value: SSAValue, offsets: Sequence[int], combine) -> SSAValue:
+    """`combine` of `value` with the lanes `lane ^ offset` for each offset in turn, in
+    every lane (xor shuffles): offsets 16..1 reach the whole warp, 1 and 2 a quad."""
+    for offset in offsets:
+        other = b_.add(ShuffleOp(value, b_.integer(offset, i32), b_.integer(WARP, i32)))
+        value = b_.add(combine(value, other))
+    return value
