@@ -159,7 +159,7 @@ if [ "$quick" = "--quick" ]; then
   targets=(--quick --budget 1)
 fi
 
-read -r -a pytest_files <<<"${PYTEST_GPU_FILES:-tests/test_gpu.py tests/test_cuda_path.py tests/test_async_copy.py tests/test_wgmma.py tests/test_tma.py}"
+read -r -a pytest_files <<<"${PYTEST_GPU_FILES:-tests/test_gpu.py tests/test_cuda_path.py tests/test_async_copy.py tests/test_wgmma.py tests/test_tma.py tests/test_clusters.py}"
 step pytest_gpu 210 python3 -m pytest -o addopts= -p no:benchmark -m gpu -p no:cacheprovider -q -rs \
   "${pytest_files[@]}" --junitxml="$out/pytest_gpu.xml"
 
@@ -242,17 +242,17 @@ targets_watched() {  # targets_watched OUTFILE HANG_S NAME...: gpu_targets.py on
 export -f targets_watched
 
 tensor_cores() {  # issue 69's steps against cuBLAS (a GPU), or each checked on a host backend
-  local status=0 w t step options n
+  local status=0 w t step options n m
   if [ "$backend" = cuda ]; then
     local names=(gemm_tf32) only=()
     for t in f16 bf16; do
       names+=("gemm_$t" "gemm_${t}_8192" "gemm_${t}_8192_wgmma" "gemm_${t}_8192_grouped"
-        "gemm_${t}_8192_wide")
-      for step in staged stages2 stages3 wgmma tma specialized persistent grouped wide; do
+        "gemm_${t}_8192_wide" "gemm_${t}_8192_clustered")
+      for step in staged stages2 stages3 wgmma tma specialized persistent grouped wide clustered; do
         names+=("gemm_${t}_$step")
       done
     done
-    # 29 workloads: 5 s each of interleaved rounds (thousands of samples of a 4096^3 gemm)
+    # 33 workloads: 5 s each of interleaved rounds (thousands of samples of a 4096^3 gemm)
     targets+=(--budget "${TENSOR_CORES_BUDGET:-5}")
     targets_watched "$out/tensor_cores.jsonl" "${HANG_AFTER:-90}" "${names[@]}"
     return $?
@@ -262,12 +262,15 @@ tensor_cores() {  # issue 69's steps against cuBLAS (a GPU), or each checked on 
     for step in default "async-copy=false" stages=2 stages=3 wgmma=true "$tma" \
         "$tma warp-specialize=true" "$tma warp-specialize=true persistent=true" \
         "$tma warp-specialize=true persistent=true group-m=8" \
-        "$tma warp-specialize=true persistent=true group-m=8 block-n=256"; do
+        "$tma warp-specialize=true persistent=true group-m=8 block-n=256" \
+        "$tma warp-specialize=true persistent=true group-m=8 block-n=256 cluster-m=2"; do
       options=${step/default/}
       n=72  # 256-wide tiles want C wider than one (a narrower C keeps the 128-wide ones)
       [[ $options == *block-n=256* ]] && n=300
+      m=100  # clusters want two tile rows or more (one keeps no cluster)
+      [[ $options == *cluster-m=* ]] && m=300
       echo "--- gemm $t, gpu-tile-matmul{$options}"
-      irkit-bench run examples/gemm.graph --backend "$backend" --dtype "$t" --dim M=100 \
+      irkit-bench run examples/gemm.graph --backend "$backend" --dtype "$t" --dim M=$m \
         --dim N=$n --dim K=96 --budget 0.2 \
         -p "fuse-kernels,lower-graph-to-loops,gpu-tile-matmul{$options},map-to-gpu" \
         --json "$out/tensor_cores_${t}_${step//[= -]/_}.json" || status=1

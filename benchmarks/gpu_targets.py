@@ -144,17 +144,22 @@ TENSOR_CORE_STEPS = {
     "grouped": "gpu-tile-matmul{wgmma=true tma=true warp-specialize=true persistent=true group-m=8}",
     "wide": "gpu-tile-matmul{wgmma=true tma=true warp-specialize=true persistent=true group-m=8 "
     "block-n=256}",
+    "clustered": "gpu-tile-matmul{wgmma=true tma=true warp-specialize=true persistent=true "
+    "group-m=8 block-n=256 cluster-m=2}",
 }
 """Issue 69's steps, each a variant of the f16/bf16 gemms timed in the same rounds as the
 default (cp.async, four stages, mma.sync): register-staged copies, two and three stages,
 then Hopper's (sm_90a): wgmma on the cp.async ring, its tiles filled by TMA on mbarriers
 (128-byte swizzled), warp-specialized (a producer warpgroup, setmaxnreg), persistent, and
 its tiles taken in groups of 8 tile rows (`group-m`, for L2 reuse), and with 128 x 256 tiles
-(`wide`: 0.843x cuBLAS at 4096^3 f16 on an H200 where `grouped` ran 0.747x, 2026-11-29).
+(`wide`: 0.843x cuBLAS at 4096^3 f16 on an H200 where `grouped` ran 0.747x, 2026-11-29),
+then in clusters of two blocks sharing B's k tile by TMA multicast (`clustered`, not yet
+timed).
 Their `speed_vs_irkit_default` is what each step is worth; each is also timed against
 cuBLAS (the ladder's rungs)."""
-TENSOR_CORE_8192 = ("wgmma", "grouped", "wide")
-"""The steps also timed at 8192^3 (the published ladder's size): the first and the last two."""
+TENSOR_CORE_8192 = ("wgmma", "grouped", "wide", "clustered")
+"""The steps also timed at 8192^3 (the published ladder's size): the first and the last
+three."""
 
 TENSOR_CORE_LADDER = [
     Workload(f"gemm_{t}{'' if n == 4096 else f'_{n}'}_{step}", source,

@@ -240,7 +240,9 @@ def test_half_conversions_round_to_nearest_even_for_every_f16() -> None:
     library = compile_host(CONVERT)
     buffers = [h, f, g, back, bf_bits, bf, bback]
     args = (ctypes.c_void_p * 7)(*[b.ctypes.data for b in buffers])
-    assert library.launcher("convert")(args, (ctypes.c_uint * 6)(n // 256, 1, 1, 256, 1, 1), 0) == 0
+    assert (
+        library.launcher("convert")(args, (ctypes.c_uint * 7)(n // 256, 1, 1, 256, 1, 1, 1), 0) == 0
+    )
     np.testing.assert_array_equal(f, as_f16.astype(np.float32))  # NaN == NaN here
     expected = g.astype(np.float16)
     same = (back == expected.view(np.uint16)) | (np.isnan(expected) & np.isnan(back.view(np.float16)))  # fmt: skip

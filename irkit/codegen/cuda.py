@@ -428,6 +428,10 @@ class CudaPrinter(CPrinter):
         super().__init__(index_type)
         self.dynamic_offsets: dict[str, int] = {}
         """The kernel's shared buffers in its dynamic shared memory, by name (`kernel`)."""
+        self.cluster_offsets: dict[str, int] = {}
+        """A clustered kernel's shared buffers in a host build, by name: offsets into the
+        running block's arena (`irkit_host::cta_shared`), as a cluster's blocks run at once
+        and each has its own shared memory."""
         self.wgmma_arrays: dict[Operation, str] = {}
         """Each wgmma's accumulator array (a chain of wgmma ops shares one)."""
         self.wgmma_fence = False
@@ -570,18 +574,27 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         # 1024 where it lands swizzled (the pattern runs on the address's bits 4-9)
         align = self.tma_dests.get(op.memref, 16)
         static = f"__shared__ __align__({align}) {element} {name}[{size}];"
-        if name not in self.dynamic_offsets:
+        host = static
+        if name in self.cluster_offsets:  # on the host, in the running block's own arena
+            host = (
+                f"{element}* const {name} = reinterpret_cast<{element}*>"
+                f"(irkit_host::cta_shared() + {self.cluster_offsets[name]});"
+            )
+        device = static
+        if name in self.dynamic_offsets:
+            # past 48 KB: the launch's dynamic shared memory, at the offset `shared_layout`
+            # gives (a host build keeps the static array: the host has no such limit)
+            device = (
+                f"{element}* const {name} = reinterpret_cast<{element}*>"
+                f"(irkit_dynamic_shared + {self.dynamic_offsets[name]});"
+            )
+        if host == device:
             self.emit(static)
             return
-        # past 48 KB: the launch's dynamic shared memory, at the offset `shared_layout` gives
-        # (a host build keeps the static array: the host has no such limit)
         self.emit("#ifdef IRKIT_CUDA_HOST")
-        self.emit(static)
+        self.emit(host)
         self.emit("#else")
-        self.emit(
-            f"{element}* const {name} = reinterpret_cast<{element}*>"
-            f"(irkit_dynamic_shared + {self.dynamic_offsets[name]});"
-        )
+        self.emit(device)
         self.emit("#endif")
 
     def convert(self, op: Operation) -> None:
@@ -782,6 +795,8 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         self.lines = []
         self.indent = 1
         self.dynamic_offsets = _dynamic_offsets(fn, launch)
+        cluster = launch.get("cluster", 1)
+        self.cluster_offsets = _shared_offsets(fn)[0] if cluster > 1 else {}
         if self.dynamic_offsets:
             self.emit("#ifndef IRKIT_CUDA_HOST")
             align = max(self.tma_dests.values(), default=16)  # TMA's destinations: 128 or 1024
@@ -790,10 +805,11 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         self.block(fn.body.block)
         grid = launch["grid"]
         bounds = f"{threads}, {launch['min_blocks']}" if "min_blocks" in launch else f"{threads}"
+        dims = f" __cluster_dims__({cluster}, 1, 1)" if cluster > 1 else ""
         head = (
             f"// {fn.sym_name.data}: grid {list(grid)}, block {list(block)}, "
-            f"mapping {launch['mapping']}\n"
-            f'extern "C" __global__ void __launch_bounds__({bounds})\n'
+            f"mapping {launch['mapping']}" + (f", cluster {cluster}" if cluster > 1 else "") + "\n"
+            f'extern "C" __global__ void __launch_bounds__({bounds}){dims}\n'
             f"{fn.sym_name.data}({', '.join(params)}) {{\n"
         )
         return head + "\n".join(self.lines) + "\n}\n"
@@ -803,14 +819,7 @@ def _dynamic_offsets(fn: func.FuncOp, launch: Launch) -> dict[str, int]:
     """Where a kernel whose shared buffers pass the 48 KB of static shared memory places each
     in its launch's dynamic shared memory (`shared_layout`, in the order the kernel takes
     them); {} for a kernel whose buffers fit statically."""
-    buffers: dict[str, int] = {}
-    for op in fn.walk():
-        if isinstance(op, memref.GetGlobalOp):
-            t = op.memref.type
-            assert isinstance(t, MemRefType)
-            size = math.prod(t.get_shape()) * numpy_dtype(t.element_type).itemsize
-            buffers.setdefault(op.name_.root_reference.data, size)
-    offsets, total = shared_layout(list(buffers.values()))
+    offsets, total = _shared_offsets(fn)
     if total <= STATIC_SHARED_LIMIT:
         return {}
     if int(launch.get("shared", 0)) < total:
@@ -819,7 +828,21 @@ def _dynamic_offsets(fn: func.FuncOp, launch: Launch) -> dict[str, int]:
             f"{STATIC_SHARED_LIMIT} a kernel may declare statically, and its launch asks "
             f"for {launch.get('shared', 0)} bytes of dynamic shared memory"
         )
-    return dict(zip(buffers, offsets, strict=True))
+    return offsets
+
+
+def _shared_offsets(fn: func.FuncOp) -> tuple[dict[str, int], int]:
+    """Kernel `fn`'s shared buffers laid out one after another (`shared_layout`, in the
+    order the kernel takes them): each one's offset by name, and the total bytes."""
+    buffers: dict[str, int] = {}
+    for op in fn.walk():
+        if isinstance(op, memref.GetGlobalOp):
+            t = op.memref.type
+            assert isinstance(t, MemRefType)
+            size = math.prod(t.get_shape()) * numpy_dtype(t.element_type).itemsize
+            buffers.setdefault(op.name_.root_reference.data, size)
+    offsets, total = shared_layout(list(buffers.values()))
+    return dict(zip(buffers, offsets, strict=True)), total
 
 
 def gpu_kernels(module: ModuleOp) -> list[func.FuncOp]:

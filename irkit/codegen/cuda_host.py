@@ -54,6 +54,8 @@ STATUS = {
     5: "threads waiting on an mbarrier whose phase never completes (on a GPU, a kernel that "
     "never ends)",
     6: "a TMA copy still in flight when its block ended (no thread waited on its mbarrier)",
+    7: "a multicast copy or remote arrival naming a block outside the cluster, or one that "
+    "has ended (no cluster barrier kept it alive), or a grid that is not whole clusters",
 }
 
 

@@ -18,6 +18,8 @@ from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Operation
 
 from irkit.dialects.warp_tma import (
+    ClusterBarrierOp,
+    MbarrierArriveClusterOp,
     MbarrierArriveExpectTxOp,
     MbarrierArriveOp,
     MbarrierInitOp,
@@ -59,39 +61,65 @@ arrive.expect_tx, arrive, setmaxnreg, and a wait: try_wait.parity until the phas
 completed, the loop inside the asm (its label scoped by the braces, so each inlined copy
 has its own). As a C loop around one try_wait, ptxas serialized a consumer's wgmma ops that
 a wait kept in flight across it (its C7514 remark): the loop sat in their pipeline stage."""
+CLUSTER_HELPERS = """\
+#ifndef IRKIT_CUDA_HOST
+__device__ __forceinline__ void irkit_mbarrier_arrive_cluster(void* bar, unsigned cta) {
+  asm volatile("{\\n.reg .b32 remote;\\nmapa.shared::cluster.u32 remote, %0, %1;\\n"
+               "mbarrier.arrive.shared::cluster.b64 _, [remote];\\n}\\n"
+               :: "r"(irkit_shared_address(bar)), "r"(cta) : "memory");
+}
+__device__ __forceinline__ void irkit_cluster_barrier() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\\nbarrier.cluster.wait.acquire.aligned;\\n" ::: "memory");
+}
+#endif
+"""
+"""A remote arrival (`mapa` gives the barrier's address in block `cta`'s shared memory, which
+the cluster-scoped arrive takes) and the cluster barrier."""
 
 
-def helper(rank: int) -> str:
+def helper(rank: int, multicast: bool = False) -> str:
     """`irkit_tma_load_<rank>d(dst, map, c0 .. c<rank-1>, bar)`: one cp.async.bulk.tensor
-    of a box, its coordinates innermost first (PTX's order), completing on `bar`."""
+    of a box, its coordinates innermost first (PTX's order), completing on `bar`; with
+    `multicast`, `irkit_tma_load_<rank>d_multicast(..., bar, mask)`, the box landing in
+    every block of the cluster in `mask` (`.multicast::cluster`, the mask a 16-bit
+    register)."""
     coordinates = ", ".join(f"int c{i}" for i in range(rank))
     registers = ", ".join(f"%{i + 2}" for i in range(rank))
     inputs = ", ".join(f'"r"(c{i})' for i in range(rank))
-    name = f"irkit_tma_load_{rank}d"
+    name = f"irkit_tma_load_{rank}d" + ("_multicast" if multicast else "")
+    mask_param = ", unsigned short mask" if multicast else ""
+    mask_operand = f", %{rank + 3}" if multicast else ""
+    mask_input = ', "h"(mask)' if multicast else ""
+    modifier = ".multicast::cluster" if multicast else ""
     return (
         "#ifndef IRKIT_CUDA_HOST\n"
         f"__device__ __forceinline__ void {name}(void* dst, const irkit_tensor_map* map, "
-        f"{coordinates}, void* bar) {{\n"
+        f"{coordinates}, void* bar{mask_param}) {{\n"
         f'  asm volatile("cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile'
-        ".mbarrier::complete_tx::bytes "
-        f'[%0], [%1, {{{registers}}}], [%{rank + 2}];\\n"\n'
+        f".mbarrier::complete_tx::bytes{modifier} "
+        f'[%0], [%1, {{{registers}}}], [%{rank + 2}]{mask_operand};\\n"\n'
         f'               :: "r"(irkit_shared_address(dst)), "l"(map), {inputs}, '
-        '"r"(irkit_shared_address(bar)) : "memory");\n'
+        f'"r"(irkit_shared_address(bar)){mask_input} : "memory");\n'
         "}\n#else\n"
-        f"inline void {name}(void* dst, const irkit_tensor_map* map, {coordinates}, void* bar) {{\n"
+        f"inline void {name}(void* dst, const irkit_tensor_map* map, {coordinates}, "
+        f"void* bar{mask_param}) {{\n"
         f"  const int c[] = {{{', '.join(f'c{i}' for i in range(rank))}}};\n"
-        "  irkit_host::tma_issue(dst, map, c, bar);\n"
+        f"  irkit_host::tma_issue(dst, map, c, bar{', mask' if multicast else ', 0'});\n"
         "}\n#endif\n"
     )
 
 
 def prelude(ops: list[Operation]) -> str:
     """The helpers the kernels' TMA ops need (none where there is none)."""
-    ranks = sorted({len(op.box_shape) for op in ops if isinstance(op, TmaLoadOp)})
+    loads = sorted(
+        {(len(op.box_shape), bool(op.cta_mask)) for op in ops if isinstance(op, TmaLoadOp)}
+    )
     barriers = any(isinstance(op, MbarrierInitOp | MbarrierWaitOp | SetMaxNRegOp) for op in ops)
-    if not ranks and not barriers:
+    clustered = any(isinstance(op, MbarrierArriveClusterOp | ClusterBarrierOp) for op in ops)
+    if not loads and not barriers and not clustered:
         return ""
-    return COMMON_HELPERS + "".join(helper(r) for r in ranks)
+    cluster = CLUSTER_HELPERS if clustered else ""
+    return COMMON_HELPERS + cluster + "".join(helper(r, m) for r, m in loads)
 
 
 def parameters(maps: list[TensorMap]) -> list[str]:
@@ -134,19 +162,34 @@ def emit(printer: CudaPrinter, op: Operation, fn_maps: list[TensorMap]) -> None:
         coordinates = ", ".join(f"(int){printer.name(c)}" for c in reversed(op.coordinates))
         bar = printer.element(op.barrier, [op.barrier_index])
         j = map_index(fn_maps, op)
-        printer.emit(
-            f"irkit_tma_load_{len(op.box_shape)}d(&{dest}, &irkit_tmap{j}, {coordinates}, &{bar});"
-        )
+        rank = len(op.box_shape)
+        if op.cta_mask:
+            printer.emit(
+                f"irkit_tma_load_{rank}d_multicast(&{dest}, &irkit_tmap{j}, {coordinates}, "
+                f"&{bar}, (unsigned short){op.cta_mask}u);"
+            )
+            return
+        printer.emit(f"irkit_tma_load_{rank}d(&{dest}, &irkit_tmap{j}, {coordinates}, &{bar});")
+        return
+    if isinstance(op, ClusterBarrierOp):
+        printer.emit("irkit_cluster_barrier();")
         return
     if isinstance(op, SetMaxNRegOp):
         kind = "inc" if op.increase is not None else "dec"
         printer.emit(f"irkit_setmaxnreg_{kind}<{op.registers}>();")
         return
     assert isinstance(
-        op, MbarrierInitOp | MbarrierArriveExpectTxOp | MbarrierArriveOp | MbarrierWaitOp
+        op,
+        MbarrierInitOp
+        | MbarrierArriveExpectTxOp
+        | MbarrierArriveOp
+        | MbarrierArriveClusterOp
+        | MbarrierWaitOp,
     )
     bar = printer.element(op.barrier, [op.index])
-    if isinstance(op, MbarrierArriveOp):
+    if isinstance(op, MbarrierArriveClusterOp):
+        printer.emit(f"irkit_mbarrier_arrive_cluster(&{bar}, (unsigned){printer.name(op.cta)});")
+    elif isinstance(op, MbarrierArriveOp):
         printer.emit(f"irkit_mbarrier_arrive(&{bar});")
     elif isinstance(op, MbarrierInitOp):
         printer.emit(f"irkit_mbarrier_init(&{bar}, {op.arrivals}u);")

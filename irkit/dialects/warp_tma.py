@@ -26,6 +26,20 @@ phase (`irkit.runtime.lockstep_tma`).
 
 `irkit_warp.setmaxnreg`: a warpgroup gives registers back to the block's pool, or takes
 them (a producer warpgroup that only issues copies, and its consumers).
+
+Clusters (sm_90): a kernel launched in clusters of C blocks (`irkit.launch`'s `cluster`;
+CUDA's `__cluster_dims__`), the blocks of a cluster consecutive along x and live on the GPU
+at once, each reaching the others' shared memory. `tma_load {multicast = mask}` lands one
+box in every block of the cluster whose bit is set in `mask` (the block's rank in its
+cluster: blockIdx.x % C), at the same place in each, counting down the mbarrier at the same
+place in each (PTX's `.multicast::cluster`); `irkit_warp.mbarrier_arrive_cluster` arrives
+on the barrier at the same place in block `cta` of the cluster (`mapa` then
+`mbarrier.arrive.release.cluster.shared::cluster`); `irkit_warp.cluster_barrier` is a
+barrier of every thread of the cluster (`barrier.cluster.arrive.release` then
+`.wait.acquire`), which orders the mbarriers' initialization before another block's
+copies or arrivals reach them, and keeps a block alive while the others may still write
+into it. cuda-host runs a cluster's blocks as fibers of one scheduler, each block with its
+own shared memory; lockstep refuses a clustered launch.
 """
 
 from __future__ import annotations
@@ -141,6 +155,41 @@ class MbarrierArriveOp(_BarrierOp):
 
 
 @irdl_op_definition
+class MbarrierArriveClusterOp(IRDLOperation):
+    """`mbarrier.arrive.release.cluster.shared::cluster`: one arrival on `barrier[index]` of
+    block `cta` of the cluster (a consumer done with a stage that another block's multicast
+    copies fill)."""
+
+    name = "irkit_warp.mbarrier_arrive_cluster"
+
+    barrier = operand_def(MemRefType)
+    index = operand_def(IndexType)
+    cta = operand_def(IndexType)
+
+    def __init__(self, barrier: SSAValue, index: SSAValue, cta: SSAValue):
+        super().__init__(operands=[barrier, index, cta])
+
+    def verify_(self) -> None:
+        _barrier_type(self, self.barrier, self.index)
+
+
+@irdl_op_definition
+class ClusterBarrierOp(IRDLOperation):
+    """`barrier.cluster.arrive.release` + `barrier.cluster.wait.acquire`: every thread of
+    every block of the cluster meets here (a block barrier where the launch has no
+    clusters)."""
+
+    name = "irkit_warp.cluster_barrier"
+
+    def __init__(self) -> None:
+        super().__init__()
+
+
+CLUSTER_MAX = 8
+"""The most blocks a portable cluster holds (CUDA's limit without the non-portable opt-in)."""
+
+
+@irdl_op_definition
 class SetMaxNRegOp(IRDLOperation):
     """`setmaxnreg.{inc,dec}.sync.aligned.u32`: the warpgroup's threads ask for `count`
     registers each from here on (more, `increase`; or fewer, handing the rest back to the
@@ -200,6 +249,7 @@ class TmaLoadOp(IRDLOperation):
     box = prop_def(DenseArrayBase)
     swizzle = opt_prop_def(IntegerAttr)
     extent = opt_prop_def(DenseArrayBase)
+    multicast = opt_prop_def(IntegerAttr)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
     def __init__(
@@ -213,10 +263,13 @@ class TmaLoadOp(IRDLOperation):
         barrier_index: SSAValue,
         swizzle: int = 0,
         extent: list[int] | None = None,
+        multicast: int = 0,
     ):
         properties: dict[str, Attribute] = {"box": DenseArrayBase.from_list(i64, box)}
         if swizzle:
             properties["swizzle"] = IntegerAttr(swizzle, i64)
+        if multicast:
+            properties["multicast"] = IntegerAttr(multicast, i64)
         if extent is not None:
             properties["extent"] = DenseArrayBase.from_list(i64, extent)
         super().__init__(
@@ -241,6 +294,11 @@ class TmaLoadOp(IRDLOperation):
         the row's position in 8 (`irkit.dialects.warp_async.swizzle_chunk`), the box's
         destination aligned to 1024 bytes."""
         return self.swizzle.value.data if self.swizzle is not None else 0
+
+    @property
+    def cta_mask(self) -> int:
+        """The blocks of the cluster the box lands in, a bit a rank (0: this block only)."""
+        return self.multicast.value.data if self.multicast is not None else 0
 
     @property
     def box_shape(self) -> tuple[int, ...]:
@@ -288,15 +346,19 @@ class TmaLoadOp(IRDLOperation):
             self.swizzle_bytes and box[-1] * numpy_dtype(s.element_type).itemsize != 128
         ):
             raise VerifyException(f"{self.name}: a swizzled box has rows of 128 bytes")
+        if not 0 <= self.cta_mask < 1 << CLUSTER_MAX:
+            raise VerifyException(f"{self.name}: multicast is a mask of {CLUSTER_MAX} ranks")
 
 
 TMA_OPS = (
     MbarrierInitOp,
     MbarrierArriveExpectTxOp,
     MbarrierArriveOp,
+    MbarrierArriveClusterOp,
     MbarrierWaitOp,
     TmaLoadOp,
     SetMaxNRegOp,
+    ClusterBarrierOp,
 )
 
 

@@ -269,6 +269,7 @@ class Launch(TypedDict, total=False):
     mapping: str
     flops: int
     min_blocks: int  # where present: blocks a multiprocessor must hold at once
+    cluster: int  # where present: blocks a cluster (consecutive along x), sm_90
 
 
 def launch_of(fn: Operation) -> Launch | None:
@@ -294,6 +295,9 @@ def launch_of(fn: Operation) -> Launch | None:
     min_blocks = d.get("min_blocks")
     if isinstance(min_blocks, IntegerAttr):
         out["min_blocks"] = min_blocks.value.data
+    cluster = d.get("cluster")
+    if isinstance(cluster, IntegerAttr):
+        out["cluster"] = cluster.value.data
     return out
 
 

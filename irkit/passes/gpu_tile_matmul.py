@@ -39,6 +39,7 @@ from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 
 from irkit.dialects.warp_async import CpAsyncCommitOp, CpAsyncOp, CpAsyncWaitOp
+from irkit.dialects.warp_tma import ClusterBarrierOp
 from irkit.dtypes import numpy_dtype
 from irkit.errors import require
 from irkit.ir import shape_of
@@ -159,6 +160,12 @@ class GpuTileMatmulPass(ModulePass):
     # C tiles in groups of this many tile rows, column-major inside a group (1: row-major):
     # consecutive blocks reuse A's rows and B's columns from L2. Not yet timed on a GPU.
     group_m: int = 1
+    # with `warp-specialize` (sm_90): blocks in clusters of this many on consecutive C tile
+    # rows of one tile column; each block's producer loads 1/cluster-m of B's k tile and
+    # multicasts it to the cluster (TMA `.multicast::cluster`), the consumers hand each stage
+    # back to every block of the cluster (`irkit.passes.gpu_tile_tma`). 1: no clusters. Not
+    # yet timed on a GPU.
+    cluster_m: int = 1
     # the cp.async tiles' 16-byte chunks XOR-swizzled by row (`irkit.dialects.warp_async.
     # swizzle_chunk`) instead of rows padded by 16 bytes: ldmatrix and the copies stay free
     # of bank conflicts in 20% less shared memory. Not yet timed on a GPU.
@@ -250,6 +257,13 @@ class GpuTileMatmulPass(ModulePass):
         require(2 <= self.stages <= 8, "stages", self.stages, "must be from 2 to 8")
         require(0 <= self.wgmma_depth <= 1, "wgmma-depth", self.wgmma_depth, "must be 0 or 1")
         require(1 <= self.group_m <= 64, "group-m", self.group_m, "must be from 1 to 64")
+        require(1 <= self.cluster_m <= 8, "cluster-m", self.cluster_m, "must be from 1 to 8")
+        require(
+            self.cluster_m == 1 or self.warp_specialize,
+            "cluster-m",
+            self.cluster_m,
+            "needs warp-specialize=true (stages are handed back across the cluster by mbarriers)",
+        )
         require(
             not self.tma or self.wgmma, "tma", self.tma, "needs wgmma=true (TMA fills its tiles)"
         )
@@ -287,6 +301,11 @@ class _TiledKernel:
         self.stages = tile.stages
         self.tma, self.specialized = tile.tma, tile.specialized
         self.persistent = tile.persistent
+        # clusters (`cluster-m`): each block's C tile is row `rank` of its cluster's tile rows;
+        # `units`, the tiles (or clusters' tiles) a batch entry has
+        self.cluster = tile.cluster
+        self.units = tile.cluster_tiles if self.cluster > 1 else tile.tiles
+        self.rank: SSAValue | None = None
         # wgmma's tiles: "swizzled" (128-byte rows) or "strips" of core matrices (TMA boxes),
         # else "cores" (cp.async; `irkit.dialects.warp_async.wgmma_element`)
         self.layout = "swizzled" if tile.tma_swizzled else "strips" if tile.tma else "cores"
@@ -597,6 +616,10 @@ class _TiledKernel:
 
         bid = b.add(gpu.BlockIdOp(X))
         tid = b.add(gpu.ThreadIdOp(X))
+        unit = bid  # the C tile's number, or its cluster's (`_tile_origin`)
+        if self.cluster > 1:  # a cluster's blocks are consecutive: rank = bid % cluster
+            self.rank = b.binary(arith.RemUIOp, bid, self.cluster)
+            unit = b.binary(arith.DivUIOp, bid, self.cluster)
         k_tiles = self.k_tiles // self.splits  # this block's k range
         init = mapping.get(nest.k_loop.iter_args[0], nest.k_loop.iter_args[0])
         if self.splits > 1:  # each range sums from zero; the second kernel adds the init
@@ -614,10 +637,10 @@ class _TiledKernel:
         if self.persistent:  # each block loops over tiles, epilogues in the consumers' loop
             inits = [init] * len(outputs)
             walk = ((a_tile, b_tile), (a, bb), outputs, self._k_origin(None))
-            persistent_pipeline(self, b, bid, tid, k_tiles, compute, inits, *walk)
-            b.add(func.ReturnOp())
+            persistent_pipeline(self, b, unit, tid, k_tiles, compute, inits, *walk)
+            self._leave(b)
             return self._launched(kernel, grid)
-        row0, col0, split, k_base, (a_prefix, b_prefix) = self._tile_origin(b, bid, mapping)
+        row0, col0, split, k_base, (a_prefix, b_prefix) = self._tile_origin(b, unit, mapping)
         k_origin = self._k_origin(k_base)
         a_copy = _Copy(
             a, a_tile, (nest.m, o.block_m), (nest.k, o.block_k), not self.pairs, self._lanes_a(),
@@ -667,8 +690,15 @@ class _TiledKernel:
 
             accs = self._staged_pipeline(b, k_tiles, compute, [init] * len(outputs), fetch, stash)
         self._epilogue(b, accs, outputs, (row0, col0), mapping, split)
-        top.add(func.ReturnOp())
+        self._leave(top)
         return self._launched(kernel, grid)
+
+    def _leave(self, b: GpuBuilder) -> None:
+        """The kernel's end: in a cluster, after a cluster barrier, so that no block ends
+        while another's multicast copies or arrivals may still reach its shared memory."""
+        if self.cluster > 1:
+            b.add(ClusterBarrierOp())
+        b.add(func.ReturnOp())
 
     def _k_origin(
         self, k_base: SSAValue | None
@@ -695,8 +725,8 @@ class _TiledKernel:
         tiles_n = -(-nest.n // o.block_n)
         tile, split, k_base = tile_id, None, None
         if nest.batch:  # the entry's batch indices
-            tile = b.binary(arith.RemUIOp, tile_id, self.tiles)
-            self._batch_indices(b, b.binary(arith.DivUIOp, tile_id, self.tiles), mapping)
+            tile = b.binary(arith.RemUIOp, tile_id, self.units)
+            self._batch_indices(b, b.binary(arith.DivUIOp, tile_id, self.units), mapping)
         if self.splits > 1:  # the split's first k tile
             tile = b.binary(arith.RemUIOp, tile_id, self.tiles)
             split = b.binary(arith.DivUIOp, tile_id, self.tiles)
@@ -712,8 +742,17 @@ class _TiledKernel:
     def _tile_order(self, b: GpuBuilder, tile: SSAValue, tiles_n: int) -> tuple[SSAValue, SSAValue]:
         """C tile `tile`'s row and column among the tiles: row-major, or with `group-m` G > 1
         in groups of G tile rows, column-major inside a group (Triton's GROUP_SIZE_M), so
-        consecutive blocks share A's rows and B's columns (L2 reuse on large grids)."""
+        consecutive blocks share A's rows and B's columns (L2 reuse on large grids). In
+        clusters, `tile` is the cluster's: its row of `cluster` tile rows, and the block's
+        row in it is its rank."""
+        row, col = self._tile_place(b, tile, tiles_n)
+        if self.rank is None:
+            return row, col
+        return b.add(arith.AddiOp(b.binary(arith.MuliOp, row, self.cluster), self.rank)), col
+
+    def _tile_place(self, b: GpuBuilder, tile: SSAValue, tiles_n: int) -> tuple[SSAValue, SSAValue]:
         g, tiles_m = self.o.group_m, -(-self.nest.m // self.o.block_m)
+        tiles_m = -(-tiles_m // self.cluster)
         if g <= 1 or tiles_m <= 1 or tiles_n <= 1:
             return b.binary(arith.DivUIOp, tile, tiles_n), b.binary(arith.RemUIOp, tile, tiles_n)
         in_group = g * tiles_n
@@ -750,7 +789,7 @@ class _TiledKernel:
         _, shared = shared_layout(self.shared_sizes)
         dynamic = shared if shared > STATIC_SHARED_LIMIT else 0
         kernel.attributes[LAUNCH_ATTR] = launch_attr(
-            grid, self.threads, "tiled", flops, dynamic, min_blocks=self.min_blocks
+            grid, self.threads, "tiled", flops, dynamic, self.min_blocks, self.cluster
         )
         return kernel
 

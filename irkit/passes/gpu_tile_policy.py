@@ -12,6 +12,8 @@ The choices, each measured where a number is given (docs/results.md, the GPU pat
   `mma.sync` instructions;
 - warp sub-tiles where the register tile is whole 4 x 4 groups (`_warp_tiles`);
 - split-K where the C tiles fill less than half the multiprocessors (`_splits`);
+- `cluster-m=C` (warp-specialized): clusters of C blocks where M has two tile rows or more
+  and B's k tile splits into C shares of whole 8-row strips (no split-K then);
 - `fill-sms`: 128 x 64 tiles, two blocks an SM, where 128 x 128 f32 tiles make at most
   `PAIR_WAVES` waves (`_paired`), and halved tiles where the grid is short (`_filling`).
 """
@@ -119,6 +121,12 @@ class GpuTile:
     columns; else strips of core matrices, one box per 8 columns."""
     persistent: bool = False
     """With `specialized`: at most `sms` blocks, each looping over C tiles (`persistent`)."""
+    cluster: int = 1
+    """With `specialized`: blocks a cluster (`cluster-m`), on consecutive tile rows of one
+    tile column, each loading 1/cluster of B's tile and multicasting it to the others."""
+    cluster_tiles: int = 0
+    """With `cluster` > 1: the clusters' tiles per batch entry (tile rows in groups of
+    `cluster`, times tile columns)."""
 
     @property
     def pairs(self) -> bool:
@@ -150,6 +158,10 @@ class GpuTile:
     def blocks(self) -> int:
         """The grid: C tiles, times k ranges, times batch entries; persistent, at most
         `sms` blocks, each looping over tiles."""
+        if self.cluster > 1:  # whole clusters, a C tile a block (a phantom past M's tiles)
+            total = self.cluster * self.cluster_tiles * self.batches
+            sms = self.options.sms // self.cluster * self.cluster
+            return min(total, sms) if self.persistent else total
         total = self.tiles * self.splits * self.batches
         return min(total, self.options.sms) if self.persistent else total
 
@@ -213,11 +225,14 @@ def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
     atoms = block_k % TMA_SWIZZLE_DEPTH == 0 and block_n % TMA_SWIZZLE_DEPTH == 0
     tma_swizzled = tma and o.swizzle and atoms
     persistent = specialized and o.persistent
-    if persistent:  # the blocks loop over tiles instead of splitting k
+    tiles_m = -(-shape.m // block_m)
+    cluster = o.cluster_m if specialized and tiles_m > 1 and block_k % (8 * o.cluster_m) == 0 else 1
+    if persistent or cluster > 1:  # the blocks loop over tiles, or share B: no split-K
         splits = 1
+    cluster_tiles = -(-tiles_m // cluster) * (tiles // tiles_m)
     return GpuTile(o, mma, tf32, mma_k, warps, threads, _warp_tiles(o), tiles,
                    prod(shape.batch), k_tiles, splits, wgmma, copies, swizzled, tma,
-                   specialized, tma_swizzled, persistent)  # fmt: skip
+                   specialized, tma_swizzled, persistent, cluster, cluster_tiles)  # fmt: skip
 
 
 WGMMA_M = 64

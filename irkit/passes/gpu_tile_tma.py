@@ -16,6 +16,14 @@ each time the ring comes round) before the stage's wgmma ops read it.
 the wait, so that the stage refilled in iteration kt (read in kt - 1) is no longer read.
 `specialized_pipeline` and `persistent_pipeline` hand stages over by a second mbarrier a
 stage instead (`empty`), a producer warpgroup issuing and consumer warpgroups computing.
+
+In clusters (`cluster-m=C`), the C blocks of a cluster compute consecutive C tile rows of
+one tile column: block r's producer loads rows [r K/C, (r + 1) K/C) of B's k tile and
+multicasts them into every block's stage (each stage's full barrier still expects the
+whole stage's bytes: its own A, and B's C shares from the C producers), and a consumer
+hands a stage back on the empty barrier of every block of the cluster (`_release`), as
+every producer writes into it. Cluster barriers after the barriers' init and at the end
+(`_TiledKernel._leave`) keep every block alive while the others may reach it.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from xdsl.ir import BlockArgument, SSAValue
 
 from irkit.dialects.warp_tma import (
     TMA_RANK,
+    ClusterBarrierOp,
+    MbarrierArriveClusterOp,
     MbarrierArriveExpectTxOp,
     MbarrierArriveOp,
     MbarrierInitOp,
@@ -95,24 +105,37 @@ def _issuer(
 
     swizzled = kernel.layout == "swizzled"
     width, swizzle = (ATOM, 128) if swizzled else (CORE, 0)  # a box's columns
+    cluster, share = kernel.cluster, o.block_k // kernel.cluster  # B's rows a block loads
 
     def issue(t: GpuBuilder, kt: SSAValue | int, stage: SSAValue) -> None:
         k0 = k_origin(t, kt)
         t.add(MbarrierArriveExpectTxOp(bars, stage, stage_bytes))
         zero = t.index(0)
 
-        def boxes(tile, source, prefix, extent, row: SSAValue, col: SSAValue, rows, count):
+        def boxes(tile, source, prefix, extent, row: SSAValue, col: SSAValue, rows, count,
+                  part: SSAValue = zero, mask: int = 0) -> None:  # fmt: skip
             """`count` boxes of `rows` x `width` from (`row`, `col`) on, along the columns,
-            each into the next strip (or 64-column atom) of the stage."""
+            each into the next strip (or 64-column atom) of the stage, from its row (strip
+            of 8 rows) `part` on; multicast to the blocks of `mask`."""
             rank = len(shape_of(tile))
             for j in range(count):
                 at = [*prefix, row, t.iadd(col, width * j)]
                 box = [1] * len(prefix) + [rows, width]
-                dest = [stage, t.index(j)] + [zero] * (rank - 2)
-                t.add(TmaLoadOp(tile, dest, source, at, box, bars, stage, swizzle, extent))
+                dest = [stage, t.index(j), part] + [zero] * (rank - 3)
+                t.add(TmaLoadOp(tile, dest, source, at, box, bars, stage, swizzle, extent, mask))
 
         boxes(a_tile, a, a_prefix, a_extent, row0, k0, o.block_m, o.block_k // width)
-        boxes(b_tile, bb, b_prefix, b_extent, k0, col0, o.block_k, o.block_n // width)
+        if cluster == 1:
+            boxes(b_tile, bb, b_prefix, b_extent, k0, col0, o.block_k, o.block_n // width)
+            return
+        # in a cluster (one tile column), block r loads rows [r share, r share + share) of
+        # B's k tile into every block's stage: each stage still receives `stage_bytes`
+        assert kernel.rank is not None
+        first = t.binary(arith.MuliOp, kernel.rank, share)
+        part = first if swizzled else t.binary(arith.MuliOp, kernel.rank, share // CORE)
+        mask = (1 << cluster) - 1
+        row = t.add(arith.AddiOp(k0, first))
+        boxes(b_tile, bb, b_prefix, b_extent, row, col0, share, o.block_n // width, part, mask)
 
     return issue
 
@@ -212,8 +235,11 @@ def _roles(kernel: _TiledKernel, b: GpuBuilder, tid: SSAValue):
     first = b.guarded(leader)
     for s in range(stages):
         first.add(MbarrierInitOp(full, first.index(s), 1))
-        first.add(MbarrierInitOp(empty, first.index(s), 128 * consumers))
-    b.add(gpu.BarrierOp())  # the barriers ready before any thread waits on one
+        # every consumer thread of every block of the cluster hands the stage back
+        first.add(MbarrierInitOp(empty, first.index(s), 128 * consumers * kernel.cluster))
+    # the barriers ready before any thread waits on one (or, in a cluster, before another
+    # block's copies or arrivals reach them)
+    b.add(ClusterBarrierOp() if kernel.cluster > 1 else gpu.BarrierOp())
     producer, consumer = b.branches(b.add(arith.CmpiOp(tid, b.index(128), "ult")))
     producer.add(SetMaxNRegOp(PRODUCER_REGISTERS, increase=False))
     consumer.add(SetMaxNRegOp(consumer_registers(kernel.threads, consumers), increase=True))
@@ -250,13 +276,14 @@ def persistent_pipeline(
     outputs: list[tuple[SSAValue, SSAValue]],
     k_origin: Callable[[GpuBuilder, SSAValue | int], SSAValue],
 ) -> None:
-    """Warp specialization over a persistent grid (`persistent`): block `bid` takes C tiles
-    bid, bid + grid, ... in rounds; the producer and the consumers walk the same tiles, the
+    """Warp specialization over a persistent grid (`persistent`): block `bid` (in clusters,
+    its cluster's number, and `grid` the clusters) takes C tiles bid, bid + grid, ... in
+    rounds; the producer and the consumers walk the same tiles, the
     ring's position counting every k tile the block has taken (round * k_tiles + kt), so
     the producer runs on into the next tile's stages while the consumers finish this one
     and store it (their epilogue, `outputs` each accumulator's place in the tile)."""
-    grid = kernel.tile.blocks
-    total = kernel.tiles * kernel.batches
+    grid = kernel.tile.blocks // kernel.cluster  # blocks, or clusters
+    total = kernel.units * kernel.batches
     rounds = -(-total // grid)
     full, empty, issuer, consumer = _roles(kernel, b, tid)
 
@@ -322,12 +349,22 @@ def _consume(
         if depth and k_tiles > 1:  # k tile kt - 1's group is done: its stage is read
             started = t.guarded(t.add(arith.CmpiOp(kt, t.index(0), "ugt")))
             previous = started.binary(arith.RemUIOp, started.iadd(position, -1), stages)
-            started.add(MbarrierArriveOp(empty, previous))
+            _release(kernel, started, empty, previous)
         if not pending:  # the k tile's wgmma ops are done: the stage is read
-            t.add(MbarrierArriveOp(empty, stage))
+            _release(kernel, t, empty, stage)
         return accs
 
     if not depth:
         return b.for_loop(k_tiles, inits, consume)
     accs = b.for_loop(k_tiles - 1, inits, consume) if k_tiles > 1 else inits
     return consume(b, b.index(k_tiles - 1), accs, pending=0)
+
+
+def _release(kernel: _TiledKernel, t: GpuBuilder, empty: SSAValue, stage: SSAValue) -> None:
+    """A consumer thread hands `stage` back: an arrival on its `empty` barrier, in every
+    block of the cluster (whose producers multicast into this block's stage)."""
+    if kernel.cluster == 1:
+        t.add(MbarrierArriveOp(empty, stage))
+        return
+    for r in range(kernel.cluster):
+        t.add(MbarrierArriveClusterOp(empty, stage, t.index(r)))

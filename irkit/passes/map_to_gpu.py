@@ -226,13 +226,21 @@ def _launch(grid: int, block: int, mapping: str, nests: Sequence[Nest]) -> Dicti
 
 
 def launch_attr(
-    grid: int, block: int, mapping: str, flops: int, dynamic_shared: int = 0, min_blocks: int = 0
+    grid: int,
+    block: int,
+    mapping: str,
+    flops: int,
+    dynamic_shared: int = 0,
+    min_blocks: int = 0,
+    cluster: int = 1,
 ) -> DictionaryAttr:
     """`irkit.launch` for a one-dimensional launch of `grid` blocks of `block` threads with
     `dynamic_shared` bytes of dynamic shared memory each (irkit's kernels declare their shared
     buffers statically, as `memref.global`s in address space 3, so theirs is 0). `min_blocks`
     (where > 0): blocks each multiprocessor must be able to hold at once, which bounds the
-    registers a thread may use (CUDA's `__launch_bounds__(block, min_blocks)`)."""
+    registers a thread may use (CUDA's `__launch_bounds__(block, min_blocks)`). `cluster`
+    (where > 1): the blocks run in clusters of that many, consecutive along x (CUDA's
+    `__cluster_dims__`; `grid` a multiple of it)."""
     fields: dict[str, Attribute] = {
         "grid": DenseArrayBase.from_list(i64, [grid, 1, 1]),
         "block": DenseArrayBase.from_list(i64, [block, 1, 1]),
@@ -242,6 +250,8 @@ def launch_attr(
     }
     if min_blocks > 0:
         fields["min_blocks"] = IntegerAttr(min_blocks, i64)
+    if cluster > 1:
+        fields["cluster"] = IntegerAttr(cluster, i64)
     return DictionaryAttr(fields)
 
 

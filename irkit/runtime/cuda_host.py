@@ -77,7 +77,8 @@ class HostLauncher:
         self.library = library  # its launchers' code stays loaded while they may be called
         self.kernels: dict[str, tuple[Any, Any, int]] = {}
         for k in kernels:
-            geometry = (ctypes.c_uint * 6)(*k.launch["grid"], *k.launch["block"])
+            cluster = k.launch.get("cluster", 1)
+            geometry = (ctypes.c_uint * 7)(*k.launch["grid"], *k.launch["block"], cluster)
             self.kernels[k.name] = (library.launcher(k.name), geometry, int(has_barrier(k.fn)))
 
     def launch(self, name: str, buffers: Sequence[np.ndarray]) -> None:

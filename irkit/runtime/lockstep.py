@@ -159,6 +159,11 @@ class LockstepInterpreter:
         if cfg is None:
             raise LockstepError(f"@{name} is not a GPU kernel (no irkit.launch)")
         grid, block = cfg["grid"], cfg["block"]
+        if cfg.get("cluster", 1) > 1:
+            raise LockstepError(
+                f"@{name} runs in clusters of {cfg['cluster']} blocks that reach one "
+                "another's shared memory, which lockstep does not model; run it on cuda-host"
+            )
         if grid[1:] != (1, 1) or block[1:] != (1, 1):
             raise LockstepError(f"@{name}: only one-dimensional launches are interpreted")
         self.run = _Launch(name, int(grid[0]), int(block[0]))

@@ -11,10 +11,18 @@
 // two extremes. Blocks run one after another; __shared__ arrays are one per host thread, as
 // one block is live at a time. Shared memory starts each launch as left by the last one, not
 // zeroed (on a GPU it is undefined too).
+//
+// A launch in clusters of C blocks (sm_90's __cluster_dims__) runs a cluster's C blocks at
+// once: the fibers of all of them under one scheduler, each block with its own shared memory
+// (the printer places a clustered kernel's shared buffers in the running block's arena,
+// `cta_shared()`), which the others reach at the same offset in theirs (`peer`): a multicast
+// TMA copy lands in each block of its mask, a remote arrival counts on the other block's
+// mbarrier, and a cluster barrier waits for every thread of every block of the cluster.
 #pragma once
 #define IRKIT_CUDA_HOST 1  // the printed prelude leaves its PTX helpers to this header
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +34,7 @@
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
 #define __launch_bounds__(...)
+#define __cluster_dims__(...)
 #define __grid_constant__
 #define __restrict__ __restrict
 #define __shared__ static thread_local
@@ -135,7 +144,7 @@ __asm__(
 
 namespace irkit_host {
 
-enum State { RUNNABLE, AT_BARRIER, AT_MBARRIER, DONE };
+enum State { RUNNABLE, AT_BARRIER, AT_MBARRIER, AT_CLUSTER, DONE };
 
 struct Fiber {
 #if IRKIT_FAST_SWITCH
@@ -151,6 +160,8 @@ constexpr size_t STACK = 256 * 1024;  // per thread; a guard page below each
 constexpr size_t PAGE = 4096;
 
 thread_local Fiber* current = nullptr;
+thread_local unsigned fiber_now = 0;  // the running fiber's index among the cluster's threads
+thread_local unsigned cta_threads = 1;  // threads a block
 thread_local bool in_fiber = false;
 thread_local bool stray_barrier = false;
 thread_local void (*body)(void*) = nullptr;
@@ -227,6 +238,55 @@ inline void set_thread(unsigned t) {
   threadIdx = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
 }
 
+inline void set_block(unsigned b) {
+  blockIdx = {b % gridDim.x, b / gridDim.x % gridDim.y, b / (gridDim.x * gridDim.y)};
+}
+
+// A clustered launch's shared memory: an arena a block of the cluster, ARENA bytes apart
+// (the most shared memory a block may have on sm_90, 1024-byte aligned as the swizzled TMA
+// destinations need), so a shared address's counterpart in block r of the cluster is at the
+// same offset in arena r (what PTX's mapa gives).
+constexpr size_t ARENA = 232448;
+thread_local unsigned char* arenas = nullptr;
+thread_local size_t arenas_held = 0;
+thread_local unsigned cluster_now = 1;  // blocks in the running launch's clusters
+thread_local bool cluster_fault = false;  // a block outside the cluster, or ended, named
+thread_local unsigned cta_live[16];  // threads of each block of the cluster not yet ended
+
+inline void release_arenas() {
+  if (arenas) munmap(arenas, arenas_held * ARENA);
+  arenas = nullptr;
+  arenas_held = 0;
+}
+
+inline bool reserve_arenas(size_t n) {
+  if (n <= arenas_held) return true;
+  release_arenas();
+  void* p = mmap(nullptr, n * ARENA, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return false;
+  arenas = (unsigned char*)p;
+  arenas_held = n;
+  return true;
+}
+
+inline unsigned char* cta_shared() { return arenas + (size_t)(fiber_now / cta_threads) * ARENA; }
+
+// `p` (in the running block's arena) at the same offset in block `rank`'s
+inline unsigned char* peer(const void* p, unsigned rank) {
+  const unsigned mine = fiber_now / cta_threads;
+  // a block that has ended: its shared memory is gone (on a GPU, undefined behaviour)
+  if (rank >= cluster_now || !arenas || !cta_live[rank]) {
+    cluster_fault = true;
+    return (unsigned char*)p;
+  }
+  return (unsigned char*)p + ((ptrdiff_t)rank - (ptrdiff_t)mine) * (ptrdiff_t)ARENA;
+}
+
+// The running thread's index among the cluster's (its block's rank, then threadIdx
+// linearized): what the per-thread and per-warp emulation state is indexed by.
+inline unsigned linear_thread() { return fiber_now; }
+
 // Warp-collective emulation state: per warp two staging areas for mma and two for shuffles
 // (each used alternately, so a lane that runs ahead into the next one never overwrites what
 // a slower lane still reads), and per thread the parity of its next mma and shuffle.
@@ -281,7 +341,7 @@ struct TmaCopy {
   irkit_tensor_map map;
   int c[5];
 };
-constexpr unsigned TMA_CAPACITY = 512;  // copies a block may have in flight
+constexpr unsigned TMA_CAPACITY = 512 * 8;  // copies a cluster may have in flight
 thread_local TmaCopy* tma_copies = nullptr;
 thread_local unsigned tma_count = 0;
 thread_local unsigned long long mbarrier_events = 0;  // progress on any mbarrier
@@ -362,6 +422,7 @@ inline bool warp_reset(unsigned threads) {
 // loads many copies of a program (attribution's placements) ran out of them.
 __attribute__((destructor)) static void release_thread_buffers() {
   release_stacks();
+  release_arenas();
   warp_release();
 }
 
@@ -372,37 +433,113 @@ enum Status {
   BARRIER_WITHOUT_FIBERS = 3,
   ASYNC_OVERFLOW = 4,
   MBARRIER_HANG = 5,
-  TMA_IN_FLIGHT = 6
+  TMA_IN_FLIGHT = 6,
+  OUTSIDE_CLUSTER = 7
 };
 
-inline void run_fiber(Fiber& f, unsigned t) {
+inline void run_fiber(Fiber& f, unsigned t, unsigned first_block) {
   f.state = RUNNABLE;
-  set_thread(t);
+  fiber_now = t;
+  set_thread(t % cta_threads);
+  set_block(first_block + t / cta_threads);
   current = &f;
   in_fiber = true;
   fiber_resume(f);
   in_fiber = false;
+  if (f.state == DONE) cta_live[t / cta_threads]--;
 }
 
-// One launch: geometry = grid x, y, z, block x, y, z. `fibers`: the kernel has a barrier.
+// Whether every thread of block `cta` (threads [cta * n, cta * n + n) of `pool`) waits at
+// one block barrier: then they all pass it.
+inline bool block_meets(const Fiber* pool, unsigned cta, unsigned n) {
+  for (unsigned t = cta * n; t < cta * n + n; t++) {
+    if (pool[t].state != AT_BARRIER || pool[t].barrier != pool[cta * n].barrier) return false;
+  }
+  return true;
+}
+
+// One cluster's blocks (`cluster` of them from `first_block`, each `threads` threads) to
+// their end. Each phase runs every runnable fiber until it waits or ends, then the fibers
+// waiting on mbarriers again until none moves; then a block whose threads all wait at one
+// barrier passes it, and the cluster passes a cluster barrier that all its threads wait at.
+// A phase in which nothing ran, moved or passed is a hang: threads at different barriers,
+// some ended while others wait, or an mbarrier phase that never completes.
+inline int run_cluster(Fiber* pool, unsigned first_block, unsigned cluster, unsigned threads) {
+  const unsigned all = threads * cluster;
+  for (unsigned phase = 0;; phase++) {
+    const bool reverse = (first_block + phase) & 1;
+    const unsigned long long before = mbarrier_events;
+    bool moved = false;
+    for (unsigned i = 0; i < all; i++) {
+      const unsigned t = reverse ? all - 1 - i : i;
+      if (pool[t].state != RUNNABLE) continue;
+      run_fiber(pool[t], t, first_block);
+      moved = true;
+    }
+    // threads waiting on an mbarrier run again until they pass it or nothing moves
+    for (bool waiting = true; waiting;) {
+      waiting = false;
+      const unsigned long long events = mbarrier_events;
+      for (unsigned i = 0; i < all; i++) {
+        const unsigned t = reverse ? all - 1 - i : i;
+        if (pool[t].state != AT_MBARRIER) continue;
+        run_fiber(pool[t], t, first_block);
+        waiting |= pool[t].state == AT_MBARRIER;
+      }
+      if (events == mbarrier_events) break;
+    }
+    moved |= before != mbarrier_events;
+    unsigned done = 0;
+    bool at_mbarrier = false, meets = true;
+    for (unsigned t = 0; t < all; t++) {
+      done += pool[t].state == DONE;
+      at_mbarrier |= pool[t].state == AT_MBARRIER;
+      meets &= pool[t].state == AT_CLUSTER && pool[t].barrier == pool[0].barrier;
+    }
+    if (done == all) return OK;
+    if (meets) {  // the cluster barrier
+      for (unsigned t = 0; t < all; t++) pool[t].state = RUNNABLE;
+      continue;
+    }
+    for (unsigned c = 0; c < cluster; c++) {
+      if (!block_meets(pool, c, threads)) continue;
+      for (unsigned t = c * threads; t < c * threads + threads; t++) pool[t].state = RUNNABLE;
+      moved = true;
+    }
+    // on a GPU such a wait never ends (a hang) or is undefined behaviour
+    if (!moved) return at_mbarrier ? MBARRIER_HANG : DIVERGENT_BARRIER;
+  }
+}
+
+// One launch: geometry = grid x, y, z, block x, y, z, blocks a cluster (0 or 1: none).
+// `fibers`: the kernel has a barrier.
 inline int launch(const unsigned* geometry, int fibers, void (*fn)(void*), void* args) {
   gridDim = {geometry[0], geometry[1], geometry[2]};
   blockDim = {geometry[3], geometry[4], geometry[5]};
+  const unsigned cluster = geometry[6] > 1 ? geometry[6] : 1;
+  if (cluster > 16) return OUTSIDE_CLUSTER;
   const unsigned threads = blockDim.x * blockDim.y * blockDim.z;
   const unsigned blocks = gridDim.x * gridDim.y * gridDim.z;
+  const unsigned all = threads * cluster;
   body = fn;
   body_args = args;
   stray_barrier = false;
+  cluster_fault = false;
+  cluster_now = cluster;
+  cta_threads = threads;
   Fiber* pool = nullptr;
+  if (cluster > 1 && (!fibers || blocks % cluster)) return OUTSIDE_CLUSTER;
+  if (cluster > 1 && !reserve_arenas(cluster)) return NO_MEMORY;
   if (fibers) {
-    if (!reserve_stacks(threads)) return NO_MEMORY;
-    pool = (Fiber*)std::calloc(threads, sizeof(Fiber));
+    if (!reserve_stacks(all)) return NO_MEMORY;
+    pool = (Fiber*)std::calloc(all, sizeof(Fiber));
     if (!pool) return NO_MEMORY;
   }
   int status = OK;
-  for (unsigned b = 0; b < blocks && status == OK; b++) {
-    blockIdx = {b % gridDim.x, b / gridDim.x % gridDim.y, b / (gridDim.x * gridDim.y)};
+  for (unsigned b = 0; b < blocks && status == OK; b += cluster) {
     if (!fibers) {
+      set_block(b);
+      fiber_now = 0;
       for (unsigned i = 0; i < threads; i++) {
         set_thread(b & 1 ? threads - 1 - i : i);
         fn(args);
@@ -410,51 +547,18 @@ inline int launch(const unsigned* geometry, int fibers, void (*fn)(void*), void*
       if (stray_barrier) status = BARRIER_WITHOUT_FIBERS;
       continue;
     }
-    if (!warp_reset(threads)) { status = NO_MEMORY; break; }
-    for (unsigned t = 0; t < threads; t++) {
-      Fiber& f = pool[t];
-      fiber_prepare(f, stacks + t * (STACK + PAGE) + PAGE, STACK);
-      f.state = RUNNABLE;
+    if (!warp_reset(all)) { status = NO_MEMORY; break; }
+    for (unsigned t = 0; t < all; t++) {
+      fiber_prepare(pool[t], stacks + t * (STACK + PAGE) + PAGE, STACK);
+      pool[t].state = RUNNABLE;
     }
-    for (unsigned phase = 0;; phase++) {
-      const bool reverse = (b + phase) & 1;
-      unsigned done = 0;
-      int line = -1;
-      bool divergent = false;
-      for (unsigned i = 0; i < threads; i++) {
-        const unsigned t = reverse ? threads - 1 - i : i;
-        Fiber& f = pool[t];
-        if (f.state == DONE) continue;
-        run_fiber(f, t);
-      }
-      // threads waiting on an mbarrier run again until they pass it; a round in which no
-      // mbarrier moves and no wait returns is a hang (on a GPU, a kernel that never ends)
-      for (bool waiting = true; waiting && status == OK;) {
-        waiting = false;
-        const unsigned long long events = mbarrier_events;
-        for (unsigned i = 0; i < threads; i++) {
-          const unsigned t = reverse ? threads - 1 - i : i;
-          if (pool[t].state != AT_MBARRIER) continue;
-          run_fiber(pool[t], t);
-          waiting |= pool[t].state == AT_MBARRIER;
-        }
-        if (waiting && events == mbarrier_events) status = MBARRIER_HANG;
-      }
-      if (status != OK) break;
-      for (unsigned t = 0; t < threads; t++) {
-        if (pool[t].state == DONE) { done++; continue; }
-        divergent |= line >= 0 && pool[t].barrier != line;
-        line = pool[t].barrier;
-      }
-      if (done == threads) break;
-      // some threads exited while others wait, or threads wait at different barriers: on a
-      // GPU such a barrier is undefined behaviour (a hang or a wrong result)
-      if (done || divergent) { status = DIVERGENT_BARRIER; break; }
-    }
+    for (unsigned c = 0; c < cluster; c++) cta_live[c] = threads;
+    status = run_cluster(pool, b, cluster, threads);
     if (status == OK && tma_count) status = TMA_IN_FLIGHT;
   }
   std::free(pool);
   if (status == OK && async_overflow) status = ASYNC_OVERFLOW;
+  if (status == OK && cluster_fault) status = OUTSIDE_CLUSTER;
   async_overflow = false;
   return status;
 }
@@ -470,8 +574,18 @@ inline void barrier(int line) {
 }
 }  // namespace irkit_host
 
+namespace irkit_host {
+inline void cluster_barrier(int line) {
+  if (!in_fiber) { stray_barrier = true; return; }
+  current->state = AT_CLUSTER;
+  current->barrier = line;
+  fiber_yield();
+}
+}  // namespace irkit_host
+
 // the call site's line tells the barriers of a kernel apart (the printer puts one per line)
 #define __syncthreads() irkit_host::barrier(__LINE__)
+#define irkit_cluster_barrier() irkit_host::cluster_barrier(__LINE__)
 
 #define __shfl_xor_sync(mask, value, lane_mask, width) \
   irkit_host::shfl_xor((value), (lane_mask), (width), __LINE__)
@@ -485,7 +599,7 @@ namespace irkit_host {
 // products in k order, in f32.
 // The calling lane's staging area for its next mma (its warp's, alternating), and its lane.
 inline MmaStage& mma_stage(unsigned& lane) {
-  const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned linear = linear_thread();
   lane = linear % 32;
   return mma_stages[2 * (linear / 32) + (warp_parity[2 * linear]++ & 1u)];
 }
@@ -496,7 +610,7 @@ inline MmaStage& mma_stage(unsigned& lane) {
 // `width` lanes (a source past the group's end reads the lane's own value, as on the GPU).
 template <typename T>
 inline T shfl_xor(T value, int lane_mask, int width, int line) {
-  const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned linear = linear_thread();
   const unsigned lane = linear % 32;
   double* stage = shfl_stages + 32 * (2 * (linear / 32) + (warp_parity[2 * linear + 1]++ & 1u));
   stage[lane] = (double)value;
@@ -620,10 +734,6 @@ IRKIT_LDMATRIX_SW_HOST(bf16_trans_sw, __nv_bfloat16, irkit_bf16x2, true)
 // --- cp.async (see irkit/dialects/warp.py): queued per thread, landed by the waits --------
 
 namespace irkit_host {
-inline unsigned linear_thread() {
-  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-}
-
 inline void land(const AsyncCopy& c) {
   std::memcpy(c.dst, c.src, (size_t)c.bytes);
   std::memset((char*)c.dst + c.bytes, 0, (size_t)(16 - c.bytes));
@@ -820,7 +930,7 @@ inline void land_tma(const TmaCopy& t) {
   phase_done_if_due(*t.bar);
 }
 
-inline void tma_issue(void* dst, const irkit_tensor_map* map, const int* c, void* bar) {
+inline void tma_queue(void* dst, const irkit_tensor_map* map, const int* c, void* bar) {
   if (tma_count == TMA_CAPACITY) {
     async_overflow = true;  // the launch fails, naming the fault
     return;
@@ -834,6 +944,16 @@ inline void tma_issue(void* dst, const irkit_tensor_map* map, const int* c, void
   land_tma(t);
   tma_count--;
 #endif
+}
+
+// `mask` (multicast): the box lands in each block of the cluster whose rank's bit is set,
+// at `dst`'s offset in its shared memory, counting down the mbarrier at `bar`'s offset there
+inline void tma_issue(void* dst, const irkit_tensor_map* map, const int* c, void* bar,
+                      unsigned mask) {
+  if (!mask) { tma_queue(dst, map, c, bar); return; }
+  for (unsigned r = 0; r < 16; r++) {
+    if (mask >> r & 1u) tma_queue(peer(dst, r), map, c, peer(bar, r));
+  }
 }
 }  // namespace irkit_host
 
@@ -853,6 +973,11 @@ inline void irkit_mbarrier_arrive(void* bar) {
   irkit_host::Mbarrier& m = *(irkit_host::Mbarrier*)bar;
   m.pending--;
   irkit_host::phase_done_if_due(m);
+}
+
+// an arrival on the barrier at `bar`'s offset in block `cta` of the cluster
+inline void irkit_mbarrier_arrive_cluster(void* bar, unsigned cta) {
+  irkit_mbarrier_arrive(irkit_host::peer(bar, cta));
 }
 
 // setmaxnreg: the host has no register file to share
