@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,12 @@ os.environ["IRKIT_NUM_THREADS"] = "1"
 # Every pass's word that it changed nothing (`irkit.ir.unchanged`) is checked against the IR
 # wherever the tests share pipelines' work (`apply_pipelines`): a wrong word is an error.
 os.environ["IRKIT_CHECK_UNCHANGED"] = "1"
+# The tests' subprocesses (irkit-opt, irkit-bench, lit and filecheck) run the console scripts
+# installed beside this Python, not a version manager's shims of them: pyenv's put a bash
+# script and `pyenv exec` before each, and lit alone starts about 400 of them.
+_SCRIPTS = Path(sys.executable).parent
+if (_SCRIPTS / "irkit-opt").exists():
+    os.environ["PATH"] = f"{_SCRIPTS}{os.pathsep}{os.environ.get('PATH', '')}"
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.graph"))

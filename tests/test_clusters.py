@@ -15,7 +15,6 @@ import re
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pytest
 from xdsl.dialects import gpu
 from xdsl.dialects.builtin import IntegerAttr, i64
@@ -28,9 +27,8 @@ from irkit.errors import IrkitError
 from irkit.frontend import parse_source
 from irkit.loops import launch_of
 from irkit.pipelines import apply_passes, parse_passes
-from irkit.runtime import BACKENDS
 from tests.conftest import ROOT
-from tests.test_tma import GEMM, LAYOUTS, _checked, _pipeline
+from tests.test_tma import GEMM, LAYOUTS, _checked, _pipeline, host_matches
 
 BATCHED = "model g\ninput a : bf16[3, 200, 64]\ninput b : bf16[3, 64, 136]\noutput c = batch_matmul(a, b)\n"  # fmt: skip
 
@@ -168,28 +166,10 @@ def _plant(module, slip: str) -> None:
 def test_a_planted_cluster_slip_fails_on_cuda_host(slip: str) -> None:
     """The control matches; each slip is a hang (bytes or arrivals that never come), a
     wrong product, or a block reached after it ended, each named in one line."""
-    m, n, k = 256, 128, 256
-    graph = parse_source(GEMM.format(t="f16", m=m, n=n, k=k), "g.graph", ".graph")
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((m, k)).astype(np.float16)
-    b = rng.standard_normal((k, n)).astype(np.float16)
-    expected = a.astype(np.float32) @ b.astype(np.float32)
-    host = BACKENDS["cuda-host"]()
     pipeline = _pipeline("warp-specialize=true cluster-m=2 fill-sms=false stages=2")
-
-    def right(plant: bool) -> bool:
-        module = apply_passes(graph.clone(), parse_passes(pipeline))
-        if plant:
-            _plant(module, slip)
-        try:
-            got = host.compile(host.lower(module))(a, b)[0]
-        except IrkitError as e:
-            assert re.search(r"mbarrier|ended|cluster", str(e)) and "\n" not in str(e), e
-            return False
-        return bool(np.allclose(np.asarray(got, np.float32), expected, rtol=2e-2, atol=3e-1))
-
-    assert right(plant=False)
-    assert not right(plant=True)
+    named = r"mbarrier|ended|cluster"
+    assert host_matches(pipeline, (256, 128, 256), None, named)
+    assert not host_matches(pipeline, (256, 128, 256), lambda module: _plant(module, slip), named)
 
 
 def test_lockstep_refuses_a_clustered_launch_in_one_line() -> None:

@@ -368,27 +368,32 @@ def _plant_specialized(module, slip: str) -> None:
 def test_a_planted_handover_slip_fails_on_cuda_host(slip: str) -> None:
     """The control matches; each slip is a hang, a copy never waited for, or a stage
     overwritten before it was read (a wrong product)."""
-    graph = parse_source(GEMM.format(t="f16", m=64, n=64, k=256), "g.graph", ".graph")
+    pipeline = _pipeline("warp-specialize=true fill-sms=false stages=2 block-k=32")
+    assert host_matches(pipeline, (64, 64, 256), None, r"mbarrier|TMA")
+    plant = lambda module: _plant_specialized(module, slip)  # noqa: E731
+    assert not host_matches(pipeline, (64, 64, 256), plant, r"mbarrier|TMA")
+
+
+def host_matches(pipeline: str, dims: tuple[int, int, int], plant, named: str) -> bool:
+    """Whether an f16 gemm of `dims` (M, N, K) under `pipeline`, with `plant` applied to
+    the pipeline's output (None: as built), matches on cuda-host; a launch that fails must
+    name its fault in one line matching `named` (a hang, a copy in flight...)."""
+    m, n, k = dims
+    graph = parse_source(GEMM.format(t="f16", m=m, n=n, k=k), "g.graph", ".graph")
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((64, 256)).astype(np.float16)
-    b = rng.standard_normal((256, 64)).astype(np.float16)
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
     expected = a.astype(np.float32) @ b.astype(np.float32)
     host = BACKENDS["cuda-host"]()
-    pipeline = _pipeline("warp-specialize=true fill-sms=false stages=2 block-k=32")
-
-    def right(plant: bool) -> bool:
-        module = apply_passes(graph.clone(), parse_passes(pipeline))
-        if plant:
-            _plant_specialized(module, slip)
-        try:
-            got = host.compile(host.lower(module))(a, b)[0]
-        except IrkitError as e:
-            assert re.search(r"mbarrier|TMA", str(e)), e
-            return False
-        return bool(np.allclose(np.asarray(got, np.float32), expected, rtol=2e-2, atol=3e-1))
-
-    assert right(plant=False)
-    assert not right(plant=True)
+    module = apply_passes(graph, parse_passes(pipeline))
+    if plant is not None:
+        plant(module)
+    try:
+        got = host.compile(host.lower(module))(a, b)[0]
+    except IrkitError as e:
+        assert re.search(named, str(e)) and "\n" not in str(e), e
+        return False
+    return bool(np.allclose(np.asarray(got, np.float32), expected, rtol=2e-2, atol=3e-1))
 
 
 # --- persistent=true: at most `sms` blocks, each looping over C tiles ----------------------

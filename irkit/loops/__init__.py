@@ -53,11 +53,13 @@ from xdsl.dialects.builtin import (
     DictionaryAttr,
     FloatAttr,
     IntegerAttr,
+    MemRefType,
     ModuleOp,
     StringAttr,
+    UnitAttr,
     i32,
 )
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from irkit.errors import IrkitError
 from irkit.ir import shape_of
@@ -90,6 +92,24 @@ MAX_SHARED = 227 * 1024
 a kernel between `STATIC_SHARED_LIMIT` and this takes its shared buffers dynamically (its
 launch's `shared` bytes), and a device with less refuses it at compile time, naming it."""
 SHARED_ALIGN = 16
+
+
+def shared_buffer(
+    module: ModuleOp, before: Operation | None, name: str, element_type: Attribute, shape: list[int]
+) -> memref.GetGlobalOp:
+    """A GPU kernel's shared-memory buffer: a private `memref.global` `name` of `shape` in
+    the shared space, inserted into `module` before `before` (first where None); returns the
+    `memref.get_global` op that reads it, for the caller to add inside the kernel."""
+    t = MemRefType(element_type, shape, memory_space=SHARED_SPACE)
+    glob = memref.GlobalOp.get(StringAttr(name), t, UnitAttr(), StringAttr("private"))
+    block = module.body.block
+    if before is None:
+        before = block.first_op
+    if before is None:
+        block.add_op(glob)
+    else:
+        block.insert_op_before(glob, before)
+    return memref.GetGlobalOp(name, t)
 
 
 def shared_layout(sizes: list[int]) -> tuple[list[int], int]:

@@ -47,7 +47,6 @@ from xdsl.dialects.builtin import (
     MemRefType,
     NoneAttr,
     StringAttr,
-    UnitAttr,
     VectorType,
 )
 from xdsl.ir import Attribute, SSAValue
@@ -57,7 +56,7 @@ from irkit.dialects.warp_async import CpAsyncOp
 from irkit.dtypes import numpy_dtype
 from irkit.errors import IrkitError
 from irkit.ir import shape_of
-from irkit.loops import SHARED_SPACE, STATIC_SHARED_LIMIT
+from irkit.loops import STATIC_SHARED_LIMIT, shared_buffer
 from irkit.passes.emit_attention import FUSED_ATTR, _index, _masked, emit_fused_attention, heads_of
 from irkit.passes.emit_decode import Decode
 from irkit.passes.emit_gpu_attention_mma import MmaAttention, butterfly, fits_tensor_cores
@@ -476,15 +475,9 @@ class GpuAttention:
         `memref.global` in the shared space, named after the kernel."""
         em = self.em
         assert em.module is not None, "the GPU form needs the module (lower-graph-to-loops)"
-        t = MemRefType(type_ or self.ct, shape, memory_space=SHARED_SPACE)
-        name = f"{em.name}_{what}"
-        glob = memref.GlobalOp.get(StringAttr(name), t, UnitAttr(), StringAttr("private"))
-        first = em.module.body.block.first_op
-        if first is None:
-            em.module.body.block.add_op(glob)
-        else:
-            em.module.body.block.insert_op_before(glob, first)
-        return em.b.add(memref.GetGlobalOp(name, t))
+        return em.b.add(
+            shared_buffer(em.module, None, f"{em.name}_{what}", type_ or self.ct, shape)
+        )
 
 
 def _across_warp(b_, value: SSAValue) -> SSAValue:

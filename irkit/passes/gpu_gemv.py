@@ -29,14 +29,12 @@ from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
     NoneAttr,
-    StringAttr,
-    UnitAttr,
     VectorType,
 )
 from xdsl.ir import Block, SSAValue
 
 from irkit.dtypes import numpy_dtype
-from irkit.loops import LAUNCH_ATTR, SHARED_SPACE
+from irkit.loops import LAUNCH_ATTR, shared_buffer
 from irkit.passes.contraction import MatmulNest
 from irkit.passes.map_to_gpu import GpuBuilder, X, launch_attr, new_kernel
 
@@ -127,7 +125,9 @@ def build_gemv(
     b.add(loop)
 
     # the warps' sums meet in shared memory: thread c adds column c's
-    partial = b.add(_shared(module, fn, f"{fn.sym_name.data}_warps", acc_type, [WARPS, columns]))
+    partial = b.add(
+        shared_buffer(module, fn, f"{fn.sym_name.data}_warps", acc_type, [WARPS, columns])
+    )
     mine = b.binary(arith.MuliOp, lane, lanes)
     for q, value in enumerate(loop.results):
         b.add(memref.StoreOp.get(value, partial, [warp, b.iadd(mine, q)]))
@@ -155,12 +155,3 @@ def build_gemv(
 
 def _widen(b: GpuBuilder, value: SSAValue, to) -> SSAValue:
     return value if value.type == to else b.add(arith.ExtFOp(value, to))
-
-
-def _shared(module: ModuleOp, fn: func.FuncOp, name: str, element_type, shape: list[int]):
-    """A shared-memory `memref.global` before `fn` in `module`; its `get_global` op (the
-    caller adds it)."""
-    t = MemRefType(element_type, shape, memory_space=SHARED_SPACE)
-    glob = memref.GlobalOp.get(StringAttr(name), t, UnitAttr(), StringAttr("private"))
-    module.body.block.insert_op_before(glob, fn)
-    return memref.GetGlobalOp(name, t)

@@ -31,7 +31,6 @@ from xdsl.dialects.builtin import (
     Float32Type,
     MemRefType,
     ModuleOp,
-    StringAttr,
     UnitAttr,
     VectorType,
 )
@@ -47,10 +46,10 @@ from irkit.loops import (
     KERNEL_ATTR,
     LAUNCH_ATTR,
     SCRATCH_ATTR,
-    SHARED_SPACE,
     STATIC_SHARED_LIMIT,
     constant_int,
     require_loop_level,
+    shared_buffer,
     shared_layout,
 )
 from irkit.loops.costs import count_flops
@@ -987,12 +986,8 @@ class _TiledKernel:
         return lanes if lanes > 1 and aligned and whole else 1
 
     def _shared(self, name: str, shape: list[int]) -> SSAValue:
-        t = MemRefType(self.nest.element_type, shape, memory_space=SHARED_SPACE)
         self.shared_sizes.append(prod(shape) * numpy_dtype(self.nest.element_type).itemsize)
-        self.module.body.block.insert_op_before(
-            memref.GlobalOp.get(StringAttr(name), t, UnitAttr(), StringAttr("private")), self.fn
-        )
-        return self.b.add(memref.GetGlobalOp(name, t))
+        return self.b.add(shared_buffer(self.module, self.fn, name, self.nest.element_type, shape))
 
     def _slots(self, tid: SSAValue, rows: int, row_length: int, lanes: int) -> list[_Slot]:
         """Where each piece (`lanes` consecutive elements) this thread copies sits in a

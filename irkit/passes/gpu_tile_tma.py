@@ -31,8 +31,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from xdsl.dialects import arith, gpu, memref
-from xdsl.dialects.builtin import MemRefType, NoneAttr, StringAttr, UnitAttr, i64
+from xdsl.dialects import arith, gpu
+from xdsl.dialects.builtin import MemRefType, NoneAttr, i64
 from xdsl.ir import BlockArgument, SSAValue
 
 from irkit.dialects.warp_tma import (
@@ -48,7 +48,7 @@ from irkit.dialects.warp_tma import (
 )
 from irkit.dtypes import numpy_dtype
 from irkit.ir import shape_of
-from irkit.loops import SHARED_SPACE
+from irkit.loops import shared_buffer
 from irkit.passes.map_to_gpu import GpuBuilder
 
 if TYPE_CHECKING:
@@ -75,12 +75,8 @@ def described(value: SSAValue) -> bool:
 
 def barriers(kernel: _TiledKernel, name: str, count: int) -> SSAValue:
     """`count` mbarriers in shared memory (`memref<count x i64>`), named `name`."""
-    t = MemRefType(i64, [count], memory_space=SHARED_SPACE)
     kernel.shared_sizes.append(8 * count)
-    kernel.module.body.block.insert_op_before(
-        memref.GlobalOp.get(StringAttr(name), t, UnitAttr(), StringAttr("private")), kernel.fn
-    )
-    return kernel.b.add(memref.GetGlobalOp(name, t))
+    return kernel.b.add(shared_buffer(kernel.module, kernel.fn, name, i64, [count]))
 
 
 def _issuer(

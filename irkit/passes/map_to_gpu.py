@@ -47,7 +47,6 @@ from xdsl.dialects.builtin import (
     IndexType,
     IntegerAttr,
     IntegerType,
-    MemRefType,
     ModuleOp,
     StringAttr,
     UnitAttr,
@@ -62,10 +61,10 @@ from irkit.errors import require
 from irkit.loops import (
     KERNEL_ATTR,
     LAUNCH_ATTR,
-    SHARED_SPACE,
     combiner,
     constant_value,
     require_loop_level,
+    shared_buffer,
 )
 from irkit.loops.costs import count_flops
 from irkit.loops.rows import Nest, nests_of, row_prefixes, rows_legal
@@ -561,15 +560,7 @@ def _rows_kernel(
     # a tree holds a partial per thread; shuffles exchange one total per warp (none for one)
     slots = threads // WARP if builder.shuffles(acc_type) else threads
     if slots > 1:
-        shared_type = MemRefType(acc_type, [slots], memory_space=SHARED_SPACE)
-        shared_name = f"{name}_smem"
-        module.body.block.insert_op_before(
-            memref.GlobalOp.get(
-                StringAttr(shared_name), shared_type, UnitAttr(), StringAttr("private")
-            ),
-            fn,
-        )
-        builder.shared = b.add(memref.GetGlobalOp(shared_name, shared_type))
+        builder.shared = b.add(shared_buffer(module, fn, f"{name}_smem", acc_type, [slots]))
     row_indices: dict[tuple[int, ...], list[SSAValue]] = {}
     for k, (nest, p) in enumerate(zip(nests, prefixes, strict=True)):
         # one set of row indices for every nest of the same row extents: a statistic's

@@ -11,7 +11,11 @@ config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir", ".graph"]
 config.test_source_root = os.path.dirname(__file__)
 config.excludes = ["lit.cfg.py", "Inputs"]
-config.environment["PATH"] = os.environ.get("PATH", "")
+# irkit-opt and filecheck as installed beside the Python that runs lit, ahead of any version
+# manager's shims of them (pyenv's cost a bash script and `pyenv exec` per RUN line's tool)
+config.environment["PATH"] = os.pathsep.join(
+    [os.path.dirname(sys.executable), os.environ.get("PATH", "")]
+)
 config.environment["PYTHONWARNINGS"] = "ignore"
 for tool in ("mlir-opt", "mlir-opt-22"):
     if any(
