@@ -3,6 +3,12 @@
 Floats (f16, bf16, f32, f64) and, as run-time values, signless integers (i32, i64) and
 booleans (i1, one byte a value in memory, as numpy's bool). Integer arithmetic is exact
 (two's complement, wrapping as C and LLVM wrap); the reference computes integers in int64.
+
+The 8-bit floats f8e4m3 (OCP's E4M3FN: 4 exponent bits, 3 mantissa bits, no infinities, max
+448) and f8e5m2 (E5M2: max 57344) are storage types: a value of one is cast from or to a
+wider float (`cast`), or an operand of `scaled_matmul`, and takes part in no other
+arithmetic. A cast to one rounds to nearest even and saturates to its largest finite value
+(NaN stays NaN), as the GPU's `cvt.rn.satfinite` and ONNX's `Cast{saturate=1}` do.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from xdsl.dialects.builtin import (
     BFloat16Type,
     BytesAttr,
     DenseIntOrFPElementsAttr,
+    Float8E4M3FNType,
+    Float8E5M2Type,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -34,6 +42,8 @@ DTYPES: dict[str, Attribute] = {
     "i32": i32,
     "i64": i64,
     "i1": i1,
+    "f8e4m3": Float8E4M3FNType(),
+    "f8e5m2": Float8E5M2Type(),
 }
 
 NUMPY: dict[str, np.dtype] = {
@@ -44,9 +54,30 @@ NUMPY: dict[str, np.dtype] = {
     "i32": np.dtype(np.int32),
     "i64": np.dtype(np.int64),
     "i1": np.dtype(np.bool_),
+    "f8e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "f8e5m2": np.dtype(ml_dtypes.float8_e5m2),
 }
 
 FLOAT_NAMES = ("f16", "bf16", "f32", "f64")
+FP8_NAMES = ("f8e4m3", "f8e5m2")
+FP8_TYPES = (Float8E4M3FNType, Float8E5M2Type)
+FP8_MAX = {"f8e4m3": 448.0, "f8e5m2": 57344.0}
+"""The largest finite value of each 8-bit float: where a cast to it saturates."""
+
+
+def is_fp8(element_type: Attribute) -> bool:
+    """An 8-bit float storage type (f8e4m3, f8e5m2)."""
+    return isinstance(element_type, FP8_TYPES)
+
+
+def to_fp8(values: np.ndarray, name: str) -> np.ndarray:
+    """`values` cast to 8-bit float `name`: rounded to nearest even, saturated to the
+    largest finite value, NaN kept (ml_dtypes alone would make an overflow NaN)."""
+    wide = np.asarray(values, dtype=np.float64)
+    limit = FP8_MAX[name]
+    return np.clip(wide, -limit, limit).astype(NUMPY[name])
+
+
 INTEGER_NAMES = ("i32", "i64", "i1")
 
 
@@ -93,7 +124,7 @@ def dense_array(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
     bytes for floats (xDSL's `get_values` unpacks element by element into Python
     floats: most of a minute for vgg19's weights)."""
     element = attr.get_element_type()
-    if isinstance(element, FLOAT_TYPES):
+    if isinstance(element, FLOAT_TYPES + FP8_TYPES):
         return np.frombuffer(attr.data.data, dtype=numpy_dtype(element))
     if is_bool(element):  # one byte a value, 0xFF for true
         return np.frombuffer(attr.data.data, dtype=np.uint8) != 0
@@ -114,7 +145,7 @@ def dense_attr(tensor_type: Any, values: np.ndarray | Sequence[float]) -> DenseI
         if flat.size == 1 and count != 1:
             flat = np.repeat(flat, count)
         return DenseIntOrFPElementsAttr(tensor_type, BytesAttr(flat.tobytes()))
-    if not isinstance(element, FLOAT_TYPES):
+    if not isinstance(element, FLOAT_TYPES + FP8_TYPES):
         return DenseIntOrFPElementsAttr.from_list(
             tensor_type, list(np.asarray(values).reshape(-1).tolist())
         )

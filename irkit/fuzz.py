@@ -5,7 +5,7 @@ passes, on a backend, against the float64 reference.
 
 A case is a `.graph` model drawn by `graph_sources` (elementwise ops with broadcasting, a
 scalar literal or a second input; reductions over random axes; softmax, layer_norm, matmul, attention,
-transpose, reshape, cast; integers and booleans on the way: selects by comparisons, gathers
+transpose, reshape, cast; 8-bit floats (scaled_matmul, casts through one); integers and booleans on the way: selects by comparisons, gathers
 by i32/i64 indices, integer arithmetic, broadcasts, NaN guards; extents among 1, 3, 17, 33
 and 127; f32, f64, f16 and bf16) and a
 pipeline drawn by `pipelines`: the backend's default pipeline with each optional pass kept
@@ -42,6 +42,7 @@ except ImportError:  # hypothesis comes with the test extra
 
 SIZES = (1, 3, 17, 33, 127)
 DTYPES = ("f32", "f64", "f16", "bf16")
+FP8_NAMES = ("f8e4m3", "f8e5m2")
 
 UNARY = ("relu", "neg", "abs", "tanh", "sigmoid", "gelu", "erf", "exp(0.25 * {x})",
          "sqrt(abs({x}))", "log(abs({x}) + 2.0)", "leaky_relu({x}, alpha=0.1)", "sin", "cos",
@@ -151,7 +152,7 @@ def _step(draw, m: _Model) -> None:
     name, shape, dtype = draw(st.sampled_from(m.values))
     kind = draw(st.sampled_from(("unary", "binary", "binary", "reduce", "softmax", "matmul",
                                  "transpose", "reshape", "layer_norm", "cast", "exact",
-                                 "attention")))  # fmt: skip
+                                 "attention", "fp8")))  # fmt: skip
     if kind == "exact":
         _exact_step(draw, m, name, shape, dtype)
         return
@@ -209,6 +210,30 @@ def _step(draw, m: _Model) -> None:
         m.define(f"cast({name}, dtype={to})", shape, to)
     elif kind == "attention" and rank >= 3:
         _attention_step(draw, m, name, shape, dtype)
+    elif kind == "fp8" and rank == 2:
+        _fp8_step(draw, m, name, shape, dtype)
+
+
+def _fp8_step(draw, m: _Model, name: str, shape: list[int], dtype: str) -> None:
+    """8-bit floats: `scaled_matmul` of a new input cast to one (exact on both sides: the same
+    values round the same way) by an 8-bit weight, its scales new inputs, cast back to
+    `dtype` and added to `name`; or `name` scaled by a power of two through an 8-bit float and
+    back (a cast of a computed value could round the other way from the reference's float64
+    at a tie, one step of 8-bit precision)."""
+    if draw(st.booleans()):
+        k = draw(st.sampled_from(SIZES))
+        if not (m.fits([shape[0], k]) and m.fits([k, shape[1]])):
+            return
+        a = m.input([shape[0], k], dtype)
+        w = m.input([k, shape[1]], draw(st.sampled_from(FP8_NAMES)), param=True)
+        sa, sw = m.input([1], "f32"), m.input([1], "f32", param=True)
+        fmt8 = draw(st.sampled_from(FP8_NAMES))
+        product = m.line(f"scaled_matmul(cast({a}, dtype={fmt8}), {w}, {sa}, {sw})")
+        m.define(f"{name} + cast({product}, dtype={dtype})", shape, dtype)
+        return
+    x = m.input(shape, dtype)
+    fmt8 = draw(st.sampled_from(FP8_NAMES))
+    m.define(f"cast(cast({x} * 4.0, dtype={fmt8}), dtype={dtype}) * 0.25 + {name}", shape, dtype)
 
 
 def _attention_step(draw, m: _Model, name: str, shape: list[int], dtype: str) -> None:

@@ -30,7 +30,7 @@ from irkit.pipelines import apply_passes, parse_passes
 from tests.conftest import ROOT
 from tests.test_tma import GEMM, LAYOUTS, _checked, _pipeline, host_matches
 
-BATCHED = "model g\ninput a : bf16[3, 200, 64]\ninput b : bf16[3, 64, 136]\noutput c = batch_matmul(a, b)\n"  # fmt: skip
+BATCHED = "model g\ninput a : bf16[3, 200, 64]\ninput b : bf16[3, 64, 136]\noutput c = batch_matmul(a, b)\n"
 
 
 def _clustered(exe) -> list:
@@ -43,7 +43,7 @@ def _clustered(exe) -> list:
 @pytest.mark.parametrize(
     ("dtype", "dims"),
     [("bf16", (200, 136, 200)), ("f16", (300, 72, 96)), ("f16", (520, 200, 320))],
-)  # fmt: skip
+)
 def test_clustered_tma_matches_the_reference(backend, layout, cluster, dtype, dims) -> None:
     """Ragged M, N and K; tile rows not a multiple of the cluster (a phantom block whose A
     box lies past M, which loads its share of B and stores nothing); more k tiles than
@@ -77,7 +77,7 @@ def test_clustered_tma_matches_the_reference(backend, layout, cluster, dtype, di
         (GEMM.format(t="bf16", m=520, n=136, k=128), 5, 4),  # sms rounded down to clusters
         (BATCHED, 3, 2),  # 3 entries of 1 cluster's tile each, on 1 cluster
     ],
-)  # fmt: skip
+)
 def test_persistent_clusters_take_every_tile_once(text: str, sms: int, grid: int) -> None:
     options = f"warp-specialize=true persistent=true cluster-m=2 sms={sms} fill-sms=false"
     exe = _checked(text, _pipeline(options), "cuda-host")
@@ -86,7 +86,9 @@ def test_persistent_clusters_take_every_tile_once(text: str, sms: int, grid: int
 
 
 def test_batched_clusters_stay_in_their_entry() -> None:
-    exe = _checked(BATCHED, _pipeline("warp-specialize=true cluster-m=2 fill-sms=false"), "cuda-host")  # fmt: skip
+    exe = _checked(
+        BATCHED, _pipeline("warp-specialize=true cluster-m=2 fill-sms=false"), "cuda-host"
+    )
     (fn,) = _clustered(exe)
     assert launch_of(fn)["grid"][0] == 3 * 2 * 2  # entries x clusters' tiles x cluster
 
@@ -134,7 +136,9 @@ def test_nvrtc_builds_multicast_copies_and_cluster_barriers(variant: str, tmp_pa
     compiled = compile_cuda(source, fn.sym_name.data, "sm_90")
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(compiled.cubin)
-    ops = Counter(re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", _disassemble(cubin)))  # fmt: skip
+    ops = Counter(
+        re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", _disassemble(cubin))
+    )
     assert ops["UTMALDG.2D.MULTICAST"] and ops["UTMALDG.2D"], ops
     assert ops["SYNCS.ARRIVE.TRANS64.RED.A1T0"], ops
     assert ops["UCGABAR_ARV"] == ops["UCGABAR_WAIT"] == 2, ops

@@ -171,7 +171,7 @@ def test_fusion_never_computes_a_transcendental_more_often(source: str) -> None:
     execute no more exp, erf, tanh or log than the same model with one kernel per op.
     Fusion may recompute cheap arithmetic where that saves a round trip through memory; an
     expensive value a kernel needs in two places it stores
-    (`kernel_emitter.materialized_values`)."""
+    (`materialize.materialized_values`)."""
     module = parse_source(source, "fuzz.graph", ".graph")
     lower = "lower-graph-to-loops{keep-transcendentals=true}"
     fused = apply_passes(module.clone(), parse_passes(f"cse,fuse-kernels,{lower}"))

@@ -20,9 +20,12 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
+import numpy as np
 from xdsl.dialects import arith, func, gpu, memref, scf, vector
 from xdsl.dialects.builtin import (
     BFloat16Type,
+    Float8E4M3FNType,
+    Float8E5M2Type,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -50,7 +53,7 @@ from irkit.dialects.warp_async import (
     WgmmaWaitOp,
 )
 from irkit.dialects.warp_tma import TMA_OPS, TensorMap, TmaLoadOp, tensor_maps
-from irkit.dtypes import numpy_dtype
+from irkit.dtypes import dtype_name, is_fp8, numpy_dtype, to_fp8
 from irkit.errors import IrkitError
 from irkit.ir import shape_of
 from irkit.loops import (
@@ -481,6 +484,8 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         return f"v[{i}]" if self.type_name(t).startswith("irkit_") else "xyzw"[i]
 
     def type_name(self, t: Attribute) -> str:
+        if is_fp8(t):  # storage only: converted by the prelude's helpers (FP8_HELPERS)
+            return "unsigned char"
         if isinstance(t, Float16Type):
             return "__half"
         if isinstance(t, BFloat16Type):
@@ -495,8 +500,12 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
     def literal(self, op: arith.ConstantOp) -> str:
         """f16 and bf16 constants as conversions of the f32 literal (`0.0f` beside an
         `__half` in `c ? x : 0.0f` is ambiguous to NVRTC)."""
-        text = super().literal(op)
         t = op.result.type
+        if is_fp8(t):
+            assert isinstance(op.value, FloatAttr)
+            value = to_fp8(np.array([op.value.value.data]), dtype_name(t))
+            return f"(unsigned char){int(value.view(np.uint8)[0])}u"
+        text = super().literal(op)
         if isinstance(t, Float16Type):
             return f"__float2half_rn({text})"
         if isinstance(t, BFloat16Type):
@@ -603,6 +612,8 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         narrow: dict[type[Attribute], tuple[str, str]] = {
             Float16Type: ("__half2float({})", "__float2half_rn({})"),
             BFloat16Type: ("__bfloat162float({})", "__float2bfloat16_rn({})"),
+            Float8E4M3FNType: ("irkit_f8e4m3_to_float({})", "irkit_float_to_f8e4m3({})"),
+            Float8E5M2Type: ("irkit_f8e5m2_to_float({})", "irkit_float_to_f8e5m2({})"),
         }
         if type(src) in narrow:
             x = narrow[type(src)][0].format(x)
@@ -1066,7 +1077,64 @@ def _prelude(kernels: list[func.FuncOp]) -> str:
     if wgmma:
         helpers += cuda_wgmma.COMMON_HELPERS + "".join(cuda_wgmma.helper(n) for n in wgmma)
     helpers += cuda_tma.prelude(ops)
+    if any(is_fp8(v.type) for op in ops for v in [*op.results, *op.operands]):
+        helpers += FP8_HELPERS
     return (CudaPrinter.HALF_HEADERS if narrow else "") + CudaPrinter.PRELUDE + helpers
+
+
+FP8_HELPERS = """\
+// 8-bit floats (irkit.dtypes): held as bytes, widened exactly and narrowed to nearest even,
+// saturating to the largest finite value (cvt.rn.satfinite's meaning), NaN kept
+__device__ __forceinline__ float irkit_f8e4m3_to_float(unsigned char v) {
+  const unsigned e = (v >> 3) & 15u, m = v & 7u;
+  float x;
+  if ((v & 0x7fu) == 0x7fu) x = __int_as_float(0x7fc00000);
+  else if (e == 0) x = (float)m * 0.001953125f;  // m * 2^-9
+  else x = __int_as_float((int)(((e + 120u) << 23) | (m << 20)));
+  return (v & 0x80u) ? -x : x;
+}
+__device__ __forceinline__ float irkit_f8e5m2_to_float(unsigned char v) {
+  const unsigned e = (v >> 2) & 31u, m = v & 3u;
+  float x;
+  if (e == 31u) x = __int_as_float(m ? 0x7fc00000 : 0x7f800000);
+  else if (e == 0) x = (float)m * 1.52587890625e-05f;  // m * 2^-16
+  else x = __int_as_float((int)(((e + 112u) << 23) | (m << 21)));
+  return (v & 0x80u) ? -x : x;
+}
+// mbits mantissa bits, exponent bias `bias`, `largest` the f32 bits of the largest finite
+__device__ __forceinline__ unsigned char irkit_float_to_f8(float f, unsigned mbits, unsigned bias,
+                                                           unsigned largest, unsigned nan) {
+  const unsigned bits = (unsigned)__float_as_int(f), sign = (bits >> 24) & 0x80u;
+  unsigned a = bits & 0x7fffffffu;
+  if (a > 0x7f800000u) return (unsigned char)nan;
+  if (a > largest) a = largest;
+  const unsigned e = a >> 23;
+  unsigned out;
+  if (e >= 128u - bias) {  // normal: round the f32 mantissa to mbits, then rebias
+    const unsigned shift = 23u - mbits;
+    out = ((a + (1u << (shift - 1)) - 1u + ((a >> shift) & 1u)) >> shift) - ((127u - bias) << mbits);
+  } else {  // subnormal: the value in units of 2^(1 - bias - mbits), to nearest even
+    const unsigned mant = (a & 0x7fffffu) | (e ? 0x800000u : 0u);
+    const unsigned shift = 151u - bias - mbits - (e ? e : 1u);
+    out = 0u;
+    if (shift < 32u) {
+      const unsigned rest = mant & ((1u << shift) - 1u), half = 1u << (shift - 1);
+      out = mant >> shift;
+      if (rest > half || (rest == half && (out & 1u))) out++;
+    }
+  }
+  return (unsigned char)(sign | out);
+}
+__device__ __forceinline__ unsigned char irkit_float_to_f8e4m3(float f) {
+  return irkit_float_to_f8(f, 3u, 7u, 0x43e00000u, 0x7fu);  // 448
+}
+__device__ __forceinline__ unsigned char irkit_float_to_f8e5m2(float f) {
+  return irkit_float_to_f8(f, 2u, 15u, 0x47600000u, 0x7eu);  // 57344
+}
+"""
+"""The 8-bit float conversions, portable C for NVRTC and the host alike (a kernel converts
+its operands once, as it loads them; sm_89's cvt instructions are left for the tensor-core
+path that reads them unconverted)."""
 
 
 def kernel_source(module: ModuleOp, fn: func.FuncOp) -> str:

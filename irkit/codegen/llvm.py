@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 import llvmlite.ir as ll
+import numpy as np
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
     BFloat16Type,
@@ -71,6 +72,7 @@ from irkit.codegen.llvm_ops import (
     storage_type,
     type_suffix,
 )
+from irkit.dtypes import dense_array, is_fp8
 from irkit.errors import IrkitError
 from irkit.loops import (
     KERNEL_ATTR,
@@ -241,8 +243,10 @@ class LLVMEmitter:
             gv.align = 64
             self.globals[op.sym_name.data] = gv
             return
-        values = init.get_values()
-        if isinstance(mtype.element_type, BFloat16Type):
+        values = [] if is_fp8(mtype.element_type) else init.get_values()
+        if is_fp8(mtype.element_type):  # the bytes as they are
+            consts = [ll.Constant(elem, int(v)) for v in dense_array(init).view(np.uint8)]
+        elif isinstance(mtype.element_type, BFloat16Type):
             consts = [ll.Constant(I16, bf16_bits(float(v))) for v in values]
         elif isinstance(mtype.element_type, IntegerType):
             consts = [ll.Constant(elem, int(v)) for v in values]

@@ -33,6 +33,7 @@ from xdsl.ir import Attribute, Operation
 
 from irkit.dialects.cpu import PrefetchOp
 from irkit.dialects.math_ext import LdexpOp
+from irkit.dtypes import dtype_name, is_fp8, to_fp8
 from irkit.errors import IrkitError
 from irkit.loops import (
     KERNEL_ATTR,
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from irkit.codegen.llvm import LLVMEmitter
 
 
-I1, I16, I32, I64 = ll.IntType(1), ll.IntType(16), ll.IntType(32), ll.IntType(64)
+I1, I8, I16, I32, I64 = (ll.IntType(n) for n in (1, 8, 16, 32, 64))
 PTR = ll.PointerType()
 FLOAT_BINARY = llvm_builder_ops(floating=True)
 INT_BINARY = llvm_builder_ops(floating=False)
@@ -87,6 +88,8 @@ def llvm_type(t: Attribute) -> ll.Type:
         return ll.HalfType()
     if isinstance(t, BFloat16Type):
         return I16
+    if is_fp8(t):  # a byte, converted by `_extf` and `_truncf`
+        return I8
     if isinstance(t, VectorType) and t.get_num_dims() == 1:
         return ll.VectorType(llvm_type(t.element_type), t.get_shape()[0])
     raise IrkitError(f"the llvm target has no type for {t}")
@@ -131,6 +134,8 @@ def _constant(em: LLVMEmitter, op: arith.ConstantOp) -> None:
     if isinstance(value, FloatAttr):
         if isinstance(op.result.type, BFloat16Type):
             out = ll.Constant(I16, bf16_bits(value.value.data))
+        elif is_fp8(op.result.type):
+            out = ll.Constant(I8, fp8_bits(value.value.data, op.result.type))
         else:
             out = ll.Constant(t, value.value.data)
     elif isinstance(value, IntegerAttr):
@@ -201,9 +206,96 @@ def _vector_fma(em: LLVMEmitter, op: vector.FMAOp) -> None:
     em.values[op.res] = em.b.call(em._intrinsic("llvm.fma", args[0].type, 3), args)
 
 
+def fp8_bits(x: float, t: Attribute) -> int:
+    """`x` as the bits of 8-bit float type `t` (to nearest even, saturating)."""
+    return int(to_fp8(np.array([x]), dtype_name(t)).view(np.uint8)[0])
+
+
+FP8_FORMATS = {"f8e4m3": (3, 7, 0x43E00000, 0x7F), "f8e5m2": (2, 15, 0x47600000, 0x7E)}
+"""Mantissa bits, exponent bias, the f32 bits of the largest finite value, and a NaN."""
+
+
+def _fp8_to_f32(b: ll.IRBuilder, v: ll.Value, t: Attribute) -> ll.Value:
+    """An 8-bit float's byte `v` widened to f32, exactly (the CUDA prelude's helpers)."""
+    mbits, bias, _, _ = FP8_FORMATS[dtype_name(t)]
+    c = lambda n: ll.Constant(I32, n)  # noqa: E731
+    w = b.zext(v, I32)
+    e = b.and_(b.lshr(w, c(mbits)), c((1 << (7 - mbits)) - 1))
+    m = b.and_(w, c((1 << mbits) - 1))
+    normal = b.bitcast(
+        b.or_(b.shl(b.add(e, c(127 - bias)), c(23)), b.shl(m, c(23 - mbits))), ll.FloatType()
+    )
+    tiny = b.fmul(
+        b.uitofp(m, ll.FloatType()), ll.Constant(ll.FloatType(), 2.0 ** (1 - bias - mbits))
+    )
+    x = b.select(b.icmp_unsigned("==", e, c(0)), tiny, normal)
+    top = c((1 << (7 - mbits)) - 1)
+    if mbits == 3:  # E4M3FN: S.1111.111 is NaN, no infinities
+        special = b.icmp_unsigned("==", b.and_(w, c(0x7F)), c(0x7F))
+        x = b.select(special, ll.Constant(ll.FloatType(), float("nan")), x)
+    else:  # E5M2: exponent 31 is infinity (mantissa 0) or NaN
+        inf = b.select(
+            b.icmp_unsigned("==", m, c(0)),
+            ll.Constant(ll.FloatType(), float("inf")),
+            ll.Constant(ll.FloatType(), float("nan")),
+        )
+        x = b.select(b.icmp_unsigned("==", e, top), inf, x)
+    negative = b.icmp_unsigned("!=", b.and_(w, c(0x80)), c(0))
+    return b.select(negative, b.fneg(x), x)
+
+
+def _f32_to_fp8(b: ll.IRBuilder, x: ll.Value, t: Attribute) -> ll.Value:
+    """f32 `x` narrowed to 8-bit float `t`: to nearest even, saturating, NaN kept (the
+    CUDA prelude's `irkit_float_to_f8`)."""
+    mbits, bias, largest, nan = FP8_FORMATS[dtype_name(t)]
+    c = lambda n: ll.Constant(I32, n)  # noqa: E731
+    bits = b.bitcast(x, I32)
+    sign = b.and_(b.lshr(bits, c(24)), c(0x80))
+    a = b.and_(bits, c(0x7FFFFFFF))
+    a = b.select(b.icmp_unsigned(">", a, c(largest)), c(largest), a)
+    e = b.lshr(a, c(23))
+    shift = 23 - mbits
+    odd = b.and_(b.lshr(a, c(shift)), c(1))
+    rounded = b.lshr(b.add(b.add(a, c((1 << (shift - 1)) - 1)), odd), c(shift))
+    normal = b.sub(rounded, c((127 - bias) << mbits))
+    # subnormal: the value in units of 2^(1 - bias - mbits), to nearest even
+    mant = b.or_(
+        b.and_(a, c(0x7FFFFF)), b.select(b.icmp_unsigned("==", e, c(0)), c(0), c(0x800000))
+    )
+    e1 = b.select(b.icmp_unsigned("==", e, c(0)), c(1), e)
+    s = b.sub(c(151 - bias - mbits), e1)
+    far = b.icmp_unsigned(">=", s, c(32))
+    s = b.select(far, c(31), s)
+    one = c(1)
+    rest = b.and_(mant, b.sub(b.shl(one, s), one))
+    half = b.shl(one, b.sub(s, one))
+    q = b.lshr(mant, s)
+    up = b.or_(
+        b.icmp_unsigned(">", rest, half),
+        b.and_(b.icmp_unsigned("==", rest, half), b.icmp_unsigned("==", b.and_(q, one), one)),
+    )
+    tiny = b.select(far, c(0), b.add(q, b.zext(up, I32)))
+    out = b.select(b.icmp_unsigned(">=", e, c(128 - bias)), normal, tiny)
+    out = b.or_(out, sign)
+    is_nan = b.fcmp_unordered("uno", x, x)
+    return b.select(is_nan, ll.Constant(I8, nan), b.trunc(out, I8))
+
+
 def _extf(em: LLVMEmitter, op: arith.ExtFOp) -> None:
     b, x = em.b, em.values[op.input]
     assert b is not None
+    if is_fp8(op.input.type):  # through f32; exact into f16, bf16 and f64 too
+        wide, to = _fp8_to_f32(b, x, op.input.type), op.result.type
+        if isinstance(to, BFloat16Type):  # the top half of the f32's bits
+            out = b.trunc(b.lshr(b.bitcast(wide, I32), ll.Constant(I32, 16)), I16)
+        elif isinstance(to, Float16Type):
+            out = b.fptrunc(wide, ll.HalfType())
+        elif isinstance(to, Float64Type):
+            out = b.fpext(wide, ll.DoubleType())
+        else:
+            out = wide
+        em.values[op.result] = out
+        return
     if isinstance(op.input.type, BFloat16Type):  # bf16 bits are the top half of an f32
         wide = b.bitcast(b.shl(b.zext(x, I32), ll.Constant(I32, 16)), ll.FloatType())
         out = wide if isinstance(op.result.type, Float32Type) else b.fpext(wide, ll.DoubleType())
@@ -218,6 +310,15 @@ def _extf(em: LLVMEmitter, op: arith.ExtFOp) -> None:
 def _truncf(em: LLVMEmitter, op: arith.TruncFOp) -> None:
     b, x = em.b, em.values[op.input]
     assert b is not None
+    if is_fp8(op.result.type):
+        if isinstance(op.input.type, Float64Type):  # through f32, as the GPU path does
+            x = b.fptrunc(x, ll.FloatType())
+        elif isinstance(op.input.type, Float16Type):
+            x = b.fpext(x, ll.FloatType())
+        elif isinstance(op.input.type, BFloat16Type):
+            x = b.bitcast(b.shl(b.zext(x, I32), ll.Constant(I32, 16)), ll.FloatType())
+        em.values[op.result] = _f32_to_fp8(b, x, op.result.type)
+        return
     if isinstance(op.result.type, Float16Type) and isinstance(op.input.type, Float64Type):
         # Through f32: a direct double->half rounding is a compiler-rt libcall that the JIT
         # cannot resolve in this process (it crashed). Rounding twice can differ from

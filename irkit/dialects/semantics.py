@@ -21,7 +21,16 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation
 
 from irkit.dialects import graph as g
-from irkit.dtypes import dense_array, is_bool, is_integer, numpy_dtype, reference_dtype
+from irkit.dtypes import (
+    dense_array,
+    dtype_name,
+    is_bool,
+    is_fp8,
+    is_integer,
+    numpy_dtype,
+    reference_dtype,
+    to_fp8,
+)
 from irkit.errors import IrkitError
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -202,6 +211,8 @@ def cast(x: np.ndarray, element_type: Any) -> np.ndarray:
     """`graph.cast`'s meaning (see its docstring), in the reference's types."""
     if is_bool(element_type):
         return x != 0
+    if is_fp8(element_type):  # saturating: see irkit.dtypes
+        return to_fp8(x, dtype_name(element_type)).astype(np.float64)
     if not is_integer(element_type):
         return x.astype(numpy_dtype(element_type)).astype(np.float64)
     if x.dtype.kind == "f":
@@ -354,6 +365,7 @@ def _out_shape(op: Operation) -> tuple[int, ...]:
 
 IMPLS: dict[type[Operation], Callable[[Any, list[np.ndarray]], np.ndarray]] = {
     g.MatmulOp: lambda op, a: a[0] @ a[1],
+    g.ScaledMatmulOp: lambda op, a: (a[0] @ a[1]) * a[2].reshape(()) * a[3].reshape(()),
     g.BatchMatmulOp: lambda op, a: np.matmul(a[0], a[1]),
     g.AttentionOp: attention,
     g.Conv2dOp: conv2d_op,

@@ -1,7 +1,7 @@
 """decompose-composites: rewrite composite graph ops into primitive graph ops.
 
 softmax, layer_norm, batch_norm and attention become reductions, elementwise ops and
-(attention) batch matmuls:
+(attention) batch matmuls, and scaled_matmul an f32 matmul of its 8-bit operands:
 
     softmax(x)      = e * (1 / reduce_sum(e))     e = exp(x - reduce_max(x)), keepdims
     layer_norm(x)   = d * rsqrt(mean(d * d) + eps) * gamma + beta     d = c - mean(c),
@@ -9,6 +9,9 @@ softmax, layer_norm, batch_norm and attention become reductions, elementwise ops
     batch_norm(x)   = (x - mean) * (rsqrt(var + eps) * scale) + bias  per channel
     attention(q, k, v) = batch_matmul(softmax(scale * batch_matmul(q, k^T) masked), v)
                       (k and v heads broadcast to the query heads they serve)
+    scaled_matmul(a, b, sa, sb) = matmul(cast(a, f32), cast(b, f32)) * sa * sb
+                      (the casts exact; the loop lowering reads the 8-bit operands in the
+                      matmul's loop and widens each as it is loaded)
 
 Both normalizations are the numerically careful forms: softmax subtracts the row maximum
 before exponentiating, and layer_norm's variance is the two-pass mean of squared
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import BoolAttr, IntegerType, ModuleOp
+from xdsl.dialects.builtin import BoolAttr, Float32Type, IntegerType, ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -83,6 +86,12 @@ class _Emitter:
         return self.reshape(
             self.op(g.BroadcastToOp, wide, shape=shape), (batch, kv_heads * group, length, dim)
         )
+
+    def cast(self, value: SSAValue, element_type) -> SSAValue:
+        new = g.CastOp.build_to(value, element_type)
+        new.location = self.like.location
+        self.rewriter.insert(new)
+        return new.results[0]
 
     def reshape(self, value: SSAValue, shape: Sequence[int]) -> SSAValue:
         new = g.ReshapeOp.build_to(value, shape)
@@ -164,6 +173,18 @@ class DecomposeLayerNormPattern(RewritePattern):
         rewriter.replace(op, [], [b.op(g.AddOp, y, op.beta)])
 
 
+class DecomposeScaledMatmulPattern(RewritePattern):
+    """scaled_matmul -> an f32 matmul of the widened 8-bit operands, times both scales."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.ScaledMatmulOp, rewriter: PatternRewriter) -> None:
+        b = _Emitter(rewriter, op)
+        wide = [b.cast(v, Float32Type()) for v in (op.lhs, op.rhs)]
+        product = b.op(g.MatmulOp, *wide)
+        scaled = b.op(g.MulOp, b.op(g.MulOp, product, op.scale_lhs), op.scale_rhs)
+        rewriter.replace(op, [], [scaled])
+
+
 class DecomposeBatchNormPattern(RewritePattern):
     """batch_norm -> a per-channel factor rsqrt(var + eps) * scale, then one fma per element."""
 
@@ -184,6 +205,7 @@ DECOMPOSE_PATTERNS: tuple[RewritePattern, ...] = (
     DecomposeAttentionPattern(),
     DecomposeLayerNormPattern(),
     DecomposeBatchNormPattern(),
+    DecomposeScaledMatmulPattern(),
 )
 
 
@@ -198,8 +220,8 @@ def decompose(op: Operation) -> None:
 
 @dataclass(frozen=True)
 class DecomposeCompositesPass(ModulePass):
-    """Rewrite softmax, layer_norm, batch_norm and attention into primitive graph ops (see
-    module doc)."""
+    """Rewrite softmax, layer_norm, batch_norm, attention and scaled_matmul into primitive
+    graph ops (see module doc)."""
 
     name = "decompose-composites"
 

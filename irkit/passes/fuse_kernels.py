@@ -99,7 +99,7 @@ _KINDS: tuple[tuple[type[Operation] | tuple[type[Operation], ...], Kind], ...] =
     ((g.BinaryOp, g.UnaryOp, g.CastOp, g.BatchNormOp), Kind.ELEMENTWISE),
     ((g.TransposeOp, g.ReshapeOp, g.SliceOp, g.ConcatOp), Kind.MOVEMENT),
     ((g.ReduceOp, g.SoftmaxOp, g.LayerNormOp, g.GlobalAvgPoolOp), Kind.REDUCTION),
-    ((g.MatmulOp, g.BatchMatmulOp, g.Conv2dOp), Kind.CONTRACTION),
+    ((g.MatmulOp, g.BatchMatmulOp, g.ScaledMatmulOp, g.Conv2dOp), Kind.CONTRACTION),
     ((g.Pool2dOp,), Kind.POOL),
 )
 

@@ -108,8 +108,7 @@ def _issuer(
         t.add(MbarrierArriveExpectTxOp(bars, stage, stage_bytes))
         zero = t.index(0)
 
-        def boxes(tile, source, prefix, extent, row: SSAValue, col: SSAValue, rows, count,
-                  part: SSAValue = zero, mask: int = 0) -> None:  # fmt: skip
+        def boxes(tile, source, prefix, extent, row, col, rows, count, part=zero, mask=0):
             """`count` boxes of `rows` x `width` from (`row`, `col`) on, along the columns,
             each into the next strip (or 64-column atom) of the stage, from its row (strip
             of 8 rows) `part` on; multicast to the blocks of `mask`."""

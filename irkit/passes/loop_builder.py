@@ -14,6 +14,8 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     BFloat16Type,
     DictionaryAttr,
+    Float8E4M3FNType,
+    Float8E5M2Type,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -32,7 +34,7 @@ from irkit.loops import KERNEL_ATTR, VIEW_OPS
 INDEX = IndexType()
 F32 = Float32Type()
 F64 = Float64Type()
-LOW_PRECISION = (Float16Type, BFloat16Type)
+LOW_PRECISION = (Float16Type, BFloat16Type, Float8E4M3FNType, Float8E5M2Type)
 
 
 def compute_type(element_type: Attribute) -> Attribute:
@@ -114,6 +116,8 @@ class LoopBuilder:
         if value.type == to:
             return value
         width: dict[type[Attribute], int] = {
+            Float8E4M3FNType: 8,  # truncf to an 8-bit float saturates (`irkit.dtypes`)
+            Float8E5M2Type: 8,
             Float16Type: 16,
             BFloat16Type: 16,
             Float32Type: 32,
@@ -124,7 +128,7 @@ class LoopBuilder:
             return value
         if src < dst:
             return self.add(arith.ExtFOp(value, to))
-        if src == dst:  # f16 <-> bf16: through f32
+        if src == dst:  # f16 <-> bf16, f8e4m3 <-> f8e5m2: through f32
             return self.convert(self.convert(value, F32), to)
         return self.add(arith.TruncFOp(value, to))
 

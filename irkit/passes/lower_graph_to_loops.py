@@ -62,9 +62,10 @@ from irkit.loops import (
 )
 from irkit.passes.decompose_composites import DecomposeAttentionPattern, decompose
 from irkit.passes.emit_attention import FUSED_ATTR
-from irkit.passes.kernel_emitter import KernelEmitter, materialized_values
+from irkit.passes.kernel_emitter import KernelEmitter
 from irkit.passes.loop_builder import LoopBuilder, compute_type, free_after_last_use
 from irkit.passes.map_to_gpu import launch_attr
+from irkit.passes.materialize import materialized_values
 
 
 def memref_of(value: SSAValue, element_type: Attribute | None = None) -> MemRefType:

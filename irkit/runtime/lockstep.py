@@ -38,7 +38,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from irkit.dialects.cpu import PrefetchOp
 from irkit.dialects.warp import MMA_OPS, LdmatrixX4Op, ShuffleOp
-from irkit.dtypes import numpy_dtype, poisoned
+from irkit.dtypes import dtype_name, is_fp8, numpy_dtype, poisoned, to_fp8
 from irkit.ir import shape_of
 from irkit.loops import SHARED_SPACE, launch_of
 from irkit.loops.scalar_ops import numpy_ops
@@ -242,8 +242,11 @@ class LockstepInterpreter:
     @impl(arith.ExtFOp, arith.TruncFOp, arith.SIToFPOp, arith.FPToSIOp, arith.IndexCastOp,
           arith.UIToFPOp, arith.ExtSIOp, arith.ExtUIOp, arith.TruncIOp)  # fmt: skip
     def _cast(self, op: Operation, args: list[Any], mask: np.ndarray) -> Any:
+        to = op.results[0].type
+        if is_fp8(to):  # saturating, through f32 (as the printed conversions do)
+            return to_fp8(np.asarray(args[0]).astype(np.float32), dtype_name(to))
         with np.errstate(invalid="ignore"):  # a float out of an int's range: selected away
-            return np.asarray(args[0]).astype(value_dtype(op.results[0].type))
+            return np.asarray(args[0]).astype(value_dtype(to))
 
     @impl(arith.BitcastOp)
     def _bitcast(self, op: arith.BitcastOp, args: list[Any], mask: np.ndarray) -> Any:

@@ -43,6 +43,7 @@ from irkit.dialects.graph.contractions import (
     MatmulOp,
     MaxPool2dOp,
     Pool2dOp,
+    ScaledMatmulOp,
     conv_layout,
     layout_of,
     pool_dilations,
@@ -131,7 +132,7 @@ from irkit.dtypes import is_integer
 Graph = Dialect(
     "graph",
     [
-        MatmulOp, BatchMatmulOp, Conv2dOp, Im2colOp,
+        MatmulOp, BatchMatmulOp, ScaledMatmulOp, Conv2dOp, Im2colOp,
         AddOp, SubOp, MulOp, DivOp, MaxOp, MinOp, PowOp,
         NegOp, AbsOp, ReluOp, LeakyReluOp, GeluOp, SigmoidOp, TanhOp, ExpOp, LogOp, SqrtOp,
         RsqrtOp, ErfOp, SinOp, CosOp, FloorOp, CeilOp, CastOp,
@@ -170,6 +171,7 @@ __all__ = [
     "AvgPool2dOp",
     "BOOL",
     "BatchMatmulOp",
+    "ScaledMatmulOp",
     "BatchNormOp",
     "BinaryOp",
     "BroadcastToOp",

@@ -28,6 +28,7 @@ from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
 from irkit.dialects.shapes import Shape
+from irkit.dtypes import FP8_TYPES
 from irkit.limits import check_extents
 
 FLOAT_TYPES = (Float16Type, BFloat16Type, Float32Type, Float64Type)
@@ -35,15 +36,18 @@ INTEGER_WIDTHS = (1, 32, 64)
 """Integer element types graph values may have: i1 (booleans), i32 and i64."""
 Props = Mapping[str, Attribute]
 
-FLOAT, INT, BOOL = "float", "int", "bool"
+FLOAT, INT, BOOL, FP8 = "float", "int", "bool", "fp8"
 NUMERIC = frozenset({FLOAT, INT})
 ANY = frozenset({FLOAT, INT, BOOL})
 
 
 def kind_of(element_type: Attribute) -> str:
-    """ "float", "int" (i32, i64) or "bool" (i1)."""
+    """ "float", "int" (i32, i64), "bool" (i1) or "fp8" (the 8-bit float storage types,
+    which only `cast` and `scaled_matmul` take)."""
     if isinstance(element_type, IntegerType):
         return BOOL if element_type.width.data == 1 else INT
+    if isinstance(element_type, FP8_TYPES):
+        return FP8
     return FLOAT
 
 
@@ -94,14 +98,14 @@ def _tensor_types(types: Sequence[Attribute]) -> list[TensorType]:
         if not isinstance(t, TensorType):
             raise VerifyException(f"operand #{i} must be a tensor, got {t}")
         e = t.element_type
-        if not isinstance(e, FLOAT_TYPES) and not (
+        if not isinstance(e, FLOAT_TYPES + FP8_TYPES) and not (
             isinstance(e, IntegerType)
             and e.width.data in INTEGER_WIDTHS
             and e.signedness.data == Signedness.SIGNLESS
         ):
             raise VerifyException(
                 f"operand #{i} has element type {e}; "
-                "graph values are f16, bf16, f32, f64, i64, i32 or i1"
+                "graph values are f16, bf16, f32, f64, i64, i32, i1, f8e4m3 or f8e5m2"
             )
         if any(d < 0 for d in t.get_shape()):
             raise VerifyException(f"operand #{i} has a dynamic shape {t}; shapes must be static")
@@ -113,8 +117,9 @@ def require_kind(op_name: str, index: int, t: TensorType, kinds: frozenset[str])
     kind = kind_of(t.element_type)
     if kind not in kinds:
         wanted = " or ".join(sorted(kinds))
+        hint = "; an 8-bit float is a storage type: cast it to a wider float first" if kind == FP8 else ""  # fmt: skip
         raise VerifyException(
-            f"operand #{index} is {t.element_type} ({kind}); {op_name} takes {wanted} values"
+            f"operand #{index} is {t.element_type} ({kind}); {op_name} takes {wanted} values{hint}"
         )
 
 

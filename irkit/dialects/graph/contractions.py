@@ -1,4 +1,4 @@
-"""Contractions and windows: matmul, batch_matmul, conv2d, im2col, pooling."""
+"""Contractions and windows: matmul, batch_matmul, scaled_matmul, conv2d, im2col, pooling."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from xdsl.dialects.builtin import (
     I64,
     BoolAttr,
     DenseArrayBase,
+    Float32Type,
     IntegerAttr,
     StringAttr,
     TensorType,
@@ -23,7 +24,17 @@ from xdsl.irdl import (
 )
 
 from irkit.dialects import shapes
-from irkit.dialects.graph.base import GraphOp, Props, _same_dtype, int_array, int_of, ints, tensor
+from irkit.dialects.graph.base import (
+    FP8,
+    GraphOp,
+    Props,
+    _same_dtype,
+    int_array,
+    int_of,
+    ints,
+    require_kind,
+    tensor,
+)
 from irkit.dialects.shapes import ShapeError
 
 # --- contractions -------------------------------------------------------------------------
@@ -48,6 +59,45 @@ class MatmulOp(GraphOp):
         if a[1] != b[0]:
             raise ShapeError(f"matmul contraction mismatch: lhs {list(a)} vs rhs {list(b)}")
         return tensor(_same_dtype(types), (a[0], b[1]))
+
+
+@irdl_op_definition
+class ScaledMatmulOp(GraphOp):
+    """C[m, n] = (sum_k A[m, k] * B[k, n]) * scale_a * scale_b, in f32: an 8-bit float
+    matmul with per-tensor scales (torch's `_scaled_mm`). A and B are f8e4m3 or f8e5m2
+    (either, each), rank 2; the scales f32 with one element (shape [] or [1]), what A and B
+    were divided by when quantized; the products and their sum are exact in f32 up to its
+    accumulation's rounding. A cast of C to bf16 or f16 fuses into the matmul's epilogue."""
+
+    name = "graph.scaled_matmul"
+    POSITIVE_OPERANDS: ClassVar[tuple[int, ...]] = (2, 3)  # scales
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    scale_lhs = operand_def(TensorType)
+    scale_rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    assembly_format = "$lhs `,` $rhs `,` $scale_lhs `,` $scale_rhs attr-dict `:` functional-type(operands, results)"
+
+    @classmethod
+    def check_kinds(cls, types: Sequence[TensorType]) -> None:
+        require_kind(cls.name, 0, types[0], frozenset({FP8}))
+        require_kind(cls.name, 1, types[1], frozenset({FP8}))
+        for i in (2, 3):
+            t = types[i]
+            if not isinstance(t.element_type, Float32Type) or t.get_shape() not in ((), (1,)):
+                raise ShapeError(
+                    f"{cls.name}'s operand #{i} is a scale: f32 with one element (shape [] or "
+                    f"[1]), got {t}"
+                )
+
+    @classmethod
+    def infer(cls, types: Sequence[TensorType], props: Props) -> TensorType:
+        a, b = (t.get_shape() for t in types[:2])
+        if len(a) != 2 or len(b) != 2:
+            raise ShapeError(f"scaled_matmul takes rank-2 operands, got {list(a)} and {list(b)}")
+        if a[1] != b[0]:
+            raise ShapeError(f"scaled_matmul contraction mismatch: lhs {list(a)} vs rhs {list(b)}")
+        return tensor(Float32Type(), (a[0], b[1]))
 
 
 @irdl_op_definition

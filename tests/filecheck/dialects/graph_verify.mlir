@@ -25,7 +25,7 @@ func.func @f(%x: tensor<4x8xi32>) -> tensor<4x8xi32> {
 // -----
 func.func @f(%x: tensor<4x8xi16>) -> tensor<4x8xi16> {
   %0 = graph.relu %x : tensor<4x8xi16>
-// CHECK: graph_verify.mlir:[[# @LINE - 1]]:3: error: graph.relu: operand #0 has element type i16; graph values are f16, bf16, f32, f64, i64, i32 or i1
+// CHECK: graph_verify.mlir:[[# @LINE - 1]]:3: error: graph.relu: operand #0 has element type i16; graph values are f16, bf16, f32, f64, i64, i32, i1, f8e4m3 or f8e5m2
   func.return %0 : tensor<4x8xi16>
 }
 
