@@ -146,6 +146,16 @@ def matmul_case(draw, op: str) -> str:
 
 
 @st.composite
+def scaled_matmul_case(draw, op: str) -> str:
+    """8-bit operands of either format on either side, the scales of shape [] or [1]."""
+    m, k, n = draw(DIM), draw(DIM), draw(DIM)
+    formats = st.sampled_from(["f8e4m3", "f8e5m2"])
+    types = {"x": draw(formats), "z": draw(formats)}
+    inputs = {"x": [m, k], "z": [k, n], "s": draw(st.sampled_from([[], [1]])), "t": [1]}
+    return model(inputs, "scaled_matmul(x, z, s, t)", "f32", types)
+
+
+@st.composite
 def attention_case(draw, op: str) -> str:
     """Heads grouped 1, 2 or all to a key/value head; causal or not; an additive mask,
     broadcast over the heads, or none."""
@@ -393,6 +403,7 @@ STRATEGIES = {
     "batch_norm": batch_norm_case,
     "matmul": matmul_case,
     "batch_matmul": matmul_case,
+    "scaled_matmul": scaled_matmul_case,
     "attention": attention_case,
     "conv2d": conv2d_case,
     "im2col": im2col_case,

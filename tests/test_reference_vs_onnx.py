@@ -42,6 +42,14 @@ X, XZ, IMG = {"x": [3, 4]}, {"x": [3, 4], "z": [4]}, {"x": [2, 4, 9, 9]}
 CASES = [
     Case("matmul", "matmul(x, z)", {"x": [3, 5], "z": [5, 4]}, [node("MatMul", ["x", "z"])]),
     Case("batch_matmul", "batch_matmul(x, z)", {"x": [2, 1, 3, 5], "z": [4, 5, 2]}, [node("MatMul", ["x", "z"])]),
+    Case(  # 8-bit operands widened by Cast, the product scaled
+        "scaled_matmul", "scaled_matmul(x, z, s, t)", {"x": [3, 5], "z": [5, 4], "s": [], "t": [1]},
+        [helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+         helper.make_node("Cast", ["z"], ["zf"], to=TensorProto.FLOAT),
+         helper.make_node("MatMul", ["xf", "zf"], ["p"]), helper.make_node("Mul", ["p", "s"], ["q"]),
+         node("Mul", ["q", "t"])],
+        types={"x": "f8e4m3", "z": "f8e5m2"},
+    ),
     Case(
         "conv2d", "conv2d(x, w, strides=[2, 1], padding=[1, 0, 2, 1], dilations=[1, 2], groups=2)",
         {"x": [2, 4, 9, 9], "w": [6, 2, 3, 3]},
@@ -161,6 +169,8 @@ def _graph_source(case: Case) -> str:
 
 ONNX_TYPES = {
     "f32": TensorProto.FLOAT,
+    "f8e4m3": TensorProto.FLOAT8E4M3FN,
+    "f8e5m2": TensorProto.FLOAT8E5M2,
     "i64": TensorProto.INT64,
     "i32": TensorProto.INT32,
     "i1": TensorProto.BOOL,
