@@ -308,8 +308,15 @@ class _TiledKernel:
         # wgmma's tiles: "swizzled" (128-byte rows) or "strips" of core matrices (TMA boxes),
         # else "cores" (cp.async; `irkit.dialects.warp_async.wgmma_element`)
         self.layout = "swizzled" if tile.tma_swizzled else "strips" if tile.tma else "cores"
-        # setmaxnreg shares the register pool ptxas sizes from __launch_bounds__(threads, 1)
-        self.min_blocks = self.o.min_blocks or int(self.specialized)
+        # setmaxnreg shares the register pool ptxas sizes from __launch_bounds__(threads, 1).
+        # A grid of at most `sms` blocks (one an SM, one wave) gains nothing from a second
+        # block an SM, yet under __launch_bounds__(threads) alone ptxas 13.5 keeps registers
+        # for more: swin's 1024 x 32 x 32 tiles (8 blocks) took 40 registers and spilled
+        # (8 stores on sm_80), 64 and none with (threads, 1); its K = 12 bf16 tile, 96 and 4
+        # stores on sm_90, 164 and none. Larger grids keep the bound they had (4096^3 f16 at
+        # (256, 1) took 148 registers instead of 123: one block an SM instead of two).
+        one_wave = tile.blocks <= self.o.sms
+        self.min_blocks = self.o.min_blocks or int(self.specialized or one_wave)
 
     def _thread_tile(self, b: GpuBuilder, tid: SSAValue) -> tuple[list[SSAValue], list[SSAValue]]:
         """The first row (column) of each of this thread's groups in the block tile: groups
