@@ -192,3 +192,44 @@ def test_an_example_model_in_fp8_runs(tmp_path) -> None:
         cwd=ROOT,
     )
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def _onnx_fp8(tmp_path, saturate: int = 1):
+    """x cast to e4m3 and back, times an e4m3 initializer widened by Cast (an exported
+    weight-only fp8 Linear)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(0).uniform(-1, 1, (16, 8)).astype(ml_dtypes.float8_e4m3fn)
+    nodes = [
+        helper.make_node("Cast", ["x"], ["x8"], to=TensorProto.FLOAT8E4M3FN, saturate=saturate),
+        helper.make_node("Cast", ["x8"], ["xf"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["w"], ["wf"], to=TensorProto.FLOAT),
+        helper.make_node("MatMul", ["xf", "wf"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], [numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    path = tmp_path / "f8.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def test_onnx_fp8_casts_and_initializers_import_and_match_onnxruntime(tmp_path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    path = _onnx_fp8(tmp_path)
+    module = irkit.load(str(path))
+    x = np.random.default_rng(1).uniform(-2, 2, (4, 16)).astype(np.float32)
+    want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    for backend in ("cpu", "cuda-host"):
+        got = irkit.compile(module, BACKENDS[backend], backend)(x)[0]
+        np.testing.assert_array_equal(got, want)
+
+
+def test_onnx_cast_without_saturation_is_refused_in_one_line(tmp_path) -> None:
+    path = _onnx_fp8(tmp_path, saturate=0)
+    run = subprocess.run(["irkit-opt", str(path)], capture_output=True, text=True, check=False)
+    assert run.returncode != 0 and "saturate=0" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr

@@ -364,7 +364,8 @@ def _shape_op(node: onnx.NodeProto, shape: np.ndarray) -> np.ndarray:
 _ARRAY_DTYPES = {
     "float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int64": "i64",
     "int32": "i32", "bool": "i1", "int8": "i32", "int16": "i32", "uint8": "i32",
-    "uint16": "i32", "uint32": "i64", "uint64": "i64",
+    "uint16": "i32", "uint32": "i64", "uint64": "i64", "float8_e4m3fn": "f8e4m3",
+    "float8_e5m2": "f8e5m2",
 }  # fmt: skip
 """The graph type a constant of each numpy type becomes (narrow integers widen exactly)."""
 

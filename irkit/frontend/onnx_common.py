@@ -23,6 +23,8 @@ ONNX_DTYPES: dict[int, str] = {  # element types irkit imports
     TensorProto.INT64: "i64",
     TensorProto.INT32: "i32",
     TensorProto.BOOL: "i1",
+    TensorProto.FLOAT8E4M3FN: "f8e4m3",  # 8-bit storage types: Cast and irkit's scaled_matmul
+    TensorProto.FLOAT8E5M2: "f8e5m2",
 }
 
 Converter = Callable[["OnnxImporter", onnx.NodeProto], list[SSAValue]]

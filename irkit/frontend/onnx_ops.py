@@ -91,8 +91,10 @@ def _cast(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     if to not in ONNX_DTYPES:
         raise im.unsupported(
             f"casting to {onnx.TensorProto.DataType.Name(to)} "
-            "(irkit's element types: f16, bf16, f32, f64, i64, i32, bool)"
+            "(irkit's element types: f16, bf16, f32, f64, i64, i32, bool, f8e4m3, f8e5m2)"
         )
+    if ONNX_DTYPES[to].startswith("f8") and attrs(node).get("saturate", 1) == 0:
+        raise im.unsupported("Cast to an 8-bit float with saturate=0 (irkit's cast saturates)")
     return [im.add_op(g.CastOp.build_to(x, DTYPES[ONNX_DTYPES[to]]))]
 
 
@@ -553,7 +555,7 @@ LIMITS: dict[str, str] = {
     "Dropout": "inference: identity; mask output unused",
     "Slice": "constant starts/ends/axes/steps; positive steps; a non-empty result (irkit has no empty tensors)",
     "Reshape": "constant shape; 0 and -1 rules, allowzero",
-    "Cast": "to f16, bf16, f32, f64, i64, i32, bool (float to integer saturating, NaN to 0)",
+    "Cast": "to f16, bf16, f32, f64, i64, i32, bool, FLOAT8E4M3FN, FLOAT8E5M2 (float to integer saturating, NaN to 0; to 8 bits saturating, saturate=0 refused)",
     "MatMul": "any ranks (1-D operands promoted and squeezed)",
     "Softmax": "opset < 13 flattening semantics and opset >= 13 single-axis",
     "ReduceSum": "axes as attribute or input; noop_with_empty_axes",
