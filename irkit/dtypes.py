@@ -14,7 +14,7 @@ arithmetic. A cast to one rounds to nearest even and saturates to its largest fi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import ml_dtypes
 import numpy as np
@@ -61,8 +61,19 @@ NUMPY: dict[str, np.dtype] = {
 FLOAT_NAMES = ("f16", "bf16", "f32", "f64")
 FP8_NAMES = ("f8e4m3", "f8e5m2")
 FP8_TYPES = (Float8E4M3FNType, Float8E5M2Type)
-FP8_MAX = {"f8e4m3": 448.0, "f8e5m2": 57344.0}
-"""The largest finite value of each 8-bit float: where a cast to it saturates."""
+
+
+class Fp8Format(NamedTuple):
+    """An 8-bit float's layout, as the backends' conversions take it."""
+
+    mantissa: int  # mantissa bits (the exponent has the other 7 - mantissa)
+    bias: int  # exponent bias
+    largest: float  # the largest finite value: where a cast to the type saturates
+    nan: int  # the byte a cast of NaN gives
+
+
+FP8_FORMATS = {"f8e4m3": Fp8Format(3, 7, 448.0, 0x7F), "f8e5m2": Fp8Format(2, 15, 57344.0, 0x7E)}
+FP8_MAX = {name: f.largest for name, f in FP8_FORMATS.items()}
 
 
 def is_fp8(element_type: Attribute) -> bool:

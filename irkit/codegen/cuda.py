@@ -53,7 +53,7 @@ from irkit.dialects.warp_async import (
     WgmmaWaitOp,
 )
 from irkit.dialects.warp_tma import TMA_OPS, TensorMap, TmaLoadOp, tensor_maps
-from irkit.dtypes import dtype_name, is_fp8, numpy_dtype, to_fp8
+from irkit.dtypes import FP8_FORMATS, dtype_name, is_fp8, numpy_dtype, to_fp8
 from irkit.errors import IrkitError
 from irkit.ir import shape_of
 from irkit.loops import (
@@ -1125,13 +1125,13 @@ __device__ __forceinline__ unsigned char irkit_float_to_f8(float f, unsigned mbi
   }
   return (unsigned char)(sign | out);
 }
-__device__ __forceinline__ unsigned char irkit_float_to_f8e4m3(float f) {
-  return irkit_float_to_f8(f, 3u, 7u, 0x43e00000u, 0x7fu);  // 448
-}
-__device__ __forceinline__ unsigned char irkit_float_to_f8e5m2(float f) {
-  return irkit_float_to_f8(f, 2u, 15u, 0x47600000u, 0x7eu);  // 57344
-}
-"""
+""" + "".join(
+    f"__device__ __forceinline__ unsigned char irkit_float_to_{name}(float f) {{\n"
+    f"  return irkit_float_to_f8(f, {f.mantissa}u, {f.bias}u, "
+    f"0x{int(np.float32(f.largest).view(np.uint32)):08x}u, 0x{f.nan:02x}u);  // {f.largest:g}\n"
+    "}\n"
+    for name, f in FP8_FORMATS.items()
+)
 """The 8-bit float conversions, portable C for NVRTC and the host alike (a kernel converts
 its operands once, as it loads them; sm_89's cvt instructions are left for the tensor-core
 path that reads them unconverted)."""

@@ -33,7 +33,7 @@ from xdsl.ir import Attribute, Operation
 
 from irkit.dialects.cpu import PrefetchOp
 from irkit.dialects.math_ext import LdexpOp
-from irkit.dtypes import dtype_name, is_fp8, to_fp8
+from irkit.dtypes import FP8_FORMATS, dtype_name, is_fp8, to_fp8
 from irkit.errors import IrkitError
 from irkit.loops import (
     KERNEL_ATTR,
@@ -211,10 +211,6 @@ def fp8_bits(x: float, t: Attribute) -> int:
     return int(to_fp8(np.array([x]), dtype_name(t)).view(np.uint8)[0])
 
 
-FP8_FORMATS = {"f8e4m3": (3, 7, 0x43E00000, 0x7F), "f8e5m2": (2, 15, 0x47600000, 0x7E)}
-"""Mantissa bits, exponent bias, the f32 bits of the largest finite value, and a NaN."""
-
-
 def _fp8_to_f32(b: ll.IRBuilder, v: ll.Value, t: Attribute) -> ll.Value:
     """An 8-bit float's byte `v` widened to f32, exactly (the CUDA prelude's helpers)."""
     mbits, bias, _, _ = FP8_FORMATS[dtype_name(t)]
@@ -247,7 +243,8 @@ def _fp8_to_f32(b: ll.IRBuilder, v: ll.Value, t: Attribute) -> ll.Value:
 def _f32_to_fp8(b: ll.IRBuilder, x: ll.Value, t: Attribute) -> ll.Value:
     """f32 `x` narrowed to 8-bit float `t`: to nearest even, saturating, NaN kept (the
     CUDA prelude's `irkit_float_to_f8`)."""
-    mbits, bias, largest, nan = FP8_FORMATS[dtype_name(t)]
+    mbits, bias, top, nan = FP8_FORMATS[dtype_name(t)]
+    largest = int(np.float32(top).view(np.uint32))
     c = lambda n: ll.Constant(I32, n)  # noqa: E731
     bits = b.bitcast(x, I32)
     sign = b.and_(b.lshr(bits, c(24)), c(0x80))

@@ -302,8 +302,7 @@ class _TiledKernel:
         self.persistent = tile.persistent
         # clusters (`cluster-m`): each block's C tile is row `rank` of its cluster's tile rows;
         # `units`, the tiles (or clusters' tiles) a batch entry has
-        self.cluster = tile.cluster
-        self.units = tile.cluster_tiles if self.cluster > 1 else tile.tiles
+        self.cluster, self.units = tile.cluster, tile.cluster_tiles
         self.rank: SSAValue | None = None
         # wgmma's tiles: "swizzled" (128-byte rows) or "strips" of core matrices (TMA boxes),
         # else "cores" (cp.async; `irkit.dialects.warp_async.wgmma_element`)

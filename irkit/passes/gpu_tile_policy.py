@@ -125,8 +125,9 @@ class GpuTile:
     """With `specialized`: blocks a cluster (`cluster-m`), on consecutive tile rows of one
     tile column, each loading 1/cluster of B's tile and multicasting it to the others."""
     cluster_tiles: int = 0
-    """With `cluster` > 1: the clusters' tiles per batch entry (tile rows in groups of
-    `cluster`, times tile columns)."""
+    """C tiles per batch entry as the grid counts them: tile rows in groups of `cluster` (a
+    phantom row past M's in a short last group), times tile columns; `tiles` without
+    clusters."""
 
     @property
     def pairs(self) -> bool:
@@ -156,14 +157,12 @@ class GpuTile:
 
     @property
     def blocks(self) -> int:
-        """The grid: C tiles, times k ranges, times batch entries; persistent, at most
-        `sms` blocks, each looping over tiles."""
-        if self.cluster > 1:  # whole clusters, a C tile a block (a phantom past M's tiles)
-            total = self.cluster * self.cluster_tiles * self.batches
-            sms = self.options.sms // self.cluster * self.cluster
-            return min(total, sms) if self.persistent else total
-        total = self.tiles * self.splits * self.batches
-        return min(total, self.options.sms) if self.persistent else total
+        """The grid: C tiles (whole clusters' rows of them), times k ranges, times batch
+        entries; persistent, at most `sms` blocks (whole clusters), each looping over
+        tiles."""
+        total = self.cluster * self.cluster_tiles * self.splits * self.batches
+        sms = self.options.sms // self.cluster * self.cluster  # whole clusters
+        return min(total, sms) if self.persistent else total
 
 
 def gpu_tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
