@@ -566,21 +566,16 @@ inline int launch(const unsigned* geometry, int fibers, void (*fn)(void*), void*
 }  // namespace irkit_host
 
 namespace irkit_host {
-inline void barrier(int line) {
+// the calling thread waits at the block's barrier on `line` (AT_BARRIER) or the cluster's
+// (AT_CLUSTER) until the scheduler lets every thread of the block (cluster) pass it
+inline void wait_at(State state, int line) {
   if (!in_fiber) { stray_barrier = true; return; }
-  current->state = AT_BARRIER;
+  current->state = state;
   current->barrier = line;
   fiber_yield();
 }
-}  // namespace irkit_host
-
-namespace irkit_host {
-inline void cluster_barrier(int line) {
-  if (!in_fiber) { stray_barrier = true; return; }
-  current->state = AT_CLUSTER;
-  current->barrier = line;
-  fiber_yield();
-}
+inline void barrier(int line) { wait_at(AT_BARRIER, line); }
+inline void cluster_barrier(int line) { wait_at(AT_CLUSTER, line); }
 }  // namespace irkit_host
 
 // the call site's line tells the barriers of a kernel apart (the printer puts one per line)
