@@ -59,12 +59,15 @@ def _sass(dtype: str, options: str, arch: str, tmp_path: Path) -> tuple[Counter,
     compiled = compile_cuda(kernel_source(module, fn), fn.sym_name.data, arch)
     cubin = tmp_path / f"{arch}.cubin"
     cubin.write_bytes(compiled.cubin)
-    text = _disassemble(cubin)
-    # (`@!PT` marks an instruction never executed: ptxas's padding beside LDGDEPBAR)
-    ops = Counter(
+    return _opcodes(_disassemble(cubin)), compiled.resources.__dict__
+
+
+def _opcodes(text: str) -> Counter:
+    """The opcodes of disassembled SASS, counted (`@!PT` marks an instruction never
+    executed: ptxas's padding beside LDGDEPBAR)."""
+    return Counter(
         re.findall(r"/\*[0-9a-f]{4}\*/\s+(?!@!PT)(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", text)
     )
-    return ops, compiled.resources.__dict__
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

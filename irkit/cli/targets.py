@@ -99,8 +99,8 @@ class ResourcesTarget(Target):
     """Per GPU kernel and architecture ($IRKIT_CUDA_ARCH, comma-separated; default sm_80 and
     sm_90): ptxas's registers, spills, stack and shared memory, and the theoretical
     occupancy and waves they allow (`irkit.codegen.occupancy`). A kernel with Hopper-only
-    instructions (wgmma) is built for sm_90a where sm_90 is asked, and not for the others
-    (a line says so)."""
+    instructions (wgmma) is built for sm_90a where sm_90 is asked, and not for the others;
+    one with 8-bit mma.sync not for those before sm_89 (a line says so)."""
 
     name = "resources"
 
@@ -108,7 +108,7 @@ class ResourcesTarget(Target):
         import os
 
         from irkit.codegen.cuda import gpu_kernels, kernel_source
-        from irkit.codegen.nvrtc import ARCH_SPECIFIC, compile_cuda
+        from irkit.codegen.nvrtc import compile_cuda, unbuildable
         from irkit.codegen.occupancy import occupancy
         from irkit.loops import Launch, launch_of
 
@@ -118,8 +118,9 @@ class ResourcesTarget(Target):
             name, launch = fn.sym_name.data, launch_of(fn) or Launch()
             source = kernel_source(module, fn)
             for arch in archs:
-                if ARCH_SPECIFIC in source and not arch.startswith("sm_90"):
-                    output.write(f"{name} {arch}: not built (wgmma needs sm_90a)\n")
+                why = unbuildable(source, arch)
+                if why is not None:
+                    output.write(f"{name} {arch}: not built ({why})\n")
                     continue
                 compiled = compile_cuda(source, name, arch)
                 r, arch = compiled.resources, compiled.arch

@@ -41,7 +41,14 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from irkit.codegen import cuda_tma, cuda_wgmma
 from irkit.dialects.cpu import PrefetchOp
-from irkit.dialects.warp import MMA_OPS, LdmatrixX4Op, MmaM16n8k16Op, ShuffleModeEnum, ShuffleOp
+from irkit.dialects.warp import (
+    MMA_OPS,
+    LdmatrixX4Op,
+    MmaM16n8k16Op,
+    MmaM16n8k32F8Op,
+    ShuffleModeEnum,
+    ShuffleOp,
+)
 from irkit.dialects.warp_async import (
     ASYNC_COPY_OPS,
     CpAsyncCommitOp,
@@ -474,10 +481,12 @@ __device__ __forceinline__ double irkit_rsqrt(double a) { return 1.0 / sqrt(a); 
         ("f32", 4): "float4", ("f32", 2): "float2", ("f64", 2): "double2",
         ("f16", 2): "irkit_f16x2", ("f16", 8): "irkit_f16x8",
         ("bf16", 2): "irkit_bf16x2", ("bf16", 8): "irkit_bf16x8",
+        ("f8E4M3FN", 4): "irkit_f8x4", ("f8E5M2", 4): "irkit_f8x4",
     }  # fmt: skip
     """CUDA's built-in vector types for the vectors irkit's GPU passes build (16-byte and
     8-byte accesses), components `.x .y .z .w`; and the prelude's for f16 and bf16 (a pair
-    is one 32-bit register of an mma, 8 are a 16-byte access), components `.v[i]`."""
+    is one 32-bit register of an mma, 8 are a 16-byte access; 4 bytes of an 8-bit float, one
+    register), components `.v[i]`."""
 
     def component(self, t: Attribute, i: int) -> str:
         """Component `i` of a vector of type `t`, as CUDA C spells it."""
@@ -886,7 +895,41 @@ def _mma_function(op: Operation) -> str:
     """The prelude helper an mma op is printed as."""
     if isinstance(op, MmaM16n8k16Op):
         return f"irkit_mma_m16n8k16_{op.narrow_type}"
+    if isinstance(op, MmaM16n8k32F8Op):
+        return "irkit_mma_m16n8k32_{}_{}".format(*op.formats)
     return "irkit_mma_m16n8k8_tf32"
+
+
+def _fp8_mma_helper(function: str) -> str:
+    """`irkit_mma_m16n8k32_<a>_<b>`: PTX's 8-bit mma.sync (sm_89 and later) on a lane's
+    registers as they are; on cuda-host, the 24 bytes widened (the prelude's conversions)
+    and multiplied by the header's emulation, `irkit_host::mma_k32`."""
+    fa, fb = function.split("_")[-2:]
+    a = ", ".join(f"irkit_f8x4 a{i}" for i in range(4))
+    b = ", ".join(f"irkit_f8x4 b{i}" for i in range(2))
+    c = ", ".join(f"float c{i}" for i in range(4))
+    d = ", ".join(f"float* d{i}" for i in range(4))
+    signature = f"void {function}({a}, {b}, {c}, {d})"
+    regs = ", ".join(f'"r"(*reinterpret_cast<const unsigned*>(&{x}{i}))'
+                     for x, n in (("a", 4), ("b", 2)) for i in range(n))  # fmt: skip
+    return (
+        "#ifdef IRKIT_CUDA_HOST\n"
+        f"inline {signature} {{\n"
+        "  const irkit_f8x4 ar[4] = {a0, a1, a2, a3}, br[2] = {b0, b1};\n"
+        "  float a[16], b[8], d[4];\n"
+        "  const float c[4] = {c0, c1, c2, c3};\n"
+        f"  for (int i = 0; i < 16; i++) a[i] = irkit_f8{fa}_to_float(ar[i / 4].v[i % 4]);\n"
+        f"  for (int i = 0; i < 8; i++) b[i] = irkit_f8{fb}_to_float(br[i / 4].v[i % 4]);\n"
+        "  irkit_host::mma_k32(a, b, c, d, __LINE__);\n"
+        "  *d0 = d[0]; *d1 = d[1]; *d2 = d[2]; *d3 = d[3];\n"
+        "}\n#else\n"
+        f"__device__ __forceinline__ {signature} {{\n"
+        f'  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.{fa}.{fb}.f32 '
+        '{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\\n"\n'
+        '      : "=f"(*d0), "=f"(*d1), "=f"(*d2), "=f"(*d3)\n'
+        f'      : {regs}, "f"(c0), "f"(c1), "f"(c2), "f"(c3));\n'
+        "}\n#endif\n"
+    )
 
 
 TF32_HELPER = """\
@@ -902,8 +945,9 @@ __device__ __forceinline__ void irkit_mma_m16n8k8_tf32(float a0, float a1, float
 """`irkit_mma_m16n8k8_tf32`: PTX's TF32 mma.sync, each input rounded by cvt.rna.tf32.f32."""
 
 
-NARROW_C_TYPES = {"f16": "__half", "bf16": "__nv_bfloat16"}
-"""The CUDA C type of each narrow element type the tensor-core helpers take."""
+NARROW_C_TYPES = {"f16": "__half", "bf16": "__nv_bfloat16", "f8": "unsigned char"}
+"""The CUDA C type of each narrow element type the tensor-core helpers take (either 8-bit
+format is its bytes)."""
 
 
 def _register_pairs(op: Operation) -> list[SSAValue] | None:
@@ -987,7 +1031,7 @@ def _ldmatrix_helper(kind: str) -> str:
     kept from a host build, whose header has its own."""
     element, _, rest = kind.partition("_")
     t = NARROW_C_TYPES[element]
-    pair = f"irkit_{element}x2"
+    pair = "irkit_f8x4" if element == "f8" else f"irkit_{element}x2"
     modifier = ".trans" if "trans" in rest else ""
     outs = ", ".join(f'"=r"(*reinterpret_cast<unsigned*>(d{j}))' for j in range(4))
     if rest.endswith("sw"):  # a swizzled tile: each lane's row address through the swizzle
@@ -1061,9 +1105,17 @@ def _prelude(kernels: list[func.FuncOp]) -> str:
     functions = sorted(
         {_mma_function(op) for fn in kernels for op in fn.walk() if isinstance(op, MMA_OPS)}
     )
-    helpers = "".join(
-        TF32_HELPER if f.endswith("tf32") else _mma_helper(f.rsplit("_", 1)[1]) for f in functions
-    )
+    ops = [op for fn in kernels for op in fn.walk()]
+    helpers = ""
+    values = [v.type for op in ops for v in [*op.results, *op.operands]]
+    if any(is_fp8(t.element_type if isinstance(t, VectorType) else t) for t in values):
+        helpers += FP8_HELPERS  # first: the 8-bit mma and ldmatrix helpers use them
+    helpers += "".join(
+        TF32_HELPER if f.endswith("tf32")
+        else _fp8_mma_helper(f) if "k32" in f
+        else _mma_helper(f.rsplit("_", 1)[1])
+        for f in functions
+    )  # fmt: skip
     loads = sorted(
         {_ldmatrix_kind(op) for fn in kernels for op in fn.walk() if isinstance(op, LdmatrixX4Op)}
     )
@@ -1072,19 +1124,19 @@ def _prelude(kernels: list[func.FuncOp]) -> str:
     helpers += "".join(_ldmatrix_helper(kind) for kind in loads)
     if any(isinstance(op, ASYNC_COPY_OPS) for fn in kernels for op in fn.walk()):
         helpers += ASYNC_COPY_HELPERS
-    ops = [op for fn in kernels for op in fn.walk()]
     wgmma = sorted({cuda_wgmma.helper_name(op) for op in ops if isinstance(op, WgmmaOp)})
     if wgmma:
         helpers += cuda_wgmma.COMMON_HELPERS + "".join(cuda_wgmma.helper(n) for n in wgmma)
     helpers += cuda_tma.prelude(ops)
-    if any(is_fp8(v.type) for op in ops for v in [*op.results, *op.operands]):
-        helpers += FP8_HELPERS
     return (CudaPrinter.HALF_HEADERS if narrow else "") + CudaPrinter.PRELUDE + helpers
 
 
 FP8_HELPERS = """\
 // 8-bit floats (irkit.dtypes): held as bytes, widened exactly and narrowed to nearest even,
 // saturating to the largest finite value (cvt.rn.satfinite's meaning), NaN kept
+#ifndef IRKIT_CUDA_HOST  // cuda-host's header has it
+struct __align__(4) irkit_f8x4 { unsigned char v[4]; };  // one register of an 8-bit mma
+#endif
 __device__ __forceinline__ float irkit_f8e4m3_to_float(unsigned char v) {
   const unsigned e = (v >> 3) & 15u, m = v & 7u;
   float x;

@@ -175,6 +175,18 @@ def _error_line(log: str, source: str, name: str) -> str:
 
 ARCH_SPECIFIC = "wgmma.mma_async"
 """Source holding this needs the architecture-specific target (sm_90a, not sm_90)."""
+EIGHT_BIT_MMA = "mma.sync.aligned.m16n8k32.row.col.f32.e"
+"""Source holding this (an 8-bit float mma.sync) needs sm_89 or later."""
+
+
+def unbuildable(source: str, arch: str) -> str | None:
+    """Why `source` cannot be built for `arch` (wgmma needs sm_90a, 8-bit mma.sync sm_89 or
+    later), or None."""
+    if ARCH_SPECIFIC in source and not arch.startswith("sm_90"):
+        return "wgmma needs sm_90a"
+    if EIGHT_BIT_MMA in source and arch in ("sm_75", "sm_80", "sm_86", "sm_87"):
+        return "8-bit mma.sync needs sm_89 or later (gpu-tile-matmul{tensor-cores=false} leaves 8-bit matmuls off the tensor cores)"
+    return None
 
 
 def compile_cuda(
@@ -190,6 +202,9 @@ def compile_cuda(
         arch = "sm_90a"
     if arch not in ARCH_LIMITS:
         raise IrkitError(f"unsupported architecture '{arch}'; choose from {', '.join(ARCH_LIMITS)}")
+    why = unbuildable(source, arch)
+    if why is not None:
+        raise IrkitError(f"cannot compile {name} for {arch}: {why}")
     version = nvrtc_version()
     options = options_for(arch, source, extra)
     key = hashlib.sha256(json.dumps([source, options, version, arch, name]).encode()).hexdigest()[

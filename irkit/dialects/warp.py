@@ -19,6 +19,18 @@ each input rounded to 10 mantissa bits, to nearest with ties away from zero, as 
     B operand i (0..1):  row (k) t + 4 * i,   column (n) g
     C operand / D result: as above
 
+`irkit_warp.mma_m16n8k32_f8`: the same for 8-bit floats (sm_89 and later), A 16x32 and B
+32x8, each of f8e4m3 or f8e5m2 (A's and B's formats may differ), PTX's
+`mma.sync.aligned.m16n8k32.row.col.f32.{e4m3,e5m2}.{e4m3,e5m2}.f32`. A lane's operands are
+its registers: 4 of A and 2 of B, each a `vector<4xf8>` (value i of a lane's A is element
+i % 4 of register i // 4):
+
+    A value i (0..15):  row g + 8 * (i // 4 % 2),   column 4t + i % 4 + 16 * (i // 8)
+    B value i (0..7):   row (k) 4t + i % 4 + 16 * (i // 4),   column (n) g
+
+Byte for byte these are m16n8k16's fragments (a register holds the same 4 bytes of the
+same row), so ldmatrix loads them unchanged.
+
 Every lane of the warp must execute them together (no divergence), as on the GPU. They are
 printed as calls of `irkit_mma_<shape>_<type>` (inline PTX on the GPU, an emulation through
 the fiber scheduler on `cuda-host`), and interpreted by lockstep over whole warps.
@@ -50,6 +62,8 @@ from typing import ClassVar
 from xdsl.dialects.builtin import (
     BFloat16Type,
     DenseArrayBase,
+    Float8E4M3FNType,
+    Float8E5M2Type,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -107,6 +121,26 @@ def a_coordinates_tf32(lane: int, i: int) -> tuple[int, int]:
 def b_coordinates_tf32(lane: int, i: int) -> tuple[int, int]:
     g, t = divmod(lane, 4)
     return t + 4 * i, g
+
+
+def a_coordinates_f8(lane: int, i: int) -> tuple[int, int]:
+    g, t = divmod(lane, 4)
+    return g + 8 * (i // 4 % 2), 4 * t + i % 4 + 16 * (i // 8)
+
+
+def b_coordinates_f8(lane: int, i: int) -> tuple[int, int]:
+    g, t = divmod(lane, 4)
+    return 4 * t + i % 4 + 16 * (i // 4), g
+
+
+FP8_MMA_NAMES = {Float8E4M3FNType: "e4m3", Float8E5M2Type: "e5m2"}
+"""PTX's names of the 8-bit formats."""
+
+
+def per_register(element_type: Attribute) -> int:
+    """Values of `element_type` in one 32-bit register (ldmatrix's result per matrix): 2 of
+    f16 or bf16, 4 of an 8-bit float."""
+    return 4 if isinstance(element_type, Float8E4M3FNType | Float8E5M2Type) else 2
 
 
 def round_tf32(x):
@@ -184,10 +218,48 @@ class MmaM16n8k8Tf32Op(IRDLOperation):
 
 
 @irdl_op_definition
+class MmaM16n8k32F8Op(IRDLOperation):
+    """A warp's m16n8k32 8-bit-float multiply-accumulate (see the module docstring):
+    operands a0..a3 (`vector<4xf8>`, one format), b0..b1 (`vector<4xf8>`, one format), c0..c3
+    (f32); results d0..d3 (f32)."""
+
+    name = "irkit_warp.mma_m16n8k32_f8"
+
+    inputs = var_operand_def()
+    outputs = var_result_def()
+
+    def __init__(self, a: list[SSAValue], b: list[SSAValue], c: list[SSAValue]):
+        super().__init__(operands=[[*a, *b, *c]], result_types=[[Float32Type()] * C_COUNT])
+
+    @property
+    def formats(self) -> tuple[str, str]:
+        """PTX's names of A's and B's formats ("e4m3" or "e5m2")."""
+        a, b = (self.inputs[i].type for i in (0, 4))
+        assert isinstance(a, VectorType) and isinstance(b, VectorType)
+        return FP8_MMA_NAMES[type(a.element_type)], FP8_MMA_NAMES[type(b.element_type)]
+
+    def verify_(self) -> None:
+        if len(self.inputs) != 4 + 2 + C_COUNT or len(self.outputs) != C_COUNT:
+            raise VerifyException(f"{self.name} takes 4 + 2 + 4 operands and gives 4 results")
+        for part in (self.inputs[:4], self.inputs[4:6]):
+            kinds = {v.type for v in part}
+            t = next(iter(kinds))
+            if len(kinds) != 1 or not (
+                isinstance(t, VectorType)
+                and t.get_shape() == (4,)
+                and type(t.element_type) in FP8_MMA_NAMES
+            ):
+                raise VerifyException("A's and B's registers are vector<4xf8>, one format each")
+        if any(not isinstance(v.type, Float32Type) for v in [*self.inputs[6:], *self.outputs]):
+            raise VerifyException("C and D are f32")
+
+
+@irdl_op_definition
 class LdmatrixX4Op(IRDLOperation):
-    """A warp's four 8 x 8 matrices of f16 or bf16 from a shared buffer (see the module
-    docstring): operands the buffer and the warp-uniform base indices; `offsets` matrix j's
-    origin as (row, column) pairs; results four `vector<2xT>`, lane l's pair of each."""
+    """A warp's four 8 x 8 matrices of f16 or bf16 (8 x 16 of an 8-bit float) from a
+    shared buffer (see the module docstring): operands the buffer and the warp-uniform base
+    indices; `offsets` matrix j's origin as (row, column) pairs; results four
+    `vector<2xT>` (`vector<4xT>`), lane l's register of each."""
 
     name = "irkit_warp.ldmatrix_x4"
 
@@ -217,7 +289,7 @@ class LdmatrixX4Op(IRDLOperation):
         super().__init__(
             operands=[source, indices],
             properties=properties,
-            result_types=[[VectorType(t.element_type, [2])] * 4],
+            result_types=[[VectorType(t.element_type, [per_register(t.element_type)])] * 4],
         )
 
     def lane_elements(self, lane, j: int, q: int):
@@ -226,13 +298,24 @@ class LdmatrixX4Op(IRDLOperation):
         row, column = self.origins[j]
         if self.transpose is not None:
             return row + 2 * (lane % 4) + q, column + lane // 4
-        return row + lane // 4, column + 2 * (lane % 4) + q
+        per = self.per_register
+        return row + lane // 4, column + per * (lane % 4) + q
+
+    @property
+    def per_register(self) -> int:
+        """Elements in each lane's result: 2, or 4 of an 8-bit float."""
+        t = self.source.type
+        assert isinstance(t, MemRefType)
+        return per_register(t.element_type)
 
     @property
     def narrow_type(self) -> str:
-        """ "f16" or "bf16": the type of the matrices' elements."""
+        """ "f16", "bf16" or "f8" (either 8-bit format: the bytes are loaded as they are):
+        the type of the matrices' elements."""
         t = self.source.type
         assert isinstance(t, MemRefType)
+        if self.per_register == 4:
+            return "f8"
         return "bf16" if isinstance(t.element_type, BFloat16Type) else "f16"
 
     @property
@@ -244,24 +327,32 @@ class LdmatrixX4Op(IRDLOperation):
     def verify_(self) -> None:
         t = self.source.type
         assert isinstance(t, MemRefType)
-        if not isinstance(t.element_type, Float16Type | BFloat16Type):
-            raise VerifyException(f"{self.name} loads f16 or bf16, not {t.element_type}")
+        eight = type(t.element_type) in FP8_MMA_NAMES
+        if not (eight or isinstance(t.element_type, Float16Type | BFloat16Type)):
+            raise VerifyException(
+                f"{self.name} loads f16, bf16 or 8-bit floats, not {t.element_type}"
+            )
+        if eight and self.transpose is not None:
+            raise VerifyException(f"{self.name} transposes 16-bit values only, not 8-bit ones")
         if len(self.indices) != t.get_num_dims() or t.get_num_dims() < 2:
             raise VerifyException(f"{self.name} takes one index per dimension (at least 2)")
         if len(self.pairs) != 4 or len(self.offsets.get_values()) != 8:
             raise VerifyException(f"{self.name} has 4 (row, column) offsets and 4 results")
-        if any(r.type != VectorType(t.element_type, [2]) for r in self.pairs):
-            raise VerifyException(f"{self.name}'s results are vector<2x{t.element_type}>")
+        per = per_register(t.element_type)
+        if any(r.type != VectorType(t.element_type, [per]) for r in self.pairs):
+            raise VerifyException(f"{self.name}'s results are vector<{per}x{t.element_type}>")
 
 
-MMA_OPS = (MmaM16n8k16Op, MmaM16n8k8Tf32Op)
+MMA_OPS = (MmaM16n8k16Op, MmaM16n8k8Tf32Op, MmaM16n8k32F8Op)
 
 
 def mma_layout(op: IRDLOperation):
     """(A count, B count, k, A's coordinates, B's coordinates, whether inputs round to TF32)
-    of an mma op."""
+    of an mma op, its counts in values (an 8-bit op's registers hold 4 each)."""
     if isinstance(op, MmaM16n8k8Tf32Op):
         return 4, 2, 8, a_coordinates_tf32, b_coordinates_tf32, True
+    if isinstance(op, MmaM16n8k32F8Op):
+        return 16, 8, 32, a_coordinates_f8, b_coordinates_f8, False
     return A_COUNT, B_COUNT, 16, a_coordinates, b_coordinates, False
 
 
@@ -359,7 +450,7 @@ WARP_COLLECTIVES = (*MMA_OPS, ShuffleOp, LdmatrixX4Op, *WGMMA_OPS)
 
 Warp = Dialect(
     "irkit_warp",
-    [MmaM16n8k16Op, MmaM16n8k8Tf32Op, LdmatrixX4Op, *ASYNC_COPY_OPS, *WGMMA_OPS, *TMA_OPS],
+    [*MMA_OPS, LdmatrixX4Op, *ASYNC_COPY_OPS, *WGMMA_OPS, *TMA_OPS],
     [],
 )
 

@@ -26,8 +26,12 @@ outside the nest, such as the inline im2col of an implicit-GEMM convolution
 (`conv-to-matmul{implicit=true}`): X is then the convolution's input, read in place. A
 tiling pass given such a nest clones those ops (`MatmulNest.a_gather`) where it reads A.
 
+With `fp8`, A and B may be 8-bit floats (each format its own) widened to an f32 sum, and C
+any float (the epilogue converts): `scaled_matmul`'s nest.
+
 `match_matmul` returns that structure or None. It matches only what it can prove the tiling
-passes preserve: one float element type throughout, a constant initial value, the store to
+passes preserve: one float element type throughout (but see `half` and `fp8`), a constant
+initial value, the store to
 `C[i, j]` as the nest's only write, and no read of `C` (so the tile passes may use `C` as
 the accumulator's home before the epilogue runs).
 """
@@ -48,6 +52,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
+from irkit.dtypes import is_fp8
 from irkit.loops import constant_int
 
 
@@ -70,6 +75,7 @@ class MatmulNest:
     """The ops after the k loop, the final store included."""
     store: memref.StoreOp
     element_type: Attribute
+    """A's element type (B's too, but for an 8-bit nest's: `b_type`)."""
     batch: tuple[tuple[SSAValue, int], ...] = ()
     """Batch ivs and extents, outermost first (empty for a plain matmul)."""
     prefixes: tuple[tuple[SSAValue, ...], ...] = ((), (), ())
@@ -89,6 +95,13 @@ class MatmulNest:
         for op in self.a_gather:
             add(op.clone(value_mapper=mapping))
         return [mapping.get(v, v) for v in self.a_indices]
+
+    @property
+    def b_type(self) -> Attribute:
+        """B's element type."""
+        t = self.b.type
+        assert isinstance(t, MemRefType)
+        return t.element_type
 
     @property
     def acc(self) -> SSAValue:
@@ -195,12 +208,17 @@ def _defining(value: SSAValue) -> Operation:
 
 
 def match_matmul(
-    loop: scf.ParallelOp, batched: bool = False, half: bool = False, gather: bool = False
+    loop: scf.ParallelOp,
+    batched: bool = False,
+    half: bool = False,
+    gather: bool = False,
+    fp8: bool = False,
 ) -> MatmulNest | None:
     """The matmul structure of `loop` (see the module docstring), or None; with `batched`,
     batch matmuls too; with `half`, f16 and bf16 matmuls summed in f32 too (their
     `element_type` is the operands' type, the accumulator's is `acc.type`); with `gather`,
-    plain matmuls whose A is read through index arithmetic too."""
+    plain matmuls whose A is read through index arithmetic too; with `fp8`, 8-bit A and B
+    summed in f32 into any float C."""
     rank = len(loop.body.block.args)
     if rank < 2 or (rank > 2 and not batched) or loop.initVals:
         return None
@@ -221,7 +239,7 @@ def match_matmul(
     k_loop, epilogue = ops[0], ops[1:-1]
     k = _unit_range(k_loop.lb, k_loop.ub, k_loop.step)
     init = _constant_float(k_loop.iter_args[0]) if k_loop.iter_args else None
-    found = _reduction(k_loop, widen=half)
+    found = _reduction(k_loop, widen=half or fp8)
     if k is None or init is None or found is None:
         return None
     *loads, rest = found
@@ -262,9 +280,12 @@ def match_matmul(
     types = {v.type.element_type for v in (a, b, c) if isinstance(v.type, MemRefType)}
     accumulator = k_loop.iter_args[0].type
     narrow = half and len(types) == 1 and isinstance(next(iter(types)), Float16Type | BFloat16Type)
-    if narrow and not isinstance(accumulator, Float32Type):
+    eight = fp8 and all(is_fp8(_element(v)) for v in (a, b)) and not is_fp8(_element(c))
+    if (narrow or eight) and not isinstance(accumulator, Float32Type):
         return None
-    if not narrow:
+    if eight:
+        types = {_element(a)}
+    elif not narrow:
         types.add(accumulator)
         if len(types) != 1 or not isinstance(next(iter(types)), Float32Type | Float64Type):
             return None
@@ -283,6 +304,11 @@ def match_matmul(
         batch, tuple(prefixes),
         tuple(rest) if gathered else (), tuple(a_load.indices) if gathered else (),
     )  # fmt: skip
+
+
+def _element(buffer: SSAValue) -> Attribute | None:
+    t = buffer.type
+    return t.element_type if isinstance(t, MemRefType) else None
 
 
 def _batch_part(head: list[SSAValue], batch_ivs: list[SSAValue]) -> bool:

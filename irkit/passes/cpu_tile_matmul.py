@@ -47,14 +47,11 @@ from irkit.host import vector_registers as host_vector_registers
 from irkit.loops import (
     KERNEL_ATTR,
     ONCE_ATTR,
-    PARAM_ATTR,
     SCRATCH_ATTR,
-    once_kernels,
-    view_source,
 )
 from irkit.passes.contraction import MatmulNest, match_matmul
 from irkit.passes.cpu_tile_policy import CpuTile, cpu_tile, narrow_tail, resolve_host
-from irkit.passes.loop_builder import LoopBuilder, add_kernel_buffer
+from irkit.passes.loop_builder import LoopBuilder, add_kernel_buffer, is_weight
 
 ALIGNMENT = 64
 
@@ -156,26 +153,6 @@ class _Callers:
         while name in taken:
             name, n = f"{base}{n}", n + 1
         return name
-
-
-def _is_weight(value: SSAValue, module: ModuleOp) -> bool:
-    """Whether a driver value is a param (argument marked irkit.param), a constant, or a
-    buffer a once-per-bind kernel prepares (computed from those alone), or a view of one."""
-    value = view_source(value)
-    if isinstance(value.owner, memref.GetGlobalOp):
-        return True
-    if isinstance(value.owner, memref.AllocOp):
-        once = once_kernels(module)
-        return any(
-            isinstance(u.operation, func.CallOp) and u.operation.callee.root_reference.data in once
-            for u in value.uses
-        )
-    if not isinstance(value, BlockArgument):
-        return False
-    fn = value.block.parent_op()
-    if not isinstance(fn, func.FuncOp) or fn.arg_attrs is None:
-        return False
-    return PARAM_ATTR in fn.arg_attrs.data[value.index].data
 
 
 class _KBlock(NamedTuple):
@@ -324,7 +301,7 @@ class _Tiler:
         weight = None
         if not nest.batch and b_arg is not None and b_arg.block is self.fn.body.block:
             operand = call.arguments[b_arg.index]
-            weight = operand if _is_weight(operand, self.callers.module) else None
+            weight = operand if is_weight(operand, self.callers.module) else None
         # packed weights are what the kernel reads in place of B (minimum traffic, like
         # B), packed activations a copy of B it reads too (scratch)
         attrs = {} if weight is not None else {SCRATCH_ATTR: UnitAttr()}

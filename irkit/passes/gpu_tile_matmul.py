@@ -26,20 +26,18 @@ from typing import ClassVar, NamedTuple
 from xdsl.context import Context
 from xdsl.dialects import arith, func, gpu, memref, scf, vector
 from xdsl.dialects.builtin import (
-    BFloat16Type,
-    Float16Type,
     Float32Type,
     MemRefType,
     ModuleOp,
     UnitAttr,
     VectorType,
 )
-from xdsl.ir import SSAValue
+from xdsl.ir import Attribute, SSAValue
 from xdsl.passes import ModulePass
 
 from irkit.dialects.warp_async import CpAsyncCommitOp, CpAsyncOp, CpAsyncWaitOp
 from irkit.dialects.warp_tma import ClusterBarrierOp
-from irkit.dtypes import numpy_dtype
+from irkit.dtypes import dtype_name, numpy_dtype
 from irkit.errors import require
 from irkit.ir import shape_of
 from irkit.loops import (
@@ -56,6 +54,7 @@ from irkit.loops.costs import count_flops
 from irkit.loops.rows import nests_of
 from irkit.passes.contraction import MatmulNest, match_matmul
 from irkit.passes.gpu_gemv import applies, build_gemv, gemv_splits
+from irkit.passes.gpu_tile_fp8 import eight_bit, mma_f8, pack_operands, tileable
 from irkit.passes.gpu_tile_policy import (
     GROUP,
     MAX_THREADS,
@@ -194,14 +193,16 @@ class GpuTileMatmulPass(ModulePass):
                 continue
             loop = nests[0].ops[0]
             nest = (
-                match_matmul(loop, batched=self.batch, half=True)
+                match_matmul(loop, batched=self.batch, half=True, fp8=True)
                 if isinstance(loop, scf.ParallelOp)
                 else None
             )
-            if nest is None:
+            if nest is None or (eight_bit(nest) and not tileable(nest)):
                 continue
             shape = _shape(nest, calls[fn.sym_name.data])
-            if shape.m == 1:  # a row times a matrix (a decode step's projections): no row
+            if shape.m == 1 and not eight_bit(
+                nest
+            ):  # a row times a matrix (a decode step's projections): no row
                 if not (self.gemv and applies(nest)):  # shares a tile of B
                     continue
                 splits = gemv_splits(nest, shape.single_call, self.sms)
@@ -210,14 +211,23 @@ class GpuTileMatmulPass(ModulePass):
                 kernel = build_gemv(fn, nest, constants, splits, op)
             else:
                 kernel = self._tiled(fn, nest, shape, constants, op)
+                if kernel is None:
+                    continue
             op.body.block.insert_op_before(kernel, fn)
             fn.detach()
             fn.erase()
 
-    def _tiled(self, fn, nest, shape, constants, op) -> func.FuncOp:
+    def _tiled(self, fn, nest, shape, constants, op) -> func.FuncOp | None:
         """The tiled kernel of a matmul of more than one row (split-K's partial buffer and
-        reduction kernel added to `fn` where its tile asks for them)."""
-        tiled = _TiledKernel(gpu_tile(self, shape), fn, nest, op)
+        reduction kernel added to `fn` where its tile asks for them); None for an 8-bit
+        matmul the options give no ring (`irkit.passes.gpu_tile_fp8`)."""
+        tile = gpu_tile(self, shape)
+        packed = None
+        if eight_bit(nest):
+            if not (tile.eight and tile.async_copy):
+                return None
+            packed = pack_operands(op, fn, nest)
+        tiled = _TiledKernel(tile, fn, nest, op, packed)
         if tiled.splits > 1:
             _split_k(op, fn, nest, tiled.splits, constants)
         return tiled.build(constants)
@@ -283,8 +293,17 @@ class GpuTileMatmulPass(ModulePass):
 class _TiledKernel:
     """Builds one tiled matmul kernel to the schedule `tile` (`gpu_tile_policy.gpu_tile`)."""
 
-    def __init__(self, tile: GpuTile, fn: func.FuncOp, nest: MatmulNest, module: ModuleOp):
+    def __init__(
+        self,
+        tile: GpuTile,
+        fn: func.FuncOp,
+        nest: MatmulNest,
+        module: ModuleOp,
+        packed: tuple[SSAValue | None, SSAValue] | None = None,
+    ):
         self.fn, self.nest, self.module = fn, nest, module
+        # 8-bit: `fn`'s parameters holding A's aligned copy (or None) and B^T (`gpu_tile_fp8`)
+        self.packed = packed
         self.tile, self.o = tile, tile.options
         self.mma, self.tf32, self.mma_k = tile.mma, tile.tf32, tile.mma_k
         self.wgmma = tile.wgmma
@@ -600,9 +619,16 @@ class _TiledKernel:
         kernel, b, mapping = new_kernel(self.fn, name, constants)
         self.b, self.mapping, self.kernel = b, mapping, kernel
         a, bb = mapping[nest.a], mapping[nest.b]
+        if self.packed is not None:  # 8-bit: the tiles are copied from A's copy and B^T
+            a, bb = mapping[self.packed[0] or nest.a], mapping[self.packed[1]]
         grid = self.tile.blocks
         stages = self.stages
-        if self.layout == "swizzled":  # rows of 128 bytes: A [k/64][m][64], B [n/64][k][64]
+        if self.tile.eight:  # byte tiles, k-contiguous: A [m][k], B [n][k]
+            a_tile = self._shared(f"{name}_a_tile", [stages, o.block_m, o.block_k + self.pad])
+            b_type = nest.b_type
+            b_shape = [stages, o.block_n, o.block_k + self.pad]
+            b_tile = self._shared(f"{name}_b_tile", b_shape, b_type)
+        elif self.layout == "swizzled":  # rows of 128 bytes: A [k/64][m][64], B [n/64][k][64]
             a_tile = self._shared(f"{name}_a_tile", [stages, o.block_k // 64, o.block_m, 64])
             b_tile = self._shared(f"{name}_b_tile", [stages, o.block_n // 64, o.block_k, 64])
         elif self.tma:  # strips of core matrices, one box each: A [k/8][m/8][8][8], B [n/8][k/8]
@@ -635,6 +661,8 @@ class _TiledKernel:
             compute, outputs = self._wgmma(b, consumer_tid, a_tile, b_tile)
         elif self.wgmma:
             compute, outputs = self._wgmma(b, tid, a_tile, b_tile)
+        elif self.tile.eight:
+            compute, outputs = mma_f8(self, b, tid, a_tile, b_tile)
         elif self.mma:
             compute, outputs = self._mma(b, tid, a_tile, b_tile)
         else:
@@ -655,9 +683,11 @@ class _TiledKernel:
             bb, b_tile, (nest.k, o.block_k), (nest.n, o.block_n), self.pairs and not o.ldmatrix, self._lanes_b(),
             b_prefix, self.wgmma, self.swizzled,
         )  # fmt: skip
+        if self.tile.eight:  # B^T: rows along n, k contiguous
+            b_copy = b_copy._replace(rows=b_copy.cols, cols=b_copy.rows, transpose=False)
         if not self.tma:  # the pieces each thread copies
             a_slots = self._slots(tid, o.block_m, o.block_k, a_copy.lanes)
-            b_slots = self._slots(tid, o.block_k, o.block_n, b_copy.lanes)
+            b_slots = self._slots(tid, b_copy.rows[1], b_copy.cols[1], b_copy.lanes)
 
         top = b  # a warp-specialized epilogue is the consumers' (inside their branch)
         if self.tma:
@@ -674,7 +704,10 @@ class _TiledKernel:
                 """Tile `kt` of A and of B into shared-memory stage `stage` by cp.async."""
                 k0 = k_origin(t, kt)
                 self._issue(t, a_slots, a_copy, row0, k0, stage)
-                self._issue(t, b_slots, b_copy, k0, col0, stage)
+                if self.tile.eight:
+                    self._issue(t, b_slots, b_copy, col0, k0, stage)
+                else:
+                    self._issue(t, b_slots, b_copy, k0, col0, stage)
 
             accs = self._async_pipeline(b, k_tiles, compute, [init] * len(outputs), issue)
         else:
@@ -971,7 +1004,7 @@ class _TiledKernel:
         the buffer) and its elements are checked one by one. Under cp.async, whole 16-byte
         copies (`GpuTile.async_copy`)."""
         if self.async_copy:
-            return VECTOR_BYTES // 2
+            return VECTOR_BYTES // self.tile.itemsize
         lanes, o = self._vector_lanes(), self.o
         return lanes if _row_length(self.nest.a) % lanes == 0 and o.block_k % lanes == 0 else 1
 
@@ -980,7 +1013,7 @@ class _TiledKernel:
         16-byte vectors both ways: only where no copy needs a bounds check (K and N
         multiples of their tiles), and shared rows stay 16-byte aligned (pad)."""
         if self.async_copy:  # the copies' source sizes check the bounds
-            return VECTOR_BYTES // 2
+            return VECTOR_BYTES // self.tile.itemsize
         lanes, o, nest = self._vector_lanes(), self.o, self.nest
         aligned = (
             # [n][k] (pairs without ldmatrix): stored element by element, any row length
@@ -991,9 +1024,12 @@ class _TiledKernel:
         whole = nest.k % o.block_k == 0 and nest.n % o.block_n == 0
         return lanes if lanes > 1 and aligned and whole else 1
 
-    def _shared(self, name: str, shape: list[int]) -> SSAValue:
-        self.shared_sizes.append(prod(shape) * numpy_dtype(self.nest.element_type).itemsize)
-        return self.b.add(shared_buffer(self.module, self.fn, name, self.nest.element_type, shape))
+    def _shared(
+        self, name: str, shape: list[int], element_type: Attribute | None = None
+    ) -> SSAValue:
+        element_type = element_type or self.nest.element_type
+        self.shared_sizes.append(prod(shape) * numpy_dtype(element_type).itemsize)
+        return self.b.add(shared_buffer(self.module, self.fn, name, element_type, shape))
 
     def _slots(self, tid: SSAValue, rows: int, row_length: int, lanes: int) -> list[_Slot]:
         """Where each piece (`lanes` consecutive elements) this thread copies sits in a
@@ -1093,14 +1129,11 @@ class _TiledKernel:
 def _shape(nest: MatmulNest, calls: int) -> MatmulShape:
     """What `gpu_tile` decides by: the sizes, the element type, and whether the kernel is
     called exactly once (`calls`: where split-K can add its second kernel to the driver)."""
-    t = nest.element_type
-    dtype = (
-        "f16" if isinstance(t, Float16Type) else "bf16" if isinstance(t, BFloat16Type)
-        else "f32" if isinstance(t, Float32Type) else "f64"
-    )  # fmt: skip
+    dtype = dtype_name(nest.element_type)
     itemsize = numpy_dtype(nest.element_type).itemsize
     lanes = VECTOR_BYTES // itemsize
     aligned = _row_length(nest.a) % lanes == 0 and _row_length(nest.b) % lanes == 0
+    aligned = aligned or eight_bit(nest)  # 8-bit operands are copied aligned where needed
     return MatmulShape(nest.m, nest.n, nest.k, tuple(e for _, e in nest.batch), dtype,
                        itemsize, calls == 1, aligned, described(nest.a) and described(nest.b))  # fmt: skip
 

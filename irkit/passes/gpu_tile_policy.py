@@ -8,8 +8,9 @@ The choices, each measured where a number is given (docs/results.md, the GPU pat
 - block-k=0: 64 bytes of k per tile row, 32 where K is not a multiple of it, halved until
   the tiles fit the 48 KB of static shared memory; f16/bf16 on tensor cores 64 of k where K
   is a multiple, in dynamic shared memory (`_auto_depth`);
-- tensor cores (f16/bf16, or f32 under `tf32`) where the block cuts into whole warp tiles of
-  `mma.sync` instructions;
+- tensor cores (f16/bf16, 8-bit floats, or f32 under `tf32`) where the block cuts into whole
+  warp tiles of `mma.sync` instructions (8-bit: m16n8k32, k 64 bytes a stage, A [m][k] and B
+  [n][k] byte tiles; `irkit.passes.gpu_tile_fp8`);
 - warp sub-tiles where the register tile is whole 4 x 4 groups (`_warp_tiles`);
 - split-K where the C tiles fill less than half the multiprocessors (`_splits`);
 - `cluster-m=C` (warp-specialized): clusters of C blocks where M has two tile rows or more
@@ -37,6 +38,8 @@ MMA_M, MMA_N, MMA_K = 16, 8, 16
 """One tensor-core instruction's tile (mma.sync m16n8k16)."""
 MMA_K_TF32 = 8
 """k of the TF32 instruction (mma.sync m16n8k8)."""
+MMA_K_F8 = 32
+"""k of the 8-bit instruction (mma.sync m16n8k32)."""
 MMA_WARP = (64, 32)
 """A warp's tile of C under tensor cores: 4 x 4 instructions per k step, 64 f32 accumulators
 per lane (the register budget of the f32 path's 8 x 8)."""
@@ -75,7 +78,7 @@ class MatmulShape:
     batch: tuple[int, ...]
     """The batch extents (empty for a plain matmul)."""
     dtype: str
-    """The element type: "f16", "bf16", "f32" or "f64"."""
+    """The element type: "f16", "bf16", "f32", "f64", or A's "f8e4m3" or "f8e5m2"."""
     itemsize: int
     single_call: bool
     """Whether the kernel is called exactly once (split-K needs its own driver call)."""
@@ -128,6 +131,8 @@ class GpuTile:
     """C tiles per batch entry as the grid counts them: tile rows in groups of `cluster` (a
     phantom row past M's in a short last group), times tile columns; `tiles` without
     clusters."""
+    eight: bool = False
+    """8-bit floats on m16n8k32 (`irkit.passes.gpu_tile_fp8`): byte tiles A [m][k], B [n][k]."""
 
     @property
     def pairs(self) -> bool:
@@ -138,7 +143,12 @@ class GpuTile:
     def pad(self) -> int:
         """Elements after each row of the shared tiles (`pad`; under `pairs`, rounded up to
         `HALF_PAD`'s multiples)."""
-        return 0 if self.swizzled else tile_pad(self.options.pad, self.pairs)
+        return 0 if self.swizzled else tile_pad(self.options.pad, self.pairs, self.itemsize)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes of a tensor-core tile's element (1 for 8-bit floats, else 2)."""
+        return 1 if self.eight else 2
 
     @property
     def stages(self) -> int:
@@ -176,18 +186,19 @@ def gpu_tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
 
 def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
     narrow = shape.dtype in ("f16", "bf16")
+    eight = shape.dtype in ("f8e4m3", "f8e5m2")
     tf32 = o.tf32 and shape.dtype == "f32"
-    mma = (o.tensor_cores and narrow) or tf32
-    mma_k = MMA_K_TF32 if tf32 else MMA_K
+    mma = (o.tensor_cores and (narrow or eight)) or tf32
+    mma_k = MMA_K_TF32 if tf32 else MMA_K_F8 if eight else MMA_K
     block_m, thread_m = _fit(o.block_m, o.thread_m, shape.m)
     block_n, thread_n = _fit(o.block_n, o.thread_n, shape.n)
     if mma:  # whole m16n8k16 tiles: the block at least 16 x 8, k in steps of 16
         block_m, block_n = max(block_m, MMA_M), max(block_n, MMA_N)
-        if o.wgmma and not tf32:  # a warpgroup's 64 rows at the least
+        if o.wgmma and narrow:  # a warpgroup's 64 rows at the least
             block_m = max(block_m, WGMMA_M)
     pairs = mma and not tf32
     block_k = o.block_k or _auto_depth(o, block_m, block_n, shape.k, shape.itemsize, pairs)
-    by_tma = pairs and o.wgmma and o.tma and o.swizzle and shape.aligned and shape.described
+    by_tma = narrow and o.wgmma and o.tma and o.swizzle and shape.aligned and shape.described
     if by_tma and not o.block_k:  # one 128-byte swizzled row of k a stage, where TMA fills it
         block_k = TMA_SWIZZLE_DEPTH
     if mma:
@@ -212,11 +223,12 @@ def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
     k_tiles = -(-shape.k // block_k)
     splits = _splits(o, tiles, k_tiles) if not shape.batch and shape.single_call else 1
     pairs = mma and not tf32  # again: mma is off where the block does not cut into its tiles
-    wgmma = _wgmma(o, pairs, shape)
+    wgmma = _wgmma(o, pairs, shape) and not eight
     if wgmma:  # a warpgroup per 64 rows of the block
         threads = 128 * (block_m // WGMMA_M)
     copies = ring(o, pairs) and shape.aligned and block_k % 8 == 0 and block_n % 8 == 0
-    swizzled = copies and swizzles(o, pairs, block_k, block_n)
+    copies = copies and (o.ldmatrix or not eight)  # 8-bit tiles are read by ldmatrix only
+    swizzled = copies and not eight and swizzles(o, pairs, block_k, block_n)
     tma = wgmma and o.tma and shape.described
     specialized = tma and o.warp_specialize
     if specialized:  # the producer warpgroup
@@ -231,7 +243,7 @@ def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
     cluster_tiles = -(-tiles_m // cluster) * (tiles // tiles_m)
     return GpuTile(o, mma, tf32, mma_k, warps, threads, _warp_tiles(o), tiles,
                    prod(shape.batch), k_tiles, splits, wgmma, copies, swizzled, tma,
-                   specialized, tma_swizzled, persistent, cluster, cluster_tiles)  # fmt: skip
+                   specialized, tma_swizzled, persistent, cluster, cluster_tiles, eight and mma)  # fmt: skip
 
 
 WGMMA_M = 64
@@ -275,9 +287,11 @@ def _splits(o: GpuTileMatmulPass, tiles: int, k_tiles: int) -> int:
     return best if 2 * tiles * best >= o.sms else 1
 
 
-def tile_pad(pad: int, pairs: bool) -> int:
-    """The shared tiles' row padding: `pad`, or under `pairs` a multiple of `HALF_PAD`."""
-    return -(-max(pad, HALF_PAD) // HALF_PAD) * HALF_PAD if pairs else pad
+def tile_pad(pad: int, pairs: bool, itemsize: int = 2) -> int:
+    """The shared tiles' row padding: `pad`, or under `pairs` a multiple of 16 bytes
+    (`HALF_PAD` elements of 2 bytes, 16 of 1)."""
+    unit = HALF_PAD * 2 // itemsize
+    return -(-max(pad, unit) // unit) * unit if pairs else pad
 
 
 def swizzles(o: GpuTileMatmulPass, pairs: bool, depth: int, block_n: int) -> bool:
@@ -313,11 +327,13 @@ def shared_bytes(
     o: GpuTileMatmulPass, block_m: int, block_n: int, depth: int, itemsize: int, pairs: bool
 ) -> int:
     """Bytes of the A and B tiles, every stage: under `pairs` A [m][k] and B [n][k] (with
-    `ldmatrix`, B [k][n]), otherwise A [k][m] and B [k][n]; each row padded."""
+    `ldmatrix` and 2-byte elements, B [k][n]), otherwise A [k][m] and B [k][n]; each row
+    padded (8-bit tiles are never swizzled)."""
     stages = stage_count(o, pairs)
-    pad = 0 if swizzles(o, pairs, depth, block_n) else tile_pad(o.pad, pairs)
+    swizzled = itemsize > 1 and swizzles(o, pairs, depth, block_n)
+    pad = 0 if swizzled else tile_pad(o.pad, pairs, itemsize)
     if pairs:
-        b = depth * (block_n + pad) if o.ldmatrix else block_n * (depth + pad)
+        b = depth * (block_n + pad) if o.ldmatrix and itemsize > 1 else block_n * (depth + pad)
         return stages * (block_m * (depth + pad) + b) * itemsize
     return stages * depth * (block_m + block_n + 2 * pad) * itemsize
 

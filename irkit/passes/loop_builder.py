@@ -26,10 +26,10 @@ from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
 )
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from irkit.loops import KERNEL_ATTR, VIEW_OPS
+from irkit.loops import KERNEL_ATTR, PARAM_ATTR, VIEW_OPS, once_kernels, view_source
 
 INDEX = IndexType()
 F32 = Float32Type()
@@ -341,3 +341,23 @@ def drop_kernel_arg(module: ModuleOp, kernel: func.FuncOp, index: int) -> None:
                 use.operation.erase()
             owner.detach()
             owner.erase()
+
+
+def is_weight(value: SSAValue, module: ModuleOp) -> bool:
+    """Whether a driver value is a param (argument marked irkit.param), a constant, or a
+    buffer a once-per-bind kernel prepares (computed from those alone), or a view of one."""
+    value = view_source(value)
+    if isinstance(value.owner, memref.GetGlobalOp):
+        return True
+    if isinstance(value.owner, memref.AllocOp):
+        once = once_kernels(module)
+        return any(
+            isinstance(u.operation, func.CallOp) and u.operation.callee.root_reference.data in once
+            for u in value.uses
+        )
+    if not isinstance(value, BlockArgument):
+        return False
+    fn = value.block.parent_op()
+    if not isinstance(fn, func.FuncOp) or fn.arg_attrs is None:
+        return False
+    return PARAM_ATTR in fn.arg_attrs.data[value.index].data

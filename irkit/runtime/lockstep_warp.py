@@ -14,7 +14,13 @@ import numpy as np
 from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Operation
 
-from irkit.dialects.warp import LdmatrixX4Op, c_coordinates, mma_layout, round_tf32
+from irkit.dialects.warp import (
+    LdmatrixX4Op,
+    MmaM16n8k32F8Op,
+    c_coordinates,
+    mma_layout,
+    round_tf32,
+)
 from irkit.dialects.warp_async import swizzle_column
 from irkit.errors import IrkitError
 
@@ -40,9 +46,14 @@ def shuffle_xor(value: Any, offset: int, width: int, lanes: int) -> tuple[np.nda
 def mma(op: Operation, args: list[Any], lanes: int) -> list[np.ndarray]:
     """A tensor-core multiply-accumulate for every warp: each warp's A, B and C gathered
     from its lanes' operands at the fragment coordinates (`mma_layout`), A and B rounded to
-    TF32 for the TF32 op, D = A B + C in f32 (each f16, bf16 or TF32 product is exact in
-    f32), scattered back to the lanes: one array of `lanes` values per result."""
+    TF32 for the TF32 op, D = A B + C in f32 (each f16, bf16, 8-bit or TF32 product is
+    exact in f32), scattered back to the lanes: one array of `lanes` values per result. An
+    8-bit op's operands are registers of 4 values (arrays with a last axis of 4), value i
+    of A being element i % 4 of register i // 4."""
     a_count, b_count, k, a_at, b_at, tf32 = mma_layout(op)  # type: ignore[arg-type]
+    if isinstance(op, MmaM16n8k32F8Op):
+        registers, c = args[:6], args[6:]
+        args = [np.asarray(r)[..., q] for r in registers for q in range(4)] + list(c)
     per_warp = [np.broadcast_to(np.asarray(x, np.float32), (lanes,)).reshape(-1, 32) for x in args]
     if tf32:
         per_warp[: a_count + b_count] = [round_tf32(v) for v in per_warp[: a_count + b_count]]
@@ -80,7 +91,8 @@ def uniform(run: Any, op: Operation, indices: list[Any], width: int, what: str) 
 def ldmatrix(run: Any, op: LdmatrixX4Op, args: list[Any], mask: np.ndarray) -> None:
     """A warp's ldmatrix.x4 over whole warps: the base must be the same in every lane of
     a warp (the GPU derives each lane's row address from it); lane l's result j is the
-    pair at row l / 4, columns 2 (l % 4) + {0, 1} of matrix j (transposed: rows
+    pair at row l / 4, columns 2 (l % 4) + {0, 1} of matrix j (of 8-bit values, the 4 at
+    columns 4 (l % 4) + {0, 1, 2, 3}; transposed: rows
     2 (l % 4) + {0, 1}, column l / 4), each element a checked load (bounds, races) as a
     plain load would be."""
     run._whole_warps(op, mask)
@@ -91,7 +103,7 @@ def ldmatrix(run: Any, op: LdmatrixX4Op, args: list[Any], mask: np.ndarray) -> N
     assert isinstance(t, MemRefType)
     for j in range(4):
         pair = []
-        for q in range(2):
+        for q in range(op.per_register):
             row, column = op.lane_elements(lane, j, q)
             row, column = indices[-2] + row, indices[-1] + column
             if op.swizzled is not None:

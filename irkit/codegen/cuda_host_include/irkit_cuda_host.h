@@ -72,6 +72,7 @@ struct __attribute__((aligned(4))) irkit_f16x2 { __half v[2]; };
 struct __attribute__((aligned(16))) irkit_f16x8 { __half v[8]; };
 struct __attribute__((aligned(4))) irkit_bf16x2 { __nv_bfloat16 v[2]; };
 struct __attribute__((aligned(16))) irkit_bf16x8 { __nv_bfloat16 v[8]; };
+struct __attribute__((aligned(4))) irkit_f8x4 { unsigned char v[4]; };  // an 8-bit mma register
 
 inline float __half2float(__half h) {
   unsigned sign = (h.bits & 0x8000u) << 16, exp = (h.bits >> 10) & 0x1f, man = h.bits & 0x3ffu;
@@ -291,7 +292,7 @@ inline unsigned linear_thread() { return fiber_now; }
 // (each used alternately, so a lane that runs ahead into the next one never overwrites what
 // a slower lane still reads), and per thread the parity of its next mma and shuffle.
 struct MmaStage {
-  float a[32][8], b[32][4], c[32][4];
+  float a[32][16], b[32][8], c[32][4];  // m16n8k16 uses the first 8 and 4 values a lane
 };
 thread_local MmaStage* mma_stages = nullptr;
 thread_local double* shfl_stages = nullptr;  // [warp][parity][lane]; f32 and f64 both exact
@@ -633,6 +634,29 @@ inline void mma(const float* a, const float* b, const float* c, float* d, int li
     d[i] = sum;
   }
 }
+
+// m16n8k32 (the 8-bit mma, its values widened): lane (g, t) holds A's rows g and g + 8 at
+// columns 4t + {0..3} and 16 + 4t + {0..3}, and B's k 4t + {0..3} and 16 + 4t + {0..3} at
+// column g (irkit/dialects/warp.py)
+inline void mma_k32(const float* a, const float* b, const float* c, float* d, int line) {
+  unsigned lane;
+  MmaStage& s = mma_stage(lane);
+  for (int i = 0; i < 16; i++) s.a[lane][i] = a[i];
+  for (int i = 0; i < 8; i++) s.b[lane][i] = b[i];
+  for (int i = 0; i < 4; i++) s.c[lane][i] = c[i];
+  barrier(line);
+  const unsigned g = lane / 4, t = lane % 4;
+  for (unsigned i = 0; i < 4; i++) {
+    const unsigned row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    float sum = s.c[(row % 8) * 4 + col / 2][col % 2 + 2 * (row / 8)];
+    for (unsigned k = 0; k < 32; k++) {
+      const float x = s.a[(row % 8) * 4 + (k % 16) / 4][k % 4 + 4 * (row / 8) + 8 * (k / 16)];
+      const float y = s.b[col * 4 + (k % 16) / 4][k % 4 + 4 * (k / 16)];
+      sum += x * y;
+    }
+    d[i] = sum;
+  }
+}
 }  // namespace irkit_host
 
 #define IRKIT_MMA_HOST(KIND, T, TO_FLOAT)                                                     \
@@ -679,6 +703,19 @@ IRKIT_MMA_HOST_X2(bf16, irkit_bf16x2)
   }
 IRKIT_LDMATRIX_HOST(f16, __half, irkit_f16x2)
 IRKIT_LDMATRIX_HOST(bf16, __nv_bfloat16, irkit_bf16x2)
+
+// of 8-bit values (either format; each matrix 8 rows of 16 bytes): lane l's register j is
+// row l / 4, columns 4 (l % 4) + {0, 1, 2, 3} of matrix j
+inline void irkit_ldmatrix_x4_f8(const unsigned char* base, int stride, int o0, int o1, int o2,
+                                 int o3, irkit_f8x4* d0, irkit_f8x4* d1, irkit_f8x4* d2,
+                                 irkit_f8x4* d3) {
+  const unsigned lane = threadIdx.x & 31u;
+  const int at = (int)(lane / 4u) * stride + 4 * (int)(lane % 4u);
+  irkit_f8x4* d[4] = {d0, d1, d2, d3};
+  const int o[4] = {o0, o1, o2, o3};
+  for (int j = 0; j < 4; j++)
+    for (int q = 0; q < 4; q++) d[j]->v[q] = base[o[j] + at + q];
+}
 
 // ldmatrix.x4.trans: lane l's pair j is rows 2 (l % 4) + {0, 1}, column l / 4 of matrix j.
 #define IRKIT_LDMATRIX_TRANS_HOST(KIND, T, P)                                                  \
