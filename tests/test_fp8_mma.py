@@ -127,9 +127,9 @@ def test_b_is_packed_once_when_a_weight_and_every_call_otherwise() -> None:
     "options", ["async-copy=false", "tensor-cores=false", "ldmatrix=false", "vector-loads=false"]
 )
 def test_options_without_the_ring_leave_8_bits_to_map_to_gpu(options: str) -> None:
-    """An 8-bit tile needs the cp.async ring and ldmatrix: without them the nest is mapped
-    a thread an output, its bytes widened one by one, still right; wgmma=true keeps
-    mma.sync for 8 bits (its 8-bit form is not built)."""
+    """An 8-bit tile needs the cp.async ring and ldmatrix (or wgmma): without them the nest
+    is mapped a thread an output, its bytes widened one by one, still right; with
+    `wgmma=true` too, `ldmatrix=false` still tiles (wgmma reads the core matrices)."""
     graph = _graph(m=33, n=17, k=100)
     exe = irkit.compile(graph, _with(options), "cuda-host")
     checks, _ = check(exe, graph, seed=2)
@@ -137,8 +137,11 @@ def test_options_without_the_ring_leave_8_bits_to_map_to_gpu(options: str) -> No
     assert not _ops(exe.module, MmaM16n8k32F8Op)
     widened = [op for op in exe.module.walk() if isinstance(op, arith.ExtFOp)]
     assert any("f8" in str(op.input.type) for op in widened), "the bytes were not read in place"
-    wgmma = apply_passes(graph.clone(), parse_passes(_with("wgmma=true")))
-    assert _ops(wgmma, MmaM16n8k32F8Op)
+    if options == "ldmatrix=false":
+        from irkit.dialects.warp_async import WgmmaOp
+
+        both = apply_passes(graph.clone(), parse_passes(_with("ldmatrix=false wgmma=true")))
+        assert _ops(both, WgmmaOp)
 
 
 @pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
@@ -210,7 +213,9 @@ def test_fp8_dtypes_round_trip_through_the_tiles_exactly() -> None:
 @pytest.mark.parametrize(
     ("arch", "mma"), [("sm_89", "QMMA.16832.F32.E4M3.E5M2"), ("sm_90", "HMMA.16816.F32")]
 )
-def test_the_8_bit_sass_is_ldsm_ldgsts_and_qmma_without_spills(arch: str, mma: str, tmp_path) -> None:
+def test_the_8_bit_sass_is_ldsm_ldgsts_and_qmma_without_spills(
+    arch: str, mma: str, tmp_path
+) -> None:
     """1024^3, e4m3 x e5m2, default tiles (64 bytes of k, four stages), split-K off: per k
     tile a warp's 4 x 4 instructions twice, 32 QMMA on sm_89, fed by 12 LDSM (4 of A and 2
     of B a k step) and the LDGSTS of the ring (ptxas unrolls the k loop, so the counts are
@@ -236,4 +241,81 @@ def test_the_8_bit_sass_is_ldsm_ldgsts_and_qmma_without_spills(arch: str, mma: s
     loads = [op for op in ops if op.startswith("LDG.")]  # the two scales, nothing staged
     assert loads == ["LDG.E.CONSTANT"] and ops[loads[0]] == 2, ops
     assert not any(op.startswith(("STS", "LDS.", "LDL", "STL")) or op == "LDS" for op in ops), ops
+    assert compiled.resources.spill_stores == 0, compiled.resources
+
+
+@pytest.mark.parametrize("backend", HOST_AND_GPU)
+@pytest.mark.parametrize(
+    ("a", "b", "dims"),
+    [("f8e4m3", "f8e5m2", (100, 72, 128)), ("f8e5m2", "f8e4m3", (33, 17, 100)),
+     ("f8e4m3", "f8e4m3", (130, 136, 320))],
+)  # fmt: skip
+def test_8_bit_wgmma_matches_the_reference(backend, a, b, dims) -> None:
+    """`wgmma=true`: warpgroups of m64nNk32 on K-major byte core matrices (layout "kmajor"),
+    filled by the cp.async ring, right at ragged shapes on both host paths."""
+    from irkit.dialects.warp_async import WgmmaOp
+
+    if backend == "cuda":
+        from tests.test_cuda_path import needs
+
+        needs(backend)
+    graph = _graph(a, b, *dims)
+    exe = irkit.compile(graph, _with("wgmma=true"), backend)
+    checks, _ = check(exe, graph, seed=6)
+    assert all(c.passed for c in checks), [c.describe() for c in checks]
+    wgmmas = _ops(exe.module, WgmmaOp)
+    assert wgmmas and {op.tiles for op in wgmmas} == {"kmajor"} and {op.k for op in wgmmas} == {32}
+    assert not _ops(exe.module, MmaM16n8k32F8Op)
+
+
+@pytest.mark.parametrize("backend", ["cuda-sim", "cuda-host"])
+def test_a_planted_8_bit_wgmma_slip_fails_on_both_host_paths(backend: str) -> None:
+    """One wgmma reading A from the next k core matrix (16 bytes of k off): wrong on both
+    host paths, the control right."""
+    from irkit.dialects.warp_async import WgmmaOp
+    from irkit.runtime import BACKENDS
+
+    graph = _graph(m=64, n=32, k=64, kind="input")
+    rng = np.random.default_rng(1)
+    x = to_fp8(rng.standard_normal((64, 64)), "f8e4m3")
+    w = to_fp8(rng.standard_normal((64, 32)), "f8e4m3")
+    one = np.array(1.0, np.float32)
+    expected = x.astype(np.float32) @ w.astype(np.float32)
+    chosen = BACKENDS[backend]()
+
+    def run(plant: bool) -> np.ndarray:
+        module = apply_passes(graph.clone(), parse_passes(_with("wgmma=true")))
+        if plant:
+            op = _ops(module, WgmmaOp)[0]
+            k_core = list(op.a_indices)[-3]
+            successor = [o for o in _ops(module, WgmmaOp) if list(o.a_indices)[-3] is not k_core]
+            op.operands[1 + len(op.a_indices) - 3] = list(successor[0].a_indices)[-3]
+        exe = chosen.compile(chosen.lower(module))
+        return np.asarray(exe(x, w, one, one[None])[0], np.float32)
+
+    assert np.allclose(run(plant=False), expected, rtol=2e-2, atol=2e-1)
+    assert not np.allclose(run(plant=True), expected, rtol=2e-2, atol=2e-1)
+
+
+def test_the_8_bit_wgmma_sass_is_qgmma_without_spills(tmp_path) -> None:
+    """sm_90a, 1024^3, 128 x 128 tiles (fill-sms off), split-K off: QGMMA.64x128x32 on e4m3 x
+    e5m2, two a k tile (64 bytes) for each warpgroup, behind WARPGROUP.ARRIVE, the tiles by
+    LDGSTS; no spills."""
+    from irkit.codegen.cuda import gpu_kernels, kernel_source
+    from irkit.codegen.nvrtc import compile_cuda
+    from irkit.dialects.warp_async import WgmmaOp
+    from tests.test_sass import _disassemble, _opcodes
+
+    graph = _graph("f8e4m3", "f8e5m2", 1024, 1024, 1024, kind="input")
+    module = apply_passes(graph, parse_passes(_with("wgmma=true split-k=1 fill-sms=false")))
+    (fn,) = [k for k in gpu_kernels(module) if _ops(k, WgmmaOp)]
+    compiled = compile_cuda(kernel_source(module, fn), fn.sym_name.data, "sm_90")
+    assert compiled.arch == "sm_90a"
+    cubin = tmp_path / "sm_90a.cubin"
+    cubin.write_bytes(compiled.cubin)
+    text = _disassemble(cubin)
+    assert text.count("QGMMA.64x128x32.F32.E4M3.E5M2") == 2 * 1024 // 64, text.count("QGMMA")
+    ops = _opcodes(text)
+    assert ops["WARPGROUP.ARRIVE"] > 0 and ops["LDGSTS.E.BYPASS.128"] > 0, ops
+    assert not any(op.startswith(("LDSM", "HMMA", "LDL", "STL")) for op in ops), ops
     assert compiled.resources.spill_stores == 0, compiled.resources

@@ -910,8 +910,8 @@ def _fp8_mma_helper(function: str) -> str:
     c = ", ".join(f"float c{i}" for i in range(4))
     d = ", ".join(f"float* d{i}" for i in range(4))
     signature = f"void {function}({a}, {b}, {c}, {d})"
-    regs = ", ".join(f'"r"(*reinterpret_cast<const unsigned*>(&{x}{i}))'
-                     for x, n in (("a", 4), ("b", 2)) for i in range(n))  # fmt: skip
+    names = [f"a{i}" for i in range(4)] + [f"b{i}" for i in range(2)]
+    regs = ", ".join(f'"r"(*reinterpret_cast<const unsigned*>(&{x}))' for x in names)
     return (
         "#ifdef IRKIT_CUDA_HOST\n"
         f"inline {signature} {{\n"
@@ -1110,12 +1110,13 @@ def _prelude(kernels: list[func.FuncOp]) -> str:
     values = [v.type for op in ops for v in [*op.results, *op.operands]]
     if any(is_fp8(t.element_type if isinstance(t, VectorType) else t) for t in values):
         helpers += FP8_HELPERS  # first: the 8-bit mma and ldmatrix helpers use them
-    helpers += "".join(
-        TF32_HELPER if f.endswith("tf32")
-        else _fp8_mma_helper(f) if "k32" in f
-        else _mma_helper(f.rsplit("_", 1)[1])
-        for f in functions
-    )  # fmt: skip
+    for f in functions:
+        if f.endswith("tf32"):
+            helpers += TF32_HELPER
+        elif "k32" in f:
+            helpers += _fp8_mma_helper(f)
+        else:
+            helpers += _mma_helper(f.rsplit("_", 1)[1])
     loads = sorted(
         {_ldmatrix_kind(op) for fn in kernels for op in fn.walk() if isinstance(op, LdmatrixX4Op)}
     )

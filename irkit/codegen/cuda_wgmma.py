@@ -7,7 +7,8 @@ leading-dimension byte offset (LBO: between core matrices adjacent along k) and 
 stride-dimension byte offset (SBO: between core matrices adjacent along m or n), each in
 16-byte units, and no swizzle. irkit's tiles are core matrices `[.., m/8, k/8, 8, 8]` for A
 (K-major: a core matrix is 8 rows of m, each 16 bytes of k) and `[.., k/8, n/8, 8, 8]` for
-B (N-major: 8 rows of k, each 16 bytes of n); the offsets are the memref's strides.
+B (N-major: 8 rows of k, each 16 bytes of n), or of 8-bit floats `[.., m/8, k/16, 8, 16]`
+and `[.., n/8, k/16, 8, 16]` (both K-major); the offsets are the memref's strides.
 """
 
 from __future__ import annotations
@@ -39,28 +40,40 @@ offset 0, the tiles aligned to 1024 bytes), the fence, commit_group and wait_gro
 
 
 def helper_name(op: WgmmaOp) -> str:
-    return f"irkit_wgmma_m64n{op.width}k16_{op.narrow_type}"
+    return f"irkit_wgmma_m64n{op.width}k{op.k}_{op.narrow_type}"
 
 
 def helper(name: str) -> str:
     """`irkit_wgmma_m64n<N>k16_<type>(a, b, d)`: one wgmma.mma_async, D += A B with the
     N/2 accumulators `d` in and out (one "+f" register each), A K-major and B N-major
-    (imm-trans-a 0, imm-trans-b 1), scale-d 1."""
-    shape, kind = name.removeprefix("irkit_wgmma_").split("_")
+    (imm-trans-a 0, imm-trans-b 1), scale-d 1. `irkit_wgmma_m64n<N>k32_<a>_<b>`: of 8-bit
+    floats, both K-major (PTX's 8-bit form has no transpose operands); on cuda-host, the
+    bytes decoded by the prelude's 8-bit conversions."""
+    shape, _, kind = name.removeprefix("irkit_wgmma_").partition("_")
     n = int(shape.split("n")[1].split("k")[0])
     count = n // 2
     registers = ", ".join(f"%{i}" for i in range(count))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(count))
+    a_type, _, b_type = kind.partition("_")
+    if b_type:  # 8-bit: scale-d, imm-scale-a, imm-scale-b
+        types, operands = f"{a_type}.{b_type}", "p, 1, 1"
+        decode = ", ".join(
+            f"[](const unsigned char* e) {{ return irkit_f8{t}_to_float(*e); }}"
+            for t in (a_type, b_type)
+        )
+        host = f"irkit_host::wgmma_queue(a, b, d, {n}, 32, {decode});"
+    else:  # and imm-trans-a 0, imm-trans-b 1
+        types, operands = f"{kind}.{kind}", "p, 1, 1, 0, 1"
+        host = f"irkit_host::wgmma_issue(a, b, d, {n}, {'true' if kind == 'bf16' else 'false'});"
     return (
         "#ifndef IRKIT_CUDA_HOST\n"
         f"__device__ __forceinline__ void {name}(irkit_wgmma_desc_t a, irkit_wgmma_desc_t b, float* d) {{\n"
         '  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n'
-        f"wgmma.mma_async.sync.aligned.{shape}.f32.{kind}.{kind} {{{registers}}}, "
-        f'%{count}, %{count + 1}, p, 1, 1, 0, 1;\\n}}\\n"\n'
+        f"wgmma.mma_async.sync.aligned.{shape}.f32.{types} {{{registers}}}, "
+        f'%{count}, %{count + 1}, {operands};\\n}}\\n"\n'
         f'      : {outs}\n      : "l"(a), "l"(b));\n'
         "}\n#else\n"
-        f"inline void {name}(irkit_wgmma_desc_t a, irkit_wgmma_desc_t b, float* d) {{ "
-        f"irkit_host::wgmma_issue(a, b, d, {n}, {'true' if kind == 'bf16' else 'false'}); }}\n"
+        f"inline void {name}(irkit_wgmma_desc_t a, irkit_wgmma_desc_t b, float* d) {{ {host} }}\n"
         "#endif\n"
     )
 

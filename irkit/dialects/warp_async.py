@@ -15,7 +15,8 @@ stale data), and lockstep counts it as a write both when issued and when it land
 copy into a buffer other threads still read races).
 
 `irkit_warp.wgmma` and its fence, commit and wait: a warpgroup's `wgmma.mma_async` m64nNk16
-reading both operands from core-matrix tiles in shared memory (see `WgmmaOp`).
+(m64nNk32 of 8-bit floats) reading both operands from core-matrix tiles in shared memory
+(see `WgmmaOp`).
 """
 
 from __future__ import annotations
@@ -157,6 +158,13 @@ def core_b(k: int, n: int, strips: bool = False) -> tuple[int, int, int, int]:
     return k // 8, n // 8, k % 8, n % 8
 
 
+def core_k_major(mn: int, k: int, per: int) -> tuple[int, int, int, int]:
+    """Where element (mn, k) of a K-major operand sits in its core-matrix tile [mn/8,
+    k/per, mn%8, k%per], `per` elements in a core matrix's 16-byte row (16 of an 8-bit
+    float): layout "kmajor", A's and B's alike."""
+    return mn // 8, k // per, mn % 8, k % per
+
+
 def swizzle_chunk(row, chunk, chunks: int):
     """The 16-byte chunk where logical chunk `chunk` of row `row` sits in a swizzled tile
     whose rows hold `chunks` chunks (ints or numpy arrays): the chunk XOR a function of the
@@ -177,15 +185,24 @@ def swizzle_column(row, column, row_length: int):
 
 SWIZZLE_ROW = 64
 """Elements (2 bytes each) of a row of a 128-byte-swizzled wgmma tile (`wgmma_element`)."""
+KMAJOR_ROW = 16
+"""Elements (1 byte each) of a core matrix's row in the 8-bit "kmajor" tiles."""
+FP8_NAMES = {"f8E4M3FN": "e4m3", "f8E5M2": "e5m2"}
+"""PTX's names of the 8-bit formats a wgmma multiplies."""
 
 
 def wgmma_element(layout: str, operand: str, origin: list, r, c) -> list:
     """The indices of element (r, c) of a wgmma's A (r along m, c along k) or B (r along k,
     c along n) in its tile, from the op's indices `origin` (ints or numpy arrays), for each
     `WgmmaOp.layout`: "cores" (`core_a`, `core_b`), "strips" (the same, the two core
-    dimensions swapped) and "swizzled": rows of 128 bytes, 128-byte swizzled, A K-major
-    `[.., m, 64]` from origin `[.., m0, k0]` and B N-major `[.., n/64, k, 64]` from origin
-    `[.., 0, k0, 0]` (what a TMA box with 128-byte swizzle lands)."""
+    dimensions swapped), "kmajor" (8-bit: `core_k_major` for both) and "swizzled": rows of
+    128 bytes, 128-byte swizzled, A K-major `[.., m, 64]` from origin `[.., m0, k0]` and B
+    N-major `[.., n/64, k, 64]` from origin `[.., 0, k0, 0]` (what a TMA box with 128-byte
+    swizzle lands)."""
+    if layout == "kmajor":
+        mn, k = (r, c) if operand == "a" else (c, r)
+        c0, c1, i, j = core_k_major(mn, k, KMAJOR_ROW)
+        return [*origin[:-4], origin[-4] + c0, origin[-3] + c1, origin[-2] + i, origin[-1] + j]
     if layout == "swizzled":
         row = origin[-2] + r
         if operand == "a":
@@ -213,7 +230,9 @@ class WgmmaOp(IRDLOperation):
     the indices name the first core matrix of each (the last two 0). `layout` "strips": the
     two core dimensions swapped (A `[.., k/8, m/8, 8, 8]`, B `[.., n/8, k/8, 8, 8]`: strips
     of core matrices, one TMA box each); "swizzled": rows of 128 bytes swizzled
-    (`wgmma_element`). Each thread gives and
+    (`wgmma_element`); "kmajor": m64nNk32 of 8-bit floats (A and B each f8e4m3 or f8e5m2),
+    both K-major, A `[.., m/8, k/16, 8, 16]` and B `[.., n/8, k/16, 8, 16]` (PTX has no
+    transposed 8-bit operand). Each thread gives and
     receives N/2 accumulators at `wgmma_d_coordinates`. Asynchronous: the results may be read
     only after a `wgmma_wait` that covers the op's group, except as the C of the next wgmma
     (the same registers on the GPU), and the tiles must not change until then."""
@@ -258,7 +277,14 @@ class WgmmaOp(IRDLOperation):
         """The dimensions (from the end) of A's k and m cores and of B's k and n cores."""
         if self.tiles == "strips":
             return -4, -3, -3, -4
+        if self.tiles == "kmajor":
+            return -3, -4, -3, -4
         return -3, -4, -4, -3
+
+    @property
+    def k(self) -> int:
+        """k of one op: 16, or 32 of 8-bit floats."""
+        return 32 if self.tiles == "kmajor" else 16
 
     @property
     def width(self) -> int:
@@ -266,9 +292,12 @@ class WgmmaOp(IRDLOperation):
 
     @property
     def narrow_type(self) -> str:
-        t = self.a.type
-        assert isinstance(t, MemRefType)
-        return "bf16" if isinstance(t.element_type, BFloat16Type) else "f16"
+        """ "f16" or "bf16"; of 8-bit floats, A's and B's PTX names ("e4m3_e5m2")."""
+        a, b = self.a.type, self.b.type
+        assert isinstance(a, MemRefType) and isinstance(b, MemRefType)
+        if self.tiles == "kmajor":
+            return f"{FP8_NAMES[str(a.element_type)]}_{FP8_NAMES[str(b.element_type)]}"
+        return "bf16" if isinstance(a.element_type, BFloat16Type) else "f16"
 
     def verify_(self) -> None:
         n = self.width
@@ -276,9 +305,9 @@ class WgmmaOp(IRDLOperation):
             raise VerifyException(f"{self.name}: N must be a multiple of 8 from 8 to 256")
         if len(self.c) != n // 2 or len(self.d) != n // 2:
             raise VerifyException(f"{self.name}: {n // 2} accumulators in and out")
-        if self.tiles not in ("cores", "strips", "swizzled"):
-            raise VerifyException(f"{self.name}: layout is cores, strips or swizzled")
-        last = (SWIZZLE_ROW,) if self.tiles == "swizzled" else (8, 8)
+        if self.tiles not in ("cores", "strips", "swizzled", "kmajor"):
+            raise VerifyException(f"{self.name}: layout is cores, strips, swizzled or kmajor")
+        last = {"swizzled": (SWIZZLE_ROW,), "kmajor": (8, KMAJOR_ROW)}.get(self.tiles, (8, 8))
         for buffer, indices in ((self.a, self.a_indices), (self.b, self.b_indices)):
             t = buffer.type
             assert isinstance(t, MemRefType)
@@ -289,8 +318,11 @@ class WgmmaOp(IRDLOperation):
                 )
             if len(indices) != t.get_num_dims():
                 raise VerifyException(f"{self.name} takes one index per dimension of each tile")
-            if not isinstance(t.element_type, Float16Type | BFloat16Type):
-                raise VerifyException(f"{self.name} multiplies f16 or bf16")
+            eight = str(t.element_type) in FP8_NAMES
+            if eight != (self.tiles == "kmajor"):
+                raise VerifyException(f"{self.name}: 8-bit floats, and only they, are kmajor")
+            if not (eight or isinstance(t.element_type, Float16Type | BFloat16Type)):
+                raise VerifyException(f"{self.name} multiplies f16, bf16 or 8-bit floats")
 
 
 @irdl_op_definition

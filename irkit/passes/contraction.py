@@ -306,9 +306,10 @@ def match_matmul(
     )  # fmt: skip
 
 
-def _element(buffer: SSAValue) -> Attribute | None:
+def _element(buffer: SSAValue) -> Attribute:
+    """A buffer's element type (its own type where it is no memref)."""
     t = buffer.type
-    return t.element_type if isinstance(t, MemRefType) else None
+    return t.element_type if isinstance(t, MemRefType) else t
 
 
 def _batch_part(head: list[SSAValue], batch_ivs: list[SSAValue]) -> bool:

@@ -14,11 +14,18 @@ The copies are 16 bytes, so the pass gives the matmul kernel B^T, [N][K16] (K ro
 the same way where its rows are not 16-byte aligned. A copy's bytes past K are zero-filled
 by its source size, so the padding is never written or read.
 
+On sm_90 mma.sync has no 8-bit form in hardware (ptxas unpacks the bytes to f16 for two
+HMMA.16816 each); Hopper's 8-bit tensor cores are wgmma's. Under `wgmma` (sm_90a), the
+block is warpgroups of 64 rows, each `wgmma.mma_async` m64nNk32 (QGMMA) reading both tiles
+as K-major core matrices, A [m/8][k/16][8][16] and B [n/8][k/16][8][16] (PTX's 8-bit wgmma
+takes no transposed operand: B^T again), filled by the same cp.async ring (layout
+"kmajor" of `irkit.dialects.warp_async.WgmmaOp`). TMA's boxes and warp specialization are
+not built for 8 bits: `tma` leaves them on the cp.async ring.
+
 Left to map-to-gpu (a thread an output, the operands widened one by one): batch and
 gathered nests (`scaled_matmul` is 2-D), and options without the ring (`tensor-cores`,
-`async-copy`, `vector-loads` or `ldmatrix` off) or whose block does not cut into whole
-instruction tiles. wgmma's 8-bit form (k32, sm_90a) is not built: under `wgmma`, 8-bit nests
-take mma.sync.
+`async-copy` or `vector-loads` off, or both `ldmatrix` and `wgmma`) or whose block does not
+cut into whole instruction tiles.
 """
 
 from __future__ import annotations

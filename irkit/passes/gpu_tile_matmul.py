@@ -210,9 +210,10 @@ class GpuTileMatmulPass(ModulePass):
                     _split_k(op, fn, nest, splits, constants)
                 kernel = build_gemv(fn, nest, constants, splits, op)
             else:
-                kernel = self._tiled(fn, nest, shape, constants, op)
-                if kernel is None:
+                tiled = self._tiled(fn, nest, shape, constants, op)
+                if tiled is None:
                     continue
+                kernel = tiled
             op.body.block.insert_op_before(kernel, fn)
             fn.detach()
             fn.erase()
@@ -325,7 +326,9 @@ class _TiledKernel:
         self.rank: SSAValue | None = None
         # wgmma's tiles: "swizzled" (128-byte rows) or "strips" of core matrices (TMA boxes),
         # else "cores" (cp.async; `irkit.dialects.warp_async.wgmma_element`)
-        self.layout = "swizzled" if tile.tma_swizzled else "strips" if tile.tma else "cores"
+        self.layout = "kmajor" if tile.eight else "cores"
+        if tile.tma:
+            self.layout = "swizzled" if tile.tma_swizzled else "strips"
         # setmaxnreg shares the register pool ptxas sizes from __launch_bounds__(threads, 1).
         # A grid of at most `sms` blocks (one an SM, one wave) gains nothing from a second
         # block an SM, yet under __launch_bounds__(threads) alone ptxas 13.5 keeps registers
@@ -576,7 +579,7 @@ class _TiledKernel:
             """The k tile's wgmma ops, their group committed and waited for down to
             `pending` groups in flight (1: the previous k tile's done, this one's not)."""
             t.add(WgmmaFenceOp())
-            for kk in range(o.block_k // MMA_K):
+            for kk in range(o.block_k // (2 * MMA_K if self.layout == "kmajor" else MMA_K)):
                 a_at, b_at = self._wgmma_origins(t, stage, a_row, kk)
                 op = WgmmaOp(a_tile, a_at, b_tile, b_at, accs, n, self.layout)
                 t.add(op)
@@ -608,7 +611,9 @@ class _TiledKernel:
         if self.layout == "swizzled":  # 16 kk into A's 64-wide atoms
             a_at = [stage, t.index(kk // 4), a_row, t.index(16 * (kk % 4))]
             return a_at, [stage, zero, t.index(16 * kk), zero]
-        k_core = t.index(2 * kk)
+        k_core = t.index(2 * kk)  # 16 of k (32 bytes of 8-bit floats): two core matrices
+        if self.layout == "kmajor":  # B's cores [n/8][k/16] as A's
+            return [stage, core_row, k_core, zero, zero], [stage, zero, k_core, zero, zero]
         if self.layout == "strips":
             return [stage, k_core, core_row, zero, zero], [stage, zero, k_core, zero, zero]
         return [stage, core_row, k_core, zero, zero], [stage, k_core, zero, zero, zero]
@@ -623,11 +628,14 @@ class _TiledKernel:
             a, bb = mapping[self.packed[0] or nest.a], mapping[self.packed[1]]
         grid = self.tile.blocks
         stages = self.stages
-        if self.tile.eight:  # byte tiles, k-contiguous: A [m][k], B [n][k]
-            a_tile = self._shared(f"{name}_a_tile", [stages, o.block_m, o.block_k + self.pad])
-            b_type = nest.b_type
+        if self.tile.eight:  # byte tiles, k-contiguous: A [m][k], B [n][k], or as core matrices
+            a_shape = [stages, o.block_m, o.block_k + self.pad]
             b_shape = [stages, o.block_n, o.block_k + self.pad]
-            b_tile = self._shared(f"{name}_b_tile", b_shape, b_type)
+            if self.wgmma:  # [m/8][k/16][8][16], [n/8][k/16][8][16]
+                a_shape = [stages, o.block_m // 8, o.block_k // 16, 8, 16]
+                b_shape = [stages, o.block_n // 8, o.block_k // 16, 8, 16]
+            a_tile = self._shared(f"{name}_a_tile", a_shape)
+            b_tile = self._shared(f"{name}_b_tile", b_shape, nest.b_type)
         elif self.layout == "swizzled":  # rows of 128 bytes: A [k/64][m][64], B [n/64][k][64]
             a_tile = self._shared(f"{name}_a_tile", [stages, o.block_k // 64, o.block_m, 64])
             b_tile = self._shared(f"{name}_b_tile", [stages, o.block_n // 64, o.block_k, 64])
@@ -920,9 +928,9 @@ class _TiledKernel:
                 valid = t.add(arith.SelectOp(inside, valid, t.index(0)))
                 gr = t.add(arith.MinSIOp(gr, t.index(r_extent - 1)))
             source = [*copy.prefix, gr, gc]
-            if copy.cores:  # c is a multiple of 8: a copy is one row of a core matrix
+            if copy.cores:  # c is a multiple of `lanes`: a copy is one row of a core matrix
                 core_r, in_r = t.binary(arith.DivUIOp, r, 8), t.binary(arith.RemUIOp, r, 8)
-                dest = [stage, core_r, t.binary(arith.DivUIOp, c, 8), in_r, t.index(0)]
+                dest = [stage, core_r, t.binary(arith.DivUIOp, c, lanes), in_r, t.index(0)]
             else:
                 dest = [stage, *self._at(t, r, c, copy.cols[1])]
             t.add(CpAsyncOp(copy.tile, dest, copy.src, source, valid, lanes))

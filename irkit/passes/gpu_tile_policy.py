@@ -194,7 +194,7 @@ def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
     block_n, thread_n = _fit(o.block_n, o.thread_n, shape.n)
     if mma:  # whole m16n8k16 tiles: the block at least 16 x 8, k in steps of 16
         block_m, block_n = max(block_m, MMA_M), max(block_n, MMA_N)
-        if o.wgmma and narrow:  # a warpgroup's 64 rows at the least
+        if o.wgmma and not tf32:  # a warpgroup's 64 rows at the least
             block_m = max(block_m, WGMMA_M)
     pairs = mma and not tf32
     block_k = o.block_k or _auto_depth(o, block_m, block_n, shape.k, shape.itemsize, pairs)
@@ -223,13 +223,13 @@ def _tile(o: GpuTileMatmulPass, shape: MatmulShape) -> GpuTile:
     k_tiles = -(-shape.k // block_k)
     splits = _splits(o, tiles, k_tiles) if not shape.batch and shape.single_call else 1
     pairs = mma and not tf32  # again: mma is off where the block does not cut into its tiles
-    wgmma = _wgmma(o, pairs, shape) and not eight
+    wgmma = _wgmma(o, pairs, shape)
     if wgmma:  # a warpgroup per 64 rows of the block
         threads = 128 * (block_m // WGMMA_M)
     copies = ring(o, pairs) and shape.aligned and block_k % 8 == 0 and block_n % 8 == 0
-    copies = copies and (o.ldmatrix or not eight)  # 8-bit tiles are read by ldmatrix only
+    copies = copies and (o.ldmatrix or wgmma or not eight)  # 8-bit: ldmatrix or wgmma reads
     swizzled = copies and not eight and swizzles(o, pairs, block_k, block_n)
-    tma = wgmma and o.tma and shape.described
+    tma = wgmma and o.tma and shape.described and not eight  # 8-bit wgmma: cp.async only
     specialized = tma and o.warp_specialize
     if specialized:  # the producer warpgroup
         threads += 128

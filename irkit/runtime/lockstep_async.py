@@ -125,9 +125,10 @@ def _read(
 
 
 def wgmma(run: Any, op: WgmmaOp, args: list[Any], mask: np.ndarray) -> None:
-    """A warpgroup's m64nNk16 (see the module docstring): A and B gathered from the tiles
-    (lane l reads A's row l / 2, eight k; and N / 8 elements of B), D = A B + C per
-    warpgroup in f32, each lane's results at `wgmma_d_coordinates`."""
+    """A warpgroup's m64nNk16 (m64nNk32 of 8-bit floats; see the module docstring): A and B
+    gathered from the tiles (lane l reads A's row l / 2, half of k; and k N / 128 elements
+    of B), D = A B + C per warpgroup in f32 (every product exact), each lane's results at
+    `wgmma_d_coordinates`."""
     run._whole_warps(op, mask, 128)
     lanes = run.run.lanes
     na, nb, n = len(op.a_indices), len(op.b_indices), op.width
@@ -137,15 +138,16 @@ def wgmma(run: Any, op: WgmmaOp, args: list[Any], mask: np.ndarray) -> None:
     uniform(run, op, [*a_ix, *b_ix], 128, "a tile origin that differs within a warpgroup")
     t = run.tid % 128
     count = lanes // 128
-    a = np.zeros((count, 64, 16), np.float32)
-    b = np.zeros((count, 16, n), np.float32)
+    k = op.k
+    a = np.zeros((count, 64, k), np.float32)
+    b = np.zeros((count, k, n), np.float32)
     reads = []
-    for j in range(8):
-        rows, ks = t // 2, 8 * (t % 2) + j
+    for j in range(k // 2):
+        rows, ks = t // 2, k // 2 * (t % 2) + j
         values, read = _read(run, op, "a", a_buf, a_ix, rows, ks, mask)
         a[np.arange(lanes) // 128, rows, ks] = values
         reads.append(read)
-    for j in range(n // 8):
+    for j in range(k * n // 128):
         e = t + 128 * j
         ks, cols = e // n, e % n
         values, read = _read(run, op, "b", b_buf, b_ix, ks, cols, mask)

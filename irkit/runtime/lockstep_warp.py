@@ -51,9 +51,8 @@ def mma(op: Operation, args: list[Any], lanes: int) -> list[np.ndarray]:
     8-bit op's operands are registers of 4 values (arrays with a last axis of 4), value i
     of A being element i % 4 of register i // 4."""
     a_count, b_count, k, a_at, b_at, tf32 = mma_layout(op)  # type: ignore[arg-type]
-    if isinstance(op, MmaM16n8k32F8Op):
-        registers, c = args[:6], args[6:]
-        args = [np.asarray(r)[..., q] for r in registers for q in range(4)] + list(c)
+    if isinstance(op, MmaM16n8k32F8Op):  # 6 registers of 4 values, then C
+        args = [np.asarray(r)[..., q] for r in args[:6] for q in range(4)] + list(args[6:])
     per_warp = [np.broadcast_to(np.asarray(x, np.float32), (lanes,)).reshape(-1, 32) for x in args]
     if tf32:
         per_warp[: a_count + b_count] = [round_tf32(v) for v in per_warp[: a_count + b_count]]

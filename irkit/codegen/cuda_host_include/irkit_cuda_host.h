@@ -361,11 +361,12 @@ namespace irkit_host {
 // per thread, its wgmma ops in flight (in issue order) and its committed groups; an op
 // computes when a wait lets it, so a result read early, or a tile changed before the
 // wait, shows
+typedef float (*WgmmaDecode)(const unsigned char*);  // an element's value from its bytes
 struct WgmmaInFlight {
   irkit_wgmma_desc_t a, b;
   float* d;
-  unsigned n, group;
-  bool bf16;
+  unsigned n, group, k;  // k: 16, or 32 of 8-bit floats (A and B both K-major)
+  WgmmaDecode decode_a, decode_b;
 };
 constexpr unsigned WGMMA_CAPACITY = 64;
 thread_local WgmmaInFlight* wgmma_ops = nullptr;  // [thread][WGMMA_CAPACITY]
@@ -810,11 +811,15 @@ inline void irkit_cp_async_wait() {
 // --- wgmma: queued per thread, computed at the waits ----------------------------------------
 
 namespace irkit_host {
-inline float narrow_at(const unsigned char* p, bool bf16) {
+inline float f16_at(const unsigned char* p) {
   unsigned short bits;
   std::memcpy(&bits, p, 2);
-  if (bf16) return __bfloat162float(__nv_bfloat16{bits});
   return __half2float(__half{bits});
+}
+inline float bf16_at(const unsigned char* p) {
+  unsigned short bits;
+  std::memcpy(&bits, p, 2);
+  return __bfloat162float(__nv_bfloat16{bits});
 }
 
 // The 128-byte swizzle on a shared address: bits 4-6 (the 16-byte chunk) XOR bits 7-9
@@ -825,41 +830,53 @@ inline unsigned char* swizzled(const unsigned char* p) {
 }
 
 // One thread's N/2 results: row 16 w + g (+ 8), column 8 (i / 4) + 2 t (+ 1) of the 64 x N
-// tile, each its C plus the 16 products in k order, in f32. Without swizzle, A's element
-// (m, k) is at (m / 8) SBO + (k / 8) LBO + (m % 8) 16 + (k % 8) 2 bytes (K-major core
-// matrices), B's (k, n) at (n / 8) SBO + (k / 8) LBO + (k % 8) 16 + (n % 8) 2 (N-major).
-// With the 128-byte swizzle (rows of 128 bytes), A's at (m / 8) SBO + (m % 8) 128 + 2 k
-// (LBO unused: k stays in one row), B's at (n / 64) LBO + (k / 8) SBO + (k % 8) 128 +
-// (n % 64) 2, each address then swizzled.
+// tile, each its C plus the k products in k order, in f32. Without swizzle, A's element
+// (m, k) is at (m / 8) SBO + (k / p) LBO + (m % 8) 16 + (k % p) s bytes (K-major core
+// matrices: elements of s bytes, p = 16 / s of them a row), B's (k, n) at (n / 8) SBO +
+// (k / 8) LBO + (k % 8) 16 + (n % 8) 2 (N-major), or of 8-bit floats K-major as A's. With
+// the 128-byte swizzle (rows of 128 bytes), A's at (m / 8) SBO + (m % 8) 128 + 2 k (LBO
+// unused: k stays in one row), B's at (n / 64) LBO + (k / 8) SBO + (k % 8) 128 + (n % 64)
+// 2, each address then swizzled.
 inline void wgmma_compute(const WgmmaInFlight& w) {
   const unsigned t = linear_thread() % 128, warp = t / 32, g = t % 32 / 4, q = t % 4;
+  const unsigned s = w.k == 32 ? 1 : 2, p = 16 / s;
   for (unsigned i = 0; i < w.n / 2; i++) {
     const unsigned row = 16 * warp + g + 8 * (i / 2 % 2), col = 8 * (i / 4) + 2 * q + i % 2;
     float sum = w.d[i];
-    for (unsigned k = 0; k < 16; k++) {
+    for (unsigned k = 0; k < w.k; k++) {
       const unsigned char *a, *b;
       if (w.a.mode) a = swizzled(w.a.p + (row / 8) * w.a.sbo + (row % 8) * 128 + k * 2);
-      else a = w.a.p + (row / 8) * w.a.sbo + (k / 8) * w.a.lbo + (row % 8) * 16 + (k % 8) * 2;
+      else a = w.a.p + (row / 8) * w.a.sbo + (k / p) * w.a.lbo + (row % 8) * 16 + (k % p) * s;
       if (w.b.mode) {
         b = swizzled(w.b.p + (col / 64) * w.b.lbo + (k / 8) * w.b.sbo + (k % 8) * 128 + (col % 64) * 2);
+      } else if (w.k == 32) {
+        b = w.b.p + (col / 8) * w.b.sbo + (k / p) * w.b.lbo + (col % 8) * 16 + (k % p) * s;
       } else {
         b = w.b.p + (col / 8) * w.b.sbo + (k / 8) * w.b.lbo + (k % 8) * 16 + (col % 8) * 2;
       }
-      sum += narrow_at(a, w.bf16) * narrow_at(b, w.bf16);
+      sum += w.decode_a(a) * w.decode_b(b);
     }
     w.d[i] = sum;
   }
 }
 
-inline void wgmma_issue(irkit_wgmma_desc_t a, irkit_wgmma_desc_t b, float* d, unsigned n,
-                        bool bf16) {
+// a wgmma queued: k 16 (f16, bf16) or 32 (8-bit floats, decoded by the printed helpers)
+inline void wgmma_queue(irkit_wgmma_desc_t a, irkit_wgmma_desc_t b, float* d, unsigned n,
+                        unsigned k, WgmmaDecode decode_a, WgmmaDecode decode_b) {
   const unsigned t = linear_thread();
   unsigned& count = wgmma_state[2 * t];
   if (count == WGMMA_CAPACITY) {
     async_overflow = true;  // the launch fails, naming the fault
     return;
   }
-  wgmma_ops[WGMMA_CAPACITY * t + count++] = {a, b, d, n, wgmma_state[2 * t + 1], bf16};
+  wgmma_ops[WGMMA_CAPACITY * t + count++] = {a, b, d, n, wgmma_state[2 * t + 1], k, decode_a,
+                                             decode_b};
+}
+
+inline void wgmma_issue(irkit_wgmma_desc_t a, irkit_wgmma_desc_t b, float* d, unsigned n,
+                        bool bf16) {
+  const WgmmaDecode decode = bf16 ? bf16_at : f16_at;
+  wgmma_queue(a, b, d, n, 16, decode, decode);
 }
 }  // namespace irkit_host
 
