@@ -159,7 +159,7 @@ if [ "$quick" = "--quick" ]; then
   targets=(--quick --budget 1)
 fi
 
-read -r -a pytest_files <<<"${PYTEST_GPU_FILES:-tests/test_gpu.py tests/test_cuda_path.py tests/test_async_copy.py tests/test_wgmma.py tests/test_tma.py tests/test_clusters.py}"
+read -r -a pytest_files <<<"${PYTEST_GPU_FILES:-tests/test_gpu.py tests/test_cuda_path.py tests/test_async_copy.py tests/test_wgmma.py tests/test_tma.py tests/test_clusters.py tests/test_fp8_mma.py}"
 step pytest_gpu 210 python3 -m pytest -o addopts= -p no:benchmark -m gpu -p no:cacheprovider -q -rs \
   "${pytest_files[@]}" --junitxml="$out/pytest_gpu.xml"
 
@@ -252,7 +252,8 @@ tensor_cores() {  # issue 69's steps against cuBLAS (a GPU), or each checked on 
         names+=("gemm_${t}_$step")
       done
     done
-    # 33 workloads: 5 s each of interleaved rounds (thousands of samples of a 4096^3 gemm)
+    names+=(gemm_fp8 gemm_fp8_wgmma gemm_fp8_8192 gemm_fp8_8192_wgmma)  # against _scaled_mm
+    # 37 workloads: 5 s each of interleaved rounds (thousands of samples of a 4096^3 gemm)
     targets+=(--budget "${TENSOR_CORES_BUDGET:-5}")
     targets_watched "$out/tensor_cores.jsonl" "${HANG_AFTER:-90}" "${names[@]}"
     return $?
@@ -275,6 +276,14 @@ tensor_cores() {  # issue 69's steps against cuBLAS (a GPU), or each checked on 
         -p "fuse-kernels,lower-graph-to-loops,gpu-tile-matmul{$options},map-to-gpu" \
         --json "$out/tensor_cores_${t}_${step//[= -]/_}.json" || status=1
     done
+  done
+  local fp8="$out/gemm_fp8.graph"  # 8-bit floats: mma.sync m16n8k32, and wgmma m64nNk32
+  python3 -c 'import sys; sys.path.insert(0, "benchmarks"); from gpu_targets import GEMM_FP8; print(GEMM_FP8)' >"$fp8"
+  for options in "" "wgmma=true"; do
+    echo "--- gemm fp8, gpu-tile-matmul{$options}"
+    irkit-bench run "$fp8" --backend "$backend" --dim M=100 --dim N=72 --dim K=96 \
+      --budget 0.2 -p "fuse-kernels,lower-graph-to-loops,gpu-tile-matmul{$options},map-to-gpu" \
+      --json "$out/tensor_cores_fp8_${options//[= -]/_}.json" || status=1
   done
   return $status
 }

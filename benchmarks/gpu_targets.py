@@ -103,6 +103,22 @@ output c = matmul(a, b)
 """
 GEMM_BF16 = GEMM_F16.replace("f16", "bf16")
 
+GEMM_FP8 = """model gemm_fp8
+dim M = 4096
+dim N = 4096
+dim K = 4096
+input a : f8e4m3[M, K]
+param b : f8e4m3[K, N]
+input sa : f32[]
+param sb : f32[1]
+output c = cast(scaled_matmul(a, b, sa, sb), dtype=bf16)
+"""
+FP8_STEPS = {"mma": "", "wgmma": "gpu-tile-matmul{wgmma=true}"}
+"""8-bit floats (issue 69's last item) against cuBLAS's through torch._scaled_mm: mma.sync
+m16n8k32 (the default: QMMA on sm_89; on sm_90 ptxas's F2FP and HMMA, since Hopper's
+mma.sync has no 8-bit form) and wgmma m64nNk32 (QGMMA, sm_90a). No rung: the ratio is
+recorded (not yet timed on a GPU)."""
+
 TENSOR_CORE_RUNGS = (0.6, 0.8, 0.95)
 """Issue 70's ladder for bf16 and f16 against cuBLAS: 0.6x (mma.sync), 0.8x, 0.95x (wgmma)."""
 TF32_RUNGS = (0.8,)
@@ -169,6 +185,14 @@ TENSOR_CORE_LADDER = [
     for t, source in (("f16", GEMM_F16), ("bf16", GEMM_BF16))
     for n, steps in ((4096, TENSOR_CORE_STEPS), (8192, TENSOR_CORE_8192))
     for step in steps
+]  # fmt: skip
+
+FP8_LADDER = [
+    Workload(f"gemm_fp8{'' if n == 4096 else f'_{n}'}{'' if step == 'mma' else f'_{step}'}",
+             GEMM_FP8, {"M": n, "N": n, "K": n}, {"M": 512, "N": 512, "K": 512}, "scaled_mm",
+             "cublas", passes, peer_tolerance=2e-2, targeted=False)
+    for n in (4096, 8192)
+    for step, passes in FP8_STEPS.items()
 ]  # fmt: skip
 
 ATTENTION = """model attention
@@ -296,6 +320,7 @@ WORKLOADS = [
              {"M": 512, "N": 512, "K": 512}, "matmul", "cublas", peer_tolerance=2e-2,
              rungs=TENSOR_CORE_RUNGS),
     *TENSOR_CORE_LADDER,
+    *FP8_LADDER,
     *LLAMA_LADDER,
     *ATTENTION_LADDER,
     Workload("bias_gelu", BIAS_GELU, {"N": 4096, "D": 4096}, {"N": 512, "D": 512},
@@ -391,6 +416,15 @@ def torch_peers(torch: Any) -> dict[str, Any]:
         finally:
             torch.backends.cuda.matmul.allow_tf32 = False
 
+    column_major: dict[int, Any] = {}
+
+    def scaled_mm(a, b, sa, sb):  # cuBLAS's 8-bit gemm: B column-major (made once, untimed)
+        if b.data_ptr() not in column_major:
+            column_major[b.data_ptr()] = b.t().contiguous().t()
+        out = torch._scaled_mm(a, column_major[b.data_ptr()], scale_a=sa.reshape(1),
+                               scale_b=sb.reshape(1), out_dtype=torch.bfloat16)  # fmt: skip
+        return out[0] if isinstance(out, tuple) else out  # torch < 2.4 also gave the amax
+
     def sdpa(causal: bool) -> Any:
         def attention(q, k, v):  # flash attention only: an error, not a fallback, without it
             from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -405,6 +439,7 @@ def torch_peers(torch: Any) -> dict[str, Any]:
         "sdpa_causal": sdpa(True),
         "matmul": torch.matmul,
         "matmul_tf32": matmul_tf32,
+        "scaled_mm": scaled_mm,
         "bias_gelu": lambda x, b: F.gelu(x + b),
         "softmax": lambda x: torch.softmax(x, dim=-1),
         "layer_norm": layer_norm,
@@ -445,10 +480,14 @@ class TorchTimed:
 
 
 def _to_torch(torch: Any, a: np.ndarray) -> Any:
-    """An input on the device; bf16 (ml_dtypes, which torch.from_numpy refuses) by its bits."""
+    """An input on the device; bf16 and 8-bit floats (ml_dtypes, which torch.from_numpy
+    refuses) by their bits."""
     a = np.ascontiguousarray(a)
     if a.dtype.name == "bfloat16":
         return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16).cuda()
+    eight = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
+    if a.dtype.name in eight:
+        return torch.from_numpy(a.view(np.uint8)).view(eight[a.dtype.name]).cuda()
     return torch.from_numpy(a).cuda()
 
 
@@ -664,7 +703,7 @@ def main() -> int:
         if w not in tiled and (w.name not in args.only if args.only else bool(args.variant)):
             continue  # not named; with --variant and no --only, the variants alone run
         if not args.only and (
-            w in TENSOR_CORE_LADDER or w in ATTENTION_LADDER or w in LLAMA_LADDER
+            w in TENSOR_CORE_LADDER or w in FP8_LADDER or w in ATTENTION_LADDER or w in LLAMA_LADDER
         ):
             continue  # issue 69's steps: by name (gpu_acceptance.sh's tensor_cores step)
         dims = w.quick_dims if args.quick else w.dims
