@@ -216,7 +216,8 @@ def _step(draw, m: _Model) -> None:
 
 def _fp8_step(draw, m: _Model, name: str, shape: list[int], dtype: str) -> None:
     """8-bit floats: `scaled_matmul` of a new input cast to one (exact on both sides: the same
-    values round the same way) by an 8-bit weight, its scales new inputs, cast back to
+    values round the same way) by an 8-bit weight (or the dequantized matmul a quantized
+    export writes for it), its scales new inputs, cast back to
     `dtype` and added to `name`; or `name` scaled by a power of two through an 8-bit float and
     back (a cast of a computed value could round the other way from the reference's float64
     at a tie, one step of 8-bit precision)."""
@@ -228,7 +229,10 @@ def _fp8_step(draw, m: _Model, name: str, shape: list[int], dtype: str) -> None:
         w = m.input([k, shape[1]], draw(st.sampled_from(FP8_NAMES)), param=True)
         sa, sw = m.input([1], "f32"), m.input([1], "f32", param=True)
         fmt8 = draw(st.sampled_from(FP8_NAMES))
-        product = m.line(f"scaled_matmul(cast({a}, dtype={fmt8}), {w}, {sa}, {sw})")
+        a8 = f"cast({a}, dtype={fmt8})"
+        product = m.line(f"scaled_matmul({a8}, {w}, {sa}, {sw})")
+        if draw(st.booleans()):  # as a quantized export writes it: recognize-scaled-matmul's
+            product = m.line(f"matmul(cast({a8}, dtype=f32) * {sa}, cast({w}, dtype=f32) * {sw})")
         m.define(f"{name} + cast({product}, dtype={dtype})", shape, dtype)
         return
     x = m.input(shape, dtype)

@@ -57,6 +57,10 @@ CPU_ATTENTION, GPU_ATTENTION = ("cpu-fuse-attention",), ("gpu-fuse-attention",)
 """Each default pipeline's attention pass (it recognizes the chains too), after the cleanup,
 before transposes fold into the matmuls it matches."""
 
+CUDA_GRAPH = ("recognize-scaled-matmul",)
+"""`default-cuda`'s graph passes the CPU's lacks: dequantized 8-bit matmuls onto the 8-bit
+tensor cores (before fold-constants, which would fold an 8-bit weight's dequantization)."""
+
 CUDA_LOOP_PASSES = (
     "lower-graph-to-loops", "reshape-views", "pad-leading-dims", "gpu-tile-matmul", "gpu-coarsen",
     "map-to-gpu",
@@ -130,9 +134,15 @@ PIPELINES: dict[str, Pipeline] = {
     ),
     "default-cuda": Pipeline(
         "default-cuda",
-        (*GRAPH_OPTIMIZATIONS[:2], *GPU_ATTENTION, *GRAPH_OPTIMIZATIONS[2:], *CUDA_LOOP_PASSES),
-        frozenset((*GRAPH_OPTIMIZATIONS, *GPU_ATTENTION, *CUDA_LOOP_PASSES[1:-1])),
-        "the optimized CUDA pipeline: graph cleanup, attention recognized and fused (a block per query tile, K and V through shared memory, the online softmax in registers), NHWC convolutions as im2col matmuls, "
+        (
+            *GRAPH_OPTIMIZATIONS[:2],
+            *CUDA_GRAPH,
+            *GPU_ATTENTION,
+            *GRAPH_OPTIMIZATIONS[2:],
+            *CUDA_LOOP_PASSES,
+        ),
+        frozenset((*GRAPH_OPTIMIZATIONS, *CUDA_GRAPH, *GPU_ATTENTION, *CUDA_LOOP_PASSES[1:-1])),
+        "the optimized CUDA pipeline: graph cleanup, dequantized 8-bit matmuls as scaled_matmul, attention recognized and fused (a block per query tile, K and V through shared memory, the online softmax in registers), NHWC convolutions as im2col matmuls, "
         "transpose and constant folding, fusion, loops, reshapes as views, padded row strides of "
         "intermediates, warp-tiled shared-memory matmuls, large elementwise kernels several "
         "points per thread, mapping onto the GPU",

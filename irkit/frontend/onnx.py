@@ -42,6 +42,7 @@ from irkit.dtypes import DTYPES, dense_attr
 from irkit.errors import IrkitError
 from irkit.frontend.files import check_model_file
 from irkit.frontend.onnx_common import ONNX_DTYPES
+from irkit.frontend.onnx_quantize import EIGHT_BIT
 from irkit.ir import element_type_of, shape_of, ssa_name
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -242,6 +243,8 @@ class OnnxImporter:
             return False
         if node.op_type in ("RandomUniform", "RandomNormal", "Bernoulli"):
             return False
+        if node.op_type == "DequantizeLinear" and str(self.consts[inputs[0]].dtype) in EIGHT_BIT:
+            return False  # an 8-bit weight kept in its bytes (`irkit.frontend.onnx_quantize`)
         if node.op_type in NUMPY_FOLDS:  # where onnx's reference implementation is wrong
             arrays = [self.consts[n] for n in node.input]
             self.consts[node.output[0]] = NUMPY_FOLDS[node.op_type](node, arrays)

@@ -32,6 +32,7 @@ from irkit.frontend.onnx_common import (
 )
 from irkit.frontend.onnx_compose import COMPOSED_CONVERTERS, COMPOSED_LIMITS
 from irkit.frontend.onnx_exact import EXACT_CONVERTERS, EXACT_LIMITS
+from irkit.frontend.onnx_quantize import QUANTIZE_CONVERTERS, QUANTIZE_LIMITS
 from irkit.ir import element_type_of
 
 if TYPE_CHECKING:  # the importer calls these converters; they only need its type
@@ -543,6 +544,7 @@ CONVERTERS: dict[str, Converter] = {
     "Identity": _identity, "Dropout": _identity, "Cast": _cast, "ConstantOfShape": _constant_of_shape,
     **EXACT_CONVERTERS,
     **COMPOSED_CONVERTERS,
+    **QUANTIZE_CONVERTERS,
 }  # fmt: skip
 """Constant is not here: a Constant node is always folded at import."""
 
@@ -567,6 +569,7 @@ LIMITS: dict[str, str] = {
     "LRN": "rank >= 3 (channels on axis 1)",
     **EXACT_LIMITS,
     **COMPOSED_LIMITS,
+    **QUANTIZE_LIMITS,
 }
 """Per-op limits beyond 'f16, bf16, f32, f64 tensors with static shapes'."""
 

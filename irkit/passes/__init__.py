@@ -174,6 +174,12 @@ def _recognize_attention() -> type[ModulePass]:
     return RecognizeAttentionPass
 
 
+def _recognize_scaled_matmul() -> type[ModulePass]:
+    from irkit.passes.recognize_scaled_matmul import RecognizeScaledMatmulPass
+
+    return RecognizeScaledMatmulPass
+
+
 def _share_buffers() -> type[ModulePass]:
     from irkit.passes.share_buffers import ShareBuffersPass
 
@@ -214,6 +220,7 @@ IRKIT_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "reassociate-reductions": _reassociate_reductions,
     "share-buffers": _share_buffers,
     "recognize-attention": _recognize_attention,
+    "recognize-scaled-matmul": _recognize_scaled_matmul,
     "cpu-fuse-attention": _cpu_fuse_attention,
     "gpu-fuse-attention": _gpu_fuse_attention,
 }
