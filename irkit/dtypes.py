@@ -6,8 +6,8 @@ booleans (i1, one byte a value in memory, as numpy's bool). Integer arithmetic i
 
 The 8-bit floats f8e4m3 (OCP's E4M3FN: 4 exponent bits, 3 mantissa bits, no infinities, max
 448) and f8e5m2 (E5M2: max 57344) are storage types: a value of one is cast from or to a
-wider float (`cast`), or an operand of `scaled_matmul`, and takes part in no other
-arithmetic. A cast to one rounds to nearest even and saturates to its largest finite value
+wider float (`cast`), reshaped, or an operand of `scaled_matmul`, and takes part in no
+other arithmetic. A cast to one rounds to nearest even and saturates to its largest finite value
 (NaN stays NaN), as the GPU's `cvt.rn.satfinite` and ONNX's `Cast{saturate=1}` do.
 """
 

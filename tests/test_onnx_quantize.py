@@ -60,9 +60,12 @@ def _int8_linear() -> onnx.ModelProto:
     )  # fmt: skip
 
 
-def _fp8_linear(a: str = "float8_e4m3fn", b: str = "float8_e5m2") -> onnx.ModelProto:
+def _fp8_linear(
+    a: str = "float8_e4m3fn", b: str = "float8_e5m2", rows: tuple[int, ...] = (33,)
+) -> onnx.ModelProto:
     """An activation quantized to an 8-bit float per tensor, times an 8-bit weight: what
-    NVIDIA ModelOpt's fp8 exports write around each Linear."""
+    NVIDIA ModelOpt's fp8 exports write around each Linear (`rows`: the activation's
+    leading dims, [B, S] for a transformer's)."""
     w = rng.normal(size=(96, 40)).astype(np.float32)
     largest = float(ml_dtypes.finfo(getattr(ml_dtypes, b)).max)
     ws = np.float32(np.abs(w).max() / largest)
@@ -70,7 +73,7 @@ def _fp8_linear(a: str = "float8_e4m3fn", b: str = "float8_e5m2") -> onnx.ModelP
         [n("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
          n("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
          n("DequantizeLinear", ["wq", "ws"], ["wd"]), n("MatMul", ["xd", "wd"], ["y"])],
-        [_f32("x", [33, 96])], [_f32("y", [33, 40])],
+        [_f32("x", [*rows, 96])], [_f32("y", [*rows, 40])],
         [numpy_helper.from_array(np.float32(0.01), "xs"),
          _fp8("xz", np.zeros((), getattr(ml_dtypes, a))),
          _fp8("wq", (w / ws).astype(getattr(ml_dtypes, b))), numpy_helper.from_array(ws, "ws")],
@@ -113,6 +116,16 @@ def test_an_8_bit_float_linear_matches_onnxruntime_on_the_tensor_cores(a, b, tmp
     without = irkit.compile(module, ",".join(steps), "cuda-host")
     assert not any(isinstance(op, MmaM16n8k32F8Op) for op in without.module.walk())
     np.testing.assert_allclose(without(x)[0], expected[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_linear_on_a_rank_3_activation_reaches_the_tensor_cores(tmp_path: Path) -> None:
+    """[B, S, K] times [K, N]: the importer's rows reshape moves onto the 8-bit bytes, so
+    the matmul is still one scaled_matmul on mma.sync m16n8k32."""
+    x = rng.normal(size=(2, 9, 96)).astype(np.float32)
+    expected, module = _run_both(_fp8_linear(rows=(2, 9)), tmp_path, x)
+    exe = irkit.compile(module, "default-cuda", "cuda-host")
+    assert any(isinstance(op, MmaM16n8k32F8Op) for op in exe.module.walk())
+    np.testing.assert_allclose(exe(x)[0], expected[0], rtol=1e-5, atol=1e-5 * np.abs(expected[0]).max())
 
 
 def _refused(node: onnx.NodeProto, inits, tmp_path: Path, out=TensorProto.FLOAT) -> str:

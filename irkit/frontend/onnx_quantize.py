@@ -39,9 +39,9 @@ if TYPE_CHECKING:
 EIGHT_BIT = {"float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2"}
 """The 8-bit float types quantization reaches, by their numpy names."""
 INTEGER_RANGES = {
-    "int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
-    "int32": (-(2**31), 2**31 - 1),
-}  # fmt: skip
+    name: (int(np.iinfo(name).min), int(np.iinfo(name).max))
+    for name in ("int8", "uint8", "int16", "uint16", "int32")
+}
 """The integer types QuantizeLinear may produce, and the range it saturates to."""
 
 
@@ -131,8 +131,10 @@ def _quantize_linear(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
 
 
 QUANTIZE_CONVERTERS: dict[str, Converter] = {
-    "QuantizeLinear": _quantize_linear, "DequantizeLinear": _dequantize_linear, "Round": _round,
-}  # fmt: skip
+    "QuantizeLinear": _quantize_linear,
+    "DequantizeLinear": _dequantize_linear,
+    "Round": _round,
+}
 
 QUANTIZE_LIMITS: dict[str, str] = {
     "QuantizeLinear": "per tensor or per axis; to int8, uint8, int16, uint16, int32 (held as i32) or FLOAT8E4M3FN/E5M2 (zero point 0, saturate=1); no block_size",

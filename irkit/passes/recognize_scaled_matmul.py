@@ -9,7 +9,9 @@ after widening each operand and scaling it per tensor:
 which is `scaled_matmul(a, b, scale_a, scale_b)`, whose nest `gpu-tile-matmul` runs on the
 8-bit tensor cores reading the bytes (`irkit.passes.gpu_tile_fp8`), where the chain as
 written widens both operands into f32 copies first. Either operand order of each
-multiplication; the widened or scaled values may have other readers (they stay for them).
+multiplication; a reshape between the scaling and the matmul (ONNX's MatMul of a rank-3
+activation, which the importer writes as rows) moves onto the bytes; the widened or scaled
+values may have other readers (they stay for them).
 
 Optional, in `default-cuda` only (on the CPU the chain's f32 weights fold into constants
 that `cpu-tile-matmul` packs, which the 8-bit nest would not get). It changes no value
@@ -37,9 +39,13 @@ from irkit.ir import element_type_of, shape_of
 
 
 def _dequantized(value: SSAValue) -> tuple[SSAValue, SSAValue] | None:
-    """(the 8-bit tensor, its scale) where `value` is `cast(x) * scale` (either order), x a
-    rank-2 8-bit float widened to f32 and the scale f32 with one element; else None."""
+    """(the 8-bit tensor, its scale) where `value` is `cast(x) * scale` (either order), x an
+    8-bit float widened to f32 and the scale f32 with one element, or a reshape of that
+    (a Linear on a rank-3 activation: the importer's rows; x is then to be reshaped the
+    same way); else None."""
     op = value.owner
+    if isinstance(op, g.ReshapeOp):
+        return _dequantized(op.input)
     if not isinstance(op, g.MulOp):
         return None
     for widened, scale in ((op.lhs, op.rhs), (op.rhs, op.lhs)):
@@ -49,7 +55,6 @@ def _dequantized(value: SSAValue) -> tuple[SSAValue, SSAValue] | None:
         x = cast.input
         if (
             is_fp8(element_type_of(x))
-            and len(shape_of(x)) == 2
             and isinstance(element_type_of(widened), Float32Type)
             and isinstance(element_type_of(scale), Float32Type)
             and tuple(shape_of(scale)) in ((), (1,))
@@ -61,21 +66,28 @@ def _dequantized(value: SSAValue) -> tuple[SSAValue, SSAValue] | None:
 class _ScaledMatmul(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.MatmulOp, rewriter: PatternRewriter) -> None:
-        a, b = _dequantized(op.lhs), _dequantized(op.rhs)
-        if a is None or b is None:
+        found = [(v, _dequantized(v)) for v in op.operands]
+        if any(pair is None for _, pair in found):
             return
-        new = g.ScaledMatmulOp.create_inferred([a[0], b[0], a[1], b[1]], {})
+        operands, scales = [], []
+        for value, pair in found:
+            assert pair is not None
+            x, scale = pair
+            if shape_of(x) != shape_of(value):  # the bytes reshaped as the values were
+                rows = g.ReshapeOp.build_to(x, list(shape_of(value)))
+                rewriter.insert(rows)
+                x = rows.results[0]
+            operands.append(x)
+            scales.append(scale)
+        new = g.ScaledMatmulOp.create_inferred([*operands, *scales], {})
         new.location = op.location
-        scaled = [op.lhs.owner, op.rhs.owner]
+        dead = [op.lhs.owner, op.rhs.owner]
         rewriter.replace(op, new)
-        for mul in dict.fromkeys(scaled):  # the widened copies nothing else reads
-            assert isinstance(mul, g.MulOp)
-            widened = [v.owner for v in mul.operands if isinstance(v.owner, g.CastOp)]
-            if not mul.result.uses:
-                rewriter.erase(mul)
-                for cast in widened:
-                    if not cast.result.uses:
-                        rewriter.erase(cast)
+        while dead:  # the widened copies (and their reshapes) nothing else reads
+            old = dead.pop()
+            if isinstance(old, g.ReshapeOp | g.MulOp | g.CastOp) and not old.results[0].uses:
+                dead += [v.owner for v in old.operands]
+                rewriter.erase(old)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from xdsl.utils.exceptions import VerifyException
 from irkit.dialects import shapes
 from irkit.dialects.graph.base import (
     ANY,
+    FP8,
     INT,
     GraphOp,
     Props,
@@ -79,10 +80,10 @@ class TransposeOp(GraphOp):
 @irdl_op_definition
 class ReshapeOp(GraphOp):
     """Row-major reinterpretation with the same number of elements; the result type is
-    given, not inferred."""
+    given, not inferred. Of any element type, 8-bit floats included (the same bytes)."""
 
     name = "graph.reshape"
-    KINDS: ClassVar[frozenset[str]] = ANY
+    KINDS: ClassVar[frozenset[str]] = ANY | {FP8}
     input = operand_def(TensorType)
     result = result_def(TensorType)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
