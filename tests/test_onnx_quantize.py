@@ -83,7 +83,9 @@ def _fp8_linear(
 def _run_both(model: onnx.ModelProto, tmp_path: Path, x: np.ndarray):
     path = tmp_path / "q.onnx"
     onnx.save(model, path)
-    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )
     return expected, irkit.load(str(path))
 
 
@@ -111,7 +113,9 @@ def test_an_8_bit_float_linear_matches_onnxruntime_on_the_tensor_cores(a, b, tmp
     np.testing.assert_array_equal(irkit.compile(module, backend="cpu")(x)[0], expected[0])
     exe = irkit.compile(module, "default-cuda", "cuda-host")
     assert any(isinstance(op, MmaM16n8k32F8Op) for op in exe.module.walk())
-    np.testing.assert_allclose(exe(x)[0], expected[0], rtol=1e-5, atol=1e-5 * np.abs(expected[0]).max())
+    np.testing.assert_allclose(
+        exe(x)[0], expected[0], rtol=1e-5, atol=1e-5 * np.abs(expected[0]).max()
+    )
     steps = [s.spec for s in pipeline_steps("default-cuda") if s.spec != "recognize-scaled-matmul"]
     without = irkit.compile(module, ",".join(steps), "cuda-host")
     assert not any(isinstance(op, MmaM16n8k32F8Op) for op in without.module.walk())
@@ -125,7 +129,9 @@ def test_a_linear_on_a_rank_3_activation_reaches_the_tensor_cores(tmp_path: Path
     expected, module = _run_both(_fp8_linear(rows=(2, 9)), tmp_path, x)
     exe = irkit.compile(module, "default-cuda", "cuda-host")
     assert any(isinstance(op, MmaM16n8k32F8Op) for op in exe.module.walk())
-    np.testing.assert_allclose(exe(x)[0], expected[0], rtol=1e-5, atol=1e-5 * np.abs(expected[0]).max())
+    np.testing.assert_allclose(
+        exe(x)[0], expected[0], rtol=1e-5, atol=1e-5 * np.abs(expected[0]).max()
+    )
 
 
 def _refused(node: onnx.NodeProto, inits, tmp_path: Path, out=TensorProto.FLOAT) -> str:
