@@ -151,6 +151,22 @@ def test_a_planted_8_bit_fragment_slip_fails_on_both_host_paths(backend: str, sl
     with A's registers 0 and 2 swapped (k 4t and 16 + 4t): a wrong product on lockstep and
     on cuda-host; the unplanted module, the control, is right."""
     from irkit.dialects.graph.base import int_array
+
+    def plant(module) -> None:
+        if slip == "ldmatrix":
+            op = _ops(module, LdmatrixX4Op)[0]
+            (r0, c0), (r1, c1), *rest = op.origins
+            op.properties["offsets"] = int_array([r1, c1, r0, c0, *[v for rc in rest for v in rc]])
+        else:
+            op = _ops(module, MmaM16n8k32F8Op)[0]
+            op.operands[0], op.operands[2] = op.operands[2], op.operands[0]
+
+    _slip_fails(backend, "default-cuda", plant)
+
+
+def _slip_fails(backend: str, pipeline: str, plant) -> None:
+    """A 64 x 32 x 64 e4m3 gemm under `pipeline` on `backend`: right as compiled, wrong once
+    `plant` has changed its module."""
     from irkit.runtime import BACKENDS
 
     graph = _graph(m=64, n=32, k=64, kind="input")
@@ -161,20 +177,15 @@ def test_a_planted_8_bit_fragment_slip_fails_on_both_host_paths(backend: str, sl
     expected = x.astype(np.float32) @ w.astype(np.float32)
     chosen = BACKENDS[backend]()
 
-    def run(plant: bool) -> np.ndarray:
-        module = apply_passes(graph.clone(), parse_passes("default-cuda"))
-        if plant and slip == "ldmatrix":
-            op = _ops(module, LdmatrixX4Op)[0]
-            (r0, c0), (r1, c1), *rest = op.origins
-            op.properties["offsets"] = int_array([r1, c1, r0, c0, *[v for rc in rest for v in rc]])
-        elif plant:
-            op = _ops(module, MmaM16n8k32F8Op)[0]
-            op.operands[0], op.operands[2] = op.operands[2], op.operands[0]
+    def run(planted: bool) -> np.ndarray:
+        module = apply_passes(graph.clone(), parse_passes(pipeline))
+        if planted:
+            plant(module)
         exe = chosen.compile(chosen.lower(module))
         return np.asarray(exe(x, w, one, one[None])[0], np.float32)
 
-    assert np.allclose(run(plant=False), expected, rtol=2e-2, atol=2e-1)
-    assert not np.allclose(run(plant=True), expected, rtol=2e-2, atol=2e-1)
+    assert np.allclose(run(planted=False), expected, rtol=2e-2, atol=2e-1)
+    assert not np.allclose(run(planted=True), expected, rtol=2e-2, atol=2e-1)
 
 
 def test_an_8_bit_kernel_is_not_built_before_sm_89() -> None:
@@ -273,28 +284,14 @@ def test_a_planted_8_bit_wgmma_slip_fails_on_both_host_paths(backend: str) -> No
     """One wgmma reading A from the next k core matrix (16 bytes of k off): wrong on both
     host paths, the control right."""
     from irkit.dialects.warp_async import WgmmaOp
-    from irkit.runtime import BACKENDS
 
-    graph = _graph(m=64, n=32, k=64, kind="input")
-    rng = np.random.default_rng(1)
-    x = to_fp8(rng.standard_normal((64, 64)), "f8e4m3")
-    w = to_fp8(rng.standard_normal((64, 32)), "f8e4m3")
-    one = np.array(1.0, np.float32)
-    expected = x.astype(np.float32) @ w.astype(np.float32)
-    chosen = BACKENDS[backend]()
+    def plant(module) -> None:
+        op = _ops(module, WgmmaOp)[0]
+        k_core = list(op.a_indices)[-3]
+        successor = [o for o in _ops(module, WgmmaOp) if list(o.a_indices)[-3] is not k_core]
+        op.operands[1 + len(op.a_indices) - 3] = list(successor[0].a_indices)[-3]
 
-    def run(plant: bool) -> np.ndarray:
-        module = apply_passes(graph.clone(), parse_passes(_with("wgmma=true")))
-        if plant:
-            op = _ops(module, WgmmaOp)[0]
-            k_core = list(op.a_indices)[-3]
-            successor = [o for o in _ops(module, WgmmaOp) if list(o.a_indices)[-3] is not k_core]
-            op.operands[1 + len(op.a_indices) - 3] = list(successor[0].a_indices)[-3]
-        exe = chosen.compile(chosen.lower(module))
-        return np.asarray(exe(x, w, one, one[None])[0], np.float32)
-
-    assert np.allclose(run(plant=False), expected, rtol=2e-2, atol=2e-1)
-    assert not np.allclose(run(plant=True), expected, rtol=2e-2, atol=2e-1)
+    _slip_fails(backend, _with("wgmma=true"), plant)
 
 
 def test_the_8_bit_wgmma_sass_is_qgmma_without_spills(tmp_path) -> None:

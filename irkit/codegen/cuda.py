@@ -903,7 +903,7 @@ def _mma_function(op: Operation) -> str:
 def _fp8_mma_helper(function: str) -> str:
     """`irkit_mma_m16n8k32_<a>_<b>`: PTX's 8-bit mma.sync (sm_89 and later) on a lane's
     registers as they are; on cuda-host, the 24 bytes widened (the prelude's conversions)
-    and multiplied by the header's emulation, `irkit_host::mma_k32`."""
+    and multiplied by the header's emulation, `irkit_host::mma<32>`."""
     fa, fb = function.split("_")[-2:]
     a = ", ".join(f"irkit_f8x4 a{i}" for i in range(4))
     b = ", ".join(f"irkit_f8x4 b{i}" for i in range(2))
@@ -920,7 +920,7 @@ def _fp8_mma_helper(function: str) -> str:
         "  const float c[4] = {c0, c1, c2, c3};\n"
         f"  for (int i = 0; i < 16; i++) a[i] = irkit_f8{fa}_to_float(ar[i / 4].v[i % 4]);\n"
         f"  for (int i = 0; i < 8; i++) b[i] = irkit_f8{fb}_to_float(br[i / 4].v[i % 4]);\n"
-        "  irkit_host::mma_k32(a, b, c, d, __LINE__);\n"
+        "  irkit_host::mma<32>(a, b, c, d, __LINE__);\n"
         "  *d0 = d[0]; *d1 = d[1]; *d2 = d[2]; *d3 = d[3];\n"
         "}\n#else\n"
         f"__device__ __forceinline__ {signature} {{\n"

@@ -346,6 +346,20 @@ class LdmatrixX4Op(IRDLOperation):
 MMA_OPS = (MmaM16n8k16Op, MmaM16n8k8Tf32Op, MmaM16n8k32F8Op)
 
 
+def mma_grid(add, make, a_frags: list, b_frags: list, accs: list[SSAValue]) -> list[SSAValue]:
+    """A warp tile's instructions for one k step: `make(a, b, c)` (an mma op class) for each
+    of its 16-row pieces' A fragments and 8-column pieces' B fragments, row-major, each
+    chained on its 4 of `accs` (given to `add`, a builder's); returns the new accumulators."""
+    accs = list(accs)
+    for mi, a in enumerate(a_frags):
+        for ni, b in enumerate(b_frags):
+            at = (mi * len(b_frags) + ni) * C_COUNT
+            op = make(a, b, accs[at : at + C_COUNT])
+            add(op)
+            accs[at : at + C_COUNT] = list(op.outputs)
+    return accs
+
+
 def mma_layout(op: IRDLOperation):
     """(A count, B count, k, A's coordinates, B's coordinates, whether inputs round to TF32)
     of an mma op, its counts in values (an 8-bit op's registers hold 4 each)."""

@@ -36,7 +36,7 @@ from xdsl.dialects import arith, func, memref
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, MemRefType, ModuleOp, UnitAttr
 from xdsl.ir import Block, Region, SSAValue
 
-from irkit.dialects.warp import LdmatrixX4Op, MmaM16n8k32F8Op, c_coordinates
+from irkit.dialects.warp import LdmatrixX4Op, MmaM16n8k32F8Op, c_coordinates, mma_grid
 from irkit.dtypes import is_fp8
 from irkit.ir import shape_of
 from irkit.loops import KERNEL_ATTR, ONCE_ATTR, SCRATCH_ATTR
@@ -207,12 +207,7 @@ def mma_f8(kernel, b: GpuBuilder, tid: SSAValue, a_tile: SSAValue, b_tile: SSAVa
                 origins = B_ORIGINS if ni + 1 < tiles_n else B_ORIGINS[:2] * 2
                 got = registers(t, b_tile, [stage, t.iadd(col0, ni * MMA_N), k], origins)
                 b_regs += [got[:2], got[2:]][: min(2, tiles_n - ni)]
-            for mi in range(tiles_m):
-                for ni in range(tiles_n):
-                    at = (mi * tiles_n + ni) * 4
-                    mma = MmaM16n8k32F8Op(a_regs[mi], b_regs[ni], accs[at : at + 4])
-                    t.add(mma)
-                    accs[at : at + 4] = list(mma.outputs)
+            accs = mma_grid(t.add, MmaM16n8k32F8Op, a_regs, b_regs, accs)
         return accs
 
     c_at = [c_coordinates(0, i) for i in range(4)]  # (row - g, column - 2t)

@@ -434,6 +434,7 @@ class _TiledKernel:
             b_coordinates,
             b_coordinates_tf32,
             c_coordinates,
+            mma_grid,
         )
 
         o = self.o
@@ -520,13 +521,7 @@ class _TiledKernel:
             accs = list(accs)
             for kk in range(0, o.block_k, step):
                 a_frags = [load_a(t, stage, mi, kk) for mi in range(tiles_m)]
-                b_frags = load_b(t, stage, kk)
-                for mi in range(tiles_m):
-                    for ni in range(tiles_n):
-                        at = (mi * tiles_n + ni) * 4
-                        op = op_class(a_frags[mi], b_frags[ni], accs[at : at + 4])
-                        t.add(op)
-                        accs[at : at + 4] = list(op.outputs)
+                accs = mma_grid(t.add, op_class, a_frags, load_b(t, stage, kk), accs)
             return accs
 
         outputs = [

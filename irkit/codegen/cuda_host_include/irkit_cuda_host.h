@@ -617,42 +617,27 @@ inline T shfl_xor(T value, int lane_mask, int width, int line) {
   return source >= group + (unsigned)width ? value : (T)stage[source];
 }
 
+// m16n8k16 (K = 16), the 8-bit m16n8k32 (K = 32, its values widened) and TF32's m16n8k8
+// (K = 8, rounded): a lane's values come in 32-bit registers of p = K / 8 (2 of 16 bits, 4
+// of 8, 1 of 32): lane (g, t) holds A's rows g and g + 8 at columns p t + {0..p-1} and
+// 4p + p t + {0..p-1}, and B's k at the same columns of column g (irkit/dialects/warp.py)
+template <unsigned K>
 inline void mma(const float* a, const float* b, const float* c, float* d, int line) {
+  constexpr unsigned p = K / 8;
   unsigned lane;
   MmaStage& s = mma_stage(lane);
-  for (int i = 0; i < 8; i++) s.a[lane][i] = a[i];
-  for (int i = 0; i < 4; i++) { s.b[lane][i] = b[i]; s.c[lane][i] = c[i]; }
+  for (unsigned i = 0; i < 4 * p; i++) s.a[lane][i] = a[i];
+  for (unsigned i = 0; i < 2 * p; i++) s.b[lane][i] = b[i];
+  for (unsigned i = 0; i < 4; i++) s.c[lane][i] = c[i];
   barrier(line);
   const unsigned g = lane / 4, t = lane % 4;
   for (unsigned i = 0; i < 4; i++) {
     const unsigned row = g + 8 * (i / 2), col = 2 * t + i % 2;
     float sum = s.c[(row % 8) * 4 + col / 2][col % 2 + 2 * (row / 8)];
-    for (unsigned k = 0; k < 16; k++) {
-      const float x = s.a[(row % 8) * 4 + (k % 8) / 2][k % 2 + 2 * (row / 8) + 4 * (k / 8)];
-      const float y = s.b[col * 4 + (k % 8) / 2][k % 2 + 2 * (k / 8)];
-      sum += x * y;
-    }
-    d[i] = sum;
-  }
-}
-
-// m16n8k32 (the 8-bit mma, its values widened): lane (g, t) holds A's rows g and g + 8 at
-// columns 4t + {0..3} and 16 + 4t + {0..3}, and B's k 4t + {0..3} and 16 + 4t + {0..3} at
-// column g (irkit/dialects/warp.py)
-inline void mma_k32(const float* a, const float* b, const float* c, float* d, int line) {
-  unsigned lane;
-  MmaStage& s = mma_stage(lane);
-  for (int i = 0; i < 16; i++) s.a[lane][i] = a[i];
-  for (int i = 0; i < 8; i++) s.b[lane][i] = b[i];
-  for (int i = 0; i < 4; i++) s.c[lane][i] = c[i];
-  barrier(line);
-  const unsigned g = lane / 4, t = lane % 4;
-  for (unsigned i = 0; i < 4; i++) {
-    const unsigned row = g + 8 * (i / 2), col = 2 * t + i % 2;
-    float sum = s.c[(row % 8) * 4 + col / 2][col % 2 + 2 * (row / 8)];
-    for (unsigned k = 0; k < 32; k++) {
-      const float x = s.a[(row % 8) * 4 + (k % 16) / 4][k % 4 + 4 * (row / 8) + 8 * (k / 16)];
-      const float y = s.b[col * 4 + (k % 16) / 4][k % 4 + 4 * (k / 16)];
+    for (unsigned k = 0; k < K; k++) {
+      const unsigned at = (k % (4 * p)) / p, in = k % p, half = k / (4 * p);
+      const float x = s.a[(row % 8) * 4 + at][in + p * (row / 8) + 2 * p * half];
+      const float y = s.b[col * 4 + at][in + p * half];
       sum += x * y;
     }
     d[i] = sum;
@@ -669,7 +654,7 @@ inline void mma_k32(const float* a, const float* b, const float* c, float* d, in
     const float b[4] = {TO_FLOAT(b0), TO_FLOAT(b1), TO_FLOAT(b2), TO_FLOAT(b3)};              \
     const float c[4] = {c0, c1, c2, c3};                                                      \
     float d[4];                                                                               \
-    irkit_host::mma(a, b, c, d, __LINE__);                                                    \
+    irkit_host::mma<16>(a, b, c, d, __LINE__);                                                \
     *d0 = d[0]; *d1 = d[1]; *d2 = d[2]; *d3 = d[3];                                           \
   }
 IRKIT_MMA_HOST(f16, __half, __half2float)
@@ -898,34 +883,16 @@ inline float tf32(float x) {
   return __int_as_float((int)bits);
 }
 
-// mma.sync m16n8k8 TF32: A 16 x 8 (4 values a lane), B 8 x 8 (2), C and D as m16n8k16's.
-inline void mma_tf32(const float* a, const float* b, const float* c, float* d, int line) {
-  unsigned lane;
-  MmaStage& s = mma_stage(lane);
-  for (int i = 0; i < 4; i++) s.a[lane][i] = tf32(a[i]);
-  for (int i = 0; i < 2; i++) s.b[lane][i] = tf32(b[i]);
-  for (int i = 0; i < 4; i++) s.c[lane][i] = c[i];
-  barrier(line);
-  const unsigned g = lane / 4, t = lane % 4;
-  for (unsigned i = 0; i < 4; i++) {
-    const unsigned row = g + 8 * (i / 2), col = 2 * t + i % 2;
-    float sum = s.c[(row % 8) * 4 + col / 2][col % 2 + 2 * (row / 8)];
-    for (unsigned k = 0; k < 8; k++) {
-      const float x = s.a[(row % 8) * 4 + k % 4][row / 8 + 2 * (k / 4)];
-      const float y = s.b[col * 4 + k % 4][k / 4];
-      sum += x * y;
-    }
-    d[i] = sum;
-  }
-}
 }  // namespace irkit_host
 
 inline void irkit_mma_m16n8k8_tf32(float a0, float a1, float a2, float a3, float b0, float b1,
                                    float c0, float c1, float c2, float c3, float* d0, float* d1,
                                    float* d2, float* d3) {
-  const float a[4] = {a0, a1, a2, a3}, b[2] = {b0, b1}, c[4] = {c0, c1, c2, c3};
+  using irkit_host::tf32;  // mma.sync m16n8k8 TF32: m16n8k16's layout of one value a register
+  const float a[4] = {tf32(a0), tf32(a1), tf32(a2), tf32(a3)}, b[2] = {tf32(b0), tf32(b1)};
+  const float c[4] = {c0, c1, c2, c3};
   float d[4];
-  irkit_host::mma_tf32(a, b, c, d, __LINE__);
+  irkit_host::mma<8>(a, b, c, d, __LINE__);
   *d0 = d[0]; *d1 = d[1]; *d2 = d[2]; *d3 = d[3];
 }
 
