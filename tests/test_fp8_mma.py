@@ -316,3 +316,30 @@ def test_the_8_bit_wgmma_sass_is_qgmma_without_spills(tmp_path) -> None:
     assert ops["WARPGROUP.ARRIVE"] > 0 and ops["LDGSTS.E.BYPASS.128"] > 0, ops
     assert not any(op.startswith(("LDSM", "HMMA", "LDL", "STL")) for op in ops), ops
     assert compiled.resources.spill_stores == 0, compiled.resources
+
+
+@pytest.mark.parametrize("options", ["", "wgmma=true"])
+def test_8_bit_kernels_report_their_resources_without_spills(options: str, tmp_path) -> None:
+    """`irkit-opt -t resources` on a 1024^3 `scaled_matmul` (its pack kernel, the tiled
+    kernel and split-K's sum): every kernel built for sm_90 (sm_90a under wgmma) without a
+    spill, the 8-bit tensor-core kernel said not built for sm_80, with the reason."""
+    import subprocess
+    import sys
+
+    model = tmp_path / "f8.graph"
+    model.write_text(LINEAR.format(a="f8e4m3", b="f8e5m2", m=1024, n=1024, k=1024, kind="param"))
+    spec = _with(options) if options else "default-cuda"
+    done = subprocess.run(
+        [sys.executable, "-m", "irkit.cli.opt", str(model), "-p", spec, "-t", "resources"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    tiled = [line for line in lines if line.startswith("k0_scaled_matmul_cast ")]
+    why = "wgmma needs sm_90a" if options else "8-bit mma.sync needs sm_89 or later"
+    assert len(tiled) == 2 and f"sm_80: not built ({why}" in tiled[0], tiled
+    hopper = "sm_90a" if options else "sm_90"
+    assert tiled[1].startswith(f"k0_scaled_matmul_cast {hopper}: "), tiled
+    built = [line for line in lines if "not built" not in line]
+    assert len(built) == len(lines) - 1 and all(" 0 spill stores" in line for line in built), lines
+    assert any("_pack_b sm_80:" in line for line in built), lines
