@@ -233,3 +233,28 @@ def test_onnx_cast_without_saturation_is_refused_in_one_line(tmp_path) -> None:
     run = subprocess.run(["irkit-opt", str(path)], capture_output=True, text=True, check=False)
     assert run.returncode != 0 and "saturate=0" in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+MOVES = """model moves
+input x : f8e4m3[4, 6, 8]
+input z : f8e5m2[4, 2, 8]
+output t = transpose(x, perm=[2, 0, 1])
+output c = concat(cast(x, dtype=f8e5m2), z, axis=1)
+output s = slice(x, starts=[0, 1, 2], limits=[4, 5, 8], strides=[1, 2, 3])
+output b = broadcast_to(z, shape=[3, 4, 2, 8])
+output r = cast(transpose(reshape(x, shape=[24, 8]), perm=[1, 0]), dtype=f32)
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("optimized", [True, False])
+def test_8_bit_values_move_through_the_data_movement_ops(backend: str, optimized: bool) -> None:
+    """Transpose, reshape, concat, slice and broadcast_to take 8-bit floats (a quantized
+    export's transposes and reshapes reach its 8-bit tensors, and fold-transposes moves
+    them through casts): their bytes arrive as they were, on every backend, with the default
+    pipeline and without any optional pass."""
+    module = parse_source(MOVES, "moves.graph", ".graph")
+    pipeline = BACKENDS[backend] if optimized else BACKENDS[backend].replace("default", "baseline")
+    exe = irkit.compile(module, pipeline, backend)
+    checks, _ = check(exe, module, seed=2)
+    assert all(c.passed and c.max_abs_error == 0 for c in checks), [c.describe() for c in checks]

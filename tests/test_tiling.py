@@ -738,3 +738,25 @@ def test_tiles_past_static_shared_memory_are_dynamic_and_past_the_device_refused
     too_deep = spec.replace("block-k=16", "block-k=256")
     with pytest.raises(IrkitError, match=r"block-k=256: .* need 802816 bytes of shared memory"):
         irkit.compile(module, too_deep, backend="cuda-sim")
+
+
+@pytest.mark.parametrize(
+    ("backend", "tiled", "untiled"),
+    [("cpu", "cpu-tile-matmul", "baseline-cpu"),
+     ("cuda-host", "gpu-tile-matmul,map-to-gpu", "baseline-cuda")],
+)  # fmt: skip
+def test_an_epilogue_load_ahead_of_the_k_loop_is_tiled_and_right(backend, tiled, untiled) -> None:
+    """tests/filecheck/passes/tile-matmul-epilogue-ahead.mlir, run: the nest whose bias is
+    loaded before its k loop, tiled by each tiling pass, equals the untiled nest and
+    float64's `b + (x @ w) / 2`."""
+    from pathlib import Path
+
+    path = Path(__file__).parent / "filecheck" / "passes" / "tile-matmul-epilogue-ahead.mlir"
+    module = parse_source(path.read_text(), path.name, ".mlir")
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((40, 24), (24, 56), (56,)))
+    want = b + (x.astype(np.float64) @ w) * 0.5
+    fast = irkit.compile(module.clone(), tiled, backend)
+    assert (backend == "cpu") or launch_of(gpu_kernels(fast.module)[0])["mapping"] == "tiled"
+    for exe in (fast, irkit.compile(module.clone(), untiled, backend)):
+        np.testing.assert_allclose(exe(x, w, b)[0], want, rtol=1e-5, atol=1e-5)

@@ -15,6 +15,10 @@ epilogue) as
       memref.store %v, %C[%i, %j]
     }
 
+Epilogue ops that do not read the sum may also stand before the k loop (the lowering loads
+an addend first where it is the first operand, `bias + x @ W`): they join the epilogue,
+which tiling passes clone in order.
+
 With `batched`, it also matches a batch matmul: leading parallel dims are batch dims, and A,
 B and C are indexed `[batch..., i, k]`, `[batch..., k, j]`, `[batch..., i, j]`, where an
 operand's batch index is a batch iv or a constant 0 (a broadcast batch dim) and C's are the
@@ -234,9 +238,14 @@ def match_matmul(
     *batch_ivs, i, j = ivs
     batch = tuple(zip(batch_ivs, batch_extents, strict=True))
     ops = list(loop.body.block.ops)
-    if len(ops) < 3 or not isinstance(ops[0], scf.ForOp) or not isinstance(ops[-1], scf.ReduceOp):
+    first = next((n for n, o in enumerate(ops) if isinstance(o, scf.ForOp)), None)
+    if first is None or len(ops) < first + 3 or not isinstance(ops[-1], scf.ReduceOp):
         return None
-    k_loop, epilogue = ops[0], ops[1:-1]
+    k_loop, epilogue = ops[first], ops[:first] + ops[first + 1 : -1]
+    assert isinstance(k_loop, scf.ForOp)
+    ahead = {r for o in ops[:first] for r in o.results}  # epilogue ops the lowering put first
+    if any(v in ahead for o in k_loop.walk() for v in o.operands):
+        return None
     k = _unit_range(k_loop.lb, k_loop.ub, k_loop.step)
     init = _constant_float(k_loop.iter_args[0]) if k_loop.iter_args else None
     found = _reduction(k_loop, widen=half or fp8)

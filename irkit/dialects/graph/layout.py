@@ -52,12 +52,17 @@ from irkit.dtypes import is_integer
 # --- layout and data movement -------------------------------------------------------------
 
 
+MOVEMENT = ANY | {FP8}
+"""What the data-movement ops take: any element type, 8-bit floats included (their bytes
+moved as they are; a quantized export's transposes and reshapes reach them)."""
+
+
 @irdl_op_definition
 class TransposeOp(GraphOp):
     """result[i_perm[0], ..., ] = input[...]: result axis k is input axis perm[k]."""
 
     name = "graph.transpose"
-    KINDS: ClassVar[frozenset[str]] = ANY
+    KINDS: ClassVar[frozenset[str]] = MOVEMENT
     input = operand_def(TensorType)
     perm = prop_def(DenseArrayBase[I64])
     result = result_def(TensorType)
@@ -83,7 +88,7 @@ class ReshapeOp(GraphOp):
     given, not inferred. Of any element type, 8-bit floats included (the same bytes)."""
 
     name = "graph.reshape"
-    KINDS: ClassVar[frozenset[str]] = ANY | {FP8}
+    KINDS: ClassVar[frozenset[str]] = MOVEMENT
     input = operand_def(TensorType)
     result = result_def(TensorType)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
@@ -119,7 +124,7 @@ class ConcatOp(GraphOp):
     """Concatenation of one or more tensors along `axis`; all other extents agree."""
 
     name = "graph.concat"
-    KINDS: ClassVar[frozenset[str]] = ANY
+    KINDS: ClassVar[frozenset[str]] = MOVEMENT
     inputs = var_operand_def(TensorType)
     axis = prop_def(IntegerAttr[I64])
     result = result_def(TensorType)
@@ -149,7 +154,7 @@ class SliceOp(GraphOp):
     Fully normalized: one entry per axis, 0 <= start <= limit <= extent, stride >= 1."""
 
     name = "graph.slice"
-    KINDS: ClassVar[frozenset[str]] = ANY
+    KINDS: ClassVar[frozenset[str]] = MOVEMENT
     input = operand_def(TensorType)
     starts = prop_def(DenseArrayBase[I64])
     limits = prop_def(DenseArrayBase[I64])
@@ -203,7 +208,7 @@ class BroadcastToOp(GraphOp):
     the right; each input extent 1 or equal to the target's)."""
 
     name = "graph.broadcast_to"
-    KINDS: ClassVar[frozenset[str]] = ANY
+    KINDS: ClassVar[frozenset[str]] = MOVEMENT
     input = operand_def(TensorType)
     shape = prop_def(DenseArrayBase[I64])
     result = result_def(TensorType)
