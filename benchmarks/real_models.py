@@ -26,7 +26,9 @@ with NVRTC under `default-cuda` and runs the program on cuda-host (at `--small` 
 torch's `model.half()`) and runs it on cuda-host under `default-cuda` (mma.sync) and under
 Hopper's steps (`HALF_VARIANTS`: wgmma, TMA, warp-specialized and persistent), each checked
 against the float64 reference of the converted model within the type's tolerance, with the
-tensor-core instructions it took and NVRTC's spills on sm_80 and sm_90.
+tensor-core instructions it took and NVRTC's spills on sm_80 and sm_90. `--quantize
+fp8,int8` quantizes each model with onnxruntime's tool and checks the QDQ model on the CPU
+and on cuda-host against onnxruntime running it (`benchmarks/quantized.py`).
 """
 
 from __future__ import annotations
@@ -535,6 +537,11 @@ def run(args: argparse.Namespace) -> list[dict]:
                 record.update(gpu_path(path, inputs))
             for dtype in args.gpu_dtypes.split(",") if exe is not None and args.gpu_dtypes else ():
                 record.update(gpu_half_path(path, dtype))
+            for kind in args.quantize.split(",") if exe is not None and args.quantize else ():
+                from quantized import quantized_path
+
+                draw = lambda seed, spec=spec: example_inputs(spec, args.seq, args.small, seed)  # noqa: E731
+                record.update(quantized_path(path, inputs, kind, draw))
             records.append(record)
             if args.out:
                 _append(args.out, record)
@@ -564,6 +571,15 @@ def _line(r: dict) -> str:
     if "cuda_host_rel_error" in r:
         verdict = "ok" if r["cuda_host_matches"] else "WRONG"
         gpu = f"  cuda-host {verdict} ({r['cuda_host_rel_error']:.1e}), NVRTC {r['nvrtc_kernels']} kernels"
+    for kind in ("fp8", "int8"):
+        if f"{kind}_cpu_rel_error" in r:
+            ok = "ok" if r[f"{kind}_cpu_matches"] and r[f"{kind}_cuda-host_matches"] else "WRONG"
+            gpu += (f"  {kind} {ok} (vs ort {r[f'{kind}_cpu_rel_error']:.1e}, "
+                    f"{r[f'{kind}_cuda-host_rel_error']:.1e}; quantization error "
+                    f"{r[f'{kind}_cpu_quantization_error']:.3f}, {r[f'{kind}_cuda-host_quantization_error']:.3f}, "
+                    f"ort's {r[f'{kind}_ort_quantization_error']:.3f}; {r[f'{kind}_mma_f8']} 8-bit mma)")  # fmt: skip
+        elif f"{kind}_error" in r:
+            gpu += f"  {kind} FAILED: {r[f'{kind}_error'][:100]}"
     for dtype in ("f16", "bf16"):
         if f"{dtype}_matches" in r:
             keys = [f"{dtype}{v}" for v in HALF_VARIANTS if f"{dtype}{v}_matches" in r]
@@ -620,6 +636,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--torch", action="store_true", help="PyTorch eager as a peer too (the module exported)"
     )
+    parser.add_argument(
+        "--quantize",
+        default="",
+        help="comma-separated fp8,int8: each model quantized by onnxruntime (QDQ), checked "
+        "on cpu and cuda-host (benchmarks/quantized.py)",
+    )
     parser.add_argument("--out", type=Path, help="append JSON lines here")
     parser.add_argument(
         "--export-dir",
@@ -644,7 +666,12 @@ def main(argv: list[str] | None = None) -> int:
     half = [r for r in imported for v in variants if r.get(f"{v}_matches") is False]
     if args.gpu_dtypes:
         print(f"{len(half)} (model, dtype) pairs wrong on cuda-host in {args.gpu_dtypes}")
-    return 0 if len(matched) == len(records) and not half else 1
+    kinds = args.quantize.split(",") if args.quantize else []
+    quantized = [r for r in imported for k in kinds for b in ("cpu", "cuda-host")
+                 if not r.get(f"{k}_{b}_matches")]  # fmt: skip
+    if kinds:
+        print(f"{len(quantized)} (model, type, backend) triples failed or wrong in {args.quantize}")
+    return 0 if len(matched) == len(records) and not half and not quantized else 1
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from irkit.dtypes import DTYPES, dense_attr
 from irkit.errors import IrkitError
 from irkit.frontend.files import check_model_file
 from irkit.frontend.onnx_common import ONNX_DTYPES
-from irkit.frontend.onnx_quantize import EIGHT_BIT
+from irkit.frontend.onnx_quantize import EIGHT_BIT, dequantize_constant
 from irkit.ir import element_type_of, shape_of, ssa_name
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -246,9 +246,10 @@ class OnnxImporter:
         if node.op_type == "DequantizeLinear" and str(self.consts[inputs[0]].dtype) in EIGHT_BIT:
             return False  # an 8-bit weight kept in its bytes (`irkit.frontend.onnx_quantize`)
         if node.op_type in NUMPY_FOLDS:  # where onnx's reference implementation is wrong
-            arrays = [self.consts[n] for n in node.input]
-            self.consts[node.output[0]] = NUMPY_FOLDS[node.op_type](node, arrays)
-            return True
+            folded_here = NUMPY_FOLDS[node.op_type](node, [self.consts[n] for n in inputs])
+            if folded_here is not None:
+                self.consts[node.output[0]] = folded_here
+                return True
         from onnx.reference import ReferenceEvaluator
 
         outputs = [o for o in node.output if o]
@@ -353,8 +354,9 @@ def _gather_elements(node: onnx.NodeProto, arrays: list[np.ndarray]) -> np.ndarr
     return np.take_along_axis(data, wrapped, axis=axis)
 
 
-NUMPY_FOLDS = {"GatherElements": _gather_elements}
-"""Ops folded with numpy rather than onnx's reference implementation, and why."""
+NUMPY_FOLDS = {"GatherElements": _gather_elements, "DequantizeLinear": dequantize_constant}
+"""Ops folded with numpy rather than onnx's reference implementation (each says why; None
+from one: onnx's to fold)."""
 
 
 def _shape_op(node: onnx.NodeProto, shape: np.ndarray) -> np.ndarray:

@@ -130,6 +130,28 @@ def _quantize_linear(im: OnnxImporter, node: onnx.NodeProto) -> list[SSAValue]:
     return [im.add_op(g.CastOp.build_to(clamped, DTYPES["i32"]))]
 
 
+def dequantize_constant(node: onnx.NodeProto, arrays: list[np.ndarray]) -> np.ndarray | None:
+    """DequantizeLinear of constants, folded with numpy (onnx's reference implementation has
+    no kernel for opsets before 19, which exporters still write): (x - zero_point) * scale
+    in the scale's type, per tensor or per axis; None (onnx's to fold) with `block_size`."""
+    if attrs(node).get("block_size", 0):
+        return None
+    x, scale, *rest = arrays
+    axis = attrs(node).get("axis", 1) % max(x.ndim, 1)
+
+    def along(v: np.ndarray) -> np.ndarray:
+        if v.ndim == 0 or x.ndim == 0:
+            return v
+        target = [1] * x.ndim
+        target[axis] = v.shape[0]
+        return v.reshape(target)
+
+    values = x.astype(np.float64)
+    if rest:
+        values = values - along(rest[0].astype(np.float64))
+    return (values * along(scale.astype(np.float64))).astype(scale.dtype)
+
+
 QUANTIZE_CONVERTERS: dict[str, Converter] = {
     "QuantizeLinear": _quantize_linear,
     "DequantizeLinear": _dequantize_linear,
