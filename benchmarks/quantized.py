@@ -1,7 +1,7 @@
 """Quantized exports of the real-model suite (`real_models.py --quantize fp8,int8`): each
-exported model quantized by onnxruntime's own tool (`quantize_static`, QDQ format, its
-MatMul and Gemm inputs: activations and weights in the 8-bit type, per tensor, calibrated
-on a few inputs drawn like the check's), then imported by irkit and checked against
+exported model quantized by onnxruntime's own tool (`quantize_static`, QDQ format, the
+inputs of its MatMul, Gemm and Conv nodes: activations and weights in the 8-bit type, per
+tensor, calibrated on a few inputs drawn like the check's), then imported by irkit and checked against
 onnxruntime running the quantized model, on the CPU (default-cpu) and the GPU path
 (default-cuda on cuda-host), with the matmuls that reached the 8-bit tensor cores counted.
 
@@ -27,7 +27,7 @@ NOISE = 1.1
 
 
 def quantize(path: Path, inputs: dict[str, np.ndarray], kind: str, draw) -> Path:
-    """`path` quantized by onnxruntime (QDQ, MatMul and Gemm, per tensor) to `kind` ("fp8":
+    """`path` quantized by onnxruntime (QDQ, MatMul, Gemm and Conv, per tensor) to `kind` ("fp8":
     e4m3, calibrated by its Distribution method, the one it takes for floats; "int8":
     MinMax), calibrated on `inputs` and two more draws (`draw(seed)`)."""
     from onnxruntime.quantization import (
@@ -52,7 +52,7 @@ def quantize(path: Path, inputs: dict[str, np.ndarray], kind: str, draw) -> Path
         activation_type=QuantType.QFLOAT8E4M3FN if eight else QuantType.QInt8,
         weight_type=QuantType.QFLOAT8E4M3FN if eight else QuantType.QInt8,
         calibrate_method=CalibrationMethod.Distribution if eight else CalibrationMethod.MinMax,
-        op_types_to_quantize=["MatMul", "Gemm"],
+        op_types_to_quantize=["MatMul", "Gemm", "Conv"],
     )  # fmt: skip
     return out
 
