@@ -217,10 +217,11 @@ def _step(draw, m: _Model) -> None:
 def _fp8_step(draw, m: _Model, name: str, shape: list[int], dtype: str) -> None:
     """8-bit floats: `scaled_matmul` of a new input cast to one (exact on both sides: the same
     values round the same way) by an 8-bit weight (or the dequantized matmul a quantized
-    export writes for it), its scales new inputs, cast back to
-    `dtype` and added to `name`; or `name` scaled by a power of two through an 8-bit float and
-    back (a cast of a computed value could round the other way from the reference's float64
-    at a tie, one step of 8-bit precision)."""
+    export writes for it), its scales new inputs, cast back to `dtype` and added to `name`;
+    or a new input scaled by a power of two through an 8-bit float, its bytes perhaps
+    reshaped or transposed and back, added to `name` (a cast of a computed value could
+    round the other way from the reference's float64 at a tie, one step of 8-bit
+    precision)."""
     if draw(st.booleans()):
         k = draw(st.sampled_from(SIZES))
         if not (m.fits([shape[0], k]) and m.fits([k, shape[1]])):
@@ -237,7 +238,14 @@ def _fp8_step(draw, m: _Model, name: str, shape: list[int], dtype: str) -> None:
         return
     x = m.input(shape, dtype)
     fmt8 = draw(st.sampled_from(FP8_NAMES))
-    m.define(f"cast(cast({x} * 4.0, dtype={fmt8}), dtype={dtype}) * 0.25 + {name}", shape, dtype)
+    bytes8 = f"cast({x} * 4.0, dtype={fmt8})"
+    moved = draw(st.sampled_from(("", "reshape", "transpose")))  # the bytes moved and back
+    if moved == "reshape":
+        flat = m.line(f"reshape({bytes8}, shape=[{shape[0] * shape[1]}])")
+        bytes8 = f"reshape({flat}, shape={fmt(shape)})"
+    elif moved == "transpose":
+        bytes8 = f"transpose(transpose({bytes8}, perm=[1, 0]), perm=[1, 0])"
+    m.define(f"cast({bytes8}, dtype={dtype}) * 0.25 + {name}", shape, dtype)
 
 
 def _attention_step(draw, m: _Model, name: str, shape: list[int], dtype: str) -> None:
