@@ -15,8 +15,9 @@ quantized model run as faithfully as onnxruntime runs it. The record keeps both 
 
 The peer is onnxruntime with its graph optimizations off: the QDQ graph as written, each
 node ONNX's meaning. Optimized, onnxruntime 1.32 runs an fp8 QDQ ResNet 195% away from the
-float model's output where the same graph unoptimized (and irkit) lands 16% away; the
-record keeps the optimized session's quantization error too.
+float model's output where the same graph unoptimized (and irkit) lands 16% away, and
+refuses an fp8 ConvNeXt (its optimizer transposes an 8-bit tensor); the record keeps the
+optimized session's quantization error, or its error.
 """
 
 from __future__ import annotations
@@ -87,7 +88,6 @@ def quantized_path(path: Path, inputs: dict[str, np.ndarray], kind: str, draw) -
     plain.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(str(quantized), plain, providers=["CPUExecutionProvider"])
     (expected,) = session.run(None, inputs)
-    (optimized,) = onnxruntime_session(quantized, 1).run(None, inputs)
     (exact,) = onnxruntime_session(path, 1).run(None, inputs)
     scale = float(np.linalg.norm(expected)) or 1.0
 
@@ -96,7 +96,11 @@ def quantized_path(path: Path, inputs: dict[str, np.ndarray], kind: str, draw) -
         return float(np.linalg.norm(out.astype(np.float64) - exact) / (np.linalg.norm(exact) or 1))
 
     record[f"{kind}_ort_quantization_error"] = noise(expected)
-    record[f"{kind}_ort_optimized_quantization_error"] = noise(optimized)
+    try:  # onnxruntime's own optimizer, which may fail on its own QDQ graph
+        (optimized,) = onnxruntime_session(quantized, 1).run(None, inputs)
+        record[f"{kind}_ort_optimized_quantization_error"] = noise(optimized)
+    except Exception as e:  # noqa: BLE001 - recorded: a peer's failure, not irkit's
+        record[f"{kind}_ort_optimized_error"] = f"{type(e).__name__}: {e}"[:300]
     try:
         module = irkit.load(str(quantized))
         for backend in ("cpu", "cuda-host"):
