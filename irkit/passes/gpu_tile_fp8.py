@@ -32,11 +32,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from xdsl.dialects import arith, func, memref
+from xdsl.dialects import func, memref
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, MemRefType, ModuleOp, UnitAttr
 from xdsl.ir import Block, Region, SSAValue
 
-from irkit.dialects.warp import LdmatrixX4Op, MmaM16n8k32F8Op, c_coordinates, mma_grid
+from irkit.dialects.warp import LdmatrixX4Op, MmaM16n8k32F8Op, mma_grid
 from irkit.dtypes import is_fp8
 from irkit.ir import shape_of
 from irkit.loops import KERNEL_ATTR, ONCE_ATTR, SCRATCH_ATTR
@@ -179,15 +179,8 @@ def mma_f8(kernel, b: GpuBuilder, tid: SSAValue, a_tile: SSAValue, b_tile: SSAVa
     [n][k] byte tiles. Returns the k-tile step and each accumulator's row and column in the
     block tile."""
     o = kernel.o
-    warps_n = kernel.warps[1]
-    warp_m, warp_n = o.block_m // kernel.warps[0], o.block_n // warps_n
-    tiles_m, tiles_n = warp_m // MMA_M, warp_n // MMA_N
-    warp, lane = b.binary(arith.DivUIOp, tid, 32), b.binary(arith.RemUIOp, tid, 32)
-    g, t4 = b.binary(arith.DivUIOp, lane, 4), b.binary(arith.RemUIOp, lane, 4)
-    row0 = b.binary(arith.MuliOp, b.binary(arith.DivUIOp, warp, warps_n), warp_m)  # uniform
-    col0 = b.binary(arith.MuliOp, b.binary(arith.RemUIOp, warp, warps_n), warp_n)  # uniform
-    rows = b.add(arith.AddiOp(row0, g))
-    c_cols = b.add(arith.AddiOp(col0, b.binary(arith.MuliOp, t4, 2)))
+    w = kernel.warp_tile(b, tid)
+    tiles_m, tiles_n, row0, col0 = w.tiles_m, w.tiles_n, w.row0, w.col0
 
     def registers(t: GpuBuilder, tile, at, origins) -> list[SSAValue]:
         op = t.add(LdmatrixX4Op(tile, at, origins)).owner
@@ -210,11 +203,4 @@ def mma_f8(kernel, b: GpuBuilder, tid: SSAValue, a_tile: SSAValue, b_tile: SSAVa
             accs = mma_grid(t.add, MmaM16n8k32F8Op, a_regs, b_regs, accs)
         return accs
 
-    c_at = [c_coordinates(0, i) for i in range(4)]  # (row - g, column - 2t)
-    outputs = [
-        (b.iadd(rows, mi * MMA_M + dm), b.iadd(c_cols, ni * MMA_N + dn))
-        for mi in range(tiles_m)
-        for ni in range(tiles_n)
-        for dm, dn in c_at
-    ]
-    return compute, outputs
+    return compute, w.outputs(b)

@@ -291,6 +291,32 @@ class GpuTileMatmulPass(ModulePass):
         )
 
 
+class WarpTile(NamedTuple):
+    """A lane's place in its warp's tile of C, for the mma instructions (`_TiledKernel.warp_tile`)."""
+
+    tiles_m: int  # the warp tile's 16-row pieces
+    tiles_n: int  # and its 8-column pieces
+    g: SSAValue  # lane / 4
+    t4: SSAValue  # lane % 4
+    two_t: SSAValue
+    row0: SSAValue  # the warp tile's first row and column in the block tile
+    col0: SSAValue
+    rows: SSAValue  # row0 + g
+    c_cols: SSAValue  # col0 + 2t: C's first column of this lane
+
+    def outputs(self, b: GpuBuilder) -> list[tuple[SSAValue, SSAValue]]:
+        """Each accumulator's row and column in the block tile, in `mma_grid`'s order."""
+        from irkit.dialects.warp import c_coordinates
+
+        c_at = [c_coordinates(0, i) for i in range(4)]  # (row - g, column - 2t)
+        return [
+            (b.iadd(self.rows, mi * MMA_M + dm), b.iadd(self.c_cols, ni * MMA_N + dn))
+            for mi in range(self.tiles_m)
+            for ni in range(self.tiles_n)
+            for dm, dn in c_at
+        ]
+
+
 class _TiledKernel:
     """Builds one tiled matmul kernel to the schedule `tile` (`gpu_tile_policy.gpu_tile`)."""
 
@@ -419,6 +445,19 @@ class _TiledKernel:
 
         return compute, [(r, c) for r in my_rows for c in my_cols]
 
+    def warp_tile(self, b: GpuBuilder, tid: SSAValue) -> WarpTile:
+        """Thread `tid`'s lane and its warp's place in the block tile of C (warps row-major)."""
+        warps_n = self.warps[1]
+        warp_m, warp_n = self.o.block_m // self.warps[0], self.o.block_n // warps_n
+        warp, lane = b.binary(arith.DivUIOp, tid, 32), b.binary(arith.RemUIOp, tid, 32)
+        g, t4 = b.binary(arith.DivUIOp, lane, 4), b.binary(arith.RemUIOp, lane, 4)
+        two_t = b.binary(arith.MuliOp, t4, 2)
+        row0 = b.binary(arith.MuliOp, b.binary(arith.DivUIOp, warp, warps_n), warp_m)  # uniform
+        col0 = b.binary(arith.MuliOp, b.binary(arith.RemUIOp, warp, warps_n), warp_n)  # uniform
+        rows = b.add(arith.AddiOp(row0, g))
+        c_cols = b.add(arith.AddiOp(col0, two_t))  # C's first column of this lane
+        return WarpTile(warp_m // MMA_M, warp_n // MMA_N, g, t4, two_t, row0, col0, rows, c_cols)
+
     def _mma(self, b: GpuBuilder, tid: SSAValue, a_tile: SSAValue, b_tile: SSAValue):
         """The tensor-core inner product: each warp a `64 x 32` (or smaller) tile of C as
         m16n8k16 instructions; per 16 of k, a lane reads its 8 values of A per 16 rows and 4
@@ -433,22 +472,14 @@ class _TiledKernel:
             a_coordinates_tf32,
             b_coordinates,
             b_coordinates_tf32,
-            c_coordinates,
             mma_grid,
         )
 
         o = self.o
-        warps_n = self.warps[1]
-        warp_m, warp_n = o.block_m // self.warps[0], o.block_n // warps_n
-        tiles_m, tiles_n = warp_m // MMA_M, warp_n // MMA_N
-        warp, lane = b.binary(arith.DivUIOp, tid, 32), b.binary(arith.RemUIOp, tid, 32)
-        g, t4 = b.binary(arith.DivUIOp, lane, 4), b.binary(arith.RemUIOp, lane, 4)
-        two_t = b.binary(arith.MuliOp, t4, 2)
-        row0 = b.binary(arith.MuliOp, b.binary(arith.DivUIOp, warp, warps_n), warp_m)  # uniform
-        rows = b.add(arith.AddiOp(row0, g))
-        cols = b.binary(arith.MuliOp, b.binary(arith.RemUIOp, warp, warps_n), warp_n)
+        w = self.warp_tile(b, tid)
+        tiles_m, tiles_n, g, t4, two_t = w.tiles_m, w.tiles_n, w.g, w.t4, w.two_t
+        row0, rows, cols = w.row0, w.rows, w.col0
         b_cols = b.add(arith.AddiOp(cols, g))  # B's column (n) of this lane
-        c_cols = b.add(arith.AddiOp(cols, two_t))  # C's first column of this lane
         # a lane's coordinates are (g or 2t) + a constant: the constants, from the layout
         op_class: type[MmaM16n8k16Op] | type[MmaM16n8k8Tf32Op]
         if self.tf32:  # lanes' k offsets are t, not 2t
@@ -459,7 +490,6 @@ class _TiledKernel:
             k_lane = two_t
         a_at = [a_of(0, i) for i in range(na)]  # (row - g, k - k_lane)
         b_at = [b_of(0, i) for i in range(nb)]  # (k - k_lane, n - g)
-        c_at = [c_coordinates(0, i) for i in range(4)]  # (row - g, column - 2t)
 
         def pair(t: GpuBuilder, tile: SSAValue, stage: SSAValue, row: SSAValue, k: SSAValue):
             """Elements k and k + 1 of a k-contiguous tile's row: one 32-bit load."""
@@ -524,13 +554,7 @@ class _TiledKernel:
                 accs = mma_grid(t.add, op_class, a_frags, load_b(t, stage, kk), accs)
             return accs
 
-        outputs = [
-            (b.iadd(rows, mi * MMA_M + dm), b.iadd(c_cols, ni * MMA_N + dn))
-            for mi in range(tiles_m)
-            for ni in range(tiles_n)
-            for dm, dn in c_at
-        ]
-        return compute, outputs
+        return compute, w.outputs(b)
 
     def _at(
         self, t: GpuBuilder, row: SSAValue, column: SSAValue, row_length: int
