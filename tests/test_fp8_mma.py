@@ -323,18 +323,12 @@ def test_8_bit_kernels_report_their_resources_without_spills(options: str, tmp_p
     """`irkit-opt -t resources` on a 1024^3 `scaled_matmul` (its pack kernel, the tiled
     kernel and split-K's sum): every kernel built for sm_90 (sm_90a under wgmma) without a
     spill, the 8-bit tensor-core kernel said not built for sm_80, with the reason."""
-    import subprocess
-    import sys
+    from tests.test_sass import resources
 
     model = tmp_path / "f8.graph"
     model.write_text(LINEAR.format(a="f8e4m3", b="f8e5m2", m=1024, n=1024, k=1024, kind="param"))
     spec = _with(options) if options else "default-cuda"
-    done = subprocess.run(
-        [sys.executable, "-m", "irkit.cli.opt", str(model), "-p", spec, "-t", "resources"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.strip().splitlines()
+    lines = resources(model, spec)
     tiled = [line for line in lines if line.startswith("k0_scaled_matmul_cast ")]
     why = "wgmma needs sm_90a" if options else "8-bit mma.sync needs sm_89 or later"
     assert len(tiled) == 2 and f"sm_80: not built ({why}" in tiled[0], tiled

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +23,17 @@ from irkit.frontend import parse_source
 from irkit.pipelines import apply_passes, parse_passes, pipeline_steps
 
 GEMM = "model g\ninput a : {t}[{n}, {n}]\ninput b : {t}[{n}, {n}]\noutput c = matmul(a, b)\n"
+
+
+def resources(model: Path, spec: str) -> list[str]:
+    """`irkit-opt MODEL -p SPEC -t resources`, as a user runs it: its lines, one per kernel
+    and architecture (the command must succeed)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "irkit.cli.opt", str(model), "-p", spec, "-t", "resources"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()
 
 
 def _cuda_tool(name: str, wheel: str) -> str:
@@ -122,19 +134,12 @@ def test_every_matmul_variant_reports_its_resources_without_spills(
     memory, blocks per SM, occupancy and waves; no spill and no stack at the default tiles,
     every step of the tensor-core ladder included (register-staged copies, four cp.async
     stages, wgmma: built for sm_90a, and said not to be for sm_80)."""
-    import sys
-
     model = tmp_path / "g.graph"
     model.write_text(GEMM.format(t=dtype, n=1024))
     steps = [s.spec for s in pipeline_steps("default-cuda")]
     spec = ",".join(f"gpu-tile-matmul{{{options}}}" if options and s.startswith("gpu-tile-matmul")
                     else s for s in steps)  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, "-m", "irkit.cli.opt", str(model), "-p", spec, "-t", "resources"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.strip().splitlines()
+    lines = resources(model, spec)
     hopper = "sm_90a" if "wgmma" in options else "sm_90"
     assert {line.split(":")[0].split()[1] for line in lines} >= {"sm_80", hopper}
     skipped = [line for line in lines if line.endswith("not built (wgmma needs sm_90a)")]
